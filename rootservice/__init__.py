@@ -1,0 +1,1 @@
+"""RootService (RS): the control-plane process that owns cluster membership (SPEC.md)."""

@@ -1,0 +1,184 @@
+"""Typed settings of the RootService: defaults, ranges and invariants (SPEC.md section 11).
+
+One :class:`RsSettings` object is built at start-up from, in increasing precedence: the
+defaults below, the ``__all_sys_parameter`` table, environment variables ``OB_RS_*`` and
+command-line flags. Durations are written like OceanBase's (``10s``, ``1h``, ``100ms``) and
+held as integer microseconds. :data:`PARAMETERS` lists the ones ``ALTER SYSTEM SET`` may
+change at run time and ``SHOW PARAMETERS`` prints.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from rootservice.errors import ObError
+
+_UNITS_US = {
+    "us": 1,
+    "ms": 1_000,
+    "s": 1_000_000,
+    "m": 60_000_000,
+    "h": 3_600_000_000,
+    "d": 86_400_000_000,
+}
+_DURATION_RE = re.compile(r"^\s*(\d{1,15})\s*(us|ms|s|m|h|d)\s*$", re.IGNORECASE)
+
+
+def parse_duration(value: str | int) -> int:
+    """``"10s"`` -> 10_000_000 (microseconds). Integers are taken as microseconds already.
+
+    Units: us, ms, s, m, h, d (case-insensitive). A string without a unit is refused, since
+    an operator who writes ``lease_time = 10`` almost never means 10 microseconds.
+    Raises ``ValueError`` with a readable message on anything else.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration: {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"duration must not be negative: {value}")
+        return value
+    m = _DURATION_RE.match(str(value))
+    if not m:
+        raise ValueError(f"not a duration: {value!r} (write e.g. 100ms, 10s, 5m, 1h)")
+    return int(m.group(1)) * _UNITS_US[m.group(2).lower()]
+
+
+def format_duration(us: int) -> str:
+    """10_000_000 -> ``"10s"``: the largest unit that divides ``us`` exactly."""
+    for unit in ("d", "h", "m", "s", "ms"):
+        if us and us % _UNITS_US[unit] == 0:
+            return f"{us // _UNITS_US[unit]}{unit}"
+    return f"{us}us"
+
+
+Duration = Annotated[int, BeforeValidator(parse_duration)]
+
+
+@dataclass(frozen=True)
+class ParamDef:
+    """A run-time parameter: its settings field, bounds in microseconds and meaning."""
+
+    name: str
+    min_us: int
+    max_us: int | None
+    info: str
+    short_min_us: int  # lower bound when allow_short_timings (tests, demos)
+
+
+S = 1_000_000
+PARAMETERS: dict[str, ParamDef] = {
+    p.name: p
+    for p in [
+        ParamDef("lease_time", 1 * S, 300 * S, "how long a heartbeat keeps a server alive", 100_000),
+        ParamDef(
+            "server_permanent_offline_time",
+            20 * S,
+            None,
+            "after this long without a heartbeat a server is permanently offline",
+            1 * S,
+        ),
+        ParamDef("heartbeat_interval", 100_000, 60 * S, "how often agents renew their lease", 10_000),
+        ParamDef("heartbeat_check_interval", 10_000, 10 * S, "period of the lease-expiry checker", 1_000),
+        ParamDef("server_check_interval", 1 * S, 3600 * S, "period of CheckAllServerTask", 100_000),
+        ParamDef("empty_server_check_interval", 1 * S, 3600 * S, "period of the empty-server checker", 100_000),
+        ParamDef("migration_disable_time", 1 * S, None, "how long migration into a failed server is blocked", 1 * S),
+        ParamDef("rpc_timeout", 100_000, 600 * S, "timeout of RS -> agent RPCs", 10_000),
+    ]
+}
+
+
+class RsSettings(BaseSettings):
+    """Settings of one RootService process.
+
+    Durations are microseconds (``*_time`` and ``*_interval`` fields). ``db_url`` defaults to
+    a SQLite file in ``data_dir``. Validation enforces SPEC.md section 11 ranges (relaxed
+    when ``allow_short_timings``) and the invariants ``lease_time > heartbeat_interval`` and
+    ``server_permanent_offline_time > lease_time``; violations raise pydantic's
+    ``ValidationError`` at start-up.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="OB_RS_", extra="forbid", validate_assignment=True)
+
+    data_dir: Path = Path("rs_data")
+    db_url: str = ""
+    rpc_addr: str = "127.0.0.1:2881"
+    lease_time: Duration = 10 * S
+    server_permanent_offline_time: Duration = 3600 * S
+    heartbeat_interval: Duration = 2 * S
+    heartbeat_check_interval: Duration = 100_000
+    server_check_interval: Duration = 30 * S
+    empty_server_check_interval: Duration = 10 * S
+    migration_disable_time: Duration = 3600 * S
+    rpc_timeout: Duration = 2 * S
+    persist_interval: Duration = 100_000
+    bootstrap_timeout: Duration = 60 * S
+    bootstrap_in_service_timeout: Duration = 40 * S
+    allow_short_timings: bool = False
+    grpc_max_pending_requests: int = Field(default=50_000, ge=100)
+    # Statements above this size are refused (MySQL's max_allowed_packet), in bytes.
+    max_statement_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+
+    @model_validator(mode="after")
+    def _check(self) -> RsSettings:
+        for name, p in PARAMETERS.items():
+            check_parameter_range(p, getattr(self, name), self.allow_short_timings, ValueError)
+        if self.lease_time <= self.heartbeat_interval:
+            raise ValueError(
+                f"lease_time ({format_duration(self.lease_time)}) must be greater than "
+                f"heartbeat_interval ({format_duration(self.heartbeat_interval)})"
+            )
+        if self.server_permanent_offline_time <= self.lease_time:
+            raise ValueError("server_permanent_offline_time must be greater than lease_time")
+        host, _, port = self.rpc_addr.rpartition(":")
+        if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError(f"rpc_addr must be host:port, got {self.rpc_addr!r}")
+        return self
+
+    def effective_db_url(self) -> str:
+        """``db_url``, or ``sqlite:///<data_dir>/rootservice.db`` when empty."""
+        if self.db_url:
+            return self.db_url
+        return f"sqlite:///{(self.data_dir / 'rootservice.db').resolve()}"
+
+
+def check_parameter_range(p: ParamDef, value_us: int, short: bool, exc: Any) -> None:
+    """Raise ``exc(message)`` when ``value_us`` is outside ``p``'s range."""
+    lo = p.short_min_us if short else p.min_us
+    if value_us < lo or (p.max_us is not None and value_us > p.max_us):
+        hi = format_duration(p.max_us) if p.max_us is not None else "+inf"
+        raise exc(f"{p.name} = {format_duration(value_us)} is out of range [{format_duration(lo)}, {hi}]")
+
+
+def validate_parameter(settings: RsSettings, name: str, raw: str | int) -> int:
+    """Check ``ALTER SYSTEM SET name = raw`` against ``settings`` without changing them.
+
+    Returns the value in microseconds. Raises ``ObError(OB_ERR_SYS_CONFIG_UNKNOWN)`` for an
+    unknown name and ``ObError(OB_INVALID_ARGUMENT)`` for a malformed or out-of-range value
+    or one that breaks an invariant (SPEC.md section 11).
+    """
+    p = PARAMETERS.get(name.lower())
+    if p is None:
+        raise ObError("OB_ERR_SYS_CONFIG_UNKNOWN", detail=f"parameter '{name}'")
+    try:
+        value = parse_duration(raw)
+    except ValueError as e:
+        raise ObError("OB_INVALID_ARGUMENT", f"{p.name}: {e}") from None
+
+    def refuse(msg: str) -> ObError:
+        return ObError("OB_INVALID_ARGUMENT", msg)
+
+    check_parameter_range(p, value, settings.allow_short_timings, refuse)
+    trial = settings.model_dump()
+    trial[p.name] = value
+    try:
+        RsSettings.model_validate(trial)
+    except ValidationError as e:
+        msg = e.errors()[0]["msg"].removeprefix("Value error, ")
+        raise ObError("OB_INVALID_ARGUMENT", f"{p.name} = {raw}: {msg}") from None
+    return value

@@ -1,0 +1,1 @@
+"""Storage of the RootService: table definitions, engine set-up and repository functions."""

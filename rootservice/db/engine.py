@@ -1,0 +1,90 @@
+"""Engine creation and schema migration for SQLite (embedded default) and PostgreSQL.
+
+``make_engine(url)`` returns an engine tuned for the RS: SQLite in WAL mode with a busy
+timeout and foreign keys on, PostgreSQL through psycopg 3 with a short connect timeout so an
+unreachable database fails fast. ``upgrade(engine)`` applies the Alembic migrations in
+``migrations/``; it is the only way the schema is created.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+import migrations
+
+MIGRATIONS_DIR = Path(migrations.__file__).resolve().parent
+
+
+def make_engine(url: str, *, connect_timeout_s: int = 5) -> sa.Engine:
+    """Create an engine for ``url`` (``sqlite:///path`` or ``postgresql+psycopg://...``).
+
+    SQLite files' parent directories are created. Raises ``sqlalchemy.exc.ArgumentError``
+    for a malformed URL; connection errors surface on first use.
+    """
+    u = sa.make_url(url)
+    kwargs: dict[str, Any] = {"future": True}
+    if u.get_backend_name() == "sqlite":
+        if u.database and u.database != ":memory:":
+            Path(u.database).parent.mkdir(parents=True, exist_ok=True)
+        kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
+        engine = sa.create_engine(u, **kwargs)
+
+        @sa.event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn: Any, _rec: Any) -> None:
+            # pysqlite's own transaction handling defers BEGIN; take it over so that
+            # BEGIN IMMEDIATE serialises writers instead of failing on lock upgrade.
+            dbapi_conn.isolation_level = None
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        @sa.event.listens_for(engine, "begin")
+        def _begin(conn: sa.Connection) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        return engine
+    if u.get_backend_name() == "postgresql":
+        kwargs["connect_args"] = {"connect_timeout": connect_timeout_s}
+        kwargs["pool_pre_ping"] = True
+        kwargs["pool_size"] = 5
+        kwargs["max_overflow"] = 5
+    return sa.create_engine(u, **kwargs)
+
+
+def alembic_config(connection: sa.Connection | None = None) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    if connection is not None:
+        cfg.attributes["connection"] = connection
+    return cfg
+
+
+def upgrade(engine: sa.Engine, revision: str = "head") -> None:
+    """Apply migrations up to ``revision`` in one transaction per run."""
+    with engine.begin() as conn:
+        command.upgrade(alembic_config(conn), revision)
+
+
+def downgrade(engine: sa.Engine, revision: str = "base") -> None:
+    """Walk migrations back down to ``revision`` (``base`` drops everything)."""
+    with engine.begin() as conn:
+        command.downgrade(alembic_config(conn), revision)
+
+
+def current_revision(engine: sa.Engine) -> str | None:
+    """The revision the database is at, or None when it has no schema."""
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def head_revision() -> str | None:
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()

@@ -1,0 +1,141 @@
+"""Domain errors with their OceanBase codes, and the one place that translates them.
+
+Every refusal in the product is an :class:`ObError` carrying the OceanBase error code, name,
+SQLSTATE and message of ``ob_errno.def`` (SPEC.md section 12). The servicers never build
+error text themselves: :meth:`ObError.to_sql_text` gives the MySQL-style line that ``obadmin``
+prints, :meth:`ObError.grpc_code` the gRPC status for unary calls, and
+:func:`error_to_proto` / :func:`error_from_proto` carry an error inside a response message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+
+@dataclass(frozen=True)
+class ErrorDef:
+    """One row of SPEC.md section 12: ``code`` is negative, as in ``ob_errno.def``."""
+
+    name: str
+    code: int
+    sqlstate: str
+    template: str
+    grpc_code: grpc.StatusCode
+
+
+_FP = grpc.StatusCode.FAILED_PRECONDITION
+
+ERRORS: dict[str, ErrorDef] = {
+    e.name: e
+    for e in [
+        ErrorDef("OB_INVALID_ARGUMENT", -4002, "HY000", "Incorrect arguments to %s", grpc.StatusCode.INVALID_ARGUMENT),
+        ErrorDef("OB_INIT_TWICE", -4005, "HY000", "The object is initialized twice", _FP),
+        ErrorDef("OB_NOT_SUPPORTED", -4007, "0A000", "%s not supported", grpc.StatusCode.UNIMPLEMENTED),
+        ErrorDef("OB_TIMEOUT", -4012, "HY000", "Timeout", grpc.StatusCode.DEADLINE_EXCEEDED),
+        ErrorDef("OB_ENTRY_EXIST", -4017, "HY000", "%s", grpc.StatusCode.ALREADY_EXISTS),
+        ErrorDef("OB_ENTRY_NOT_EXIST", -4018, "HY000", "%s", grpc.StatusCode.NOT_FOUND),
+        ErrorDef("OB_NOT_MASTER", -4038, "HY000", "The observer or zone is not the master", grpc.StatusCode.UNAVAILABLE),
+        ErrorDef("OB_CANCELED", -4072, "HY000", "Operation canceled", grpc.StatusCode.CANCELLED),
+        ErrorDef("OB_STATE_NOT_MATCH", -4109, "HY000", "Server state or role not the same as expected", _FP),
+        ErrorDef("OB_OP_NOT_ALLOW", -4179, "HY000", "%s not allowed", _FP),
+        ErrorDef("OB_LEADER_NOT_EXIST", -4209, "HY000", "partition has not leader", grpc.StatusCode.UNAVAILABLE),
+        ErrorDef("OB_ZONE_INFO_NOT_EXIST", -4530, "HY000", "Zone info '%s' not exist", grpc.StatusCode.NOT_FOUND),
+        ErrorDef("OB_WAIT_ALL_RS_ONLINE_TIMEOUT", -4622, "HY000", "wait all rs online timeout", grpc.StatusCode.DEADLINE_EXCEEDED),
+        ErrorDef("OB_SERVER_ALREADY_DELETED", -4628, "HY000", "server has already been deleted", _FP),
+        ErrorDef("OB_SERVER_NOT_DELETING", -4629, "HY000", "server is not in deleting status", _FP),
+        ErrorDef("OB_SERVER_NOT_IN_WHITE_LIST", -4630, "HY000", "server not in server white list", grpc.StatusCode.PERMISSION_DENIED),
+        ErrorDef("OB_SERVER_ZONE_NOT_MATCH", -4631, "HY000", "server zone not match", _FP),
+        ErrorDef("OB_RS_NOT_MASTER", -4638, "HY000", "The RootServer is not the master", grpc.StatusCode.UNAVAILABLE),
+        ErrorDef("OB_PARTITION_ZONE_DUPLICATED", -4640, "HY000", "The chosen partition servers belong to same zone.", grpc.StatusCode.INVALID_ARGUMENT),
+        ErrorDef("OB_ZONE_NOT_ACTIVE", -4655, "HY000", "zone not active", _FP),
+        ErrorDef("OB_STOP_SERVER_IN_MULTIPLE_ZONES", -4660, "HY000", "Can not stop server in multiple zones (%s)", _FP),
+        ErrorDef("OB_SERVER_NOT_ALIVE", -4663, "HY000", "server is not alive", _FP),
+        ErrorDef("OB_ZONE_RESOURCE_NOT_ENOUGH", -4733, "HY000", "zone '%s' resource not enough to hold %s unit", grpc.StatusCode.RESOURCE_EXHAUSTED),
+        ErrorDef("OB_ZONE_SERVER_NOT_ENOUGH", -4734, "HY000", "zone '%s' server not enough to hold %s new unit", grpc.StatusCode.RESOURCE_EXHAUSTED),
+        ErrorDef("OB_DELETE_SERVER_NOT_ALLOWED", -4745, "HY000", "%s", _FP),
+        ErrorDef("OB_SERVER_CONNECTION_ERROR", -4784, "HY000", "Server '%s' connection error", grpc.StatusCode.UNAVAILABLE),
+        # Not an OceanBase code: the MySQL parser error, kept here so SQL errors have one shape.
+        ErrorDef("ER_PARSE_ERROR", -1064, "42000", "You have an error in your SQL syntax; %s", grpc.StatusCode.INVALID_ARGUMENT),
+        ErrorDef("ER_NET_PACKET_TOO_LARGE", -1153, "08S01", "Got a packet bigger than 'max_allowed_packet' bytes", grpc.StatusCode.INVALID_ARGUMENT),
+        ErrorDef("OB_ERR_UNEXPECTED", -4016, "HY000", "Internal error", grpc.StatusCode.INTERNAL),
+        ErrorDef("OB_TABLE_NOT_EXIST", -5019, "42S02", "Table '%s' doesn't exist", grpc.StatusCode.NOT_FOUND),
+        ErrorDef("OB_ERR_BAD_FIELD_ERROR", -5217, "42S22", "Unknown column '%s' in '%s'", grpc.StatusCode.INVALID_ARGUMENT),
+        ErrorDef("OB_ERR_SYS_CONFIG_UNKNOWN", -4343, "HY000", "System config unknown", grpc.StatusCode.NOT_FOUND),
+    ]
+}
+
+_BY_CODE = {e.code: e for e in ERRORS.values()}
+
+
+class ObError(Exception):
+    """A refusal with an OceanBase error code.
+
+    ``ObError("OB_ZONE_INFO_NOT_EXIST", "z9")`` fills the ``%s`` placeholders of the code's
+    message template with ``args``; ``detail`` is appended after a comma to say which object
+    (e.g. the server) the error concerns. Raises ``KeyError`` for an unknown code name.
+    """
+
+    def __init__(self, name: str, *args: Any, detail: str = "") -> None:
+        self.definition = ERRORS[name]
+        template = self.definition.template
+        n = template.count("%s")
+        fill = list(args)[:n] + [""] * max(0, n - len(args))
+        message = template % tuple(fill) if n else template
+        if detail:
+            message = f"{message}, {detail}"
+        self.message = message
+        super().__init__(f"{name}: {message}")
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    @property
+    def code(self) -> int:
+        """Negative OceanBase code, e.g. -4630."""
+        return self.definition.code
+
+    @property
+    def sqlstate(self) -> str:
+        return self.definition.sqlstate
+
+    def grpc_code(self) -> grpc.StatusCode:
+        return self.definition.grpc_code
+
+    def to_sql_text(self) -> str:
+        """The line the MySQL client would print, e.g.
+        ``ERROR 4630 (HY000): OB_SERVER_NOT_IN_WHITE_LIST: server not in server white list``.
+        MySQL's own errors (1064) carry no OB name."""
+        if self.name.startswith("ER_"):
+            return f"ERROR {abs(self.code)} ({self.sqlstate}): {self.message}"
+        return f"ERROR {abs(self.code)} ({self.sqlstate}): {self.name}: {self.message}"
+
+
+def error_to_proto(err: ObError, msg: Any) -> None:
+    """Fill an ``ObError`` protobuf message ``msg`` (fields code, name, sqlstate, message)."""
+    msg.code = err.code
+    msg.name = err.name
+    msg.sqlstate = err.sqlstate
+    msg.message = err.message
+
+
+class RemoteObError(ObError):
+    """An :class:`ObError` received over RPC; keeps the sender's message verbatim."""
+
+    def __init__(self, code: int, name: str, sqlstate: str, message: str) -> None:
+        Exception.__init__(self, f"{name}: {message}")
+        definition = _BY_CODE.get(code)
+        if definition is None or definition.name != name:
+            definition = ErrorDef(name, code, sqlstate, "%s", grpc.StatusCode.UNKNOWN)
+        self.definition = definition
+        self.message = message
+
+
+def error_from_proto(msg: Any) -> ObError | None:
+    """The error carried by an ``ObError`` protobuf message, or None when ``code == 0``."""
+    if not msg.code:
+        return None
+    return RemoteObError(msg.code, msg.name, msg.sqlstate, msg.message)

@@ -1,0 +1,149 @@
+"""Statement AST produced by :func:`sql.parser.parse` and consumed by the RS executors.
+
+Plain frozen dataclasses, no behaviour. String values are kept exactly as written between
+the quotes (quotes removed, escapes resolved); validation of addresses, zones and values is
+the executors' job so that a well-formed statement with a bad value gets the OceanBase error
+(``OB_INVALID_ARGUMENT``...), not a syntax error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Literal_ = str | int | float | None  # a SQL literal; None is NULL
+
+ServerOpKind = Literal["ADD", "DELETE", "CANCEL_DELETE", "START", "STOP", "FORCE_STOP", "ISOLATE"]
+ZoneOpKind = Literal["ADD", "START", "STOP", "FORCE_STOP", "DELETE"]
+
+
+@dataclass(frozen=True)
+class BootstrapEntry:
+    region: str | None
+    zone: str
+    server: str  # 'ip:port' as written
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    """ALTER SYSTEM BOOTSTRAP [REGION [=] 'r'] ZONE [=] 'z' SERVER [=] 'ip:port' [, ...]"""
+
+    entries: tuple[BootstrapEntry, ...]
+
+
+@dataclass(frozen=True)
+class ServerOp:
+    """ALTER SYSTEM {ADD|DELETE|CANCEL DELETE|START|STOP|FORCE STOP|ISOLATE} SERVER
+    'ip:port' [, 'ip:port' ...] [ZONE [=] 'z']"""
+
+    op: ServerOpKind
+    servers: tuple[str, ...]
+    zone: str | None
+
+
+@dataclass(frozen=True)
+class ReloadServer:
+    """ALTER SYSTEM RELOAD SERVER"""
+
+
+@dataclass(frozen=True)
+class ZoneOp:
+    """ALTER SYSTEM {ADD|START|STOP|FORCE STOP|DELETE} ZONE 'z' [IDC [=] 'i'] [, REGION [=] 'r']"""
+
+    op: ZoneOpKind
+    zone: str
+    idc: str | None = None
+    region: str | None = None
+
+
+@dataclass(frozen=True)
+class SetParameters:
+    """ALTER SYSTEM SET name = value [, name = value ...]; values as written: a quoted
+    string, a number, or a bare duration such as 10s (kept as the string '10s')."""
+
+    items: tuple[tuple[str, str | int | float], ...]
+
+
+@dataclass(frozen=True)
+class ShowParameters:
+    """SHOW PARAMETERS [LIKE 'pattern']"""
+
+    like: str | None = None
+
+
+# --- SELECT -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Compare:
+    """column op literal; op is one of = != <> < > <= >=  (<> is normalised to !=)."""
+
+    column: str
+    op: Literal["=", "!=", "<", ">", "<=", ">="]
+    value: Literal_
+
+
+@dataclass(frozen=True)
+class In:
+    column: str
+    values: tuple[Literal_, ...]
+    negated: bool = False
+
+
+@dataclass(frozen=True)
+class Like:
+    column: str
+    pattern: str
+    negated: bool = False
+
+
+@dataclass(frozen=True)
+class IsNull:
+    column: str
+    negated: bool = False  # IS NOT NULL
+
+
+@dataclass(frozen=True)
+class And:
+    left: Expr
+    right: Expr
+
+
+@dataclass(frozen=True)
+class Or:
+    left: Expr
+    right: Expr
+
+
+@dataclass(frozen=True)
+class Not:
+    operand: Expr
+
+
+Expr = Compare | In | Like | IsNull | And | Or | Not
+
+
+@dataclass(frozen=True)
+class OrderItem:
+    column: str
+    descending: bool = False
+
+
+@dataclass(frozen=True)
+class Select:
+    """SELECT {* | col [, col ...]} FROM [oceanbase.]table [WHERE expr]
+    [ORDER BY col [ASC|DESC] [, ...]] [LIMIT n [OFFSET m] | LIMIT m, n].
+
+    ``table`` is lower-cased and has the ``oceanbase.`` prefix removed; ``columns`` is None
+    for ``*`` and otherwise the names as written (case kept, for the result header).
+    """
+
+    columns: tuple[str, ...] | None
+    table: str
+    where: Expr | None = None
+    order_by: tuple[OrderItem, ...] = ()
+    limit: int | None = None
+    offset: int = 0
+
+
+Statement = Bootstrap | ServerOp | ReloadServer | ZoneOp | SetParameters | ShowParameters | Select
