@@ -59,6 +59,7 @@ ERRORS: dict[str, ErrorDef] = {
         ErrorDef("OB_SERVER_CONNECTION_ERROR", -4784, "HY000", "Server '%s' connection error", grpc.StatusCode.UNAVAILABLE),
         # Not an OceanBase code: the MySQL parser error, kept here so SQL errors have one shape.
         ErrorDef("ER_PARSE_ERROR", -1064, "42000", "You have an error in your SQL syntax; %s", grpc.StatusCode.INVALID_ARGUMENT),
+        ErrorDef("ER_EMPTY_QUERY", -1065, "42000", "Query was empty", grpc.StatusCode.INVALID_ARGUMENT),
         ErrorDef("ER_NET_PACKET_TOO_LARGE", -1153, "08S01", "Got a packet bigger than 'max_allowed_packet' bytes", grpc.StatusCode.INVALID_ARGUMENT),
         ErrorDef("OB_ERR_UNEXPECTED", -4016, "HY000", "Internal error", grpc.StatusCode.INTERNAL),
         ErrorDef("OB_TABLE_NOT_EXIST", -5019, "42S02", "Table '%s' doesn't exist", grpc.StatusCode.NOT_FOUND),
