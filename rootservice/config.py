@@ -75,7 +75,9 @@ S = 1_000_000
 PARAMETERS: dict[str, ParamDef] = {
     p.name: p
     for p in [
-        ParamDef("lease_time", 1 * S, 300 * S, "how long a heartbeat keeps a server alive", 100_000),
+        ParamDef(
+            "lease_time", 1 * S, 300 * S, "how long a heartbeat keeps a server alive", 100_000
+        ),
         ParamDef(
             "server_permanent_offline_time",
             20 * S,
@@ -83,11 +85,27 @@ PARAMETERS: dict[str, ParamDef] = {
             "after this long without a heartbeat a server is permanently offline",
             1 * S,
         ),
-        ParamDef("heartbeat_interval", 100_000, 60 * S, "how often agents renew their lease", 10_000),
-        ParamDef("heartbeat_check_interval", 10_000, 10 * S, "period of the lease-expiry checker", 1_000),
+        ParamDef(
+            "heartbeat_interval", 100_000, 60 * S, "how often agents renew their lease", 10_000
+        ),
+        ParamDef(
+            "heartbeat_check_interval", 10_000, 10 * S, "period of the lease-expiry checker", 1_000
+        ),
         ParamDef("server_check_interval", 1 * S, 3600 * S, "period of CheckAllServerTask", 100_000),
-        ParamDef("empty_server_check_interval", 1 * S, 3600 * S, "period of the empty-server checker", 100_000),
-        ParamDef("migration_disable_time", 1 * S, None, "how long migration into a failed server is blocked", 1 * S),
+        ParamDef(
+            "empty_server_check_interval",
+            1 * S,
+            3600 * S,
+            "period of the empty-server checker",
+            100_000,
+        ),
+        ParamDef(
+            "migration_disable_time",
+            1 * S,
+            None,
+            "how long migration into a failed server is blocked",
+            1 * S,
+        ),
         ParamDef("rpc_timeout", 100_000, 600 * S, "timeout of RS -> agent RPCs", 10_000),
     ]
 }
@@ -120,6 +138,8 @@ class RsSettings(BaseSettings):
     bootstrap_timeout: Duration = 60 * S
     bootstrap_in_service_timeout: Duration = 40 * S
     allow_short_timings: bool = False
+    # 'ip:port' of the observer co-located with this RS (its with_rootserver is 1), or "".
+    self_server: str = ""
     grpc_max_pending_requests: int = Field(default=50_000, ge=100)
     # Statements above this size are refused (MySQL's max_allowed_packet), in bytes.
     max_statement_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
@@ -152,7 +172,9 @@ def check_parameter_range(p: ParamDef, value_us: int, short: bool, exc: Any) -> 
     lo = p.short_min_us if short else p.min_us
     if value_us < lo or (p.max_us is not None and value_us > p.max_us):
         hi = format_duration(p.max_us) if p.max_us is not None else "+inf"
-        raise exc(f"{p.name} = {format_duration(value_us)} is out of range [{format_duration(lo)}, {hi}]")
+        raise exc(
+            f"{p.name} = {format_duration(value_us)} is out of range [{format_duration(lo)}, {hi}]"
+        )
 
 
 def validate_parameter(settings: RsSettings, name: str, raw: str | int) -> int:

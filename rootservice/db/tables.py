@@ -29,8 +29,12 @@ all_server = sa.Table(
     sa.Column("first_sessid", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("with_partition", sa.Integer, nullable=False, server_default="0"),
     sa.Column("last_offline_time", sa.BigInteger, nullable=False, server_default="0"),
-    sa.Column("gmt_create", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()),
-    sa.Column("gmt_modified", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()),
+    sa.Column(
+        "gmt_create", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()
+    ),
+    sa.Column(
+        "gmt_modified", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()
+    ),
 )
 
 all_zone = sa.Table(
@@ -40,8 +44,12 @@ all_zone = sa.Table(
     sa.Column("name", sa.String(128), primary_key=True),
     sa.Column("value", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("info", sa.String(4096), nullable=False, server_default=""),
-    sa.Column("gmt_create", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()),
-    sa.Column("gmt_modified", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()),
+    sa.Column(
+        "gmt_create", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()
+    ),
+    sa.Column(
+        "gmt_modified", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()
+    ),
 )
 
 all_sys_parameter = sa.Table(
@@ -51,8 +59,12 @@ all_sys_parameter = sa.Table(
     sa.Column("value", sa.String(65536), nullable=False),
     sa.Column("info", sa.String(4096), nullable=False, server_default=""),
     sa.Column("config_version", sa.BigInteger, nullable=False, server_default="0"),
-    sa.Column("gmt_create", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()),
-    sa.Column("gmt_modified", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()),
+    sa.Column(
+        "gmt_create", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()
+    ),
+    sa.Column(
+        "gmt_modified", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()
+    ),
 )
 
 all_rootservice_job = sa.Table(
@@ -71,19 +83,35 @@ all_rootservice_job = sa.Table(
     sa.Column("rs_svr_port", sa.Integer, nullable=False, server_default="0"),
     sa.Column("sql_text", sa.Text, nullable=True),
     sa.Column("extra_info", sa.String(4096), nullable=True),
-    sa.Column("gmt_create", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()),
-    sa.Column("gmt_modified", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()),
+    sa.Column(
+        "gmt_create", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()
+    ),
+    sa.Column(
+        "gmt_modified", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()
+    ),
 )
 
 all_rootservice_event_history = sa.Table(
     "__all_rootservice_event_history",
     metadata,
-    sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+    sa.Column(
+        "id",
+        sa.BigInteger().with_variant(sa.Integer, "sqlite"),
+        primary_key=True,
+        autoincrement=True,
+    ),
     sa.Column("gmt_create", sa.DateTime, nullable=False),
     sa.Column("event_time", sa.BigInteger, nullable=False),
     sa.Column("module", sa.String(256), nullable=False),
     sa.Column("event", sa.String(256), nullable=False),
-    *[c for i in range(1, 7) for c in (sa.Column(f"name{i}", sa.String(256), nullable=False, server_default=""), sa.Column(f"value{i}", sa.String(4096), nullable=False, server_default=""))],
+    *[
+        c
+        for i in range(1, 7)
+        for c in (
+            sa.Column(f"name{i}", sa.String(256), nullable=False, server_default=""),
+            sa.Column(f"value{i}", sa.String(4096), nullable=False, server_default=""),
+        )
+    ],
     sa.Column("extra_info", sa.String(4096), nullable=False, server_default=""),
     sa.Column("rs_svr_ip", sa.String(46), nullable=False, server_default=""),
     sa.Column("rs_svr_port", sa.Integer, nullable=False, server_default="0"),
@@ -94,8 +122,12 @@ all_service_epoch = sa.Table(
     metadata,
     sa.Column("name", sa.String(128), primary_key=True),
     sa.Column("value", sa.BigInteger, nullable=False),
-    sa.Column("gmt_create", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()),
-    sa.Column("gmt_modified", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()),
+    sa.Column(
+        "gmt_create", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()
+    ),
+    sa.Column(
+        "gmt_modified", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()
+    ),
 )
 
 # Names of the tables and views operators may SELECT from (lower case).

@@ -1,0 +1,84 @@
+"""RS -> agent RPCs (``ObserverService``): request heartbeat and check server empty.
+
+Called from admin-operation threads, so it uses grpc's synchronous API with one cached
+channel per agent address. Every call has a deadline of ``rpc_timeout``; a failure becomes
+``ObError(OB_SERVER_CONNECTION_ERROR)`` naming the server (SPEC.md section 7, ADD SERVER).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import grpc
+
+from rootservice.errors import ObError
+from rootservice.proto import obrpc_pb2, obrpc_pb2_grpc
+
+
+@dataclass(frozen=True)
+class EmptyCheck:
+    """What an agent says of itself: ``is_empty`` is False once it belongs to a cluster."""
+
+    is_empty: bool
+    zone: str
+    server: str
+    cluster_id: str
+    server_id: int
+
+
+class AgentClient:
+    """Synchronous client of the agents' ``ObserverService``; ``timeout_us`` per call."""
+
+    def __init__(self, timeout_us: int) -> None:
+        self.timeout_us = timeout_us
+        self._channels: dict[str, grpc.Channel] = {}
+        self._lock = threading.Lock()
+
+    def _stub(self, server: str) -> obrpc_pb2_grpc.ObserverServiceStub:
+        with self._lock:
+            ch = self._channels.get(server)
+            if ch is None:
+                ch = grpc.insecure_channel(server, options=[("grpc.enable_http_proxy", 0)])
+                self._channels[server] = ch
+        return obrpc_pb2_grpc.ObserverServiceStub(ch)
+
+    def check_server_empty(self, server: str, epoch: int) -> EmptyCheck:
+        """Ask ``server`` ('ip:port') whether it is empty. Raises
+        ``ObError(OB_SERVER_CONNECTION_ERROR)`` when it cannot be reached in time."""
+        try:
+            r = self._stub(server).CheckServerEmpty(
+                obrpc_pb2.CheckServerEmptyRequest(rs_epoch=epoch), timeout=self.timeout_us / 1e6
+            )
+        except grpc.RpcError as e:
+            raise ObError("OB_SERVER_CONNECTION_ERROR", server, detail=_rpc_detail(e)) from None
+        return EmptyCheck(r.is_empty, r.zone, r.server, r.cluster_id, r.server_id)
+
+    def request_heartbeat(self, server: str, epoch: int) -> obrpc_pb2.LeaseRequest:
+        """Ask ``server`` for a lease request now (the RS feeds it to receive_hb).
+        Raises ``ObError(OB_SERVER_CONNECTION_ERROR)``."""
+        try:
+            return self._stub(server).RequestHeartbeat(
+                obrpc_pb2.RequestHeartbeatRequest(rs_epoch=epoch), timeout=self.timeout_us / 1e6
+            )
+        except grpc.RpcError as e:
+            raise ObError("OB_SERVER_CONNECTION_ERROR", server, detail=_rpc_detail(e)) from None
+
+    def forget(self, server: str) -> None:
+        """Close the cached channel of a server that left the whitelist."""
+        with self._lock:
+            ch = self._channels.pop(server, None)
+        if ch is not None:
+            ch.close()
+
+    def close(self) -> None:
+        with self._lock:
+            channels, self._channels = list(self._channels.values()), {}
+        for ch in channels:
+            ch.close()
+
+
+def _rpc_detail(e: grpc.RpcError) -> str:
+    code = e.code() if hasattr(e, "code") else None
+    details = e.details() if hasattr(e, "details") else str(e)
+    return f"{code.name if code else 'ERROR'}: {(details or '')[:200]}"

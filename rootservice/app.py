@@ -1,0 +1,476 @@
+"""The RootService application: wiring, state, bootstrap, taking office and parameters.
+
+``RootService`` owns the components (store, server manager, checkers, scheduler) and the
+RS state (SPEC.md section 8): ``WAIT_BOOTSTRAP`` on an empty database, ``BOOTSTRAPPING``
+while BOOTSTRAP waits for the rs_list servers, ``IN_SERVICE`` while taking office and
+``FULL_SERVICE`` once the timers run; ``NOT_MASTER`` after a fenced write found a newer
+epoch. gRPC servers are created by :mod:`rootservice.server`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from enum import StrEnum
+from typing import Any
+
+import sqlalchemy as sa
+
+from rootservice.agent_client import AgentClient
+from rootservice.clock import Clock, SystemClock
+from rootservice.config import (
+    PARAMETERS,
+    RsSettings,
+    format_duration,
+    parse_duration,
+    validate_parameter,
+)
+from rootservice.db import engine as dbengine
+from rootservice.db import repo
+from rootservice.db.repo import Event, ZoneInfo
+from rootservice.empty_server_checker import EmptyServerChecker
+from rootservice.errors import ObError
+from rootservice.metrics import Metrics
+from rootservice.server_manager import ServerManager
+from rootservice.server_status import ServerStatus, check_zone_name, format_server, parse_server
+from rootservice.store import MetaStore, db_error_summary
+from rootservice.tasks import FnTask, make_scheduler, register_tasks, reschedule, wake
+from sql import ast
+
+log = logging.getLogger(__name__)
+
+PARAM_BOOTSTRAP_TIME = "bootstrap_time"
+
+
+class RsState(StrEnum):
+    INIT = "INIT"
+    WAIT_BOOTSTRAP = "WAIT_BOOTSTRAP"
+    BOOTSTRAPPING = "BOOTSTRAPPING"
+    IN_SERVICE = "IN_SERVICE"
+    FULL_SERVICE = "FULL_SERVICE"
+    NOT_MASTER = "NOT_MASTER"
+    STOPPED = "STOPPED"
+
+
+class StartupError(Exception):
+    """The RS cannot start (database unreachable, schema migration failed...)."""
+
+
+class RootService:
+    """One RS process.
+
+    ``settings`` are mutated in place by ALTER SYSTEM SET (the manager reads them on every
+    use). ``flags_set`` names the settings given on the command line or in the environment:
+    they win over ``__all_sys_parameter`` at start. ``sleep`` is used by bootstrap's waits
+    (seconds); tests pass one that advances a FakeClock. ``background`` runs work off the
+    heartbeat path (default: the RS thread pool); tests pass one that runs it inline.
+    """
+
+    def __init__(
+        self,
+        settings: RsSettings,
+        clock: Clock | None = None,
+        *,
+        flags_set: set[str] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        start_scheduler: bool = True,
+        background: Callable[[Callable[[], object]], None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock or SystemClock()
+        self.flags_set = set(flags_set if flags_set is not None else settings.model_fields_set)
+        self.param_sources: dict[str, str] = {
+            n: ("command line" if n in self.flags_set else "default") for n in PARAMETERS
+        }
+        self.sleep = sleep
+        self.start_scheduler = start_scheduler
+        self.state = RsState.INIT
+        host, _, port = settings.rpc_addr.rpartition(":")
+        self.rpc_addr = settings.rpc_addr
+        self.metrics = Metrics()
+        self.engine: sa.Engine | None = None
+        self.store = MetaStore(sa.create_engine("sqlite://"), (host, int(port)))
+        self.store.on_deposed = self._on_deposed
+        self.agents = AgentClient(settings.rpc_timeout)
+        self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rs-bg")
+        self.scheduler = make_scheduler()
+        self.manager = ServerManager(
+            self.clock,
+            settings,
+            self.store,
+            self.agents,
+            self.metrics,
+            background=background or self._background,
+            wake=self.wake,
+            sleep=sleep,
+        )
+        self.empty_server_checker = EmptyServerChecker(self.manager)
+        self._bootstrap_lock = threading.Lock()
+        self.bootstrapped = False
+
+    # --- life cycle ----------------------------------------------------------------------
+
+    def set_rpc_port(self, port: int) -> None:
+        """Record the port actually bound (tests bind port 0)."""
+        host = self.settings.rpc_addr.rpartition(":")[0]
+        self.rpc_addr = f"{host}:{port}"
+        self.store.rs_addr = (host, port)
+
+    def open(self) -> None:
+        """Connect to the database, apply migrations and read ``__all_sys_parameter``.
+
+        Raises :class:`StartupError` with a readable reason (URL shown without password)."""
+        url = self.settings.effective_db_url()
+        shown = sa.make_url(url).render_as_string(hide_password=True)
+        try:
+            self.engine = dbengine.make_engine(url)
+            dbengine.upgrade(self.engine)
+            self.store.engine = self.engine
+            with self.engine.connect() as conn:
+                params = repo.load_params(conn)
+        except sa.exc.ArgumentError as e:
+            raise StartupError(f"bad database URL {shown}: {e}") from e
+        except (sa.exc.SQLAlchemyError, OSError) as e:
+            raise StartupError(
+                f"cannot open the system-table database {shown}: {db_error_summary(e)}"
+            ) from e
+        self._apply_table_params(params)
+        self.bootstrapped = PARAM_BOOTSTRAP_TIME in params
+        self.manager.cluster_id = params.get(repo.PARAM_CLUSTER_ID, "")
+        self.manager.self_server = self.settings.self_server
+
+    def _apply_table_params(self, params: dict[str, str]) -> None:
+        trial = self.settings.model_dump()
+        taken = []
+        for name in PARAMETERS:
+            if name in params and name not in self.flags_set:
+                try:
+                    trial[name] = parse_duration(params[name])
+                    taken.append(name)
+                except ValueError as e:
+                    log.error("ignoring __all_sys_parameter %s = %r: %s", name, params[name], e)
+        try:
+            merged = RsSettings.model_validate(trial)
+        except ValueError as e:
+            raise StartupError(
+                f"__all_sys_parameter with the command-line flags is invalid: {e}"
+            ) from e
+        self._assign_settings(merged)
+        for name in taken:
+            self.param_sources[name] = "__all_sys_parameter"
+
+    def _assign_settings(self, new: RsSettings) -> None:
+        # The object is shared by every component, so it is updated in place; ``new`` was
+        # validated as a whole, so per-field re-validation (which would see half-updated
+        # invariants) is bypassed.
+        for name in RsSettings.model_fields:
+            self.settings.__dict__[name] = getattr(new, name)
+        self.agents.timeout_us = self.settings.rpc_timeout
+
+    def start(self) -> None:
+        """Take office (new epoch) and, if bootstrapped, restore service (do_restart).
+        Raises ``ObError`` (OB_ERR_SYS) when the database fails."""
+        with self.store.txn(fenced=False) as conn:
+            self.store.epoch = repo.bump_epoch(conn, self.clock.now_us())
+        log.info("root service at %s took office with epoch %d", self.rpc_addr, self.store.epoch)
+        if self.bootstrapped:
+            self.do_restart()
+        else:
+            self.state = RsState.WAIT_BOOTSTRAP
+            log.info("the cluster is not bootstrapped: waiting for ALTER SYSTEM BOOTSTRAP")
+
+    def do_restart(self) -> None:
+        """SPEC.md section 8: load_server_manager, request heartbeats from servers that are
+        not alive, start the timers, FULL_SERVICE."""
+        self.state = RsState.IN_SERVICE
+        with self.store.read() as conn:
+            params = repo.load_params(conn)
+        self.manager.cluster_id = params.get(repo.PARAM_CLUSTER_ID, "")
+        rs_list = params.get(repo.PARAM_RS_LIST, "")
+        self.manager.rs_list = [a for a in rs_list.split(";") if a] or [self.rpc_addr]
+        if self.rpc_addr not in self.manager.rs_list:
+            self.manager.rs_list = [self.rpc_addr, *self.manager.rs_list]
+        self.manager.load(take_office=True)
+        self.manager.in_service = True
+        now = self.clock.now_us()
+        with self.store.txn() as conn:
+            repo.insert_events(
+                conn,
+                [
+                    Event(
+                        now,
+                        "root_service",
+                        "rs_take_office",
+                        (("epoch", self.store.epoch), ("rs", self.rpc_addr)),
+                    )
+                ],
+                self.store.rs_addr,
+            )
+        self._start_timers()
+        not_alive = self.manager.not_alive_servers()
+        self.manager.background(lambda: self.manager.request_heartbeats(not_alive))
+        self.state = RsState.FULL_SERVICE
+        log.info("root service is in FULL_SERVICE with %d servers", len(self.manager.snapshot()))
+
+    def _tasks(self) -> list[tuple[Any, int]]:
+        s = self.settings
+        return [
+            (
+                FnTask("heartbeat_checker", self.manager.check_heartbeats),
+                s.heartbeat_check_interval,
+            ),
+            (FnTask("persist_queue", self.manager.persist.run_once), s.persist_interval),
+            (FnTask("check_all_server", self.manager.check_all_server), s.server_check_interval),
+            (self.empty_server_checker, s.empty_server_check_interval),
+        ]
+
+    def _start_timers(self) -> None:
+        if not self.start_scheduler:
+            return
+        register_tasks(self.scheduler, self._tasks(), self.metrics)
+        if not self.scheduler.running:
+            self.scheduler.start()
+
+    def wake(self, name: str) -> None:
+        """Run a checker now (no-op for components not registered, e.g. the balancer that
+        arrives with unit migration)."""
+        if self.start_scheduler and self.scheduler.running:
+            wake(self.scheduler, self.clock, name)
+
+    def _background(self, fn: Callable[[], object]) -> None:
+        try:
+            self.executor.submit(fn)
+        except RuntimeError:
+            log.warning("background task dropped: the RS is shutting down")
+
+    def _on_deposed(self) -> None:
+        if self.state is not RsState.NOT_MASTER:
+            log.error("another root service took a newer epoch: stepping down")
+        self.state = RsState.NOT_MASTER
+        self.manager.in_service = False
+        if self.scheduler.running:
+            self.scheduler.pause()
+
+    def shutdown(self) -> None:
+        """Stop timers, flush queued table changes (best effort), release resources."""
+        if self.scheduler.running:
+            self.scheduler.shutdown(wait=True)
+        if self.manager.in_service:
+            self.manager.persist.run_once()
+        self.manager.in_service = False
+        self.state = RsState.STOPPED
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.agents.close()
+        if self.engine is not None:
+            self.engine.dispose()
+
+    # --- admin entry points ------------------------------------------------------------------
+
+    def require_master(self) -> None:
+        """Raise OB_RS_NOT_MASTER unless this RS is the serving leader."""
+        if self.state is RsState.NOT_MASTER or self.state is RsState.STOPPED:
+            raise ObError(
+                "OB_RS_NOT_MASTER", detail=f"root service {self.rpc_addr} is {self.state.value}"
+            )
+
+    def bootstrap(self, entries: tuple[ast.BootstrapEntry, ...]) -> None:
+        """ALTER SYSTEM BOOTSTRAP (SPEC.md section 8).
+
+        Raises OB_INIT_TWICE (already bootstrapped, or one is running), OB_INVALID_ARGUMENT
+        (empty or malformed list), OB_PARTITION_ZONE_DUPLICATED (two servers in one zone),
+        OB_SERVER_CONNECTION_ERROR, OB_OP_NOT_ALLOW (a server of another cluster),
+        OB_SERVER_ZONE_NOT_MATCH, OB_WAIT_ALL_RS_ONLINE_TIMEOUT. On failure nothing is kept.
+        """
+        self.require_master()
+        if not self._bootstrap_lock.acquire(blocking=False):
+            raise ObError("OB_INIT_TWICE", detail="a bootstrap is already running")
+        try:
+            if self.bootstrapped:
+                raise ObError("OB_INIT_TWICE", detail="the cluster is already bootstrapped")
+            if not entries:
+                raise ObError("OB_INVALID_ARGUMENT", "bootstrap", detail="empty server list")
+            keys: list[str] = []
+            zones: dict[str, ZoneInfo] = {}
+            for e in entries:
+                ip, port = parse_server(e.server)
+                key = format_server(ip, port)
+                zone = check_zone_name(e.zone)
+                if key in keys:
+                    raise ObError("OB_INVALID_ARGUMENT", f"server '{key}' listed twice")
+                if zone in zones:
+                    raise ObError("OB_PARTITION_ZONE_DUPLICATED", detail=f"zone '{zone}'")
+                keys.append(key)
+                zones[zone] = ZoneInfo(
+                    zone, "ACTIVE", check_zone_name(e.region) if e.region else "default_region", ""
+                )
+            self._run_bootstrap(keys, list(zones.values()))
+        finally:
+            self._bootstrap_lock.release()
+
+    def _run_bootstrap(self, keys: list[str], zones: list[ZoneInfo]) -> None:
+        now = self.clock.now_us()
+        with self.store.read() as conn:
+            cluster_id = repo.load_params(conn).get(repo.PARAM_CLUSTER_ID) or uuid.uuid4().hex
+        with self.store.txn() as conn:
+            # Kept even if this attempt fails: agents that already accepted a lease keep
+            # this identity, and a retried BOOTSTRAP must give them the same one.
+            repo.set_param(conn, repo.PARAM_CLUSTER_ID, cluster_id, now, "cluster identity")
+        statuses = []
+        for i, (key, zone) in enumerate(zip(keys, zones, strict=True), start=1):
+            check = self.agents.check_server_empty(key, self.store.epoch)
+            if check.zone != zone.zone:
+                raise ObError(
+                    "OB_SERVER_ZONE_NOT_MATCH",
+                    detail=f"server '{key}' was started in zone '{check.zone}', not '{zone.zone}'",
+                )
+            if not check.is_empty and (check.cluster_id != cluster_id or check.server_id != i):
+                raise ObError(
+                    "OB_OP_NOT_ALLOW",
+                    f"bootstrap with server '{key}' of cluster '{check.cluster_id}'",
+                )
+            ip, port = parse_server(key)
+            statuses.append(
+                ServerStatus(id=i, zone=zone.zone, ip=ip, port=port, sql_port=0, last_hb_time=now)
+            )
+        self.state = RsState.BOOTSTRAPPING
+        self.manager.zones.replace_all({z.zone: z for z in zones})
+        self.manager.cluster_id = cluster_id
+        self.manager.rs_list = [self.rpc_addr]
+        self.manager.install_bootstrap_servers(statuses)
+        self.manager.in_service = True
+        try:
+            self.manager.request_heartbeats(keys)
+            self._wait_for(keys, lambda s: s.is_alive(), self.settings.bootstrap_timeout, "alive")
+            self._wait_for(
+                keys,
+                lambda s: s.in_service(),
+                self.settings.bootstrap_in_service_timeout,
+                "in service",
+            )
+            now = self.clock.now_us()
+            rows = [s.to_row() for s in self.manager.snapshot()]
+            with self.store.txn() as conn:
+                for z in zones:
+                    repo.upsert_zone(conn, z, now)
+                for row in rows:
+                    repo.insert_server(conn, row, now)
+                repo.set_param(conn, repo.PARAM_RS_LIST, self.rpc_addr, now, "root service list")
+                repo.set_param(
+                    conn,
+                    repo.PARAM_MAX_SERVER_ID,
+                    str(len(keys)),
+                    now,
+                    "largest server id allocated",
+                )
+                repo.set_param(
+                    conn, PARAM_BOOTSTRAP_TIME, str(now), now, "when the cluster was bootstrapped"
+                )
+                events = [
+                    Event(
+                        now,
+                        "root_service",
+                        "bootstrap",
+                        (("rs_list", ";".join(keys)), ("cluster_id", cluster_id)),
+                    )
+                ]
+                events += [
+                    Event(
+                        now,
+                        "server",
+                        "add_server",
+                        (
+                            ("server", r["svr_ip"] + ":" + str(r["svr_port"])),
+                            ("zone", r["zone"]),
+                            ("id", r["id"]),
+                        ),
+                    )
+                    for r in rows
+                ]
+                repo.insert_events(conn, events, self.store.rs_addr)
+        except BaseException:
+            self.manager.in_service = False
+            self.manager.clear()
+            self.manager.zones.replace_all({})
+            self.state = RsState.WAIT_BOOTSTRAP
+            raise
+        self.bootstrapped = True
+        log.info("bootstrap finished: %s", ", ".join(keys))
+        self.do_restart()
+
+    def _wait_for(
+        self, keys: list[str], ok: Callable[[ServerStatus], bool], timeout_us: int, what: str
+    ) -> None:
+        deadline = self.clock.monotonic_us() + timeout_us
+        # Bounded in count as well as time, in case a test clock never advances.
+        for _ in range(1 + timeout_us // 200_000 + 10):
+            missing = [k for k in keys if not ((s := self.manager.get(k)) is not None and ok(s))]
+            if not missing:
+                return
+            if self.clock.monotonic_us() >= deadline:
+                break
+            self.sleep(0.2)
+        raise ObError(
+            "OB_WAIT_ALL_RS_ONLINE_TIMEOUT",
+            detail=f"not {what} after {format_duration(timeout_us)}: {', '.join(missing)}",
+        )
+
+    def reload_server(self) -> None:
+        """ALTER SYSTEM RELOAD SERVER: load_server_manager without a take-office grace."""
+        self.require_master()
+        if not self.manager.in_service:
+            raise ObError(
+                "OB_RS_NOT_MASTER", detail="the root service is not in service (bootstrap first)"
+            )
+        self.manager.load(take_office=False)
+
+    def set_parameters(self, items: tuple[tuple[str, str | int | float], ...]) -> None:
+        """ALTER SYSTEM SET: validate every item (ranges, invariants, together), write them in
+        one transaction, then apply them live. Raises OB_ERR_SYS_CONFIG_UNKNOWN,
+        OB_INVALID_ARGUMENT; nothing changes on error."""
+        self.require_master()
+        trial = RsSettings.model_validate(self.settings.model_dump())
+        values: dict[str, int] = {}
+        for name, raw in items:
+            if isinstance(raw, float):
+                raise ObError(
+                    "OB_INVALID_ARGUMENT",
+                    f"{name} = {raw}",
+                    detail="write a duration such as '10s'",
+                )
+            v = validate_parameter(trial, name, raw)
+            trial = RsSettings.model_validate(trial.model_dump() | {name.lower(): v})
+            values[name.lower()] = v
+        now = self.clock.now_us()
+        with self.store.txn() as conn:
+            for name, v in values.items():
+                repo.set_param(conn, name, format_duration(v), now, PARAMETERS[name].info)
+            repo.insert_events(
+                conn,
+                [
+                    Event(now, "root_service", "set_parameter", ((n, format_duration(v)),))
+                    for n, v in values.items()
+                ],
+                self.store.rs_addr,
+            )
+        self._assign_settings(trial)
+        for name in values:
+            self.param_sources[name] = "__all_sys_parameter"
+        if "server_permanent_offline_time" in values:
+            self.manager.resort_offline_deadlines()
+        if self.scheduler.running:
+            for task, interval in self._tasks():
+                reschedule(self.scheduler, task.name, interval)
+
+    def metrics_snapshot(self) -> dict[str, Any]:
+        """Counters, latency windows, server counts, state and epoch (for GetMetrics)."""
+        out = self.metrics.snapshot()
+        out.update(self.manager.counts())
+        out["persist_queue_depth"] = self.manager.persist.depth()
+        out["state"] = self.state.value
+        out["epoch"] = self.store.epoch
+        out["lease_time_us"] = self.settings.lease_time
+        return out

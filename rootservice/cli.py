@@ -1,0 +1,151 @@
+"""``rootservice`` command line: ``serve`` and ``db upgrade | downgrade | current``.
+
+Flags override ``__all_sys_parameter``, which overrides the defaults (SPEC.md section 11).
+Exit codes: 0 after a clean stop (SIGTERM / SIGINT), 1 when the RS cannot start (database
+unreachable, address in use), 2 for bad flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from typing import Any
+
+import sqlalchemy as sa
+from pydantic import ValidationError
+
+from rootservice.app import RootService, StartupError
+from rootservice.config import RsSettings
+from rootservice.db import engine as dbengine
+from rootservice.errors import ObError
+
+log = logging.getLogger("rootservice")
+
+# flag -> settings field, for the duration flags
+_DURATION_FLAGS = {
+    "--lease-time": "lease_time",
+    "--server-permanent-offline-time": "server_permanent_offline_time",
+    "--server-check-interval": "server_check_interval",
+    "--heartbeat-check-interval": "heartbeat_check_interval",
+    "--heartbeat-interval": "heartbeat_interval",
+    "--empty-server-check-interval": "empty_server_check_interval",
+    "--rpc-timeout": "rpc_timeout",
+    "--bootstrap-timeout": "bootstrap_timeout",
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="rootservice", description="OceanBase-style RootService server manager"
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="run the root service")
+    s.add_argument(
+        "--db", dest="db_url", help="SQLAlchemy URL (default: SQLite file in --data-dir)"
+    )
+    s.add_argument("--rpc-addr", help="gRPC listen address host:port (default 127.0.0.1:2881)")
+    s.add_argument("--data-dir", help="directory for the SQLite file (default ./rs_data)")
+    for flag in _DURATION_FLAGS:
+        s.add_argument(flag, metavar="DURATION")
+    s.add_argument("--self-server", help="ip:port of the observer co-located with this RS")
+    s.add_argument(
+        "--allow-short-timings",
+        action="store_true",
+        default=None,
+        help="relax lower bounds (tests, demos)",
+    )
+    s.add_argument("--log-level", default="INFO")
+    d = sub.add_parser("db", help="schema migrations")
+    d.add_argument("action", choices=["upgrade", "downgrade", "current"])
+    d.add_argument("--db", dest="db_url", required=True)
+    d.add_argument("--revision", default=None, help="target revision (default head / base)")
+    return p
+
+
+def _settings(args: argparse.Namespace) -> RsSettings:
+    given: dict[str, Any] = {}
+    for key in ("db_url", "rpc_addr", "data_dir", "self_server", "allow_short_timings"):
+        v = getattr(args, key)
+        if v is not None:
+            given[key] = v
+    for flag, field in _DURATION_FLAGS.items():
+        v = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if v is not None:
+            given[field] = v
+    return RsSettings(**given)
+
+
+async def _serve(rs: RootService) -> int:
+    from rootservice.server import create_server
+
+    try:
+        server, port = await create_server(rs)
+    except RuntimeError as e:
+        log.error("%s", e)
+        return 1
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await asyncio.to_thread(rs.start)
+    except ObError as e:
+        log.error("cannot take office: %s", e)
+        await server.stop(0)
+        rs.shutdown()
+        return 1
+    log.info("root service listening on %s (state %s)", rs.rpc_addr, rs.state.value)
+    await stop.wait()
+    log.info("stopping")
+    await server.stop(1.0)
+    await asyncio.to_thread(rs.shutdown)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``rootservice`` console script; returns the exit code."""
+    args = _parser().parse_args(argv)
+    if args.command == "db":
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+        try:
+            engine = dbengine.make_engine(args.db_url)
+            if args.action == "upgrade":
+                dbengine.upgrade(engine, args.revision or "head")
+            elif args.action == "downgrade":
+                dbengine.downgrade(engine, args.revision or "base")
+            print(dbengine.current_revision(engine) or "base")
+        except sa.exc.SQLAlchemyError as e:
+            print(f"rootservice: database error: {e}", file=sys.stderr)
+            return 1
+        return 0
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s [rs] %(name)s: %(message)s",
+    )
+    try:
+        settings = _settings(args)
+    except ValidationError as e:
+        for err in e.errors():
+            loc = ".".join(str(x) for x in err["loc"]) or "settings"
+            print(
+                f"rootservice: invalid {loc}: {err['msg'].removeprefix('Value error, ')}",
+                file=sys.stderr,
+            )
+        return 2
+    rs = RootService(settings)
+    try:
+        rs.open()
+    except StartupError as e:
+        print(f"rootservice: {e}", file=sys.stderr)
+        return 1
+    return asyncio.run(_serve(rs))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""One executor per statement of the admin language (SPEC.md section 7).
+
+:func:`execute_sql` parses a statement (``sql.parser``), runs the executor registered for
+its AST class and turns the outcome into an ``SqlResponse``; every refusal is an
+``ObError`` and is returned in-band with its OceanBase code. Executors validate, then call
+the RS; they never touch tables themselves except SELECT, which reads through
+:mod:`rootservice.select`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rootservice.app import RootService
+from rootservice.config import PARAMETERS, RsSettings, format_duration
+from rootservice.errors import ObError, error_to_proto
+from rootservice.proto import obrpc_pb2
+from rootservice.select import run_select
+from sql import ast
+from sql.parser import parse
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Result:
+    """What a statement returns: a result set (``columns`` + ``rows``) or an OK packet
+    (``affected_rows`` and ``info``)."""
+
+    columns: list[str] = field(default_factory=list)
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    affected_rows: int = 0
+    info: str = ""
+    is_result_set: bool = False
+
+
+def _bootstrap(rs: RootService, st: ast.Bootstrap) -> Result:
+    rs.bootstrap(st.entries)
+    return Result(info=f"bootstrapped with {len(st.entries)} server(s)")
+
+
+def _server_op(rs: RootService, st: ast.ServerOp) -> Result:
+    rs.require_master()
+    m = rs.manager
+    servers = list(st.servers)
+    if st.op == "ADD":
+        ids = m.add_servers(servers, st.zone)
+        return Result(affected_rows=len(ids), info="server id(s) " + ", ".join(map(str, ids)))
+    if st.op == "DELETE":
+        jobs = m.delete_servers(servers, st.zone)
+        return Result(
+            affected_rows=len(jobs), info="DELETE_SERVER job(s) " + ", ".join(map(str, jobs))
+        )
+    if st.op == "CANCEL_DELETE":
+        m.cancel_delete_servers(servers, st.zone)
+    elif st.op in ("STOP", "FORCE_STOP", "ISOLATE"):
+        m.stop_servers(servers, st.zone, st.op)
+    elif st.op == "START":
+        m.start_servers(servers, st.zone)
+    else:  # pragma: no cover - the parser produces only the kinds above
+        raise ObError("OB_NOT_SUPPORTED", f"{st.op} SERVER")
+    return Result(affected_rows=len(servers))
+
+
+def _reload(rs: RootService, st: ast.ReloadServer) -> Result:
+    rs.reload_server()
+    return Result()
+
+
+def _zone_op(rs: RootService, st: ast.ZoneOp) -> Result:
+    rs.require_master()
+    if not rs.manager.in_service:
+        raise ObError(
+            "OB_RS_NOT_MASTER", detail="the root service is not in service (bootstrap first)"
+        )
+    zones = rs.manager.zones
+    if st.op != "ADD" and (st.idc is not None or st.region is not None):
+        raise ObError(
+            "OB_INVALID_ARGUMENT", "IDC / REGION", detail="they are only accepted by ADD ZONE"
+        )
+    if st.op == "ADD":
+        zones.add_zone(st.zone, st.region, st.idc)
+    elif st.op == "START":
+        zones.set_status(st.zone, True)
+    elif st.op in ("STOP", "FORCE_STOP"):
+        zones.set_status(st.zone, False, force=st.op == "FORCE_STOP")
+    elif st.op == "DELETE":
+        zones.delete_zone(st.zone)
+    return Result(affected_rows=1)
+
+
+def _set(rs: RootService, st: ast.SetParameters) -> Result:
+    rs.set_parameters(st.items)
+    return Result()
+
+
+def _show_parameters(rs: RootService, st: ast.ShowParameters) -> Result:
+    defaults = RsSettings.model_fields
+    rows = []
+    pattern = st.like
+    for name, p in PARAMETERS.items():
+        if pattern is not None and not _like(name, pattern):
+            continue
+        value = getattr(rs.settings, name)
+        default = defaults[name].default
+        lo = p.short_min_us if rs.settings.allow_short_timings else p.min_us
+        rng = f"[{format_duration(lo)}, {format_duration(p.max_us) if p.max_us else '+inf'}]"
+        rows.append(
+            (
+                name,
+                format_duration(value),
+                format_duration(default),
+                rng,
+                rs.param_sources.get(name, "default"),
+                p.info,
+            )
+        )
+    return Result(
+        columns=["name", "value", "default_value", "range", "source", "info"],
+        rows=rows,
+        is_result_set=True,
+    )
+
+
+def _like(text: str, pattern: str) -> bool:
+    """SQL LIKE (case-insensitive, % and _) via fnmatch, with fnmatch's own specials escaped."""
+    translated = "".join(
+        "*" if c == "%" else "?" if c == "_" else f"[{c}]" if c in "*?[]" else c for c in pattern
+    )
+    return fnmatch.fnmatchcase(text.lower(), translated.lower())
+
+
+def _select(rs: RootService, st: ast.Select) -> Result:
+    columns, rows, truncated = run_select(rs.store, st)
+    return Result(
+        columns=columns, rows=rows, is_result_set=True, info="result truncated" if truncated else ""
+    )
+
+
+EXECUTORS: dict[type, Callable[[RootService, Any], Result]] = {
+    ast.Bootstrap: _bootstrap,
+    ast.ServerOp: _server_op,
+    ast.ReloadServer: _reload,
+    ast.ZoneOp: _zone_op,
+    ast.SetParameters: _set,
+    ast.ShowParameters: _show_parameters,
+    ast.Select: _select,
+}
+
+
+def execute(rs: RootService, statement: ast.Statement) -> Result:
+    """Run one parsed statement. Raises ``ObError``."""
+    return EXECUTORS[type(statement)](rs, statement)
+
+
+def _cell(value: Any) -> obrpc_pb2.Cell:
+    if value is None:
+        return obrpc_pb2.Cell(is_null=True)
+    if isinstance(value, bool):
+        return obrpc_pb2.Cell(int_value=int(value))
+    if isinstance(value, int):
+        return obrpc_pb2.Cell(int_value=value)
+    if isinstance(value, float):
+        return obrpc_pb2.Cell(double_value=value)
+    return obrpc_pb2.Cell(string_value=str(value))
+
+
+def to_response(result: Result) -> obrpc_pb2.SqlResponse:
+    """``Result`` -> ``SqlResponse`` (values typed as int / double / string / NULL)."""
+    resp = obrpc_pb2.SqlResponse(
+        columns=result.columns,
+        affected_rows=result.affected_rows,
+        info=result.info,
+        is_result_set=result.is_result_set,
+    )
+    for row in result.rows:
+        resp.rows.append(obrpc_pb2.Row(cells=[_cell(v) for v in row]))
+    return resp
+
+
+def execute_sql(rs: RootService, text: str) -> obrpc_pb2.SqlResponse:
+    """Parse and execute ``text``; every outcome, including an internal error, becomes a
+    response (never an exception), with ``leader_hint`` on OB_RS_NOT_MASTER."""
+    try:
+        statement = parse(text, max_bytes=rs.settings.max_statement_bytes)
+        resp = to_response(execute(rs, statement))
+        rs.metrics.inc("statements_total")
+        return resp
+    except ObError as e:
+        rs.metrics.inc("statements_refused_total")
+        resp = obrpc_pb2.SqlResponse()
+        error_to_proto(e, resp.error)
+        return resp
+    except Exception:
+        log.exception("statement failed unexpectedly: %.200s", text)
+        resp = obrpc_pb2.SqlResponse()
+        error_to_proto(ObError("OB_ERR_UNEXPECTED", detail="see the root service log"), resp.error)
+        return resp

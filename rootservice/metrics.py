@@ -1,0 +1,68 @@
+"""In-process counters and latency windows of the RS, exported as JSON by the admin RPC
+``GetMetrics`` (read by ``make bench``). Recording costs one lock and a deque append."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Any
+
+
+class LatencyWindow:
+    """The last ``size`` samples (microseconds) with nearest-rank percentiles."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._samples: deque[int] = deque(maxlen=size)
+        self._lock = threading.Lock()
+        self.count = 0
+        self.max_us = 0
+
+    def record(self, us: int) -> None:
+        with self._lock:
+            self._samples.append(us)
+            self.count += 1
+            if us > self.max_us:
+                self.max_us = us
+
+    def summary(self) -> dict[str, int]:
+        """``{"count", "p50", "p99", "max"}`` over the window (max over the whole life)."""
+        with self._lock:
+            data = sorted(self._samples)
+            count, mx = self.count, self.max_us
+
+        def pct(p: float) -> int:
+            if not data:
+                return 0
+            return data[min(len(data) - 1, max(0, int(round(p * len(data) + 0.5)) - 1))]
+
+        return {"count": count, "p50": pct(0.50), "p99": pct(0.99), "max": mx}
+
+
+class Metrics:
+    """Named counters and latency windows."""
+
+    def __init__(self) -> None:
+        self._counters: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self.windows: dict[str, LatencyWindow] = {}
+
+    def inc(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self._counters[name] = self._counters.get(name, 0) + n
+
+    def window(self, name: str) -> LatencyWindow:
+        w = self.windows.get(name)
+        if w is None:
+            w = self.windows.setdefault(name, LatencyWindow())
+        return w
+
+    def get(self, name: str) -> int:
+        with self._lock:
+            return self._counters.get(name, 0)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            out: dict[str, Any] = dict(self._counters)
+        for name, w in list(self.windows.items()):
+            out[name] = w.summary()
+        return out

@@ -1,0 +1,123 @@
+"""gRPC front of the RS: thin servicers over :class:`rootservice.app.RootService`.
+
+``LeaseStream`` is the agents' heartbeat path (one long-lived bidirectional stream per agent,
+refusals in-band so the stream survives them); ``RenewLease`` is the same as a unary call,
+refusals as gRPC status with ``ob-code`` / ``ob-name`` trailing metadata. ``ExecuteSql``
+parses and executes one statement on a worker thread so that neither parsing nor database
+I/O ever blocks heartbeats. :func:`create_server` binds without serving, so tests can bind
+port 0 and learn the port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+
+from rootservice.app import RootService
+from rootservice.errors import ObError, error_to_proto
+from rootservice.executors import execute_sql
+from rootservice.proto import obrpc_pb2, obrpc_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+
+class RootServiceServicer(obrpc_pb2_grpc.RootServiceServicer):
+    """Lease renewal (SPEC.md section 5) -> ``ServerManager.receive_hb``."""
+
+    def __init__(self, rs: RootService) -> None:
+        self.rs = rs
+        self._hb_window = rs.metrics.window("hb_handle_us")
+
+    def _handle(self, req: obrpc_pb2.LeaseRequest) -> obrpc_pb2.LeaseResponse:
+        t0 = time.perf_counter_ns()
+        try:
+            resp = self.rs.manager.receive_hb(req)
+            self.rs.metrics.inc("heartbeats_total")
+        except ObError as e:
+            self.rs.metrics.inc("heartbeats_refused_total")
+            resp = obrpc_pb2.LeaseResponse(seq=req.seq, rs_epoch=self.rs.store.epoch)
+            error_to_proto(e, resp.error)
+        self._hb_window.record((time.perf_counter_ns() - t0) // 1000)
+        return resp
+
+    async def RenewLease(
+        self, request: obrpc_pb2.LeaseRequest, context: grpc.aio.ServicerContext
+    ) -> obrpc_pb2.LeaseResponse:  # type: ignore[override]  # noqa: N802
+        resp = self._handle(request)
+        if resp.error.code:
+            context.set_trailing_metadata(
+                (("ob-code", str(resp.error.code)), ("ob-name", resp.error.name))
+            )
+            code = (
+                ObError(resp.error.name).grpc_code() if resp.error.name else grpc.StatusCode.UNKNOWN
+            )
+            await context.abort(code, f"{resp.error.name}: {resp.error.message}")
+        return resp
+
+    async def LeaseStream(  # type: ignore[override]  # noqa: N802
+        self,
+        request_iterator: AsyncIterator[obrpc_pb2.LeaseRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[obrpc_pb2.LeaseResponse]:
+        async for req in request_iterator:
+            yield self._handle(req)
+
+
+class AdminServicer(obrpc_pb2_grpc.AdminServiceServicer):
+    """``obadmin``'s entry point: one SQL statement per call (SPEC.md section 7)."""
+
+    def __init__(self, rs: RootService) -> None:
+        self.rs = rs
+
+    async def ExecuteSql(
+        self, request: obrpc_pb2.SqlRequest, context: grpc.aio.ServicerContext
+    ) -> obrpc_pb2.SqlResponse:  # type: ignore[override]  # noqa: N802
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.rs.executor, execute_sql, self.rs, request.statement)
+
+    async def GetMetrics(
+        self, request: obrpc_pb2.MetricsRequest, context: grpc.aio.ServicerContext
+    ) -> obrpc_pb2.MetricsResponse:  # type: ignore[override]  # noqa: N802
+        return obrpc_pb2.MetricsResponse(
+            json=json.dumps(self.rs.metrics_snapshot(), sort_keys=True)
+        )
+
+
+async def create_server(rs: RootService, addr: str | None = None) -> tuple[grpc.aio.Server, int]:
+    """Build the RS's gRPC server bound to ``addr`` (default ``rs.settings.rpc_addr``) with
+    the lease, admin and standard health services; returns it unstarted with its port.
+
+    ``grpc.server.max_pending_requests`` is raised because gRPC's default (1,000 calls
+    waiting to be accepted) drops calls in a reconnect storm of thousands of agents.
+    Raises ``RuntimeError`` when the address cannot be bound.
+    """
+    limit = rs.settings.grpc_max_pending_requests
+    options: list[tuple[str, Any]] = [
+        ("grpc.server.max_pending_requests", limit),
+        ("grpc.server.max_pending_requests_hard_limit", limit * 2),
+        ("grpc.max_receive_message_length", rs.settings.max_statement_bytes + 1024 * 1024),
+        ("grpc.so_reuseport", 0),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+    ]
+    server = grpc.aio.server(options=options)
+    obrpc_pb2_grpc.add_RootServiceServicer_to_server(RootServiceServicer(rs), server)
+    obrpc_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(rs), server)
+    health = health_aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
+    bind = addr or rs.settings.rpc_addr
+    port = server.add_insecure_port(bind)
+    if port == 0:
+        raise RuntimeError(f"cannot bind {bind}")
+    rs.set_rpc_port(port)
+    for name in ("", "oceanbase.rs.RootService", "oceanbase.rs.AdminService"):
+        await health.set(name, health_pb2.HealthCheckResponse.SERVING)
+    return server, port

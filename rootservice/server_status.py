@@ -1,0 +1,211 @@
+"""The server status records of the whitelist and the three statuses (SPEC.md sections 2-3).
+
+A :class:`ServerStatus` is the in-memory record of one server (OceanBase's
+``share::ObServerStatus``). Admin status is set by operators, heartbeat status by heartbeats
+and the checker, and the display status stored in ``__all_server.status`` is derived from
+both. :func:`parse_server` validates the ``'ip:port'`` strings operators and agents send.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from rootservice.errors import ObError
+
+DATA_DISK_ERROR_BIT = 0x1
+MAX_ZONE_LENGTH = 128
+
+
+class AdminStatus(StrEnum):
+    NORMAL = "NORMAL"
+    DELETING = "DELETING"
+
+
+class HeartbeatStatus(StrEnum):
+    ALIVE = "alive"
+    LEASE_EXPIRED = "lease_expired"
+    PERMANENT_OFFLINE = "permanent_offline"
+
+
+class DisplayStatus(StrEnum):
+    ACTIVE = "ACTIVE"
+    INACTIVE = "INACTIVE"
+    DELETING = "DELETING"
+
+
+class ReportStatus(StrEnum):
+    NORMAL = "NORMAL"
+    DATA_DISK_ERROR = "DATA_DISK_ERROR"
+
+
+def display_status(admin: AdminStatus, hb: HeartbeatStatus) -> DisplayStatus:
+    """SPEC.md section 3: DELETING wins; otherwise ACTIVE iff alive."""
+    if admin is AdminStatus.DELETING:
+        return DisplayStatus.DELETING
+    return DisplayStatus.ACTIVE if hb is HeartbeatStatus.ALIVE else DisplayStatus.INACTIVE
+
+
+def admin_from_display(text: str) -> AdminStatus:
+    """Case-insensitive inverse used when loading ``__all_server``: DELETING -> DELETING,
+    anything else -> NORMAL."""
+    return AdminStatus.DELETING if text.strip().upper() == "DELETING" else AdminStatus.NORMAL
+
+
+def parse_server(text: str) -> tuple[str, int]:
+    """``'127.0.0.1:2882'`` -> ``('127.0.0.1', 2882)``.
+
+    Accepts an IPv4 address or a bracketed IPv6 address (``'[::1]:2882'``) and a port in
+    1..65535; host names are refused because the whitelist is keyed by address, as in
+    OceanBase's ``ObAddr``. Raises ``ObError(OB_INVALID_ARGUMENT)`` naming the bad value
+    (truncated to 64 characters so a 1 MB string yields a short message).
+    """
+    shown = text if len(text) <= 64 else text[:61] + "..."
+    if not isinstance(text, str) or len(text) > 64:
+        raise ObError("OB_INVALID_ARGUMENT", f"server '{shown}'")
+    host, sep, port_s = text.strip().rpartition(":")
+    if not sep or not port_s.isdigit() or not host:
+        raise ObError("OB_INVALID_ARGUMENT", f"server '{shown}'", detail="expected 'ip:port'")
+    port = int(port_s)
+    if not 1 <= port <= 65535:
+        raise ObError("OB_INVALID_ARGUMENT", f"server '{shown}'", detail="port must be 1..65535")
+    bracketed = host.startswith("[") and host.endswith("]")
+    try:
+        addr = ipaddress.ip_address(host[1:-1] if bracketed else host)
+    except ValueError:
+        raise ObError(
+            "OB_INVALID_ARGUMENT", f"server '{shown}'", detail="host must be an IP address"
+        ) from None
+    if addr.version == 6 and not bracketed:
+        raise ObError(
+            "OB_INVALID_ARGUMENT",
+            f"server '{shown}'",
+            detail="IPv6 addresses are written [addr]:port",
+        )
+    return str(addr), port
+
+
+def format_server(ip: str, port: int) -> str:
+    """Inverse of :func:`parse_server`."""
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+def check_zone_name(zone: str) -> str:
+    """A zone name is 1..128 printable characters without quotes; returns it stripped.
+    Raises ``ObError(OB_INVALID_ARGUMENT)``."""
+    z = zone.strip() if isinstance(zone, str) else ""
+    if not z or len(z) > MAX_ZONE_LENGTH or not z.isprintable() or any(c in z for c in "'\"`"):
+        shown = z if len(z) <= 64 else z[:61] + "..."
+        raise ObError("OB_INVALID_ARGUMENT", f"zone '{shown}'")
+    return z
+
+
+@dataclass(slots=True)
+class ResourceInfo:
+    """``ObServerResourceInfo``: CPU in cores, everything else in bytes."""
+
+    cpu_total: float = 0.0
+    cpu_assigned: float = 0.0
+    mem_total: int = 0
+    mem_assigned: int = 0
+    mem_in_use: int = 0
+    log_disk_total: int = 0
+    log_disk_assigned: int = 0
+    log_disk_in_use: int = 0
+    data_disk_total: int = 0
+    data_disk_assigned: int = 0
+    data_disk_in_use: int = 0
+
+    @classmethod
+    def from_proto(cls, msg: Any) -> ResourceInfo:
+        return cls(**{f: getattr(msg, f) for f in cls.__slots__})  # type: ignore[attr-defined]
+
+    def is_valid(self) -> bool:
+        return all(getattr(self, f) >= 0 for f in self.__slots__)  # type: ignore[attr-defined]
+
+
+@dataclass(slots=True)
+class ServerStatus:
+    """One whitelist record (SPEC.md section 2). Times are microseconds since the epoch,
+    0 meaning never / not set. ``key`` is the ``'ip:port'`` string."""
+
+    id: int
+    zone: str
+    ip: str
+    port: int
+    sql_port: int
+    build_version: str = ""
+    register_time: int = 0
+    last_hb_time: int = 0
+    last_offline_time: int = 0
+    stop_time: int = 0
+    start_service_time: int = 0
+    block_migrate_in_time: int = 0
+    admin_status: AdminStatus = AdminStatus.NORMAL
+    hb_status: HeartbeatStatus = HeartbeatStatus.LEASE_EXPIRED
+    with_rootserver: bool = False
+    force_stop_hb: bool = False
+    resource_info: ResourceInfo = field(default_factory=ResourceInfo)
+    leader_cnt: int = -1
+    server_report_status: ReportStatus = ReportStatus.NORMAL
+    with_partition: int = 0
+    first_sessid: int = 0
+
+    @property
+    def key(self) -> str:
+        return format_server(self.ip, self.port)
+
+    def is_alive(self) -> bool:
+        return self.hb_status is HeartbeatStatus.ALIVE
+
+    def is_active(self) -> bool:
+        """alive and admin NORMAL."""
+        return self.is_alive() and self.admin_status is AdminStatus.NORMAL
+
+    def is_stopped(self) -> bool:
+        return self.stop_time != 0
+
+    def in_service(self) -> bool:
+        return self.start_service_time != 0
+
+    def can_migrate_in(self) -> bool:
+        return self.is_active() and self.block_migrate_in_time == 0
+
+    def display_status(self) -> DisplayStatus:
+        return display_status(self.admin_status, self.hb_status)
+
+    def to_row(self) -> dict[str, Any]:
+        """The ``__all_server`` columns this record determines (no gmt_* columns)."""
+        return {
+            "svr_ip": self.ip,
+            "svr_port": self.port,
+            "id": self.id,
+            "zone": self.zone,
+            "inner_port": self.sql_port,
+            "with_rootserver": 1 if self.with_rootserver else 0,
+            "status": self.display_status().value,
+            "block_migrate_in_time": self.block_migrate_in_time,
+            "build_version": self.build_version,
+            "stop_time": self.stop_time,
+            "start_service_time": self.start_service_time,
+            "first_sessid": self.first_sessid,
+            "with_partition": self.with_partition,
+            "last_offline_time": self.last_offline_time,
+        }
+
+
+# Columns CheckAllServerTask compares between memory and the table (SPEC.md section 6).
+CHECKED_COLUMNS = (
+    "zone",
+    "inner_port",
+    "build_version",
+    "status",
+    "with_rootserver",
+    "block_migrate_in_time",
+    "stop_time",
+    "start_service_time",
+    "with_partition",
+    "last_offline_time",
+)

@@ -1,0 +1,100 @@
+"""Background tasks of the RS and the one place that registers them with APScheduler.
+
+Each task is an object with a ``name`` and a plain ``run_once()`` that tests call directly.
+:func:`register_tasks` adds them to a scheduler with ``max_instances=1`` and
+``coalesce=True``, wrapping each cycle so an exception is logged and counted and the loop
+lives on (nova's periodic tasks, Prefect's loop services).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+
+from rootservice.clock import Clock
+from rootservice.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+class Task(Protocol):
+    name: str
+
+    def run_once(self) -> Any: ...
+
+
+@dataclass
+class FnTask:
+    """A task made of a function: ``run_once()`` calls ``fn()``."""
+
+    name: str
+    fn: Callable[[], Any]
+
+    def run_once(self) -> Any:
+        return self.fn()
+
+
+def guarded(task: Task, metrics: Metrics) -> Callable[[], None]:
+    """Wrap ``task.run_once`` so one failed cycle is logged and counted, not fatal."""
+
+    def run() -> None:
+        try:
+            task.run_once()
+        except Exception:
+            metrics.inc(f"task_failures_total.{task.name}")
+            log.exception("%s: cycle failed; the task keeps running", task.name)
+
+    return run
+
+
+def make_scheduler() -> BackgroundScheduler:
+    """A thread-based scheduler. APScheduler logs every job run at INFO, which at 10 runs a
+    second would drown the RS log, so its loggers are raised to WARNING."""
+    for name in ("apscheduler", "apscheduler.scheduler", "apscheduler.executors.default"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    return BackgroundScheduler(
+        job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": 5},
+        executors={"default": {"type": "threadpool", "max_workers": 8}},
+        timezone=dt.UTC,
+    )
+
+
+def register_tasks(
+    scheduler: BackgroundScheduler, tasks: list[tuple[Task, int]], metrics: Metrics
+) -> None:
+    """Add ``(task, interval_us)`` pairs as interval jobs whose id is the task name
+    (replacing a job of the same name)."""
+    for task, interval_us in tasks:
+        scheduler.add_job(
+            guarded(task, metrics),
+            IntervalTrigger(seconds=interval_us / 1e6, timezone=dt.UTC),
+            id=task.name,
+            name=task.name,
+            replace_existing=True,
+            max_instances=1,
+            coalesce=True,
+        )
+
+
+def wake(scheduler: BackgroundScheduler, clock: Clock, name: str) -> bool:
+    """Run job ``name`` as soon as possible (``wakeup()`` of OceanBase's checker threads).
+    Returns False when no such job is registered."""
+    job = scheduler.get_job(name)
+    if job is None:
+        return False
+    job.modify(next_run_time=dt.datetime.fromtimestamp(clock.now_us() / 1e6, tz=dt.UTC))
+    return True
+
+
+def reschedule(scheduler: BackgroundScheduler, name: str, interval_us: int) -> None:
+    """Change the period of a registered job (ALTER SYSTEM SET of an *_interval)."""
+    if scheduler.get_job(name) is not None:
+        scheduler.reschedule_job(
+            name, trigger=IntervalTrigger(seconds=interval_us / 1e6, timezone=dt.UTC)
+        )
