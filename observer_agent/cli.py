@@ -1,0 +1,174 @@
+"""``observer-agent``: the process on every data node (SPEC.md section 5).
+
+Usage::
+
+    observer-agent --rs-list 10.0.0.1:2882[,10.0.0.2:2882] --rpc-addr 10.0.0.5:2882 \\
+        --sql-port 2881 --zone z1 --data-dir /data/ob [--heartbeat-interval 2s] \\
+        [--rpc-timeout 2s] [--build-version S] [--log-disk-size BYTES] \\
+        [--disk-probe-interval 5s] [--resource-refresh-interval 10s] [--log-level INFO]
+
+Every flag may also come from the environment as ``OB_AGENT_<NAME>`` (flags win). Exit
+codes: 0 after SIGTERM / SIGINT, 2 for bad flags or settings (one line on stderr), 1 when
+the agent cannot start (unreadable identity file, RPC address in use).
+
+Fault injection: while ``DATA_DIR/FAULT_DATA_DISK_ERROR`` exists the disk probe fails and
+the agent reports ``server_status`` DATA_DISK_ERROR (0x1); remove the file to recover.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from typing import Any, NoReturn
+
+from pydantic import ValidationError
+
+from observer_agent.agent import Agent
+from observer_agent.identity import IdentityError
+from observer_agent.service import start_server, stop_server
+from observer_agent.settings import AgentSettings
+from rootservice.clock import SystemClock
+
+PROG = "observer-agent"
+EXIT_OK = 0
+EXIT_START_FAILED = 1
+EXIT_BAD_SETTINGS = 2
+
+LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)s [%(ob_server)s] %(name)s: %(message)s"
+LOG_DATEFMT = "%Y-%m-%d %H:%M:%S"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line, not argparse's usage block: operators grep logs for it.
+        self.exit(EXIT_BAD_SETTINGS, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The flags; every default is None so that unset flags fall back to the environment."""
+    p = _Parser(
+        prog=PROG,
+        description="OceanBase observer agent: keeps this server's lease with the RootService.",
+    )
+    p.add_argument("--rs-list", help="RS RPC addresses host:port[,host:port...]")
+    p.add_argument("--rpc-addr", help="this agent's RPC address ip:port (the server's identity)")
+    p.add_argument("--sql-port", type=int, help="the SQL port reported to the RS (1..65535)")
+    p.add_argument("--zone", help="the zone this server belongs to")
+    p.add_argument("--data-dir", help="data directory (identity.json, disk probe, clog)")
+    p.add_argument("--heartbeat-interval", help="lease renewal period, e.g. 2s")
+    p.add_argument("--rpc-timeout", help="timeout of one lease exchange, e.g. 2s")
+    p.add_argument("--build-version", help="version string reported to the RS")
+    p.add_argument(
+        "--log-disk-size", type=int, help="log disk bytes to report (default 30%% of the data disk)"
+    )
+    p.add_argument("--disk-probe-interval", help="data-disk probe period, e.g. 5s")
+    p.add_argument("--resource-refresh-interval", help="resource refresh period, e.g. 10s")
+    p.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR")
+    return p
+
+
+def _flag(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def format_validation_error(e: ValidationError) -> str:
+    """One line naming the flags at fault, e.g. ``--sql-port: Input should be ...``."""
+    parts = []
+    for err in e.errors():
+        loc = err.get("loc") or ()
+        field = str(loc[0]) if loc else ""
+        msg = str(err.get("msg", "")).removeprefix("Value error, ")
+        if err.get("type") == "missing":
+            msg = f"is required (flag {_flag(field)} or env OB_AGENT_{field.upper()})"
+        parts.append(f"{_flag(field)}: {msg}" if field else msg)
+    return "; ".join(parts)
+
+
+def load_settings(argv: list[str] | None) -> AgentSettings:
+    """Parse ``argv`` (default ``sys.argv[1:]``) over the environment. Raises ``SystemExit(2)``
+    for unknown flags and ``ValidationError`` for bad values."""
+    args = build_parser().parse_args(argv)
+    given: dict[str, Any] = {k: v for k, v in vars(args).items() if v is not None}
+    return AgentSettings(**given)
+
+
+class _ServerField(logging.Filter):
+    def __init__(self, server: str) -> None:
+        super().__init__()
+        self.server = server
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "ob_server"):
+            record.ob_server = self.server
+        return True
+
+
+def setup_logging(settings: AgentSettings) -> None:
+    """Log to stderr with timestamps and the server address, at ``settings.log_level``."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(_ServerField(settings.rpc_addr))
+    handler.setFormatter(logging.Formatter(LOG_FORMAT, LOG_DATEFMT))
+    logging.basicConfig(level=settings.log_level, handlers=[handler], force=True)
+
+
+async def serve(settings: AgentSettings) -> int:
+    """Run one agent until SIGTERM / SIGINT; returns the exit code."""
+    log = logging.getLogger("observer_agent.cli")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    # Installed first, so a SIGTERM during start-up is a clean stop too.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        try:
+            agent = Agent(settings, SystemClock())
+        except (IdentityError, OSError) as e:
+            log.error("cannot start: %s", e)
+            return EXIT_START_FAILED
+        try:
+            server, _port = await start_server(agent)
+        except (RuntimeError, OSError) as e:
+            log.error("cannot serve gRPC on %s: %s", settings.rpc_addr, e)
+            return EXIT_START_FAILED
+        log.info(
+            "observer agent up: server %s zone %s rs_list %s data_dir %s (%s)",
+            agent.server,
+            settings.zone,
+            ",".join(settings.rs_list),
+            settings.data_dir,
+            "empty"
+            if agent.identity is None
+            else f"cluster {agent.identity.cluster_id} server_id {agent.identity.server_id}",
+        )
+        try:
+            await agent.run(stop)
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(stop_server(agent, server), 5.0)
+        log.info("observer agent %s stopped", agent.server)
+        return EXIT_OK
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(sig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``observer-agent``; returns the process exit code (see module doc)."""
+    try:
+        settings = load_settings(argv)
+    except ValidationError as e:
+        print(f"{PROG}: error: {format_validation_error(e)}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else EXIT_BAD_SETTINGS
+    setup_logging(settings)
+    return asyncio.run(serve(settings))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,208 @@
+"""Typed settings of one observer agent (SPEC.md sections 5 and 11).
+
+One :class:`AgentSettings` object is built at start-up from, in increasing precedence: the
+defaults below, environment variables ``OB_AGENT_*`` (e.g. ``OB_AGENT_ZONE=z1``,
+``OB_AGENT_RS_LIST=10.0.0.1:2882,10.0.0.2:2882``) and the command-line flags of
+``observer-agent``. Durations are written like OceanBase's (``2s``, ``100ms``) and held as
+integer microseconds. Validation happens once, at start-up, so a bad flag stops the process
+before it ever talks to an RS.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from pathlib import Path
+from typing import Annotated, Any, ClassVar
+
+from pydantic import BeforeValidator, Field, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from rootservice.config import Duration, format_duration
+
+US_PER_S = 1_000_000
+
+#: What the agent reports as ``build_version`` unless told otherwise.
+DEFAULT_BUILD_VERSION = "4.2.0.0-ob-rootservice-py"
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+# Bounds in microseconds. The lower bounds are short on purpose: tests and demos run agents
+# with 50 ms heartbeats; the RS enforces its own, stricter, heartbeat_interval range.
+DURATION_BOUNDS: dict[str, tuple[int, int]] = {
+    "heartbeat_interval": (10_000, 60 * US_PER_S),
+    "rpc_timeout": (10_000, 600 * US_PER_S),
+    "disk_probe_interval": (10_000, 3600 * US_PER_S),
+    "resource_refresh_interval": (10_000, 3600 * US_PER_S),
+}
+
+_HOST_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]{0,252}))$")
+
+
+def parse_host_port(addr: str, *, allow_port_zero: bool = False) -> tuple[str, int]:
+    """``"127.0.0.1:2882"`` -> ``("127.0.0.1", 2882)``.
+
+    The host is an IPv4 address, a host name or a bracketed IPv6 address; the port is
+    1..65535 (0 too when ``allow_port_zero``, meaning "any free port", for in-process tests).
+    Raises ``ValueError`` with a readable message otherwise.
+    """
+    host, sep, port = addr.strip().rpartition(":")
+    if not sep or not host or not (port.isascii() and port.isdigit()):
+        raise ValueError(f"{addr!r} is not host:port")
+    if not _HOST_RE.match(host):
+        raise ValueError(f"{addr!r} has an invalid host {host!r}")
+    lo = 0 if allow_port_zero else 1
+    if not lo <= int(port) <= 65535:
+        raise ValueError(f"{addr!r}: port {int(port)} is out of range [{lo}, 65535]")
+    return host, int(port)
+
+
+def _split_rs_list(value: Any) -> Any:
+    # The flag and the environment variable are comma-separated; Python callers may pass a list.
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+RsList = Annotated[list[str], NoDecode, BeforeValidator(_split_rs_list)]
+
+
+class AgentSettings(BaseSettings):
+    """Settings of one ``observer-agent`` process.
+
+    - ``rs_list``: RS RPC addresses ``host:port`` to register with, tried round robin.
+    - ``rpc_addr``: the agent's own RPC address ``ip:port``; it is also the server's identity
+      (``svr_ip:svr_port`` in ``__all_server``), so the host must be a literal IPv4 address
+      other than 0.0.0.0. Port 0 is refused except in settings built by :meth:`in_process`.
+    - ``sql_port``: reported as ``inner_port``, 1..65535.
+    - ``zone``: non-empty; ``data_dir``: where ``identity.json`` and the disk probe live.
+    - durations (microseconds): ``heartbeat_interval`` (2 s), ``rpc_timeout`` (2 s),
+      ``disk_probe_interval`` (5 s), ``resource_refresh_interval`` (10 s).
+    - ``log_disk_size``: bytes of log disk to report; None means 30 % of the data disk.
+
+    Raises pydantic's ``ValidationError`` on any violation.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="OB_AGENT_", extra="forbid")
+
+    # Only _InProcessAgentSettings turns this on; it is no field, so no flag or env sets it.
+    _allow_port_zero: ClassVar[bool] = False
+
+    rs_list: RsList
+    rpc_addr: str
+    sql_port: int = Field(ge=1, le=65535)
+    zone: str
+    data_dir: Path
+    heartbeat_interval: Duration = 2 * US_PER_S
+    rpc_timeout: Duration = 2 * US_PER_S
+    build_version: str = DEFAULT_BUILD_VERSION
+    log_disk_size: int | None = Field(default=None, gt=0)
+    disk_probe_interval: Duration = 5 * US_PER_S
+    resource_refresh_interval: Duration = 10 * US_PER_S
+    log_level: str = "INFO"
+
+    @field_validator("rs_list")
+    @classmethod
+    def _check_rs_list(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("at least one RS address host:port is required")
+        out: list[str] = []
+        for addr in value:
+            host, port = parse_host_port(addr)
+            norm = f"{host}:{port}"
+            if norm not in out:
+                out.append(norm)
+        return out
+
+    @field_validator("rpc_addr")
+    @classmethod
+    def _strip_rpc_addr(cls, value: str) -> str:
+        return value.strip()
+
+    @field_validator("zone")
+    @classmethod
+    def _check_zone(cls, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise ValueError("zone must not be empty")
+        if len(value) > 128:
+            raise ValueError("zone is longer than 128 characters")
+        return value
+
+    @field_validator("build_version")
+    @classmethod
+    def _check_build_version(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("build_version must not be empty")
+        return value.strip()
+
+    @field_validator("log_level")
+    @classmethod
+    def _check_log_level(cls, value: str) -> str:
+        level = value.strip().upper()
+        if level not in LOG_LEVELS:
+            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}")
+        return level
+
+    @model_validator(mode="after")
+    def _check(self) -> AgentSettings:
+        host, _ = parse_host_port(self.rpc_addr, allow_port_zero=self._allow_port_zero)
+        try:
+            ip = ipaddress.IPv4Address(host)
+        except ValueError:
+            raise ValueError(
+                f"rpc_addr {self.rpc_addr!r}: the host must be an IPv4 address "
+                "(it is the server's identity ip:port)"
+            ) from None
+        if ip.is_unspecified:
+            raise ValueError(f"rpc_addr {self.rpc_addr!r}: 0.0.0.0 cannot identify a server")
+        for name, (lo, hi) in DURATION_BOUNDS.items():
+            value = getattr(self, name)
+            if not lo <= value <= hi:
+                raise ValueError(
+                    f"{name} = {format_duration(value)} is out of range "
+                    f"[{format_duration(lo)}, {format_duration(hi)}]"
+                )
+        return self
+
+    @classmethod
+    def in_process(cls, **values: Any) -> AgentSettings:
+        """Settings for an agent embedded in a test process.
+
+        Same validation as the constructor, except that the environment is ignored and
+        ``rpc_addr`` may use port 0 (the real port is learnt when the gRPC server binds, see
+        :func:`observer_agent.service.create_server`). Raises ``ValidationError``.
+        """
+        return _InProcessAgentSettings(**values)
+
+    @property
+    def rpc_host(self) -> str:
+        """The host part of ``rpc_addr``."""
+        return self.rpc_addr.rpartition(":")[0]
+
+    @property
+    def rpc_port(self) -> int:
+        """The port part of ``rpc_addr`` (0 only for :meth:`in_process` settings)."""
+        return int(self.rpc_addr.rpartition(":")[2])
+
+
+class _InProcessAgentSettings(AgentSettings):
+    """:meth:`AgentSettings.in_process`: init values only, port 0 allowed."""
+
+    _allow_port_zero: ClassVar[bool] = True
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings,)
