@@ -59,7 +59,8 @@ class ZoneOp:
 @dataclass(frozen=True)
 class SetParameters:
     """ALTER SYSTEM SET name = value [, name = value ...]; values as written: a quoted
-    string, a number, or a bare duration such as 10s (kept as the string '10s')."""
+    string, a number, or a bare duration such as 10s (kept as the string '10s'). Names are
+    lower-cased; any other bare word (``= true``) is kept as the string written."""
 
     items: tuple[tuple[str, str | int | float], ...]
 
@@ -134,7 +135,8 @@ class Select:
     """SELECT {* | col [, col ...]} FROM [oceanbase.]table [WHERE expr]
     [ORDER BY col [ASC|DESC] [, ...]] [LIMIT n [OFFSET m] | LIMIT m, n].
 
-    ``table`` is lower-cased and has the ``oceanbase.`` prefix removed; ``columns`` is None
+    ``table`` is lower-cased and has the ``oceanbase.`` prefix removed (another schema is kept,
+    ``mysql.user``, for the executor to refuse); ``columns`` is None
     for ``*`` and otherwise the names as written (case kept, for the result header).
     """
 
