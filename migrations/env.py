@@ -16,7 +16,9 @@ def run_migrations_online() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    url = context.get_x_argument(as_dictionary=True).get("db_url") or config.get_main_option("sqlalchemy.url")
+    url = context.get_x_argument(as_dictionary=True).get("db_url") or config.get_main_option(
+        "sqlalchemy.url"
+    )
     if not url:
         raise SystemExit("no database: pass -x db_url=URL")
     engine = sa.create_engine(url)

@@ -18,8 +18,12 @@ depends_on = None
 
 def _gm() -> list[sa.Column]:
     return [
-        sa.Column("gmt_create", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()),
-        sa.Column("gmt_modified", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()),
+        sa.Column(
+            "gmt_create", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()
+        ),
+        sa.Column(
+            "gmt_modified", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()
+        ),
     ]
 
 
@@ -86,10 +90,17 @@ def upgrade() -> None:
         sa.Column("extra_info", sa.String(4096), nullable=True),
         *_gm(),
     )
-    op.create_index("idx_rs_job_server", "__all_rootservice_job", ["svr_ip", "svr_port", "job_type"])
+    op.create_index(
+        "idx_rs_job_server", "__all_rootservice_job", ["svr_ip", "svr_port", "job_type"]
+    )
     op.create_table(
         "__all_rootservice_event_history",
-        sa.Column("id", sa.BigInteger().with_variant(sa.Integer, "sqlite"), primary_key=True, autoincrement=True),
+        sa.Column(
+            "id",
+            sa.BigInteger().with_variant(sa.Integer, "sqlite"),
+            primary_key=True,
+            autoincrement=True,
+        ),
         sa.Column("gmt_create", sa.DateTime, nullable=False),
         sa.Column("event_time", sa.BigInteger, nullable=False),
         sa.Column("module", sa.String(256), nullable=False),

@@ -1,0 +1,82 @@
+# Developer and CI entry points. Everything runs from the project's own virtualenv.
+# `make test` is what CI runs (through .ci/run); it needs nothing but Python 3.11 and, as
+# root on Debian, network access to install PostgreSQL.
+
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 >/dev/null 2>&1 && echo python3.11 || echo python3)
+VENV := .venv
+STAMP := $(VENV)/.installed
+# Where Debian's postgresql packages put the server binaries (overridable for testing
+# this Makefile; likewise APT_GET).
+PG_BIN_GLOB ?= /usr/lib/postgresql/*/bin
+APT_GET ?= apt-get
+PYTEST_ARGS ?=
+
+.PHONY: setup pg-binaries test demo bench lint proto clean
+
+setup: $(STAMP) pg-binaries
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+
+# Reinstall only when pyproject.toml changed since the last install.
+$(STAMP): pyproject.toml | $(VENV)/bin/python
+	$(VENV)/bin/python -m pip install --disable-pip-version-check -q -e '.[dev]'
+	touch $@
+
+# The test suite runs every database test on PostgreSQL too (tests/pgserver.py starts a
+# private server), so the server binaries are a hard requirement. Installing Debian's
+# package also creates a default cluster; one this install created is dropped again, since
+# the tests never use it and it would only sit on port 5432.
+pg-binaries:
+	@if command -v initdb >/dev/null 2>&1 || ls $(PG_BIN_GLOB)/initdb >/dev/null 2>&1; then \
+	    exit 0; \
+	fi; \
+	if [ "$$(id -u)" != 0 ]; then \
+	    echo "PostgreSQL server binaries (initdb, pg_ctl, postgres) not found." >&2; \
+	    echo "Install them, e.g. 'sudo apt-get install postgresql' on Debian/Ubuntu," >&2; \
+	    echo "or run 'make setup' as root to have it done." >&2; \
+	    exit 1; \
+	fi; \
+	if ! command -v $(firstword $(APT_GET)) >/dev/null 2>&1; then \
+	    echo "PostgreSQL server binaries not found and there is no apt-get: install PostgreSQL 15 (initdb, pg_ctl, postgres) yourself." >&2; \
+	    exit 1; \
+	fi; \
+	before="$$(ls -d /etc/postgresql/*/main 2>/dev/null | tr "\n" " " || true)"; \
+	echo "Installing PostgreSQL with apt-get (needed by the test suite)"; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	$(APT_GET) update -q && \
+	$(APT_GET) install -y -q --no-install-recommends postgresql </dev/null || exit 1; \
+	for d in $$(ls -d /etc/postgresql/*/main 2>/dev/null); do \
+	    case " $$before " in *" $$d "*) continue;; esac; \
+	    v="$$(basename "$$(dirname "$$d")")"; \
+	    pg_dropcluster --stop "$$v" main || true; \
+	done; \
+	if ! command -v initdb >/dev/null 2>&1 && ! ls $(PG_BIN_GLOB)/initdb >/dev/null 2>&1; then \
+	    echo "apt-get installed postgresql but initdb is still missing" >&2; exit 1; \
+	fi
+
+test: setup
+	$(VENV)/bin/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+demo: setup
+	$(VENV)/bin/python -m rootservice.demo
+
+bench: setup
+	$(VENV)/bin/python tests/bench/heartbeat_bench.py
+
+lint:
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+# mypy-protobuf's protoc plugins live in the venv's bin, hence the PATH.
+proto:
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python -m grpc_tools.protoc -I. \
+	    --python_out=. --grpc_python_out=. --mypy_out=. --mypy_grpc_out=. \
+	    rootservice/proto/obrpc.proto
+
+clean:
+	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -print0 | xargs -0 rm -rf
+	rm -rf .pytest_cache .mypy_cache .ruff_cache build
+	rm -rf demo_data rs_data .bench

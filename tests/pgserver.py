@@ -1,0 +1,318 @@
+"""A throw-away PostgreSQL server for the test session.
+
+``PgServer`` runs ``initdb`` into a fresh temporary directory and starts ``postgres`` on a free
+loopback port with durability switched off (the data is disposable, so fsync and friends
+only cost time). PostgreSQL refuses to run as root; when the tests run as root, every server
+command goes through ``runuser -u postgres``. Every wait is bounded: ``pg_ctl`` gets ``-t`` and
+each subprocess call a timeout of its own.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+HOST = "127.0.0.1"
+SUPERUSER = "postgres"
+# pg_ctl's own -t, and the outer limit on each subprocess call (a bit more than -t so that
+# pg_ctl reports its own, more readable, timeout first).
+PG_CTL_TIMEOUT_S = 60
+SUBPROCESS_TIMEOUT_S = PG_CTL_TIMEOUT_S + 30
+# Tries with a fresh port when the one picked was taken between probing and binding.
+START_ATTEMPTS = 3
+
+
+class PgNotAvailable(RuntimeError):
+    """The PostgreSQL server binaries (or the ``postgres`` user needed as root) are missing."""
+
+
+class PgServerError(RuntimeError):
+    """A PostgreSQL server command failed; the message carries its output and the log tail."""
+
+
+def find_pg_bindir() -> Path:
+    """Directory holding ``initdb``, ``pg_ctl`` and ``postgres``.
+
+    ``initdb`` on PATH wins (resolved through symlinks, because Debian links only some of the
+    binaries into /usr/local/bin or /usr/bin); otherwise the newest
+    ``/usr/lib/postgresql/<major>/bin``. Raises :class:`PgNotAvailable` with install advice.
+    """
+    candidates: list[Path] = []
+    on_path = shutil.which("initdb")
+    if on_path:
+        candidates.append(Path(os.path.realpath(on_path)).parent)
+    debian = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin"),
+        key=lambda p: _major_of(Path(p).parent.name),
+        reverse=True,
+    )
+    candidates.extend(Path(p) for p in debian)
+    for bindir in candidates:
+        if all(os.access(bindir / exe, os.X_OK) for exe in ("initdb", "pg_ctl", "postgres")):
+            return bindir
+    raise PgNotAvailable(
+        "PostgreSQL server binaries (initdb, pg_ctl, postgres) not found on PATH or in "
+        "/usr/lib/postgresql/*/bin. Run `make setup` (as root it installs Debian's "
+        "`postgresql` package) or install PostgreSQL 15 yourself. Set OB_TEST_SKIP_PG=1 to "
+        "skip the PostgreSQL half of the suite in a quick local run."
+    )
+
+
+def _major_of(name: str) -> int:
+    try:
+        return int(name)
+    except ValueError:
+        return -1
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, then close)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+class PgServer:
+    """A private PostgreSQL cluster in a temporary directory, listening on 127.0.0.1 only.
+
+    ``PgServer()`` initialises and starts it; :meth:`stop` shuts it down and deletes the
+    directory (idempotent, so it is safe to call from both a fixture's ``finally`` and
+    ``atexit``, which it registers itself). :meth:`restart` keeps the data directory and the port, for fault tests.
+    """
+
+    def __init__(self, *, bindir: Path | None = None) -> None:
+        self.bindir = bindir or find_pg_bindir()
+        self._as_postgres = os.geteuid() == 0
+        if self._as_postgres and shutil.which("runuser") is None:
+            raise PgNotAvailable("running as root needs `runuser` to start PostgreSQL as postgres")
+        self._pw: pwd.struct_passwd | None = None
+        if self._as_postgres:
+            try:
+                self._pw = pwd.getpwnam(SUPERUSER)
+            except KeyError:
+                raise PgNotAvailable(
+                    "running as root, but there is no `postgres` user to run PostgreSQL as "
+                    "(Debian's postgresql package creates it)"
+                ) from None
+        self.base_dir = Path(tempfile.mkdtemp(prefix="obrs-pg-", dir=self._temp_parent()))
+        self.data_dir = self.base_dir / "data"
+        self.log_file = self.base_dir / "postgres.log"
+        self.port = 0
+        self._running = False
+        self._removed = False
+        # Whatever happens to the code that owns this server (a crashed script, a fixture
+        # whose teardown never ran), the interpreter's exit stops it and removes the files.
+        atexit.register(self.stop)
+        try:
+            if self._pw is not None:
+                os.chown(self.base_dir, self._pw.pw_uid, self._pw.pw_gid)
+            self._initdb()
+            self._start_on_free_port()
+        except BaseException:
+            self.stop()
+            raise
+
+    # -- public API ----------------------------------------------------------------------
+
+    def url(self, dbname: str) -> str:
+        """SQLAlchemy URL of database ``dbname`` on this server (psycopg 3 driver)."""
+        return f"postgresql+psycopg://{SUPERUSER}@{HOST}:{self.port}/{dbname}"
+
+    def connect(self, dbname: str = "postgres") -> psycopg.Connection:
+        """A plain autocommit psycopg connection (for administration and assertions)."""
+        return psycopg.connect(
+            host=HOST,
+            port=self.port,
+            user=SUPERUSER,
+            dbname=dbname,
+            autocommit=True,
+            connect_timeout=10,
+        )
+
+    def create_database(self, name: str) -> None:
+        """``CREATE DATABASE name`` (must not exist yet)."""
+        with self.connect() as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+    def drop_database(self, name: str) -> None:
+        """Drop ``name`` if it exists, disconnecting whoever is still connected to it."""
+        with self.connect() as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+    @property
+    def running(self) -> bool:
+        """Whether this object started the server and has not stopped it since."""
+        return self._running
+
+    def restart(self) -> None:
+        """Stop the server (fast shutdown) and start it again on the same data and port."""
+        self._pg_stop()
+        self._pg_start()
+
+    def stop(self) -> None:
+        """Shut the server down and delete its directory. Safe to call more than once."""
+        try:
+            self._pg_stop()
+        finally:
+            if not self._removed:
+                shutil.rmtree(self.base_dir, ignore_errors=True)
+                self._removed = True
+
+    def log_tail(self, max_chars: int = 4000) -> str:
+        """The end of the server log (for error messages)."""
+        try:
+            return self.log_file.read_text(errors="replace")[-max_chars:]
+        except OSError:
+            return ""
+
+    # -- internals -----------------------------------------------------------------------
+
+    @staticmethod
+    def _temp_parent() -> str:
+        # As root the directory is chowned to postgres, but postgres must also be able to
+        # traverse its parent: a TMPDIR like /root/tmp would not do, /tmp always does.
+        parent = tempfile.gettempdir()
+        if os.geteuid() == 0 and not os.stat(parent).st_mode & 0o001:
+            parent = "/tmp"
+        return parent
+
+    def _run(self, args: list[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
+        cmd = [str(self.bindir / args[0]), *args[1:]]
+        if self._as_postgres:
+            cmd = ["runuser", "-u", SUPERUSER, "--", *cmd]
+        env = dict(os.environ)
+        # Messages in English whatever the host's locale, and no stray PG* variables
+        # (PGPORT, PGDATA...) from the developer's shell steering the commands.
+        env = {k: v for k, v in env.items() if not k.startswith("PG")}
+        env["LC_ALL"] = "C"
+        try:
+            proc = subprocess.run(
+                cmd,
+                # cwd must be readable by postgres (initdb and pg_ctl complain about /root).
+                cwd=self.base_dir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=SUBPROCESS_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired as e:
+            raise PgServerError(
+                f"{' '.join(cmd)} did not finish within {SUBPROCESS_TIMEOUT_S}s\n"
+                f"--- postgres log ---\n{self.log_tail()}"
+            ) from e
+        if check and proc.returncode != 0:
+            raise PgServerError(
+                f"{' '.join(cmd)} exited with {proc.returncode}\n"
+                f"--- stdout ---\n{proc.stdout}\n--- stderr ---\n{proc.stderr}\n"
+                f"--- postgres log ---\n{self.log_tail()}"
+            )
+        return proc
+
+    def _initdb(self) -> None:
+        # --locale=C: the host's LANG may name a locale that is not installed, which makes
+        # initdb fail; C with UTF8 encoding always exists and sorts deterministically.
+        self._run(
+            [
+                "initdb",
+                "-D",
+                str(self.data_dir),
+                "-A",
+                "trust",
+                "-U",
+                SUPERUSER,
+                "--no-sync",
+                "-E",
+                "UTF8",
+                "--locale=C",
+            ]
+        )
+
+    def _start_on_free_port(self) -> None:
+        last: PgServerError | None = None
+        for _ in range(START_ATTEMPTS):
+            self.port = free_port()
+            try:
+                self._pg_start()
+                return
+            except PgServerError as e:
+                # Another process may have grabbed the port after free_port() released it;
+                # only that case is worth another try.
+                last = e
+                if "could not bind" not in self.log_tail() and "in use" not in str(e):
+                    raise
+        assert last is not None
+        raise last
+
+    def _pg_start(self) -> None:
+        options = " ".join(
+            [
+                f"-c listen_addresses={HOST}",
+                f"-c port={self.port}",
+                f"-c unix_socket_directories={self.base_dir}",
+                "-c fsync=off",
+                "-c synchronous_commit=off",
+                "-c full_page_writes=off",
+                "-c max_connections=200",
+            ]
+        )
+        self._running = True  # from here on a stop attempt is worthwhile even if start fails
+        self._run(
+            [
+                "pg_ctl",
+                "-D",
+                str(self.data_dir),
+                "-l",
+                str(self.log_file),
+                "-w",
+                "-t",
+                str(PG_CTL_TIMEOUT_S),
+                "-o",
+                options,
+                "start",
+            ]
+        )
+
+    def _pg_stop(self) -> None:
+        if not self._running:
+            return
+        if not (self.data_dir / "postmaster.pid").exists():
+            self._running = False
+            return
+        stop = ["pg_ctl", "-D", str(self.data_dir), "-w", "-t", str(PG_CTL_TIMEOUT_S), "stop"]
+        try:
+            self._run([*stop, "-m", "fast"])
+        except PgServerError:
+            # A fast shutdown that hangs (e.g. a stuck backend) must not leave a server
+            # behind: an immediate shutdown does not wait for anybody.
+            with contextlib.suppress(PgServerError):
+                self._run([*stop, "-m", "immediate"])
+            if (self.data_dir / "postmaster.pid").exists():
+                self._kill_postmaster()
+                raise
+        self._running = False
+
+    def _kill_postmaster(self) -> None:
+        # Last resort before the directory goes away: backends notice their postmaster's
+        # death and exit on their own.
+        try:
+            pid = int((self.data_dir / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+        self._running = False
