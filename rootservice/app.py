@@ -31,7 +31,7 @@ from rootservice.config import (
 )
 from rootservice.db import engine as dbengine
 from rootservice.db import repo
-from rootservice.db.repo import Event, ZoneInfo
+from rootservice.db.repo import DEFAULT_REGION, Event, ZoneInfo
 from rootservice.empty_server_checker import EmptyServerChecker
 from rootservice.errors import ObError
 from rootservice.metrics import Metrics
@@ -295,7 +295,10 @@ class RootService:
                 raise ObError("OB_INVALID_ARGUMENT", "bootstrap", detail="empty server list")
             keys: list[str] = []
             zones: dict[str, ZoneInfo] = {}
+            region = DEFAULT_REGION
             for e in entries:
+                # An item without REGION is in the region named before it.
+                region = check_zone_name(e.region) if e.region else region
                 ip, port = parse_server(e.server)
                 key = format_server(ip, port)
                 zone = check_zone_name(e.zone)
@@ -304,9 +307,7 @@ class RootService:
                 if zone in zones:
                     raise ObError("OB_PARTITION_ZONE_DUPLICATED", detail=f"zone '{zone}'")
                 keys.append(key)
-                zones[zone] = ZoneInfo(
-                    zone, "ACTIVE", check_zone_name(e.region) if e.region else "default_region", ""
-                )
+                zones[zone] = ZoneInfo(zone, "ACTIVE", region, "")
             self._run_bootstrap(keys, list(zones.values()))
         finally:
             self._bootstrap_lock.release()

@@ -611,8 +611,8 @@ class ServerManager:
                 if not check.is_empty:
                     raise ObError(
                         "OB_OP_NOT_ALLOW",
-                        f"add server '{key}' that is not empty (it belongs to cluster '{check.cluster_id}' as server {check.server_id});"
-                        " wipe its data directory first",
+                        f"add server '{key}' which belongs to cluster '{check.cluster_id}' as server {check.server_id}",
+                        detail="wipe its data directory to reuse it",
                     )
                 if check.zone != target_zone:
                     raise ObError(

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from rootservice.clock import Clock
 from rootservice.db import repo
-from rootservice.db.repo import Event, ZoneInfo
+from rootservice.db.repo import DEFAULT_REGION, Event, ZoneInfo
 from rootservice.errors import ObError
 from rootservice.server_status import check_zone_name
 from rootservice.store import MetaStore
@@ -61,7 +61,7 @@ class ZoneManager:
         OB_INVALID_ARGUMENT."""
         z = check_zone_name(zone)
         info = ZoneInfo(
-            z, "INACTIVE", check_zone_name(region) if region else "default_region", idc or ""
+            z, "INACTIVE", check_zone_name(region) if region else DEFAULT_REGION, idc or ""
         )
         with self.store.write_lock:
             if z in self._zones:

@@ -31,6 +31,8 @@ PARAM_CLUSTER_ID = "cluster_id"
 PARAM_RS_LIST = "rootservice_list"
 PARAM_MAX_SERVER_ID = "max_used_server_id"
 PARAM_MAX_JOB_ID = "max_used_job_id"
+# OceanBase's DEFAULT_REGION_NAME: the region of a zone created without one.
+DEFAULT_REGION = "sys_region"
 
 
 def us_to_datetime(us: int) -> dt.datetime:
@@ -156,7 +158,7 @@ class ZoneInfo:
 
     zone: str
     status: str = "ACTIVE"
-    region: str = "default_region"
+    region: str = DEFAULT_REGION
     idc: str = ""
 
     @property

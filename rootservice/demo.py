@@ -1,0 +1,241 @@
+"""``make demo``: the main job on the embedded default (SQLite), with real processes.
+
+Starts one RS and four observer agents in three zones on 127.0.0.1, bootstraps three of
+them, adds the fourth, and shows ``__all_server`` after each step: STOP / START of a server,
+an agent killed (INACTIVE after ``lease_time``, lowered to 3 s) and restarted (ACTIVE),
+DELETE SERVER of the fourth (it holds nothing yet, so it leaves ``__all_server``), a few
+refused statements with their errors, and the event history. Every statement goes through
+``obadmin``. Every process it starts is stopped at the end; exit code 0 on success.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sql.obadmin import execute, result_rows
+
+ROOT = Path.cwd() / "demo_data"
+LEASE = "3s"
+DEADLINE_S = 85.0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Demo:
+    """The processes of the demo and the helpers to drive them."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.rs_addr = f"127.0.0.1:{free_port()}"
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.agents: dict[str, tuple[str, str, int]] = {}  # name -> (addr, zone, sql_port)
+
+    # --- processes ---------------------------------------------------------------------
+
+    def spawn(self, name: str, args: list[str]) -> None:
+        log = open(ROOT / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
+        self.procs[name] = subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def start_rs(self) -> None:
+        self.spawn(
+            "rs",
+            [
+                sys.executable, "-m", "rootservice.cli", "serve",
+                "--data-dir", str(ROOT / "rs"), "--rpc-addr", self.rs_addr,
+                "--lease-time", LEASE, "--heartbeat-interval", "1s",
+                "--empty-server-check-interval", "2s", "--log-level", "WARNING",
+            ],
+        )  # fmt: skip
+
+    def start_agent(self, name: str) -> None:
+        addr, zone, sql_port = self.agents[name]
+        self.spawn(
+            name,
+            [
+                sys.executable, "-m", "observer_agent.cli", "--rs-list", self.rs_addr,
+                "--rpc-addr", addr, "--sql-port", str(sql_port), "--zone", zone,
+                "--data-dir", str(ROOT / name), "--heartbeat-interval", "1s", "--log-level", "WARNING",
+            ],
+        )  # fmt: skip
+
+    def kill(self, name: str) -> None:
+        p = self.procs.pop(name)
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait(10)
+
+    def stop_all(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for name, p in self.procs.items():
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(5)
+                print(f"(killed {name}: it did not stop on SIGTERM)")
+        self.procs.clear()
+
+    # --- statements ------------------------------------------------------------------------
+
+    def obadmin(self, statement: str) -> int:
+        """Run one statement through the obadmin command, echoing it and its output."""
+        print(f"obadmin> {statement}", flush=True)
+        r = subprocess.run(
+            [sys.executable, "-m", "sql.obadmin", "--rs", self.rs_addr, "-e", statement],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        out = (r.stdout + r.stderr).rstrip()
+        print(out + "\n", flush=True)
+        return r.returncode
+
+    def must(self, statement: str) -> None:
+        if self.obadmin(statement) != 0:
+            raise SystemExit(f"demo failed: {statement!r} was refused")
+
+    def refused(self, statement: str) -> None:
+        if self.obadmin(statement) == 0:
+            raise SystemExit(f"demo failed: {statement!r} should have been refused")
+
+    def query(self, statement: str) -> list[list[Any]]:
+        resp = execute([self.rs_addr], statement, timeout_s=30)
+        if resp.error.code:
+            raise RuntimeError(f"{resp.error.name}: {resp.error.message}")
+        return result_rows(resp)
+
+    def wait(self, what: str, predicate: Callable[[], bool], timeout_s: float = 20.0) -> None:
+        t0 = time.monotonic()
+        deadline = min(t0 + timeout_s, self.started + DEADLINE_S)
+        while True:
+            try:
+                if predicate():
+                    print(f"... {what} after {time.monotonic() - t0:.1f} s\n", flush=True)
+                    return
+            except Exception:  # the RS may still be starting
+                pass
+            if time.monotonic() >= deadline:
+                raise SystemExit(f"demo failed: timed out waiting for {what}")
+            time.sleep(0.2)
+
+    def status(self, name: str) -> str | None:
+        addr = self.agents[name][0]
+        ip, port = addr.rsplit(":", 1)
+        rows = self.query(
+            f"SELECT status FROM __all_server WHERE svr_ip = '{ip}' AND svr_port = {port}"
+        )
+        return str(rows[0][0]) if rows else None
+
+    def show_servers(self) -> None:
+        self.must(
+            "SELECT svr_ip, svr_port, id, zone, status, stop_time, last_offline_time FROM __all_server ORDER BY id"
+        )
+
+
+def step(title: str) -> None:
+    print(f"==== {title} " + "=" * max(0, 76 - len(title)), flush=True)
+
+
+def run(d: Demo) -> None:
+    d.agents = {
+        f"agent{i}": (f"127.0.0.1:{free_port()}", zone, free_port())
+        for i, zone in enumerate(["z1", "z2", "z3", "z1"], start=1)
+    }
+    step(f"start one RS on SQLite ({ROOT / 'rs'}) and four agents in zones z1, z2, z3, z1")
+    d.start_rs()
+    for name in d.agents:
+        d.start_agent(name)
+    d.wait("the RS answers", lambda: d.query("SELECT name FROM __all_sys_parameter") is not None)
+    d.show_servers()
+
+    step("BOOTSTRAP the first three servers, one per zone")
+    a = {n: v[0] for n, v in d.agents.items()}
+    d.must(
+        f"ALTER SYSTEM BOOTSTRAP REGION 'sys_region' ZONE 'z1' SERVER '{a['agent1']}', "
+        f"ZONE 'z2' SERVER '{a['agent2']}', ZONE 'z3' SERVER '{a['agent3']}'"
+    )
+    d.wait(
+        "all three ACTIVE",
+        lambda: all(d.status(n) == "ACTIVE" for n in ("agent1", "agent2", "agent3")),
+    )
+    d.must("SELECT * FROM DBA_OB_ZONES")
+    d.show_servers()
+
+    step("ADD SERVER the fourth agent to z1")
+    d.must(f"ALTER SYSTEM ADD SERVER '{a['agent4']}' ZONE 'z1'")
+    d.wait(
+        "the new server ACTIVE (only a heartbeat makes it ACTIVE)",
+        lambda: d.status("agent4") == "ACTIVE",
+    )
+    d.show_servers()
+
+    step("STOP SERVER and START SERVER")
+    d.must(f"ALTER SYSTEM STOP SERVER '{a['agent1']}'")
+    d.show_servers()
+    d.must(f"ALTER SYSTEM START SERVER '{a['agent1']}'")
+    d.show_servers()
+
+    step(f"kill -9 agent3: its lease ({LEASE}) expires and it goes INACTIVE")
+    d.kill("agent3")
+    d.wait("agent3 INACTIVE", lambda: d.status("agent3") == "INACTIVE")
+    d.show_servers()
+
+    step("restart agent3: its next heartbeat makes it ACTIVE again")
+    d.start_agent("agent3")
+    d.wait("agent3 ACTIVE", lambda: d.status("agent3") == "ACTIVE")
+    d.show_servers()
+
+    step("DELETE SERVER the fourth: it holds no units yet, so the empty-server checker removes it")
+    d.must(f"ALTER SYSTEM DELETE SERVER '{a['agent4']}'")
+    d.wait("it left __all_server", lambda: d.status("agent4") is None)
+    d.show_servers()
+    d.must(
+        "SELECT job_id, job_type, job_status, svr_ip, svr_port, progress FROM __all_rootservice_job"
+    )
+
+    step("refused statements change nothing")
+    d.refused("ALTER SYSTEM ADD SERVER '1.2.3.4:99999' ZONE 'z1'")
+    d.refused(f"ALTER SYSTEM ADD SERVER '{a['agent4']}' ZONE 'z1'")
+    d.refused("ALTER SYSTEM DELETE SERVER '10.9.8.7:2882'")
+    d.refused(f"ALTER SYSTEM STOP SERVER '{a['agent1']}', '{a['agent2']}'")
+    d.refused("ALTER SYSTEM SET lease_time = '1s'")
+    d.refused("ALTER SYSTM ADD SERVER 'x'")
+    d.show_servers()
+
+    step("the event history")
+    d.must(
+        "SELECT gmt_create, module, event, name1, value1 FROM __all_rootservice_event_history ORDER BY id"
+    )
+
+
+def main() -> int:
+    if ROOT.exists():
+        shutil.rmtree(ROOT)
+    ROOT.mkdir(parents=True)
+    d = Demo()
+    try:
+        run(d)
+    finally:
+        d.stop_all()
+    print(f"demo finished in {time.monotonic() - d.started:.1f} s; logs in {ROOT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

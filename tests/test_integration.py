@@ -1,0 +1,355 @@
+"""Integration tests: real ``rootservice`` and ``observer-agent`` processes on 127.0.0.1
+with short lease times, statements sent the way ``obadmin`` sends them, on SQLite and on
+PostgreSQL (SPEC.md sections 5-9; issue "Root service core")."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from cluster import Proc, ProcSet, agent_cmd, free_port, rs_cmd, wait_until
+
+from rootservice.proto import obrpc_pb2, obrpc_pb2_grpc
+from sql.obadmin import execute, result_rows
+
+pytestmark = pytest.mark.integration
+
+LEASE = "2s"
+AGENT_FLAGS = {"heartbeat_interval": "500ms", "rpc_timeout": "1s", "disk_probe_interval": "200ms"}
+
+
+class Cluster:
+    """One RS and its agents, started through the ``procs`` fixture."""
+
+    def __init__(self, procs: ProcSet, tmp: Path, db_url: str) -> None:
+        self.procs = procs
+        self.tmp = tmp
+        self.db_url = db_url
+        self.rs_addr = f"127.0.0.1:{free_port()}"
+        self.rs: Proc | None = None
+        self.agents: dict[str, Proc] = {}
+        self.zones: dict[str, str] = {}
+
+    def start_rs(self, **flags: Any) -> Proc:
+        opts: dict[str, Any] = {
+            "lease_time": LEASE,
+            "heartbeat_interval": "500ms",
+            "empty_server_check_interval": "1s",
+            "allow_short_timings": True,
+            "rpc_timeout": "1s",
+        }
+        opts.update(flags)
+        self.rs = self.procs.start(rs_cmd(self.db_url, self.rs_addr, self.tmp / "rs", **opts), "rs")
+        self.rs.wait_healthy(self.rs_addr, timeout_s=30)
+        return self.rs
+
+    def start_agent(self, zone: str, addr: str | None = None, name: str | None = None) -> str:
+        addr = addr or f"127.0.0.1:{free_port()}"
+        self.zones[addr] = zone
+        name = name or f"agent-{addr.rsplit(':', 1)[1]}"
+        data = self.tmp / name
+        p = self.procs.start(
+            agent_cmd(self.rs_addr, addr, free_port(), zone, data, **AGENT_FLAGS), name
+        )
+        p.wait_healthy(addr, timeout_s=30)
+        self.agents[addr] = p
+        return addr
+
+    def data_dir(self, addr: str) -> Path:
+        return self.tmp / f"agent-{addr.rsplit(':', 1)[1]}"
+
+    def sql(self, statement: str) -> obrpc_pb2.SqlResponse:
+        return execute([self.rs_addr], statement, timeout_s=60)
+
+    def ok(self, statement: str) -> list[list[Any]]:
+        resp = self.sql(statement)
+        assert resp.error.code == 0, f"{statement}: {resp.error.name} {resp.error.message}"
+        return result_rows(resp)
+
+    def error(self, statement: str) -> str:
+        resp = self.sql(statement)
+        assert resp.error.code != 0, f"{statement} was accepted"
+        return resp.error.name
+
+    def statuses(self) -> dict[str, str]:
+        return {
+            f"{ip}:{port}": st
+            for ip, port, st in self.ok("SELECT svr_ip, svr_port, status FROM __all_server")
+        }
+
+    def metrics(self) -> dict[str, Any]:
+        with grpc.insecure_channel(self.rs_addr) as ch:
+            resp = obrpc_pb2_grpc.AdminServiceStub(ch).GetMetrics(
+                obrpc_pb2.MetricsRequest(), timeout=5
+            )
+        return json.loads(resp.json)  # type: ignore[no-any-return]
+
+    def bootstrap(self, n: int = 3) -> list[str]:
+        addrs = [self.start_agent(f"z{i}") for i in range(1, n + 1)]
+        items = ", ".join(f"ZONE 'z{i}' SERVER '{a}'" for i, a in enumerate(addrs, start=1))
+        self.ok(f"ALTER SYSTEM BOOTSTRAP REGION 'r1' {items}")
+        wait_until(
+            lambda: all(self.statuses().get(a) == "ACTIVE" for a in addrs),
+            20,
+            message="bootstrap servers ACTIVE",
+        )
+        return addrs
+
+
+@pytest.fixture
+def cluster(procs: ProcSet, tmp_path: Path, db_url: str) -> Cluster:
+    return Cluster(procs, tmp_path, db_url)
+
+
+def test_bootstrap_add_expire_recover_delete(cluster: Cluster) -> None:
+    c = cluster
+    c.start_rs()
+    assert c.error("ALTER SYSTEM ADD SERVER '127.0.0.1:1' ZONE 'z1'") == "OB_RS_NOT_MASTER"
+    a1, a2, a3 = c.bootstrap()
+    assert c.error(f"ALTER SYSTEM BOOTSTRAP ZONE 'z1' SERVER '{a1}'") == "OB_INIT_TWICE"
+    rows = c.ok(
+        "SELECT id, zone, status, with_rootserver FROM oceanbase.DBA_OB_SERVERS ORDER BY id"
+    )
+    assert rows == [[1, "z1", "ACTIVE", "NO"], [2, "z2", "ACTIVE", "NO"], [3, "z3", "ACTIVE", "NO"]]
+    assert c.ok("SELECT zone, status, region FROM DBA_OB_ZONES") == [
+        ["z1", "ACTIVE", "r1"],
+        ["z2", "ACTIVE", "r1"],
+        ["z3", "ACTIVE", "r1"],
+    ]
+
+    # ADD SERVER: a fourth agent in z1, refused when the zone is wrong, then added.
+    a4 = c.start_agent("z1")
+    assert c.error(f"ALTER SYSTEM ADD SERVER '{a4}' ZONE 'z2'") == "OB_SERVER_ZONE_NOT_MATCH"
+    assert c.error(f"ALTER SYSTEM ADD SERVER '{a4}' ZONE 'nozone'") == "OB_ZONE_INFO_NOT_EXIST"
+    c.ok(f"ALTER SYSTEM ADD SERVER '{a4}' ZONE 'z1'")
+    assert c.error(f"ALTER SYSTEM ADD SERVER '{a4}' ZONE 'z1'") == "OB_ENTRY_EXIST"
+    wait_until(lambda: c.statuses().get(a4) == "ACTIVE", 15, message="added server ACTIVE")
+    assert c.ok(f"SELECT id FROM __all_server WHERE svr_port = {a4.rsplit(':', 1)[1]}") == [[4]]
+
+    # STOP / START / ISOLATE.
+    c.ok(f"ALTER SYSTEM STOP SERVER '{a1}'")
+    stop = c.ok(f"SELECT stop_time FROM __all_server WHERE svr_port = {a1.rsplit(':', 1)[1]}")[0][0]
+    assert stop > 0
+    assert c.error(f"ALTER SYSTEM STOP SERVER '{a2}'") == "OB_STOP_SERVER_IN_MULTIPLE_ZONES"
+    c.ok(f"ALTER SYSTEM START SERVER '{a1}'")
+    c.ok(f"ALTER SYSTEM ISOLATE SERVER '{a2}'")
+    c.ok(f"ALTER SYSTEM START SERVER '{a2}'")
+    assert all(r[0] == 0 for r in c.ok("SELECT stop_time FROM __all_server"))
+
+    # Kill an agent: INACTIVE after the lease; restart it: ACTIVE again.
+    c.agents[a3].kill()
+    wait_until(lambda: c.statuses().get(a3) == "INACTIVE", 15, message="killed agent INACTIVE")
+    assert (
+        c.ok(f"SELECT last_offline_time FROM __all_server WHERE svr_port = {a3.rsplit(':', 1)[1]}")[
+            0
+        ][0]
+        > 0
+    )
+    p = c.procs.start(
+        agent_cmd(c.rs_addr, a3, free_port(), "z3", c.data_dir(a3), **AGENT_FLAGS), "agent-3-again"
+    )
+    p.wait_healthy(a3, timeout_s=30)
+    wait_until(lambda: c.statuses().get(a3) == "ACTIVE", 15, message="restarted agent ACTIVE")
+
+    # DELETE SERVER: no units yet, so the empty-server checker removes it at once.
+    c.ok(f"ALTER SYSTEM DELETE SERVER '{a4}'")
+    wait_until(lambda: a4 not in c.statuses(), 15, message="deleted server gone")
+    assert c.ok("SELECT job_type, job_status FROM __all_rootservice_job") == [
+        ["DELETE_SERVER", "SUCCESS"]
+    ]
+    # Its agent is refused from now on and cannot come back with its old identity...
+    wait_until(
+        lambda: "OB_SERVER_NOT_IN_WHITE_LIST" in c.agents[a4].log_text(),
+        10,
+        message="deleted agent refused",
+    )
+    assert c.error(f"ALTER SYSTEM ADD SERVER '{a4}' ZONE 'z1'") == "OB_OP_NOT_ALLOW"
+    # ...until its data directory is wiped: then it joins with a new id (ids are never reused).
+    c.agents[a4].stop()
+    shutil.rmtree(c.data_dir(a4))
+    p4 = c.procs.start(
+        agent_cmd(c.rs_addr, a4, free_port(), "z1", c.data_dir(a4), **AGENT_FLAGS), "agent-4-wiped"
+    )
+    p4.wait_healthy(a4, timeout_s=30)
+    c.ok(f"ALTER SYSTEM ADD SERVER '{a4}' ZONE 'z1'")
+    wait_until(lambda: c.statuses().get(a4) == "ACTIVE", 15, message="re-added server ACTIVE")
+    assert c.ok(f"SELECT id FROM __all_server WHERE svr_port = {a4.rsplit(':', 1)[1]}") == [[5]]
+
+    events = [
+        r[0]
+        for r in c.ok("SELECT event FROM __all_rootservice_event_history WHERE module = 'server'")
+    ]
+    for e in (
+        "add_server",
+        "online",
+        "stop_server",
+        "start_server",
+        "isolate_server",
+        "lease_expire",
+        "delete_server",
+        "finish_delete_server",
+    ):
+        assert e in events, e
+
+
+def test_non_whitelisted_agent_is_refused_and_never_added(cluster: Cluster) -> None:
+    c = cluster
+    c.start_rs()
+    c.bootstrap(1)
+    stranger = c.start_agent("z1")
+    wait_until(
+        lambda: c.agents[stranger].log_text().count("OB_SERVER_NOT_IN_WHITE_LIST") >= 2,
+        15,
+        message="stranger refused twice",
+    )
+    assert stranger not in c.statuses()
+    assert c.metrics()["servers"] == 1
+    assert c.agents[stranger].alive  # it keeps trying
+
+
+def test_rs_restart_reloads_whitelist_and_needs_heartbeats(cluster: Cluster) -> None:
+    c = cluster
+    c.start_rs()
+    a1, a2, a3 = c.bootstrap()
+    c.agents[a3].kill()
+    assert c.rs is not None
+    c.rs.kill()
+    c.start_rs()
+    # Nobody is alive on load; the two live agents come back through heartbeats, the dead
+    # one never does.
+    wait_until(lambda: c.metrics()["alive"] == 2, 20, message="two servers alive after restart")
+    m = c.metrics()
+    assert m["servers"] == 3 and m["state"] == "FULL_SERVICE"
+    wait_until(
+        lambda: c.statuses() == {a1: "ACTIVE", a2: "ACTIVE", a3: "INACTIVE"},
+        20,
+        message="table converged",
+    )
+
+
+def test_acknowledged_delete_survives_kill_9(cluster: Cluster) -> None:
+    c = cluster
+    c.start_rs(empty_server_check_interval="1h")
+    c.bootstrap(1)
+    extra = [c.start_agent("z1") for _ in range(3)]
+    for a in extra:
+        c.ok(f"ALTER SYSTEM ADD SERVER '{a}' ZONE 'z1'")
+    for a in extra:
+        c.ok(f"ALTER SYSTEM DELETE SERVER '{a}'")
+        assert c.rs is not None
+        c.rs.kill()  # right after the acknowledgement
+        c.start_rs(empty_server_check_interval="1h")
+        assert c.statuses().get(a, "DELETING") == "DELETING", (
+            f"{a} came back after an acknowledged DELETE"
+        )
+    # Removed or still DELETING, never NORMAL, also once the RS has settled.
+    wait_until(lambda: c.metrics()["state"] == "FULL_SERVICE", 10)
+    assert all(c.statuses().get(a, "DELETING") == "DELETING" for a in extra)
+
+
+def test_data_disk_error_stops_the_server_and_recovery_starts_it(cluster: Cluster) -> None:
+    c = cluster
+    c.start_rs()
+    a1, _, _ = c.bootstrap()
+    port = a1.rsplit(":", 1)[1]
+    flag = c.data_dir(a1) / "FAULT_DATA_DISK_ERROR"
+    flag.write_text("test\n")
+    wait_until(
+        lambda: c.ok(f"SELECT stop_time FROM __all_server WHERE svr_port = {port}")[0][0] > 0,
+        15,
+        message="auto stop",
+    )
+    assert "data_disk_error" in [
+        r[0] for r in c.ok("SELECT event FROM __all_rootservice_event_history")
+    ]
+    flag.unlink()
+    wait_until(
+        lambda: c.ok(f"SELECT stop_time FROM __all_server WHERE svr_port = {port}")[0][0] == 0,
+        15,
+        message="auto start",
+    )
+
+
+def test_obadmin_cli_against_a_real_rs(cluster: Cluster) -> None:
+    c = cluster
+    c.start_rs()
+    c.bootstrap(1)
+    ok = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sql.obadmin",
+            "--rs",
+            c.rs_addr,
+            "--format",
+            "json",
+            "-e",
+            "SELECT id, zone, status FROM DBA_OB_SERVERS",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout) == [{"id": 1, "zone": "z1", "status": "ACTIVE"}]
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sql.obadmin",
+            "--rs",
+            c.rs_addr,
+            "-e",
+            "ALTER SYSTEM DELETE SERVER '10.0.0.1:2882'",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 1
+    assert bad.stderr.startswith("ERROR 4630 (HY000): OB_SERVER_NOT_IN_WHITE_LIST")
+    syntax = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sql.obadmin",
+            "--rs",
+            c.rs_addr,
+            "-e",
+            "ALTER SYSTEM FROB SERVER 'x'",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert syntax.returncode == 1
+    assert "ERROR 1064 (42000)" in syntax.stderr and "near 'FROB SERVER 'x''" in syntax.stderr
+
+
+def test_unreachable_database_at_start_exits_nonzero(tmp_path: Path) -> None:
+    url = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/nothing"
+    r = subprocess.run(
+        rs_cmd(url, f"127.0.0.1:{free_port()}", tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 1
+    assert "cannot open the system-table database" in r.stderr and "nothing" in r.stderr
+
+
+def test_invalid_settings_exit_2(tmp_path: Path) -> None:
+    r = subprocess.run(
+        rs_cmd(f"sqlite:///{tmp_path}/x.db", f"127.0.0.1:{free_port()}", tmp_path, lease_time="1s"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2
+    assert "lease_time (1s) must be greater than heartbeat_interval (2s)" in r.stderr
