@@ -47,6 +47,8 @@ PARAM_BOOTSTRAP_TIME = "bootstrap_time"
 
 
 class RsState(StrEnum):
+    """States of the RS (OceanBase's ObRootService states, SPEC.md section 8)."""
+
     INIT = "INIT"
     WAIT_BOOTSTRAP = "WAIT_BOOTSTRAP"
     BOOTSTRAPPING = "BOOTSTRAPPING"

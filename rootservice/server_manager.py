@@ -80,10 +80,12 @@ class PersistQueue:
         self._last_error_log_us = 0
 
     def mark(self, key: str) -> None:
+        """Record that the row of ``key`` ('ip:port') must be rewritten from memory."""
         with self._lock:
             self._dirty[key] = self._dirty.get(key, 0) + 1
 
     def add_event(self, event: Event) -> None:
+        """Queue an event row (dropping the oldest beyond MAX_EVENTS)."""
         with self._lock:
             if len(self._events) >= self.MAX_EVENTS:
                 # Bounded so a long outage with flapping servers cannot exhaust memory.
@@ -92,6 +94,7 @@ class PersistQueue:
             self._events.append(event)
 
     def depth(self) -> int:
+        """Stale rows + queued events."""
         with self._lock:
             return len(self._dirty) + len(self._events)
 
@@ -494,6 +497,7 @@ class ServerManager:
         return v.upper() if col == "status" and isinstance(v, str) else v
 
     def not_alive_servers(self) -> list[str]:
+        """Keys of the servers whose heartbeat status is not alive."""
         with self._lock:
             return [k for k, s in self._servers.items() if not s.is_alive()]
 

@@ -20,23 +20,31 @@ MAX_ZONE_LENGTH = 128
 
 
 class AdminStatus(StrEnum):
+    """Set only by operators (SPEC.md section 3): NORMAL, or DELETING after DELETE SERVER."""
+
     NORMAL = "NORMAL"
     DELETING = "DELETING"
 
 
 class HeartbeatStatus(StrEnum):
+    """Set by heartbeats and the checker (SPEC.md section 3)."""
+
     ALIVE = "alive"
     LEASE_EXPIRED = "lease_expired"
     PERMANENT_OFFLINE = "permanent_offline"
 
 
 class DisplayStatus(StrEnum):
+    """What ``__all_server.status`` shows, derived by :func:`display_status`."""
+
     ACTIVE = "ACTIVE"
     INACTIVE = "INACTIVE"
     DELETING = "DELETING"
 
 
 class ReportStatus(StrEnum):
+    """``server_report_status``: what the agent last reported of its data disk."""
+
     NORMAL = "NORMAL"
     DATA_DISK_ERROR = "DATA_DISK_ERROR"
 
@@ -120,9 +128,11 @@ class ResourceInfo:
 
     @classmethod
     def from_proto(cls, msg: Any) -> ResourceInfo:
+        """Copy the fields of an ``obrpc_pb2.ResourceInfo``."""
         return cls(**{f: getattr(msg, f) for f in cls.__slots__})  # type: ignore[attr-defined]
 
     def is_valid(self) -> bool:
+        """No negative count or size."""
         return all(getattr(self, f) >= 0 for f in self.__slots__)  # type: ignore[attr-defined]
 
 
@@ -155,9 +165,11 @@ class ServerStatus:
 
     @property
     def key(self) -> str:
+        """The whitelist key, ``'ip:port'``."""
         return format_server(self.ip, self.port)
 
     def is_alive(self) -> bool:
+        """Heartbeat status is alive."""
         return self.hb_status is HeartbeatStatus.ALIVE
 
     def is_active(self) -> bool:
@@ -165,15 +177,19 @@ class ServerStatus:
         return self.is_alive() and self.admin_status is AdminStatus.NORMAL
 
     def is_stopped(self) -> bool:
+        """``stop_time != 0`` (stopped or isolated)."""
         return self.stop_time != 0
 
     def in_service(self) -> bool:
+        """``start_service_time != 0``."""
         return self.start_service_time != 0
 
     def can_migrate_in(self) -> bool:
+        """Active and ``block_migrate_in_time == 0``."""
         return self.is_active() and self.block_migrate_in_time == 0
 
     def display_status(self) -> DisplayStatus:
+        """SPEC.md section 3, see :func:`display_status`."""
         return display_status(self.admin_status, self.hb_status)
 
     def to_row(self) -> dict[str, Any]:

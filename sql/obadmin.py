@@ -86,6 +86,10 @@ def _rpc_error_response(e: grpc.RpcError) -> obrpc_pb2.SqlResponse:
     details = (e.details() if isinstance(e, grpc.Call) else None) or str(e)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return _error_response(ObError("OB_TIMEOUT"))
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        # gRPC refuses a message above the RS's receive limit before the RS sees it: for the
+        # operator that is MySQL's max_allowed_packet error.
+        return _error_response(ObError("ER_NET_PACKET_TOO_LARGE"))
     # Unary refusals may carry the OceanBase error in trailing metadata (rootservice/errors.py).
     meta = dict(e.trailing_metadata() or ()) if isinstance(e, grpc.Call) else {}
     ob_code, ob_name = meta.get("ob-code"), meta.get("ob-name")

@@ -163,6 +163,15 @@ class PgServer:
         self._pg_stop()
         self._pg_start()
 
+    def outage(self) -> None:
+        """Stop the server but keep its data directory and port: a database outage, ended
+        by :meth:`recover`."""
+        self._pg_stop()
+
+    def recover(self) -> None:
+        """Start the server again after :meth:`outage`, on the same data and port."""
+        self._pg_start()
+
     def stop(self) -> None:
         """Shut the server down and delete its directory. Safe to call more than once."""
         try:

@@ -353,3 +353,43 @@ def test_invalid_settings_exit_2(tmp_path: Path) -> None:
     )
     assert r.returncode == 2
     assert "lease_time (1s) must be greater than heartbeat_interval (2s)" in r.stderr
+
+
+def test_database_outage_keeps_leases_in_memory_and_catches_up(procs: ProcSet, tmp_path: Path) -> None:
+    """PostgreSQL stops under a running RS: heartbeats and lease expiry go on in memory,
+    admin statements fail with a clear error and change nothing, and once the database is
+    back the queued changes reach ``__all_server`` (a private server, so the session's shared
+    one is never stopped)."""
+    from pgserver import PgServer
+
+    pg = PgServer()
+    try:
+        pg.create_database("outage")
+        c = Cluster(procs, tmp_path, pg.url("outage"))
+        c.start_rs()
+        a1, a2 = c.bootstrap(2)
+        pg.outage()
+        resp = c.sql(f"ALTER SYSTEM STOP SERVER '{a1}'")
+        assert resp.error.name == "OB_ERR_SYS" and "nothing was changed" in resp.error.message
+        c.agents[a2].kill()
+        wait_until(lambda: c.metrics()["alive"] == 1, 15, message="lease expired in memory while the database is down")
+        assert c.metrics()["persist_failures_total"] >= 1
+        pg.recover()
+        wait_until(lambda: c.statuses() == {a1: "ACTIVE", a2: "INACTIVE"}, 30, message="table caught up")
+        assert c.ok(f"SELECT stop_time FROM __all_server WHERE svr_port = {a1.rsplit(':', 1)[1]}") == [[0]]
+        events = [r[0] for r in c.ok("SELECT event FROM __all_rootservice_event_history WHERE module = 'server'")]
+        assert "lease_expire" in events
+        c.ok(f"ALTER SYSTEM STOP SERVER '{a1}'")  # admin statements work again
+    finally:
+        pg.stop()
+
+
+def test_one_megabyte_statement_is_refused_cleanly(cluster: Cluster) -> None:
+    c = cluster
+    c.start_rs()
+    c.bootstrap(1)
+    assert c.error("ALTER SYSTEM ADD SERVER '" + "x" * 1_000_000 + "' ZONE 'z1'") == "OB_INVALID_ARGUMENT"
+    assert c.error("SELECT * FROM __all_server WHERE zone = '" + "z" * 5_000_000 + "'") == "ER_NET_PACKET_TOO_LARGE"
+    # Beyond what gRPC accepts at all: still a clean refusal, not a crash.
+    assert c.error("SELECT '" + "z" * 7_000_000 + "'") == "ER_NET_PACKET_TOO_LARGE"
+    assert c.metrics()["servers"] == 1
