@@ -203,6 +203,13 @@ class Agent:
         disk_probe_timeout_us: int = DEFAULT_DISK_PROBE_TIMEOUT_US,
         resource_timeout_us: int = DEFAULT_RESOURCE_TIMEOUT_US,
     ) -> None:
+        """Create ``settings.data_dir`` and load its identity; start unregistered and not serving.
+
+        A kept identity written for another zone or address is only logged as a warning.
+        ``disk_probe_timeout_us`` / ``resource_timeout_us`` (microseconds) bound one data-disk
+        probe and one resource sample. Raises :class:`observer_agent.identity.IdentityError`
+        when the identity file exists but cannot be read or parsed.
+        """
         self.settings = settings
         self.clock = clock
         self.data_dir = Path(settings.data_dir)

@@ -25,18 +25,27 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
     """``ObserverService`` backed by an :class:`Agent`."""
 
     def __init__(self, agent: Agent) -> None:
+        """Answer the RS's calls from ``agent``'s state."""
         self.agent = agent
 
     async def RequestHeartbeat(
         self, request: obrpc_pb2.RequestHeartbeatRequest, context: Any
     ) -> obrpc_pb2.LeaseRequest:
-        """A freshly built lease request (the RS feeds it through its receive_hb)."""
+        """``ObserverService.RequestHeartbeat`` of obrpc.proto: a freshly built lease request.
+
+        The RS feeds the answer through its receive_hb (SPEC.md section 5); the request's
+        ``rs_epoch`` is not checked here.
+        """
         return self.agent.build_lease_request()
 
     async def CheckServerEmpty(
         self, request: obrpc_pb2.CheckServerEmptyRequest, context: Any
     ) -> obrpc_pb2.CheckServerEmptyResponse:
-        """``is_empty`` = no identity file; zone, server, cluster_id, server_id as kept."""
+        """``ObserverService.CheckServerEmpty`` of obrpc.proto, for ADD SERVER and BOOTSTRAP.
+
+        ``is_empty`` = no identity file (an unreadable one counts as not empty); zone, server,
+        cluster_id, server_id as kept (SPEC.md section 7).
+        """
         return self.agent.check_server_empty()
 
 

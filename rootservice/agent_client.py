@@ -31,6 +31,7 @@ class AgentClient:
     """Synchronous client of the agents' ``ObserverService``; ``timeout_us`` per call."""
 
     def __init__(self, timeout_us: int) -> None:
+        """No channel is opened yet; ``timeout_us`` (microseconds) is the deadline of every call."""
         self.timeout_us = timeout_us
         self._channels: dict[str, grpc.Channel] = {}
         self._lock = threading.Lock()
@@ -72,6 +73,7 @@ class AgentClient:
             ch.close()
 
     def close(self) -> None:
+        """Close every cached channel; later calls open new ones."""
         with self._lock:
             channels, self._channels = list(self._channels.values()), {}
         for ch in channels:

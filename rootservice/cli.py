@@ -34,6 +34,7 @@ _DURATION_FLAGS = {
     "--empty-server-check-interval": "empty_server_check_interval",
     "--rpc-timeout": "rpc_timeout",
     "--bootstrap-timeout": "bootstrap_timeout",
+    "--bootstrap-in-service-timeout": "bootstrap_in_service_timeout",
 }
 
 

@@ -24,18 +24,24 @@ class Clock(Protocol):
     for measuring durations and deadlines of waits.
     """
 
-    def now_us(self) -> int: ...
+    def now_us(self) -> int:
+        """Wall-clock time, integer microseconds since the Unix epoch."""
+        ...
 
-    def monotonic_us(self) -> int: ...
+    def monotonic_us(self) -> int:
+        """Monotonic time in microseconds from an arbitrary origin; only differences matter."""
+        ...
 
 
 class SystemClock:
     """The real clock: ``time.time_ns`` and ``time.monotonic_ns`` in microseconds."""
 
     def now_us(self) -> int:
+        """``time.time_ns()`` truncated to integer microseconds since the Unix epoch."""
         return time.time_ns() // 1_000
 
     def monotonic_us(self) -> int:
+        """``time.monotonic_ns()`` truncated to integer microseconds (arbitrary origin)."""
         return time.monotonic_ns() // 1_000
 
 
@@ -47,15 +53,18 @@ class FakeClock:
     """
 
     def __init__(self, start_us: int = 1_767_225_600_000_000) -> None:
+        """Start wall time at ``start_us`` (microseconds since the epoch), monotonic at 0."""
         self._now = start_us
         self._mono = 0
         self._lock = threading.Lock()
 
     def now_us(self) -> int:
+        """The current fake wall time, integer microseconds since the Unix epoch."""
         with self._lock:
             return self._now
 
     def monotonic_us(self) -> int:
+        """The fake monotonic time in microseconds; starts at 0, moved only by :meth:`advance`."""
         with self._lock:
             return self._mono
 

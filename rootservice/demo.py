@@ -29,6 +29,7 @@ DEADLINE_S = 85.0
 
 
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then released)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -38,6 +39,7 @@ class Demo:
     """The processes of the demo and the helpers to drive them."""
 
     def __init__(self) -> None:
+        """Pick a free RPC address for the RS; no process is started yet."""
         self.started = time.monotonic()
         self.rs_addr = f"127.0.0.1:{free_port()}"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -46,12 +48,21 @@ class Demo:
     # --- processes ---------------------------------------------------------------------
 
     def spawn(self, name: str, args: list[str]) -> None:
+        """Start ``args`` as process ``name``, its output appended to ``ROOT/<name>.log``.
+
+        It gets its own session (process group) so that :meth:`kill` and :meth:`stop_all` can
+        signal it together with its children.
+        """
         log = open(ROOT / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
         self.procs[name] = subprocess.Popen(
             args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
 
     def start_rs(self) -> None:
+        """Start the RS (``rootservice.cli serve``) on SQLite under ``ROOT/rs``.
+
+        ``lease_time`` is lowered to ``LEASE`` (3 s) so that a killed agent goes INACTIVE quickly.
+        """
         self.spawn(
             "rs",
             [
@@ -63,6 +74,10 @@ class Demo:
         )  # fmt: skip
 
     def start_agent(self, name: str) -> None:
+        """Start (or restart) agent ``name`` (``observer_agent.cli``).
+
+        Its RPC address, zone and SQL port come from :attr:`agents`; it heartbeats every 1 s.
+        """
         addr, zone, sql_port = self.agents[name]
         self.spawn(
             name,
@@ -74,11 +89,13 @@ class Demo:
         )  # fmt: skip
 
     def kill(self, name: str) -> None:
+        """SIGKILL the process group of ``name`` and reap it (up to 10 s); it is then forgotten."""
         p = self.procs.pop(name)
         os.killpg(p.pid, signal.SIGKILL)
         p.wait(10)
 
     def stop_all(self) -> None:
+        """SIGTERM every process still running, wait up to 10 s each, SIGKILL any that stay."""
         for p in self.procs.values():
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGTERM)
@@ -107,20 +124,32 @@ class Demo:
         return r.returncode
 
     def must(self, statement: str) -> None:
+        """Run ``statement`` through obadmin; raises ``SystemExit`` if it is refused."""
         if self.obadmin(statement) != 0:
             raise SystemExit(f"demo failed: {statement!r} was refused")
 
     def refused(self, statement: str) -> None:
+        """Run ``statement`` through obadmin; raises ``SystemExit`` if it is not refused."""
         if self.obadmin(statement) == 0:
             raise SystemExit(f"demo failed: {statement!r} should have been refused")
 
     def query(self, statement: str) -> list[list[Any]]:
+        """Run ``statement`` over the admin RPC and return its result rows (lists of cell values).
+
+        Raises ``RuntimeError`` with the OceanBase error name and message when the RS refuses it.
+        """
         resp = execute([self.rs_addr], statement, timeout_s=30)
         if resp.error.code:
             raise RuntimeError(f"{resp.error.name}: {resp.error.message}")
         return result_rows(resp)
 
     def wait(self, what: str, predicate: Callable[[], bool], timeout_s: float = 20.0) -> None:
+        """Poll ``predicate`` every 200 ms until it is true, then print how long ``what`` took.
+
+        Exceptions from ``predicate`` count as "not yet" (the RS may still be starting). Gives up
+        after ``timeout_s`` seconds, or when the whole demo passes ``DEADLINE_S`` (85 s) since it
+        started, by raising ``SystemExit``.
+        """
         t0 = time.monotonic()
         deadline = min(t0 + timeout_s, self.started + DEADLINE_S)
         while True:
@@ -135,6 +164,10 @@ class Demo:
             time.sleep(0.2)
 
     def status(self, name: str) -> str | None:
+        """Agent ``name``'s display status in ``__all_server``, or None when it has no row.
+
+        The status is ``ACTIVE``, ``INACTIVE`` or ``DELETING`` (SPEC.md section 3).
+        """
         addr = self.agents[name][0]
         ip, port = addr.rsplit(":", 1)
         rows = self.query(
@@ -143,16 +176,22 @@ class Demo:
         return str(rows[0][0]) if rows else None
 
     def show_servers(self) -> None:
+        """Print the main ``__all_server`` columns ordered by id; ``SystemExit`` if refused."""
         self.must(
             "SELECT svr_ip, svr_port, id, zone, status, stop_time, last_offline_time FROM __all_server ORDER BY id"
         )
 
 
 def step(title: str) -> None:
+    """Print a ``==== title ====`` banner for one demo step."""
     print(f"==== {title} " + "=" * max(0, 76 - len(title)), flush=True)
 
 
 def run(d: Demo) -> None:
+    """Drive the whole scenario of the module docstring against the processes of ``d``.
+
+    Raises ``SystemExit`` at the first step that does not behave as expected.
+    """
     d.agents = {
         f"agent{i}": (f"127.0.0.1:{free_port()}", zone, free_port())
         for i, zone in enumerate(["z1", "z2", "z3", "z1"], start=1)
@@ -225,6 +264,10 @@ def run(d: Demo) -> None:
 
 
 def main() -> int:
+    """Entry point of ``make demo``; returns 0 (failures raise ``SystemExit``).
+
+    Wipes and recreates ``ROOT``, runs the demo and always stops every process it started.
+    """
     if ROOT.exists():
         shutil.rmtree(ROOT)
     ROOT.mkdir(parents=True)

@@ -37,6 +37,10 @@ class EmptyServerChecker:
         all_ls_have_leader: Callable[[], bool] = lambda: True,
         extra_deletes: Callable[[Any, str, int], None] | None = None,
     ) -> None:
+        """Check the whitelist of ``manager``; the hook defaults model a cluster with no tenants.
+
+        Defaults: no server has units or replicas, every LS has a leader, no extra rows to delete.
+        """
         self.manager = manager
         self.has_units = has_units
         self.has_replicas = has_replicas
@@ -44,6 +48,15 @@ class EmptyServerChecker:
         self.extra_deletes = extra_deletes
 
     def run_once(self) -> int:
+        """One round of ``ObEmptyServerChecker``; returns how many servers were removed.
+
+        Does nothing (returns 0) while the RS is not in service. Each DELETING server without units
+        gets ``force_stop_hb = true``; if some LS has no leader nothing is removed this round;
+        otherwise each of those servers that also has no replica is removed through
+        ``ServerManager.finish_delete_server`` (SPEC.md section 9). Raises
+        ``ObError(OB_RS_NOT_MASTER)`` when this RS was deposed and ``ObError(OB_ERR_SYS)`` when
+        the database fails during a removal.
+        """
         if not self.manager.in_service:
             return 0
         deleting = [s for s in self.manager.snapshot() if s.admin_status is AdminStatus.DELETING]

@@ -197,6 +197,7 @@ class ObError(Exception):
     """
 
     def __init__(self, name: str, *args: Any, detail: str = "") -> None:
+        """Build the error for code ``name``; ``KeyError`` if it is not in :data:`ERRORS`."""
         self.definition = ERRORS[name]
         template = self.definition.template
         n = template.count("%s")
@@ -209,6 +210,7 @@ class ObError(Exception):
 
     @property
     def name(self) -> str:
+        """OceanBase code name, e.g. ``"OB_SERVER_NOT_IN_WHITE_LIST"``."""
         return self.definition.name
 
     @property
@@ -218,9 +220,11 @@ class ObError(Exception):
 
     @property
     def sqlstate(self) -> str:
+        """Five-character SQLSTATE, e.g. ``"HY000"``."""
         return self.definition.sqlstate
 
     def grpc_code(self) -> grpc.StatusCode:
+        """The gRPC status a unary call aborts with (e.g. ``FAILED_PRECONDITION``)."""
         return self.definition.grpc_code
 
     def to_sql_text(self) -> str:
@@ -244,6 +248,8 @@ class RemoteObError(ObError):
     """An :class:`ObError` received over RPC; keeps the sender's message verbatim."""
 
     def __init__(self, code: int, name: str, sqlstate: str, message: str) -> None:
+        """Rebuild from the wire fields; an unknown ``code``/``name`` pair gets an ad-hoc definition
+        mapped to gRPC ``UNKNOWN`` instead of raising ``KeyError``."""
         Exception.__init__(self, f"{name}: {message}")
         definition = _BY_CODE.get(code)
         if definition is None or definition.name != name:

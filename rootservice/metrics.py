@@ -12,12 +12,14 @@ class LatencyWindow:
     """The last ``size`` samples (microseconds) with nearest-rank percentiles."""
 
     def __init__(self, size: int = 4096) -> None:
+        """Keep at most ``size`` most recent samples for the percentiles."""
         self._samples: deque[int] = deque(maxlen=size)
         self._lock = threading.Lock()
         self.count = 0
         self.max_us = 0
 
     def record(self, us: int) -> None:
+        """Add one latency sample of ``us`` microseconds; updates the lifetime count and max."""
         with self._lock:
             self._samples.append(us)
             self.count += 1
@@ -42,25 +44,31 @@ class Metrics:
     """Named counters and latency windows."""
 
     def __init__(self) -> None:
+        """Start with no counters and no windows."""
         self._counters: dict[str, int] = {}
         self._lock = threading.Lock()
         self.windows: dict[str, LatencyWindow] = {}
 
     def inc(self, name: str, n: int = 1) -> None:
+        """Add ``n`` to counter ``name``, creating it at 0 first if needed."""
         with self._lock:
             self._counters[name] = self._counters.get(name, 0) + n
 
     def window(self, name: str) -> LatencyWindow:
+        """The latency window called ``name``, created (4096 samples) on first use."""
         w = self.windows.get(name)
         if w is None:
             w = self.windows.setdefault(name, LatencyWindow())
         return w
 
     def get(self, name: str) -> int:
+        """Current value of counter ``name``; 0 if it was never incremented."""
         with self._lock:
             return self._counters.get(name, 0)
 
     def snapshot(self) -> dict[str, Any]:
+        """All counters (name -> int) and windows (name -> :meth:`LatencyWindow.summary` dict)
+        in one JSON-ready dict; a window shadows a counter of the same name."""
         with self._lock:
             out: dict[str, Any] = dict(self._counters)
         for name, w in list(self.windows.items()):

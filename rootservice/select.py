@@ -42,10 +42,17 @@ class Catalog:
     from the database with SQLAlchemy's inspector."""
 
     def __init__(self) -> None:
+        """Empty until the first :meth:`get`, which reads the whole catalog."""
         self._tables: dict[str, tuple[str, dict[str, str]]] | None = None
         self._lock = threading.Lock()
 
     def get(self, conn: sa.Connection, table: str) -> tuple[str, dict[str, str]]:
+        """``(actual table name, lower column -> actual column)`` of lower-case ``table``.
+
+        The first call inspects the database through ``conn`` and caches the system tables and
+        views it finds (later schema changes are not seen). Raises ``ObError(OB_TABLE_NOT_EXIST)``
+        (MySQL's "Table ... doesn't exist") when ``table`` is not one of them.
+        """
         with self._lock:
             if self._tables is None:
                 insp = sa.inspect(conn)

@@ -33,6 +33,7 @@ class RootServiceServicer(obrpc_pb2_grpc.RootServiceServicer):
     """Lease renewal (SPEC.md section 5) -> ``ServerManager.receive_hb``."""
 
     def __init__(self, rs: RootService) -> None:
+        """Serve leases for ``rs``; handling times go to its ``hb_handle_us`` latency window."""
         self.rs = rs
         self._hb_window = rs.metrics.window("hb_handle_us")
 
@@ -51,6 +52,12 @@ class RootServiceServicer(obrpc_pb2_grpc.RootServiceServicer):
     async def RenewLease(
         self, request: obrpc_pb2.LeaseRequest, context: grpc.aio.ServicerContext
     ) -> obrpc_pb2.LeaseResponse:  # type: ignore[override]  # noqa: N802
+        """``RootService.RenewLease`` of obrpc.proto: one lease request, one lease response.
+
+        Runs ``ServerManager.receive_hb`` (SPEC.md section 5). A refusal (``ObError``) aborts
+        the call with the error's gRPC status, message ``"<OB name>: <message>"`` and trailing
+        metadata ``ob-code`` / ``ob-name``.
+        """
         resp = self._handle(request)
         if resp.error.code:
             context.set_trailing_metadata(
@@ -67,6 +74,12 @@ class RootServiceServicer(obrpc_pb2_grpc.RootServiceServicer):
         request_iterator: AsyncIterator[obrpc_pb2.LeaseRequest],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[obrpc_pb2.LeaseResponse]:
+        """``RootService.LeaseStream`` of obrpc.proto: one lease response per request on the stream.
+
+        Each request goes through ``ServerManager.receive_hb`` (SPEC.md section 5); a refusal
+        is carried in-band in the response's ``error`` (with this RS's epoch), so the stream
+        stays open.
+        """
         async for req in request_iterator:
             yield self._handle(req)
 
@@ -75,17 +88,29 @@ class AdminServicer(obrpc_pb2_grpc.AdminServiceServicer):
     """``obadmin``'s entry point: one SQL statement per call (SPEC.md section 7)."""
 
     def __init__(self, rs: RootService) -> None:
+        """Serve admin calls for ``rs``; statements run on ``rs.executor``."""
         self.rs = rs
 
     async def ExecuteSql(
         self, request: obrpc_pb2.SqlRequest, context: grpc.aio.ServicerContext
     ) -> obrpc_pb2.SqlResponse:  # type: ignore[override]  # noqa: N802
+        """``AdminService.ExecuteSql`` of obrpc.proto: parse and run one SQL statement.
+
+        Runs :func:`rootservice.executors.execute_sql` on ``rs.executor`` so the event loop (and the
+        heartbeats) never wait for parsing or the database; every error, MySQL-style (SPEC.md
+        section 7), is carried in the response's ``error``, never as a gRPC status.
+        """
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.rs.executor, execute_sql, self.rs, request.statement)
 
     async def GetMetrics(
         self, request: obrpc_pb2.MetricsRequest, context: grpc.aio.ServicerContext
     ) -> obrpc_pb2.MetricsResponse:  # type: ignore[override]  # noqa: N802
+        """``AdminService.GetMetrics`` of obrpc.proto: ``RootService.metrics_snapshot()`` as JSON.
+
+        The response's ``json`` holds counters, latency-window summaries (microseconds), server
+        counts, RS state and epoch, with sorted keys.
+        """
         return obrpc_pb2.MetricsResponse(
             json=json.dumps(self.rs.metrics_snapshot(), sort_keys=True)
         )

@@ -600,6 +600,7 @@ class ServerManager:
         keys = self._unique_keys(servers)
         if zone is not None:
             zone = check_zone_name(zone)
+            self._check_zone_usable(zone)
         with self.store.write_lock:
             with self._lock:
                 for key in keys:

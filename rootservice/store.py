@@ -38,6 +38,10 @@ class MetaStore:
     """
 
     def __init__(self, engine: sa.Engine, rs_addr: tuple[str, int]) -> None:
+        """Wrap ``engine``; ``rs_addr`` is this RS's ``(ip, port)`` for event-history rows.
+
+        The epoch starts at 0 (not in office) and there is no ``on_deposed`` callback yet.
+        """
         self.engine = engine
         self.rs_addr = rs_addr
         self.epoch = 0
@@ -74,6 +78,7 @@ class MetaStore:
         """A read-only connection (no write lock, no fencing). Raises ``ObError(OB_ERR_SYS)``."""
         try:
             with self.engine.connect() as conn:
+                conn.execution_options(read_only=True)
                 yield conn
         except sa.exc.SQLAlchemyError as e:
             raise ObError(

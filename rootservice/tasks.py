@@ -24,9 +24,17 @@ log = logging.getLogger(__name__)
 
 
 class Task(Protocol):
+    """What :func:`register_tasks` schedules: a job id ``name`` and one cycle ``run_once()``.
+
+    The return value of ``run_once()`` (e.g. how many servers a checker removed) is ignored by
+    the scheduler; tests use it.
+    """
+
     name: str
 
-    def run_once(self) -> Any: ...
+    def run_once(self) -> Any:
+        """Run one cycle; an exception fails this cycle only (see :func:`guarded`)."""
+        ...
 
 
 @dataclass
@@ -37,6 +45,7 @@ class FnTask:
     fn: Callable[[], Any]
 
     def run_once(self) -> Any:
+        """Call ``fn()`` and return its result; its exceptions propagate."""
         return self.fn()
 
 

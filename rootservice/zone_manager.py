@@ -24,6 +24,7 @@ class ZoneManager:
     def __init__(
         self, clock: Clock, store: MetaStore, server_zones: Callable[[], list[str]]
     ) -> None:
+        """Start with an empty cache, filled by :meth:`replace_all` on load or bootstrap."""
         self.clock = clock
         self.store = store
         self._server_zones = server_zones
@@ -33,17 +34,21 @@ class ZoneManager:
     # --- reads (heartbeat path: dict lookups only) ----------------------------------------
 
     def get(self, zone: str) -> ZoneInfo | None:
+        """A copy of zone ``zone``'s info (status / region / idc), or None when it is unknown."""
         z = self._zones.get(zone)
         return None if z is None else ZoneInfo(z.zone, z.status, z.region, z.idc)
 
     def exists(self, zone: str) -> bool:
+        """True when ``zone`` is cached, whatever its status (else ``OB_ZONE_INFO_NOT_EXIST``)."""
         return zone in self._zones
 
     def is_active(self, zone: str) -> bool:
+        """True when ``zone`` exists and is ``ACTIVE`` (ADD SERVER's ``OB_ZONE_NOT_ACTIVE``)."""
         z = self._zones.get(zone)
         return z is not None and z.active
 
     def all(self) -> list[ZoneInfo]:
+        """Copies of every cached zone, in insertion order."""
         with self._lock:
             return [ZoneInfo(z.zone, z.status, z.region, z.idc) for z in self._zones.values()]
 

@@ -19,6 +19,11 @@ ZoneOpKind = Literal["ADD", "START", "STOP", "FORCE_STOP", "DELETE"]
 
 @dataclass(frozen=True)
 class BootstrapEntry:
+    """One ``[REGION [=] 'r'] ZONE [=] 'z' SERVER [=] 'ip:port'`` of BOOTSTRAP (SPEC.md section 8).
+
+    ``region`` is None when not written (the executor then uses the default region).
+    """
+
     region: str | None
     zone: str
     server: str  # 'ip:port' as written
@@ -86,6 +91,8 @@ class Compare:
 
 @dataclass(frozen=True)
 class In:
+    """``column [NOT] IN (literal, ...)``; ``negated`` for NOT IN."""
+
     column: str
     values: tuple[Literal_, ...]
     negated: bool = False
@@ -93,6 +100,13 @@ class In:
 
 @dataclass(frozen=True)
 class Like:
+    """``column [NOT] LIKE 'pattern'`` with MySQL's ``%`` / ``_`` wildcards.
+
+    An escaped ``%`` or ``_`` in the quoted pattern keeps its backslash so it matches a
+    literal ``%`` / ``_``. The executor compares case-insensitively, as MySQL's default
+    collation does.
+    """
+
     column: str
     pattern: str
     negated: bool = False
@@ -100,24 +114,32 @@ class Like:
 
 @dataclass(frozen=True)
 class IsNull:
+    """``column IS [NOT] NULL``; ``negated`` for IS NOT NULL."""
+
     column: str
     negated: bool = False  # IS NOT NULL
 
 
 @dataclass(frozen=True)
 class And:
+    """``left AND right``."""
+
     left: Expr
     right: Expr
 
 
 @dataclass(frozen=True)
 class Or:
+    """``left OR right``."""
+
     left: Expr
     right: Expr
 
 
 @dataclass(frozen=True)
 class Not:
+    """``NOT operand``."""
+
     operand: Expr
 
 
@@ -126,6 +148,8 @@ Expr = Compare | In | Like | IsNull | And | Or | Not
 
 @dataclass(frozen=True)
 class OrderItem:
+    """One ``ORDER BY`` key: ``column`` as written, ``descending`` for DESC (ASC by default)."""
+
     column: str
     descending: bool = False
 

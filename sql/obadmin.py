@@ -54,6 +54,7 @@ class RsUnreachableError(Exception):
     ``UNAVAILABLE``). ``addr`` is the last address tried, ``detail`` gRPC's explanation."""
 
     def __init__(self, addr: str, detail: str) -> None:
+        """Record the last address tried and gRPC's explanation of the failure."""
         super().__init__(f"can't connect to RootService on {addr!r}: {detail}")
         self.addr = addr
         self.detail = detail

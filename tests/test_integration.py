@@ -355,7 +355,9 @@ def test_invalid_settings_exit_2(tmp_path: Path) -> None:
     assert "lease_time (1s) must be greater than heartbeat_interval (2s)" in r.stderr
 
 
-def test_database_outage_keeps_leases_in_memory_and_catches_up(procs: ProcSet, tmp_path: Path) -> None:
+def test_database_outage_keeps_leases_in_memory_and_catches_up(
+    procs: ProcSet, tmp_path: Path
+) -> None:
     """PostgreSQL stops under a running RS: heartbeats and lease expiry go on in memory,
     admin statements fail with a clear error and change nothing, and once the database is
     back the queued changes reach ``__all_server`` (a private server, so the session's shared
@@ -372,12 +374,25 @@ def test_database_outage_keeps_leases_in_memory_and_catches_up(procs: ProcSet, t
         resp = c.sql(f"ALTER SYSTEM STOP SERVER '{a1}'")
         assert resp.error.name == "OB_ERR_SYS" and "nothing was changed" in resp.error.message
         c.agents[a2].kill()
-        wait_until(lambda: c.metrics()["alive"] == 1, 15, message="lease expired in memory while the database is down")
+        wait_until(
+            lambda: c.metrics()["alive"] == 1,
+            15,
+            message="lease expired in memory while the database is down",
+        )
         assert c.metrics()["persist_failures_total"] >= 1
         pg.recover()
-        wait_until(lambda: c.statuses() == {a1: "ACTIVE", a2: "INACTIVE"}, 30, message="table caught up")
-        assert c.ok(f"SELECT stop_time FROM __all_server WHERE svr_port = {a1.rsplit(':', 1)[1]}") == [[0]]
-        events = [r[0] for r in c.ok("SELECT event FROM __all_rootservice_event_history WHERE module = 'server'")]
+        wait_until(
+            lambda: c.statuses() == {a1: "ACTIVE", a2: "INACTIVE"}, 30, message="table caught up"
+        )
+        assert c.ok(
+            f"SELECT stop_time FROM __all_server WHERE svr_port = {a1.rsplit(':', 1)[1]}"
+        ) == [[0]]
+        events = [
+            r[0]
+            for r in c.ok(
+                "SELECT event FROM __all_rootservice_event_history WHERE module = 'server'"
+            )
+        ]
         assert "lease_expire" in events
         c.ok(f"ALTER SYSTEM STOP SERVER '{a1}'")  # admin statements work again
     finally:
@@ -388,8 +403,40 @@ def test_one_megabyte_statement_is_refused_cleanly(cluster: Cluster) -> None:
     c = cluster
     c.start_rs()
     c.bootstrap(1)
-    assert c.error("ALTER SYSTEM ADD SERVER '" + "x" * 1_000_000 + "' ZONE 'z1'") == "OB_INVALID_ARGUMENT"
-    assert c.error("SELECT * FROM __all_server WHERE zone = '" + "z" * 5_000_000 + "'") == "ER_NET_PACKET_TOO_LARGE"
+    assert (
+        c.error("ALTER SYSTEM ADD SERVER '" + "x" * 1_000_000 + "' ZONE 'z1'")
+        == "OB_INVALID_ARGUMENT"
+    )
+    assert (
+        c.error("SELECT * FROM __all_server WHERE zone = '" + "z" * 5_000_000 + "'")
+        == "ER_NET_PACKET_TOO_LARGE"
+    )
     # Beyond what gRPC accepts at all: still a clean refusal, not a crash.
     assert c.error("SELECT '" + "z" * 7_000_000 + "'") == "ER_NET_PACKET_TOO_LARGE"
     assert c.metrics()["servers"] == 1
+
+
+def test_bootstrap_times_out_when_a_server_never_serves(cluster: Cluster, procs: ProcSet) -> None:
+    """The agent answers the RS (empty check, heartbeat request) but its own lease loop
+    talks to another address, so it never starts service: BOOTSTRAP gives up with
+    OB_WAIT_ALL_RS_ONLINE_TIMEOUT and keeps nothing; it then succeeds once the agent can
+    reach the RS."""
+    c = cluster
+    c.start_rs(bootstrap_timeout="3s", bootstrap_in_service_timeout="2s")
+    addr = f"127.0.0.1:{free_port()}"
+    nowhere = f"127.0.0.1:{free_port()}"
+    lost = procs.start(
+        agent_cmd(nowhere, addr, free_port(), "z1", c.tmp / "lost", **AGENT_FLAGS), "lost-agent"
+    )
+    lost.wait_healthy(addr, timeout_s=30)
+    resp = c.sql(f"ALTER SYSTEM BOOTSTRAP ZONE 'z1' SERVER '{addr}'")
+    assert resp.error.name == "OB_WAIT_ALL_RS_ONLINE_TIMEOUT", resp.error.message
+    assert c.ok("SELECT * FROM __all_server") == [] and c.ok("SELECT * FROM __all_zone") == []
+    assert c.metrics()["state"] == "WAIT_BOOTSTRAP"
+    lost.stop()
+    c.agents[addr] = procs.start(
+        agent_cmd(c.rs_addr, addr, free_port(), "z1", c.tmp / "lost", **AGENT_FLAGS), "found-agent"
+    )
+    c.agents[addr].wait_healthy(addr, timeout_s=30)
+    c.ok(f"ALTER SYSTEM BOOTSTRAP ZONE 'z1' SERVER '{addr}'")
+    wait_until(lambda: c.statuses() == {addr: "ACTIVE"}, 15, message="bootstrapped after the retry")

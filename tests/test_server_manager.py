@@ -372,8 +372,48 @@ def test_add_server_refusals(rs: RootService) -> None:
     assert error_name(m.add_servers, [A], "z1") == "OB_ENTRY_EXIST"
     # Nothing listens on this port: the RS cannot check the server.
     assert error_name(m.add_servers, ["127.0.0.1:1"], "z1") == "OB_SERVER_CONNECTION_ERROR"
-    m.zones.add_zone("z9", None, None)
+    assert error_name(m.add_servers, ["127.0.0.1:1"], "nozone") == "OB_ZONE_INFO_NOT_EXIST"
+    m.zones.add_zone("z9", None, None)  # a new zone is INACTIVE until START ZONE
+    assert error_name(m.add_servers, ["127.0.0.1:1"], "z9") == "OB_ZONE_NOT_ACTIVE"
     assert m.counts()["servers"] == len(SEEDED)
+
+
+def test_bootstrap_refusals(db_url: str, tmp_path: Path) -> None:
+    from sql.ast import BootstrapEntry
+
+    rs = make_rs(db_url, tmp_path, seed=False)
+    try:
+        assert error_name(rs.bootstrap, ()) == "OB_INVALID_ARGUMENT"
+        dup_zone = (
+            BootstrapEntry(None, "z1", "127.0.0.1:1"),
+            BootstrapEntry(None, "z1", "127.0.0.1:2"),
+        )
+        assert error_name(rs.bootstrap, dup_zone) == "OB_PARTITION_ZONE_DUPLICATED"
+        dup_server = (
+            BootstrapEntry(None, "z1", "127.0.0.1:1"),
+            BootstrapEntry(None, "z2", "127.0.0.1:1"),
+        )
+        assert error_name(rs.bootstrap, dup_server) == "OB_INVALID_ARGUMENT"
+        assert (
+            error_name(rs.bootstrap, (BootstrapEntry(None, "z1", "nohost"),))
+            == "OB_INVALID_ARGUMENT"
+        )
+        assert (
+            error_name(rs.bootstrap, (BootstrapEntry(None, "z1", "127.0.0.1:1"),))
+            == "OB_SERVER_CONNECTION_ERROR"
+        )
+        assert not rs.bootstrapped and rs.state.value == "WAIT_BOOTSTRAP"
+        assert rs.manager.counts()["servers"] == 0 and rs.manager.zones.all() == []
+    finally:
+        rs.shutdown()
+    rs = make_rs(db_url, tmp_path / "again")
+    try:
+        assert (
+            error_name(rs.bootstrap, (BootstrapEntry(None, "z1", "127.0.0.1:1"),))
+            == "OB_INIT_TWICE"
+        )
+    finally:
+        rs.shutdown()
 
 
 def test_zone_operations(rs: RootService) -> None:

@@ -20,6 +20,8 @@ from alembic.script import ScriptDirectory
 import migrations
 
 MIGRATIONS_DIR = Path(migrations.__file__).resolve().parent
+# pg_advisory_xact_lock key serialising schema migrations (an arbitrary constant).
+MIGRATION_LOCK_ID = 46304630
 
 
 def make_engine(url: str, *, connect_timeout_s: int = 5) -> sa.Engine:
@@ -49,7 +51,12 @@ def make_engine(url: str, *, connect_timeout_s: int = 5) -> sa.Engine:
 
         @sa.event.listens_for(engine, "begin")
         def _begin(conn: sa.Connection) -> None:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            # Readers (connections marked read_only) need no lock in WAL mode; writers take
+            # it up front so two writers queue instead of failing on lock upgrade.
+            if conn.get_execution_options().get("read_only"):
+                conn.exec_driver_sql("BEGIN")
+            else:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
     if u.get_backend_name() == "postgresql":
@@ -61,6 +68,11 @@ def make_engine(url: str, *, connect_timeout_s: int = 5) -> sa.Engine:
 
 
 def alembic_config(connection: sa.Connection | None = None) -> Config:
+    """An Alembic ``Config`` pointing at ``migrations/``.
+
+    When ``connection`` is given it is handed to ``migrations/env.py`` (as
+    ``cfg.attributes["connection"]``) so the migration runs inside the caller's transaction.
+    """
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     if connection is not None:
@@ -71,6 +83,10 @@ def alembic_config(connection: sa.Connection | None = None) -> Config:
 def upgrade(engine: sa.Engine, revision: str = "head") -> None:
     """Apply migrations up to ``revision`` in one transaction per run."""
     with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            # Two RS processes starting together on an empty database must not both create
+            # the tables; the lock is released at commit.
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_ID})")
         command.upgrade(alembic_config(conn), revision)
 
 
@@ -87,4 +103,5 @@ def current_revision(engine: sa.Engine) -> str | None:
 
 
 def head_revision() -> str | None:
+    """The newest revision id in ``migrations/`` (where :func:`upgrade` goes), or None if none."""
     return ScriptDirectory.from_config(alembic_config()).get_current_head()

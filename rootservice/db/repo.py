@@ -163,6 +163,7 @@ class ZoneInfo:
 
     @property
     def active(self) -> bool:
+        """True when the zone's status is ``ACTIVE`` (ADD SERVER needs it, SPEC.md section 7)."""
         return self.status == "ACTIVE"
 
 
@@ -205,6 +206,7 @@ def upsert_zone(conn: sa.Connection, zone: ZoneInfo, now_us: int) -> None:
 
 
 def delete_zone(conn: sa.Connection, zone: str) -> None:
+    """Delete every ``__all_zone`` row (status / region / idc) of ``zone``; no-op if absent."""
     conn.execute(all_zone.delete().where(all_zone.c.zone == zone))
 
 
