@@ -16,7 +16,7 @@ import heapq
 import logging
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any, Literal
@@ -61,14 +61,13 @@ class PersistQueue:
     everything for the next run.
     """
 
-    MAX_EVENTS = 100_000
-
     def __init__(
         self,
         store: MetaStore,
         clock: Clock,
         rows: Callable[[list[str]], list[dict[str, Any]]],
         metrics: Metrics,
+        max_events: int = 100_000,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -76,7 +75,9 @@ class PersistQueue:
         self.metrics = metrics
         self._lock = threading.Lock()
         self._dirty: dict[str, int] = {}
-        self._events: list[Event] = []
+        # Bounded so a long outage with flapping servers cannot exhaust memory.
+        self._events: deque[tuple[int, Event]] = deque(maxlen=max_events)
+        self._event_seq = 0
         self._last_error_log_us = 0
 
     def mark(self, key: str) -> None:
@@ -85,13 +86,12 @@ class PersistQueue:
             self._dirty[key] = self._dirty.get(key, 0) + 1
 
     def add_event(self, event: Event) -> None:
-        """Queue an event row (dropping the oldest beyond MAX_EVENTS)."""
+        """Queue an event row (dropping the oldest beyond ``max_events``)."""
         with self._lock:
-            if len(self._events) >= self.MAX_EVENTS:
-                # Bounded so a long outage with flapping servers cannot exhaust memory.
-                self._events.pop(0)
+            if len(self._events) == self._events.maxlen:
                 self.metrics.inc("events_dropped_total")
-            self._events.append(event)
+            self._event_seq += 1
+            self._events.append((self._event_seq, event))
 
     def depth(self) -> int:
         """Stale rows + queued events."""
@@ -104,7 +104,8 @@ class PersistQueue:
         with self.store.write_lock:
             with self._lock:
                 dirty = dict(self._dirty)
-                events = list(self._events)
+                queued = list(self._events)
+            events = [e for _, e in queued]
             if not dirty and not events:
                 return 0
             rows = self._rows(list(dirty))
@@ -128,7 +129,11 @@ class PersistQueue:
                 for key, version in dirty.items():
                     if self._dirty.get(key) == version:
                         del self._dirty[key]
-                del self._events[: len(events)]
+                # By sequence, not count: the bounded deque may have dropped old entries
+                # while this flush ran.
+                last = queued[-1][0] if queued else 0
+                while self._events and self._events[0][0] <= last:
+                    self._events.popleft()
             self.metrics.inc("persist_flushes_total")
             self.metrics.inc("persist_rows_total", len(rows))
             return len(rows) + len(events)
@@ -245,7 +250,7 @@ class ServerManager:
                 # Slow path only for unknown keys: validate so a malformed address gets
                 # OB_INVALID_ARGUMENT rather than "not in white list".
                 key, s = self._resolve(req.server)
-            self._validate_hb(req)
+            resources = self._validate_hb(req)
             if not self.zones.exists(req.zone):
                 raise ObError("OB_ZONE_INFO_NOT_EXIST", req.zone[:128])
             if s is None:
@@ -286,12 +291,14 @@ class ServerManager:
                 s.build_version = req.build_version
                 s.sql_port = req.sql_port
                 changed = True
-            s.resource_info = ResourceInfo.from_proto(req.resource_info)
+            s.resource_info = resources
             if changed:
                 self.persist.mark(key)
             return self._lease_response(s, req.seq)
 
-    def _validate_hb(self, req: obrpc_pb2.LeaseRequest) -> None:
+    def _validate_hb(self, req: obrpc_pb2.LeaseRequest) -> ResourceInfo:
+        """Raise OB_INVALID_ARGUMENT naming the first bad field; returns the resources."""
+        resources = ResourceInfo.from_proto(req.resource_info)
         bad = ""
         if not req.zone or len(req.zone) > 128:
             bad = "zone"
@@ -301,10 +308,11 @@ class ServerManager:
             bad = "start_service_time" if req.start_service_time < 0 else "current_server_time"
         elif req.server_status < 0 or len(req.build_version) > 256:
             bad = "server_status" if req.server_status < 0 else "build_version"
-        elif not ResourceInfo.from_proto(req.resource_info).is_valid():
+        elif not resources.is_valid():
             bad = "resource_info"
         if bad:
             raise ObError("OB_INVALID_ARGUMENT", f"lease request field {bad}")
+        return resources
 
     def _lease_response(self, s: ServerStatus, seq: int) -> obrpc_pb2.LeaseResponse:
         lease = self.settings.lease_time

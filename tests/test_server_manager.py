@@ -570,3 +570,15 @@ def test_lease_time_change_applies_to_the_checker(rs: RootService) -> None:
     assert rs.manager.check_heartbeats() == 0
     rs.clock.advance(1)
     assert rs.manager.check_heartbeats() == 1
+
+
+def test_event_queue_is_bounded_and_flushes_what_it_kept(rs: RootService) -> None:
+    from rootservice.db.repo import Event
+    from rootservice.server_manager import PersistQueue
+
+    q = PersistQueue(rs.store, rs.clock, lambda keys: [], rs.metrics, max_events=3)
+    for i in range(5):
+        q.add_event(Event(rs.clock.now_us(), "test", f"e{i}"))
+    assert q.depth() == 3 and rs.metrics.get("events_dropped_total") == 2
+    assert q.run_once() == 3 and q.depth() == 0
+    assert [e["event"] for e in events(rs) if e["module"] == "test"] == ["e2", "e3", "e4"]
