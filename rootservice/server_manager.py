@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any, Literal
 
+import sqlalchemy as sa
+
 from rootservice.agent_client import AgentClient
 from rootservice.clock import Clock
 from rootservice.config import RsSettings
@@ -661,6 +663,39 @@ class ServerManager:
         if not z.active:
             raise ObError("OB_ZONE_NOT_ACTIVE", detail=f"zone '{zone}' is {z.status}")
 
+    def _write_through(
+        self,
+        targets: list[ServerStatus],
+        change: Callable[[ServerStatus], None],
+        event: str,
+        *event_values: tuple[str, Any],
+        also: Callable[[sa.Connection, ServerStatus], Any] | None = None,
+    ) -> list[Any]:
+        """The write-through step of an admin operation (SPEC.md section 6): apply ``change``
+        to copies of the servers' current records, write their rows, ``also(conn, s)`` for
+        each and one ``event`` each in one fenced transaction, then apply ``change`` to
+        memory. Returns what ``also`` returned. The caller holds the write lock, so no other
+        table write interleaves. Raises ``ObError`` (nothing changed) on database errors."""
+        with self._lock:
+            fresh = [replace(self._servers[s.key]) for s in targets if s.key in self._servers]
+        for s in fresh:
+            change(s)
+        now = self.clock.now_us()
+        results = []
+        with self.store.txn() as conn:
+            repo.update_servers(conn, [s.to_row() for s in fresh], now)
+            if also is not None:
+                results = [also(conn, s) for s in fresh]
+            repo.insert_events(
+                conn, [self._event(now, event, s, *event_values) for s in fresh], self.store.rs_addr
+            )
+        with self._lock:
+            for s in fresh:
+                cur = self._servers.get(s.key)
+                if cur is not None:
+                    change(cur)
+        return results
+
     def delete_servers(
         self,
         servers: list[str],
@@ -680,36 +715,26 @@ class ServerManager:
                     raise ObError("OB_SERVER_ALREADY_DELETED", detail=f"server '{s.key}'")
             if pre_check is not None:
                 pre_check(targets)
-            now = self.clock.now_us()
-            jobs = []
-            with self.store.txn() as conn:
-                for s in targets:
-                    s.admin_status = AdminStatus.DELETING
-                repo.update_servers(conn, [s.to_row() for s in targets], now)
-                for s in targets:
-                    jobs.append(
-                        repo.create_job(
-                            conn,
-                            "DELETE_SERVER",
-                            s.ip,
-                            s.port,
-                            now,
-                            self.store.rs_addr,
-                            f"ALTER SYSTEM DELETE SERVER '{s.key}'",
-                        )
-                    )
-                repo.insert_events(
+
+            def deleting(s: ServerStatus) -> None:
+                s.admin_status = AdminStatus.DELETING
+
+            def job(conn: sa.Connection, s: ServerStatus) -> int:
+                sql_text = f"ALTER SYSTEM DELETE SERVER '{s.key}'"
+                return repo.create_job(
                     conn,
-                    [self._event(now, "delete_server", s) for s in targets],
+                    "DELETE_SERVER",
+                    s.ip,
+                    s.port,
+                    self.clock.now_us(),
                     self.store.rs_addr,
+                    sql_text,
                 )
-            with self._lock:
-                for s in targets:
-                    if s.key in self._servers:
-                        self._servers[s.key].admin_status = AdminStatus.DELETING
+
+            jobs = self._write_through(targets, deleting, "delete_server", also=job)
         for name in ("balancer", "empty_server_checker", "lost_replica_checker"):
             self.wake(name)
-        return jobs
+        return [int(j) for j in jobs]
 
     def cancel_delete_servers(self, servers: list[str], zone: str | None) -> None:
         """CANCEL DELETE SERVER: ``force_stop_hb = false``, DELETING -> NORMAL, job CANCELED,
@@ -721,32 +746,18 @@ class ServerManager:
             for s in targets:
                 if s.admin_status is not AdminStatus.DELETING:
                     raise ObError("OB_SERVER_NOT_DELETING", detail=f"server '{s.key}'")
-            now = self.clock.now_us()
-            with self.store.txn() as conn:
-                for s in targets:
-                    s.admin_status = AdminStatus.NORMAL
-                repo.update_servers(conn, [s.to_row() for s in targets], now)
-                for s in targets:
-                    repo.finish_jobs(
-                        conn,
-                        "DELETE_SERVER",
-                        s.ip,
-                        s.port,
-                        "CANCELED",
-                        now,
-                        return_code=ObError("OB_CANCELED").code,
-                    )
-                repo.insert_events(
-                    conn,
-                    [self._event(now, "cancel_delete_server", s) for s in targets],
-                    self.store.rs_addr,
+
+            def normal(s: ServerStatus) -> None:
+                s.admin_status = AdminStatus.NORMAL
+                s.force_stop_hb = False
+
+            def cancel_job(conn: sa.Connection, s: ServerStatus) -> int:
+                code = ObError("OB_CANCELED").code
+                return repo.finish_jobs(
+                    conn, "DELETE_SERVER", s.ip, s.port, "CANCELED", self.clock.now_us(), code
                 )
-            with self._lock:
-                for s in targets:
-                    cur = self._servers.get(s.key)
-                    if cur is not None:
-                        cur.admin_status = AdminStatus.NORMAL
-                        cur.force_stop_hb = False
+
+            self._write_through(targets, normal, "cancel_delete_server", also=cancel_job)
         keys = [s.key for s in targets]
         self.background(lambda: self.request_heartbeats(keys))
         self.wake("balancer")
@@ -772,52 +783,40 @@ class ServerManager:
             if len(zones) > 1:
                 raise ObError("OB_STOP_SERVER_IN_MULTIPLE_ZONES", ",".join(zones))
             if mode != "ISOLATE":
-                the_zone = zones[0]
-                with self._lock:
-                    others = sorted(
-                        {
-                            s.zone
-                            for s in self._servers.values()
-                            if s.zone != the_zone and s.is_stopped()
-                        }
-                    )
-                if others:
-                    raise ObError(
-                        "OB_STOP_SERVER_IN_MULTIPLE_ZONES",
-                        f"servers of zone {','.join(others)} are stopped",
-                    )
-                inactive = sorted(
-                    z.zone for z in self.zones.all() if z.zone != the_zone and not z.active
-                )
-                if inactive:
-                    raise ObError(
-                        "OB_STOP_SERVER_IN_MULTIPLE_ZONES",
-                        f"zone {','.join(inactive)} is not active",
-                    )
+                self._check_other_zones_running(zones[0])
             if pre_check is not None:
                 pre_check(targets, mode)
-            now = self.clock.now_us()
             changing = [s for s in targets if s.stop_time == 0]
             if changing:
+                now = self.clock.now_us()
                 event = {
                     "STOP": "stop_server",
                     "FORCE_STOP": "force_stop_server",
                     "ISOLATE": "isolate_server",
                 }[mode]
-                with self.store.txn() as conn:
-                    for s in changing:
-                        s.stop_time = now
-                    repo.update_servers(conn, [s.to_row() for s in changing], now)
-                    repo.insert_events(
-                        conn,
-                        [self._event(now, event, s, ("reason", reason)) for s in changing],
-                        self.store.rs_addr,
-                    )
-                with self._lock:
-                    for s in changing:
-                        cur = self._servers.get(s.key)
-                        if cur is not None:
-                            cur.stop_time = now
+
+                def stopped(s: ServerStatus) -> None:
+                    s.stop_time = now
+
+                self._write_through(changing, stopped, event, ("reason", reason))
+
+    def _check_other_zones_running(self, zone: str) -> None:
+        """STOP's zone rule: no server of another zone stopped, every other zone ACTIVE.
+        Raises OB_STOP_SERVER_IN_MULTIPLE_ZONES."""
+        with self._lock:
+            others = sorted(
+                {s.zone for s in self._servers.values() if s.zone != zone and s.is_stopped()}
+            )
+        if others:
+            raise ObError(
+                "OB_STOP_SERVER_IN_MULTIPLE_ZONES",
+                f"servers of zone {','.join(others)} are stopped",
+            )
+        inactive = sorted(z.zone for z in self.zones.all() if z.zone != zone and not z.active)
+        if inactive:
+            raise ObError(
+                "OB_STOP_SERVER_IN_MULTIPLE_ZONES", f"zone {','.join(inactive)} is not active"
+            )
 
     def start_servers(self, servers: list[str], zone: str | None, reason: str = "") -> None:
         """START SERVER: ``stop_time = 0`` (unchanged if already started). Raises
@@ -825,23 +824,12 @@ class ServerManager:
         self._require_in_service()
         with self.store.write_lock:
             targets = [s for s in self._existing(servers, zone) if s.stop_time != 0]
-            if not targets:
-                return
-            now = self.clock.now_us()
-            with self.store.txn() as conn:
-                for s in targets:
+            if targets:
+
+                def started(s: ServerStatus) -> None:
                     s.stop_time = 0
-                repo.update_servers(conn, [s.to_row() for s in targets], now)
-                repo.insert_events(
-                    conn,
-                    [self._event(now, "start_server", s, ("reason", reason)) for s in targets],
-                    self.store.rs_addr,
-                )
-            with self._lock:
-                for s in targets:
-                    cur = self._servers.get(s.key)
-                    if cur is not None:
-                        cur.stop_time = 0
+
+                self._write_through(targets, started, "start_server", ("reason", reason))
 
     # --- the empty-server checker's operations (SPEC.md section 9) ------------------------
 
