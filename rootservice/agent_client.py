@@ -52,6 +52,7 @@ class AgentClient:
                 obrpc_pb2.CheckServerEmptyRequest(rs_epoch=epoch), timeout=self.timeout_us / 1e6
             )
         except grpc.RpcError as e:
+            self.forget(server)
             raise ObError("OB_SERVER_CONNECTION_ERROR", server, detail=_rpc_detail(e)) from None
         return EmptyCheck(r.is_empty, r.zone, r.server, r.cluster_id, r.server_id)
 
@@ -63,6 +64,9 @@ class AgentClient:
                 obrpc_pb2.RequestHeartbeatRequest(rs_epoch=epoch), timeout=self.timeout_us / 1e6
             )
         except grpc.RpcError as e:
+            # An unreachable server keeps no channel: after a take-office with thousands of
+            # dead servers, cached channels would cost hundreds of MiB.
+            self.forget(server)
             raise ObError("OB_SERVER_CONNECTION_ERROR", server, detail=_rpc_detail(e)) from None
 
     def forget(self, server: str) -> None:

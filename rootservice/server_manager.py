@@ -18,6 +18,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, Literal
 
@@ -511,17 +512,37 @@ class ServerManager:
         with self._lock:
             return [k for k, s in self._servers.items() if not s.is_alive()]
 
-    def request_heartbeats(self, servers: Iterable[str]) -> int:
+    def request_heartbeats(self, servers: Iterable[str], parallel: int = 32) -> int:
         """Ask each server for a heartbeat and feed the answer to receive_hb (SPEC.md
-        section 5, RS -> agent). Failures are warnings. Returns how many answered."""
-        ok = 0
-        for key in servers:
+        section 5, RS -> agent), ``parallel`` at a time so that taking office with thousands
+        of silent servers takes seconds, not ``rpc_timeout`` each. Failures are only a
+        warning: one summary line. Returns how many answered."""
+        keys = list(servers)
+        if not keys:
+            return 0
+        failed: list[str] = []
+
+        def one(key: str) -> bool:
             try:
-                req = self.agents.request_heartbeat(key, self.store.epoch)
-                self.receive_hb(req)
-                ok += 1
+                self.receive_hb(self.agents.request_heartbeat(key, self.store.epoch))
+                return True
             except ObError as e:
-                log.warning("request heartbeat from %s failed: %s", key, e)
+                failed.append(f"{key} ({e.name})")
+                return False
+
+        with ThreadPoolExecutor(
+            max_workers=min(parallel, len(keys)), thread_name_prefix="rs-reqhb"
+        ) as pool:
+            ok = sum(pool.map(one, keys))
+        if failed:
+            more = f" and {len(failed) - 5} more" if len(failed) > 5 else ""
+            log.warning(
+                "request heartbeat failed for %d of %d servers: %s%s",
+                len(failed),
+                len(keys),
+                ", ".join(failed[:5]),
+                more,
+            )
         return ok
 
     # --- CheckAllServerTask (SPEC.md section 6) -------------------------------------------
