@@ -157,8 +157,8 @@ ERRORS: dict[str, ErrorDef] = {
             "Got a packet bigger than 'max_allowed_packet' bytes",
             grpc.StatusCode.INVALID_ARGUMENT,
         ),
-        # An unreachable or failing system-table database (our choice of code: OceanBase has
-        # no dedicated one for the RS's own meta database).
+        # An unreachable or failing system-table database. OceanBase has no code for the RS's
+        # own meta database; OB_ERR_SYS is its generic "system error".
         ErrorDef("OB_ERR_SYS", -4015, "HY000", "System error", grpc.StatusCode.UNAVAILABLE),
         ErrorDef("OB_ERR_UNEXPECTED", -4016, "HY000", "Internal error", grpc.StatusCode.INTERNAL),
         ErrorDef(
