@@ -177,7 +177,7 @@ ERRORS: dict[str, ErrorDef] = {
         ),
         ErrorDef(
             "OB_ERR_SYS_CONFIG_UNKNOWN",
-            -4343,
+            -5099,
             "HY000",
             "System config unknown",
             grpc.StatusCode.NOT_FOUND,
