@@ -96,6 +96,11 @@ class PersistQueue:
             self._event_seq += 1
             self._events.append((self._event_seq, event))
 
+    def pending_keys(self) -> set[str]:
+        """Servers whose rows are queued."""
+        with self._lock:
+            return set(self._dirty)
+
     def depth(self) -> int:
         """Stale rows + queued events."""
         with self._lock:
@@ -192,9 +197,23 @@ class ServerManager:
         with self._lock:
             return [s.zone for s in self._servers.values()]
 
+    # Whitelist-wide work takes the lock this many servers at a time, so the heartbeat path
+    # (which needs the same lock) waits at most a chunk's worth, not the whole scan.
+    CHUNK = 256
+
+    def _rows_chunked(self, keys: list[str]) -> list[tuple[str, dict[str, Any]]]:
+        """``(key, to_row())`` of the given servers that are still whitelisted."""
+        out: list[tuple[str, dict[str, Any]]] = []
+        for i in range(0, len(keys), self.CHUNK):
+            with self._lock:
+                for k in keys[i : i + self.CHUNK]:
+                    s = self._servers.get(k)
+                    if s is not None:
+                        out.append((k, s.to_row()))
+        return out
+
     def _rows_for(self, keys: list[str]) -> list[dict[str, Any]]:
-        with self._lock:
-            return [self._servers[k].to_row() for k in keys if k in self._servers]
+        return [row for _, row in self._rows_chunked(keys)]
 
     def get(self, server: str) -> ServerStatus | None:
         """A copy of one record, or None (``server`` is 'ip:port')."""
@@ -253,7 +272,8 @@ class ServerManager:
                 # Slow path only for unknown keys: validate so a malformed address gets
                 # OB_INVALID_ARGUMENT rather than "not in white list".
                 key, s = self._resolve(req.server)
-            resources = self._validate_hb(req)
+            raw = req.resource_info.SerializeToString()
+            resources = self._validate_hb(req, None if s is None else s.resource_raw, raw)
             if not self.zones.exists(req.zone):
                 raise ObError("OB_ZONE_INFO_NOT_EXIST", req.zone[:128])
             if s is None:
@@ -294,14 +314,22 @@ class ServerManager:
                 s.build_version = req.build_version
                 s.sql_port = req.sql_port
                 changed = True
-            s.resource_info = resources
+            if resources is not None:
+                s.resource_info = resources
+                s.resource_raw = raw
             if changed:
                 self.persist.mark(key)
             return self._lease_response(s, req.seq)
 
-    def _validate_hb(self, req: obrpc_pb2.LeaseRequest) -> ResourceInfo:
+    def _validate_hb(
+        self, req: obrpc_pb2.LeaseRequest, last_raw: bytes | None, raw: bytes
+    ) -> ResourceInfo | None:
         """Raise OB_INVALID_ARGUMENT naming the first bad field; returns the resources."""
-        resources = ResourceInfo.from_proto(req.resource_info)
+        # Agents resend the same resource info most of the time: compare the bytes and only
+        # convert and check it when it changed (None: unchanged).
+        resources = None
+        if raw != last_raw:
+            resources = ResourceInfo.from_proto(req.resource_info)
         bad = ""
         if not req.zone or len(req.zone) > 128:
             bad = "zone"
@@ -311,7 +339,7 @@ class ServerManager:
             bad = "start_service_time" if req.start_service_time < 0 else "current_server_time"
         elif req.server_status < 0 or len(req.build_version) > 256:
             bad = "server_status" if req.server_status < 0 else "build_version"
-        elif not resources.is_valid():
+        elif resources is not None and not resources.is_valid():
             bad = "resource_info"
         if bad:
             raise ObError("OB_INVALID_ARGUMENT", f"lease request field {bad}")
@@ -549,8 +577,8 @@ class ServerManager:
 
     def check_all_server(self) -> int:
         """Compare memory with ``__all_server`` on the checked columns and queue a repair for
-        each server that differs. Returns how many were queued. Raises ``ObError(OB_ERR_SYS)``
-        when the table cannot be read."""
+        each server that differs and is not already queued. Returns how many were queued.
+        Raises ``ObError(OB_ERR_SYS)`` when the table cannot be read."""
         if not self.in_service:
             return 0
         with self.store.write_lock:
@@ -558,31 +586,42 @@ class ServerManager:
                 rows = {
                     format_server(r["svr_ip"], r["svr_port"]): r for r in repo.load_servers(conn)
                 }
-            n = 0
+            # The write lock keeps the persistence queue from flushing meanwhile, so a queued
+            # row differs legitimately and is left alone.
+            pending = self.persist.pending_keys()
+            mine = {r_key: row for r_key, row in self._rows_chunked(list(rows.keys() - pending))}
+            repaired: list[str] = []
+            for key, row in rows.items():
+                if key in pending or key not in mine:
+                    continue
+                diff = [c for c in CHECKED_COLUMNS if mine[key][c] != self._row_value(row, c)]
+                if diff:
+                    repaired.append(f"{key} ({', '.join(diff)})")
+                    self.persist.mark(key)
             with self._lock:
-                for key, s in self._servers.items():
-                    row = rows.get(key)
-                    if row is None:
-                        log.error("server %s is in the whitelist but not in __all_server", key)
-                        continue
-                    mine = s.to_row()
-                    diff = [c for c in CHECKED_COLUMNS if mine[c] != self._row_value(row, c)]
-                    if diff:
-                        log.warning(
-                            "__all_server row of %s differs from memory on %s: repairing",
-                            key,
-                            ", ".join(diff),
-                        )
-                        self.persist.mark(key)
-                        n += 1
-                for key in rows.keys() - self._servers.keys():
-                    log.error(
-                        "server %s is in __all_server but not in the whitelist (RELOAD SERVER loads it)",
-                        key,
-                    )
-        if n:
-            self.metrics.inc("check_all_server_repairs_total", n)
-        return n
+                missing = sorted(self._servers.keys() - rows.keys())
+            extra = sorted(rows.keys() - mine.keys() - pending)
+        if repaired:
+            self.metrics.inc("check_all_server_repairs_total", len(repaired))
+            log.warning(
+                "__all_server differs from memory for %d servers, repairing: %s%s",
+                len(repaired),
+                "; ".join(repaired[:5]),
+                " ..." if len(repaired) > 5 else "",
+            )
+        if missing:
+            log.error(
+                "%d whitelisted servers have no __all_server row: %s",
+                len(missing),
+                ", ".join(missing[:5]),
+            )
+        if extra:
+            log.error(
+                "%d __all_server rows are not in the whitelist (RELOAD SERVER loads them): %s",
+                len(extra),
+                ", ".join(extra[:5]),
+            )
+        return len(repaired)
 
     # --- admin operations (SPEC.md section 7) ---------------------------------------------
 

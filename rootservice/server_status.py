@@ -162,6 +162,8 @@ class ServerStatus:
     server_report_status: ReportStatus = ReportStatus.NORMAL
     with_partition: int = 0
     first_sessid: int = 0
+    # The last accepted resource_info as serialized bytes (heartbeat fast path).
+    resource_raw: bytes = b""
 
     @property
     def key(self) -> str:

@@ -582,3 +582,18 @@ def test_event_queue_is_bounded_and_flushes_what_it_kept(rs: RootService) -> Non
     assert q.depth() == 3 and rs.metrics.get("events_dropped_total") == 2
     assert q.run_once() == 3 and q.depth() == 0
     assert [e["event"] for e in events(rs) if e["module"] == "test"] == ["e2", "e3", "e4"]
+
+
+def test_resource_changes_are_applied_and_checked(rs: RootService) -> None:
+    rs.manager.receive_hb(hb(A, ZA))
+    assert rs.manager.get(A).resource_info.cpu_total == 2
+    rs.manager.receive_hb(hb(A, ZA))  # same bytes: the fast path keeps the same values
+    assert rs.manager.get(A).resource_info.mem_total == 8 << 30
+    rs.manager.receive_hb(
+        hb(A, ZA, resource_info=obrpc_pb2.ResourceInfo(cpu_total=16, mem_total=1 << 30))
+    )
+    s = rs.manager.get(A)
+    assert (s.resource_info.cpu_total, s.resource_info.mem_total) == (16, 1 << 30)
+    bad = obrpc_pb2.ResourceInfo(cpu_total=16, data_disk_total=-1)
+    assert error_name(rs.manager.receive_hb, hb(A, ZA, resource_info=bad)) == "OB_INVALID_ARGUMENT"
+    assert rs.manager.get(A).resource_info.data_disk_total == 0
