@@ -112,6 +112,10 @@ class RootService:
         )
         self.empty_server_checker = EmptyServerChecker(self.manager)
         self._bootstrap_lock = threading.Lock()
+        self._registered: set[str] = set()
+        # Counted by the lease servicer on the event-loop thread (see rootservice.server).
+        self.heartbeats_total = 0
+        self.heartbeats_refused_total = 0
         self.bootstrapped = False
 
     # --- life cycle ----------------------------------------------------------------------
@@ -233,14 +237,18 @@ class RootService:
     def _start_timers(self) -> None:
         if not self.start_scheduler:
             return
-        register_tasks(self.scheduler, self._tasks(), self.metrics)
+        tasks = self._tasks()
+        register_tasks(self.scheduler, tasks, self.metrics, self.clock)
+        self._registered = {task.name for task, _ in tasks}
         if not self.scheduler.running:
             self.scheduler.start()
 
     def wake(self, name: str) -> None:
         """Run a checker now (no-op for components not registered, e.g. the balancer that
         arrives with unit migration)."""
-        if self.start_scheduler and self.scheduler.running:
+        # Called on the heartbeat path for every transition: a name with no job (the
+        # balancer, until unit migration exists) must cost nothing.
+        if name in self._registered and self.scheduler.running:
             wake(self.scheduler, self.clock, name)
 
     def _background(self, fn: Callable[[], object]) -> None:
@@ -471,6 +479,8 @@ class RootService:
     def metrics_snapshot(self) -> dict[str, Any]:
         """Counters, latency windows, server counts, state and epoch (for GetMetrics)."""
         out = self.metrics.snapshot()
+        out["heartbeats_total"] = self.heartbeats_total
+        out["heartbeats_refused_total"] = self.heartbeats_refused_total
         out.update(self.manager.counts())
         out["persist_queue_depth"] = self.manager.persist.depth()
         out["state"] = self.state.value

@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 from rootservice.server_manager import ServerManager
-from rootservice.server_status import AdminStatus
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +58,7 @@ class EmptyServerChecker:
         """
         if not self.manager.in_service:
             return 0
-        deleting = [s for s in self.manager.snapshot() if s.admin_status is AdminStatus.DELETING]
+        deleting = self.manager.deleting_servers()
         if not deleting:
             return 0
         empty = []

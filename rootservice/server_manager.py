@@ -232,6 +232,14 @@ class ServerManager:
                 key=lambda s: s.id,
             )
 
+    def deleting_servers(self) -> list[ServerStatus]:
+        """Copies of the DELETING servers only (the empty-server checker's input), without
+        copying the rest of the whitelist."""
+        with self._lock:
+            return [
+                replace(s) for s in self._servers.values() if s.admin_status is AdminStatus.DELETING
+            ]
+
     def counts(self) -> dict[str, int]:
         """Number of servers by heartbeat status, plus ``servers``."""
         out = {h.value: 0 for h in HeartbeatStatus}
@@ -575,32 +583,46 @@ class ServerManager:
 
     # --- CheckAllServerTask (SPEC.md section 6) -------------------------------------------
 
-    def check_all_server(self) -> int:
+    def check_all_server(self, page_size: int = 500, pause_s: float = 0.005) -> int:
         """Compare memory with ``__all_server`` on the checked columns and queue a repair for
         each server that differs and is not already queued. Returns how many were queued.
-        Raises ``ObError(OB_ERR_SYS)`` when the table cannot be read."""
+
+        The table is read ``page_size`` rows at a time in key order, each page under the
+        write lock (so the persistence queue cannot flush in the middle of a comparison) and
+        with ``pause_s`` between pages, so that 10,000 servers do not starve the heartbeat
+        path for the whole scan. Raises ``ObError(OB_ERR_SYS)`` when the table cannot be read.
+        """
         if not self.in_service:
             return 0
-        with self.store.write_lock:
-            with self.store.read() as conn:
-                rows = {
-                    format_server(r["svr_ip"], r["svr_port"]): r for r in repo.load_servers(conn)
-                }
-            # The write lock keeps the persistence queue from flushing meanwhile, so a queued
-            # row differs legitimately and is left alone.
-            pending = self.persist.pending_keys()
-            mine = {r_key: row for r_key, row in self._rows_chunked(list(rows.keys() - pending))}
-            repaired: list[str] = []
-            for key, row in rows.items():
-                if key in pending or key not in mine:
-                    continue
-                diff = [c for c in CHECKED_COLUMNS if mine[key][c] != self._row_value(row, c)]
-                if diff:
-                    repaired.append(f"{key} ({', '.join(diff)})")
-                    self.persist.mark(key)
-            with self._lock:
-                missing = sorted(self._servers.keys() - rows.keys())
-            extra = sorted(rows.keys() - mine.keys() - pending)
+        repaired: list[str] = []
+        seen: set[str] = set()
+        extra: list[str] = []
+        after: tuple[str, int] | None = None
+        while True:
+            with self.store.write_lock:
+                with self.store.read() as conn:
+                    page = repo.load_servers_page(conn, after, page_size)
+                # A queued row differs legitimately: the queue will write it.
+                pending = self.persist.pending_keys()
+                keys = [format_server(r["svr_ip"], r["svr_port"]) for r in page]
+                mine = dict(self._rows_chunked([k for k in keys if k not in pending]))
+                for key, row in zip(keys, page, strict=True):
+                    seen.add(key)
+                    if key in pending:
+                        continue
+                    if key not in mine:
+                        extra.append(key)
+                        continue
+                    diff = [c for c in CHECKED_COLUMNS if mine[key][c] != self._row_value(row, c)]
+                    if diff:
+                        repaired.append(f"{key} ({', '.join(diff)})")
+                        self.persist.mark(key)
+            if len(page) < page_size:
+                break
+            after = (page[-1]["svr_ip"], page[-1]["svr_port"])
+            self.sleep(pause_s)
+        with self._lock:
+            missing = sorted(self._servers.keys() - seen)
         if repaired:
             self.metrics.inc("check_all_server_repairs_total", len(repaired))
             log.warning(

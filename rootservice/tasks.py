@@ -75,14 +75,26 @@ def make_scheduler() -> BackgroundScheduler:
 
 
 def register_tasks(
-    scheduler: BackgroundScheduler, tasks: list[tuple[Task, int]], metrics: Metrics
+    scheduler: BackgroundScheduler,
+    tasks: list[tuple[Task, int]],
+    metrics: Metrics,
+    clock: Clock,
+    phase_step_us: int = 1_700_000,
 ) -> None:
     """Add ``(task, interval_us)`` pairs as interval jobs whose id is the task name
-    (replacing a job of the same name)."""
-    for task, interval_us in tasks:
+    (replacing a job of the same name). The k-th task's first run is delayed by
+    ``k * phase_step_us`` (modulo its interval), so that tasks whose periods are multiples
+    of each other (10 s, 30 s) do not all scan the whitelist at the same instant."""
+    now = dt.datetime.fromtimestamp(clock.now_us() / 1e6, tz=dt.UTC)
+    for k, (task, interval_us) in enumerate(tasks):
+        phase = (k * phase_step_us) % max(interval_us, 1)
         scheduler.add_job(
             guarded(task, metrics),
-            IntervalTrigger(seconds=interval_us / 1e6, timezone=dt.UTC),
+            IntervalTrigger(
+                seconds=interval_us / 1e6,
+                start_date=now + dt.timedelta(microseconds=phase),
+                timezone=dt.UTC,
+            ),
             id=task.name,
             name=task.name,
             replace_existing=True,

@@ -109,6 +109,20 @@ def load_servers(conn: sa.Connection) -> list[dict[str, Any]]:
     ]
 
 
+def load_servers_page(
+    conn: sa.Connection, after: tuple[str, int] | None, limit: int
+) -> list[dict[str, Any]]:
+    """Up to ``limit`` ``__all_server`` rows with ``(svr_ip, svr_port) > after`` in key
+    order (keyset pagination; ``after=None`` starts at the beginning)."""
+    q = sa.select(all_server).order_by(all_server.c.svr_ip, all_server.c.svr_port).limit(limit)
+    if after is not None:
+        q = q.where(
+            sa.tuple_(all_server.c.svr_ip, all_server.c.svr_port)
+            > sa.tuple_(sa.literal(after[0]), sa.literal(after[1]))
+        )
+    return [dict(r) for r in conn.execute(q).mappings()]
+
+
 def insert_server(conn: sa.Connection, row: Mapping[str, Any], now_us: int) -> None:
     """Insert one ``__all_server`` row (``row`` from ``ServerStatus.to_row()``)."""
     ts = us_to_datetime(now_us)
