@@ -1,0 +1,888 @@
+"""Heartbeat benchmark (``make bench``): N simulated agents against a real RS on loopback.
+
+For each N, it
+
+1. seeds a SQLite database in a temp dir with 3 zones and N servers (127.0.0.1:20000+i) as a
+   restarted RS finds them (whitelisted, never alive until they heartbeat), plus the
+   cluster_id / max_used_server_id / bootstrap_time parameters;
+2. starts the real RS (``python -m rootservice.cli serve``) and waits for FULL_SERVICE;
+3. starts ``--procs`` load generators (tests/bench/loadgen.py), each simulating N/procs
+   agents with one ``LeaseStream`` per agent, jittered start, one request per ``--period``,
+   and waits until every agent had an answer and the RS's take-office heartbeat requests
+   (to N addresses where nobody listens) are over;
+4. after ``--warmup`` seconds, measures ``--duration`` seconds: heartbeats/s, latency
+   p50/p99/max (send -> matching response), errors and timeouts, the CPU (cores) and RSS of
+   the RS, the CPU of the load generators and of the whole machine, and the episodes of
+   responses slower than 50 ms dated from FULL_SERVICE (the RS's periodic tasks run every
+   10 s - empty-server checker - and 30 s - CheckAllServerTask - from then);
+5. reads the RS's ``GetMetrics``: checker tick p50/p99 (over the RS's last 4,096 ticks,
+   which in these runs is every tick since the take-office grace ended) and max (over its
+   life), hb_handle_us, alive count (should be N);
+6. stops heartbeating on a batch of K = min(100, N/10) agents and polls ``GetMetrics``
+   every 20 ms until the RS counts K more lease_expired servers: reports the time from the
+   batch's last accepted request (send time) + lease_time to that moment, and the RS's own
+   ``expire_detect_lag_us`` (now - (last_hb_time + lease_time) at detection);
+7. runs the same load against a bare ``grpc.aio`` echo server (tests/bench/echo_server.py)
+   so the RS's CPU and p99 are also given as a ratio to gRPC's own cost.
+
+Prints one table row per (server, N) and writes everything to ``.bench/heartbeat.json``.
+Every process is stopped (SIGTERM, then SIGKILL) and every temp dir removed, also on Ctrl-C.
+No figure is asserted: this is a benchmark, not a test.
+
+Usage::
+
+    .venv/bin/python tests/bench/heartbeat_bench.py                 # N = 1,000 and 10,000
+    .venv/bin/python tests/bench/heartbeat_bench.py --quick         # smoke run: N=200, 5 s
+    .venv/bin/python tests/bench/heartbeat_bench.py --agents 5000 --duration 30 --servers rs
+
+Options: ``--agents`` (comma-separated N, default 1000,10000), ``--duration`` (steady-state
+seconds, 20; 30 or more always includes one CheckAllServerTask run), ``--warmup`` (5),
+``--period`` (heartbeat period, 2 s), ``--procs`` (load generator processes, 2),
+``--lease-time`` (passed to the RS, 10s), ``--streams-per-channel`` (lease streams sharing
+one TCP connection in a load generator, 100), ``--client`` (``raw``: the load generators'
+minimal HTTP/2 client, ~0.05 ms of CPU per heartbeat, default; ``grpc``: grpc.aio like
+observer_agent, ~0.4 ms, which saturates a 2-core machine before the server does),
+``--servers`` (``rs,echo`` by default; ``rs`` or ``echo`` alone), ``--out`` (JSON path).
+Client-side latency includes the load generators' own scheduling delay; when the machine
+is saturated or other processes use it, the output says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+import psutil
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from tabulate import tabulate
+
+from rootservice.app import PARAM_BOOTSTRAP_TIME
+from rootservice.config import parse_duration
+from rootservice.db import engine as dbengine
+from rootservice.db import repo
+from rootservice.db.repo import ZoneInfo
+from rootservice.db.tables import all_server
+from rootservice.proto import obrpc_pb2, obrpc_pb2_grpc
+from rootservice.server_status import ServerStatus
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+LOADGEN = HERE / "loadgen.py"
+ECHO = HERE / "echo_server.py"
+ZONES = ("z1", "z2", "z3")  # agent i is in ZONES[i % 3] (loadgen.py)
+CLUSTER_ID = "c0ffee"  # loadgen.py sends it
+SQL_PORT = 2881
+PORT_BASE = 20000
+POLL_S = 0.02
+READY_TIMEOUT_S = 240.0  # for every agent's first answer
+TAKE_OFFICE_WAIT_S = 300.0  # for the RS's take-office heartbeat requests to drain
+QUIET_LOG_WAIT_S = 30.0  # the same when the RS logs nothing about them
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def pct(data: list[int], p: float) -> int:
+    """Nearest-rank percentile of sorted ``data`` (as rootservice.metrics does)."""
+    if not data:
+        return 0
+    return data[min(len(data) - 1, max(0, int(round(p * len(data) + 0.5)) - 1))]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cpu_s(proc: psutil.Process) -> float:
+    try:
+        t = proc.cpu_times()
+    except psutil.Error:
+        return 0.0
+    return float(t.user + t.system)
+
+
+def machine_busy_s() -> tuple[float, float]:
+    """(busy CPU seconds over all cores, wall seconds) since boot, for deltas."""
+    t = psutil.cpu_times()
+    # Linux counts guest time inside user time; steal is another VM's.
+    not_busy = ("idle", "iowait", "steal", "guest", "guest_nice")
+    busy = sum(getattr(t, f) for f in t._fields if f not in not_busy)
+    return busy, time.monotonic()
+
+
+# --- database seeding ------------------------------------------------------------------------
+
+
+def seed_database(url: str, n: int) -> None:
+    """3 zones and ``n`` whitelisted servers that have never heartbeated (as
+    tests/harness.py seed_cluster leaves them), in one transaction with one executemany."""
+    engine = dbengine.make_engine(url)
+    try:
+        dbengine.upgrade(engine)
+        now = int(time.time() * 1e6)
+        ts = repo.us_to_datetime(now)
+        rows = []
+        for i in range(n):
+            s = ServerStatus(
+                id=i + 1, zone=ZONES[i % 3], ip="127.0.0.1", port=PORT_BASE + i, sql_port=SQL_PORT
+            )
+            s.last_offline_time = now
+            rows.append(s.to_row() | {"gmt_create": ts, "gmt_modified": ts})
+        with engine.begin() as conn:
+            for z in ZONES:
+                repo.upsert_zone(conn, ZoneInfo(z, "ACTIVE", "r1", ""), now)
+            conn.execute(all_server.insert(), rows)
+            repo.set_param(conn, repo.PARAM_CLUSTER_ID, CLUSTER_ID, now)
+            repo.set_param(conn, repo.PARAM_MAX_SERVER_ID, str(n), now)
+            repo.set_param(conn, PARAM_BOOTSTRAP_TIME, str(now), now)
+    finally:
+        engine.dispose()
+
+
+# --- child processes ---------------------------------------------------------------------------
+
+
+class Child:
+    """A subprocess whose stdout lines are queued by a reader thread."""
+
+    def __init__(self, name: str, argv: list[str], stderr_path: Path, read_stdout: bool) -> None:
+        self.name = name
+        self.stderr_path = stderr_path
+        self._err = open(stderr_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE if read_stdout else self._err,
+            stderr=self._err,
+            cwd=ROOT,
+        )
+        self.ps = psutil.Process(self.proc.pid)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        if read_stdout:
+            threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            self.lines.put(raw.decode(errors="replace"))
+        self.lines.put(None)
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write((line + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as e:
+            raise RuntimeError(f"{self.name} is gone ({e}); see {self.stderr_path}") from None
+
+    def expect(self, event: str, timeout: float) -> dict[str, Any]:
+        """The next stdout JSON line with ``"event": event`` (other lines are skipped)."""
+        deadline = time.monotonic() + timeout
+        for _ in range(10_000):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                line = self.lines.get(timeout=left)
+            except queue.Empty:
+                break
+            if line is None:
+                raise RuntimeError(f"{self.name} exited; see {self.stderr_path}:\n{self.tail()}")
+            with contextlib.suppress(ValueError):
+                obj = json.loads(line)
+                if isinstance(obj, dict) and obj.get("event") == event:
+                    return obj
+        raise RuntimeError(f"{self.name}: no {event!r} within {timeout:.0f}s\n{self.tail()}")
+
+    def tail(self, n: int = 15) -> str:
+        with contextlib.suppress(OSError):
+            self._err.flush()
+            lines = self.stderr_path.read_text(errors="replace").splitlines()
+            return "\n".join(lines[-n:])
+        return ""
+
+    def stop(self) -> None:
+        """SIGTERM, wait up to 5 s, then SIGKILL; never raises."""
+        with contextlib.suppress(Exception):
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    self.proc.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(5)
+        with contextlib.suppress(Exception):
+            self._err.close()
+
+
+class Children:
+    """Every child of one run, stopped in reverse order in ``close()``."""
+
+    def __init__(self) -> None:
+        self.items: list[Child] = []
+
+    def start(self, *args: Any, **kwargs: Any) -> Child:
+        c = Child(*args, **kwargs)
+        self.items.append(c)
+        return c
+
+    def close(self) -> None:
+        for c in reversed(self.items):
+            c.stop()
+        self.items.clear()
+
+
+# --- RS access ---------------------------------------------------------------------------------
+
+
+class RsClient:
+    def __init__(self, addr: str) -> None:
+        self.channel = grpc.insecure_channel(addr, options=[("grpc.enable_http_proxy", 0)])
+        self.admin = obrpc_pb2_grpc.AdminServiceStub(self.channel)
+        self.health = health_pb2_grpc.HealthStub(self.channel)
+
+    def metrics(self, timeout: float = 5.0) -> dict[str, Any]:
+        r = self.admin.GetMetrics(obrpc_pb2.MetricsRequest(), timeout=timeout)
+        out: dict[str, Any] = json.loads(r.json)
+        return out
+
+    def wait_serving(self, rs: Child, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for _ in range(int(timeout / 0.1) + 10):
+            if rs.proc.poll() is not None:
+                raise RuntimeError(f"the RS exited with {rs.proc.returncode}:\n{rs.tail()}")
+            with contextlib.suppress(grpc.RpcError):
+                r = self.health.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
+                if r.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+        raise RuntimeError(f"the RS was not SERVING within {timeout:.0f}s:\n{rs.tail()}")
+
+    def wait_state(self, rs: Child, state: str, timeout: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        m: dict[str, Any] = {}
+        for _ in range(int(timeout / 0.1) + 10):
+            if rs.proc.poll() is not None:
+                raise RuntimeError(f"the RS exited with {rs.proc.returncode}:\n{rs.tail()}")
+            with contextlib.suppress(grpc.RpcError):
+                m = self.metrics()
+                if m.get("state") == state:
+                    return m
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
+        raise RuntimeError(f"the RS is {m.get('state')}, not {state}, after {timeout:.0f}s")
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+# --- one run -------------------------------------------------------------------------------------
+
+
+def start_loadgens(
+    children: Children, target: str, n: int, args: argparse.Namespace, tmp: Path, tag: str
+) -> list[Child]:
+    procs = max(1, min(args.procs, n))
+    gens = []
+    first = 0
+    for p in range(procs):
+        count = n // procs + (1 if p < n % procs else 0)
+        argv = [
+            sys.executable,
+            str(LOADGEN),
+            "--target",
+            target,
+            "--first",
+            str(first),
+            "--count",
+            str(count),
+            "--port-base",
+            str(PORT_BASE),
+            "--period",
+            str(args.period),
+            "--timeout",
+            str(args.period),
+            "--streams-per-channel",
+            str(args.streams_per_channel),
+            "--client",
+            args.client,
+            "--ready-timeout",
+            str(READY_TIMEOUT_S),
+        ]
+        gens.append(children.start(f"loadgen{p}", argv, tmp / f"{tag}-loadgen{p}.log", True))
+        first += count
+    return gens
+
+
+def stalls(slow: list[tuple[float, int]], gap_s: float = 0.25) -> list[dict[str, Any]]:
+    """Group the responses slower than 50 ms (sorted by send time) into episodes: requests
+    sent less than ``gap_s`` apart belong to one. Each: wall-clock start, seconds covered,
+    how many requests, worst latency (ms)."""
+    out: list[dict[str, Any]] = []
+    for t, us in slow:
+        if out and t - out[-1]["last"] <= gap_s:
+            e = out[-1]
+            e["last"] = t
+            e["requests"] += 1
+            e["worst_ms"] = max(e["worst_ms"], us / 1000)
+        else:
+            out.append({"start": t, "last": t, "requests": 1, "worst_ms": us / 1000})
+    for e in out:
+        e["sent_over_s"] = round(e.pop("last") - e["start"], 3)
+    return out
+
+
+def wait_ready(gens: list[Child], n: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Wait until every simulated agent has had its first answer (bounded)."""
+    t0 = time.monotonic()
+    ready = [g.expect("ready", args.period + READY_TIMEOUT_S + 15) for g in gens]
+    unanswered = sum(r["agents"] - r["answered"] for r in ready)
+    if unanswered:
+        log(f"warning: {unanswered} agents had no answer within {READY_TIMEOUT_S:.0f}s")
+    secs = time.monotonic() - t0
+    log(f"{n - unanswered} agents answered after {secs:.1f}s")
+    return {
+        "all_answered_s": secs,
+        "unanswered": unanswered,
+        "connections": sum(r["channels"] for r in ready),
+    }
+
+
+def wait_take_office_requests(rs: Child, n: int) -> dict[str, Any]:
+    """After taking office the RS asks every server that is not alive for a heartbeat
+    (SPEC.md section 5). Here no agent serves ObserverService, so all N requests fail
+    (connection refused) and the RS logs a warning: one summary line ("request heartbeat
+    failed for X of N servers"), or one line per server in older versions. That burst is
+    not steady state: wait for the summary, or N per-server lines, or 5 s without a new
+    one; bounded by TAKE_OFFICE_WAIT_S (or QUIET_LOG_WAIT_S when the RS logs nothing)."""
+    t0 = time.monotonic()
+    per_server = 0
+    summary = ""
+    offset = 0
+    last_line = 0.0
+    for _ in range(int(TAKE_OFFICE_WAIT_S / 0.2) + 10):
+        with contextlib.suppress(OSError), open(rs.stderr_path, "rb") as f:
+            f.seek(offset)
+            chunk = f.read()
+            # Whole lines only, so that a line is never split between two reads.
+            cut = chunk.rfind(b"\n") + 1
+            offset += cut
+            for line in chunk[:cut].decode(errors="replace").splitlines():
+                if "request heartbeat failed for" in line:
+                    summary = line.split("rootservice.server_manager: ", 1)[-1][:120]
+                elif "request heartbeat from" in line:
+                    per_server += 1
+                    last_line = time.monotonic()
+        now = time.monotonic()
+        if summary or per_server >= n or (last_line and now - last_line >= 5.0):
+            break
+        if now - t0 >= (TAKE_OFFICE_WAIT_S if last_line else QUIET_LOG_WAIT_S):
+            break
+        time.sleep(0.2)
+    secs = time.monotonic() - t0
+    what = summary or f"{per_server} per-server warnings"
+    log(f"the RS's take-office heartbeat requests are over after {secs:.1f}s more: {what}")
+    return {"summary": summary, "per_server_warnings": per_server, "waited_s": secs}
+
+
+def measure(
+    server: Child,
+    gens: list[Child],
+    n: int,
+    args: argparse.Namespace,
+    snap: Callable[[], dict[str, Any]] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Warm up, then measure one window. ``snap`` (the RS's GetMetrics) is called as the
+    window starts and ends; returns (figures, first snapshot, last snapshot)."""
+    log(f"warm-up {args.warmup:.0f}s, then {args.duration:.0f}s measured")
+    time.sleep(args.warmup)
+    cpu0 = cpu_s(server.ps), [cpu_s(g.ps) for g in gens], machine_busy_s()
+    for g in gens:
+        g.send("start")
+    before = snap() if snap else {}
+    time.sleep(args.duration)
+    for g in gens:
+        g.send("stop")
+    cpu1 = cpu_s(server.ps), [cpu_s(g.ps) for g in gens], machine_busy_s()
+    after = snap() if snap else {}
+    wall = cpu1[2][1] - cpu0[2][1]
+    windows = [g.expect("window", 60) for g in gens]
+    lat = sorted(x for w in windows for x in w["latency_us"])
+    slow = sorted((t, us) for w in windows for t, us in w.get("slow", []))
+    lag = sorted(x for w in windows for x in w["send_lag_us"])
+    errors: Counter[str] = Counter()
+    for w in windows:
+        errors.update(w["errors"])
+    try:
+        rss = server.ps.memory_info().rss
+    except psutil.Error:
+        rss = 0
+    gen_cpu = [(b - a) / wall for a, b in zip(cpu0[1], cpu1[1], strict=True)]
+    server_cpu = (cpu1[0] - cpu0[0]) / wall
+    busy = (cpu1[2][0] - cpu0[2][0]) / wall
+    out = {
+        "agents": n,
+        "expected_hb_per_s": n / args.period,
+        "hb_per_s": sum(w["responses"] / w["seconds"] for w in windows),
+        "responses": sum(w["responses"] for w in windows),
+        "window_s": wall,
+        "latency_ms": {
+            "p50": pct(lat, 0.50) / 1000,
+            "p99": pct(lat, 0.99) / 1000,
+            "max": (lat[-1] if lat else 0) / 1000,
+        },
+        "loadgen_send_lag_ms": {"p50": pct(lag, 0.50) / 1000, "p99": pct(lag, 0.99) / 1000},
+        "errors": dict(errors),
+        "timeouts": sum(w["timeouts"] for w in windows),
+        "stream_failures": sum(w["stream_failures"] for w in windows),
+        "late_sends": sum(w["late_sends"] for w in windows),
+        "stalls": stalls(slow),
+        "flow_blocked": sum(w.get("flow_blocked", 0) for w in windows),
+        "server_cpu_cores": server_cpu,
+        "server_rss_mib": rss / (1 << 20),
+        "loadgen_cpu_cores": gen_cpu,
+        "machine_busy_cores": busy,
+        # Whatever else ran on the machine meanwhile (the parent, other users).
+        "other_cpu_cores": max(0.0, busy - server_cpu - sum(gen_cpu)),
+        "machine_cores": psutil.cpu_count() or 0,
+    }
+    return out, before, after
+
+
+def run_rs(n: int, args: argparse.Namespace) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix=f"hbbench-rs-{n}-"))
+    children = Children()
+    client: RsClient | None = None
+    try:
+        url = f"sqlite:///{tmp / 'rootservice.db'}"
+        t0 = time.monotonic()
+        seed_database(url, n)
+        log(f"RS, N={n}: seeded {n} servers in {time.monotonic() - t0:.1f}s")
+        port = free_port()
+        addr = f"127.0.0.1:{port}"
+        argv = [
+            sys.executable,
+            "-m",
+            "rootservice.cli",
+            "serve",
+            "--db",
+            url,
+            "--rpc-addr",
+            addr,
+            "--data-dir",
+            str(tmp / "data"),
+            "--lease-time",
+            args.lease_time,
+            "--log-level",
+            "WARNING",
+        ]
+        t0 = time.monotonic()
+        rs = children.start("rs", argv, tmp / "rs.log", False)
+        client = RsClient(addr)
+        client.wait_serving(rs, 30)
+        client.wait_state(rs, "FULL_SERVICE", 120)
+        startup_s = time.monotonic() - t0
+        in_service_wall = time.time()
+        log(f"RS in FULL_SERVICE after {startup_s:.1f}s; starting {args.procs} load generators")
+        gens = start_loadgens(children, addr, n, args, tmp, "rs")
+        ready = wait_ready(gens, n, args)
+        take_office = wait_take_office_requests(rs, n)
+        rs_client = client
+        calls: list[float] = []
+
+        def snap() -> dict[str, Any]:
+            t = time.perf_counter()
+            m = rs_client.metrics()
+            calls.append((time.perf_counter() - t) * 1000)
+            return m
+
+        res, before, after = measure(rs, gens, n, args, snap)
+        res["getmetrics_ms"] = max(calls)
+        res["server"] = "rs"
+        res["rs_startup_s"] = startup_s
+        for e in res["stalls"]:
+            # The RS's periodic tasks start with FULL_SERVICE: this dates a stall by them.
+            e["after_full_service_s"] = round(e["start"] - in_service_wall, 2)
+        res["connect"] = ready
+        res["rs_take_office_requests"] = take_office
+        res["rs_heartbeats_per_s"] = (
+            after.get("heartbeats_total", 0) - before.get("heartbeats_total", 0)
+        ) / res["window_s"]
+        res["rs_refused"] = after.get("heartbeats_refused_total", 0) - before.get(
+            "heartbeats_refused_total", 0
+        )
+        res["rs_alive"] = after.get("alive", 0)
+        res["rs_servers"] = after.get("servers", 0)
+        res["rs_hb_handle_us"] = after.get("hb_handle_us", {})
+        res["rs_checker_tick_us"] = after.get("checker_tick_us", {})
+        res["rs_persist_queue_depth"] = after.get("persist_queue_depth", 0)
+        res["rs_metrics"] = after
+        if res["rs_alive"] != n:
+            log(f"warning: the RS counts {res['rs_alive']} alive servers, not {n}")
+        res["expiry"] = expiry(client, gens, n, args)
+        res["rs_checker_tick_us_after_expiry"] = res["expiry"].pop("checker_tick_us")
+        with contextlib.suppress(Exception):
+            res["rs_log_lines"] = len((tmp / "rs.log").read_text(errors="replace").splitlines())
+        return res
+    finally:
+        if client is not None:
+            client.close()
+        for g in children.items:
+            if g.name.startswith("loadgen"):
+                with contextlib.suppress(Exception):
+                    g.send("quit")
+        children.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def expiry(client: RsClient, gens: list[Child], n: int, args: argparse.Namespace) -> dict[str, Any]:
+    """Stop a batch of K agents and time the RS's detection of their expired leases."""
+    k = min(100, max(1, n // 10))
+    lease_s = parse_duration(args.lease_time) / 1e6
+    base = client.metrics()
+    base_expired = base.get("lease_expired", 0)
+    base_lag_count = base.get("expire_detect_lag_us", {}).get("count", 0)
+    per = [k // len(gens) + (1 if i < k % len(gens) else 0) for i in range(len(gens))]
+    log(f"expiry: stopping {k} agents' heartbeats (lease_time {args.lease_time})")
+    for g, kk in zip(gens, per, strict=True):
+        g.send(f"pause {kk}")
+    paused = [g.expect("paused", args.period * 2 + 10) for g in gens]
+    last_ok = max(p["last_ok_send"] for p in paused)
+    never = sum(p["never_ok"] for p in paused)
+    expected_at = last_ok + lease_s
+    deadline = time.time() + max(0.0, expected_at - time.time()) + 5.0
+    detected_at = 0.0
+    first_at = 0.0
+    polls = 0
+    poll_ms: list[float] = []
+    m = base
+    max_polls = int((lease_s + 5 + 2 * args.period) / POLL_S) + 100
+    for _ in range(max_polls):
+        polls += 1
+        t = time.perf_counter()
+        try:
+            m = client.metrics(timeout=2.0)
+        except grpc.RpcError as e:
+            log(f"GetMetrics failed: {e.code()}")
+            m = {}
+        poll_ms.append((time.perf_counter() - t) * 1000)
+        now = time.time()
+        got = m.get("lease_expired", 0) - base_expired
+        if got > 0 and not first_at:
+            first_at = now
+        if got >= k:
+            detected_at = now
+            break
+        if now >= deadline:
+            break
+        time.sleep(POLL_S)
+    lag = m.get("expire_detect_lag_us", {})
+    poll_ms.sort()
+    out = {
+        "batch": k,
+        "never_accepted": never,
+        "detected": m.get("lease_expired", 0) - base_expired,
+        "all_detected_after_expiry_ms": (detected_at - expected_at) * 1000 if detected_at else None,
+        "first_detected_after_expiry_ms": (first_at - expected_at) * 1000 if first_at else None,
+        "rs_expire_detect_lag_us": lag,
+        "rs_expire_detect_lag_count": lag.get("count", 0) - base_lag_count,
+        "polls": polls,
+        "getmetrics_poll_ms": {
+            "p50": poll_ms[len(poll_ms) // 2] if poll_ms else 0,
+            "max": poll_ms[-1] if poll_ms else 0,
+        },
+        "alive_after": m.get("alive", 0),
+        "checker_tick_us": m.get("checker_tick_us", {}),
+    }
+    if not detected_at:
+        log(f"warning: only {out['detected']} of {k} expired leases detected in time")
+    return out
+
+
+def run_echo(n: int, args: argparse.Namespace) -> dict[str, Any]:
+    tmp = Path(tempfile.mkdtemp(prefix=f"hbbench-echo-{n}-"))
+    children = Children()
+    try:
+        lease_us = parse_duration(args.lease_time)
+        argv = [sys.executable, str(ECHO), "--lease-time-us", str(lease_us)]
+        echo = children.start("echo", argv, tmp / "echo.log", True)
+        port = 0
+        deadline = time.monotonic() + 30
+        for _ in range(1000):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                line = echo.lines.get(timeout=left)
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            if line.startswith("READY "):
+                port = int(line.split()[1])
+                break
+        if not port:
+            raise RuntimeError(f"the echo server did not start:\n{echo.tail()}")
+        log(f"echo server, N={n}, on port {port}; starting {args.procs} load generators")
+        gens = start_loadgens(children, f"127.0.0.1:{port}", n, args, tmp, "echo")
+        ready = wait_ready(gens, n, args)
+        res, _, _ = measure(echo, gens, n, args)
+        res["server"] = "echo"
+        res["connect"] = ready
+        return res
+    finally:
+        for g in children.items:
+            if g.name.startswith("loadgen"):
+                with contextlib.suppress(Exception):
+                    g.send("quit")
+        children.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# --- report --------------------------------------------------------------------------------------
+
+
+def fmt(v: Any, nd: int = 1) -> str:
+    if v is None or v == "":
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.{nd}f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+def report(results: list[dict[str, Any]]) -> str:
+    rows = []
+    for r in results:
+        lat = r["latency_ms"]
+        errs = sum(r["errors"].values()) + r["timeouts"] + r["stream_failures"]
+        is_rs = r["server"] == "rs"
+        # The checker records nothing during the take-office grace (one lease_time after
+        # the load): a short run's window may end before it; then the ticks of the expiry
+        # phase are shown, starred.
+        tick = r.get("rs_checker_tick_us") or {}
+        star = ""
+        if not tick.get("count"):
+            tick, star = r.get("rs_checker_tick_us_after_expiry") or {}, "*"
+        handle = r.get("rs_hb_handle_us", {})
+        ex = r.get("expiry", {})
+        lag = ex.get("rs_expire_detect_lag_us", {})
+        rows.append(
+            [
+                r["server"],
+                fmt(r["agents"]),
+                fmt(r["hb_per_s"], 0) + f" / {r['expected_hb_per_s']:,.0f}",
+                fmt(lat["p50"], 2),
+                fmt(lat["p99"], 2),
+                fmt(lat["max"], 1),
+                fmt(errs),
+                fmt(r["server_cpu_cores"], 2),
+                fmt(r["server_rss_mib"], 0),
+                "+".join(f"{c:.2f}" for c in r["loadgen_cpu_cores"]),
+                f"{r['machine_busy_cores']:.2f}/{r['machine_cores']}",
+                fmt(r["other_cpu_cores"], 2),
+                fmt(r.get("rs_alive")) if is_rs else "-",
+                f"{handle.get('p50', 0)}/{handle.get('p99', 0)}" if is_rs else "-",
+                f"{tick.get('p50', 0)}/{tick.get('p99', 0)}/{tick.get('max', 0)}{star}"
+                if is_rs
+                else "-",
+                fmt(ex.get("all_detected_after_expiry_ms"), 0) if is_rs else "-",
+                f"{lag.get('p50', 0) / 1000:.0f}/{lag.get('p99', 0) / 1000:.0f}/{lag.get('max', 0) / 1000:.0f}"
+                if is_rs
+                else "-",
+            ]
+        )
+    headers = [
+        "server",
+        "N",
+        "hb/s (got/expected)",
+        "p50 ms",
+        "p99 ms",
+        "max ms",
+        "errors",
+        "server CPU",
+        "RSS MiB",
+        "loadgen CPU",
+        "machine busy",
+        "other CPU",
+        "alive",
+        "hb handle us p50/p99",
+        "checker tick us p50/p99/max",
+        "expiry detect ms",
+        "RS expire lag ms p50/p99/max",
+    ]
+    out = [tabulate(rows, headers=headers, disable_numparse=True)]
+    ratio_rows = []
+    for n in sorted({r["agents"] for r in results}):
+        rs = next((r for r in results if r["agents"] == n and r["server"] == "rs"), None)
+        echo = next((r for r in results if r["agents"] == n and r["server"] == "echo"), None)
+        if rs is None or echo is None:
+            continue
+
+        def ratio(a: float, b: float) -> str:
+            return f"{a / b:.2f}" if b > 0 else "-"
+
+        ratio_rows.append(
+            [
+                fmt(n),
+                ratio(rs["server_cpu_cores"], echo["server_cpu_cores"]),
+                ratio(rs["latency_ms"]["p99"], echo["latency_ms"]["p99"]),
+                ratio(rs["latency_ms"]["p50"], echo["latency_ms"]["p50"]),
+                f"{rs['server_cpu_cores'] / max(rs['hb_per_s'], 1e-9) * 1e6:.0f} / "
+                f"{echo['server_cpu_cores'] / max(echo['hb_per_s'], 1e-9) * 1e6:.0f}",
+            ]
+        )
+    if ratio_rows:
+        out.append("")
+        out.append(
+            tabulate(
+                ratio_rows,
+                headers=["N", "CPU RS/echo", "p99 RS/echo", "p50 RS/echo", "CPU us/hb RS / echo"],
+                disable_numparse=True,
+            )
+        )
+    notes = []
+    for r in results:
+        gen = sum(r["loadgen_cpu_cores"])
+        if (
+            r["machine_busy_cores"] >= 0.9 * r["machine_cores"]
+            or max(r["loadgen_cpu_cores"], default=0) >= 0.85
+        ):
+            notes.append(
+                f"note: {r['server']} N={r['agents']:,}: the machine was saturated "
+                f"({r['machine_busy_cores']:.2f} of {r['machine_cores']} cores busy, load "
+                f"generators {gen:.2f}): client-side latency includes the generators' own "
+                f"queueing (their send lag p99 {r['loadgen_send_lag_ms']['p99']:.1f} ms)"
+            )
+        if r["other_cpu_cores"] >= 0.2:
+            notes.append(
+                f"note: {r['server']} N={r['agents']:,}: other processes used "
+                f"{r['other_cpu_cores']:.2f} cores during the window (figures disturbed)"
+            )
+        if r["server"] == "rs" and not (r.get("rs_checker_tick_us") or {}).get("count"):
+            notes.append(
+                f"note: rs N={r['agents']:,}: the window ended inside the RS's take-office "
+                "grace (no checker ticks recorded); * = ticks of the expiry phase"
+            )
+        worst = sorted(r.get("stalls", []), key=lambda e: -e["worst_ms"])[:5]
+        if worst:
+            shown = ", ".join(
+                f"{e['worst_ms']:.0f} ms ({e['requests']} slow"
+                + (
+                    f", {e['after_full_service_s']:.1f}s after FULL_SERVICE)"
+                    if "after_full_service_s" in e
+                    else ")"
+                )
+                for e in sorted(worst, key=lambda e: e["start"])
+            )
+            notes.append(
+                f"{r['server']} N={r['agents']:,}: {len(r['stalls'])} episodes of responses "
+                f"over 50 ms; worst: {shown}"
+            )
+    if notes:
+        out.append("")
+        out.extend(notes)
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="heartbeat benchmark of the RootService")
+    p.add_argument("--agents", default="1000,10000", help="comma-separated N (default 1000,10000)")
+    p.add_argument("--duration", type=float, default=20.0, help="measured seconds per run")
+    p.add_argument("--warmup", type=float, default=5.0)
+    p.add_argument("--period", type=float, default=2.0, help="heartbeat period (s)")
+    p.add_argument("--procs", type=int, default=2, help="load generator processes")
+    p.add_argument("--lease-time", default="10s", help="the RS's lease_time")
+    p.add_argument("--streams-per-channel", type=int, default=100)
+    p.add_argument(
+        "--client",
+        choices=["raw", "grpc"],
+        default="raw",
+        help="load generators' client: raw HTTP/2 (cheap, default) or grpc.aio",
+    )
+    p.add_argument("--servers", default="rs,echo", help="rs,echo (default), rs or echo")
+    p.add_argument("--quick", action="store_true", help="smoke run: N=200, 5 s, 2 s warm-up")
+    p.add_argument("--out", default=str(ROOT / ".bench" / "heartbeat.json"))
+    args = p.parse_args(argv)
+    if args.quick:
+        args.agents, args.duration, args.warmup = "200", 5.0, 2.0
+    try:
+        ns = [int(x) for x in args.agents.split(",") if x.strip()]
+    except ValueError:
+        p.error("--agents takes comma-separated integers")
+    if not ns or any(n < 1 or PORT_BASE + n > 65535 for n in ns):
+        p.error(f"N must be 1..{65535 - PORT_BASE}")
+    if args.procs < 1 or args.duration <= 0 or args.period <= 0 or args.warmup < 0:
+        p.error("--procs, --duration and --period must be positive")
+    parse_duration(args.lease_time)
+    servers = {x.strip() for x in args.servers.split(",") if x.strip()}
+    if not servers or servers - {"rs", "echo"}:
+        p.error("--servers takes rs, echo or rs,echo")
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    results: list[dict[str, Any]] = []
+    status = 0
+    try:
+        for n in ns:
+            if "rs" in servers:
+                results.append(run_rs(n, args))
+            if "echo" in servers:
+                results.append(run_echo(n, args))
+    except KeyboardInterrupt:
+        log("interrupted: processes stopped, temp dirs removed")
+        status = 130
+    except (RuntimeError, OSError, grpc.RpcError) as e:
+        # A Ctrl-C from a terminal reaches the children too: the RS may be gone first.
+        detail = e.details() if isinstance(e, grpc.RpcError) and hasattr(e, "details") else e
+        log(f"failed: {type(e).__name__}: {detail}; processes stopped, temp dirs removed")
+        status = 1
+    if results:
+        print(report(results))
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        doc = {
+            "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "machine": {"cpus": psutil.cpu_count(), "python": sys.version.split()[0]},
+            "args": {k: v for k, v in vars(args).items() if k != "out"},
+            "pid": os.getpid(),
+            "results": results,
+        }
+        out.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        log(f"results written to {out}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
