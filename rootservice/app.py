@@ -34,7 +34,7 @@ from rootservice.db import repo
 from rootservice.db.repo import DEFAULT_REGION, Event, ZoneInfo
 from rootservice.empty_server_checker import EmptyServerChecker
 from rootservice.errors import ObError
-from rootservice.metrics import Metrics
+from rootservice.metrics import Metrics, track_gc_pauses
 from rootservice.server_manager import ServerManager
 from rootservice.server_status import ServerStatus, check_zone_name, format_server, parse_server
 from rootservice.store import MetaStore, db_error_summary
@@ -94,6 +94,7 @@ class RootService:
         host, _, port = settings.rpc_addr.rpartition(":")
         self.rpc_addr = settings.rpc_addr
         self.metrics = Metrics()
+        track_gc_pauses(self.metrics)
         self.engine: sa.Engine | None = None
         self.store = MetaStore(sa.create_engine("sqlite://"), (host, int(port)))
         self.store.on_deposed = self._on_deposed

@@ -77,3 +77,22 @@ class Metrics:
         for name, w in list(self.windows.items()):
             out[name] = w.summary()
         return out
+
+
+def track_gc_pauses(metrics: Metrics) -> None:
+    """Record every garbage-collector run's duration in ``gc_pause_us.gen<N>`` windows: a full
+    collection stops every thread, the heartbeat path included."""
+    import gc
+    import time
+
+    started: list[int] = [0]
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter_ns()
+        else:
+            metrics.window(f"gc_pause_us.gen{info['generation']}").record(
+                (time.perf_counter_ns() - started[0]) // 1000
+            )
+
+    gc.callbacks.append(callback)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -50,14 +51,19 @@ class FnTask:
 
 
 def guarded(task: Task, metrics: Metrics) -> Callable[[], None]:
-    """Wrap ``task.run_once`` so one failed cycle is logged and counted, not fatal."""
+    """Wrap ``task.run_once`` so one failed cycle is logged and counted, not fatal, and
+    every cycle's duration lands in the ``task_run_us.<name>`` latency window."""
+    window = metrics.window(f"task_run_us.{task.name}")
 
     def run() -> None:
+        t0 = time.perf_counter_ns()
         try:
             task.run_once()
         except Exception:
             metrics.inc(f"task_failures_total.{task.name}")
             log.exception("%s: cycle failed; the task keeps running", task.name)
+        finally:
+            window.record((time.perf_counter_ns() - t0) // 1000)
 
     return run
 
