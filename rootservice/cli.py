@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -107,6 +108,18 @@ async def _serve(rs: RootService) -> int:
     return 0
 
 
+def tune_gc() -> None:
+    """Collect young objects every 50,000 net allocations instead of CPython's 700.
+
+    With 10,000 agents the event loop creates short-lived cyclic objects for every
+    heartbeat; at the default thresholds the collector ran about 30 times a second and its
+    older-generation passes paused every thread for 100-550 ms (``make bench``: heartbeat
+    p99 60-118 ms). With these thresholds the same run gave p99 10 ms and no full
+    collection; memory held by not-yet-collected cycles stays within a few MiB.
+    """
+    gc.set_threshold(50_000, 50, 100)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``rootservice`` console script; returns the exit code."""
     args = _parser().parse_args(argv)
@@ -139,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
         return 2
+    tune_gc()
     rs = RootService(settings)
     try:
         rs.open()
