@@ -1,5 +1,7 @@
 """obadmin (sql/obadmin.py): mysql-client style output, statement splitting, and talking to
-RootServices (failover, leader hints, unreachable RS), against in-process fake AdminServices."""
+RootServices (failover, leader hints, unreachable RS), against in-process fake AdminServices: they check what the client sends
+(verbatim statements) and how it treats standby RS answers, which a single real RS cannot
+produce yet; the same paths against a real RS are in test_obadmin_real.py."""
 
 from __future__ import annotations
 
