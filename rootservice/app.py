@@ -221,7 +221,9 @@ class RootService:
         not_alive = self.manager.not_alive_servers()
         self.manager.background(lambda: self.manager.request_heartbeats(not_alive))
         self.state = RsState.FULL_SERVICE
-        log.info("root service is in FULL_SERVICE with %d servers", self.manager.counts()["servers"])
+        log.info(
+            "root service is in FULL_SERVICE with %d servers", self.manager.counts()["servers"]
+        )
 
     def _tasks(self) -> list[tuple[Any, int]]:
         s = self.settings

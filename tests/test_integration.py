@@ -282,80 +282,40 @@ def test_data_disk_error_stops_the_server_and_recovery_starts_it(cluster: Cluste
     )
 
 
+def run(args: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run a command line to completion (60 s at most), capturing its text output."""
+    return subprocess.run(args, capture_output=True, text=True, timeout=60)
+
+
+def obadmin(rs_addr: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return run([sys.executable, "-m", "sql.obadmin", "--rs", rs_addr, *args])
+
+
 def test_obadmin_cli_against_a_real_rs(cluster: Cluster) -> None:
     c = cluster
     c.start_rs()
     c.bootstrap(1)
-    ok = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sql.obadmin",
-            "--rs",
-            c.rs_addr,
-            "--format",
-            "json",
-            "-e",
-            "SELECT id, zone, status FROM DBA_OB_SERVERS",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    ok = obadmin(c.rs_addr, "--format", "json", "-e", "SELECT id, zone, status FROM DBA_OB_SERVERS")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout) == [{"id": 1, "zone": "z1", "status": "ACTIVE"}]
-    bad = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sql.obadmin",
-            "--rs",
-            c.rs_addr,
-            "-e",
-            "ALTER SYSTEM DELETE SERVER '10.0.0.1:2882'",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    bad = obadmin(c.rs_addr, "-e", "ALTER SYSTEM DELETE SERVER '10.0.0.1:2882'")
     assert bad.returncode == 1
     assert bad.stderr.startswith("ERROR 4630 (HY000): OB_SERVER_NOT_IN_WHITE_LIST")
-    syntax = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sql.obadmin",
-            "--rs",
-            c.rs_addr,
-            "-e",
-            "ALTER SYSTEM FROB SERVER 'x'",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    syntax = obadmin(c.rs_addr, "-e", "ALTER SYSTEM FROB SERVER 'x'")
     assert syntax.returncode == 1
     assert "ERROR 1064 (42000)" in syntax.stderr and "near 'FROB SERVER 'x''" in syntax.stderr
 
 
 def test_unreachable_database_at_start_exits_nonzero(tmp_path: Path) -> None:
     url = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/nothing"
-    r = subprocess.run(
-        rs_cmd(url, f"127.0.0.1:{free_port()}", tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = run(rs_cmd(url, f"127.0.0.1:{free_port()}", tmp_path))
     assert r.returncode == 1
     assert "cannot open the system-table database" in r.stderr and "nothing" in r.stderr
 
 
 def test_invalid_settings_exit_2(tmp_path: Path) -> None:
-    r = subprocess.run(
-        rs_cmd(f"sqlite:///{tmp_path}/x.db", f"127.0.0.1:{free_port()}", tmp_path, lease_time="1s"),
-        capture_output=True,
-        text=True,
-        timeout=60,
+    r = run(
+        rs_cmd(f"sqlite:///{tmp_path}/x.db", f"127.0.0.1:{free_port()}", tmp_path, lease_time="1s")
     )
     assert r.returncode == 2
     assert "lease_time (1s) must be greater than heartbeat_interval (2s)" in r.stderr
