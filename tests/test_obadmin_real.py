@@ -15,6 +15,12 @@ from cluster import ProcSet, free_port, rs_cmd
 from sql.obadmin import main
 
 
+def csv_rows(rs_addr: str, statement: str, capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """Run ``statement`` through obadmin --format csv; its output lines (header first)."""
+    assert main(["--rs", rs_addr, "--format", "csv", "-e", statement]) == 0
+    return capsys.readouterr().out.splitlines()
+
+
 @pytest.fixture
 def rs_addr(procs: ProcSet, tmp_path: Path) -> Iterator[str]:
     addr = f"127.0.0.1:{free_port()}"
@@ -38,20 +44,10 @@ def test_select_json_and_csv(rs_addr: str, capsys: pytest.CaptureFixture[str]) -
         == 0
     )
     assert json.loads(capsys.readouterr().out) == [{"name": "rootservice_epoch"}]
-    assert (
-        main(
-            [
-                "--rs",
-                rs_addr,
-                "--format",
-                "csv",
-                "-e",
-                "SELECT name, value FROM __all_service_epoch",
-            ]
-        )
-        == 0
-    )
-    assert capsys.readouterr().out.splitlines() == ["name,value", "rootservice_epoch,1"]
+    assert csv_rows(rs_addr, "SELECT name, value FROM __all_service_epoch", capsys) == [
+        "name,value",
+        "rootservice_epoch,1",
+    ]
 
 
 def test_refusals_print_the_mysql_error_line(
@@ -84,20 +80,9 @@ def test_script_stops_at_the_first_error(rs_addr: str, capsys: pytest.CaptureFix
         err.startswith("ERROR 1064 (42000): You have an error in your SQL syntax")
         and "near 'bad statement'" in err
     )
-    assert (
-        main(
-            [
-                "--rs",
-                rs_addr,
-                "--format",
-                "csv",
-                "-e",
-                "SELECT value FROM __all_sys_parameter WHERE name = 'lease_time'",
-            ]
-        )
-        == 0
-    )
-    assert capsys.readouterr().out.splitlines() == ["value", "20s"]  # the third statement never ran
+    assert csv_rows(
+        rs_addr, "SELECT value FROM __all_sys_parameter WHERE name = 'lease_time'", capsys
+    ) == ["value", "20s"]  # the third statement never ran
 
 
 def test_stdin_script_and_a_dead_first_address(

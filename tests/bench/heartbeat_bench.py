@@ -195,19 +195,27 @@ class Child:
         except (BrokenPipeError, OSError) as e:
             raise RuntimeError(f"{self.name} is gone ({e}); see {self.stderr_path}") from None
 
+    def next_line(self, deadline: float) -> str | None:
+        """The next stdout line, or None when ``deadline`` (time.monotonic()) passes.
+        Raises RuntimeError when the child exited."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        try:
+            line = self.lines.get(timeout=left)
+        except queue.Empty:
+            return None
+        if line is None:
+            raise RuntimeError(f"{self.name} exited; see {self.stderr_path}:\n{self.tail()}")
+        return line
+
     def expect(self, event: str, timeout: float) -> dict[str, Any]:
         """The next stdout JSON line with ``"event": event`` (other lines are skipped)."""
         deadline = time.monotonic() + timeout
         for _ in range(10_000):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            try:
-                line = self.lines.get(timeout=left)
-            except queue.Empty:
-                break
+            line = self.next_line(deadline)
             if line is None:
-                raise RuntimeError(f"{self.name} exited; see {self.stderr_path}:\n{self.tail()}")
+                break
             with contextlib.suppress(ValueError):
                 obj = json.loads(line)
                 if isinstance(obj, dict) and obj.get("event") == event:
@@ -637,12 +645,9 @@ def run_echo(n: int, args: argparse.Namespace) -> dict[str, Any]:
         port = 0
         deadline = time.monotonic() + 30
         for _ in range(1000):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
             try:
-                line = echo.lines.get(timeout=left)
-            except queue.Empty:
+                line = echo.next_line(deadline)
+            except RuntimeError:
                 break
             if line is None:
                 break
