@@ -116,10 +116,6 @@ def _expr(cols: dict[str, str], e: ast.Expr) -> sa.ColumnElement[bool]:
 def _value(v: Any) -> Any:
     if isinstance(v, dt.datetime):
         return v.strftime("%Y-%m-%d %H:%M:%S.%f")
-    if isinstance(v, str) and len(v) == 23 and v[4] == "-" and v[10] == " " and v[19] == ".":
-        # SQLite renders the views' timestamps with milliseconds; show microseconds like
-        # PostgreSQL so both databases print the same.
-        return v + "000"
     if isinstance(v, decimal.Decimal):
         return int(v) if v == v.to_integral_value() else float(v)
     return v

@@ -33,7 +33,12 @@ def _usec_to_time(expr: str) -> str:
     if op.get_context().dialect.name == "postgresql":
         conv = f"(to_timestamp({expr} / 1000000.0) AT TIME ZONE 'UTC')"
     else:
-        conv = f"strftime('%Y-%m-%d %H:%M:%f', {expr} / 1000000.0, 'unixepoch')"
+        # strftime's %f stops at milliseconds: append the microseconds exactly, so both
+        # databases show the same text.
+        conv = (
+            f"strftime('%Y-%m-%d %H:%M:%S', {expr} / 1000000, 'unixepoch')"
+            f" || '.' || printf('%06d', {expr} % 1000000)"
+        )
     return f"CASE WHEN {expr} IS NULL OR {expr} = 0 THEN NULL ELSE {conv} END"
 
 
