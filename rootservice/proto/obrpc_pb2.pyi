@@ -39,6 +39,28 @@ IS_WORKING: RsServerStatus.ValueType  # 1
 IS_STOPPED: RsServerStatus.ValueType  # 2
 Global___RsServerStatus: _TypeAlias = RsServerStatus  # noqa: Y015
 
+class _ReplicaRole:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ReplicaRoleEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ReplicaRole.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ROLE_INVALID: _ReplicaRole.ValueType  # 0
+    LEADER: _ReplicaRole.ValueType  # 1
+    """numbers as __all_ls_meta_table.role: 1 leader, 2 follower"""
+    FOLLOWER: _ReplicaRole.ValueType  # 2
+
+class ReplicaRole(_ReplicaRole, metaclass=_ReplicaRoleEnumTypeWrapper):
+    """---------------------------------------------------------------- log stream replicas
+    OceanBase's ObLSReplica / ObLSInfo, reduced to what server management needs.
+    """
+
+ROLE_INVALID: ReplicaRole.ValueType  # 0
+LEADER: ReplicaRole.ValueType  # 1
+"""numbers as __all_ls_meta_table.role: 1 leader, 2 follower"""
+FOLLOWER: ReplicaRole.ValueType  # 2
+Global___ReplicaRole: _TypeAlias = ReplicaRole  # noqa: Y015
+
 @_typing.final
 class ObError(_message.Message):
     """An OceanBase error (SPEC.md section 12). code == 0 means "no error"."""
@@ -140,6 +162,7 @@ class LeaseRequest(_message.Message):
     RS_EPOCH_FIELD_NUMBER: _builtins.int
     CLUSTER_ID_FIELD_NUMBER: _builtins.int
     SEQ_FIELD_NUMBER: _builtins.int
+    REPLICAS_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     zone: _builtins.str
     server: _builtins.str
@@ -158,6 +181,10 @@ class LeaseRequest(_message.Message):
     """echoed in the response, to pair them on a stream"""
     @_builtins.property
     def resource_info(self) -> Global___ResourceInfo: ...
+    @_builtins.property
+    def replicas(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaInfo]:
+        """every LS replica the agent hosts (SPEC.md section 9)"""
+
     def __init__(
         self,
         *,
@@ -173,10 +200,11 @@ class LeaseRequest(_message.Message):
         rs_epoch: _builtins.int = ...,
         cluster_id: _builtins.str = ...,
         seq: _builtins.int = ...,
+        replicas: _abc.Iterable[Global___ReplicaInfo] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["resource_info", b"resource_info"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_version", b"build_version", "cluster_id", b"cluster_id", "current_server_time", b"current_server_time", "resource_info", b"resource_info", "rs_epoch", b"rs_epoch", "seq", b"seq", "server", b"server", "server_status", b"server_status", "sql_port", b"sql_port", "start_service_time", b"start_service_time", "version", b"version", "zone", b"zone"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_version", b"build_version", "cluster_id", b"cluster_id", "current_server_time", b"current_server_time", "replicas", b"replicas", "resource_info", b"resource_info", "rs_epoch", b"rs_epoch", "seq", b"seq", "server", b"server", "server_status", b"server_status", "sql_port", b"sql_port", "start_service_time", b"start_service_time", "version", b"version", "zone", b"zone"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -236,6 +264,316 @@ class LeaseResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___LeaseResponse: _TypeAlias = LeaseResponse  # noqa: Y015
+
+@_typing.final
+class ReplicaInfo(_message.Message):
+    """One replica as its agent reports it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_ID_FIELD_NUMBER: _builtins.int
+    LS_ID_FIELD_NUMBER: _builtins.int
+    UNIT_ID_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
+    MEMBER_LIST_FIELD_NUMBER: _builtins.int
+    REPLICA_TYPE_FIELD_NUMBER: _builtins.int
+    PAXOS_REPLICA_NUMBER_FIELD_NUMBER: _builtins.int
+    DATA_SIZE_FIELD_NUMBER: _builtins.int
+    REQUIRED_SIZE_FIELD_NUMBER: _builtins.int
+    IN_SERVICE_FIELD_NUMBER: _builtins.int
+    TERM_FIELD_NUMBER: _builtins.int
+    LEADER_FIELD_NUMBER: _builtins.int
+    LOG_END_INDEX_FIELD_NUMBER: _builtins.int
+    LOG_END_TS_FIELD_NUMBER: _builtins.int
+    DATA_CHECKSUM_FIELD_NUMBER: _builtins.int
+    tenant_id: _builtins.int
+    ls_id: _builtins.int
+    unit_id: _builtins.int
+    role: Global___ReplicaRole.ValueType
+    replica_type: _builtins.str
+    """"FULL" """
+    paxos_replica_number: _builtins.int
+    data_size: _builtins.int
+    """bytes of the data file"""
+    required_size: _builtins.int
+    """bytes the replica needs (data + log)"""
+    in_service: _builtins.bool
+    """data file built and verified; false while building"""
+    term: _builtins.int
+    """proposal id of the leadership the replica follows"""
+    leader: _builtins.str
+    """"ip:port" of the leader it follows ("" if none)"""
+    log_end_index: _builtins.int
+    """index of the last log entry applied, 0 = none"""
+    log_end_ts: _builtins.int
+    """timestamp (µs) carried by that entry, 0 = none"""
+    data_checksum: _builtins.int
+    """crc32 of the data file"""
+    @_builtins.property
+    def member_list(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """"ip:port" of the Paxos members, sorted"""
+
+    def __init__(
+        self,
+        *,
+        tenant_id: _builtins.int = ...,
+        ls_id: _builtins.int = ...,
+        unit_id: _builtins.int = ...,
+        role: Global___ReplicaRole.ValueType = ...,
+        member_list: _abc.Iterable[_builtins.str] | None = ...,
+        replica_type: _builtins.str = ...,
+        paxos_replica_number: _builtins.int = ...,
+        data_size: _builtins.int = ...,
+        required_size: _builtins.int = ...,
+        in_service: _builtins.bool = ...,
+        term: _builtins.int = ...,
+        leader: _builtins.str = ...,
+        log_end_index: _builtins.int = ...,
+        log_end_ts: _builtins.int = ...,
+        data_checksum: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data_checksum", b"data_checksum", "data_size", b"data_size", "in_service", b"in_service", "leader", b"leader", "log_end_index", b"log_end_index", "log_end_ts", b"log_end_ts", "ls_id", b"ls_id", "member_list", b"member_list", "paxos_replica_number", b"paxos_replica_number", "replica_type", b"replica_type", "required_size", b"required_size", "role", b"role", "tenant_id", b"tenant_id", "term", b"term", "unit_id", b"unit_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicaInfo: _TypeAlias = ReplicaInfo  # noqa: Y015
+
+@_typing.final
+class ReplicaSpec(_message.Message):
+    """The RS's desired state of one replica on the agent it is sent to."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_ID_FIELD_NUMBER: _builtins.int
+    LS_ID_FIELD_NUMBER: _builtins.int
+    UNIT_ID_FIELD_NUMBER: _builtins.int
+    REPLICA_TYPE_FIELD_NUMBER: _builtins.int
+    MEMBER_LIST_FIELD_NUMBER: _builtins.int
+    PAXOS_REPLICA_NUMBER_FIELD_NUMBER: _builtins.int
+    LEADER_FIELD_NUMBER: _builtins.int
+    TERM_FIELD_NUMBER: _builtins.int
+    CATCH_UP_INDEX_FIELD_NUMBER: _builtins.int
+    CATCH_UP_FROM_FIELD_NUMBER: _builtins.int
+    tenant_id: _builtins.int
+    ls_id: _builtins.int
+    unit_id: _builtins.int
+    replica_type: _builtins.str
+    """"FULL" """
+    paxos_replica_number: _builtins.int
+    leader: _builtins.str
+    """who leads at `term`; "" = nobody (append nothing)"""
+    term: _builtins.int
+    """only grows; a spec with a lower term than kept is ignored"""
+    catch_up_index: _builtins.int
+    """For the new leader of a switch: before appending its first entry, fetch the log up to
+    this index from `catch_up_from` (the previous leader) so no acknowledged entry is lost.
+    """
+    catch_up_from: _builtins.str
+    @_builtins.property
+    def member_list(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        tenant_id: _builtins.int = ...,
+        ls_id: _builtins.int = ...,
+        unit_id: _builtins.int = ...,
+        replica_type: _builtins.str = ...,
+        member_list: _abc.Iterable[_builtins.str] | None = ...,
+        paxos_replica_number: _builtins.int = ...,
+        leader: _builtins.str = ...,
+        term: _builtins.int = ...,
+        catch_up_index: _builtins.int = ...,
+        catch_up_from: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["catch_up_from", b"catch_up_from", "catch_up_index", b"catch_up_index", "leader", b"leader", "ls_id", b"ls_id", "member_list", b"member_list", "paxos_replica_number", b"paxos_replica_number", "replica_type", b"replica_type", "tenant_id", b"tenant_id", "term", b"term", "unit_id", b"unit_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicaSpec: _TypeAlias = ReplicaSpec  # noqa: Y015
+
+@_typing.final
+class ReplicaKey(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_ID_FIELD_NUMBER: _builtins.int
+    LS_ID_FIELD_NUMBER: _builtins.int
+    tenant_id: _builtins.int
+    ls_id: _builtins.int
+    def __init__(
+        self,
+        *,
+        tenant_id: _builtins.int = ...,
+        ls_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ls_id", b"ls_id", "tenant_id", b"tenant_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplicaKey: _TypeAlias = ReplicaKey  # noqa: Y015
+
+@_typing.final
+class ApplyReplicasRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RS_EPOCH_FIELD_NUMBER: _builtins.int
+    UPSERT_FIELD_NUMBER: _builtins.int
+    DROP_FIELD_NUMBER: _builtins.int
+    rs_epoch: _builtins.int
+    @_builtins.property
+    def upsert(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaSpec]:
+        """create when absent, else adopt members / leader / term"""
+
+    @_builtins.property
+    def drop(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaKey]:
+        """remove the replica and its files"""
+
+    def __init__(
+        self,
+        *,
+        rs_epoch: _builtins.int = ...,
+        upsert: _abc.Iterable[Global___ReplicaSpec] | None = ...,
+        drop: _abc.Iterable[Global___ReplicaKey] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["drop", b"drop", "rs_epoch", b"rs_epoch", "upsert", b"upsert"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApplyReplicasRequest: _TypeAlias = ApplyReplicasRequest  # noqa: Y015
+
+@_typing.final
+class ApplyReplicasResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    REPLICAS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def error(self) -> Global___ObError: ...
+    @_builtins.property
+    def replicas(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaInfo]:
+        """the agent's full report after applying"""
+
+    def __init__(
+        self,
+        *,
+        error: Global___ObError | None = ...,
+        replicas: _abc.Iterable[Global___ReplicaInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "replicas", b"replicas"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApplyReplicasResponse: _TypeAlias = ApplyReplicasResponse  # noqa: Y015
+
+@_typing.final
+class LogEntry(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    TERM_FIELD_NUMBER: _builtins.int
+    TS_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    term: _builtins.int
+    ts: _builtins.int
+    """the leader's clock when it appended the entry (µs)"""
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        term: _builtins.int = ...,
+        ts: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "term", b"term", "ts", b"ts"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LogEntry: _TypeAlias = LogEntry  # noqa: Y015
+
+@_typing.final
+class FetchLogRequest(_message.Message):
+    """Follower -> leader (agent to agent)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_ID_FIELD_NUMBER: _builtins.int
+    LS_ID_FIELD_NUMBER: _builtins.int
+    FROM_INDEX_FIELD_NUMBER: _builtins.int
+    MAX_ENTRIES_FIELD_NUMBER: _builtins.int
+    FOLLOWER_FIELD_NUMBER: _builtins.int
+    TERM_FIELD_NUMBER: _builtins.int
+    tenant_id: _builtins.int
+    ls_id: _builtins.int
+    from_index: _builtins.int
+    """first index wanted"""
+    max_entries: _builtins.int
+    follower: _builtins.str
+    """"ip:port" of the caller"""
+    term: _builtins.int
+    """the term the follower believes in"""
+    def __init__(
+        self,
+        *,
+        tenant_id: _builtins.int = ...,
+        ls_id: _builtins.int = ...,
+        from_index: _builtins.int = ...,
+        max_entries: _builtins.int = ...,
+        follower: _builtins.str = ...,
+        term: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["follower", b"follower", "from_index", b"from_index", "ls_id", b"ls_id", "max_entries", b"max_entries", "tenant_id", b"tenant_id", "term", b"term"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FetchLogRequest: _TypeAlias = FetchLogRequest  # noqa: Y015
+
+@_typing.final
+class FetchLogResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    ENTRIES_FIELD_NUMBER: _builtins.int
+    END_INDEX_FIELD_NUMBER: _builtins.int
+    TERM_FIELD_NUMBER: _builtins.int
+    LEADER_FIELD_NUMBER: _builtins.int
+    end_index: _builtins.int
+    """the callee's last index"""
+    term: _builtins.int
+    leader: _builtins.str
+    @_builtins.property
+    def error(self) -> Global___ObError:
+        """OB_NOT_MASTER when the callee does not lead this LS"""
+
+    @_builtins.property
+    def entries(self) -> _containers.RepeatedCompositeFieldContainer[Global___LogEntry]: ...
+    def __init__(
+        self,
+        *,
+        error: Global___ObError | None = ...,
+        entries: _abc.Iterable[Global___LogEntry] | None = ...,
+        end_index: _builtins.int = ...,
+        term: _builtins.int = ...,
+        leader: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_index", b"end_index", "entries", b"entries", "error", b"error", "leader", b"leader", "term", b"term"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FetchLogResponse: _TypeAlias = FetchLogResponse  # noqa: Y015
 
 @_typing.final
 class RequestHeartbeatRequest(_message.Message):

@@ -164,6 +164,11 @@ class ObserverServiceStub:
                 request_serializer=rootservice_dot_proto_dot_obrpc__pb2.CheckServerEmptyRequest.SerializeToString,
                 response_deserializer=rootservice_dot_proto_dot_obrpc__pb2.CheckServerEmptyResponse.FromString,
                 _registered_method=True)
+        self.ApplyReplicas = channel.unary_unary(
+                '/oceanbase.rs.ObserverService/ApplyReplicas',
+                request_serializer=rootservice_dot_proto_dot_obrpc__pb2.ApplyReplicasRequest.SerializeToString,
+                response_deserializer=rootservice_dot_proto_dot_obrpc__pb2.ApplyReplicasResponse.FromString,
+                _registered_method=True)
 
 
 class ObserverServiceServicer:
@@ -185,6 +190,13 @@ class ObserverServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ApplyReplicas(self, request, context):
+        """Create, update (members, leader, term) or drop replicas; answers with the full report.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ObserverServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -197,6 +209,11 @@ def add_ObserverServiceServicer_to_server(servicer, server):
                     servicer.CheckServerEmpty,
                     request_deserializer=rootservice_dot_proto_dot_obrpc__pb2.CheckServerEmptyRequest.FromString,
                     response_serializer=rootservice_dot_proto_dot_obrpc__pb2.CheckServerEmptyResponse.SerializeToString,
+            ),
+            'ApplyReplicas': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApplyReplicas,
+                    request_deserializer=rootservice_dot_proto_dot_obrpc__pb2.ApplyReplicasRequest.FromString,
+                    response_serializer=rootservice_dot_proto_dot_obrpc__pb2.ApplyReplicasResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -254,6 +271,108 @@ class ObserverService:
             '/oceanbase.rs.ObserverService/CheckServerEmpty',
             rootservice_dot_proto_dot_obrpc__pb2.CheckServerEmptyRequest.SerializeToString,
             rootservice_dot_proto_dot_obrpc__pb2.CheckServerEmptyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ApplyReplicas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/oceanbase.rs.ObserverService/ApplyReplicas',
+            rootservice_dot_proto_dot_obrpc__pb2.ApplyReplicasRequest.SerializeToString,
+            rootservice_dot_proto_dot_obrpc__pb2.ApplyReplicasResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class ReplicaServiceStub:
+    """Agent -> agent: followers pull the LS log from its leader.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.FetchLog = channel.unary_unary(
+                '/oceanbase.rs.ReplicaService/FetchLog',
+                request_serializer=rootservice_dot_proto_dot_obrpc__pb2.FetchLogRequest.SerializeToString,
+                response_deserializer=rootservice_dot_proto_dot_obrpc__pb2.FetchLogResponse.FromString,
+                _registered_method=True)
+
+
+class ReplicaServiceServicer:
+    """Agent -> agent: followers pull the LS log from its leader.
+    """
+
+    def FetchLog(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_ReplicaServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'FetchLog': grpc.unary_unary_rpc_method_handler(
+                    servicer.FetchLog,
+                    request_deserializer=rootservice_dot_proto_dot_obrpc__pb2.FetchLogRequest.FromString,
+                    response_serializer=rootservice_dot_proto_dot_obrpc__pb2.FetchLogResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'oceanbase.rs.ReplicaService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('oceanbase.rs.ReplicaService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class ReplicaService:
+    """Agent -> agent: followers pull the LS log from its leader.
+    """
+
+    @staticmethod
+    def FetchLog(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/oceanbase.rs.ReplicaService/FetchLog',
+            rootservice_dot_proto_dot_obrpc__pb2.FetchLogRequest.SerializeToString,
+            rootservice_dot_proto_dot_obrpc__pb2.FetchLogResponse.FromString,
             options,
             channel_credentials,
             insecure,

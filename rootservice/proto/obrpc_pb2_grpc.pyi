@@ -91,6 +91,8 @@ class ObserverServiceStub:
     """
     CheckServerEmpty: _grpc.UnaryUnaryMultiCallable[_obrpc_pb2.CheckServerEmptyRequest, _obrpc_pb2.CheckServerEmptyResponse]
     """Used by ADD SERVER and BOOTSTRAP to refuse a server that belongs to a cluster already."""
+    ApplyReplicas: _grpc.UnaryUnaryMultiCallable[_obrpc_pb2.ApplyReplicasRequest, _obrpc_pb2.ApplyReplicasResponse]
+    """Create, update (members, leader, term) or drop replicas; answers with the full report."""
 
 @_typing.type_check_only
 class ObserverServiceAsyncStub(ObserverServiceStub):
@@ -103,6 +105,8 @@ class ObserverServiceAsyncStub(ObserverServiceStub):
     """
     CheckServerEmpty: _aio.UnaryUnaryMultiCallable[_obrpc_pb2.CheckServerEmptyRequest, _obrpc_pb2.CheckServerEmptyResponse]  # type: ignore[assignment]
     """Used by ADD SERVER and BOOTSTRAP to refuse a server that belongs to a cluster already."""
+    ApplyReplicas: _aio.UnaryUnaryMultiCallable[_obrpc_pb2.ApplyReplicasRequest, _obrpc_pb2.ApplyReplicasResponse]  # type: ignore[assignment]
+    """Create, update (members, leader, term) or drop replicas; answers with the full report."""
 
 class ObserverServiceServicer(metaclass=_abc_1.ABCMeta):
     """RS -> agent."""
@@ -125,7 +129,43 @@ class ObserverServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_obrpc_pb2.CheckServerEmptyResponse, _abc.Awaitable[_obrpc_pb2.CheckServerEmptyResponse]]:
         """Used by ADD SERVER and BOOTSTRAP to refuse a server that belongs to a cluster already."""
 
+    @_abc_1.abstractmethod
+    def ApplyReplicas(
+        self,
+        request: _obrpc_pb2.ApplyReplicasRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_obrpc_pb2.ApplyReplicasResponse, _abc.Awaitable[_obrpc_pb2.ApplyReplicasResponse]]:
+        """Create, update (members, leader, term) or drop replicas; answers with the full report."""
+
 def add_ObserverServiceServicer_to_server(servicer: ObserverServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
+class ReplicaServiceStub:
+    """Agent -> agent: followers pull the LS log from its leader."""
+
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> ReplicaServiceAsyncStub: ...
+    FetchLog: _grpc.UnaryUnaryMultiCallable[_obrpc_pb2.FetchLogRequest, _obrpc_pb2.FetchLogResponse]
+
+@_typing.type_check_only
+class ReplicaServiceAsyncStub(ReplicaServiceStub):
+    """Agent -> agent: followers pull the LS log from its leader."""
+
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    FetchLog: _aio.UnaryUnaryMultiCallable[_obrpc_pb2.FetchLogRequest, _obrpc_pb2.FetchLogResponse]  # type: ignore[assignment]
+
+class ReplicaServiceServicer(metaclass=_abc_1.ABCMeta):
+    """Agent -> agent: followers pull the LS log from its leader."""
+
+    @_abc_1.abstractmethod
+    def FetchLog(
+        self,
+        request: _obrpc_pb2.FetchLogRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_obrpc_pb2.FetchLogResponse, _abc.Awaitable[_obrpc_pb2.FetchLogResponse]]: ...
+
+def add_ReplicaServiceServicer_to_server(servicer: ReplicaServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
 class AdminServiceStub:
     """Operators' entry point (obadmin)."""
