@@ -77,6 +77,96 @@ class ShowParameters:
     like: str | None = None
 
 
+# --- tenants, resource pools, unit configs (issue 3) -------------------------------------
+
+
+@dataclass(frozen=True)
+class CreateResourceUnit:
+    """CREATE RESOURCE UNIT [IF NOT EXISTS] name MAX_CPU [=] n [, MIN_CPU [=] n],
+    MEMORY_SIZE [=] size [, LOG_DISK_SIZE [=] size] [, MAX_IOPS [=] n] [, MIN_IOPS [=] n]
+    [, IOPS_WEIGHT [=] n]
+
+    Options may come in any order, separated by commas. ``options`` maps the lower-cased
+    option name to the value as written: a number (int or float), or a string (a quoted size
+    such as ``'4G'`` or a bare size word such as ``4G``); sizes are converted by the
+    executor (``sql.sizes.parse_size``). ``name`` is lower-cased (OceanBase object names
+    are case-insensitive).
+    """
+
+    name: str
+    options: tuple[tuple[str, str | int | float], ...]
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True)
+class DropResourceUnit:
+    """DROP RESOURCE UNIT [IF EXISTS] name"""
+
+    name: str
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
+class CreateResourcePool:
+    """CREATE RESOURCE POOL [IF NOT EXISTS] name UNIT [=] 'unit', UNIT_NUM [=] n,
+    ZONE_LIST [=] ('z1', 'z2', ...)
+
+    Options in any order; ``unit`` is lower-cased; ``zone_list`` as written (None when not
+    given: the executor then uses every zone).
+    """
+
+    name: str
+    unit: str | None
+    unit_num: int | None
+    zone_list: tuple[str, ...] | None
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True)
+class DropResourcePool:
+    """DROP RESOURCE POOL [IF EXISTS] name"""
+
+    name: str
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
+class CreateTenant:
+    """CREATE TENANT [IF NOT EXISTS] name RESOURCE_POOL_LIST [=] ('pool', ...)
+    [, PRIMARY_ZONE [=] 'z1;z2,z3'] [, LS_COUNT [=] n]
+
+    Options in any order; pool names lower-cased; ``primary_zone`` as written (``RANDOM``
+    allowed), None when not given.
+    """
+
+    name: str
+    pools: tuple[str, ...]
+    primary_zone: str | None = None
+    ls_count: int | None = None
+    if_not_exists: bool = False
+
+
+@dataclass(frozen=True)
+class DropTenant:
+    """DROP TENANT [IF EXISTS] name [FORCE]"""
+
+    name: str
+    force: bool = False
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
+class SwitchLeader:
+    """ALTER SYSTEM SWITCH REPLICA LEADER LS [=] n SERVER [=] 'ip:port' TENANT [=] name
+
+    OceanBase's manual leader switch (``ALTER SYSTEM SWITCH REPLICA LEADER``).
+    """
+
+    ls_id: int
+    server: str
+    tenant: str
+
+
 # --- SELECT -----------------------------------------------------------------------------
 
 
@@ -172,4 +262,19 @@ class Select:
     offset: int = 0
 
 
-Statement = Bootstrap | ServerOp | ReloadServer | ZoneOp | SetParameters | ShowParameters | Select
+Statement = (
+    Bootstrap
+    | ServerOp
+    | ReloadServer
+    | ZoneOp
+    | SetParameters
+    | ShowParameters
+    | Select
+    | CreateResourceUnit
+    | DropResourceUnit
+    | CreateResourcePool
+    | DropResourcePool
+    | CreateTenant
+    | DropTenant
+    | SwitchLeader
+)
