@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -83,6 +84,15 @@ class _Attr:
 
 
 @dataclass(frozen=True)
+class _Option:
+    """A resource pool or tenant option on its way to its statement; ``keyword`` is the
+    option's token, where a second occurrence of the option is reported."""
+
+    keyword: Token
+    value: Any
+
+
+@dataclass(frozen=True)
 class _Where:
     expr: ast.Expr
 
@@ -119,6 +129,18 @@ def _to_int64(token: Token, negative: bool = False) -> int:
     if not _INT64_MIN <= value <= _INT64_MAX:
         raise _BadToken(token)
     return value
+
+
+def _options(options: tuple[_Option, ...]) -> dict[str, Any]:
+    """Pool or tenant options by lower-cased keyword; an option given twice is a syntax error
+    at its second occurrence rather than silently one of the two values."""
+    found: dict[str, Any] = {}
+    for option in options:
+        key = option.keyword.lower()
+        if key in found:
+            raise _BadToken(option.keyword)
+        found[key] = option.value
+    return found
 
 
 def _expr_depth(root: ast.Expr) -> int:
@@ -200,6 +222,84 @@ class _ToAst(Transformer[Token, Any]):
 
     def show_parameters(self, like: str | None = None) -> ast.ShowParameters:
         return ast.ShowParameters(like=like)
+
+    def switch_leader(self, ls_id: Token, server: str, tenant: str) -> ast.SwitchLeader:
+        return ast.SwitchLeader(ls_id=_to_int64(ls_id), server=server, tenant=tenant)
+
+    # --- resource units, resource pools, tenants ----------------------------------------
+
+    def create_resource_unit(
+        self, if_not_exists: bool | None, name: str, *options: tuple[str, str | int | float]
+    ) -> ast.CreateResourceUnit:
+        return ast.CreateResourceUnit(
+            name=name.lower(), options=tuple(options), if_not_exists=bool(if_not_exists)
+        )
+
+    def drop_resource_unit(self, if_exists: bool | None, name: str) -> ast.DropResourceUnit:
+        return ast.DropResourceUnit(name=name.lower(), if_exists=bool(if_exists))
+
+    def unit_option(self, name: str, value: str | int | float) -> tuple[str, str | int | float]:
+        return (name, value)
+
+    def unit_option_name(self, token: Token) -> str:
+        return token.lower()
+
+    def size_word(self, token: Token) -> str:
+        return str(token)
+
+    def create_resource_pool(
+        self, if_not_exists: bool | None, name: str, *options: _Option
+    ) -> ast.CreateResourcePool:
+        found = _options(options)
+        return ast.CreateResourcePool(
+            name=name.lower(),
+            unit=found.get("unit"),
+            unit_num=found.get("unit_num"),
+            zone_list=found.get("zone_list"),
+            if_not_exists=bool(if_not_exists),
+        )
+
+    def drop_resource_pool(self, if_exists: bool | None, name: str) -> ast.DropResourcePool:
+        return ast.DropResourcePool(name=name.lower(), if_exists=bool(if_exists))
+
+    def pool_unit(self, keyword: Token, unit: str) -> _Option:
+        return _Option(keyword, unit)
+
+    def pool_unit_num(self, keyword: Token, count: Token) -> _Option:
+        return _Option(keyword, _to_int64(count))
+
+    def pool_zone_list(self, keyword: Token, *zones: str) -> _Option:
+        return _Option(keyword, tuple(zones))
+
+    def create_tenant(
+        self, if_not_exists: bool | None, name: str, *options: _Option
+    ) -> ast.CreateTenant:
+        found = _options(options)
+        return ast.CreateTenant(
+            name=name.lower(),
+            pools=found.get("resource_pool_list", ()),
+            primary_zone=found.get("primary_zone"),
+            ls_count=found.get("ls_count"),
+            if_not_exists=bool(if_not_exists),
+        )
+
+    def drop_tenant(self, if_exists: bool | None, name: str, force: bool | None) -> ast.DropTenant:
+        return ast.DropTenant(name=name.lower(), force=bool(force), if_exists=bool(if_exists))
+
+    def tenant_pools(self, keyword: Token, *pools: str) -> _Option:
+        return _Option(keyword, tuple(pools))
+
+    def tenant_primary_zone(self, keyword: Token, zone: str) -> _Option:
+        return _Option(keyword, zone)
+
+    def tenant_ls_count(self, keyword: Token, count: Token) -> _Option:
+        return _Option(keyword, _to_int64(count))
+
+    def if_not_exists(self) -> bool:
+        return True
+
+    if_exists = if_not_exists
+    force = if_not_exists
 
     # --- SELECT -----------------------------------------------------------------------
 
@@ -314,6 +414,9 @@ class _ToAst(Transformer[Token, Any]):
     def name(self, value: str) -> str:
         return value
 
+    def object_name(self, value: str) -> str:
+        return value.lower()
+
     def ident(self, token: Token) -> str:
         if token.type == "BACKQUOTED":
             if len(token) == 2:  # MySQL refuses the empty identifier ``
@@ -322,10 +425,25 @@ class _ToAst(Transformer[Token, Any]):
         return str(token)
 
 
+class _WholeWordKeywords:
+    """A pass-through postlexer whose only job is ``always_accept``: it puts IDENTIFIER in the
+    contextual lexer of every parser state. Lark then reads a keyword only as a whole word (an
+    IDENTIFIER spelling it), never as the prefix of a longer word, so ``DROP TENANTfoo`` is a
+    syntax error rather than ``DROP TENANT foo``; where the grammar accepts no keyword of that
+    spelling, the word is still an identifier (a column named ``zone``)."""
+
+    always_accept = ("IDENTIFIER",)
+
+    def process(self, stream: Iterator[Token]) -> Iterator[Token]:
+        """Hand the tokens on unchanged."""
+        return stream
+
+
 _PARSER = Lark(
     _GRAMMAR_PATH.read_text(encoding="utf-8"),
     parser="lalr",
     lexer="contextual",
+    postlex=_WholeWordKeywords(),
     transformer=_ToAst(),
 )
 # A lexer-only twin with the same terminals, to recognise empty statements without parsing.

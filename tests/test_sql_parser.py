@@ -1,5 +1,5 @@
 """The admin SQL parser (sql/parser.py, sql/grammar.lark): statement forms of SPEC.md section 7,
-the AST of sql/ast.py, and MySQL-style errors (SPEC.md section 12)."""
+the AST of sql/ast.py, and MySQL-style errors (SPEC.md section 12); and sql/sizes.py."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from rootservice.errors import ObError
 from sql import ast
 from sql.parser import MAX_EXPR_DEPTH, parse
+from sql.sizes import parse_size
 
 MB = 1024 * 1024
 STATEMENT_TYPES = typing.get_args(ast.Statement)
@@ -205,6 +206,392 @@ def test_show_parameters() -> None:
     assert parse('Show Parameters Like "%time"') == ast.ShowParameters(like="%time")
 
 
+# --- ALTER SYSTEM SWITCH REPLICA LEADER ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ALTER SYSTEM SWITCH REPLICA LEADER LS=1001 SERVER='10.0.0.1:2882' TENANT='t1'",
+        "alter system switch replica leader ls 1001 server '10.0.0.1:2882' tenant t1;",
+        'Alter System Switch Replica Leader LS = 1001 SERVER = "10.0.0.1:2882" TENANT = `T1`',
+        "ALTER SYSTEM SWITCH REPLICA LEADER LS=1001 SERVER='10.0.0.1:2882' TENANT='T1'",
+    ],
+)
+def test_switch_leader_forms(text: str) -> None:
+    assert parse(text) == ast.SwitchLeader(ls_id=1001, server="10.0.0.1:2882", tenant="t1")
+
+
+def test_switch_leader_server_is_kept_as_written_for_the_executor_to_validate() -> None:
+    statement = parse("ALTER SYSTEM SWITCH REPLICA LEADER LS 1 SERVER 'nowhere' TENANT sys")
+    assert statement == ast.SwitchLeader(ls_id=1, server="nowhere", tenant="sys")
+
+
+@pytest.mark.parametrize(
+    ("text", "rest"),
+    [
+        ("ALTER SYSTEM SWITCH REPLICA LEADER LS=1 SERVER='a:1'", ""),
+        (
+            "ALTER SYSTEM SWITCH REPLICA LEADER LS='1' SERVER='a:1' TENANT=t",
+            "'1' SERVER='a:1' TENANT=t",
+        ),
+        (
+            "ALTER SYSTEM SWITCH REPLICA LEADER LS=-1 SERVER='a:1' TENANT=t",
+            "-1 SERVER='a:1' TENANT=t",
+        ),
+        (
+            "ALTER SYSTEM SWITCH REPLICA LEADER LS=1.5 SERVER='a:1' TENANT=t",
+            ".5 SERVER='a:1' TENANT=t",
+        ),
+        (
+            "ALTER SYSTEM SWITCH REPLICA LEADER SERVER='a:1' LS=1 TENANT=t",
+            "SERVER='a:1' LS=1 TENANT=t",
+        ),
+        ("ALTER SYSTEM SWITCH REPLICA LEADER LS=1 SERVER=a TENANT=t", "a TENANT=t"),
+        (
+            "ALTER SYSTEM SWITCH REPLICA FOLLOWER LS=1 SERVER='a:1' TENANT=t",
+            "FOLLOWER LS=1 SERVER='a:1' TENANT=t",
+        ),
+        (
+            "ALTER SYSTEM SWITCH LEADER LS=1 SERVER='a:1' TENANT=t",
+            "LEADER LS=1 SERVER='a:1' TENANT=t",
+        ),
+        (
+            "ALTER SYSTEM SWITCH REPLICA LEADER LS=9223372036854775808 SERVER='a:1' TENANT=t",
+            "9223372036854775808 SERVER='a:1' TENANT=t",
+        ),
+    ],
+)
+def test_switch_leader_syntax_errors(text: str, rest: str) -> None:
+    assert parse_error(text).to_sql_text() == near(rest)
+
+
+# --- CREATE / DROP RESOURCE UNIT -------------------------------------------------------------
+
+
+def test_create_resource_unit_full_form() -> None:
+    statement = parse(
+        "CREATE RESOURCE UNIT box1 MAX_CPU 4, MIN_CPU 2, MEMORY_SIZE '8G', "
+        "LOG_DISK_SIZE '24G', MAX_IOPS 10000, MIN_IOPS 5000, IOPS_WEIGHT 2"
+    )
+    assert statement == ast.CreateResourceUnit(
+        name="box1",
+        options=(
+            ("max_cpu", 4),
+            ("min_cpu", 2),
+            ("memory_size", "8G"),
+            ("log_disk_size", "24G"),
+            ("max_iops", 10000),
+            ("min_iops", 5000),
+            ("iops_weight", 2),
+        ),
+    )
+
+
+def test_create_resource_unit_case_equals_quotes_order_and_if_not_exists() -> None:
+    statement = parse(
+        'create resource unit if not exists `Box_1` memory_size = "512M", Max_Cpu=1.5,\n'
+        "log_disk_size = 2G , MIN_CPU .5;"
+    )
+    assert statement == ast.CreateResourceUnit(
+        name="box_1",
+        options=(
+            ("memory_size", "512M"),
+            ("max_cpu", 1.5),
+            ("log_disk_size", "2G"),
+            ("min_cpu", 0.5),
+        ),
+        if_not_exists=True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "kept"),
+    [
+        ("'4G'", "4G"),
+        ('"1073741824"', "1073741824"),
+        ("1073741824", 1073741824),
+        ("4G", "4G"),
+        ("4gb", "4gb"),
+        ("512M", "512M"),
+        ("1.5G", "1.5G"),
+        ("10m", "10m"),  # a size here, not the duration of SET
+        ("2.5", 2.5),
+        ("-1", -1),  # the executor refuses it
+        ("'not a size'", "not a size"),  # likewise
+    ],
+)
+def test_resource_unit_values_are_kept_as_written(value: str, kept: str | int | float) -> None:
+    statement = parse(f"CREATE RESOURCE UNIT u MAX_CPU 1, MEMORY_SIZE = {value}")
+    assert isinstance(statement, ast.CreateResourceUnit)
+    assert statement.options == (("max_cpu", 1), ("memory_size", kept))
+    assert type(statement.options[1][1]) is type(kept)
+
+
+def test_resource_unit_options_may_be_missing_or_repeated_for_the_executor_to_refuse() -> None:
+    assert parse("CREATE RESOURCE UNIT u") == ast.CreateResourceUnit(name="u", options=())
+    assert parse("CREATE RESOURCE UNIT u MAX_CPU 1, max_cpu 2") == ast.CreateResourceUnit(
+        name="u", options=(("max_cpu", 1), ("max_cpu", 2))
+    )
+
+
+def test_resource_unit_names_like_keywords_are_names() -> None:
+    assert parse("CREATE RESOURCE UNIT unit MAX_CPU 1") == ast.CreateResourceUnit(
+        name="unit", options=(("max_cpu", 1),)
+    )
+    assert parse("CREATE RESOURCE UNIT `if` MAX_CPU 1") == ast.CreateResourceUnit(
+        name="if", options=(("max_cpu", 1),)
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "rest"),
+    [
+        ("CREATE RESOURCE UNIT", ""),
+        ("CREATE RESOURCE UNIT ;", ""),
+        ("CREATE RESOURCE UNIT MAX_CPU 1, MEMORY_SIZE '1G'", "1, MEMORY_SIZE '1G'"),
+        ("CREATE RESOURCE UNIT 'u' MAX_CPU 1", "'u' MAX_CPU 1"),
+        ("CREATE RESOURCE UNIT u MAX_CPU 1, CPU_WEIGHT 2", "CPU_WEIGHT 2"),
+        ("CREATE RESOURCE UNIT u MAX_CPU 1 MEMORY_SIZE '1G'", "MEMORY_SIZE '1G'"),
+        ("CREATE RESOURCE UNIT u MAX_CPU 1,", ""),
+        ("CREATE RESOURCE UNIT u MAX_CPU =, MEMORY_SIZE '1G'", ", MEMORY_SIZE '1G'"),
+        ("CREATE RESOURCE UNIT u MEMORY_SIZE 4Gx", "Gx"),
+        ("CREATE RESOURCE UNIT u MEMORY_SIZE 4 G", "G"),
+        ("CREATE RESOURCE UNIT u MEMORY_SIZE 10s", "s"),
+        ("CREATE RESOURCE UNIT u MEMORY_SIZE unlimited", "unlimited"),
+        ("CREATE RESOURCE UNIT u MAX_CPU 99999999999999999999", "99999999999999999999"),
+        ("CREATE RESOURCE UNIT IF EXISTS u MAX_CPU 1", "EXISTS u MAX_CPU 1"),
+        ("CREATE RESOURCE u MAX_CPU 1", "u MAX_CPU 1"),
+        ("CREATE UNIT u MAX_CPU 1", "UNIT u MAX_CPU 1"),
+    ],
+)
+def test_create_resource_unit_syntax_errors(text: str, rest: str) -> None:
+    assert parse_error(text).to_sql_text() == near(rest)
+
+
+@pytest.mark.parametrize(
+    ("text", "statement"),
+    [
+        ("DROP RESOURCE UNIT u1", ast.DropResourceUnit(name="u1")),
+        ("drop resource unit U1;", ast.DropResourceUnit(name="u1")),
+        ("DROP RESOURCE UNIT IF EXISTS `U1`", ast.DropResourceUnit(name="u1", if_exists=True)),
+        ("Drop Resource Unit If Exists u1 ;", ast.DropResourceUnit(name="u1", if_exists=True)),
+    ],
+)
+def test_drop_resource_unit(text: str, statement: ast.Statement) -> None:
+    assert parse(text) == statement
+
+
+@pytest.mark.parametrize(
+    ("text", "rest"),
+    [
+        ("DROP RESOURCE UNIT", ""),
+        ("DROP RESOURCE UNIT IF EXISTS", ""),
+        ("DROP RESOURCE UNIT IF NOT EXISTS u1", "NOT EXISTS u1"),
+        ("DROP RESOURCE UNIT u1 FORCE", "FORCE"),
+        ("DROP RESOURCE UNIT u1, u2", ", u2"),
+        ("DROP RESOURCE UNIT 'u1'", "'u1'"),
+    ],
+)
+def test_drop_resource_unit_syntax_errors(text: str, rest: str) -> None:
+    assert parse_error(text).to_sql_text() == near(rest)
+
+
+# --- CREATE / DROP RESOURCE POOL -------------------------------------------------------------
+
+
+def test_create_resource_pool_full_form() -> None:
+    statement = parse(
+        "CREATE RESOURCE POOL pool1 UNIT = 'box1', UNIT_NUM = 1, ZONE_LIST = ('z1', 'z2', 'z3')"
+    )
+    assert statement == ast.CreateResourcePool(
+        name="pool1", unit="box1", unit_num=1, zone_list=("z1", "z2", "z3")
+    )
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        "UNIT 'Box1', UNIT_NUM 2, ZONE_LIST ('z1', 'Z2')",
+        'zone_list=("z1", Z2), unit=BOX1, unit_num=2',
+        "Unit_Num 2 , Zone_List = ( z1 , `Z2` ) , Unit = `box1`",
+        "UNIT_NUM=2,UNIT='box1',ZONE_LIST=('z1','Z2')",
+    ],
+)
+def test_create_resource_pool_options_in_any_order_and_form(options: str) -> None:
+    assert parse(f"create resource pool if not exists Pool1 {options};") == (
+        ast.CreateResourcePool(
+            name="pool1", unit="box1", unit_num=2, zone_list=("z1", "Z2"), if_not_exists=True
+        )
+    )
+
+
+def test_create_resource_pool_missing_options_are_none() -> None:
+    assert parse("CREATE RESOURCE POOL p") == ast.CreateResourcePool(
+        name="p", unit=None, unit_num=None, zone_list=None
+    )
+    assert parse("CREATE RESOURCE POOL p UNIT_NUM 3") == ast.CreateResourcePool(
+        name="p", unit=None, unit_num=3, zone_list=None
+    )
+
+
+def test_resource_pool_names_like_keywords_are_names() -> None:
+    assert parse("CREATE RESOURCE POOL pool UNIT unit, ZONE_LIST (zone)") == (
+        ast.CreateResourcePool(name="pool", unit="unit", unit_num=None, zone_list=("zone",))
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "rest"),
+    [
+        ("CREATE RESOURCE POOL", ""),
+        ("CREATE RESOURCE POOL UNIT 'u'", "'u'"),
+        ("CREATE RESOURCE POOL p UNIT 'u', UNIT_NUM 1, ZONE_LIST ('z1', 'z2'", ""),
+        ("CREATE RESOURCE POOL p ZONE_LIST ('z1' 'z2')", "'z2')"),
+        ("CREATE RESOURCE POOL p ZONE_LIST ()", ")"),
+        ("CREATE RESOURCE POOL p ZONE_LIST 'z1'", "'z1'"),
+        ("CREATE RESOURCE POOL p UNIT 'u' UNIT_NUM 1", "UNIT_NUM 1"),
+        ("CREATE RESOURCE POOL p UNIT 'u', REPLICA_TYPE 'FULL'", "REPLICA_TYPE 'FULL'"),
+        ("CREATE RESOURCE POOL p UNIT_NUM -1", "-1"),
+        ("CREATE RESOURCE POOL p UNIT_NUM '1'", "'1'"),
+        ("CREATE RESOURCE POOL p UNIT_NUM 1.5", ".5"),
+        ("CREATE RESOURCE POOL p UNIT 'u', UNIT_NUM 1, unit 'v'", "unit 'v'"),
+        ("CREATE RESOURCE POOL p ZONE_LIST ('a'), UNIT_NUM 1, ZONE_LIST ('b')", "ZONE_LIST ('b')"),
+    ],
+)
+def test_create_resource_pool_syntax_errors(text: str, rest: str) -> None:
+    assert parse_error(text).to_sql_text() == near(rest)
+
+
+@pytest.mark.parametrize(
+    ("text", "statement"),
+    [
+        ("DROP RESOURCE POOL p1", ast.DropResourcePool(name="p1")),
+        ("drop resource pool `P1`;", ast.DropResourcePool(name="p1")),
+        ("DROP RESOURCE POOL IF EXISTS P1", ast.DropResourcePool(name="p1", if_exists=True)),
+    ],
+)
+def test_drop_resource_pool(text: str, statement: ast.Statement) -> None:
+    assert parse(text) == statement
+
+
+def test_drop_resource_pool_syntax_errors() -> None:
+    assert parse_error("DROP RESOURCE POOL").to_sql_text() == near("")
+    assert parse_error("DROP RESOURCE POOL IF EXISTS ;").to_sql_text() == near("")
+    assert parse_error("DROP POOL p1").to_sql_text() == near("POOL p1")
+
+
+# --- CREATE / DROP TENANT --------------------------------------------------------------------
+
+
+def test_create_tenant_full_form() -> None:
+    statement = parse(
+        "CREATE TENANT t1 RESOURCE_POOL_LIST = ('pool1', 'pool2'), PRIMARY_ZONE = 'z1;z2,z3', "
+        "LS_COUNT = 4"
+    )
+    assert statement == ast.CreateTenant(
+        name="t1", pools=("pool1", "pool2"), primary_zone="z1;z2,z3", ls_count=4
+    )
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        "RESOURCE_POOL_LIST ('Pool1', pool2), PRIMARY_ZONE 'Z1;z2', LS_COUNT 2",
+        'ls_count=2, primary_zone="Z1;z2", resource_pool_list=("POOL1", `pool2`)',
+        "Primary_Zone = 'Z1;z2' , Ls_Count 2 , Resource_Pool_List = ( pool1 , 'POOL2' )",
+    ],
+)
+def test_create_tenant_options_in_any_order_and_form(options: str) -> None:
+    assert parse(f"create tenant if not exists `T1` {options};") == ast.CreateTenant(
+        name="t1",
+        pools=("pool1", "pool2"),
+        primary_zone="Z1;z2",
+        ls_count=2,
+        if_not_exists=True,
+    )
+
+
+def test_create_tenant_missing_options() -> None:
+    # No RESOURCE_POOL_LIST: the executor refuses with OB_EMPTY_RESOURCE_POOL_LIST.
+    assert parse("CREATE TENANT t1") == ast.CreateTenant(name="t1", pools=())
+    assert parse("CREATE TENANT t1 PRIMARY_ZONE RANDOM") == ast.CreateTenant(
+        name="t1", pools=(), primary_zone="RANDOM"
+    )
+    assert parse("CREATE TENANT t1 RESOURCE_POOL_LIST ('p')") == ast.CreateTenant(
+        name="t1", pools=("p",)
+    )
+
+
+def test_tenant_names_like_keywords_are_names() -> None:
+    assert parse("CREATE TENANT tenant RESOURCE_POOL_LIST (pool)") == ast.CreateTenant(
+        name="tenant", pools=("pool",)
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "rest"),
+    [
+        ("CREATE TENANT", ""),
+        ("CREATE TENANT RESOURCE_POOL_LIST ('p')", "('p')"),
+        ("CREATE TENANT 't1' RESOURCE_POOL_LIST ('p')", "'t1' RESOURCE_POOL_LIST ('p')"),
+        ("CREATE TENANT t1 RESOURCE_POOL_LIST ('p1', 'p2'", ""),
+        ("CREATE TENANT t1 RESOURCE_POOL_LIST ('p1', 'p2';", ""),
+        ("CREATE TENANT t1 RESOURCE_POOL_LIST 'p1'", "'p1'"),
+        ("CREATE TENANT t1 RESOURCE_POOL_LIST ()", ")"),
+        ("CREATE TENANT t1 RESOURCE_POOL_LIST ('p'), LOCALITY 'F@z1'", "LOCALITY 'F@z1'"),
+        ("CREATE TENANT t1 CHARSET = utf8mb4", "CHARSET = utf8mb4"),
+        ("CREATE TENANT t1 RESOURCE_POOL_LIST ('p') PRIMARY_ZONE 'z1'", "PRIMARY_ZONE 'z1'"),
+        ("CREATE TENANT t1 LS_COUNT 'two'", "'two'"),
+        ("CREATE TENANT t1 LS_COUNT 1, LS_COUNT 2", "LS_COUNT 2"),
+        ("CREATE TENANT t1 FORCE", "FORCE"),
+    ],
+)
+def test_create_tenant_syntax_errors(text: str, rest: str) -> None:
+    assert parse_error(text).to_sql_text() == near(rest)
+
+
+def test_create_tenant_syntax_error_line_number() -> None:
+    text = "CREATE TENANT t1\n  RESOURCE_POOL_LIST = ('p1'\n  PRIMARY_ZONE = 'z1'"
+    assert parse_error(text).to_sql_text() == near("PRIMARY_ZONE = 'z1'", line=3)
+
+
+@pytest.mark.parametrize(
+    ("text", "statement"),
+    [
+        ("DROP TENANT t1", ast.DropTenant(name="t1")),
+        ("drop tenant T1;", ast.DropTenant(name="t1")),
+        ("DROP TENANT t1 FORCE", ast.DropTenant(name="t1", force=True)),
+        ("DROP TENANT IF EXISTS t1", ast.DropTenant(name="t1", if_exists=True)),
+        (
+            "Drop Tenant If Exists `T1` Force ;",
+            ast.DropTenant(name="t1", force=True, if_exists=True),
+        ),
+        ("DROP TENANT force", ast.DropTenant(name="force")),  # a tenant named force
+        ("DROP TENANT force FORCE", ast.DropTenant(name="force", force=True)),
+    ],
+)
+def test_drop_tenant(text: str, statement: ast.Statement) -> None:
+    assert parse(text) == statement
+
+
+@pytest.mark.parametrize(
+    ("text", "rest"),
+    [
+        ("DROP TENANT", ""),
+        ("DROP TENANT ;", ""),
+        ("DROP TENANT IF EXISTS", ""),
+        ("DROP TENANT t1 FORCE FORCE", "FORCE"),
+        ("DROP TENANT t1 PURGE", "PURGE"),
+        ("DROP TENANT 't1'", "'t1'"),
+        ("DROP TENANT t1, t2", ", t2"),
+        ("DROP TENANTS t1", "TENANTS t1"),
+    ],
+)
+def test_drop_tenant_syntax_errors(text: str, rest: str) -> None:
+    assert parse_error(text).to_sql_text() == near(rest)
+
+
 # --- strings, comments, layout -------------------------------------------------------------
 
 
@@ -288,6 +675,31 @@ def test_select_columns_keep_their_case_and_keyword_names_are_columns() -> None:
     assert statement == ast.Select(
         columns=("svr_ip", "Svr_Port", "zone", "status", "Order", "region"),
         table="dba_ob_servers",
+    )
+
+
+def test_new_statement_keywords_stay_usable_as_column_and_table_names() -> None:
+    columns = (
+        "unit_config_id, max_cpu, memory_size, log_disk_size, unit_num, zone_list, ls_id, "
+        "tenant_name, tenant_id, unit_id, name, role, zone, status, unit, pool, tenant, "
+        "resource, ls, leader, replica, force, switch, create, drop, if, exists"
+    )
+    statement = parse(
+        f"SELECT {columns} FROM oceanbase.__all_unit "
+        "WHERE unit = 1 AND tenant IN ('t') AND ls_id >= 1 AND name LIKE 'x%' "
+        "AND primary_zone IS NOT NULL AND NOT force = 0 ORDER BY tenant_name DESC, unit"
+    )
+    assert isinstance(statement, ast.Select)
+    assert statement.columns == tuple(c.strip() for c in columns.split(","))
+    assert statement.table == "__all_unit"
+    assert statement.order_by == (
+        ast.OrderItem("tenant_name", descending=True),
+        ast.OrderItem("unit"),
+    )
+    for table in ("__all_unit_config", "__all_resource_pool", "__all_tenant", "tenant", "unit"):
+        assert parse(f"SELECT * FROM {table}") == ast.Select(columns=None, table=table)
+    assert parse("ALTER SYSTEM SET tenant = 'x', unit = 1") == ast.SetParameters(
+        items=(("tenant", "x"), ("unit", 1))
     )
 
 
@@ -452,6 +864,26 @@ def test_near_text_is_truncated_to_80_characters() -> None:
     assert err.to_sql_text() == near(("BOGUS " + tail)[:80])
 
 
+@pytest.mark.parametrize(
+    ("text", "rest"),
+    [
+        ("DROP TENANTfoo", "TENANTfoo"),
+        ("DROP TENANTS t1", "TENANTS t1"),
+        ("DROP RESOURCE UNITx", "UNITx"),
+        ("DROP TENANT t1 FORCEx", "FORCEx"),
+        ("CREATE RESOURCE POOL p UNIT_NUMS 1", "UNIT_NUMS 1"),
+        ("ALTER SYSTEM ADD ZONEz1", "ZONEz1"),
+        ("ALTER SYSTEM RELOADSERVER", "RELOADSERVER"),
+        ("SHOWPARAMETERS", "SHOWPARAMETERS"),
+        ("SELECT * FROM t WHERE a = 1 ANDb = 2", "ANDb = 2"),
+        ("SELECT * FROM t ORDER BYx", "BYx"),
+    ],
+)
+def test_a_keyword_is_a_whole_word_never_the_start_of_a_longer_one(text: str, rest: str) -> None:
+    # Otherwise DROP TENANTfoo would drop the tenant foo.
+    assert parse_error(text).to_sql_text() == near(rest)
+
+
 def test_unterminated_string_is_a_syntax_error_at_the_quote() -> None:
     assert parse_error("ALTER SYSTEM ADD SERVER 'a:1").to_sql_text() == near("'a:1")
     assert parse_error("ALTER SYSTEM ADD SERVER 'a:1\\'").to_sql_text() == near("'a:1\\'")
@@ -512,6 +944,96 @@ def test_unterminated_megabyte_string_fails_quickly() -> None:
     assert time.perf_counter() - started < 1.0
 
 
+# --- sizes (sql/sizes.py) ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "size"),
+    [
+        (0, 0),
+        (1073741824, 1073741824),
+        (2**63 - 1, 2**63 - 1),
+        (1.9, 1),
+        (0.0, 0),
+        ("0", 0),
+        ("1073741824", 1073741824),
+        ("0001024", 1024),
+        ("100B", 100),
+        ("1k", 1024),
+        ("1K", 1024),
+        ("1kb", 1024),
+        ("512M", 512 * 2**20),
+        ("512mb", 512 * 2**20),
+        ("4G", 4 * 2**30),
+        ("4gB", 4 * 2**30),
+        ("2T", 2 * 2**40),
+        ("8P", 8 * 2**50),
+        ("1.5G", 3 * 2**29),
+        (".5k", 512),
+        ("1.k", 1024),
+        ("1.0009765625K", 1025),
+        ("1.0009765624K", 1024),  # rounded down
+        ("0.1", 0),
+        ("0." + "9" * 200 + "K", 1023),  # a long fraction still rounds down exactly
+        ("  4G\t", 4 * 2**30),
+        ("8191.99999P", (819199999 * 2**50) // 10**5),
+    ],
+)
+def test_parse_size(value: str | int | float, size: int) -> None:
+    assert parse_size(value) == size
+    assert type(parse_size(value)) is int
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (-1, "must not be negative"),
+        (-0.5, "must not be negative"),
+        ("-1G", "must not be negative"),
+        ("-0", "must not be negative"),
+        (2**63, "larger than the maximum"),
+        (1e19, "larger than the maximum"),
+        ("8192P", "larger than the maximum"),
+        ("9223372036854775808", "larger than the maximum"),
+        ("9" * 5000, "larger than the maximum"),
+        (float("nan"), "not a finite number"),
+        (float("inf"), "not a finite number"),
+        (True, "expected a number of bytes"),
+        (None, "expected a number of bytes"),
+        ("", "expected digits"),
+        ("   ", "expected digits"),
+        ("G", "expected digits"),
+        ("B", "expected digits"),
+        (".", "expected digits"),
+        ("-", "expected digits"),
+        ("+1G", "expected digits"),
+        ("4 G", "expected digits"),
+        ("4Q", "expected digits"),
+        ("4GiB", "expected digits"),
+        ("4GBB", "expected digits"),
+        ("0x10", "expected digits"),
+        ("00junk", "expected digits"),
+        ("1e3", "expected digits"),
+        ("1,024", "expected digits"),
+        ("1..5G", "expected digits"),
+        ("\u0663G", "expected digits"),  # a non-ASCII digit
+        ("unlimited", "expected digits"),
+    ],
+)
+def test_parse_size_refuses(value: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as info:
+        parse_size(value)  # type: ignore[arg-type]
+    assert str(info.value).startswith("invalid size ")
+    assert len(str(info.value)) < 200  # a huge value is not echoed whole
+
+
+def test_parse_size_accepts_what_the_parser_keeps() -> None:
+    statement = parse("CREATE RESOURCE UNIT u MAX_CPU 1, MEMORY_SIZE 4G, LOG_DISK_SIZE '512M'")
+    assert isinstance(statement, ast.CreateResourceUnit)
+    sizes = {name: parse_size(value) for name, value in statement.options if name != "max_cpu"}
+    assert sizes == {"memory_size": 4 * 2**30, "log_disk_size": 512 * 2**20}
+
+
 # --- robustness ----------------------------------------------------------------------------
 
 # Keywords, punctuation, edge literals and the starts of strings and comments.
@@ -525,6 +1047,13 @@ _VOCABULARY = [
     "10s", "1.5", ".5", "1e999", "0", "99999999999999999999", "'a:1'", '"z"',
     "--", "#", "/*", "*/", "'", '"', "\\", "\n",
 ]
+# And those of the resource unit / pool / tenant statements.
+_VOCABULARY_TENANTS = [
+    *_VOCABULARY,
+    "CREATE", "DROP", "RESOURCE", "UNIT", "POOL", "TENANT", "IF", "EXISTS", "MAX_CPU",
+    "MEMORY_SIZE", "UNIT_NUM", "ZONE_LIST", "RESOURCE_POOL_LIST", "PRIMARY_ZONE", "LS_COUNT",
+    "SWITCH", "REPLICA", "LEADER", "LS", "4G", "1.5G", "'4G'", "TENANTx", "UNIT_NUMS",
+]
 # fmt: on
 
 _SEEDS = [
@@ -537,8 +1066,23 @@ _SEEDS = [
     "OR c IS NOT NULL ORDER BY a DESC LIMIT 1, 2",
 ]
 
+_SEEDS_TENANTS = [
+    "CREATE RESOURCE UNIT IF NOT EXISTS u1 MAX_CPU 1.5, MEMORY_SIZE 4G, LOG_DISK_SIZE '8G'",
+    "DROP RESOURCE UNIT IF EXISTS u1",
+    "CREATE RESOURCE POOL p1 UNIT = 'u1', UNIT_NUM = 1, ZONE_LIST = ('z1', 'z2')",
+    "DROP RESOURCE POOL p1;",
+    "CREATE TENANT t1 RESOURCE_POOL_LIST = ('p1'), PRIMARY_ZONE = 'z1;z2', LS_COUNT = 2",
+    "DROP TENANT IF EXISTS t1 FORCE",
+    "ALTER SYSTEM SWITCH REPLICA LEADER LS = 1001 SERVER = '10.0.0.1:2882' TENANT = t1",
+]
 
-def _random_inputs(rng: random.Random, count: int) -> list[str]:
+
+def _random_inputs(
+    rng: random.Random,
+    count: int,
+    seeds: list[str] = _SEEDS,
+    vocabulary: list[str] = _VOCABULARY,
+) -> list[str]:
     inputs: list[str] = []
     for i in range(count):
         kind = i % 4
@@ -548,9 +1092,9 @@ def _random_inputs(rng: random.Random, count: int) -> list[str]:
             raw = bytes(rng.randrange(256) for _ in range(rng.randrange(60)))
             inputs.append(raw.decode("latin-1"))
         elif kind == 2:  # token soup
-            inputs.append(" ".join(rng.choice(_VOCABULARY) for _ in range(rng.randrange(20))))
+            inputs.append(" ".join(rng.choice(vocabulary) for _ in range(rng.randrange(20))))
         else:  # a valid statement with a few characters changed
-            chars = list(rng.choice(_SEEDS))
+            chars = list(rng.choice(seeds))
             for _ in range(rng.randrange(1, 4)):
                 pos = rng.randrange(len(chars))
                 action = rng.randrange(3)
@@ -564,9 +1108,16 @@ def _random_inputs(rng: random.Random, count: int) -> list[str]:
     return inputs
 
 
-def test_random_input_only_ever_raises_ob_error() -> None:
+@pytest.mark.parametrize(
+    ("seeds", "vocabulary", "count"),
+    [(_SEEDS, _VOCABULARY, 600), (_SEEDS_TENANTS, _VOCABULARY_TENANTS, 1200)],
+    ids=["alter-system-select", "units-pools-tenants"],
+)
+def test_random_input_only_ever_raises_ob_error(
+    seeds: list[str], vocabulary: list[str], count: int
+) -> None:
     accepted = refused = 0
-    for text in _random_inputs(random.Random(20240611), 600):
+    for text in _random_inputs(random.Random(20240611), count, seeds, vocabulary):
         try:
             statement = parse(text)
         except ObError as e:
@@ -586,5 +1137,5 @@ def test_random_input_only_ever_raises_ob_error() -> None:
 
 
 def test_all_statement_forms_give_statement_types() -> None:
-    for seed in _SEEDS:
+    for seed in _SEEDS + _SEEDS_TENANTS:
         assert isinstance(parse(seed), STATEMENT_TYPES)
