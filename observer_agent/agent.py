@@ -9,6 +9,11 @@ tests can call them with a ``FakeClock`` and hand-made ``LeaseResponse`` message
 - :meth:`Agent.next_rs_address` - which RS to try next (leader hint, then round robin);
 - :meth:`Agent.probe_disk_now` / :meth:`Agent.refresh_resources` - the periodic jobs.
 
+The LS replicas the agent hosts live in ``agent.replicas`` (a
+:class:`observer_agent.replicas.ReplicaManager`): loaded from disk by the constructor, their
+leader / follower loops started by :meth:`Agent.run` and stopped when it returns, reported in
+every lease request.
+
 :meth:`Agent.run` wires them to the network: one bidirectional ``RootService.LeaseStream``
 at a time, a registration busy loop, renewals every ``heartbeat_interval``, and background
 resource refresh and disk probes in threads. All times are integer microseconds since the
@@ -35,6 +40,7 @@ from observer_agent.identity import (
     load_identity,
     write_identity,
 )
+from observer_agent.replicas import ReplicaManager
 from observer_agent.resources import DATA_DISK_ERROR, collect_resource_info, probe_data_disk
 from observer_agent.settings import AgentSettings, parse_host_port
 from rootservice.clock import Clock
@@ -190,7 +196,8 @@ class Agent:
     Public state (read it, do not write it): ``identity``, ``highest_epoch``,
     ``lease_expire_time``, ``server_id``, ``rs_server_status``, ``start_service_time``,
     ``serving``, ``registered``, ``resource_info``, ``disk_error`` (reason or None),
-    ``accepted_count``, ``refused_count``, ``last_accepted_rs``, ``last_refusal``.
+    ``accepted_count``, ``refused_count``, ``last_accepted_rs``, ``last_refusal``,
+    ``replicas`` (the hosted LS replicas).
     """
 
     def __init__(
@@ -205,8 +212,9 @@ class Agent:
     ) -> None:
         """Create ``settings.data_dir`` and load its identity; start unregistered and not serving.
 
-        A kept identity written for another zone or address is only logged as a warning.
-        ``disk_probe_timeout_us`` / ``resource_timeout_us`` (microseconds) bound one data-disk
+        A kept identity written for another zone or address is only logged as a warning. The
+        replicas kept under ``data_dir`` are loaded (not in service until :meth:`run` has
+        verified their data files). ``disk_probe_timeout_us`` / ``resource_timeout_us`` (microseconds) bound one data-disk
         probe and one resource sample. Raises :class:`observer_agent.identity.IdentityError`
         when the identity file exists but cannot be read or parsed.
         """
@@ -259,6 +267,10 @@ class Agent:
         self._probe_pending: asyncio.Future[str | None] | None = None
         self._resource_pending: asyncio.Future[obrpc_pb2.ResourceInfo] | None = None
         self.health: Any = None  # the gRPC health servicer, set by create_server
+        self.replicas = ReplicaManager(
+            self.data_dir, settings, clock, lambda: self.server, self.log
+        )
+        self.replicas.load()
 
     # ------------------------------------------------------------------ identity / address
 
@@ -314,7 +326,7 @@ class Agent:
 
         ``current_server_time`` is ``clock.now_us()``; ``rs_epoch`` the highest epoch
         accepted; ``cluster_id`` the kept identity's or ""; ``server_status`` 0x1 while the
-        data disk is failing.
+        data disk is failing; ``replicas`` every hosted replica (from memory, no I/O).
         """
         self._seq += 1
         req = obrpc_pb2.LeaseRequest(
@@ -331,6 +343,7 @@ class Agent:
             seq=self._seq,
         )
         req.resource_info.CopyFrom(self.resource_info)
+        req.replicas.extend(self.replicas.report())
         return req
 
     def handle_response(self, resp: obrpc_pb2.LeaseResponse, rs_addr: str) -> bool:
@@ -541,9 +554,16 @@ class Agent:
         self.set_disk_status(reason)
         return reason is None
 
+    def _collect_resources(self) -> obrpc_pb2.ResourceInfo:
+        s = self.settings
+        return collect_resource_info(
+            self.data_dir, s.log_disk_size, cpu_count=s.cpu_count, memory_limit=s.memory_limit
+        )
+
     def refresh_resources(self) -> None:
-        """Refresh ``resource_info`` from psutil in the calling thread (raises ``OSError``)."""
-        self.resource_info = collect_resource_info(self.data_dir, self.settings.log_disk_size)
+        """Refresh ``resource_info`` from psutil in the calling thread (raises ``OSError``);
+        ``cpu_count`` / ``memory_limit`` / ``log_disk_size`` settings override capacities."""
+        self.resource_info = self._collect_resources()
 
     async def refresh_resources_async(self) -> bool:
         """Refresh ``resource_info`` in a daemon thread, bounded by ``resource_timeout_us``;
@@ -552,10 +572,7 @@ class Agent:
         if pending is not None and not pending.done():
             self.log.warning("previous resource refresh is still running; skipped")
             return False
-        fut = _in_daemon_thread(
-            lambda: collect_resource_info(self.data_dir, self.settings.log_disk_size),
-            "resource-refresh",
-        )
+        fut = _in_daemon_thread(self._collect_resources, "resource-refresh")
         self._resource_pending = fut
         done, _ = await asyncio.wait({fut}, timeout=self.resource_timeout_us / 1e6)
         if not done:
@@ -588,10 +605,12 @@ class Agent:
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Run until ``stop`` is set (or :meth:`request_stop`): the lease loop plus the
-        periodic resource refresh and disk probe. Call :meth:`mark_serving` once the gRPC
-        server is up (``observer_agent.service.start_server`` does). Returns after closing
-        the lease stream; never raises except ``CancelledError``."""
+        periodic resource refresh and disk probe, and the replicas' loops. Call
+        :meth:`mark_serving` once the gRPC server is up (``observer_agent.service.start_server``
+        does). Returns after closing the lease stream and stopping the replicas' loops; never
+        raises except ``CancelledError``."""
         self._stop = stop if stop is not None else asyncio.Event()
+        self.replicas.start()
         await self.refresh_resources_async()
         await self.probe_disk_async()
         jobs: dict[str, Callable[[], Awaitable[None]]] = {
@@ -627,6 +646,7 @@ class Agent:
                 task.cancel()
             await asyncio.wait({stop_task, *tasks}, timeout=_CLOSE_TIMEOUT_S)
             await self._close_conn()
+            await self.replicas.stop()
             self.registered = False
 
     async def _periodic(self, job: Callable[[], Awaitable[bool]], interval_us: int) -> None:

@@ -4,15 +4,40 @@ Usage::
 
     observer-agent --rs-list 10.0.0.1:2882[,10.0.0.2:2882] --rpc-addr 10.0.0.5:2882 \\
         --sql-port 2881 --zone z1 --data-dir /data/ob [--heartbeat-interval 2s] \\
-        [--rpc-timeout 2s] [--build-version S] [--log-disk-size BYTES] \\
-        [--disk-probe-interval 5s] [--resource-refresh-interval 10s] [--log-level INFO]
+        [--rpc-timeout 2s] [--build-version S] [--log-disk-size SIZE] \\
+        [--disk-probe-interval 5s] [--resource-refresh-interval 10s] [--log-level INFO] \\
+        [--replica-size 4M] [--log-interval 500ms] [--cpu-count N] [--memory-limit SIZE]
 
-Every flag may also come from the environment as ``OB_AGENT_<NAME>`` (flags win). Exit
-codes: 0 after SIGTERM / SIGINT, 2 for bad flags or settings (one line on stderr), 1 when
-the agent cannot start (unreadable identity file, RPC address in use).
+Durations are written like ``500ms``, ``2s``; sizes as bytes or OceanBase size words
+(``512K``, ``4M``, ``1G``; binary multiples).
 
-Fault injection: while ``DATA_DIR/FAULT_DATA_DISK_ERROR`` exists the disk probe fails and
-the agent reports ``server_status`` DATA_DISK_ERROR (0x1); remove the file to recover.
+- ``--log-disk-size``: log disk capacity reported (``log_disk_total``); default 30 % of the
+  data disk.
+- ``--replica-size``: bytes of each LS replica's data file (default 4M, 4K .. 64G).
+- ``--log-interval``: a leader replica appends one log entry this often (default 500ms,
+  10ms .. 1m); followers poll their leader every ``min(log-interval, 200ms)``.
+- ``--cpu-count`` (cores, > 0) / ``--memory-limit`` (size, > 0): reported as ``cpu_total``
+  / ``mem_total`` instead of the machine's, since the RS places units by these capacities.
+
+Every flag may also come from the environment as ``OB_AGENT_<NAME>`` (flags win), e.g.
+``OB_AGENT_REPLICA_SIZE=64K``. Exit codes: 0 after SIGTERM / SIGINT, 2 for bad flags or
+settings (one line on stderr), 1 when the agent cannot start (unreadable identity file, RPC
+address in use).
+
+Replicas live under ``DATA_DIR/replicas/<tenant_id>_<ls_id>/`` (``data``, ``meta.json``)
+and ``DATA_DIR/clog/<tenant_id>_<ls_id>/log``; they are reloaded at start.
+
+Fault injection (files in ``DATA_DIR``, for tests and drills; remove them to recover):
+
+- ``FAULT_DATA_DISK_ERROR``: while it exists the disk probe fails and the agent reports
+  ``server_status`` DATA_DISK_ERROR (0x1).
+- ``FAULT_REPLICATION_STOP``: while it exists, the followers on this agent stop fetching the
+  log from their leaders (they fall behind; leaders here keep appending, and the catch-up of
+  a replica becoming leader still fetches).
+- ``FAULT_REPLICATION_DELAY_MS`` containing an integer N: followers apply only entries whose
+  ``ts`` is at least N ms old, a steady lag of about N ms.
+
+The replication files are checked at most once per follower poll.
 """
 
 from __future__ import annotations
@@ -63,11 +88,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rpc-timeout", help="timeout of one lease exchange, e.g. 2s")
     p.add_argument("--build-version", help="version string reported to the RS")
     p.add_argument(
-        "--log-disk-size", type=int, help="log disk bytes to report (default 30%% of the data disk)"
+        "--log-disk-size",
+        help="log disk size to report, bytes or e.g. 10G (default 30%% of the data disk)",
     )
     p.add_argument("--disk-probe-interval", help="data-disk probe period, e.g. 5s")
     p.add_argument("--resource-refresh-interval", help="resource refresh period, e.g. 10s")
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR")
+    p.add_argument("--replica-size", help="bytes of each LS replica's data file, e.g. 4M")
+    p.add_argument("--log-interval", help="a leader replica appends a log entry this often")
+    p.add_argument("--cpu-count", help="CPU cores to report as cpu_total (default: the machine's)")
+    p.add_argument("--memory-limit", help="memory to report as mem_total, e.g. 8G")
     return p
 
 

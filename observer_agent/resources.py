@@ -50,24 +50,34 @@ def dir_bytes_used(path: Path) -> int:
     return total
 
 
-def collect_resource_info(data_dir: Path, log_disk_size: int | None) -> obrpc_pb2.ResourceInfo:
+def collect_resource_info(
+    data_dir: Path,
+    log_disk_size: int | None,
+    *,
+    cpu_count: float | None = None,
+    memory_limit: int | None = None,
+) -> obrpc_pb2.ResourceInfo:
     """The node's ``ObServerResourceInfo`` from psutil (blocking; run it in a thread).
 
-    ``cpu_total`` = logical CPUs; ``mem_total`` / ``mem_in_use`` = total and total minus
-    available memory, bytes; ``data_disk_total`` / ``data_disk_in_use`` = the file system of
+    ``cpu_total`` = ``cpu_count`` or the logical CPUs; ``mem_total`` = ``memory_limit`` or
+    the total memory, bytes, and ``mem_in_use`` = total minus available memory, capped at
+    ``mem_total``; ``data_disk_total`` / ``data_disk_in_use`` = the file system of
     ``data_dir``, bytes; ``log_disk_total`` = ``log_disk_size`` or 30 % of the data disk;
-    ``log_disk_in_use`` = bytes under ``data_dir/clog``. The ``*_assigned`` fields are 0: no
-    unit is placed by the agent. Raises ``OSError`` when ``data_dir`` is unusable.
+    ``log_disk_in_use`` = bytes under ``data_dir/clog`` (the replicas' logs live there). The
+    overrides exist because the RS places units by these capacities, and tests need small,
+    known ones. The ``*_assigned`` fields are 0: no unit is placed by the agent. Raises
+    ``OSError`` when ``data_dir`` is unusable.
     """
     vm = psutil.virtual_memory()
     disk = psutil.disk_usage(str(data_dir))
     log_total = log_disk_size if log_disk_size else disk.total * DEFAULT_LOG_DISK_PERCENT // 100
+    mem_total = memory_limit if memory_limit else vm.total
     return obrpc_pb2.ResourceInfo(
-        cpu_total=float(psutil.cpu_count() or 1),
+        cpu_total=float(cpu_count) if cpu_count else float(psutil.cpu_count() or 1),
         cpu_assigned=0.0,
-        mem_total=vm.total,
+        mem_total=mem_total,
         mem_assigned=0,
-        mem_in_use=max(0, vm.total - vm.available),
+        mem_in_use=min(mem_total, max(0, vm.total - vm.available)),
         log_disk_total=log_total,
         log_disk_assigned=0,
         log_disk_in_use=dir_bytes_used(Path(data_dir) / CLOG_DIR),

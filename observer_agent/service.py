@@ -1,7 +1,10 @@
-"""The agent's gRPC server: ``ObserverService`` (RS -> agent) and the standard health service.
+"""The agent's gRPC server: ``ObserverService`` (RS -> agent), ``ReplicaService`` (agent ->
+agent) and the standard health service.
 
 The RS calls ``RequestHeartbeat`` right after it takes office and on CANCEL DELETE SERVER,
-and ``CheckServerEmpty`` on ADD SERVER / BOOTSTRAP (SPEC.md sections 5, 7, 8). The health
+``CheckServerEmpty`` on ADD SERVER / BOOTSTRAP (SPEC.md sections 5, 7, 8), and
+``ApplyReplicas`` to create, re-lead and drop LS replicas (section 9). Followers call their
+leader's ``ReplicaService.FetchLog``. The health
 service (``grpc.health.v1.Health``) reports SERVING for ``""`` and for
 ``oceanbase.rs.ObserverService`` while the server runs, NOT_SERVING while it shuts down.
 """
@@ -48,6 +51,48 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
         """
         return self.agent.check_server_empty()
 
+    async def ApplyReplicas(
+        self, request: obrpc_pb2.ApplyReplicasRequest, context: Any
+    ) -> obrpc_pb2.ApplyReplicasResponse:
+        """``ObserverService.ApplyReplicas`` of obrpc.proto; answers in-band, never aborts.
+
+        - ``rs_epoch`` lower than the highest epoch the agent accepted -> ``error``
+          ``OB_RS_NOT_MASTER``, nothing applied (the epoch is not learnt from this call).
+        - Each ``upsert``, in order: an absent replica is created (data file built, awaited,
+          then in service) as leaderless at term 0, then the spec is applied like for a
+          present one. A spec with ``term`` lower than the kept term is ignored. Otherwise
+          unit_id, member_list, leader, term, paxos_replica_number, replica_type are adopted
+          and written to ``meta.json``. ``leader`` == this server: it leads at ``term`` and
+          appends every ``log_interval``, but first, when ``catch_up_index`` > its
+          ``log_end_index``, it fetches from ``catch_up_from`` (term 0 in the request) until
+          it reaches that index, within ``rpc_timeout`` and 80 % of the call's remaining
+          deadline; failing that, nothing of the spec is adopted and ``error`` is
+          ``OB_TIMEOUT`` naming the LS. ``leader`` another server: follows it. ``leader``
+          "": nobody appends. A bad spec -> ``OB_INVALID_ARGUMENT``; the others still apply.
+        - Each ``drop``: loops stopped, directories removed (absent keys are no-ops).
+        - ``replicas``: the full report after applying, sorted by (tenant_id, ls_id).
+
+        Requests are applied one at a time; a request the RS stops waiting for is still
+        applied to the end.
+        """
+        budget = context.time_remaining() if context is not None else None
+        return await self.agent.replicas.apply(request, self.agent.highest_epoch, budget)
+
+
+class ReplicaServicer(obrpc_pb2_grpc.ReplicaServiceServicer):
+    """``ReplicaService`` (agent to agent) backed by an :class:`Agent`'s replicas."""
+
+    def __init__(self, agent: Agent) -> None:
+        """Serve the log of ``agent``'s replicas."""
+        self.agent = agent
+
+    async def FetchLog(
+        self, request: obrpc_pb2.FetchLogRequest, context: Any
+    ) -> obrpc_pb2.FetchLogResponse:
+        """``ReplicaService.FetchLog``: see :meth:`ReplicaManager.fetch_log
+        <observer_agent.replicas.ReplicaManager.fetch_log>`; errors in-band."""
+        return self.agent.replicas.fetch_log(request)
+
 
 async def create_server(agent: Agent, addr: str) -> tuple[Any, int]:
     """Build the agent's ``grpc.aio.Server`` bound to ``addr`` (``host:port``, port 0 = any
@@ -60,6 +105,7 @@ async def create_server(agent: Agent, addr: str) -> tuple[Any, int]:
     """
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
     obrpc_pb2_grpc.add_ObserverServiceServicer_to_server(ObserverServicer(agent), server)
+    obrpc_pb2_grpc.add_ReplicaServiceServicer_to_server(ReplicaServicer(agent), server)
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     port = server.add_insecure_port(addr)
@@ -84,7 +130,8 @@ async def start_server(agent: Agent, addr: str | None = None) -> tuple[Any, int]
 
 async def stop_server(agent: Agent, server: Any, grace_s: float = 1.0) -> None:
     """Report NOT_SERVING, then stop ``server`` letting calls in flight finish for up to
-    ``grace_s`` seconds."""
+    ``grace_s`` seconds, and stop the replicas' loops (if :meth:`Agent.run` has not)."""
     if agent.health is not None:
         await agent.health.enter_graceful_shutdown()
     await server.stop(grace_s)
+    await agent.replicas.stop()

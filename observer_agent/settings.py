@@ -4,7 +4,8 @@ One :class:`AgentSettings` object is built at start-up from, in increasing prece
 defaults below, environment variables ``OB_AGENT_*`` (e.g. ``OB_AGENT_ZONE=z1``,
 ``OB_AGENT_RS_LIST=10.0.0.1:2882,10.0.0.2:2882``) and the command-line flags of
 ``observer-agent``. Durations are written like OceanBase's (``2s``, ``100ms``) and held as
-integer microseconds. Validation happens once, at start-up, so a bad flag stops the process
+integer microseconds; sizes are bytes, written as integers or OceanBase size words (``512K``,
+``4M``, ``1G``, ``2GB``; binary multiples). Validation happens once, at start-up, so a bad flag stops the process
 before it ever talks to an RS.
 """
 
@@ -39,7 +40,63 @@ DURATION_BOUNDS: dict[str, tuple[int, int]] = {
     "rpc_timeout": (10_000, 600 * US_PER_S),
     "disk_probe_interval": (10_000, 3600 * US_PER_S),
     "resource_refresh_interval": (10_000, 3600 * US_PER_S),
+    "log_interval": (10_000, 60 * US_PER_S),
 }
+
+KIB = 1 << 10
+MIB = 1 << 20
+GIB = 1 << 30
+
+#: Bounds of ``replica_size`` in bytes: tests use 64K, a drill a few GiB at most.
+REPLICA_SIZE_BOUNDS = (4 * KIB, 64 * GIB)
+
+_SIZE_UNITS = {
+    "": 1,
+    "B": 1,
+    "K": KIB,
+    "KB": KIB,
+    "M": MIB,
+    "MB": MIB,
+    "G": GIB,
+    "GB": GIB,
+    "T": 1 << 40,
+    "TB": 1 << 40,
+    "P": 1 << 50,
+    "PB": 1 << 50,
+}
+_SIZE_RE = re.compile(r"^\s*(\d{1,19})\s*([A-Za-z]{0,2})\s*$")
+
+
+def parse_size(value: str | int) -> int:
+    """``"4M"`` -> 4_194_304 (bytes); ``"512K"``, ``"1G"``, ``"2GB"`` likewise, and a plain
+    integer (or digit string) is bytes.
+
+    Units are case-insensitive binary multiples: B, K/KB, M/MB, G/GB, T/TB, P/PB. Raises
+    ``ValueError`` for negatives, fractions, unknown units and non-strings/ints.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"not a size: {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"size must not be negative: {value}")
+        return value
+    m = _SIZE_RE.match(value)
+    unit = m.group(2).upper() if m else None
+    if m is None or unit not in _SIZE_UNITS:
+        raise ValueError(f"not a size: {value!r} (write bytes or e.g. 512K, 4M, 1G)")
+    return int(m.group(1)) * _SIZE_UNITS[unit]
+
+
+def format_size(n: int) -> str:
+    """4_194_304 -> ``"4M"``: the largest unit that divides ``n`` (bytes) exactly."""
+    for unit in ("P", "T", "G", "M", "K"):
+        if n and n % _SIZE_UNITS[unit] == 0:
+            return f"{n // _SIZE_UNITS[unit]}{unit}"
+    return str(n)
+
+
+#: Bytes, from an int or a size word (see :func:`parse_size`).
+Size = Annotated[int, BeforeValidator(parse_size)]
 
 _HOST_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]{0,252}))$")
 
@@ -84,6 +141,13 @@ class AgentSettings(BaseSettings):
     - durations (microseconds): ``heartbeat_interval`` (2 s), ``rpc_timeout`` (2 s),
       ``disk_probe_interval`` (5 s), ``resource_refresh_interval`` (10 s).
     - ``log_disk_size``: bytes of log disk to report; None means 30 % of the data disk.
+    - ``replica_size``: bytes of each LS replica's data file (4 MiB; 4K .. 64G).
+    - ``log_interval`` (microseconds, 500 ms; 10 ms .. 60 s): a leader replica appends one
+      log entry this often.
+    - ``cpu_count`` (cores, > 0) / ``memory_limit`` (bytes, > 0): reported as ``cpu_total`` /
+      ``mem_total`` instead of what psutil sees; None = what psutil sees.
+
+    Sizes accept integers (bytes) and size words (``4M``).
 
     Raises pydantic's ``ValidationError`` on any violation.
     """
@@ -101,7 +165,11 @@ class AgentSettings(BaseSettings):
     heartbeat_interval: Duration = 2 * US_PER_S
     rpc_timeout: Duration = 2 * US_PER_S
     build_version: str = DEFAULT_BUILD_VERSION
-    log_disk_size: int | None = Field(default=None, gt=0)
+    log_disk_size: Size | None = Field(default=None, gt=0)
+    replica_size: Size = 4 * MIB
+    log_interval: Duration = 500_000
+    cpu_count: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    memory_limit: Size | None = Field(default=None, gt=0)
     disk_probe_interval: Duration = 5 * US_PER_S
     resource_refresh_interval: Duration = 10 * US_PER_S
     log_level: str = "INFO"
@@ -168,6 +236,12 @@ class AgentSettings(BaseSettings):
                     f"{name} = {format_duration(value)} is out of range "
                     f"[{format_duration(lo)}, {format_duration(hi)}]"
                 )
+        lo, hi = REPLICA_SIZE_BOUNDS
+        if not lo <= self.replica_size <= hi:
+            raise ValueError(
+                f"replica_size = {format_size(self.replica_size)} is out of range "
+                f"[{format_size(lo)}, {format_size(hi)}]"
+            )
         return self
 
     @classmethod
