@@ -286,6 +286,9 @@ class ReplicaInfo(_message.Message):
     LOG_END_INDEX_FIELD_NUMBER: _builtins.int
     LOG_END_TS_FIELD_NUMBER: _builtins.int
     DATA_CHECKSUM_FIELD_NUMBER: _builtins.int
+    COPY_FROM_FIELD_NUMBER: _builtins.int
+    BYTES_COPIED_FIELD_NUMBER: _builtins.int
+    BUILD_ERROR_FIELD_NUMBER: _builtins.int
     tenant_id: _builtins.int
     ls_id: _builtins.int
     unit_id: _builtins.int
@@ -309,6 +312,13 @@ class ReplicaInfo(_message.Message):
     """timestamp (µs) carried by that entry, 0 = none"""
     data_checksum: _builtins.int
     """crc32 of the data file"""
+    copy_from: _builtins.str
+    """Replica migration (SPEC.md section 9): while the replica is being built by copying from
+    another member, the source, the bytes received so far, and the last copy failure.
+    """
+    bytes_copied: _builtins.int
+    build_error: _builtins.str
+    """"" when none; the RS then retries from another member"""
     @_builtins.property
     def member_list(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """"ip:port" of the Paxos members, sorted"""
@@ -331,10 +341,13 @@ class ReplicaInfo(_message.Message):
         log_end_index: _builtins.int = ...,
         log_end_ts: _builtins.int = ...,
         data_checksum: _builtins.int = ...,
+        copy_from: _builtins.str = ...,
+        bytes_copied: _builtins.int = ...,
+        build_error: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data_checksum", b"data_checksum", "data_size", b"data_size", "in_service", b"in_service", "leader", b"leader", "log_end_index", b"log_end_index", "log_end_ts", b"log_end_ts", "ls_id", b"ls_id", "member_list", b"member_list", "paxos_replica_number", b"paxos_replica_number", "replica_type", b"replica_type", "required_size", b"required_size", "role", b"role", "tenant_id", b"tenant_id", "term", b"term", "unit_id", b"unit_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_error", b"build_error", "bytes_copied", b"bytes_copied", "copy_from", b"copy_from", "data_checksum", b"data_checksum", "data_size", b"data_size", "in_service", b"in_service", "leader", b"leader", "log_end_index", b"log_end_index", "log_end_ts", b"log_end_ts", "ls_id", b"ls_id", "member_list", b"member_list", "paxos_replica_number", b"paxos_replica_number", "replica_type", b"replica_type", "required_size", b"required_size", "role", b"role", "tenant_id", b"tenant_id", "term", b"term", "unit_id", b"unit_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -356,6 +369,7 @@ class ReplicaSpec(_message.Message):
     TERM_FIELD_NUMBER: _builtins.int
     CATCH_UP_INDEX_FIELD_NUMBER: _builtins.int
     CATCH_UP_FROM_FIELD_NUMBER: _builtins.int
+    COPY_FROM_FIELD_NUMBER: _builtins.int
     tenant_id: _builtins.int
     ls_id: _builtins.int
     unit_id: _builtins.int
@@ -371,6 +385,11 @@ class ReplicaSpec(_message.Message):
     this index from `catch_up_from` (the previous leader) so no acknowledged entry is lost.
     """
     catch_up_from: _builtins.str
+    copy_from: _builtins.str
+    """Build a replica that does not exist here by streaming the data file and the log from
+    this member (replica migration) instead of generating it; ignored when it exists.
+    Changing it on a replica still being built restarts the copy from the new source.
+    """
     @_builtins.property
     def member_list(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -386,10 +405,11 @@ class ReplicaSpec(_message.Message):
         term: _builtins.int = ...,
         catch_up_index: _builtins.int = ...,
         catch_up_from: _builtins.str = ...,
+        copy_from: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["catch_up_from", b"catch_up_from", "catch_up_index", b"catch_up_index", "leader", b"leader", "ls_id", b"ls_id", "member_list", b"member_list", "paxos_replica_number", b"paxos_replica_number", "replica_type", b"replica_type", "tenant_id", b"tenant_id", "term", b"term", "unit_id", b"unit_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["catch_up_from", b"catch_up_from", "catch_up_index", b"catch_up_index", "copy_from", b"copy_from", "leader", b"leader", "ls_id", b"ls_id", "member_list", b"member_list", "paxos_replica_number", b"paxos_replica_number", "replica_type", b"replica_type", "tenant_id", b"tenant_id", "term", b"term", "unit_id", b"unit_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -648,6 +668,84 @@ class CheckServerEmptyResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CheckServerEmptyResponse: _TypeAlias = CheckServerEmptyResponse  # noqa: Y015
+
+@_typing.final
+class FetchDataRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_ID_FIELD_NUMBER: _builtins.int
+    LS_ID_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    CHUNK_SIZE_FIELD_NUMBER: _builtins.int
+    tenant_id: _builtins.int
+    ls_id: _builtins.int
+    offset: _builtins.int
+    """first byte wanted"""
+    chunk_size: _builtins.int
+    """bytes per chunk, 0 = the source's default"""
+    def __init__(
+        self,
+        *,
+        tenant_id: _builtins.int = ...,
+        ls_id: _builtins.int = ...,
+        offset: _builtins.int = ...,
+        chunk_size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_size", b"chunk_size", "ls_id", b"ls_id", "offset", b"offset", "tenant_id", b"tenant_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FetchDataRequest: _TypeAlias = FetchDataRequest  # noqa: Y015
+
+@_typing.final
+class DataChunk(_message.Message):
+    """One piece of a replica's data file. The first chunk of a stream also carries the whole
+    file's size and crc32 and the source's log position at the moment the stream started.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    TOTAL_SIZE_FIELD_NUMBER: _builtins.int
+    CHECKSUM_FIELD_NUMBER: _builtins.int
+    LOG_START_INDEX_FIELD_NUMBER: _builtins.int
+    LOG_END_INDEX_FIELD_NUMBER: _builtins.int
+    TERM_FIELD_NUMBER: _builtins.int
+    offset: _builtins.int
+    data: _builtins.bytes
+    total_size: _builtins.int
+    checksum: _builtins.int
+    log_start_index: _builtins.int
+    """the source's first kept log entry"""
+    log_end_index: _builtins.int
+    term: _builtins.int
+    @_builtins.property
+    def error(self) -> Global___ObError:
+        """e.g. OB_ENTRY_NOT_EXIST when the source has no replica"""
+
+    def __init__(
+        self,
+        *,
+        error: Global___ObError | None = ...,
+        offset: _builtins.int = ...,
+        data: _builtins.bytes = ...,
+        total_size: _builtins.int = ...,
+        checksum: _builtins.int = ...,
+        log_start_index: _builtins.int = ...,
+        log_end_index: _builtins.int = ...,
+        term: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checksum", b"checksum", "data", b"data", "error", b"error", "log_end_index", b"log_end_index", "log_start_index", b"log_start_index", "offset", b"offset", "term", b"term", "total_size", b"total_size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DataChunk: _TypeAlias = DataChunk  # noqa: Y015
 
 @_typing.final
 class Cell(_message.Message):

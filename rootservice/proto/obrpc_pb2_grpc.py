@@ -310,7 +310,8 @@ class ObserverService:
 
 
 class ReplicaServiceStub:
-    """Agent -> agent: followers pull the LS log from its leader.
+    """Agent -> agent: followers pull the LS log from its leader; a migrating replica pulls the
+    data file from a healthy member.
     """
 
     def __init__(self, channel):
@@ -324,13 +325,25 @@ class ReplicaServiceStub:
                 request_serializer=rootservice_dot_proto_dot_obrpc__pb2.FetchLogRequest.SerializeToString,
                 response_deserializer=rootservice_dot_proto_dot_obrpc__pb2.FetchLogResponse.FromString,
                 _registered_method=True)
+        self.FetchData = channel.unary_stream(
+                '/oceanbase.rs.ReplicaService/FetchData',
+                request_serializer=rootservice_dot_proto_dot_obrpc__pb2.FetchDataRequest.SerializeToString,
+                response_deserializer=rootservice_dot_proto_dot_obrpc__pb2.DataChunk.FromString,
+                _registered_method=True)
 
 
 class ReplicaServiceServicer:
-    """Agent -> agent: followers pull the LS log from its leader.
+    """Agent -> agent: followers pull the LS log from its leader; a migrating replica pulls the
+    data file from a healthy member.
     """
 
     def FetchLog(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FetchData(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -344,6 +357,11 @@ def add_ReplicaServiceServicer_to_server(servicer, server):
                     request_deserializer=rootservice_dot_proto_dot_obrpc__pb2.FetchLogRequest.FromString,
                     response_serializer=rootservice_dot_proto_dot_obrpc__pb2.FetchLogResponse.SerializeToString,
             ),
+            'FetchData': grpc.unary_stream_rpc_method_handler(
+                    servicer.FetchData,
+                    request_deserializer=rootservice_dot_proto_dot_obrpc__pb2.FetchDataRequest.FromString,
+                    response_serializer=rootservice_dot_proto_dot_obrpc__pb2.DataChunk.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'oceanbase.rs.ReplicaService', rpc_method_handlers)
@@ -353,7 +371,8 @@ def add_ReplicaServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class ReplicaService:
-    """Agent -> agent: followers pull the LS log from its leader.
+    """Agent -> agent: followers pull the LS log from its leader; a migrating replica pulls the
+    data file from a healthy member.
     """
 
     @staticmethod
@@ -373,6 +392,33 @@ class ReplicaService:
             '/oceanbase.rs.ReplicaService/FetchLog',
             rootservice_dot_proto_dot_obrpc__pb2.FetchLogRequest.SerializeToString,
             rootservice_dot_proto_dot_obrpc__pb2.FetchLogResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchData(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/oceanbase.rs.ReplicaService/FetchData',
+            rootservice_dot_proto_dot_obrpc__pb2.FetchDataRequest.SerializeToString,
+            rootservice_dot_proto_dot_obrpc__pb2.DataChunk.FromString,
             options,
             channel_credentials,
             insecure,

@@ -140,23 +140,31 @@ class ObserverServiceServicer(metaclass=_abc_1.ABCMeta):
 def add_ObserverServiceServicer_to_server(servicer: ObserverServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
 class ReplicaServiceStub:
-    """Agent -> agent: followers pull the LS log from its leader."""
+    """Agent -> agent: followers pull the LS log from its leader; a migrating replica pulls the
+    data file from a healthy member.
+    """
 
     @_typing.overload
     def __new__(cls, channel: _grpc.Channel) -> _Self: ...
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> ReplicaServiceAsyncStub: ...
     FetchLog: _grpc.UnaryUnaryMultiCallable[_obrpc_pb2.FetchLogRequest, _obrpc_pb2.FetchLogResponse]
+    FetchData: _grpc.UnaryStreamMultiCallable[_obrpc_pb2.FetchDataRequest, _obrpc_pb2.DataChunk]
 
 @_typing.type_check_only
 class ReplicaServiceAsyncStub(ReplicaServiceStub):
-    """Agent -> agent: followers pull the LS log from its leader."""
+    """Agent -> agent: followers pull the LS log from its leader; a migrating replica pulls the
+    data file from a healthy member.
+    """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     FetchLog: _aio.UnaryUnaryMultiCallable[_obrpc_pb2.FetchLogRequest, _obrpc_pb2.FetchLogResponse]  # type: ignore[assignment]
+    FetchData: _aio.UnaryStreamMultiCallable[_obrpc_pb2.FetchDataRequest, _obrpc_pb2.DataChunk]  # type: ignore[assignment]
 
 class ReplicaServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Agent -> agent: followers pull the LS log from its leader."""
+    """Agent -> agent: followers pull the LS log from its leader; a migrating replica pulls the
+    data file from a healthy member.
+    """
 
     @_abc_1.abstractmethod
     def FetchLog(
@@ -164,6 +172,13 @@ class ReplicaServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _obrpc_pb2.FetchLogRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_obrpc_pb2.FetchLogResponse, _abc.Awaitable[_obrpc_pb2.FetchLogResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def FetchData(
+        self,
+        request: _obrpc_pb2.FetchDataRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_obrpc_pb2.DataChunk], _abc.AsyncIterator[_obrpc_pb2.DataChunk]]: ...
 
 def add_ReplicaServiceServicer_to_server(servicer: ReplicaServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
