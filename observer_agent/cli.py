@@ -6,7 +6,8 @@ Usage::
         --sql-port 2881 --zone z1 --data-dir /data/ob [--heartbeat-interval 2s] \\
         [--rpc-timeout 2s] [--build-version S] [--log-disk-size SIZE] \\
         [--disk-probe-interval 5s] [--resource-refresh-interval 10s] [--log-level INFO] \\
-        [--replica-size 4M] [--log-interval 500ms] [--cpu-count N] [--memory-limit SIZE]
+        [--replica-size 4M] [--log-interval 500ms] [--cpu-count N] [--memory-limit SIZE] \\
+        [--max-concurrent-copies 2]
 
 Durations are written like ``500ms``, ``2s``; sizes as bytes or OceanBase size words
 (``512K``, ``4M``, ``1G``; binary multiples).
@@ -16,6 +17,9 @@ Durations are written like ``500ms``, ``2s``; sizes as bytes or OceanBase size w
 - ``--replica-size``: bytes of each LS replica's data file (default 4M, 4K .. 64G).
 - ``--log-interval``: a leader replica appends one log entry this often (default 500ms,
   10ms .. 1m); followers poll their leader every ``min(log-interval, 200ms)``.
+- ``--max-concurrent-copies``: replicas built by copy from another member (replica
+  migration) that stream their data file at the same time (default 2, 1 .. 64); the others
+  wait, reported as building with ``bytes_copied`` 0.
 - ``--cpu-count`` (cores, > 0) / ``--memory-limit`` (size, > 0): reported as ``cpu_total``
   / ``mem_total`` instead of the machine's, since the RS places units by these capacities.
 
@@ -36,6 +40,10 @@ Fault injection (files in ``DATA_DIR``, for tests and drills; remove them to rec
   a replica becoming leader still fetches).
 - ``FAULT_REPLICATION_DELAY_MS`` containing an integer N: followers apply only entries whose
   ``ts`` is at least N ms old, a steady lag of about N ms.
+- ``FAULT_COPY_SLOW_MS`` containing an integer N: a replica being built by copy on this agent
+  sleeps N ms after every data chunk it receives (checked at every chunk).
+- ``FAULT_SERVE_DATA_ERROR``: while it exists, this agent answers every ``FetchData`` (a
+  member copying a replica from it) with an error, so the copy fails there.
 
 The replication files are checked at most once per follower poll.
 """
@@ -98,6 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-interval", help="a leader replica appends a log entry this often")
     p.add_argument("--cpu-count", help="CPU cores to report as cpu_total (default: the machine's)")
     p.add_argument("--memory-limit", help="memory to report as mem_total, e.g. 8G")
+    p.add_argument(
+        "--max-concurrent-copies",
+        type=int,
+        help="replica copies (migration) streaming data at the same time (default 2)",
+    )
     return p
 
 

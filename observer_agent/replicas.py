@@ -20,10 +20,38 @@ every change of leader or term, truncating what differs from the leader's log. T
 membership, leadership and terms with ``ObserverService.ApplyReplicas``
 (:meth:`ReplicaManager.apply`).
 
-Fault switches (files in DATA_DIR, checked at most once per follower poll):
-:data:`FAULT_REPLICATION_STOP_FILE` stops every follower of this agent from fetching;
-:data:`FAULT_REPLICATION_DELAY_FILE` holding an integer N makes followers apply only entries
-whose ``ts <= now - N ms``.
+Replica migration (SPEC.md section 9, "disaster recovery"): a spec with ``copy_from`` for a
+replica this agent does not host builds it from that member instead of generating it
+(:meth:`ReplicaManager.apply` returns at once; the build goes on in a task):
+
+1. *queued* while :attr:`AgentSettings.max_concurrent_copies` copies already run;
+2. *copying*: ``ReplicaService.FetchData`` streams the data file into a temp file in the
+   replica's directory; size and crc32 are checked against the stream's first chunk, the
+   file is fsynced and renamed to ``data``;
+3. *log*: the log is created empty right before the source's first kept entry (the data file
+   is the snapshot, older entries are not needed), ``meta.json`` is written (with
+   ``copy_from`` and ``catch_up_to`` = the source's ``log_end_index``), and the log is fetched
+   from the leader (from the source when the LS has no other leader) until it reaches
+   ``catch_up_to``; then ``meta.json`` drops both marks and the replica is in service.
+
+A copy that fails (source unreachable, error chunk, size or checksum mismatch) stops with
+``build_error`` reported; the next spec carrying a ``copy_from`` restarts it from scratch.
+There is no ``meta.json`` before step 3, so an agent restarted during steps 1-2 finds no
+replica (:meth:`ReplicaManager.load` removes the directory); one restarted during step 3
+resumes step 3.
+
+FetchLog follows a *snapshot rule*: asked for entries the callee already compacted away, it
+answers from its first kept entry; a follower whose log ends before that entry restarts its
+log there (:func:`merge_fetched`), which is how a copied replica (or one that fell far
+behind) joins a leader that compacted past the copy's starting point.
+
+Fault switches (files in DATA_DIR): :data:`FAULT_REPLICATION_STOP_FILE` stops every follower
+(and copy in step 3) of this agent from fetching; :data:`FAULT_REPLICATION_DELAY_FILE`
+holding an integer N makes followers apply only entries whose ``ts <= now - N ms`` (both
+checked at most once per follower poll); :data:`FAULT_COPY_SLOW_FILE` holding an integer N
+makes copies on this agent sleep N ms after every chunk received;
+:data:`FAULT_SERVE_DATA_ERROR_FILE` makes this agent answer every ``FetchData`` with an error
+chunk (both checked at every chunk / call).
 
 Times are integer microseconds since the Unix epoch from the agent's :class:`Clock`; the
 asyncio loop's monotonic time is only used for waits and deadlines.
@@ -42,10 +70,10 @@ import shutil
 import struct
 import uuid
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -65,6 +93,19 @@ FAULT_REPLICATION_STOP_FILE = "FAULT_REPLICATION_STOP"
 #: This file in DATA_DIR holding an integer N makes followers apply only entries at least
 #: N milliseconds old (by their ``ts``): a steady replication lag of about N ms.
 FAULT_REPLICATION_DELAY_FILE = "FAULT_REPLICATION_DELAY_MS"
+
+#: While this file exists in DATA_DIR holding an integer N, a copy (replica migration) on this
+#: agent sleeps N ms after every data chunk it receives.
+FAULT_COPY_SLOW_FILE = "FAULT_COPY_SLOW_MS"
+#: While this file exists in DATA_DIR, ``FetchData`` served by this agent answers an error
+#: chunk (``OB_ERR_SYS``), as a broken source would.
+FAULT_SERVE_DATA_ERROR_FILE = "FAULT_SERVE_DATA_ERROR"
+
+#: Bytes per ``DataChunk`` when the request asks for 0, and what a copy asks for by default.
+DATA_CHUNK_DEFAULT = 256 * 1024
+#: The most bytes one ``DataChunk`` carries: 4 MiB less room for the other fields, so that a
+#: chunk fits gRPC's default 4 MiB limit on a received message.
+DATA_CHUNK_MAX = (4 << 20) - 4096
 
 #: Entries kept after a compaction; the file is compacted when it holds twice as many.
 LOG_KEEP_ENTRIES = 10_000
@@ -188,7 +229,9 @@ class ReplicaMeta:
 
     ``member_list`` is sorted ``ip:port`` strings; ``leader`` is "" when the LS has none;
     ``term`` only grows; ``data_size`` (bytes) and ``data_checksum`` (crc32) describe the
-    data file as built.
+    data file as built. ``copy_from`` is non-empty while a replica built by copy has not
+    caught up its log yet: it is the member copied, and ``catch_up_to`` the log index to
+    reach before the replica is in service (the source's ``log_end_index`` at the copy).
     """
 
     tenant_id: int
@@ -201,6 +244,8 @@ class ReplicaMeta:
     replica_type: str
     data_size: int
     data_checksum: int
+    copy_from: str = ""
+    catch_up_to: int = 0
 
     @property
     def key(self) -> Key:
@@ -229,6 +274,9 @@ class ReplicaMeta:
             replica_type=str(d["replica_type"]),
             data_size=int(d["data_size"]),
             data_checksum=int(d["data_checksum"]),
+            # Absent from files written before replica migration existed.
+            copy_from=str(d.get("copy_from", "")),
+            catch_up_to=int(d.get("catch_up_to", 0)),
         )
 
 
@@ -415,10 +463,43 @@ class ReplicaLog:
 # ---------------------------------------------------------------------------- one replica
 
 
+#: Build states of a replica built by copy (see the module doc).
+BUILD_QUEUED = "queued"
+BUILD_COPYING = "copying"
+BUILD_FAILED = "failed"
+BUILD_LOG = "log"
+
+
+@dataclass
+class _Build:
+    """A replica being built by copy; ``state`` is one of the ``BUILD_*`` values. The data
+    file is in place (and ``meta.json`` written) only in :data:`BUILD_LOG`."""
+
+    source: str
+    state: str = BUILD_QUEUED
+    #: Bytes received by the current attempt (the whole file once in BUILD_LOG).
+    bytes_copied: int = 0
+    #: The data file's size announced by the source's first chunk, bytes (0 = not known yet).
+    total_size: int = 0
+    #: The log index to reach before the replica is in service.
+    target: int = 0
+    error: str = ""
+    #: Last problem of the log catch-up, logged once per kind.
+    problem: str = ""
+    task: asyncio.Task[None] | None = None
+
+    @property
+    def data_in_place(self) -> bool:
+        """True once the data file is in place (the log is being caught up)."""
+        return self.state == BUILD_LOG
+
+
 class Replica:
     """One hosted replica: its meta, log and in-process state.
 
-    ``in_service`` is True once the data file is built or verified. ``busy`` is set while an
+    ``in_service`` is True once the data file is built or verified (for a replica built by
+    copy: once its log has caught up too). ``build`` is not None while the replica is being
+    built by copy (its loop then idles: the build task fetches). ``busy`` is set while an
     ``ApplyReplicas`` changes the replica (its loop then pauses); ``generation`` grows at
     every change of meta, so a fetch started before a change is discarded. ``need_verify``:
     the log must be compared with the leader's before new entries are taken.
@@ -437,6 +518,7 @@ class Replica:
         self.wake = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.last_problem = ""
+        self.build: _Build | None = None
 
     @property
     def key(self) -> Key:
@@ -456,6 +538,11 @@ class Replica:
     def info(self, me: str) -> obrpc_pb2.ReplicaInfo:
         """The ``ReplicaInfo`` this agent (``me`` = its ``ip:port``) reports; no I/O."""
         m = self.meta
+        b = self.build
+        data_size = m.data_size
+        if b is not None and not b.data_in_place:
+            # meta.data_size is only set once the file is in place; report what is coming.
+            data_size = b.total_size
         return obrpc_pb2.ReplicaInfo(
             tenant_id=m.tenant_id,
             ls_id=m.ls_id,
@@ -464,14 +551,17 @@ class Replica:
             member_list=list(m.member_list),
             replica_type=m.replica_type,
             paxos_replica_number=m.paxos_replica_number,
-            data_size=m.data_size,
-            required_size=m.data_size + self.log.size_bytes,
+            data_size=data_size,
+            required_size=data_size + self.log.size_bytes,
             in_service=self.in_service,
             term=m.term,
             leader=m.leader,
             log_end_index=self.log.end_index,
             log_end_ts=self.log.end_ts,
             data_checksum=m.data_checksum,
+            copy_from=b.source if b is not None else "",
+            bytes_copied=b.bytes_copied if b is not None else 0,
+            build_error=b.error if b is not None else "",
         )
 
 
@@ -544,8 +634,8 @@ class _Faults:
 
 
 class ReplicaManager:
-    """Every replica of one agent: storage, the leader/follower loops, ``ApplyReplicas`` and
-    ``FetchLog``.
+    """Every replica of one agent: storage, the leader/follower loops, ``ApplyReplicas``,
+    ``FetchLog``, ``FetchData`` and the builds of replicas by copy (replica migration).
 
     ``server`` returns the agent's ``ip:port`` (known only once its gRPC server is bound);
     ``log`` is the agent's logger adapter. Call :meth:`load` once (blocking, at start-up),
@@ -562,20 +652,25 @@ class ReplicaManager:
         log: logging.LoggerAdapter | None = None,  # type: ignore[type-arg]
         *,
         log_keep: int = LOG_KEEP_ENTRIES,
+        copy_chunk_size: int = DATA_CHUNK_DEFAULT,
     ) -> None:
-        """Nothing is read until :meth:`load`; ``log_keep`` = entries kept by compaction."""
+        """Nothing is read until :meth:`load`; ``log_keep`` = entries kept by compaction,
+        ``copy_chunk_size`` = bytes per chunk a copy asks its source for."""
         self.data_dir = Path(data_dir)
         self.settings = settings
         self.clock = clock
         self._server = server
         self.log: Any = log or _logger
         self.log_keep = log_keep
+        self.copy_chunk_size = copy_chunk_size
         self._replicas: dict[Key, Replica] = {}
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._peer_state: dict[tuple[str, Key], str] = {}
         self._faults = _Faults()
         self._tasks: set[asyncio.Future[Any]] = set()
         self._apply_lock: asyncio.Lock | None = None
+        self._copy_slots: asyncio.Semaphore | None = None
+        self._slow_copy_warned = ""
         self._started = False
         self._stopped = False
 
@@ -621,9 +716,10 @@ class ReplicaManager:
         """Load the replicas kept in ``DATA_DIR`` (blocking; once, before :meth:`start`);
         returns how many.
 
-        Each starts not in service until :meth:`start` has verified its data file. A
-        directory without ``meta.json`` is a creation that never finished: it is removed,
-        with its log. A log directory without a replica is removed. A replica whose meta or
+        Each starts not in service until :meth:`start` has verified its data file (and, for
+        one built by copy whose log had not caught up, until it has). A directory without
+        ``meta.json`` is a creation or a copy that never finished: it is removed, with its
+        log. A log directory without a replica is removed. A replica whose meta or
         log cannot be read is skipped and logged at ERROR (its files stay for inspection).
         """
         root = self.replicas_root
@@ -656,7 +752,17 @@ class ReplicaManager:
                 except (OSError, ValueError) as e:
                     self.log.error("cannot load replica %s: %s", d, e)
                     continue
-                self._replicas[key] = Replica(meta, d, log)
+                rep = Replica(meta, d, log)
+                if meta.copy_from:
+                    # Copied, but its log had not caught up: resume that after verification.
+                    rep.build = _Build(
+                        source=meta.copy_from,
+                        state=BUILD_LOG,
+                        bytes_copied=meta.data_size,
+                        total_size=meta.data_size,
+                        target=meta.catch_up_to,
+                    )
+                self._replicas[key] = rep
         clog = self.data_dir / CLOG_DIR
         if clog.is_dir():
             for d in clog.iterdir():
@@ -673,13 +779,14 @@ class ReplicaManager:
 
     def start(self) -> None:
         """Start the loops of every replica and verify the data files of loaded ones (in
-        threads). Must run on the event loop; a no-op when already started."""
+        threads), then resume the log catch-up of copies that had their data in place. Must
+        run on the event loop; a no-op when already started."""
         self._stopped = False
         if self._started:
             return
         self._started = True
         for rep in self._replicas.values():
-            if not rep.in_service:
+            if not rep.in_service and (rep.build is None or rep.build.data_in_place):
                 self._spawn(self._verify(rep), f"verify {describe_ls(rep.key)}")
             self._start_loop(rep)
 
@@ -688,8 +795,12 @@ class ReplicaManager:
             self.start()
 
     async def stop(self) -> None:
-        """Cancel every loop and pending apply, close the logs and peer channels; bounded in
-        time, never raises, idempotent."""
+        """Cancel every loop, copy and pending apply, close the logs and peer channels;
+        bounded in time, never raises, idempotent.
+
+        Replicas whose copy had not put the data file in place are forgotten and their files
+        removed, as a restart would (they have no ``meta.json``); the RS sends them again.
+        """
         self._stopped = True
         self._started = False
         tasks = set(self._tasks)
@@ -701,10 +812,26 @@ class ReplicaManager:
             t.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=_CLOSE_TIMEOUT_S)
+        unfinished = [
+            k
+            for k, r in self._replicas.items()
+            if r.build is not None and not r.build.data_in_place
+        ]
+        for key in unfinished:
+            self._replicas.pop(key).log.close()
+            self.log.info("replica %s: unfinished copy discarded at stop", describe_ls(key))
+        if unfinished:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(
+                    asyncio.to_thread(self._remove_files, unfinished), _CLOSE_TIMEOUT_S
+                )
         for rep in self._replicas.values():
             rep.log.close()
+            if rep.build is not None:
+                rep.build.task = None
         # A later start may run on another event loop; asyncio primitives bind to one.
         self._apply_lock = None
+        self._copy_slots = None
         channels, self._channels = self._channels, {}
         for ch in channels.values():
             with contextlib.suppress(Exception):
@@ -752,6 +879,12 @@ class ReplicaManager:
                 describe_ls(rep.key),
                 e,
             )
+            return
+        b = rep.build
+        if b is not None:
+            # Data verified; the log still has to reach the copy's catch_up_to.
+            if self._replicas.get(rep.key) is rep and (b.task is None or b.task.done()):
+                b.task = self._spawn(self._build_log(rep, b), f"build {describe_ls(rep.key)}")
             return
         rep.in_service = True
 
@@ -808,10 +941,8 @@ class ReplicaManager:
     async def _apply_locked(
         self, request: obrpc_pb2.ApplyReplicasRequest, client_deadline: float | None
     ) -> list[ObError]:
-        if self._apply_lock is None:
-            self._apply_lock = asyncio.Lock()
         errors: list[ObError] = []
-        async with self._apply_lock:
+        async with self._lock():
             self._ensure_started()
             for spec in request.upsert:
                 try:
@@ -839,9 +970,32 @@ class ReplicaManager:
     async def _upsert(self, spec: obrpc_pb2.ReplicaSpec, client_deadline: float | None) -> None:
         key = (spec.tenant_id, spec.ls_id)
         members = _check_spec(spec)
+        me = self._server()
+        source = _normalize(spec.copy_from)
         rep = self._replicas.get(key)
+        if source == me and (rep is None or rep.build is not None):
+            raise ObError(
+                "OB_INVALID_ARGUMENT",
+                "ReplicaSpec",
+                detail=f"{describe_ls(key)}: copy_from {source} is this server",
+            )
+        if spec.leader == me and (
+            (rep is None and source) or (rep is not None and rep.build is not None)
+        ):
+            # Its log is not complete: leading would lose acknowledged entries.
+            raise ObError(
+                "OB_STATE_NOT_MATCH",
+                detail=f"{describe_ls(key)} is being built by copy and cannot lead yet",
+            )
         if rep is None:
-            rep = await self._create(spec, members)
+            if source:
+                rep = await self._create_by_copy(spec, members, source)
+            else:
+                rep = await self._create(spec, members)
+        elif rep.build is not None and not rep.build.data_in_place and source:
+            b = rep.build
+            if b.state == BUILD_FAILED or b.source != source:
+                await self._restart_copy(rep, source)
         if spec.term < rep.meta.term:
             self.log.info(
                 "replica %s: spec with term %d ignored (term %d kept)",
@@ -850,7 +1004,6 @@ class ReplicaManager:
                 rep.meta.term,
             )
             return
-        me = self._server()
         new = dataclasses.replace(
             rep.meta,
             unit_id=spec.unit_id,
@@ -866,7 +1019,12 @@ class ReplicaManager:
             becomes_leader = spec.leader == me and (old.leader, old.term) != (me, spec.term)
             if becomes_leader and spec.catch_up_index > rep.log.end_index:
                 await self._catch_up(rep, spec, client_deadline)
-            if new != old:
+            if rep.build is not None and not rep.build.data_in_place:
+                # No meta.json before the data is in place (a restart must find no half
+                # replica): the copy writes this meta when it installs the file.
+                if new != old:
+                    rep.set_meta(new)
+            elif new != old:
                 try:
                     await asyncio.to_thread(write_meta, rep.dir, new)
                 except OSError as e:
@@ -943,6 +1101,343 @@ class ReplicaManager:
             self._start_loop(rep)
         return rep
 
+    # -- building a replica by copy (replica migration)
+
+    def _lock(self) -> asyncio.Lock:
+        if self._apply_lock is None:
+            self._apply_lock = asyncio.Lock()
+        return self._apply_lock
+
+    def _slots(self) -> asyncio.Semaphore:
+        if self._copy_slots is None:
+            self._copy_slots = asyncio.Semaphore(self.settings.max_concurrent_copies)
+        return self._copy_slots
+
+    async def _create_by_copy(
+        self, spec: obrpc_pb2.ReplicaSpec, members: tuple[str, ...], source: str
+    ) -> Replica:
+        """Register an absent replica as being built from ``source`` and start the copy;
+        returns at once (nothing but stale files is touched here)."""
+        key = (spec.tenant_id, spec.ls_id)
+        try:
+            # Files of an earlier life of this LS that could not be loaded: a meta.json left
+            # there would make a half-copied replica look complete after a restart.
+            await asyncio.to_thread(self._remove_files, [key])
+        except OSError as e:
+            raise ObError(
+                "OB_ERR_SYS", detail=f"{describe_ls(key)}: cannot remove old files: {e}"
+            ) from None
+        # Leaderless at term 0 like a generated replica: the spec is adopted right after.
+        meta = ReplicaMeta(
+            tenant_id=spec.tenant_id,
+            ls_id=spec.ls_id,
+            unit_id=spec.unit_id,
+            member_list=members,
+            leader="",
+            term=0,
+            paxos_replica_number=spec.paxos_replica_number,
+            replica_type=spec.replica_type or "FULL",
+            data_size=0,
+            data_checksum=0,
+        )
+        # The log is not opened: nothing of it exists on disk until the data is in place.
+        rep = Replica(meta, self.replica_dir(key), ReplicaLog(self.log_path(key), self.log_keep))
+        self._replicas[key] = rep
+        if self._started:
+            self._start_loop(rep)
+        self._start_copy(rep, source)
+        self.log.info("replica %s: building it by copy from %s", describe_ls(key), source)
+        return rep
+
+    def _start_copy(self, rep: Replica, source: str) -> None:
+        b = _Build(source=source)
+        rep.build = b
+        rep.in_service = False
+        b.task = self._spawn(self._build_replica(rep, b), f"copy {describe_ls(rep.key)}")
+
+    async def _restart_copy(self, rep: Replica, source: str) -> None:
+        """Cancel the copy of ``rep`` (waiting for it to clean up) and start a new one from
+        ``source``, from byte 0."""
+        old = rep.build
+        assert old is not None
+        if old.task is not None and not old.task.done():
+            old.task.cancel()
+            await asyncio.wait({old.task}, timeout=_CLOSE_TIMEOUT_S)
+        self._start_copy(rep, source)
+        self.log.info(
+            "replica %s: copy restarted from %s (the copy from %s was %s%s)",
+            describe_ls(rep.key),
+            source,
+            old.source,
+            old.state,
+            f": {old.error}" if old.error else "",
+        )
+
+    async def _build_replica(self, rep: Replica, b: _Build) -> None:
+        """The whole build of ``rep``: wait for a copy slot, copy, install, catch up the log.
+        A failure of the copy or the install ends it with ``b.error`` set."""
+        key = rep.key
+        tmp = rep.dir / f".{DATA_FILE}.copy.tmp.{uuid.uuid4().hex}"
+        try:
+            async with self._slots():
+                b.state = BUILD_COPYING
+                first = await self._copy_data(rep, b, tmp)
+            installed = await self._install(rep, b, tmp, first)
+        except _CopyFailed as e:
+            # One line: the RS shows it as the reason of the failed job step.
+            b.state, b.error = BUILD_FAILED, " ".join(str(e).split())
+            self.log.warning(
+                "replica %s: copy from %s failed: %s", describe_ls(key), b.source, b.error
+            )
+            return
+        except Exception as e:
+            # Not expected; still a failed copy the RS can retry, not a dead task.
+            self.log.exception("replica %s: copy from %s failed", describe_ls(key), b.source)
+            b.state, b.error = BUILD_FAILED, f"{type(e).__name__}: {e}"
+            return
+        finally:
+            if not b.data_in_place:
+                # Failed or cancelled (drop, new source, stop): no partial file stays. One
+                # small unlink, done inline so that it also happens while being cancelled.
+                with contextlib.suppress(OSError):
+                    tmp.unlink(missing_ok=True)
+        if installed:
+            await self._build_log(rep, b)
+
+    async def _copy_data(self, rep: Replica, b: _Build, tmp: Path) -> obrpc_pb2.DataChunk:
+        """Stream the data file from ``b.source`` into ``tmp`` (fsynced, closed); returns the
+        first chunk (size, checksum, log indexes). Raises :class:`_CopyFailed`."""
+        src = b.source
+        timeout_s = self.settings.rpc_timeout / 1e6
+        req = obrpc_pb2.FetchDataRequest(
+            tenant_id=rep.meta.tenant_id,
+            ls_id=rep.meta.ls_id,
+            offset=0,
+            chunk_size=self.copy_chunk_size,
+        )
+        # No deadline on the whole stream (a copy may take long): each chunk has one instead.
+        call = self._stub(src).FetchData(req)
+        fh: Any = None
+        first: obrpc_pb2.DataChunk | None = None
+        received = 0
+        crc = 0
+        try:
+            try:
+                fh = await _blocking(_open_for_copy, tmp)
+            except OSError as e:
+                raise _CopyFailed(f"cannot write {tmp}: {e}") from None
+            while True:
+                try:
+                    chunk = await asyncio.wait_for(call.read(), timeout_s)
+                except TimeoutError:
+                    raise _CopyFailed(
+                        f"{src} sent nothing for {timeout_s:g} s after {received} bytes"
+                    ) from None
+                except grpc.aio.AioRpcError as e:
+                    details = (e.details() or "").replace("\n", " ")
+                    raise _CopyFailed(f"{src}: {e.code().name}: {details}") from None
+                if chunk is grpc.aio.EOF:
+                    break
+                assert isinstance(chunk, obrpc_pb2.DataChunk)
+                err = error_from_proto(chunk.error)
+                if err is not None:
+                    raise _CopyFailed(f"{src} answered {err.name}: {err.message}")
+                if first is None:
+                    if chunk.total_size < 0:
+                        raise _CopyFailed(f"{src} announced {chunk.total_size} bytes")
+                    first = chunk
+                    b.total_size = chunk.total_size
+                end = chunk.offset + len(chunk.data)
+                if chunk.offset != received or end > first.total_size:
+                    raise _CopyFailed(
+                        f"{src} sent bytes [{chunk.offset}, {end}) of {first.total_size} "
+                        f"when byte {received} was due"
+                    )
+                data = chunk.data
+                try:
+                    crc = await _blocking(_write_chunk, fh, data, crc)
+                except OSError as e:
+                    raise _CopyFailed(f"cannot write {tmp}: {e}") from None
+                received = end
+                b.bytes_copied = received
+                delay_s = self._copy_delay_s()
+                if delay_s > 0:
+                    await asyncio.sleep(delay_s)
+            if first is None:
+                raise _CopyFailed(f"{src} ended the stream without any chunk")
+            if received != first.total_size:
+                raise _CopyFailed(
+                    f"{src} ended the stream after {received} of {first.total_size} bytes"
+                )
+            if crc != first.checksum:
+                raise _CopyFailed(
+                    f"checksum mismatch: the {received} bytes from {src} have crc32 {crc}, "
+                    f"{src} announced {first.checksum}"
+                )
+            done, fh = fh, None
+            try:
+                await _blocking(_sync_and_close, done)
+            except OSError as e:
+                raise _CopyFailed(f"cannot write {tmp}: {e}") from None
+            return first
+        finally:
+            call.cancel()
+            if fh is not None:
+                # Inline: it only flushes Python's small buffer of an abandoned temp file.
+                with contextlib.suppress(OSError):
+                    fh.close()
+
+    def _copy_delay_s(self) -> float:
+        """Seconds :data:`FAULT_COPY_SLOW_FILE` asks to sleep after a chunk (0 when absent
+        or malformed)."""
+        path = self.data_dir / FAULT_COPY_SLOW_FILE
+        try:
+            raw = path.read_text(encoding="utf-8", errors="replace").strip()
+        except OSError:
+            return 0.0
+        try:
+            return max(0, int(raw)) / 1000
+        except ValueError:
+            if self._slow_copy_warned != raw:
+                self.log.warning("ignoring %s: %r is not an integer", path, raw[:40])
+                self._slow_copy_warned = raw
+            return 0.0
+
+    async def _install(
+        self, rep: Replica, b: _Build, tmp: Path, first: obrpc_pb2.DataChunk
+    ) -> bool:
+        """Move the copied file into place, create the log right before the source's first
+        kept entry and write ``meta.json`` (last: it marks the data complete). Under the
+        apply lock, so no ``ApplyReplicas`` writes meta meanwhile. False when the replica
+        was dropped or its copy replaced meanwhile. Raises :class:`_CopyFailed`."""
+        key = rep.key
+        async with self._lock():
+            if self._replicas.get(key) is not rep or rep.build is not b:
+                return False
+            meta = dataclasses.replace(
+                rep.meta,
+                data_size=first.total_size,
+                data_checksum=first.checksum,
+                copy_from=b.source,
+                catch_up_to=first.log_end_index,
+            )
+            directory, log_path, keep = rep.dir, self.log_path(key), self.log_keep
+            base = max(0, first.log_start_index - 1)
+
+            def install() -> ReplicaLog:
+                os.replace(tmp, directory / DATA_FILE)
+                _fsync_dir(directory)
+                # A log left by an earlier replica of this LS is history of another life.
+                with contextlib.suppress(FileNotFoundError):
+                    log_path.unlink()
+                log = ReplicaLog.open(log_path, keep)
+                try:
+                    # The data file is the snapshot: entries the source compacted away are
+                    # not needed, the log starts where the source's does.
+                    if base:
+                        log.rebase(base)
+                    write_meta(directory, meta)
+                except BaseException:
+                    log.close()
+                    raise
+                return log
+
+            try:
+                log = await _blocking(install)
+            except OSError as e:
+                raise _CopyFailed(f"cannot install the copied data file: {e}") from None
+            rep.log.close()
+            rep.log = log
+            b.bytes_copied = b.total_size = first.total_size
+            b.target = first.log_end_index
+            b.state = BUILD_LOG
+            rep.set_meta(meta)
+        self.log.info(
+            "replica %s: %d bytes copied from %s (crc32 %d); catching up its log from index "
+            "%d to %d",
+            describe_ls(key),
+            first.total_size,
+            b.source,
+            first.checksum,
+            base + 1,
+            b.target,
+        )
+        return True
+
+    async def _build_log(self, rep: Replica, b: _Build) -> None:
+        """Fetch the log of a copied replica until it reaches ``b.target`` (from the leader
+        it follows, or from the source when it knows no other leader), then put it in
+        service. Goes on until done, dropped or cancelled."""
+        key = rep.key
+        while rep.log.end_index < b.target:
+            if self._replicas.get(key) is not rep or rep.build is not b:
+                return
+            leader = rep.meta.leader
+            if leader and leader != self._server():
+                peer, term = leader, rep.meta.term
+            else:
+                # A catch-up claims no term (see fetch_log): served if the source leads.
+                peer, term = b.source, 0
+            before = rep.log.end_index
+            if self._check_faults().stop:
+                outcome = f"fetching stopped by {FAULT_REPLICATION_STOP_FILE}"
+            else:
+                gen = rep.generation
+                try:
+                    outcome = await self._pull(
+                        rep,
+                        peer,
+                        term,
+                        None,
+                        self.settings.rpc_timeout / 1e6,
+                        _unchanged(rep, gen),
+                    )
+                except OSError as e:
+                    outcome = f"{type(e).__name__}: {e}"
+            if outcome in ("ok", "stale"):
+                self._note_build_problem(rep, b, "", "")
+                if rep.log.end_index > before:
+                    continue  # more may be waiting: no pause
+            else:
+                self._note_build_problem(
+                    rep,
+                    b,
+                    f"{peer} {outcome.partition(':')[0]}",
+                    f"log catch-up from {peer}: {outcome}",
+                )
+            await asyncio.sleep(self.poll_interval_s)
+        while True:
+            async with self._lock():
+                if self._replicas.get(key) is not rep or rep.build is not b:
+                    return
+                meta = dataclasses.replace(rep.meta, copy_from="", catch_up_to=0)
+                try:
+                    await _blocking(write_meta, rep.dir, meta)
+                except OSError as e:
+                    self._note_build_problem(rep, b, "meta", f"cannot write its meta: {e}")
+                else:
+                    rep.set_meta(meta)
+                    rep.build = None
+                    rep.in_service = True
+                    self.log.info(
+                        "replica %s: built by copy from %s, in service at log_end_index %d",
+                        describe_ls(key),
+                        b.source,
+                        rep.log.end_index,
+                    )
+                    return
+            await asyncio.sleep(_IDLE_S)
+
+    def _note_build_problem(self, rep: Replica, b: _Build, kind: str, problem: str) -> None:
+        # Logged when the kind changes only: a message with indexes would log every poll.
+        if kind == b.problem:
+            return
+        if problem:
+            self.log.warning("replica %s (building): %s", describe_ls(rep.key), problem)
+        elif b.problem:
+            self.log.info("replica %s (building): fetching the log again", describe_ls(rep.key))
+        b.problem = kind
+
     async def _catch_up(
         self, rep: Replica, spec: obrpc_pb2.ReplicaSpec, client_deadline: float | None
     ) -> None:
@@ -1000,23 +1495,27 @@ class ReplicaManager:
             f"log_end_index {rep.log.end_index} < catch_up_index {target} ({last})",
         )
 
-    async def _drop(self, key: Key) -> None:
-        rep = self._replicas.pop(key, None)
-        if rep is not None:
-            task, rep.task = rep.task, None
-            if task is not None:
-                task.cancel()
-                await asyncio.wait({task}, timeout=_CLOSE_TIMEOUT_S)
-            rep.log.close()
-        directory, log_dir = self.replica_dir(key), self.log_path(key).parent
-
-        def remove() -> None:
-            for d in (directory, log_dir):
+    def _remove_files(self, keys: Iterable[Key]) -> None:
+        """Remove the directories (data and clog) of ``keys``; blocking, raises ``OSError``."""
+        for key in keys:
+            for d in (self.replica_dir(key), self.log_path(key).parent):
                 if d.exists():
                     shutil.rmtree(d)
 
+    async def _drop(self, key: Key) -> None:
+        rep = self._replicas.pop(key, None)
+        if rep is not None:
+            tasks = [rep.task, rep.build.task if rep.build is not None else None]
+            rep.task = None
+            # A copy in progress stops here: its temp file goes with the directory below.
+            running = {t for t in tasks if t is not None}
+            for t in running:
+                t.cancel()
+            if running:
+                await asyncio.wait(running, timeout=_CLOSE_TIMEOUT_S)
+            rep.log.close()
         try:
-            await asyncio.to_thread(remove)
+            await asyncio.to_thread(self._remove_files, [key])
         except OSError as e:
             raise ObError(
                 "OB_ERR_SYS", detail=f"{describe_ls(key)}: cannot remove its files: {e}"
@@ -1032,10 +1531,14 @@ class ReplicaManager:
         Served when this server leads the LS at a term >= ``request.term``, or when the
         caller is the leader this replica follows and ``request.term`` is not newer than the
         kept term (a new leader catching up from its predecessor, which may have been told
-        of the switch first; catch-ups send term 0). Otherwise
-        ``OB_NOT_MASTER`` in ``error`` (with ``term`` and ``leader`` as known here). Entries
-        start at the first one still kept when ``from_index`` was compacted away; at most
-        ``min(max_entries, 1000)`` (1000 when 0). Never raises.
+        of the switch first; catch-ups send term 0). Otherwise, or while the replica here is
+        being built by copy, ``OB_NOT_MASTER`` in ``error`` (with ``term`` and ``leader`` as
+        known here). At most ``min(max_entries, 1000)`` entries (1000 when 0).
+
+        Snapshot rule: when ``from_index`` was compacted away here, the entries start at the
+        first one still kept (``end_index`` says where the log ends); the caller restarts its
+        log there (:func:`merge_fetched`), its data file standing for what it skips. A
+        replica built by copy relies on it. Never raises.
         """
         resp = obrpc_pb2.FetchLogResponse()
         key = (request.tenant_id, request.ls_id)
@@ -1050,6 +1553,15 @@ class ReplicaManager:
         m = rep.meta
         resp.term = m.term
         resp.leader = m.leader
+        if rep.build is not None:
+            error_to_proto(
+                ObError(
+                    "OB_NOT_MASTER",
+                    detail=f"the replica of {describe_ls(key)} on {me} is being built by copy",
+                ),
+                resp.error,
+            )
+            return resp
         resp.end_index = rep.log.end_index
         leads = m.leader == me and request.term <= m.term
         # The caller is who this replica was told leads, and claims no newer term than it was
@@ -1077,6 +1589,119 @@ class ReplicaManager:
             resp.entries.add(index=index, term=term, ts=ts)
         return resp
 
+    # -- FetchData (the source's side of a copy)
+
+    async def fetch_data(
+        self, request: obrpc_pb2.FetchDataRequest
+    ) -> AsyncIterator[obrpc_pb2.DataChunk]:
+        """``ReplicaService.FetchData``: the replica's data file from ``request.offset`` on,
+        in chunks of ``request.chunk_size`` bytes (256 KiB when 0, at most
+        :data:`DATA_CHUNK_MAX`), read in a thread.
+
+        Every chunk has ``offset``, ``data`` and ``total_size`` (bytes of the whole file); the
+        first one also ``checksum`` (crc32 of the whole file, as recorded when it was built or
+        verified: a file damaged since then makes the copy fail its check),
+        ``log_start_index`` (first log entry kept here; ``log_end_index + 1`` when none is),
+        ``log_end_index`` and ``term``, all taken when the stream starts. An offset equal to
+        the size gives one chunk without data.
+
+        Errors are one chunk with ``error`` set, ending the stream: ``OB_ENTRY_NOT_EXIST`` when
+        no replica of the LS is here, ``OB_STATE_NOT_MATCH`` when it is not in service
+        (being built, or not verified since a restart), ``OB_INVALID_ARGUMENT`` for an
+        offset outside ``[0, total_size]`` or a negative chunk size, ``OB_ERR_SYS`` when the
+        file cannot be read (or while :data:`FAULT_SERVE_DATA_ERROR_FILE` exists). Never
+        raises.
+        """
+        key = (request.tenant_id, request.ls_id)
+        me = self._server()
+
+        def fail(err: ObError) -> obrpc_pb2.DataChunk:
+            chunk = obrpc_pb2.DataChunk()
+            error_to_proto(err, chunk.error)
+            return chunk
+
+        if (self.data_dir / FAULT_SERVE_DATA_ERROR_FILE).exists():
+            self.log.warning(
+                "FetchData of %s refused: fault injected (%s)",
+                describe_ls(key),
+                FAULT_SERVE_DATA_ERROR_FILE,
+            )
+            yield fail(
+                ObError(
+                    "OB_ERR_SYS", detail=f"{me}: fault injected ({FAULT_SERVE_DATA_ERROR_FILE})"
+                )
+            )
+            return
+        rep = self._replicas.get(key)
+        if rep is None:
+            yield fail(
+                ObError("OB_ENTRY_NOT_EXIST", f"{me} hosts no replica of {describe_ls(key)}")
+            )
+            return
+        if not rep.in_service:
+            why = "is being built" if rep.build is not None else "is not verified yet"
+            yield fail(
+                ObError(
+                    "OB_STATE_NOT_MATCH",
+                    detail=f"the replica of {describe_ls(key)} on {me} {why}",
+                )
+            )
+            return
+        m, log = rep.meta, rep.log
+        total = m.data_size
+        if request.chunk_size < 0 or not 0 <= request.offset <= total:
+            yield fail(
+                ObError(
+                    "OB_INVALID_ARGUMENT",
+                    "FetchDataRequest",
+                    detail=f"offset {request.offset} must be in [0, {total}] and chunk_size "
+                    f"{request.chunk_size} >= 0",
+                )
+            )
+            return
+        size = min(request.chunk_size or DATA_CHUNK_DEFAULT, DATA_CHUNK_MAX)
+        chunk = obrpc_pb2.DataChunk(
+            total_size=total,
+            checksum=m.data_checksum,
+            log_start_index=log.base_index + 1,
+            log_end_index=log.end_index,
+            term=m.term,
+        )
+        path = rep.dir / DATA_FILE
+        try:
+            # The fd keeps the file readable even if the replica is dropped meanwhile.
+            fd = await _blocking(os.open, path, os.O_RDONLY)
+        except OSError as e:
+            yield fail(ObError("OB_ERR_SYS", detail=f"{me}: cannot read {path}: {e}"))
+            return
+        try:
+            pos = request.offset
+            while True:
+                n = min(size, total - pos)
+                at = pos
+                try:
+                    data = await _blocking(os.pread, fd, n, at)
+                except OSError as e:
+                    yield fail(ObError("OB_ERR_SYS", detail=f"{me}: cannot read {path}: {e}"))
+                    return
+                if len(data) != n:
+                    yield fail(
+                        ObError(
+                            "OB_ERR_SYS",
+                            detail=f"{me}: {path} ends before byte {at + n} of {total}",
+                        )
+                    )
+                    return
+                chunk.offset = pos
+                chunk.data = data
+                yield chunk
+                pos += n
+                if pos >= total:
+                    return
+                chunk = obrpc_pb2.DataChunk(total_size=total)
+        finally:
+            os.close(fd)
+
     # -- loops
 
     async def _replica_loop(self, rep: Replica) -> None:
@@ -1085,7 +1710,8 @@ class ReplicaManager:
             try:
                 me = self._server()
                 leader = rep.meta.leader
-                if rep.busy:
+                if rep.busy or rep.build is not None:
+                    # A replica being built is driven by its build task.
                     await self._wait(rep, _IDLE_S)
                 elif leader == me:
                     if await self._wait(rep, self.settings.log_interval / 1e6):
@@ -1260,6 +1886,57 @@ class ReplicaManager:
         return obrpc_pb2_grpc.ReplicaServiceStub(ch)
 
 
+def _unchanged(rep: Replica, generation: int) -> Callable[[], bool]:
+    """True while ``rep`` keeps ``generation`` and no ApplyReplicas is changing it."""
+    return lambda: rep.generation == generation and not rep.busy
+
+
+class _CopyFailed(Exception):
+    """A copy of a replica's data file failed; the message is the one-line reason reported as
+    ``build_error``."""
+
+
+_T = TypeVar("_T")
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    # Mark an abandoned thread's outcome as seen (no "exception never retrieved" warning).
+    if not fut.cancelled():
+        fut.exception()
+
+
+async def _blocking(fn: Callable[..., _T], *args: Any) -> _T:
+    """``fn(*args)`` in a thread. When the caller is cancelled meanwhile, wait (bounded) for
+    ``fn`` to return before re-raising, so that the cleanup that follows never races the
+    thread (an fd closed under a read, a temp file removed under a write)."""
+    fut = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    fut.add_done_callback(_retrieve)
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        with contextlib.suppress(BaseException):
+            await asyncio.wait({fut}, timeout=_CLOSE_TIMEOUT_S)
+        raise
+
+
+def _open_for_copy(tmp: Path) -> Any:
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    return open(tmp, "wb")  # noqa: SIM115 - written chunk by chunk, closed by the caller
+
+
+def _write_chunk(fh: Any, data: bytes, crc: int) -> int:
+    fh.write(data)
+    return zlib.crc32(data, crc)
+
+
+def _sync_and_close(fh: Any) -> None:
+    try:
+        fh.flush()
+        os.fsync(fh.fileno())
+    finally:
+        fh.close()
+
+
 def _checksum_or_missing(path: Path) -> tuple[int, int]:
     try:
         return file_checksum(path)
@@ -1287,8 +1964,17 @@ def _check_spec(spec: obrpc_pb2.ReplicaSpec) -> tuple[str, ...]:
     if spec.term < 0 or spec.paxos_replica_number < 0 or spec.catch_up_index < 0:
         raise bad("term, paxos_replica_number and catch_up_index must be >= 0")
     members = _addresses(spec.member_list, bad)
-    _addresses([a for a in (spec.leader, spec.catch_up_from) if a], bad)
+    _addresses([a for a in (spec.leader, spec.catch_up_from, spec.copy_from) if a.strip()], bad)
     return members
+
+
+def _normalize(addr: str) -> str:
+    """``ip:port`` as :func:`_addresses` writes it; "" for an empty address. The address must
+    have passed :func:`_check_spec`."""
+    if not addr.strip():
+        return ""
+    host, port = parse_host_port(addr)
+    return f"{host}:{port}"
 
 
 def _addresses(addrs: Iterable[str], bad: Callable[[str], ObError]) -> tuple[str, ...]:

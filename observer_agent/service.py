@@ -4,13 +4,15 @@ agent) and the standard health service.
 The RS calls ``RequestHeartbeat`` right after it takes office and on CANCEL DELETE SERVER,
 ``CheckServerEmpty`` on ADD SERVER / BOOTSTRAP (SPEC.md sections 5, 7, 8), and
 ``ApplyReplicas`` to create, re-lead and drop LS replicas (section 9). Followers call their
-leader's ``ReplicaService.FetchLog``. The health
+leader's ``ReplicaService.FetchLog``; an agent building a replica by copy (replica migration)
+streams the data file from a member with ``ReplicaService.FetchData``. The health
 service (``grpc.health.v1.Health``) reports SERVING for ``""`` and for
 ``oceanbase.rs.ObserverService`` while the server runs, NOT_SERVING while it shuts down.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -60,7 +62,16 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
           ``OB_RS_NOT_MASTER``, nothing applied (the epoch is not learnt from this call).
         - Each ``upsert``, in order: an absent replica is created (data file built, awaited,
           then in service) as leaderless at term 0, then the spec is applied like for a
-          present one. A spec with ``term`` lower than the kept term is ignored. Otherwise
+          present one. With ``copy_from``, an absent replica is instead built by copy from
+          that member, in the background: reported at once with ``in_service`` false,
+          ``copy_from`` and ``bytes_copied``, in service once its data is copied and checked
+          and its log has caught up (see :mod:`observer_agent.replicas`); a failed copy
+          reports ``build_error``, and a later spec with a ``copy_from`` (another source or
+          the same) restarts it, as does a different ``copy_from`` while the data is being
+          copied (once the data is in place, ``copy_from`` is ignored). A replica being
+          built cannot be made leader (``OB_STATE_NOT_MATCH``); ``copy_from`` this server is
+          ``OB_INVALID_ARGUMENT``; ``copy_from`` of a present replica in service is ignored.
+          A spec with ``term`` lower than the kept term is ignored. Otherwise
           unit_id, member_list, leader, term, paxos_replica_number, replica_type are adopted
           and written to ``meta.json``. ``leader`` == this server: it leads at ``term`` and
           appends every ``log_interval``, but first, when ``catch_up_index`` > its
@@ -69,7 +80,8 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
           deadline; failing that, nothing of the spec is adopted and ``error`` is
           ``OB_TIMEOUT`` naming the LS. ``leader`` another server: follows it. ``leader``
           "": nobody appends. A bad spec -> ``OB_INVALID_ARGUMENT``; the others still apply.
-        - Each ``drop``: loops stopped, directories removed (absent keys are no-ops).
+        - Each ``drop``: loops and any copy stopped, directories (with partial copies)
+          removed (absent keys are no-ops).
         - ``replicas``: the full report after applying, sorted by (tenant_id, ls_id).
 
         Requests are applied one at a time; a request the RS stops waiting for is still
@@ -83,7 +95,7 @@ class ReplicaServicer(obrpc_pb2_grpc.ReplicaServiceServicer):
     """``ReplicaService`` (agent to agent) backed by an :class:`Agent`'s replicas."""
 
     def __init__(self, agent: Agent) -> None:
-        """Serve the log of ``agent``'s replicas."""
+        """Serve the log and the data files of ``agent``'s replicas."""
         self.agent = agent
 
     async def FetchLog(
@@ -92,6 +104,15 @@ class ReplicaServicer(obrpc_pb2_grpc.ReplicaServiceServicer):
         """``ReplicaService.FetchLog``: see :meth:`ReplicaManager.fetch_log
         <observer_agent.replicas.ReplicaManager.fetch_log>`; errors in-band."""
         return self.agent.replicas.fetch_log(request)
+
+    async def FetchData(
+        self, request: obrpc_pb2.FetchDataRequest, context: Any
+    ) -> AsyncIterator[obrpc_pb2.DataChunk]:
+        """``ReplicaService.FetchData``: the data file of a replica, streamed to a member
+        building it by copy; see :meth:`ReplicaManager.fetch_data
+        <observer_agent.replicas.ReplicaManager.fetch_data>`; errors in-band (one chunk)."""
+        async for chunk in self.agent.replicas.fetch_data(request):
+            yield chunk
 
 
 async def create_server(agent: Agent, addr: str) -> tuple[Any, int]:

@@ -144,6 +144,8 @@ class AgentSettings(BaseSettings):
     - ``replica_size``: bytes of each LS replica's data file (4 MiB; 4K .. 64G).
     - ``log_interval`` (microseconds, 500 ms; 10 ms .. 60 s): a leader replica appends one
       log entry this often.
+    - ``max_concurrent_copies`` (2; 1 .. 64): replicas built by copy (replica migration)
+      streaming their data at the same time; more wait their turn.
     - ``cpu_count`` (cores, > 0) / ``memory_limit`` (bytes, > 0): reported as ``cpu_total`` /
       ``mem_total`` instead of what psutil sees; None = what psutil sees.
 
@@ -168,6 +170,7 @@ class AgentSettings(BaseSettings):
     log_disk_size: Size | None = Field(default=None, gt=0)
     replica_size: Size = 4 * MIB
     log_interval: Duration = 500_000
+    max_concurrent_copies: int = Field(default=2, ge=1, le=64)
     cpu_count: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     memory_limit: Size | None = Field(default=None, gt=0)
     disk_probe_interval: Duration = 5 * US_PER_S
