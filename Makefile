@@ -12,9 +12,23 @@ PG_BIN_GLOB ?= /usr/lib/postgresql/*/bin
 APT_GET ?= apt-get
 PYTEST_ARGS ?=
 
-.PHONY: setup pg-binaries test demo bench lint proto clean
+.PHONY: setup pg-binaries test demo bench bench-spark chaos lint proto clean
+
+# The Spark jobs (rootservice/jobs) read PostgreSQL through JDBC with Debian's driver jar.
+PG_JDBC_JAR ?= /usr/share/java/postgresql.jar
 
 setup: $(STAMP) pg-binaries
+	@if [ ! -f $(PG_JDBC_JAR) ]; then \
+	    if [ "$$(id -u)" != 0 ] || ! command -v $(firstword $(APT_GET)) >/dev/null 2>&1; then \
+	        echo "$(PG_JDBC_JAR) (the PostgreSQL JDBC driver of the Spark jobs) not found: install Debian's libpostgresql-jdbc-java, e.g. 'sudo apt-get install libpostgresql-jdbc-java', or run 'make setup' as root." >&2; \
+	        exit 1; \
+	    fi; \
+	    echo "Installing libpostgresql-jdbc-java with apt-get (the Spark jobs' JDBC driver)"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    $(APT_GET) install -y -q --no-install-recommends libpostgresql-jdbc-java </dev/null || \
+	    { $(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends libpostgresql-jdbc-java </dev/null; } || exit 1; \
+	    [ -f $(PG_JDBC_JAR) ] || { echo "libpostgresql-jdbc-java installed but $(PG_JDBC_JAR) is missing" >&2; exit 1; }; \
+	fi
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +78,18 @@ demo: setup
 
 bench: setup
 	$(VENV)/bin/python tests/bench/heartbeat_bench.py
+
+# Spark jobs (issue 4) beside pandas and SQL in PostgreSQL at 100k, 1M and 5M replicas;
+# e.g. BENCH_SPARK_ARGS="--sizes 100k" for a quick run.
+BENCH_SPARK_ARGS ?=
+bench-spark: setup
+	$(VENV)/bin/python tests/bench/spark_bench.py $(BENCH_SPARK_ARGS)
+
+# RS failover under load (issue 5): two root services on a private PostgreSQL, 200 agents,
+# kill -9 / SIGSTOP / DELETE + kill -9 / PostgreSQL restart in turn; prints the figures.
+CHAOS_ARGS ?=
+chaos: setup
+	$(VENV)/bin/python tests/chaos/chaos.py $(CHAOS_ARGS)
 
 lint:
 	$(VENV)/bin/ruff check .

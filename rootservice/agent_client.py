@@ -1,4 +1,5 @@
-"""RS -> agent RPCs (``ObserverService``): request heartbeat and check server empty.
+"""RS -> agent RPCs (``ObserverService``): request heartbeat, check server empty, apply
+replicas.
 
 Called from admin-operation threads, so it uses grpc's synchronous API with one cached
 channel per agent address. Every call has a deadline of ``rpc_timeout``; a failure becomes
@@ -66,6 +67,21 @@ class AgentClient:
         except grpc.RpcError as e:
             # An unreachable server keeps no channel: after a take-office with thousands of
             # dead servers, cached channels would cost hundreds of MiB.
+            self.forget(server)
+            raise ObError("OB_SERVER_CONNECTION_ERROR", server, detail=_rpc_detail(e)) from None
+
+    def apply_replicas(
+        self, server: str, request: obrpc_pb2.ApplyReplicasRequest, timeout_us: int | None = None
+    ) -> obrpc_pb2.ApplyReplicasResponse:
+        """Send the desired state of some replicas to ``server`` ('ip:port'); the answer
+        carries the agent's full replica report and, when the agent refused part of it, an
+        error. ``timeout_us`` defaults to ``rpc_timeout`` (a new leader may need to catch up
+        its log first, so leader switches pass a longer one). Raises
+        ``ObError(OB_SERVER_CONNECTION_ERROR)`` when the agent cannot be reached in time."""
+        timeout = (timeout_us or self.timeout_us) / 1e6
+        try:
+            return self._stub(server).ApplyReplicas(request, timeout=timeout)
+        except grpc.RpcError as e:
             self.forget(server)
             raise ObError("OB_SERVER_CONNECTION_ERROR", server, detail=_rpc_detail(e)) from None
 

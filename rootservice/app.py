@@ -3,8 +3,11 @@
 ``RootService`` owns the components (store, server manager, checkers, scheduler) and the
 RS state (SPEC.md section 8): ``WAIT_BOOTSTRAP`` on an empty database, ``BOOTSTRAPPING``
 while BOOTSTRAP waits for the rs_list servers, ``IN_SERVICE`` while taking office and
-``FULL_SERVICE`` once the timers run; ``NOT_MASTER`` after a fenced write found a newer
-epoch. gRPC servers are created by :mod:`rootservice.server`.
+``FULL_SERVICE`` once the timers run; ``NOT_MASTER`` for a standby and after stepping
+down. Leadership comes from :class:`rootservice.election.Election` (issue 5): the round that
+wins the lease calls :meth:`RootService._take_office`; a step-down stops the timers of
+:meth:`RootService._tasks` and runs the ``on_step_down`` callbacks that drop in-memory
+state. gRPC servers are created by :mod:`rootservice.server`.
 """
 
 from __future__ import annotations
@@ -32,13 +35,17 @@ from rootservice.config import (
 from rootservice.db import engine as dbengine
 from rootservice.db import repo
 from rootservice.db.repo import DEFAULT_REGION, Event, ZoneInfo
+from rootservice.election import Election, lease_timings, merge_rs_list
 from rootservice.empty_server_checker import EmptyServerChecker
 from rootservice.errors import ObError
+from rootservice.ls_manager import LsManager
 from rootservice.metrics import Metrics, track_gc_pauses
+from rootservice.migration import LostReplicaChecker, MigrationManager, Planner
 from rootservice.server_manager import ServerManager
 from rootservice.server_status import ServerStatus, check_zone_name, format_server, parse_server
 from rootservice.store import MetaStore, db_error_summary
 from rootservice.tasks import FnTask, make_scheduler, register_tasks, reschedule, wake
+from rootservice.tenant_manager import TenantManager
 from sql import ast
 
 log = logging.getLogger(__name__)
@@ -81,6 +88,7 @@ class RootService:
         sleep: Callable[[float], None] = time.sleep,
         start_scheduler: bool = True,
         background: Callable[[Callable[[], object]], None] | None = None,
+        planner: Planner | None = None,
     ) -> None:
         self.settings = settings
         self.clock = clock or SystemClock()
@@ -98,6 +106,25 @@ class RootService:
         self.engine: sa.Engine | None = None
         self.store = MetaStore(sa.create_engine("sqlite://"), (host, int(port)))
         self.store.on_deposed = self._on_deposed
+        self.store.idle_timeout_us = lambda: self.settings.lease_time
+        # Callbacks that drop in-memory state when this RS steps down (issue 5); components
+        # holding leader-only state append theirs. Each runs in the election thread.
+        self.on_step_down: list[Callable[[], None]] = [self._drop_server_state]
+        self.election = Election(
+            self.store,
+            self.clock,
+            address=lambda: self.rpc_addr,
+            lease_time=lambda: self.settings.lease_time,
+            on_elected=self._take_office,
+            on_deposed_now=self._deposed_now,
+            on_step_down=self._step_down,
+            metrics=self.metrics,
+            wake=self._wake_election,
+        )
+        self.store.guard = self.election.guard
+        # The election and its watchdog run on a scheduler of their own, so that the leader's
+        # timers can be stopped and started without touching them.
+        self.election_scheduler = make_scheduler()
         self.agents = AgentClient(settings.rpc_timeout)
         self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rs-bg")
         self.scheduler = make_scheduler()
@@ -111,7 +138,27 @@ class RootService:
             wake=self.wake,
             sleep=sleep,
         )
-        self.empty_server_checker = EmptyServerChecker(self.manager)
+        # The tenant layer: log streams / replicas and unit configs / pools / tenants.
+        self.ls = LsManager(self.manager)
+        self.tenants = TenantManager(self.manager, self.ls)
+        self.ls.tenants = self.tenants
+        self.manager.on_replicas = self.ls.report
+        self.manager.delete_pre_check = self.ls.check_delete
+        self.manager.stop_pre_check = self.ls.check_stop
+        self.manager.after_stop = self.ls.move_leaders_off
+        # Emptying servers (SPEC.md section 9): plans by Spark unless a planner is given
+        # (the fake-clock tests pass the pandas one); the SparkSession starts on first use.
+        self.planner: Planner = planner or _LazySparkPlanner(settings)
+        self.migration = MigrationManager(self.manager, self.ls, self.planner)
+        self.lost_replica_checker = LostReplicaChecker(self.migration)
+        self.manager.on_cancel_delete = self.migration.cancel_server
+        self.empty_server_checker = EmptyServerChecker(
+            self.manager,
+            has_units=self.ls.has_units,
+            has_replicas=self.ls.has_replicas,
+            all_ls_have_leader=self.ls.all_ls_have_leader,
+            extra_deletes=self.ls.extra_deletes,
+        )
         self._bootstrap_lock = threading.Lock()
         self._registered: set[str] = set()
         # Counted by the lease servicer on the event-loop thread (see rootservice.server).
@@ -179,16 +226,55 @@ class RootService:
         self.agents.timeout_us = self.settings.rpc_timeout
 
     def start(self) -> None:
-        """Take office (new epoch) and, if bootstrapped, restore service (do_restart).
-        Raises ``ObError`` (OB_ERR_SYS) when the database fails."""
-        with self.store.txn(fenced=False) as conn:
-            self.store.epoch = repo.bump_epoch(conn, self.clock.now_us())
-        log.info("root service at %s took office with epoch %d", self.rpc_addr, self.store.epoch)
+        """Run the first election round at once (taking office when the lease is free, see
+        :meth:`_take_office`), else stand by; then start the periodic rounds.
+
+        SQLite mode is single-RS: raises :class:`StartupError` when another RS holds a live
+        lease on the same file, instead of running as a second leader or a standby."""
+        sqlite = self.store.engine.dialect.name == "sqlite"
+        if sqlite:
+            log.warning(
+                "SQLite mode: this is the only root service of the cluster (no standby can "
+                "take over; run several root services on PostgreSQL for high availability)"
+            )
+        if not self.election.run_once():
+            leader = self.election.leader
+            if sqlite and leader and leader != self.rpc_addr:
+                raise StartupError(
+                    f"the root service at {leader} holds the lease on this SQLite database; "
+                    "SQLite mode runs one root service only (stop it, or use PostgreSQL)"
+                )
+            self.state = RsState.NOT_MASTER
+            log.info("standing by: the leader is %s", leader or "unknown")
+        self._start_election()
+
+    def _take_office(self, epoch: int) -> None:
+        """Take office with ``epoch``, just won by the election (SPEC.md section 8): re-read
+        ``__all_sys_parameter`` (a former leader may have changed it), then do_restart when
+        bootstrapped, else wait for BOOTSTRAP. Raises ``ObError`` (the election then steps
+        down again)."""
+        started = self.clock.monotonic_us()
+        with self.store.write_lock:
+            # Under the write lock: a write of an earlier term still in flight finishes (and
+            # fails its fence) before the new epoch is used.
+            if self.election.epoch != epoch:
+                raise ObError("OB_RS_NOT_MASTER", detail=f"epoch {epoch} lost while taking office")
+            self.store.epoch = epoch
+        with self.store.read() as conn:
+            params = repo.load_params(conn)
+        try:
+            self._apply_table_params(params)
+        except StartupError as e:
+            raise ObError("OB_ERR_SYS", detail=str(e)) from e
+        self.bootstrapped = PARAM_BOOTSTRAP_TIME in params
+        log.info("root service at %s took office with epoch %d", self.rpc_addr, epoch)
+        self.metrics.inc("rs_take_office_total")
         if self.bootstrapped:
             self.do_restart()
         else:
             self.state = RsState.WAIT_BOOTSTRAP
             log.info("the cluster is not bootstrapped: waiting for ALTER SYSTEM BOOTSTRAP")
+        self.metrics.window("take_office_us").record(self.clock.monotonic_us() - started)
 
     def do_restart(self) -> None:
         """SPEC.md section 8: load_server_manager, request heartbeats from servers that are
@@ -197,14 +283,20 @@ class RootService:
         with self.store.read() as conn:
             params = repo.load_params(conn)
         self.manager.cluster_id = params.get(repo.PARAM_CLUSTER_ID, "")
-        rs_list = params.get(repo.PARAM_RS_LIST, "")
-        self.manager.rs_list = [a for a in rs_list.split(";") if a] or [self.rpc_addr]
-        if self.rpc_addr not in self.manager.rs_list:
-            self.manager.rs_list = [self.rpc_addr, *self.manager.rs_list]
+        stored_rs_list = params.get(repo.PARAM_RS_LIST, "")
+        self.manager.rs_list = merge_rs_list(stored_rs_list, self.rpc_addr)
         self.manager.load(take_office=True)
         self.manager.in_service = True
         now = self.clock.now_us()
         with self.store.txn() as conn:
+            if ";".join(self.manager.rs_list) != stored_rs_list:
+                repo.set_param(
+                    conn,
+                    repo.PARAM_RS_LIST,
+                    ";".join(self.manager.rs_list),
+                    now,
+                    "root service list",
+                )
             repo.insert_events(
                 conn,
                 [
@@ -235,6 +327,10 @@ class RootService:
             (FnTask("persist_queue", self.manager.persist.run_once), s.persist_interval),
             (FnTask("check_all_server", self.manager.check_all_server), s.server_check_interval),
             (self.empty_server_checker, s.empty_server_check_interval),
+            (self.ls, s.ls_check_interval),
+            (FnTask("ls_meta_sync", self.ls.sync_meta), s.ls_check_interval),
+            (self.migration, s.balancer_interval),
+            (self.lost_replica_checker, s.lost_replica_check_interval),
         ]
 
     def _start_timers(self) -> None:
@@ -260,24 +356,90 @@ class RootService:
         except RuntimeError:
             log.warning("background task dropped: the RS is shutting down")
 
-    def _on_deposed(self) -> None:
-        if self.state is not RsState.NOT_MASTER:
-            log.error("another root service took a newer epoch: stepping down")
+    def _on_deposed(self, epoch: int, reason: str) -> None:
+        # A fenced write of ``epoch`` was refused: the term is over (if still current).
+        self.election.request_step_down(f"a write was refused: {reason}", epoch)
+
+    def _deposed_now(self, reason: str) -> None:
+        # Any thread, at once: answer as a follower from now on (the epoch is already 0).
         self.state = RsState.NOT_MASTER
         self.manager.in_service = False
-        if self.scheduler.running:
-            self.scheduler.pause()
+
+    def _step_down(self, reason: str) -> None:
+        """Election thread: stop the leader's timers and jobs, drop in-memory state (the
+        ``on_step_down`` callbacks) and stand by; a later term loads everything afresh."""
+        self._stop_timers()
+        for drop in list(self.on_step_down):
+            try:
+                drop()
+            except Exception:
+                log.exception("dropping in-memory state failed")
+        self.state = RsState.NOT_MASTER
+        log.warning("stepped down (%s); standing by", reason)
+
+    def _drop_server_state(self) -> None:
+        self.manager.in_service = False
+        dropped = self.manager.persist.clear()
+        if dropped:
+            log.warning("dropped %d queued table changes of the finished term", dropped)
+        self.manager.clear()
+        self.manager.zones.replace_all({})
+
+    def _stop_timers(self) -> None:
+        names, self._registered = self._registered, set()
+        for name in names:
+            try:
+                self.scheduler.remove_job(name)
+            except Exception:  # JobLookupError, or the scheduler is shut down
+                log.debug("no job %s to remove", name)
+
+    def _start_election(self) -> None:
+        if not self.start_scheduler:
+            return
+        s = self.settings
+        register_tasks(
+            self.election_scheduler,
+            [
+                (self.election, lease_timings(s.lease_time)[0]),
+                (
+                    FnTask("rs_lease_watchdog", self.election.check_lease),
+                    s.heartbeat_check_interval,
+                ),
+            ],
+            self.metrics,
+            self.clock,
+            phase_step_us=0,
+        )
+        self.election.start_supervision()
+        self.election_scheduler.start()
+
+    def _wake_election(self) -> None:
+        if self.election_scheduler.running:
+            wake(self.election_scheduler, self.clock, Election.name)
+
+    def leader_hint(self) -> str:
+        """The leader's ``ip:port`` for OB_RS_NOT_MASTER answers ("" when unknown or this
+        RS)."""
+        leader = self.election.leader
+        return "" if leader == self.rpc_addr else leader
 
     def shutdown(self) -> None:
-        """Stop timers, flush queued table changes (best effort), release resources."""
+        """Stop the election and the timers, flush queued table changes (best effort), give
+        the lease up so a standby takes office at once, release resources."""
+        if self.election_scheduler.running:
+            self.election_scheduler.shutdown(wait=True)
         if self.scheduler.running:
             self.scheduler.shutdown(wait=True)
         if self.manager.in_service:
             self.manager.persist.run_once()
+        self.election.release()
         self.manager.in_service = False
         self.state = RsState.STOPPED
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.agents.close()
+        stop = getattr(self.planner, "stop", None)
+        if stop is not None:
+            stop()
         if self.engine is not None:
             self.engine.dispose()
 
@@ -285,7 +447,11 @@ class RootService:
 
     def require_master(self) -> None:
         """Raise OB_RS_NOT_MASTER unless this RS is the serving leader."""
-        if self.state is RsState.NOT_MASTER or self.state is RsState.STOPPED:
+        if (
+            self.state is RsState.NOT_MASTER
+            or self.state is RsState.STOPPED
+            or not self.election.holds_lease()
+        ):
             raise ObError(
                 "OB_RS_NOT_MASTER", detail=f"root service {self.rpc_addr} is {self.state.value}"
             )
@@ -478,6 +644,10 @@ class RootService:
         if self.scheduler.running:
             for task, interval in self._tasks():
                 reschedule(self.scheduler, task.name, interval)
+        if self.election_scheduler.running:
+            s = self.settings
+            reschedule(self.election_scheduler, Election.name, lease_timings(s.lease_time)[0])
+            reschedule(self.election_scheduler, "rs_lease_watchdog", s.heartbeat_check_interval)
 
     def metrics_snapshot(self) -> dict[str, Any]:
         """Counters, latency windows, server counts, state and epoch (for GetMetrics)."""
@@ -488,5 +658,44 @@ class RootService:
         out["persist_queue_depth"] = self.manager.persist.depth()
         out["state"] = self.state.value
         out["epoch"] = self.store.epoch
+        out["leader"] = self.election.leader
+        out["take_office_grace_until_us"] = self.manager.no_expire_until
+        out["writes_rejected_total"] = self.store.rejected_writes
         out["lease_time_us"] = self.settings.lease_time
         return out
+
+
+class _LazySparkPlanner:
+    """A :class:`rootservice.planner.SparkPlanner` built on first use, so that an RS that
+    never empties a server never imports PySpark (nor starts a JVM)."""
+
+    def __init__(self, settings: RsSettings) -> None:
+        self.settings = settings
+        self._planner: Any = None
+        self._lock = threading.Lock()
+
+    def _get(self) -> Any:
+        with self._lock:
+            if self._planner is None:
+                from rootservice.planner import SparkPlanner
+
+                self._planner = SparkPlanner(self.settings)
+            return self._planner
+
+    def unit_plan(self, servers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """See :class:`rootservice.migration.Planner`."""
+        return self._get().unit_plan(servers)  # type: ignore[no-any-return]
+
+    def replica_plan(self, servers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """See :class:`rootservice.migration.Planner`."""
+        return self._get().replica_plan(servers)  # type: ignore[no-any-return]
+
+    def lost_replicas(self, servers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """See :class:`rootservice.migration.Planner`."""
+        return self._get().lost_replicas(servers)  # type: ignore[no-any-return]
+
+    def stop(self) -> None:
+        """Stop Spark if it was started."""
+        with self._lock:
+            if self._planner is not None:
+                self._planner.stop()

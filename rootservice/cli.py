@@ -36,6 +36,14 @@ _DURATION_FLAGS = {
     "--rpc-timeout": "rpc_timeout",
     "--bootstrap-timeout": "bootstrap_timeout",
     "--bootstrap-in-service-timeout": "bootstrap_in_service_timeout",
+    "--ls-check-interval": "ls_check_interval",
+    "--ls-log-sync-threshold": "ls_log_sync_threshold",
+    "--stop-server-check-timeout": "stop_server_check_timeout",
+    "--leader-switch-timeout": "leader_switch_timeout",
+    "--tenant-create-timeout": "tenant_create_timeout",
+    "--migration-stall-time": "migration_stall_time",
+    "--balancer-interval": "balancer_interval",
+    "--lost-replica-check-interval": "lost_replica_check_interval",
 }
 
 
@@ -59,6 +67,18 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="relax lower bounds (tests, demos)",
     )
+    s.add_argument("--spark-master", help="Spark master of the balancer's plans (default local[*])")
+    s.add_argument(
+        "--spark-conf",
+        action="append",
+        metavar="K=V",
+        help="extra Spark configuration, repeatable (e.g. spark.executor.memory=4g)",
+    )
+    s.add_argument(
+        "--migration-concurrency-per-server",
+        type=int,
+        help="replica copies building at once on one destination (default 2)",
+    )
     s.add_argument("--log-level", default="INFO")
     d = sub.add_parser("db", help="schema migrations")
     d.add_argument("action", choices=["upgrade", "downgrade", "current"])
@@ -69,7 +89,16 @@ def _parser() -> argparse.ArgumentParser:
 
 def _settings(args: argparse.Namespace) -> RsSettings:
     given: dict[str, Any] = {}
-    for key in ("db_url", "rpc_addr", "data_dir", "self_server", "allow_short_timings"):
+    for key in (
+        "db_url",
+        "rpc_addr",
+        "data_dir",
+        "self_server",
+        "allow_short_timings",
+        "spark_master",
+        "spark_conf",
+        "migration_concurrency_per_server",
+    ):
         v = getattr(args, key)
         if v is not None:
             given[key] = v
@@ -95,8 +124,8 @@ async def _serve(rs: RootService) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         await asyncio.to_thread(rs.start)
-    except ObError as e:
-        log.error("cannot take office: %s", e)
+    except (ObError, StartupError) as e:
+        log.error("cannot start the root service: %s", e)
         await server.stop(0)
         rs.shutdown()
         return 1

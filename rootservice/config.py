@@ -107,6 +107,62 @@ PARAMETERS: dict[str, ParamDef] = {
             1 * S,
         ),
         ParamDef("rpc_timeout", 100_000, 600 * S, "timeout of RS -> agent RPCs", 10_000),
+        ParamDef(
+            "ls_check_interval",
+            100_000,
+            600 * S,
+            "period of the log-stream reconciler and of the __all_ls_meta_table sync",
+            10_000,
+        ),
+        ParamDef(
+            "ls_log_sync_threshold",
+            100_000,
+            600 * S,
+            "a member whose log is this far behind its leader's is not in sync (STOP SERVER)",
+            1_000,
+        ),
+        ParamDef(
+            "stop_server_check_timeout",
+            1 * S,
+            3600 * S,
+            "how long STOP SERVER retries its majority / log-in-sync checks",
+            10_000,
+        ),
+        ParamDef(
+            "leader_switch_timeout",
+            1 * S,
+            3600 * S,
+            "how long STOP / ISOLATE SERVER wait for the servers' leader_cnt to reach 0",
+            10_000,
+        ),
+        ParamDef(
+            "migration_stall_time",
+            1 * S,
+            None,
+            "a DELETE SERVER migration that moves nothing for this long is reported stalled",
+            10_000,
+        ),
+        ParamDef(
+            "balancer_interval",
+            100_000,
+            3600 * S,
+            "period of the root balancer (it also runs when woken)",
+            10_000,
+        ),
+        ParamDef(
+            "lost_replica_check_interval",
+            1 * S,
+            3600 * S,
+            "period of the lost-replica checker (it also runs when woken)",
+            10_000,
+        ),
+        ParamDef(
+            "tenant_create_timeout",
+            1 * S,
+            3600 * S,
+            "how long CREATE TENANT waits for every log stream to have a leader",
+            10_000,
+        ),
     ]
 }
 
@@ -134,6 +190,20 @@ class RsSettings(BaseSettings):
     empty_server_check_interval: Duration = 10 * S
     migration_disable_time: Duration = 3600 * S
     rpc_timeout: Duration = 2 * S
+    ls_check_interval: Duration = 1 * S
+    ls_log_sync_threshold: Duration = 3 * S
+    stop_server_check_timeout: Duration = 30 * S
+    leader_switch_timeout: Duration = 30 * S
+    tenant_create_timeout: Duration = 30 * S
+    migration_stall_time: Duration = 60 * S
+    balancer_interval: Duration = 10 * S
+    lost_replica_check_interval: Duration = 10 * S
+    # Replica copies building at once on one destination server.
+    migration_concurrency_per_server: int = Field(default=2, ge=1, le=64)
+    # Spark master for the balancer's plans ("local[*]" runs inside the RS) and extra
+    # Spark configuration "k=v" entries.
+    spark_master: str = "local[*]"
+    spark_conf: list[str] = Field(default_factory=list)
     persist_interval: Duration = 100_000
     bootstrap_timeout: Duration = 60 * S
     bootstrap_in_service_timeout: Duration = 40 * S

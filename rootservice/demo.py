@@ -1,11 +1,16 @@
 """``make demo``: the main job on the embedded default (SQLite), with real processes.
 
 Starts one RS and four observer agents in three zones on 127.0.0.1, bootstraps three of
-them, adds the fourth, and shows ``__all_server`` after each step: STOP / START of a server,
-an agent killed (INACTIVE after ``lease_time``, lowered to 3 s) and restarted (ACTIVE),
-DELETE SERVER of the fourth (it holds nothing yet, so it leaves ``__all_server``), a few
-refused statements with their errors, and the event history. Every statement goes through
-``obadmin``. Every process it starts is stopped at the end; exit code 0 on success.
+them, adds the fourth (which reports only 1G of memory), and shows the tables after each
+step: a unit config, a resource pool over the three zones and a tenant with three log
+streams whose replicas the agents really host (``DBA_OB_UNITS``, ``DBA_OB_LS_LOCATIONS``);
+STOP SERVER moving every leader off the stopped server (the statement returns at
+``leader_cnt`` 0) and START SERVER letting them come back to the primary zone; an agent
+killed (INACTIVE after ``lease_time``, lowered to 3 s) and restarted (ACTIVE); DELETE SERVER
+refused for lack of room (its unit has nowhere to go) and DELETE SERVER of the empty fourth
+server (it leaves ``__all_server``); a few refused statements with their errors, and the
+event history. Every statement goes through ``obadmin``. Every process it starts is stopped
+at the end; exit code 0 on success.
 """
 
 from __future__ import annotations
@@ -70,13 +75,15 @@ class Demo:
                 "--data-dir", str(ROOT / "rs"), "--rpc-addr", self.rs_addr,
                 "--lease-time", LEASE, "--heartbeat-interval", "1s",
                 "--empty-server-check-interval", "2s", "--log-level", "WARNING",
+                "--ls-check-interval", "500ms",
             ],
         )  # fmt: skip
 
-    def start_agent(self, name: str) -> None:
-        """Start (or restart) agent ``name`` (``observer_agent.cli``).
+    def start_agent(self, name: str, *extra: str) -> None:
+        """Start (or restart) agent ``name`` (``observer_agent.cli``) with ``extra`` flags.
 
-        Its RPC address, zone and SQL port come from :attr:`agents`; it heartbeats every 1 s.
+        Its RPC address, zone and SQL port come from :attr:`agents`; it heartbeats every 1 s,
+        its replicas' data files are 1M and leaders append a log entry every 200 ms.
         """
         addr, zone, sql_port = self.agents[name]
         self.spawn(
@@ -85,6 +92,7 @@ class Demo:
                 sys.executable, "-m", "observer_agent.cli", "--rs-list", self.rs_addr,
                 "--rpc-addr", addr, "--sql-port", str(sql_port), "--zone", zone,
                 "--data-dir", str(ROOT / name), "--heartbeat-interval", "1s", "--log-level", "WARNING",
+                "--replica-size", "1M", "--log-interval", "200ms", *extra,
             ],
         )  # fmt: skip
 
@@ -175,6 +183,30 @@ class Demo:
         )
         return str(rows[0][0]) if rows else None
 
+    def leaders(self, server: str | None = None) -> int:
+        """How many LEADER rows ``DBA_OB_LS_LOCATIONS`` has (on ``server`` when given)."""
+        rows = self.query("SELECT svr_ip, svr_port FROM DBA_OB_LS_LOCATIONS WHERE role = 'LEADER'")
+        return sum(1 for ip, port in rows if server is None or f"{ip}:{port}" == server)
+
+    def show_locations(self) -> None:
+        """Print ``DBA_OB_LS_LOCATIONS`` (where every replica is and who leads)."""
+        self.must(
+            "SELECT tenant_id, ls_id, svr_ip, svr_port, zone, role, member_list "
+            "FROM DBA_OB_LS_LOCATIONS ORDER BY ls_id, zone"
+        )
+
+    def show_replica_dirs(self) -> None:
+        """Print the replica directories each agent holds on disk, with their file sizes."""
+        for name in sorted(self.agents):
+            base = ROOT / name / "replicas"
+            dirs = sorted(p for p in base.iterdir()) if base.exists() else []
+            parts = [
+                f"{p.name} ({sum(f.stat().st_size for f in p.rglob('*') if f.is_file())} B)"
+                for p in dirs
+            ]
+            print(f"{name}: {', '.join(parts) or '(no replica)'}")
+        print(flush=True)
+
     def show_servers(self) -> None:
         """Print the main ``__all_server`` columns ordered by id; ``SystemExit`` if refused."""
         self.must(
@@ -199,7 +231,8 @@ def run(d: Demo) -> None:
     step(f"start one RS on SQLite ({ROOT / 'rs'}) and four agents in zones z1, z2, z3, z1")
     d.start_rs()
     for name in d.agents:
-        d.start_agent(name)
+        # agent4 reports 1G of memory: too little for a tenant unit (see DELETE SERVER below)
+        d.start_agent(name, *(["--memory-limit", "1G"] if name == "agent4" else []))
     d.wait("the RS answers", lambda: d.query("SELECT name FROM __all_sys_parameter") is not None)
     d.show_servers()
 
@@ -224,11 +257,27 @@ def run(d: Demo) -> None:
     )
     d.show_servers()
 
-    step("STOP SERVER and START SERVER")
+    step("a unit config, a resource pool over the three zones and a tenant with 3 log streams")
+    d.must("CREATE RESOURCE UNIT unit1 MAX_CPU 1, MEMORY_SIZE '2G', LOG_DISK_SIZE '4G'")
+    d.must("CREATE RESOURCE POOL pool1 UNIT 'unit1', UNIT_NUM 1, ZONE_LIST ('z1', 'z2', 'z3')")
+    d.must("SELECT unit_id, tenant_id, zone, svr_ip, svr_port, memory_size FROM DBA_OB_UNITS")
+    t0 = time.monotonic()
+    d.must("CREATE TENANT tenant1 RESOURCE_POOL_LIST ('pool1'), PRIMARY_ZONE 'z1', LS_COUNT 3")
+    print(f"... tenant created in {time.monotonic() - t0:.2f} s (3 log streams x 3 zones)\n")
+    d.must("SELECT * FROM DBA_OB_TENANTS")
+    d.must("SELECT unit_id, tenant_id, zone, svr_ip, svr_port, memory_size FROM DBA_OB_UNITS")
+    d.wait("__all_ls_meta_table shows 9 replicas, 3 leaders", lambda: d.leaders() == 3)
+    d.show_locations()
+    d.show_replica_dirs()
+
+    step("STOP SERVER moves every leader off it; the statement returns at leader_cnt 0")
     d.must(f"ALTER SYSTEM STOP SERVER '{a['agent1']}'")
+    d.show_locations()
     d.show_servers()
+    step("START SERVER: the leaders come back to the primary zone z1")
     d.must(f"ALTER SYSTEM START SERVER '{a['agent1']}'")
-    d.show_servers()
+    d.wait("the 3 leaders back on agent1", lambda: d.leaders(a["agent1"]) == 3)
+    d.show_locations()
 
     step(f"kill -9 agent3: its lease ({LEASE}) expires and it goes INACTIVE")
     d.kill("agent3")
@@ -240,7 +289,10 @@ def run(d: Demo) -> None:
     d.wait("agent3 ACTIVE", lambda: d.status("agent3") == "ACTIVE")
     d.show_servers()
 
-    step("DELETE SERVER the fourth: it holds no units yet, so the empty-server checker removes it")
+    step("DELETE SERVER refused for lack of room: agent1's unit cannot move to agent4 (1G)")
+    d.refused(f"ALTER SYSTEM DELETE SERVER '{a['agent1']}'")
+
+    step("DELETE SERVER the fourth: it holds no unit, so the empty-server checker removes it")
     d.must(f"ALTER SYSTEM DELETE SERVER '{a['agent4']}'")
     d.wait("it left __all_server", lambda: d.status("agent4") is None)
     d.show_servers()

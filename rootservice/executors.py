@@ -20,6 +20,7 @@ from rootservice.config import PARAMETERS, RsSettings, format_duration
 from rootservice.errors import ObError, error_to_proto
 from rootservice.proto import obrpc_pb2
 from rootservice.select import run_select
+from rootservice.server_status import format_server, parse_server
 from sql import ast
 from sql.parser import parse
 
@@ -59,6 +60,10 @@ def _server_op(rs: RootService, st: ast.ServerOp) -> Result:
         m.cancel_delete_servers(servers, st.zone)
     elif st.op in ("STOP", "FORCE_STOP", "ISOLATE"):
         m.stop_servers(servers, st.zone, st.op)
+        return Result(
+            affected_rows=len(servers),
+            info="leaders moved off: leader_cnt is 0 on the stopped server(s)",
+        )
     elif st.op == "START":
         m.start_servers(servers, st.zone)
     else:  # pragma: no cover - the parser produces only the kinds above
@@ -134,6 +139,67 @@ def _like(text: str, pattern: str) -> bool:
     return fnmatch.fnmatchcase(text.lower(), translated.lower())
 
 
+def _tenant_layer(rs: RootService) -> None:
+    rs.require_master()
+    if not rs.manager.in_service:
+        raise ObError(
+            "OB_RS_NOT_MASTER", detail="the root service is not in service (bootstrap first)"
+        )
+
+
+def _create_unit(rs: RootService, st: ast.CreateResourceUnit) -> Result:
+    _tenant_layer(rs)
+    created = rs.tenants.create_unit_config(st)
+    return Result(affected_rows=int(created), info="" if created else "resource unit exists")
+
+
+def _drop_unit(rs: RootService, st: ast.DropResourceUnit) -> Result:
+    _tenant_layer(rs)
+    dropped = rs.tenants.drop_unit_config(st)
+    return Result(affected_rows=int(dropped), info="" if dropped else "resource unit not exist")
+
+
+def _create_pool(rs: RootService, st: ast.CreateResourcePool) -> Result:
+    _tenant_layer(rs)
+    units = rs.tenants.create_pool(st)
+    info = f"unit(s) {', '.join(map(str, units))}" if units else "resource pool exists"
+    return Result(affected_rows=len(units), info=info)
+
+
+def _drop_pool(rs: RootService, st: ast.DropResourcePool) -> Result:
+    _tenant_layer(rs)
+    dropped = rs.tenants.drop_pool(st)
+    return Result(affected_rows=int(dropped), info="" if dropped else "resource pool not exist")
+
+
+def _create_tenant(rs: RootService, st: ast.CreateTenant) -> Result:
+    _tenant_layer(rs)
+    tenant_id, ls_count = rs.tenants.create_tenant(st)
+    if not tenant_id:
+        return Result(info="tenant exists")
+    return Result(affected_rows=1, info=f"tenant {tenant_id} with {ls_count} log stream(s)")
+
+
+def _drop_tenant(rs: RootService, st: ast.DropTenant) -> Result:
+    _tenant_layer(rs)
+    tenant_id = rs.tenants.drop_tenant(st)
+    return Result(
+        affected_rows=int(bool(tenant_id)),
+        info=f"tenant {tenant_id} dropped" if tenant_id else "tenant not exist",
+    )
+
+
+def _switch_leader(rs: RootService, st: ast.SwitchLeader) -> Result:
+    _tenant_layer(rs)
+    topo = rs.ls.topology(force=True)
+    tenant = next((t for t in topo.tenants.values() if t.tenant_name == st.tenant.lower()), None)
+    if tenant is None:
+        raise ObError("OB_TENANT_NOT_EXIST", st.tenant.lower())
+    ip, port = parse_server(st.server)
+    rs.ls.switch_leader((tenant.tenant_id, st.ls_id), format_server(ip, port), "manual")
+    return Result(affected_rows=1)
+
+
 def _select(rs: RootService, st: ast.Select) -> Result:
     columns, rows, truncated = run_select(rs.store, st)
     return Result(
@@ -149,6 +215,13 @@ EXECUTORS: dict[type, Callable[[RootService, Any], Result]] = {
     ast.SetParameters: _set,
     ast.ShowParameters: _show_parameters,
     ast.Select: _select,
+    ast.CreateResourceUnit: _create_unit,
+    ast.DropResourceUnit: _drop_unit,
+    ast.CreateResourcePool: _create_pool,
+    ast.DropResourcePool: _drop_pool,
+    ast.CreateTenant: _create_tenant,
+    ast.DropTenant: _drop_tenant,
+    ast.SwitchLeader: _switch_leader,
 }
 
 

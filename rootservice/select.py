@@ -34,6 +34,20 @@ DEFAULT_ORDER = {
     "__all_service_epoch": ("name",),
     "dba_ob_servers": ("svr_ip", "svr_port"),
     "dba_ob_zones": ("zone",),
+    "__all_unit_config": ("unit_config_id",),
+    "__all_resource_pool": ("resource_pool_id",),
+    "__all_unit": ("unit_id",),
+    "__all_tenant": ("tenant_id",),
+    "__all_ls_status": ("tenant_id", "ls_id"),
+    "__all_ls_meta_table": ("tenant_id", "ls_id", "svr_ip", "svr_port"),
+    "__all_space_usage": ("tenant_id", "svr_ip", "svr_port", "start_seq", "file_type"),
+    "dba_ob_unit_configs": ("unit_config_id",),
+    "dba_ob_resource_pools": ("resource_pool_id",),
+    "dba_ob_units": ("unit_id",),
+    "dba_ob_tenants": ("tenant_id",),
+    "dba_ob_ls": ("tenant_id", "ls_id"),
+    "dba_ob_ls_locations": ("tenant_id", "ls_id", "svr_ip", "svr_port"),
+    "dba_ob_rootservice_jobs": ("job_id",),
 }
 
 

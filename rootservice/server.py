@@ -2,7 +2,10 @@
 
 ``LeaseStream`` is the agents' heartbeat path (one long-lived bidirectional stream per agent,
 refusals in-band so the stream survives them); ``RenewLease`` is the same as a unary call,
-refusals as gRPC status with ``ob-code`` / ``ob-name`` trailing metadata. ``ExecuteSql``
+refusals as gRPC status with ``ob-code`` / ``ob-name`` (and ``ob-leader-hint``) trailing
+metadata. A standby, or a leader whose own lease is no longer safely held, answers every
+lease request and admin statement with ``OB_RS_NOT_MASTER`` and the leader's address as
+``leader_hint`` (issue 5). ``ExecuteSql``
 parses and executes one statement on a worker thread so that neither parsing nor database
 I/O ever blocks heartbeats. :func:`create_server` binds without serving, so tests can bind
 port 0 and learn the port.
@@ -28,6 +31,9 @@ from rootservice.proto import obrpc_pb2, obrpc_pb2_grpc
 
 log = logging.getLogger(__name__)
 
+#: Refusals that mean "ask the leader" and carry ``leader_hint``.
+NOT_MASTER_NAMES = frozenset({"OB_RS_NOT_MASTER", "OB_NOT_MASTER"})
+
 
 class RootServiceServicer(obrpc_pb2_grpc.RootServiceServicer):
     """Lease renewal (SPEC.md section 5) -> ``ServerManager.receive_hb``."""
@@ -40,6 +46,11 @@ class RootServiceServicer(obrpc_pb2_grpc.RootServiceServicer):
     def _handle(self, req: obrpc_pb2.LeaseRequest) -> obrpc_pb2.LeaseResponse:
         t0 = time.perf_counter_ns()
         try:
+            why = self.rs.election.guard()
+            if why is not None:
+                # A leader past its safety margin must not grant leases, even before the
+                # watchdog has stepped it down.
+                raise ObError("OB_RS_NOT_MASTER", detail=why)
             resp = self.rs.manager.receive_hb(req)
             # Plain attributes, not Metrics.inc: only the event-loop thread counts these, so
             # the heartbeat path takes no lock for them.
@@ -48,6 +59,8 @@ class RootServiceServicer(obrpc_pb2_grpc.RootServiceServicer):
             self.rs.heartbeats_refused_total += 1
             resp = obrpc_pb2.LeaseResponse(seq=req.seq, rs_epoch=self.rs.store.epoch)
             error_to_proto(e, resp.error)
+            if e.name == "OB_RS_NOT_MASTER":
+                resp.leader_hint = self.rs.leader_hint()
         self._hb_window.record((time.perf_counter_ns() - t0) // 1000)
         return resp
 
@@ -63,7 +76,11 @@ class RootServiceServicer(obrpc_pb2_grpc.RootServiceServicer):
         resp = self._handle(request)
         if resp.error.code:
             context.set_trailing_metadata(
-                (("ob-code", str(resp.error.code)), ("ob-name", resp.error.name))
+                (
+                    ("ob-code", str(resp.error.code)),
+                    ("ob-name", resp.error.name),
+                    ("ob-leader-hint", resp.leader_hint),
+                )
             )
             code = (
                 ObError(resp.error.name).grpc_code() if resp.error.name else grpc.StatusCode.UNKNOWN
@@ -100,10 +117,14 @@ class AdminServicer(obrpc_pb2_grpc.AdminServiceServicer):
 
         Runs :func:`rootservice.executors.execute_sql` on ``rs.executor`` so the event loop (and the
         heartbeats) never wait for parsing or the database; every error, MySQL-style (SPEC.md
-        section 7), is carried in the response's ``error``, never as a gRPC status.
+        section 7), is carried in the response's ``error``, never as a gRPC status. A
+        not-master refusal carries the leader's address in ``leader_hint`` (issue 5).
         """
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self.rs.executor, execute_sql, self.rs, request.statement)
+        resp = await loop.run_in_executor(self.rs.executor, execute_sql, self.rs, request.statement)
+        if resp.error.name in NOT_MASTER_NAMES and not resp.leader_hint:
+            resp.leader_hint = self.rs.leader_hint()
+        return resp
 
     async def GetMetrics(
         self, request: obrpc_pb2.MetricsRequest, context: grpc.aio.ServicerContext

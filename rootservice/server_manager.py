@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, Literal
@@ -95,6 +95,18 @@ class PersistQueue:
                 self.metrics.inc("events_dropped_total")
             self._event_seq += 1
             self._events.append((self._event_seq, event))
+
+    def clear(self) -> int:
+        """Forget every queued row and event; returns how many were dropped.
+
+        Called when the RS steps down (issue 5): what a deposed leader queued must never be
+        written by a later term of this process, which loads fresh state instead.
+        """
+        with self._lock:
+            n = len(self._dirty) + len(self._events)
+            self._dirty.clear()
+            self._events.clear()
+            return n
 
     def pending_keys(self) -> set[str]:
         """Servers whose rows are queued."""
@@ -190,6 +202,20 @@ class ServerManager:
         self.rs_list: list[str] = []
         self.self_server = ""
         self._no_expire_until = 0
+        # Hooks of the tenant layer (rootservice.ls_manager), None until it is wired:
+        # the replica report of each accepted heartbeat (called under the whitelist lock),
+        # DELETE / STOP pre-checks, and what STOP does once stop_time is written (move the
+        # leaders off and wait for leader_cnt 0).
+        self.on_replicas: Callable[[ServerStatus, Sequence[Any]], None] | None = None
+        self.delete_pre_check: Callable[[list[ServerStatus]], None] | None = None
+        self.stop_pre_check: Callable[[list[ServerStatus], StopMode], None] | None = None
+        self.after_stop: Callable[[list[str]], None] | None = None
+        # CANCEL DELETE SERVER: stop the migrations off the server (rootservice.migration).
+        self.on_cancel_delete: Callable[[str], object] | None = None
+        # Servers the table shows alive that a take-office load could not prove alive yet:
+        # their rows stay as they are until the take-office grace ends (SPEC.md section 6),
+        # so a new leader never flashes a living server INACTIVE.
+        self._candidates: set[str] = set()
 
     # --- helpers ---------------------------------------------------------------------------
 
@@ -214,6 +240,14 @@ class ServerManager:
 
     def _rows_for(self, keys: list[str]) -> list[dict[str, Any]]:
         return [row for _, row in self._rows_chunked(keys)]
+
+    def with_server(self, server: str, fn: Callable[[ServerStatus], None]) -> None:
+        """Run ``fn`` on the live record of ``server`` under the whitelist lock (no-op when it
+        is not whitelisted)."""
+        with self._lock:
+            s = self._servers.get(server)
+            if s is not None:
+                fn(s)
 
     def get(self, server: str) -> ServerStatus | None:
         """A copy of one record, or None (``server`` is 'ip:port')."""
@@ -301,6 +335,7 @@ class ServerManager:
             changed = False
             if not s.force_stop_hb:
                 if not s.is_alive():
+                    self._candidates.discard(key)
                     s.hb_status = HeartbeatStatus.ALIVE
                     s.register_time = now
                     s.last_offline_time = 0
@@ -325,6 +360,8 @@ class ServerManager:
             if resources is not None:
                 s.resource_info = resources
                 s.resource_raw = raw
+            if self.on_replicas is not None:
+                self.on_replicas(s, req.replicas)
             if changed:
                 self.persist.mark(key)
             return self._lease_response(s, req.seq)
@@ -406,6 +443,8 @@ class ServerManager:
         offline = self.settings.server_permanent_offline_time
         n = 0
         with self._lock:
+            if self._candidates:
+                n += self._expire_candidates(now)
             while self._alive:
                 key = next(iter(self._alive))
                 s = self._servers.get(key)
@@ -445,6 +484,30 @@ class ServerManager:
         self.metrics.window("checker_tick_us").record((time.perf_counter_ns() - t0) // 1000)
         return n
 
+    @property
+    def no_expire_until(self) -> int:
+        """End of the take-office grace (microseconds since the epoch; 0 before any take
+        office): no lease expires, and no take-office candidate is written INACTIVE, before
+        it (SPEC.md section 6)."""
+        return self._no_expire_until
+
+    def _expire_candidates(self, now: int) -> int:
+        """End of the take-office grace: the candidates that never heartbeated are written
+        INACTIVE now, with event ``lease_expire``. Caller holds ``_lock``."""
+        n = 0
+        for key in sorted(self._candidates):
+            s = self._servers.get(key)
+            if s is None or s.is_alive():
+                continue
+            self.persist.mark(key)
+            self.persist.add_event(
+                self._event(now, "lease_expire", s, ("last_hb_time", s.last_hb_time))
+            )
+            self.wake("balancer")
+            n += 1
+        self._candidates.clear()
+        return n
+
     def resort_offline_deadlines(self) -> None:
         """Rebuild the permanent-offline heap (after ``server_permanent_offline_time`` changed)."""
         offline = self.settings.server_permanent_offline_time
@@ -480,6 +543,7 @@ class ServerManager:
             with self._lock:
                 self.zones.replace_all(zones)
                 fresh: dict[str, ServerStatus] = {}
+                candidates: set[str] = set()
                 for r in rows:
                     key = format_server(r["svr_ip"], r["svr_port"])
                     old = self._servers.get(key)
@@ -520,6 +584,8 @@ class ServerManager:
                         s.hb_status = HeartbeatStatus.LEASE_EXPIRED
                         if now - s.last_offline_time >= offline - lease:
                             s.hb_status = HeartbeatStatus.PERMANENT_OFFLINE
+                        elif take_office and r["last_offline_time"] == 0:
+                            candidates.add(key)
                     s.with_rootserver = bool(self.self_server) and key == self.self_server
                     fresh[key] = s
                 self._servers = fresh
@@ -531,8 +597,13 @@ class ServerManager:
                 self.resort_offline_deadlines()
                 if take_office:
                     self._no_expire_until = now + lease
+                    self._candidates = candidates
+                else:
+                    self._candidates &= fresh.keys()
                 by_key = {format_server(r["svr_ip"], r["svr_port"]): r for r in rows}
                 for k, s in fresh.items():
+                    if k in self._candidates:
+                        continue
                     mine = s.to_row()
                     if any(mine[c] != self._row_value(by_key[k], c) for c in CHECKED_COLUMNS):
                         self.persist.mark(k)
@@ -603,8 +674,11 @@ class ServerManager:
             with self.store.write_lock:
                 with self.store.read() as conn:
                     page = repo.load_servers_page(conn, after, page_size)
-                # A queued row differs legitimately: the queue will write it.
+                # A queued row differs legitimately: the queue will write it. So does a
+                # take-office candidate's until the grace ends (see _expire_candidates).
                 pending = self.persist.pending_keys()
+                with self._lock:
+                    pending |= self._candidates
                 keys = [format_server(r["svr_ip"], r["svr_port"]) for r in page]
                 mine = dict(self._rows_chunked([k for k in keys if k not in pending]))
                 for key, row in zip(keys, page, strict=True):
@@ -796,6 +870,7 @@ class ServerManager:
             for s in targets:
                 if s.admin_status is AdminStatus.DELETING:
                     raise ObError("OB_SERVER_ALREADY_DELETED", detail=f"server '{s.key}'")
+            pre_check = pre_check or self.delete_pre_check
             if pre_check is not None:
                 pre_check(targets)
 
@@ -843,6 +918,9 @@ class ServerManager:
             self._write_through(targets, normal, "cancel_delete_server", also=cancel_job)
         keys = [s.key for s in targets]
         self.background(lambda: self.request_heartbeats(keys))
+        if self.on_cancel_delete is not None:
+            for key in keys:
+                self.on_cancel_delete(key)
         self.wake("balancer")
 
     def stop_servers(
@@ -860,15 +938,21 @@ class ServerManager:
         not ACTIVE. ``pre_check`` runs the log-stream checks of later layers. Raises
         OB_SERVER_NOT_IN_WHITE_LIST, OB_SERVER_ZONE_NOT_MATCH as well."""
         self._require_in_service()
+        targets = self._existing(servers, zone)
+        zones = sorted({s.zone for s in targets})
+        if len(zones) > 1:
+            raise ObError("OB_STOP_SERVER_IN_MULTIPLE_ZONES", ",".join(zones))
+        if mode != "ISOLATE":
+            self._check_other_zones_running(zones[0])
+        # The log-stream checks retry for up to stop_server_check_timeout: outside the write
+        # lock, so heartbeats' table writes and other statements go on meanwhile.
+        pre_check = pre_check or self.stop_pre_check
+        if pre_check is not None:
+            pre_check(targets, mode)
         with self.store.write_lock:
             targets = self._existing(servers, zone)
-            zones = sorted({s.zone for s in targets})
-            if len(zones) > 1:
-                raise ObError("OB_STOP_SERVER_IN_MULTIPLE_ZONES", ",".join(zones))
             if mode != "ISOLATE":
                 self._check_other_zones_running(zones[0])
-            if pre_check is not None:
-                pre_check(targets, mode)
             changing = [s for s in targets if s.stop_time == 0]
             if changing:
                 now = self.clock.now_us()
@@ -882,6 +966,8 @@ class ServerManager:
                     s.stop_time = now
 
                 self._write_through(changing, stopped, event, ("reason", reason))
+        if self.after_stop is not None:
+            self.after_stop([s.key for s in targets])
 
     def _check_other_zones_running(self, zone: str) -> None:
         """STOP's zone rule: no server of another zone stopped, every other zone ACTIVE.
@@ -963,8 +1049,10 @@ class ServerManager:
                 self._servers[s.key] = s
 
     def clear(self) -> None:
-        """Forget every server (a failed bootstrap rolls back with this)."""
+        """Forget every server (a failed bootstrap rolls back with this, and so does an RS
+        that steps down)."""
         with self._lock:
+            self._candidates.clear()
             self._servers.clear()
             self._alive.clear()
             self._offline_heap.clear()

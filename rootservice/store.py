@@ -3,8 +3,9 @@
 Every write to the system tables goes through :meth:`MetaStore.txn`, which holds the
 process-wide write lock (so admin operations, the persistence queue and CheckAllServerTask
 never interleave their read-memory / write-table / apply-memory sequences) and first checks
-that this RS's epoch is still the stored one (SPEC.md sections 6 and 10). Database failures
-become ``ObError(OB_ERR_SYS)`` with a short reason, so callers have one error type.
+that this RS's epoch is still the one in the lease row, locking that row ``FOR SHARE``
+(SPEC.md sections 6 and 10, issue 5). Database failures become ``ObError(OB_ERR_SYS)`` with a
+short reason, so callers have one error type.
 """
 
 from __future__ import annotations
@@ -33,8 +34,14 @@ def db_error_summary(exc: BaseException) -> str:
 class MetaStore:
     """Engine + epoch + write lock.
 
-    ``epoch`` is the RS epoch this process holds (0 before taking office). ``on_deposed`` is
-    called (once per detection) when a fenced transaction finds a different epoch.
+    ``epoch`` is the RS epoch this process holds (0 when not in office: nothing can be
+    written). ``on_deposed(epoch, reason)`` is called when a fenced transaction of ``epoch``
+    is refused. ``guard()`` is asked before every fenced transaction and returns why this RS
+    must not write (its lease is no longer safely held, see
+    :meth:`rootservice.election.Election.guard`) or None. ``idle_timeout_us()`` bounds, on
+    PostgreSQL, how long one of our transactions may sit idle holding the lease row: a paused
+    RS must not keep a standby from taking office. ``rejected_writes`` counts the fenced
+    transactions refused (issue 5's "writes rejected").
     """
 
     def __init__(self, engine: sa.Engine, rs_addr: tuple[str, int]) -> None:
@@ -46,7 +53,10 @@ class MetaStore:
         self.rs_addr = rs_addr
         self.epoch = 0
         self.write_lock = threading.RLock()
-        self.on_deposed: Callable[[], None] | None = None
+        self.on_deposed: Callable[[int, str], None] | None = None
+        self.guard: Callable[[], str | None] | None = None
+        self.idle_timeout_us: Callable[[], int] | None = None
+        self.rejected_writes = 0
         # The SELECT catalog (rootservice.select.Catalog), built on first use.
         self.catalog: Any = None
 
@@ -54,24 +64,45 @@ class MetaStore:
     def txn(self, *, fenced: bool = True) -> Iterator[sa.Connection]:
         """A transaction under the write lock that commits on normal exit.
 
-        Raises ``ObError(OB_RS_NOT_MASTER)`` when fenced and the epoch moved on, and
-        ``ObError(OB_ERR_SYS)`` when the database fails; in both cases nothing is committed.
+        Raises ``ObError(OB_RS_NOT_MASTER)`` when fenced and this RS is not in office, its
+        lease is not safely held (``guard``) or the epoch moved on, and ``ObError(OB_ERR_SYS)``
+        when the database fails; in every case nothing is committed.
         """
         with self.write_lock:
+            epoch = self.epoch
             try:
+                if fenced:
+                    why = "not in office" if epoch <= 0 else self.guard() if self.guard else None
+                    if why:
+                        raise ObError("OB_RS_NOT_MASTER", detail=why)
                 with self.engine.begin() as conn:
+                    self._limit_idle(conn)
                     if fenced:
-                        repo.check_epoch(conn, self.epoch)
+                        repo.check_epoch(conn, epoch)
                     yield conn
             except ObError as e:
-                if e.name == "OB_RS_NOT_MASTER" and self.on_deposed is not None:
-                    self.on_deposed()
+                if e.name == "OB_RS_NOT_MASTER" and fenced:
+                    self.rejected_writes += 1
+                    log.warning("write of epoch %d rejected: %s", epoch, e.message)
+                    if self.on_deposed is not None:
+                        self.on_deposed(epoch, str(e))
                 raise
             except sa.exc.SQLAlchemyError as e:
                 raise ObError(
                     "OB_ERR_SYS",
                     detail=f"system tables unavailable, nothing was changed: {db_error_summary(e)}",
                 ) from e
+
+    def _limit_idle(self, conn: sa.Connection) -> None:
+        # A transaction of a paused (SIGSTOP) RS holds the lease row FOR SHARE until its
+        # session dies; the server ends it after this long idle instead of never.
+        if self.idle_timeout_us is None or conn.dialect.name != "postgresql":
+            return
+        ms = max(1, self.idle_timeout_us() // 1000)
+        conn.execute(
+            sa.text("SELECT set_config('idle_in_transaction_session_timeout', :v, true)"),
+            {"v": str(ms)},
+        )
 
     @contextmanager
     def read(self) -> Iterator[sa.Connection]:

@@ -70,9 +70,13 @@ def guarded(task: Task, metrics: Metrics) -> Callable[[], None]:
 
 def make_scheduler() -> BackgroundScheduler:
     """A thread-based scheduler. APScheduler logs every job run at INFO, which at 10 runs a
-    second would drown the RS log, so its loggers are raised to WARNING."""
-    for name in ("apscheduler", "apscheduler.scheduler", "apscheduler.executors.default"):
+    second would drown the RS log, so its loggers are raised to WARNING; the scheduler's own
+    "skipped: maximum number of running instances" warnings are expected (``max_instances``
+    is 1 on purpose and a balancer round with a Spark job outlasts its period), so that
+    logger is raised to ERROR."""
+    for name in ("apscheduler", "apscheduler.executors.default"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger("apscheduler.scheduler").setLevel(logging.ERROR)
     return BackgroundScheduler(
         job_defaults={"max_instances": 1, "coalesce": True, "misfire_grace_time": 5},
         executors={"default": {"type": "threadpool", "max_workers": 8}},

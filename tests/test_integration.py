@@ -321,13 +321,17 @@ def test_invalid_settings_exit_2(tmp_path: Path) -> None:
     assert "lease_time (1s) must be greater than heartbeat_interval (2s)" in r.stderr
 
 
-def test_database_outage_keeps_leases_in_memory_and_catches_up(
+def test_database_outage_steps_the_leader_down_until_it_takes_office_again(
     procs: ProcSet, tmp_path: Path
 ) -> None:
-    """PostgreSQL stops under a running RS: heartbeats and lease expiry go on in memory,
-    admin statements fail with a clear error and change nothing, and once the database is
-    back the queued changes reach ``__all_server`` (a private server, so the session's shared
-    one is never stopped)."""
+    """PostgreSQL stops under a running RS (a private server, so the session's shared one is
+    never stopped). Since issue 5 the RS holds its leadership as a lease in the database: the
+    first renewal that fails steps it down at once, so it writes nothing, drops its memory
+    and refuses statements and heartbeats (OB_RS_NOT_MASTER; OB_ERR_SYS for a statement
+    caught before the renewal). Once the database is back it takes office again with a new
+    epoch and a fresh load: what was acknowledged before the outage is kept, the server that
+    died meanwhile becomes INACTIVE after the take-office grace (event ``lease_expire``), the
+    live one is ACTIVE, and statements work again."""
     from pgserver import PgServer
 
     pg = PgServer()
@@ -336,27 +340,28 @@ def test_database_outage_keeps_leases_in_memory_and_catches_up(
         c = Cluster(procs, tmp_path, pg.url("outage"))
         c.start_rs()
         a1, a2 = c.bootstrap(2)
+        c.ok(f"ALTER SYSTEM STOP SERVER '{a1}'")
+        epoch = c.metrics()["epoch"]
         pg.outage()
-        resp = c.sql(f"ALTER SYSTEM STOP SERVER '{a1}'")
-        assert resp.error.name == "OB_ERR_SYS" and "nothing was changed" in resp.error.message
+        resp = c.sql(f"ALTER SYSTEM START SERVER '{a1}'")
+        assert resp.error.name in ("OB_ERR_SYS", "OB_RS_NOT_MASTER"), resp.error.message
         c.agents[a2].kill()
         wait_until(
-            lambda: c.metrics()["alive"] == 1,
+            lambda: c.metrics()["state"] == "NOT_MASTER",
             15,
-            message="lease expired in memory while the database is down",
+            message="the leader stepped down when its lease renewal failed",
         )
-        wait_until(
-            lambda: c.metrics().get("persist_failures_total", 0) >= 1,
-            5,
-            message="the persistence queue tried and failed",
-        )
+        m = c.metrics()
+        assert m["servers"] == 0 and m["rs_step_down_total"] >= 1
+        assert c.error(f"ALTER SYSTEM START SERVER '{a1}'") == "OB_RS_NOT_MASTER"
         pg.recover()
+        wait_until(lambda: c.metrics()["state"] == "FULL_SERVICE", 30, message="in office again")
+        assert c.metrics()["epoch"] > epoch
         wait_until(
             lambda: c.statuses() == {a1: "ACTIVE", a2: "INACTIVE"}, 30, message="table caught up"
         )
-        assert c.ok(
-            f"SELECT stop_time FROM __all_server WHERE svr_port = {a1.rsplit(':', 1)[1]}"
-        ) == [[0]]
+        port1 = a1.rsplit(":", 1)[1]
+        assert c.ok(f"SELECT stop_time FROM __all_server WHERE svr_port = {port1}")[0][0] > 0
         events = [
             r[0]
             for r in c.ok(
@@ -364,7 +369,8 @@ def test_database_outage_keeps_leases_in_memory_and_catches_up(
             )
         ]
         assert "lease_expire" in events
-        c.ok(f"ALTER SYSTEM STOP SERVER '{a1}'")  # admin statements work again
+        c.ok(f"ALTER SYSTEM START SERVER '{a1}'")  # admin statements work again
+        assert c.ok(f"SELECT stop_time FROM __all_server WHERE svr_port = {port1}") == [[0]]
     finally:
         pg.stop()
 

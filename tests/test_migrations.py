@@ -254,3 +254,47 @@ def test_downgrade_to_base_removes_everything_and_upgrade_repeats(engine: sa.Eng
     with engine.connect() as conn:
         # A fresh schema: the row inserted before the downgrade is gone.
         assert conn.execute(sa.text("SELECT count(*) FROM __all_server")).scalar_one() == 0
+
+
+# OceanBase 4.x column names of the tenant-layer views (TENANT_ID added to DBA_OB_LS and
+# DBA_OB_LS_LOCATIONS, as in their CDB_ forms, because the RS sees every tenant).
+TENANT_VIEW_COLUMNS = {
+    "dba_ob_unit_configs": ["UNIT_CONFIG_ID", "NAME", "CREATE_TIME", "MODIFY_TIME", "MAX_CPU",
+                            "MIN_CPU", "MEMORY_SIZE", "LOG_DISK_SIZE", "MAX_IOPS", "MIN_IOPS",
+                            "IOPS_WEIGHT"],
+    "dba_ob_resource_pools": ["RESOURCE_POOL_ID", "NAME", "TENANT_ID", "CREATE_TIME",
+                              "MODIFY_TIME", "UNIT_COUNT", "UNIT_CONFIG_ID", "ZONE_LIST",
+                              "REPLICA_TYPE"],
+    "dba_ob_units": ["UNIT_ID", "TENANT_ID", "STATUS", "RESOURCE_POOL_ID", "UNIT_GROUP_ID",
+                     "CREATE_TIME", "MODIFY_TIME", "ZONE", "SVR_IP", "SVR_PORT",
+                     "MIGRATE_FROM_SVR_IP", "MIGRATE_FROM_SVR_PORT", "MANUAL_MIGRATE",
+                     "UNIT_CONFIG_ID", "MAX_CPU", "MIN_CPU", "MEMORY_SIZE", "LOG_DISK_SIZE",
+                     "MAX_IOPS", "MIN_IOPS", "IOPS_WEIGHT"],
+    "dba_ob_tenants": ["TENANT_ID", "TENANT_NAME", "TENANT_TYPE", "CREATE_TIME", "MODIFY_TIME",
+                       "PRIMARY_ZONE", "LOCALITY", "PREVIOUS_LOCALITY", "COMPATIBILITY_MODE",
+                       "STATUS", "IN_RECYCLEBIN", "LOCKED"],
+    "dba_ob_ls": ["TENANT_ID", "LS_ID", "STATUS", "PRIMARY_ZONE", "UNIT_GROUP_ID",
+                  "LS_GROUP_ID", "CREATE_TIME", "MODIFY_TIME"],
+    "dba_ob_ls_locations": ["CREATE_TIME", "MODIFY_TIME", "TENANT_ID", "LS_ID", "SVR_IP",
+                            "SVR_PORT", "SQL_PORT", "ZONE", "ROLE", "MEMBER_LIST",
+                            "PAXOS_REPLICA_NUMBER", "REPLICA_TYPE", "LEARNER_LIST", "REBUILD",
+                            "REPLICA_STATUS", "UNIT_ID", "DATA_SIZE", "REQUIRED_SIZE"],
+}  # fmt: skip
+
+
+def test_tenant_views_have_oceanbase_column_names(engine: sa.Engine) -> None:
+    for view, expected in TENANT_VIEW_COLUMNS.items():
+        with engine.connect() as conn:
+            cols = list(conn.execute(sa.text(f"SELECT * FROM {view} WHERE 1 = 0")).keys())
+        assert [c.upper() for c in cols] == expected, view
+
+
+def test_tenant_tables_downgrade_to_0002_and_back(engine: sa.Engine) -> None:
+    downgrade(engine, "0002")
+    insp = sa.inspect(engine)
+    assert "__all_unit" not in insp.get_table_names()
+    assert "dba_ob_units" not in {v.lower() for v in insp.get_view_names()}
+    assert "__all_server" in insp.get_table_names()
+    upgrade(engine)
+    assert current_revision(engine) == head_revision()
+    assert "__all_ls_meta_table" in sa.inspect(engine).get_table_names()

@@ -128,8 +128,155 @@ all_service_epoch = sa.Table(
     sa.Column(
         "gmt_modified", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()
     ),
+    # The RS election lease on the rootservice_epoch row (issue 5; migration 0002 appends
+    # them after gmt_*): the holder's RPC address, and when the lease was last renewed and
+    # when it expires, in microseconds by the database's clock.
+    sa.Column("svr_ip", sa.String(46), nullable=False, server_default=""),
+    sa.Column("svr_port", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("lease_expire_time", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("lease_renew_time", sa.BigInteger, nullable=False, server_default="0"),
+)
+
+
+def _gmt() -> list[sa.Column]:
+    return [
+        sa.Column(
+            "gmt_create", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()
+        ),
+        sa.Column(
+            "gmt_modified", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()
+        ),
+    ]
+
+
+# --- tenants, units and log streams (issue 3; OceanBase 4.x inner tables) -------------------
+
+all_unit_config = sa.Table(
+    "__all_unit_config",
+    metadata,
+    sa.Column("unit_config_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("name", sa.String(128), nullable=False, unique=True),
+    sa.Column("max_cpu", sa.Float, nullable=False),
+    sa.Column("min_cpu", sa.Float, nullable=False),
+    sa.Column("memory_size", sa.BigInteger, nullable=False),
+    sa.Column("log_disk_size", sa.BigInteger, nullable=False),
+    sa.Column("max_iops", sa.BigInteger, nullable=False),
+    sa.Column("min_iops", sa.BigInteger, nullable=False),
+    sa.Column("iops_weight", sa.BigInteger, nullable=False),
+    *_gmt(),
+)
+
+all_resource_pool = sa.Table(
+    "__all_resource_pool",
+    metadata,
+    sa.Column("resource_pool_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("name", sa.String(128), nullable=False, unique=True),
+    sa.Column("unit_count", sa.BigInteger, nullable=False),
+    sa.Column("unit_config_id", sa.BigInteger, nullable=False),
+    # 'z1;z2;z3', as OceanBase stores it
+    sa.Column("zone_list", sa.String(8192), nullable=False),
+    # -1 until the pool is granted to a tenant (OB_INVALID_ID in OceanBase)
+    sa.Column("tenant_id", sa.BigInteger, nullable=False, server_default="-1"),
+    sa.Column("replica_type", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("is_tenant_sys_pool", sa.Integer, nullable=False, server_default="0"),
+    *_gmt(),
+)
+
+all_unit = sa.Table(
+    "__all_unit",
+    metadata,
+    sa.Column("unit_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("resource_pool_id", sa.BigInteger, nullable=False),
+    sa.Column("unit_group_id", sa.BigInteger, nullable=False),
+    sa.Column("zone", sa.String(128), nullable=False),
+    sa.Column("svr_ip", sa.String(46), nullable=False),
+    sa.Column("svr_port", sa.Integer, nullable=False),
+    sa.Column("migrate_from_svr_ip", sa.String(46), nullable=False, server_default=""),
+    sa.Column("migrate_from_svr_port", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("manual_migrate", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("status", sa.String(128), nullable=False, server_default="ACTIVE"),
+    sa.Column("replica_type", sa.BigInteger, nullable=False, server_default="0"),
+    *_gmt(),
+)
+
+all_tenant = sa.Table(
+    "__all_tenant",
+    metadata,
+    sa.Column("tenant_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("tenant_name", sa.String(128), nullable=False, unique=True),
+    sa.Column("zone_list", sa.String(8192), nullable=False),
+    sa.Column("primary_zone", sa.String(8192), nullable=False, server_default="RANDOM"),
+    sa.Column("locked", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("status", sa.String(64), nullable=False, server_default="NORMAL"),
+    sa.Column("info", sa.String(4096), nullable=False, server_default=""),
+    sa.Column("locality", sa.String(8192), nullable=False, server_default=""),
+    sa.Column("compatibility_mode", sa.Integer, nullable=False, server_default="0"),
+    *_gmt(),
+)
+
+all_ls_status = sa.Table(
+    "__all_ls_status",
+    metadata,
+    sa.Column("tenant_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("ls_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("status", sa.String(100), nullable=False, server_default="NORMAL"),
+    sa.Column("ls_group_id", sa.BigInteger, nullable=False),
+    sa.Column("unit_group_id", sa.BigInteger, nullable=False),
+    sa.Column("primary_zone", sa.String(128), nullable=False, server_default=""),
+    *_gmt(),
+)
+
+all_ls_meta_table = sa.Table(
+    "__all_ls_meta_table",
+    metadata,
+    sa.Column("tenant_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("ls_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("svr_ip", sa.String(46), primary_key=True),
+    sa.Column("svr_port", sa.Integer, primary_key=True),
+    sa.Column("sql_port", sa.Integer, nullable=False),
+    # 1 = leader, 2 = follower (OceanBase's common::ObRole)
+    sa.Column("role", sa.Integer, nullable=False),
+    # 'ip:port,ip:port' of the Paxos members as this replica knows them
+    sa.Column("member_list", sa.String(65536), nullable=False, server_default=""),
+    sa.Column("proposal_id", sa.BigInteger, nullable=False, server_default="0"),
+    # 0 = FULL (OceanBase's common::REPLICA_TYPE_FULL)
+    sa.Column("replica_type", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("replica_status", sa.String(64), nullable=False, server_default="NORMAL"),
+    sa.Column("restore_status", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("memstore_percent", sa.BigInteger, nullable=False, server_default="100"),
+    sa.Column("unit_id", sa.BigInteger, nullable=False),
+    sa.Column("zone", sa.String(128), nullable=False),
+    sa.Column("paxos_replica_number", sa.BigInteger, nullable=False),
+    sa.Column("data_size", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("required_size", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("learner_list", sa.String(65536), nullable=False, server_default=""),
+    sa.Column("rebuild", sa.Integer, nullable=False, server_default="0"),
+    *_gmt(),
+)
+
+all_space_usage = sa.Table(
+    "__all_space_usage",
+    metadata,
+    sa.Column("tenant_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("svr_ip", sa.String(46), primary_key=True),
+    sa.Column("svr_port", sa.Integer, primary_key=True),
+    sa.Column("start_seq", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("file_type", sa.String(32), primary_key=True),
+    sa.Column("data_size", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("used_size", sa.BigInteger, nullable=False, server_default="0"),
+    *_gmt(),
 )
 
 # Names of the tables and views operators may SELECT from (lower case).
 SYSTEM_TABLES = tuple(t.name for t in metadata.sorted_tables)
-SYSTEM_VIEWS = ("dba_ob_servers", "dba_ob_zones")
+SYSTEM_VIEWS = (
+    "dba_ob_servers",
+    "dba_ob_zones",
+    "dba_ob_unit_configs",
+    "dba_ob_resource_pools",
+    "dba_ob_units",
+    "dba_ob_tenants",
+    "dba_ob_ls",
+    "dba_ob_ls_locations",
+    "dba_ob_rootservice_jobs",
+)

@@ -1,0 +1,334 @@
+"""The jobs' inputs: system tables read from the RS's database, plus the server statuses.
+
+API:
+
+- :class:`Inputs` - the Spark DataFrames the jobs take: ``servers`` (layout
+  :data:`rootservice.jobs.schema.SERVERS_SCHEMA`, normally the RS's in-memory whitelist),
+  ``units``, ``pools``, ``unit_configs``, ``ls_status``, ``ls_meta``, ``tenants`` (the
+  columns of :data:`rootservice.jobs.schema.INPUT_LAYOUTS` of ``__all_unit``,
+  ``__all_resource_pool``, ``__all_unit_config``, ``__all_ls_status``,
+  ``__all_ls_meta_table``, ``__all_tenant``). :meth:`Inputs.persist` reads them once for
+  several jobs.
+- :func:`read_inputs` ``(spark, db_url, servers=...)`` - PostgreSQL through JDBC (the
+  session needs the driver jar: ``SparkSessionManager(..., db_url=db_url)`` adds it), the
+  large tables in :data:`JDBC_PARTITIONS` partitions split on a numeric key; SQLite through
+  SQLAlchemy into pandas, then ``spark.createDataFrame`` over Arrow.
+- :func:`inputs_from_pandas` - the same from :class:`rootservice.jobs.schema.PandasInputs`
+  (tests; an RS that holds the state in memory).
+- :func:`read_pandas_inputs` - the tables as pandas frames without Spark (PostgreSQL by
+  ``COPY ... TO STDOUT`` into Arrow; SQLite through SQLAlchemy), for the pandas reference.
+- :func:`servers_from_table` - a servers input derived from ``__all_server`` rows when the
+  caller has no in-memory statuses: heartbeat status from ``last_offline_time`` as an RS
+  loading the table does (SPEC.md §3), capacities 0 (so the unit plan places nothing).
+
+The tables are read separately, not as one snapshot: a plan is advice that the RS checks
+again when it applies it in its own fenced transaction (SPEC.md §10).
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+import sqlalchemy as sa
+
+from rootservice.jobs import schema as S
+from rootservice.jobs.schema import PandasInputs
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+JDBC_PARTITIONS = 2
+"""JDBC reads of the large tables run in this many partitions (2 beat 1 on 2 cores)."""
+JDBC_FETCH_SIZE = 20_000
+# Tables worth splitting, and the numeric key each is split on (mod(key, n) = i).
+JDBC_PARTITION_KEYS = {"ls_meta": "ls_id", "ls_status": "ls_id", "units": "unit_id"}
+DEFAULT_PERMANENT_OFFLINE_TIME_US = 3_600_000_000
+DEFAULT_LEASE_TIME_US = 10_000_000
+
+
+@dataclass
+class Inputs:
+    """The jobs' input DataFrames (layouts in :data:`rootservice.jobs.schema.INPUT_LAYOUTS`)."""
+
+    servers: DataFrame
+    units: DataFrame
+    pools: DataFrame
+    unit_configs: DataFrame
+    ls_status: DataFrame
+    ls_meta: DataFrame
+    tenants: DataFrame
+
+    def frames(self) -> dict[str, DataFrame]:
+        """Input name -> DataFrame."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def persist(self) -> Inputs:
+        """Cache every input and read it now (one ``count`` each), so that several jobs
+        share one read of the database. Returns ``self``."""
+        for df in self.frames().values():
+            df.persist()
+        for df in self.frames().values():
+            df.count()
+        return self
+
+    def unpersist(self) -> None:
+        """Drop the cached data of :meth:`persist`."""
+        for df in self.frames().values():
+            df.unpersist()
+
+
+# --- from pandas ----------------------------------------------------------------------------
+
+
+def spark_frame(spark: SparkSession, pdf: pd.DataFrame, layout: S.Layout) -> DataFrame:
+    """``pdf`` coerced to ``layout`` (:func:`rootservice.jobs.schema.conform_pandas`) as a
+    Spark DataFrame, converted through Arrow. Raises ``KeyError`` for a missing column."""
+    return spark.createDataFrame(S.conform_pandas(pdf, layout), schema=S.spark_schema(layout))
+
+
+def servers_frame(spark: SparkSession, servers: pd.DataFrame | DataFrame) -> DataFrame:
+    """The servers input from a pandas frame or a Spark DataFrame with (at least) the
+    columns of :data:`rootservice.jobs.schema.SERVERS_SCHEMA`."""
+    if isinstance(servers, pd.DataFrame):
+        return spark_frame(spark, servers, S.SERVERS_SCHEMA)
+    return _cast(servers, S.SERVERS_SCHEMA)
+
+
+def inputs_from_pandas(spark: SparkSession, p: PandasInputs) -> Inputs:
+    """:class:`Inputs` made of the pandas frames of ``p`` (each coerced to its layout)."""
+    kw: dict[str, Any] = {
+        name: spark_frame(spark, getattr(p, name), layout)
+        for name, layout in S.INPUT_LAYOUTS.items()
+    }
+    return Inputs(**kw)
+
+
+# --- from the database ----------------------------------------------------------------------
+
+
+def read_inputs(
+    spark: SparkSession,
+    db_url: str,
+    *,
+    servers: pd.DataFrame | DataFrame | None = None,
+    now_us: int | None = None,
+    permanent_offline_time_us: int = DEFAULT_PERMANENT_OFFLINE_TIME_US,
+    lease_time_us: int = DEFAULT_LEASE_TIME_US,
+    partitions: int = JDBC_PARTITIONS,
+) -> Inputs:
+    """The inputs read from the database at ``db_url`` (an SQLAlchemy URL, like the RS's
+    ``--db``). Lazy for PostgreSQL: the JDBC reads run when a job runs (or on
+    :meth:`Inputs.persist`).
+
+    ``servers`` is the RS's in-memory server statuses (pandas or Spark,
+    :data:`rootservice.jobs.schema.SERVERS_SCHEMA`); without it they are derived from
+    ``__all_server`` by :func:`servers_from_table` with ``now_us`` and the two durations.
+    Raises ``ValueError`` for a database that is neither PostgreSQL nor SQLite; database
+    errors surface as SQLAlchemy or Spark (``Py4JJavaError``) errors.
+    """
+    backend = sa.make_url(db_url).get_backend_name()
+    if backend not in ("postgresql", "sqlite"):
+        raise ValueError(f"unsupported database {backend!r}: PostgreSQL or SQLite")
+    if servers is None:
+        servers = servers_from_table(
+            _read_all_server(db_url),
+            now_us=now_us,
+            permanent_offline_time_us=permanent_offline_time_us,
+            lease_time_us=lease_time_us,
+        )
+    frames: dict[str, Any] = {"servers": servers_frame(spark, servers)}
+    if backend == "postgresql":
+        url, props = jdbc_url(db_url)
+        for name, table in S.INPUT_TABLES.items():
+            frames[name] = _read_jdbc(spark, url, props, name, table, partitions)
+    else:
+        pdfs = _read_sqlalchemy(db_url)
+        for name in S.INPUT_TABLES:
+            frames[name] = spark_frame(spark, pdfs[name], S.INPUT_LAYOUTS[name])
+    return Inputs(**frames)
+
+
+def read_pandas_inputs(
+    db_url: str,
+    *,
+    servers: pd.DataFrame | None = None,
+    now_us: int | None = None,
+    permanent_offline_time_us: int = DEFAULT_PERMANENT_OFFLINE_TIME_US,
+    lease_time_us: int = DEFAULT_LEASE_TIME_US,
+) -> PandasInputs:
+    """The inputs as pandas frames (no Spark): PostgreSQL tables by ``COPY (SELECT ...) TO
+    STDOUT`` parsed by Arrow, SQLite tables through SQLAlchemy; ``servers`` as in
+    :func:`read_inputs`."""
+    backend = sa.make_url(db_url).get_backend_name()
+    if servers is None:
+        servers = servers_from_table(
+            _read_all_server(db_url),
+            now_us=now_us,
+            permanent_offline_time_us=permanent_offline_time_us,
+            lease_time_us=lease_time_us,
+        )
+    if backend == "postgresql":
+        pdfs = _read_copy(db_url)
+    elif backend == "sqlite":
+        pdfs = _read_sqlalchemy(db_url)
+    else:
+        raise ValueError(f"unsupported database {backend!r}: PostgreSQL or SQLite")
+    return PandasInputs(servers=S.conform_pandas(servers, S.SERVERS_SCHEMA), **pdfs)
+
+
+def servers_from_table(
+    all_server: pd.DataFrame,
+    *,
+    now_us: int | None = None,
+    permanent_offline_time_us: int = DEFAULT_PERMANENT_OFFLINE_TIME_US,
+    lease_time_us: int = DEFAULT_LEASE_TIME_US,
+) -> pd.DataFrame:
+    """A servers input (:data:`rootservice.jobs.schema.SERVERS_SCHEMA`) from ``__all_server``
+    rows (columns svr_ip, svr_port, zone, status, stop_time, last_offline_time).
+
+    Heartbeat status as SPEC.md §3 loads it: ``last_offline_time == 0`` -> ``alive``;
+    otherwise ``permanent_offline`` once ``now_us - last_offline_time >=
+    permanent_offline_time_us - lease_time_us`` (never when ``now_us`` is None), else
+    ``lease_expired``. Capacities are unknown: 0.
+    """
+    df = all_server
+    offline = df["last_offline_time"].astype("int64")
+    hb = pd.Series(S.HB_LEASE_EXPIRED, index=df.index, dtype=object)
+    hb[offline == 0] = S.HB_ALIVE
+    if now_us is not None:
+        gone = (offline != 0) & (now_us - offline >= permanent_offline_time_us - lease_time_us)
+        hb[gone] = S.HB_PERMANENT_OFFLINE
+    out = pd.DataFrame(
+        {
+            "svr_ip": df["svr_ip"],
+            "svr_port": df["svr_port"],
+            "zone": df["zone"],
+            "status": df["status"].astype(str).str.upper(),
+            "hb_status": hb,
+            "stop_time": df["stop_time"],
+            "cpu_total": 0.0,
+            "mem_total": 0,
+            "log_disk_total": 0,
+        }
+    )
+    return S.conform_pandas(out, S.SERVERS_SCHEMA)
+
+
+def jdbc_url(db_url: str) -> tuple[str, dict[str, str]]:
+    """``postgresql+psycopg://user:pw@host:port/db?k=v`` -> (``jdbc:postgresql://host:port/db``,
+    connection properties: user, password, the query parameters, the driver class)."""
+    u = sa.make_url(db_url)
+    if u.get_backend_name() != "postgresql":
+        raise ValueError(f"not a PostgreSQL URL: {u.render_as_string(hide_password=True)}")
+    props: dict[str, str] = {"driver": "org.postgresql.Driver"}
+    if u.username:
+        props["user"] = u.username
+    if u.password:
+        props["password"] = str(u.password)
+    for k, v in u.query.items():
+        props[k] = v if isinstance(v, str) else v[-1]
+    return f"jdbc:postgresql://{u.host or 'localhost'}:{u.port or 5432}/{u.database or ''}", props
+
+
+# --- internals ------------------------------------------------------------------------------
+
+
+def _cast(df: DataFrame, layout: S.Layout) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    return df.select(*[F.col(c).cast(S.spark_type(k)).alias(c) for c, k in layout])
+
+
+def _select_sql(name: str) -> str:
+    cols = ", ".join(S.columns(S.INPUT_LAYOUTS[name]))
+    return f"SELECT {cols} FROM {S.INPUT_TABLES[name]}"
+
+
+def _read_jdbc(
+    spark: SparkSession, url: str, props: dict[str, str], name: str, table: str, partitions: int
+) -> DataFrame:
+    layout = S.INPUT_LAYOUTS[name]
+    sub = f"({_select_sql(name)}) AS src"
+    props = {**props, "fetchsize": str(JDBC_FETCH_SIZE)}
+    key = JDBC_PARTITION_KEYS.get(name)
+    if key is not None and partitions > 1:
+        preds = [f"mod({key}, {partitions}) = {i}" for i in range(partitions)]
+        df = spark.read.jdbc(url, sub, predicates=preds, properties=props)
+    else:
+        df = spark.read.jdbc(url, sub, properties=props)
+    return _cast(df, layout)
+
+
+def _read_all_server(db_url: str) -> pd.DataFrame:
+    from rootservice.db.engine import make_engine
+
+    engine = make_engine(db_url)
+    try:
+        with engine.connect().execution_options(read_only=True) as conn:
+            return pd.read_sql_query(
+                sa.text(
+                    "SELECT svr_ip, svr_port, zone, status, stop_time, last_offline_time "
+                    "FROM __all_server"
+                ),
+                conn,
+            )
+    finally:
+        engine.dispose()
+
+
+def _read_sqlalchemy(db_url: str) -> dict[str, pd.DataFrame]:
+    from rootservice.db.engine import make_engine
+
+    engine = make_engine(db_url)
+    try:
+        with engine.connect().execution_options(read_only=True) as conn, conn.begin():
+            return {
+                name: S.conform_pandas(
+                    pd.read_sql_query(sa.text(_select_sql(name)), conn), S.INPUT_LAYOUTS[name]
+                )
+                for name in S.INPUT_TABLES
+            }
+    finally:
+        engine.dispose()
+
+
+def _read_copy(db_url: str) -> dict[str, pd.DataFrame]:
+    import psycopg
+    import pyarrow as pa
+    from pyarrow import csv
+
+    u = sa.make_url(db_url)
+    arrow_types = {"string": pa.string(), "int": pa.int32(), "long": pa.int64()}
+    arrow_types["double"] = pa.float64()
+    out: dict[str, pd.DataFrame] = {}
+    conninfo = u.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(conninfo) as conn:
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        for name in S.INPUT_TABLES:
+            layout = S.INPUT_LAYOUTS[name]
+            buf = io.BytesIO()
+            with conn.cursor().copy(
+                f"COPY ({_select_sql(name)}) TO STDOUT WITH (FORMAT csv, HEADER false)"
+            ) as copy:
+                for chunk in copy:
+                    buf.write(chunk)
+            if buf.tell() == 0:
+                out[name] = S.conform_pandas(
+                    pd.DataFrame({c: [] for c in S.columns(layout)}), layout
+                )
+                continue
+            buf.seek(0)
+            table = csv.read_csv(
+                buf,
+                read_options=csv.ReadOptions(column_names=S.columns(layout)),
+                convert_options=csv.ConvertOptions(
+                    column_types={c: arrow_types[k] for c, k in layout},
+                    strings_can_be_null=False,
+                    quoted_strings_can_be_null=False,
+                ),
+            )
+            out[name] = S.conform_pandas(table.to_pandas(), layout)
+    return out

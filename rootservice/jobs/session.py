@@ -1,0 +1,258 @@
+"""One long-lived SparkSession per RS, created lazily on a background thread.
+
+Creating a SparkSession starts a JVM (about 7 s on a 2-core machine) and its first job
+takes a few seconds more, so the RS calls :meth:`SparkSessionManager.start_async` once at
+start-up and :meth:`SparkSessionManager.get` only from the threads that run jobs (the
+balancer), never from the heartbeat path or the 100 ms lease checker.
+
+API::
+
+    mgr = SparkSessionManager("local[*]", {"spark.driver.memory": "2g"},
+                              db_url="postgresql+psycopg://rs@db:5432/oceanbase")
+    mgr.start_async()            # returns at once; the JVM starts on a daemon thread
+    spark = mgr.get()            # blocks until ready (or raises SparkStartError)
+    mgr.stop()                   # stops the session (a later get() starts a new one)
+
+Defaults (a key given in ``conf`` wins; :meth:`SparkSessionManager.effective_conf` shows
+the result):
+
+- ``spark.ui.enabled=false``, no console progress bar, log level WARN (a log4j2
+  configuration written to a temporary directory, and ``setLogLevel("WARN")``);
+- Arrow for pandas conversions, ``spark.sql.execution.arrow.maxRecordsPerBatch=1000000``
+  (the default 10,000 makes pandas -> Spark of 5M rows ten times slower);
+- for a ``local[...]`` master only: ``spark.sql.shuffle.partitions=4`` and the driver bound
+  to 127.0.0.1 (``spark.driver.host`` / ``spark.driver.bindAddress``, ``SPARK_LOCAL_IP``),
+  since the RS binds loopback only. With a cluster master (``spark://...``, ``yarn``,
+  ``k8s://...``) nothing of this is set: executors must reach the driver, so give
+  ``spark.driver.host`` in ``conf`` if the default interface is not the right one;
+- the Python workers run this interpreter (``PYSPARK_PYTHON``, unless set already or
+  ``spark.pyspark.python`` is in ``conf``); on a cluster they need pandas and pyarrow;
+- for a PostgreSQL ``db_url`` (or ``postgresql_driver=True``): the JDBC driver jar
+  (:data:`POSTGRESQL_JAR`, Debian's ``libpostgresql-jdbc-java``) is added to ``spark.jars``.
+
+PySpark keeps one active SparkContext per process, so there should be one manager per
+process; a second one would get the same session back from ``getOrCreate``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import sqlalchemy as sa
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+POSTGRESQL_JAR = "/usr/share/java/postgresql.jar"
+"""Where Debian's ``libpostgresql-jdbc-java`` installs the PostgreSQL JDBC driver."""
+
+DEFAULT_APP_NAME = "ob-rootservice-jobs"
+STOP_JOIN_TIMEOUT_S = 300.0
+
+_LOG4J2 = """\
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+logger.nativecode.name = org.apache.hadoop.util.NativeCodeLoader
+logger.nativecode.level = error
+"""
+
+
+class SparkStartError(RuntimeError):
+    """The SparkSession could not be created (no Java, bad master or conf, missing jar...);
+    the cause is chained. A later :meth:`SparkSessionManager.get` tries again."""
+
+
+def is_local_master(master: str) -> bool:
+    """True for ``local``, ``local[N]``, ``local[*]`` and ``local[N,F]``."""
+    return master == "local" or master.startswith("local[")
+
+
+def is_postgresql_url(db_url: str) -> bool:
+    """True when ``db_url`` (an SQLAlchemy URL) names a PostgreSQL database."""
+    return sa.make_url(db_url).get_backend_name() == "postgresql"
+
+
+class SparkSessionManager:
+    """Owns the RS's one SparkSession (see the module docstring).
+
+    ``master`` is any Spark master URL; ``conf`` extra Spark settings (they win over the
+    defaults); ``db_url`` the RS's database, used only to decide whether the PostgreSQL JDBC
+    driver is needed (``postgresql_driver`` forces the decision). Thread-safe.
+    """
+
+    def __init__(
+        self,
+        master: str = "local[*]",
+        conf: Mapping[str, str] | None = None,
+        *,
+        db_url: str | None = None,
+        postgresql_driver: bool | None = None,
+        postgresql_jar: str = POSTGRESQL_JAR,
+        app_name: str = DEFAULT_APP_NAME,
+    ) -> None:
+        self.master = master
+        self.conf = dict(conf or {})
+        self.app_name = app_name
+        self.postgresql_jar = postgresql_jar
+        if postgresql_driver is None:
+            postgresql_driver = db_url is not None and is_postgresql_url(db_url)
+        self.postgresql_driver = postgresql_driver
+        self.startup_s: float | None = None
+        """Seconds the last creation took (None before the first one finished)."""
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._done = threading.Event()
+        self._session: SparkSession | None = None
+        self._error: BaseException | None = None
+        self._tmpdir: str | None = None
+
+    # --- configuration -------------------------------------------------------------------
+
+    def effective_conf(self, log4j_file: str | None = None) -> dict[str, str]:
+        """The Spark settings the session is created with: the defaults of the module
+        docstring overlaid with ``conf``. ``log4j_file`` is the log4j2 configuration to
+        point the driver at (created by the manager when the session starts)."""
+        out: dict[str, str] = {
+            "spark.app.name": self.app_name,
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.execution.arrow.pyspark.enabled": "true",
+            "spark.sql.execution.arrow.maxRecordsPerBatch": "1000000",
+            "spark.sql.session.timeZone": "UTC",
+        }
+        if is_local_master(self.master):
+            out["spark.sql.shuffle.partitions"] = "4"
+            out["spark.driver.host"] = "127.0.0.1"
+            out["spark.driver.bindAddress"] = "127.0.0.1"
+        out.update(self.conf)
+        if self.postgresql_driver:
+            jars = [j for j in out.get("spark.jars", "").split(",") if j]
+            if self.postgresql_jar not in jars:
+                jars.append(self.postgresql_jar)
+            out["spark.jars"] = ",".join(jars)
+        if log4j_file is not None:
+            opt = f"-Dlog4j2.configurationFile=file:{log4j_file}"
+            extra = out.get("spark.driver.extraJavaOptions", "")
+            if "log4j2.configurationFile" not in extra:
+                out["spark.driver.extraJavaOptions"] = f"{extra} {opt}".strip()
+        return out
+
+    # --- life cycle ----------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        """A session exists and can run jobs now."""
+        return self._done.is_set() and self._session is not None
+
+    def start_async(self) -> None:
+        """Start creating the session on a daemon thread, unless it exists or is being
+        created. Returns at once; errors surface in :meth:`get`."""
+        with self._lock:
+            if self._thread is not None and (self._thread.is_alive() or self._session):
+                return
+            self._done.clear()
+            self._error = None
+            self._thread = threading.Thread(
+                target=self._create, name="spark-session-start", daemon=True
+            )
+            self._thread.start()
+
+    def get(self, timeout: float | None = None) -> SparkSession:
+        """The session, creating it first if needed (blocks until it is ready).
+
+        Raises :class:`SparkStartError` when creation failed (the next call tries again)
+        and ``TimeoutError`` when ``timeout`` seconds pass first (creation goes on).
+        """
+        self.start_async()
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"the SparkSession was not ready within {timeout} s")
+        with self._lock:
+            if self._session is not None:
+                return self._session
+            err = self._error
+            self._thread = None  # let the next call try again
+        raise SparkStartError(f"could not start Spark ({self.master}): {err}") from err
+
+    def stop(self) -> None:
+        """Stop the session (waiting for a creation under way). Idempotent."""
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            thread.join(STOP_JOIN_TIMEOUT_S)
+        with self._lock:
+            session, self._session = self._session, None
+            self._thread = None
+            self._done.clear()
+            tmpdir, self._tmpdir = self._tmpdir, None
+        if session is not None:
+            try:
+                session.stop()
+            except Exception:  # a JVM that died already
+                log.exception("stopping the SparkSession failed")
+        if tmpdir is not None:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+
+    # --- internals -----------------------------------------------------------------------
+
+    def _create(self) -> None:
+        t0 = time.monotonic()
+        tmpdir: str | None = None
+        try:
+            if self.postgresql_driver and not Path(self.postgresql_jar).is_file():
+                raise FileNotFoundError(
+                    f"PostgreSQL JDBC driver {self.postgresql_jar} not found: install Debian's "
+                    "libpostgresql-jdbc-java (`make setup` does) or pass postgresql_jar"
+                )
+            tmpdir = tempfile.mkdtemp(prefix="obrs-spark-")
+            log4j = Path(tmpdir) / "log4j2.properties"
+            log4j.write_text(_LOG4J2)
+            conf = self.effective_conf(str(log4j))
+            self._prepare_environment(conf)
+            from pyspark.sql import SparkSession
+
+            builder = SparkSession.builder.master(self.master)
+            for k, v in conf.items():
+                builder = builder.config(k, v)
+            session = builder.getOrCreate()
+            session.sparkContext.setLogLevel("WARN")
+        except BaseException as e:  # reported through get()
+            log.warning("SparkSession start failed: %s", e)
+            if tmpdir is not None:
+                shutil.rmtree(tmpdir, ignore_errors=True)
+            with self._lock:
+                self._error = e
+            self._done.set()
+            return
+        self.startup_s = time.monotonic() - t0
+        log.info("SparkSession (%s) ready in %.1f s", self.master, self.startup_s)
+        with self._lock:
+            self._session = session
+            self._tmpdir = tmpdir
+        self._done.set()
+
+    def _prepare_environment(self, conf: Mapping[str, str]) -> None:
+        # PySpark takes the workers' interpreter from PYSPARK_PYTHON only; without it they
+        # run whatever "python3" is on PATH, which lacks this project's packages.
+        if "spark.pyspark.python" in conf:
+            os.environ["PYSPARK_PYTHON"] = conf["spark.pyspark.python"]
+        else:
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        if is_local_master(self.master):
+            # Otherwise Spark resolves the host name and may pick a public interface.
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -1,0 +1,122 @@
+"""The planners behind :class:`rootservice.migration.MigrationManager`.
+
+:class:`SparkPlanner` is what the RS runs: the three Spark jobs of :mod:`rootservice.jobs`
+on one long-lived SparkSession (``spark_master``, ``local[*]`` by default, created lazily in
+the balancer's thread the first time a plan is needed, so neither its start-up nor a job
+ever delays heartbeats or the 100 ms checker). :class:`PandasPlanner` runs the same plans as
+single-process pandas (``rootservice.jobs.reference``, checked against Spark by
+``tests/test_spark_jobs.py``); the fake-clock unit tests use it to stay fast.
+
+Each method takes the servers rows (``rootservice.migration.SERVER_COLUMNS``) and returns
+plan rows as dicts, nulls as None.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from rootservice.config import RsSettings
+
+log = logging.getLogger(__name__)
+
+Row = dict[str, Any]
+
+
+def _records(df: Any) -> list[Row]:
+    """pandas DataFrame -> list of dicts with NaN / NA turned into None."""
+    if df is None or len(df) == 0:
+        return []
+    obj = df.astype(object)
+    return [
+        {k: (None if v is None or v != v else v) for k, v in rec.items()}  # NaN != NaN
+        for rec in obj.to_dict("records")
+    ]
+
+
+def _servers_frame(servers: list[Row]) -> Any:
+    import pandas as pd
+
+    from rootservice.jobs import schema as S
+
+    return S.conform_pandas(
+        pd.DataFrame(servers, columns=S.columns(S.SERVERS_SCHEMA)), S.SERVERS_SCHEMA
+    )
+
+
+class SparkPlanner:
+    """Plans computed by Spark (SPEC.md section 9). ``settings`` give the master and extra
+    configuration (``spark_conf`` entries ``k=v``) and the database the jobs read."""
+
+    def __init__(self, settings: RsSettings) -> None:
+        """No JVM is started here; the first plan starts it."""
+        from rootservice.jobs.session import SparkSessionManager
+
+        conf = {}
+        for item in settings.spark_conf:
+            k, _, v = item.partition("=")
+            conf[k.strip()] = v.strip()
+        self.db_url = settings.effective_db_url()
+        self.sessions = SparkSessionManager(settings.spark_master, conf, db_url=self.db_url)
+
+    def _inputs(self, servers: list[Row]) -> Any:
+        from rootservice.jobs.readers import read_inputs
+
+        spark = self.sessions.get()
+        return read_inputs(spark, self.db_url, servers=_servers_frame(servers))
+
+    def unit_plan(self, servers: list[Row]) -> list[Row]:
+        """``rootservice.jobs.unit_plan.unit_migration_plan``, collected."""
+        from rootservice.jobs.unit_plan import unit_migration_plan
+
+        return _records(unit_migration_plan(self._inputs(servers)).toPandas())
+
+    def replica_plan(self, servers: list[Row]) -> list[Row]:
+        """``rootservice.jobs.replica_plan.replica_migration_plan``, collected."""
+        from rootservice.jobs.replica_plan import replica_migration_plan
+
+        return _records(replica_migration_plan(self._inputs(servers)).toPandas())
+
+    def lost_replicas(self, servers: list[Row]) -> list[Row]:
+        """``rootservice.jobs.lost_replicas.lost_replicas``, collected."""
+        from rootservice.jobs.lost_replicas import lost_replicas
+
+        return _records(lost_replicas(self._inputs(servers)).toPandas())
+
+    def stop(self) -> None:
+        """Stop the SparkSession (if one was started)."""
+        self.sessions.stop()
+
+
+class PandasPlanner:
+    """The same plans in single-process pandas (``rootservice.jobs.reference``)."""
+
+    def __init__(self, db_url: str) -> None:
+        """Read the tables of ``db_url`` on each plan."""
+        self.db_url = db_url
+
+    def _inputs(self, servers: list[Row]) -> Any:
+        from rootservice.jobs.readers import read_pandas_inputs
+
+        return read_pandas_inputs(self.db_url, servers=_servers_frame(servers))
+
+    def unit_plan(self, servers: list[Row]) -> list[Row]:
+        """``pandas_unit_migration_plan``."""
+        from rootservice.jobs.reference import pandas_unit_migration_plan
+
+        return _records(pandas_unit_migration_plan(self._inputs(servers)))
+
+    def replica_plan(self, servers: list[Row]) -> list[Row]:
+        """``pandas_replica_migration_plan``."""
+        from rootservice.jobs.reference import pandas_replica_migration_plan
+
+        return _records(pandas_replica_migration_plan(self._inputs(servers)))
+
+    def lost_replicas(self, servers: list[Row]) -> list[Row]:
+        """``pandas_lost_replicas``."""
+        from rootservice.jobs.reference import pandas_lost_replicas
+
+        return _records(pandas_lost_replicas(self._inputs(servers)))
+
+    def stop(self) -> None:
+        """Nothing to stop."""

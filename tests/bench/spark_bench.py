@@ -1,0 +1,399 @@
+"""Spark jobs benchmark (``make bench-spark``): the three plans of ``rootservice.jobs`` on
+Spark, beside the same computations in single-process pandas and as SQL inside PostgreSQL.
+
+For each size (replica rows of ``__all_ls_meta_table``; default 100k, 1M, 5M):
+
+1. generates a cluster (tests/bench/spark_metadata.py: 3 zones, 300 / 1,000 / 3,000 servers,
+   tenants with units and log streams, DELETING / permanent_offline / lease_expired servers,
+   migrating units, lost replicas) and loads it with COPY into a fresh database of a private
+   PostgreSQL (tests/pgserver.py, run as the postgres user when root), plus the servers
+   input (the RS's in-memory statuses) into a table for the SQL variant;
+2. Spark (one SparkSession for the whole run, ``--master local[2]``, driver memory 6g):
+   reads the tables by JDBC (2 partitions) and caches them (``Inputs.persist``: the RS reads
+   once per round), then runs each plan once (first) and ``--repeats`` more times (warm, the
+   best is reported), collecting the plan with ``toPandas``;
+3. pandas: reads the tables by ``COPY ... TO STDOUT`` into Arrow/pandas, runs each plan
+   (best of ``--repeats``);
+4. SQL: runs each plan inside PostgreSQL (best of ``--repeats``; ``work_mem`` 256MB);
+5. checks that the three plans agree (row count and a hash of the sorted rows).
+
+Peak memory is sampled every 100 ms: the JVM's RSS (psutil, the Java child process), the
+PySpark Python workers', this process's (where pandas runs) and the largest PostgreSQL
+backend's. Prints markdown tables and writes ``.bench/spark.json``. Timings are wall-clock
+seconds; nothing is asserted except agreement (exit status 1 when plans differ).
+
+Usage::
+
+    .venv/bin/python tests/bench/spark_bench.py                   # 100k, 1M, 5M
+    .venv/bin/python tests/bench/spark_bench.py --sizes 100k,1M   # or --quick: 20k,100k
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # tests/: pgserver.py
+sys.path.insert(0, str(HERE))  # spark_metadata.py
+
+import spark_metadata as gen  # noqa: E402
+from pgserver import PgServer  # noqa: E402
+
+from rootservice.db.engine import make_engine, upgrade  # noqa: E402
+from rootservice.jobs import reference as R  # noqa: E402
+from rootservice.jobs import schema as S  # noqa: E402
+from rootservice.jobs.lost_replicas import lost_replicas  # noqa: E402
+from rootservice.jobs.readers import read_inputs, read_pandas_inputs  # noqa: E402
+from rootservice.jobs.replica_plan import replica_migration_plan  # noqa: E402
+from rootservice.jobs.session import SparkSessionManager  # noqa: E402
+from rootservice.jobs.unit_plan import unit_migration_plan  # noqa: E402
+
+PLANS: dict[str, tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any], S.Layout]] = {
+    "unit migration": (
+        unit_migration_plan,
+        R.pandas_unit_migration_plan,
+        R.sql_unit_migration_plan,
+        S.UNIT_PLAN_SCHEMA,
+    ),
+    "replica migration": (
+        replica_migration_plan,
+        R.pandas_replica_migration_plan,
+        R.sql_replica_migration_plan,
+        S.REPLICA_PLAN_SCHEMA,
+    ),
+    "lost replicas": (
+        lost_replicas,
+        R.pandas_lost_replicas,
+        R.sql_lost_replicas,
+        S.LOST_REPLICAS_SCHEMA,
+    ),
+}
+MIB = 1 << 20
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def parse_size(text: str) -> int:
+    t = text.strip().lower().replace("_", "")
+    mult = 1
+    if t.endswith("k"):
+        mult, t = 1_000, t[:-1]
+    elif t.endswith("m"):
+        mult, t = 1_000_000, t[:-1]
+    return int(float(t) * mult)
+
+
+def human(n: int) -> str:
+    if n >= 1_000_000 and n % 1_000_000 == 0:
+        return f"{n // 1_000_000}M"
+    if n >= 1_000 and n % 1_000 == 0:
+        return f"{n // 1_000}k"
+    return str(n)
+
+
+def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+# --- memory sampling ----------------------------------------------------------------------------
+
+
+class Sampler:
+    """Polls RSS every ``interval`` s and keeps the peak per (phase, group)."""
+
+    def __init__(self, pg: PgServer, interval: float = 0.1) -> None:
+        self.pg = pg
+        self.interval = interval
+        self.phase = "idle"
+        self.peaks: dict[str, dict[str, int]] = {}
+        self._stop = threading.Event()
+        self._me = psutil.Process()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+        self._thread.start()
+
+    @contextlib.contextmanager
+    def during(self, phase: str) -> Iterator[None]:
+        old, self.phase = self.phase, phase
+        self._sample()
+        try:
+            yield
+        finally:
+            self._sample()
+            self.phase = old
+
+    def peak(self, phase: str, group: str) -> int:
+        return self.peaks.get(phase, {}).get(group, 0)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _pg_backends(self) -> list[psutil.Process]:
+        try:
+            pid = int((self.pg.data_dir / "postmaster.pid").read_text().split()[0])
+            master = psutil.Process(pid)
+            return [master, *master.children(recursive=True)]
+        except (OSError, ValueError, IndexError, psutil.Error):
+            return []
+
+    def _sample(self) -> None:
+        sizes = {"python": 0, "jvm": 0, "spark_python_workers": 0, "postgres_backend": 0}
+        with contextlib.suppress(psutil.Error):
+            sizes["python"] = self._me.memory_info().rss
+        with contextlib.suppress(psutil.Error):
+            for child in self._me.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    name = child.name()
+                    rss = child.memory_info().rss
+                    if name == "java":
+                        sizes["jvm"] += rss
+                    elif name.startswith("python"):
+                        sizes["spark_python_workers"] += rss
+        for proc in self._pg_backends():
+            with contextlib.suppress(psutil.Error):
+                sizes["postgres_backend"] = max(sizes["postgres_backend"], proc.memory_info().rss)
+        peaks = self.peaks.setdefault(self.phase, {})
+        for k, v in sizes.items():
+            peaks[k] = max(peaks.get(k, 0), v)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+
+# --- one size -------------------------------------------------------------------------------------
+
+
+def run_size(
+    n: int,
+    *,
+    pg: PgServer,
+    spark: Any,
+    sampler: Sampler,
+    repeats: int,
+    seed: int,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"replicas_target": n, "plans": {}}
+    cluster, t_gen = timed(lambda: gen.generate(n, seed=seed))
+    out["replicas"] = len(cluster.ls_meta)
+    out["servers"] = len(cluster.servers)
+    out["units"] = len(cluster.units)
+    out["tenants"] = len(cluster.tenants)
+    out["log_streams"] = len(cluster.ls_status)
+    log(
+        f"{human(n)}: generated {out['replicas']:,} replicas, {out['servers']} servers, "
+        f"{out['units']:,} units, {out['tenants']:,} tenants in {t_gen:.1f} s"
+    )
+    db = f"bench_spark_{n}"
+    pg.drop_database(db)
+    pg.create_database(db)
+    url = pg.url(db)
+    engine = make_engine(url)
+    try:
+        upgrade(engine)
+    finally:
+        engine.dispose()
+    with pg.connect(db) as conn:
+        _, t_load = timed(lambda c=cluster: gen.load_postgres(conn, c))
+    out["load_s"] = t_load
+    log(f"{human(n)}: loaded into PostgreSQL by COPY in {t_load:.1f} s")
+    servers = cluster.servers
+    del cluster
+    digests: dict[str, dict[str, tuple[int, str]]] = {p: {} for p in PLANS}
+    plans: dict[str, dict[str, Any]] = {p: {} for p in PLANS}
+
+    # Spark
+    with sampler.during(f"spark-{n}"):
+        inputs, t_read = timed(lambda: read_inputs(spark, url, servers=servers).persist())
+        out["spark_read_s"] = t_read
+        log(f"{human(n)}: Spark read (JDBC, cached) in {t_read:.1f} s")
+        for name, (job, _pd_job, _sql_job, layout) in PLANS.items():
+            df, first = timed(lambda job=job: job(inputs).toPandas())
+            warm = min(timed(lambda job=job: job(inputs).toPandas())[1] for _ in range(repeats))
+            plans[name]["spark_first_s"] = first
+            plans[name]["spark_warm_s"] = warm
+            plans[name]["rows"] = len(df)
+            digests[name]["spark"] = R.plan_digest(df, layout)
+            log(
+                f"{human(n)}: Spark {name}: {len(df):,} rows, first {first:.2f} s, warm {warm:.2f} s"
+            )
+        inputs.unpersist()
+    out["jvm_peak_rss"] = sampler.peak(f"spark-{n}", "jvm")
+    out["spark_workers_peak_rss"] = sampler.peak(f"spark-{n}", "spark_python_workers")
+    out["spark_driver_python_peak_rss"] = sampler.peak(f"spark-{n}", "python")
+
+    # pandas
+    with sampler.during(f"pandas-{n}"):
+        p, t_read = timed(lambda: read_pandas_inputs(url, servers=servers))
+        out["pandas_read_s"] = t_read
+        log(f"{human(n)}: pandas read (COPY -> Arrow) in {t_read:.1f} s")
+        for name, (_job, pd_job, _sql_job, layout) in PLANS.items():
+            best = float("inf")
+            for _ in range(repeats):
+                df, t = timed(lambda pd_job=pd_job, p=p: pd_job(p))
+                best = min(best, t)
+            plans[name]["pandas_s"] = best
+            digests[name]["pandas"] = R.plan_digest(df, layout)
+            log(f"{human(n)}: pandas {name}: {len(df):,} rows in {best:.2f} s")
+        del p
+    out["pandas_python_peak_rss"] = sampler.peak(f"pandas-{n}", "python")
+
+    # SQL inside PostgreSQL
+    with sampler.during(f"sql-{n}"), pg.connect(db) as conn:
+        conn.execute("SET work_mem = '256MB'")
+        for name, (_job, _pd_job, sql_job, layout) in PLANS.items():
+            best = float("inf")
+            for _ in range(repeats):
+                df, t = timed(lambda sql_job=sql_job: sql_job(conn))
+                best = min(best, t)
+            plans[name]["sql_s"] = best
+            digests[name]["sql"] = R.plan_digest(df, layout)
+            log(f"{human(n)}: SQL {name}: {len(df):,} rows in {best:.2f} s")
+    out["postgres_backend_peak_rss"] = sampler.peak(f"sql-{n}", "postgres_backend")
+    pg.drop_database(db)
+
+    for name, d in digests.items():
+        plans[name]["agree"] = len(set(d.values())) == 1
+        plans[name]["digest"] = d["spark"][1][:12]
+    out["plans"] = plans
+    return out
+
+
+# --- report ---------------------------------------------------------------------------------------
+
+
+def report(results: list[dict[str, Any]], startup: dict[str, float]) -> str:
+    lines = [
+        f"SparkSession start {startup['session_s']:.1f} s, first job "
+        f"{startup['first_job_s']:.1f} s ({startup['master']}, driver memory "
+        f"{startup['driver_memory']}).",
+        "",
+        "| replicas | servers | plan | rows | Spark first (s) | Spark warm (s) | pandas (s) "
+        "| SQL in PG (s) | Spark / fastest | agree |",
+        "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for r in results:
+        for name, p in r["plans"].items():
+            fastest = min(p["pandas_s"], p["sql_s"])
+            lines.append(
+                f"| {r['replicas']:,} | {r['servers']:,} | {name} | {p['rows']:,} "
+                f"| {p['spark_first_s']:.2f} | {p['spark_warm_s']:.2f} | {p['pandas_s']:.2f} "
+                f"| {p['sql_s']:.2f} | {p['spark_warm_s'] / fastest:.1f}x "
+                f"| {'yes' if p['agree'] else 'NO'} ({p['digest']}) |"
+            )
+    lines += [
+        "",
+        "| replicas | load by COPY (s) | Spark read, JDBC + cache (s) | pandas read, COPY (s) "
+        "| Spark read + 3 warm plans (s) | pandas read + 3 plans (s) | SQL 3 plans (s) "
+        "| JVM peak RSS | Spark Python workers peak | Python (pandas) peak RSS "
+        "| PG backend peak RSS |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in results:
+        ps = r["plans"].values()
+        spark_e2e = r["spark_read_s"] + sum(p["spark_warm_s"] for p in ps)
+        pandas_e2e = r["pandas_read_s"] + sum(p["pandas_s"] for p in ps)
+        sql_e2e = sum(p["sql_s"] for p in ps)
+        lines.append(
+            f"| {r['replicas']:,} | {r['load_s']:.1f} | {r['spark_read_s']:.1f} "
+            f"| {r['pandas_read_s']:.1f} | {spark_e2e:.1f} | {pandas_e2e:.1f} | {sql_e2e:.1f} "
+            f"| {r['jvm_peak_rss'] / MIB:,.0f} MiB | {r['spark_workers_peak_rss'] / MIB:,.0f} MiB "
+            f"| {r['pandas_python_peak_rss'] / MIB:,.0f} MiB "
+            f"| {r['postgres_backend_peak_rss'] / MIB:,.0f} MiB |"
+        )
+    lines += ["", "Where Spark wins (warm plan vs the faster of pandas and SQL):"]
+    for name in PLANS:
+        wins = [
+            human(r["replicas_target"])
+            for r in results
+            if r["plans"][name]["spark_warm_s"]
+            < min(r["plans"][name]["pandas_s"], r["plans"][name]["sql_s"])
+        ]
+        last = results[-1]["plans"][name]
+        ratio = last["spark_warm_s"] / min(last["pandas_s"], last["sql_s"])
+        where = ", ".join(wins) if wins else "at none of the measured sizes"
+        lines.append(
+            f"- {name}: {where}; at {human(results[-1]['replicas_target'])} Spark takes "
+            f"{ratio:.1f}x the fastest single-machine plan"
+        )
+    if len(results) > 1:
+        lines += ["", "Spark warm time per million replicas (linearity):"]
+        for name in PLANS:
+            per = [
+                f"{human(r['replicas_target'])}: "
+                f"{r['plans'][name]['spark_warm_s'] / (r['replicas'] / 1e6):.2f} s"
+                for r in results
+            ]
+            lines.append(f"- {name}: " + ", ".join(per))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--sizes", default="100k,1M,5M", help="replica counts (default 100k,1M,5M)")
+    ap.add_argument("--quick", action="store_true", help="sizes 20k,100k and one repeat")
+    ap.add_argument("--repeats", type=int, default=2, help="warm runs per plan (best is kept)")
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--driver-memory", default="6g")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=".bench/spark.json")
+    args = ap.parse_args(argv)
+    sizes = [parse_size(s) for s in ("20k,100k" if args.quick else args.sizes).split(",")]
+    repeats = 1 if args.quick else max(1, args.repeats)
+
+    log("starting PostgreSQL")
+    pg = PgServer()
+    sampler = Sampler(pg)
+    mgr = SparkSessionManager(
+        args.master, {"spark.driver.memory": args.driver_memory}, postgresql_driver=True
+    )
+    results: list[dict[str, Any]] = []
+    try:
+        spark, t_session = timed(lambda: mgr.get())
+        _, t_first = timed(lambda: spark.range(1_000_000).selectExpr("sum(id)").collect())
+        startup = {
+            "session_s": t_session,
+            "first_job_s": t_first,
+            "master": args.master,
+            "driver_memory": args.driver_memory,
+        }
+        log(f"SparkSession ready in {t_session:.1f} s; first job {t_first:.2f} s")
+        for n in sizes:
+            results.append(
+                run_size(n, pg=pg, spark=spark, sampler=sampler, repeats=repeats, seed=args.seed)
+            )
+    finally:
+        mgr.stop()
+        sampler.stop()
+        pg.stop()
+    text = report(results, startup)
+    print(text)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps(
+            {"startup": startup, "results": results, "cpus": os.cpu_count()}, indent=2, default=str
+        )
+    )
+    log(f"wrote {out}")
+    agree = all(p["agree"] for r in results for p in r["plans"].values())
+    return 0 if agree else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,479 @@
+"""The RS election on the lease row, driven round by round with a FakeClock standing in for
+both the RS's clock and the database's (issue 5; SPEC.md section 10), on SQLite and
+PostgreSQL. PostgreSQL-only tests cover the row locks: a take-over waits for the old
+leader's fenced transactions, and two candidates racing for an empty lease."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from harness import LEASE as HB_LEASE
+from harness import SEEDED, error_name, flush, hb, heartbeat_all, make_rs, server_row
+from harness import events as event_rows
+
+from rootservice.app import RsState
+from rootservice.clock import FakeClock
+from rootservice.db import repo
+from rootservice.election import Election, lease_timings, merge_rs_list
+from rootservice.errors import ObError
+from rootservice.store import MetaStore
+
+S = 1_000_000
+LEASE = 10 * S
+RENEW, MARGIN = lease_timings(LEASE)
+
+
+@dataclass
+class Node:
+    """One RS's election with its callbacks recorded."""
+
+    addr: str
+    store: MetaStore
+    election: Election
+    elected: list[int] = field(default_factory=list)
+    deposed_now: list[str] = field(default_factory=list)
+    stepped_down: list[str] = field(default_factory=list)
+    fail_take_office: bool = False
+
+
+def make_node(engine: sa.Engine, clock: FakeClock, addr: str) -> Node:
+    ip, port = addr.rsplit(":", 1)
+    store = MetaStore(engine, (ip, int(port)))
+    node: Node
+
+    def elected(epoch: int) -> None:
+        node.elected.append(epoch)
+        if node.fail_take_office:
+            raise ObError("OB_ERR_SYS", detail="injected")
+        store.epoch = epoch
+
+    node = Node(
+        addr,
+        store,
+        Election(
+            store,
+            clock,
+            address=lambda: addr,
+            lease_time=lambda: LEASE,
+            on_elected=elected,
+            on_deposed_now=lambda why: node.deposed_now.append(why),
+            on_step_down=lambda why: node.stepped_down.append(why),
+            db_clock=clock,
+        ),
+    )
+    store.guard = node.election.guard
+    store.on_deposed = lambda epoch, why: node.election.request_step_down(why, epoch)
+    return node
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def nodes(engine: sa.Engine, clock: FakeClock) -> Iterator[tuple[Node, Node]]:
+    yield make_node(engine, clock, "127.0.0.1:2881"), make_node(engine, clock, "127.0.0.1:2882")
+
+
+def lease_row(engine: sa.Engine) -> repo.RsLease:
+    with engine.connect() as conn:
+        return repo.read_lease(conn)
+
+
+def insert_event(node: Node) -> None:
+    with node.store.txn() as conn:
+        repo.insert_events(
+            conn, [repo.Event(1, "test", "write", (("epoch", node.store.epoch),))], ("x", 1)
+        )
+
+
+def events(engine: sa.Engine) -> list[str]:
+    with engine.connect() as conn:
+        return [
+            r[0]
+            for r in conn.execute(
+                sa.text("SELECT value1 FROM __all_rootservice_event_history ORDER BY id")
+            )
+        ]
+
+
+def test_lease_timings_and_rs_list() -> None:
+    assert lease_timings(10 * S) == (2 * S, 2 * S)
+    assert lease_timings(2 * S) == (400_000, 400_000)
+    assert lease_timings(60 * S) == (2 * S, 12 * S)
+    assert merge_rs_list("", "a:1") == ["a:1"]
+    assert merge_rs_list("a:1;b:2", "a:1") == ["b:2", "a:1"]
+    assert merge_rs_list("a:1;b:2", "c:3") == ["a:1", "b:2", "c:3"]
+    many = ";".join(f"h:{i}" for i in range(20))
+    assert merge_rs_list(many, "me:1", keep=3) == ["h:18", "h:19", "me:1"]
+
+
+def test_the_migration_creates_an_empty_lease(engine: sa.Engine) -> None:
+    assert lease_row(engine) == repo.RsLease(0, "", 0, 0)
+
+
+def test_first_round_takes_an_empty_lease(nodes: tuple[Node, Node], clock: FakeClock) -> None:
+    a, _ = nodes
+    assert a.election.run_once()
+    assert a.elected == [1] and a.election.epoch == 1 and a.election.leader == a.addr
+    now = clock.now_us()
+    assert lease_row(a.store.engine) == repo.RsLease(1, a.addr, now + LEASE, now)
+
+
+def test_standby_takes_office_only_after_expiry_by_the_database_clock(
+    nodes: tuple[Node, Node], clock: FakeClock
+) -> None:
+    a, b = nodes
+    assert a.election.run_once()
+    assert not b.election.run_once()
+    assert b.election.leader == a.addr and b.elected == []
+    clock.advance(LEASE - 1)
+    assert not b.election.run_once()
+    clock.advance(1)  # expire_us is exclusive: the lease has run out at exactly expire_us
+    assert b.election.run_once()
+    assert b.elected == [2] and lease_row(b.store.engine).holder == b.addr
+    # The old leader's next renewal finds the new epoch: it steps down at once, and learns
+    # who leads.
+    assert not a.election.run_once()
+    assert a.election.epoch == 0 and a.store.epoch == 0
+    assert len(a.deposed_now) == 1 and "epoch 2" in a.deposed_now[0]
+    assert a.stepped_down == a.deposed_now
+    assert a.election.leader == b.addr
+    # ...and stays a standby while the new leader renews.
+    for _ in range(20):
+        clock.advance(RENEW)
+        assert b.election.run_once()
+        assert not a.election.run_once()
+    assert lease_row(a.store.engine).epoch == 2
+
+
+def test_renewals_keep_the_lease_for_ever(nodes: tuple[Node, Node], clock: FakeClock) -> None:
+    a, b = nodes
+    a.election.start_supervision()
+    assert a.election.run_once()
+    for _ in range(50):
+        clock.advance(RENEW)
+        assert a.election.run_once()
+        assert not b.election.run_once()
+        assert a.election.guard() is None
+    assert a.elected == [1] and a.deposed_now == []
+    assert lease_row(a.store.engine).expire_us == clock.now_us() + LEASE
+
+
+def test_no_renewal_within_the_margin_steps_down(
+    nodes: tuple[Node, Node], clock: FakeClock
+) -> None:
+    a, _ = nodes
+    a.election.start_supervision()
+    assert a.election.run_once()
+    clock.advance(LEASE - MARGIN - 1)
+    assert a.election.guard() is None and not a.election.check_lease()
+    clock.advance(1)
+    assert "not renewed" in (a.election.guard() or "")
+    assert a.election.check_lease()
+    assert a.election.epoch == 0 and a.store.epoch == 0 and len(a.deposed_now) == 1
+    # The clean-up waits for the election thread (the next round).
+    assert a.stepped_down == []
+    # Nothing can be written any more, without asking the database.
+    with pytest.raises(ObError) as e:
+        insert_event(a)
+    assert e.value.name == "OB_RS_NOT_MASTER" and a.store.rejected_writes == 1
+    # The next round cleans up, then, its own lease being the one in the row, takes office
+    # again with a new epoch (a fresh term, loaded from scratch).
+    assert a.election.run_once()
+    assert a.stepped_down == a.deposed_now and a.elected == [1, 2]
+
+
+def test_unsupervised_leader_ignores_the_margin(nodes: tuple[Node, Node], clock: FakeClock) -> None:
+    a, _ = nodes
+    assert a.election.run_once()
+    clock.advance(10 * LEASE)
+    assert a.election.guard() is None and not a.election.check_lease()
+
+
+def test_a_failed_renewal_steps_down_at_once_and_recovers(
+    nodes: tuple[Node, Node], clock: FakeClock, tmp_path: object
+) -> None:
+    a, b = nodes
+    assert a.election.run_once()
+    good = a.store.engine
+    a.store.engine = sa.create_engine("sqlite:////nonexistent-dir/none/x.db")
+    clock.advance(RENEW)
+    assert not a.election.run_once()
+    assert a.election.epoch == 0 and "renewal failed" in a.deposed_now[0]
+    assert a.stepped_down == a.deposed_now
+    # The database is back before the lease ran out: the row still names this RS, which
+    # takes office again at once (new epoch) rather than waiting out its own lease.
+    a.store.engine = good
+    clock.advance(RENEW)
+    assert not b.election.run_once()
+    assert a.election.run_once() and a.elected == [1, 2]
+
+
+def test_a_wildcard_address_never_counts_as_its_own_lease(
+    engine: sa.Engine, clock: FakeClock
+) -> None:
+    # Several hosts may listen on 0.0.0.0:2881: the address is no proof of identity.
+    a = make_node(engine, clock, "0.0.0.0:2881")
+    assert a.election.run_once()
+    assert a.election.request_step_down("test")
+    assert not a.election.run_once()
+    clock.advance(LEASE)
+    assert a.election.run_once() and a.elected == [1, 2]
+
+
+def test_a_deposed_leader_commits_nothing(nodes: tuple[Node, Node], clock: FakeClock) -> None:
+    """The SIGSTOP case in miniature: A is "paused" (no rounds), B takes over after the
+    lease, then A "resumes" and writes before its election round notices anything."""
+    a, b = nodes
+    assert a.election.run_once()
+    insert_event(a)
+    clock.advance(LEASE)
+    assert b.election.run_once()
+    insert_event(b)
+    # A's write: the fence reads the row FOR SHARE and finds epoch 2.
+    for _ in range(3):
+        with pytest.raises(ObError) as e:
+            insert_event(a)
+        assert e.value.name == "OB_RS_NOT_MASTER"
+    assert a.store.rejected_writes == 3
+    assert a.election.epoch == 0 and len(a.deposed_now) == 1  # one step-down, not three
+    assert events(a.store.engine) == ["1", "2"]
+    assert not a.election.run_once() and a.stepped_down == a.deposed_now
+
+
+def test_a_refusal_of_an_old_term_does_not_depose_the_new_one(
+    nodes: tuple[Node, Node], clock: FakeClock
+) -> None:
+    a, _ = nodes
+    assert a.election.run_once()
+    assert a.election.check_lease() is False
+    assert a.election.request_step_down("test", 1)
+    assert a.election.run_once() and a.election.epoch == 2
+    assert not a.election.request_step_down("a late refusal of epoch 1", 1)
+    assert a.election.epoch == 2 and a.store.epoch == 2
+
+
+def test_failed_take_office_releases_the_lease(nodes: tuple[Node, Node], clock: FakeClock) -> None:
+    a, b = nodes
+    a.fail_take_office = True
+    assert not a.election.run_once()
+    assert a.elected == [1] and a.election.epoch == 0 and len(a.stepped_down) == 1
+    row = lease_row(a.store.engine)
+    assert row.epoch == 1 and row.expire_us == clock.now_us()
+    # Released: the standby need not wait for the lease to run out.
+    assert b.election.run_once() and b.elected == [2]
+
+
+def test_release_on_a_clean_stop(nodes: tuple[Node, Node], clock: FakeClock) -> None:
+    a, b = nodes
+    assert a.election.run_once()
+    assert a.election.release()
+    assert a.election.epoch == 0 and a.stepped_down == ["stopping"]
+    assert not a.election.release()
+    assert b.election.run_once() and b.elected == [2]
+
+
+def test_a_writer_that_never_took_office_is_refused(nodes: tuple[Node, Node]) -> None:
+    # Epoch 0 equals the placeholder row of a fresh database: it must still not pass.
+    a, _ = nodes
+    with pytest.raises(ObError):
+        insert_event(a)
+    with a.store.engine.begin() as conn, pytest.raises(ObError):
+        repo.check_epoch(conn, 0)
+
+
+# --- PostgreSQL: row locks -----------------------------------------------------------------
+
+
+def _pg_only(engine: sa.Engine) -> None:
+    if engine.dialect.name != "postgresql":
+        pytest.skip("row locks: PostgreSQL only (SQLite serialises whole transactions)")
+
+
+def test_take_over_waits_for_the_old_leaders_fenced_transaction(
+    nodes: tuple[Node, Node], clock: FakeClock
+) -> None:
+    a, b = nodes
+    _pg_only(a.store.engine)
+    assert a.election.run_once()
+    clock.advance(LEASE)
+    inside = threading.Event()
+    release = threading.Event()
+    outcome: list[str] = []
+
+    def slow_write() -> None:
+        try:
+            with a.store.txn() as conn:
+                inside.set()
+                release.wait(10)
+                repo.insert_events(conn, [repo.Event(1, "test", "write", (("e", 1),))], ("x", 1))
+            outcome.append("committed")
+        except ObError as e:
+            outcome.append(e.name)
+
+    t = threading.Thread(target=slow_write)
+    t.start()
+    try:
+        assert inside.wait(10)
+        # A's transaction holds the row FOR SHARE: B's round hits its lock timeout.
+        assert not b.election.run_once()
+        assert lease_row(b.store.engine).epoch == 1
+        assert b.election.metrics.get("rs_election_errors_total") == 1
+    finally:
+        release.set()
+        t.join(10)
+    # A's write began under epoch 1 while epoch 1 was current, so it commits; the bump
+    # comes after it.
+    assert outcome == ["committed"]
+    assert b.election.run_once() and b.elected == [2]
+
+
+def test_fenced_transactions_limit_idle_time(engine: sa.Engine, clock: FakeClock) -> None:
+    _pg_only(engine)
+    a = make_node(engine, clock, "127.0.0.1:2881")
+    a.store.idle_timeout_us = lambda: 3 * S
+    assert a.election.run_once()
+    with a.store.txn() as conn:
+        assert conn.exec_driver_sql("SHOW idle_in_transaction_session_timeout").scalar() == "3s"
+    with a.store.read() as conn:
+        assert conn.exec_driver_sql("SHOW idle_in_transaction_session_timeout").scalar() == "0"
+
+
+def test_election_rounds_bound_their_waits(engine: sa.Engine, clock: FakeClock) -> None:
+    """A round never waits long for the lease row, nor holds it long if this process is
+    paused mid-round (PostgreSQL ends an idle transaction's session)."""
+    _pg_only(engine)
+    a = make_node(engine, clock, "127.0.0.1:2881")
+    seen: list[dict[str, str]] = []
+    names = ("lock_timeout", "statement_timeout", "idle_in_transaction_session_timeout")
+
+    def spy(conn: sa.Connection) -> int:
+        seen.append({n: str(conn.exec_driver_sql(f"SHOW {n}").scalar()) for n in names})
+        return clock.now_us()
+
+    a.election._db_now = spy  # type: ignore[method-assign]
+    assert a.election.run_once()
+    clock.advance(RENEW)
+    assert a.election.run_once()
+    assert seen == [dict.fromkeys(names, "2s")] * 2
+
+
+def race_rounds(elections: list[Election]) -> list[bool]:
+    """One round of each election, all released at the same instant from their own threads;
+    returns who won."""
+    barrier = threading.Barrier(len(elections))
+    won = [False] * len(elections)
+
+    def race(i: int) -> None:
+        barrier.wait(10)
+        won[i] = elections[i].run_once()
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(len(elections))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return won
+
+
+def test_candidates_racing_for_an_empty_lease_elect_exactly_one(
+    engine: sa.Engine, clock: FakeClock
+) -> None:
+    _pg_only(engine)
+    trials = 10
+    for trial in range(trials):
+        with engine.begin() as conn:
+            conn.exec_driver_sql(
+                "UPDATE __all_service_epoch SET svr_ip = '', svr_port = 0, lease_expire_time = 0"
+            )
+        racers = [make_node(engine, clock, f"127.0.0.1:{3000 + i}") for i in range(4)]
+        won = race_rounds([r.election for r in racers])
+        assert sum(won) == 1, f"trial {trial}: {won}"
+        winner = racers[won.index(True)]
+        assert lease_row(engine).holder == winner.addr
+        assert lease_row(engine).epoch == trial + 1
+        assert all(r.election.leader == winner.addr for r in racers if r is not winner)
+
+
+# --- the RootService around the election (in-process, FakeClock, no timers running) ----------
+
+
+def test_step_down_drops_state_stops_timers_and_a_new_term_loads_afresh(
+    db_url: str, tmp_path: Path
+) -> None:
+    rs = make_rs(db_url, tmp_path)
+    rs.start_scheduler = True
+    rs.scheduler.start(paused=True)  # jobs are registered but never run
+    try:
+        rs._start_timers()
+        term_jobs = {j.id for j in rs.scheduler.get_jobs()}
+        assert {"heartbeat_checker", "persist_queue", "check_all_server"} <= term_jobs
+        heartbeat_all(rs)
+        flush(rs)
+        rs.manager.persist.add_event(repo.Event(rs.clock.now_us(), "test", "queued_by_term_1"))
+        dropped: list[str] = []
+        rs.on_step_down.append(lambda: dropped.append("component"))
+
+        assert rs.election.request_step_down("test")
+        # At once: a follower that writes nothing.
+        assert rs.state is RsState.NOT_MASTER and rs.store.epoch == 0
+        assert error_name(rs.manager.receive_hb, hb(*SEEDED[0])) == "OB_RS_NOT_MASTER"
+        assert error_name(rs.manager.start_servers, [SEEDED[0][0]], None) == "OB_RS_NOT_MASTER"
+        assert error_name(rs.require_master) == "OB_RS_NOT_MASTER"
+        assert dropped == []
+
+        # The election round cleans up (timers, memory, queue), then - the lease row naming
+        # this RS - takes office again with a new epoch and a fresh load.
+        assert rs.election.run_once()
+        assert dropped == ["component"]
+        assert rs.store.epoch == 2 and rs.state is RsState.FULL_SERVICE
+        counts = rs.manager.counts()
+        assert counts["servers"] == len(SEEDED) and counts["alive"] == 0
+        assert {j.id for j in rs.scheduler.get_jobs()} == term_jobs
+        flush(rs)
+        assert event_rows(rs, "queued_by_term_1") == []
+        assert [e["value1"] for e in event_rows(rs, "rs_take_office")] == ["1", "2"]
+    finally:
+        rs.shutdown()
+
+
+def test_a_new_term_never_writes_a_live_server_inactive_during_the_grace(
+    db_url: str, tmp_path: Path
+) -> None:
+    rs = make_rs(db_url, tmp_path)
+    try:
+        heartbeat_all(rs)
+        flush(rs)
+        assert {server_row(rs, s)["status"] for s, _ in SEEDED} == {"ACTIVE"}
+        rs.election.request_step_down("test")
+        assert rs.election.run_once() and rs.manager.counts()["alive"] == 0
+        flush(rs)
+        # Not proven alive yet, but the table keeps showing them ACTIVE during the grace,
+        # and CheckAllServerTask does not "repair" that.
+        rs.manager.check_all_server()
+        flush(rs)
+        assert {server_row(rs, s)["status"] for s, _ in SEEDED} == {"ACTIVE"}
+        (first, zone), *rest = SEEDED
+        rs.manager.receive_hb(hb(first, zone))
+        rs.clock.advance(HB_LEASE - 1)
+        assert rs.manager.check_heartbeats() == 0
+        flush(rs)
+        assert {server_row(rs, s)["status"] for s, _ in SEEDED} == {"ACTIVE"}
+        # The grace is over: those that never heartbeated become INACTIVE, with an event.
+        rs.clock.advance(1)
+        rs.manager.receive_hb(hb(first, zone))
+        assert rs.manager.check_heartbeats() == len(rest)
+        flush(rs)
+        assert server_row(rs, first)["status"] == "ACTIVE"
+        assert {server_row(rs, s)["status"] for s, _ in rest} == {"INACTIVE"}
+        expired = {e["value1"] for e in event_rows(rs, "lease_expire")}
+        assert expired == {s for s, _ in rest}
+    finally:
+        rs.shutdown()

@@ -1,0 +1,178 @@
+"""Integration tests of issue 4: the whole DELETE SERVER life cycle with real agents and the
+RS's Spark plans (local mode inside the RS process): units and replicas move, data intact
+(checksums), the server leaves ``__all_server``; CANCEL DELETE mid-way; a permanently
+offline server's replicas rebuilt elsewhere and its lost rows cleaned (SPEC.md section 9).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster import ProcSet, wait_until
+from test_tenants_integration import RS_FLAGS, TenantCluster, replica_report
+
+pytestmark = pytest.mark.integration
+
+MIGRATION_FLAGS = {
+    **RS_FLAGS,
+    "balancer_interval": "1s",
+    "lost_replica_check_interval": "1s",
+    "empty_server_check_interval": "1s",
+    "spark_master": "local[1]",
+}
+
+
+@pytest.fixture
+def tc(procs: ProcSet, tmp_path: Path, db_url: str) -> TenantCluster:
+    return TenantCluster(procs, tmp_path, db_url)
+
+
+def job(c: TenantCluster, server: str) -> dict[str, Any]:
+    ip, port = server.rsplit(":", 1)
+    rows = c.ok(
+        "SELECT job_id, job_status, progress, extra_info FROM DBA_OB_ROOTSERVICE_JOBS "
+        f"WHERE svr_ip = '{ip}' AND svr_port = {port} ORDER BY job_id DESC"
+    )
+    job_id, status, progress, extra = rows[0]
+    return {
+        "id": job_id,
+        "status": status,
+        "progress": progress,
+        "info": json.loads(extra) if extra else {},
+    }
+
+
+def members_ok(c: TenantCluster, servers: list[str], ls_ids: list[int]) -> bool:
+    """Every LS has a leader whose member list is exactly ``servers``' replicas of it, all
+    in service with one checksum."""
+    reports = {s: replica_report(s) for s in servers}
+    for ls in ls_ids:
+        reps = [reports[s].get((1002, ls)) for s in servers]
+        if any(r is None or not r.in_service for r in reps):
+            return False
+        leaders = [r for r in reps if r is not None and r.leader == r.leader and r.role == 1]
+        if len(leaders) != 1 or sorted(leaders[0].member_list) != sorted(servers):
+            return False
+        if len({r.data_checksum for r in reps if r is not None}) != 1:
+            return False
+    return True
+
+
+def test_delete_server_moves_units_and_replicas_then_removes_it(tc: TenantCluster) -> None:
+    c = tc
+    c.start_rs(**MIGRATION_FLAGS)
+    a1, a2, a3 = c.bootstrap()
+    a4 = c.start_agent("z1")
+    c.ok(f"ALTER SYSTEM ADD SERVER '{a4}' ZONE 'z1'")
+    wait_until(lambda: c.statuses().get(a4) == "ACTIVE", 15, message="a4 ACTIVE")
+    c.make_tenant(ls_count=2)
+    ip, port = c.ok("SELECT svr_ip, svr_port FROM DBA_OB_UNITS WHERE zone = 'z1'")[0]
+    gone = f"{ip}:{port}"
+    target = a4 if gone == a1 else a1
+    wait_until(lambda: c.leaders_on(gone) == 2, 20, message="leaders in z1")
+    checksum = replica_report(gone)[(1002, 1001)].data_checksum
+
+    # The copies to the target are slow, so that its agent can be killed during one.
+    (c.data_dir(target) / "FAULT_COPY_SLOW_MS").write_text("300")
+    c.ok(f"ALTER SYSTEM DELETE SERVER '{gone}'")
+    assert c.statuses()[gone] == "DELETING"
+    wait_until(
+        lambda: any(r.copy_from and r.bytes_copied > 0 for r in replica_report(target).values()),
+        120,
+        message="a copy to the target under way",
+    )
+    # kill -9 of the destination mid-copy: after its restart the RS hands the task again.
+    c.agents[target].kill()
+    (c.data_dir(target) / "FAULT_COPY_SLOW_MS").unlink()
+    assert not any((c.data_dir(target) / "replicas").glob("*/meta.json")), (
+        "a half-copied replica must not look complete"
+    )
+    c.restart_agent(target)
+    progress = job(c, gone)
+    assert progress["status"] == "INPROGRESS" and progress["info"]["units_total"] == 1
+    # Spark starts in the RS on the first plan: allow for its start-up.
+    wait_until(lambda: gone not in c.statuses(), 120, message="server removed from __all_server")
+    units = c.ok(
+        "SELECT zone, svr_ip, svr_port, migrate_from_svr_ip FROM DBA_OB_UNITS ORDER BY zone"
+    )
+    assert [(z, f"{ip}:{port}", m) for z, ip, port, m in units] == [
+        ("z1", target, None),
+        ("z2", a2, None),
+        ("z3", a3, None),
+    ]
+    wait_until(
+        lambda: members_ok(c, [target, a2, a3], [1001, 1002]), 30, message="LS members moved"
+    )
+    assert replica_report(target)[(1002, 1001)].data_checksum == checksum
+    assert not any(s == gone for _, s, _, _ in c.locations())
+    final = c.ok(
+        "SELECT job_status, progress FROM DBA_OB_ROOTSERVICE_JOBS WHERE job_type = 'DELETE_SERVER'"
+    )
+    assert final == [["SUCCESS", 100]]
+    events = [e for (e,) in c.ok("SELECT event FROM __all_rootservice_event_history")]
+    for e in (
+        "migrate_unit",
+        "migrate_replica",
+        "change_member_list",
+        "finish_migrate_unit",
+        "finish_delete_server",
+    ):
+        assert e in events, e
+
+
+def test_cancel_delete_mid_way_then_permanent_offline_rebuild(tc: TenantCluster) -> None:
+    c = tc
+    c.start_rs(**MIGRATION_FLAGS, server_permanent_offline_time="6s")
+    a1, a2, a3 = c.bootstrap()
+    a4 = c.start_agent("z1")
+    c.ok(f"ALTER SYSTEM ADD SERVER '{a4}' ZONE 'z1'")
+    wait_until(lambda: c.statuses().get(a4) == "ACTIVE", 15, message="a4 ACTIVE")
+    c.make_tenant(ls_count=2)
+    ip, port = c.ok("SELECT svr_ip, svr_port FROM DBA_OB_UNITS WHERE zone = 'z1'")[0]
+    src = f"{ip}:{port}"
+    dest = a4 if src == a1 else a1
+    wait_until(lambda: c.leaders_on(src) == 2, 20, message="leaders in z1")
+
+    # CANCEL DELETE while the copies crawl: the unit goes back, partial replicas are dropped.
+    (c.data_dir(dest) / "FAULT_COPY_SLOW_MS").write_text("500")
+    c.ok(f"ALTER SYSTEM DELETE SERVER '{src}'")
+    wait_until(
+        lambda: any(r.copy_from for r in replica_report(dest).values()),
+        120,
+        message="a copy under way",
+    )
+    moving = c.ok("SELECT migrate_from_svr_port FROM DBA_OB_UNITS WHERE zone = 'z1'")
+    assert moving == [[int(src.rsplit(":", 1)[1])]]
+    c.ok(f"ALTER SYSTEM CANCEL DELETE SERVER '{src}'")
+    assert c.ok("SELECT svr_port, migrate_from_svr_ip FROM DBA_OB_UNITS WHERE zone = 'z1'") == [
+        [int(src.rsplit(":", 1)[1]), None]
+    ]
+    assert job(c, src)["status"] == "CANCELED"
+    wait_until(lambda: replica_report(dest) == {}, 15, message="partial replicas dropped")
+    assert not list((c.data_dir(dest) / "replicas").glob("*"))
+    wait_until(lambda: c.statuses()[src] == "ACTIVE", 15, message="src ACTIVE again")
+    (c.data_dir(dest) / "FAULT_COPY_SLOW_MS").unlink()
+
+    # kill -9 of src past server_permanent_offline_time: its unit moves to dest, its replicas
+    # are rebuilt there from the survivors, and its lost rows are cleaned.
+    c.agents[src].kill()
+    wait_until(
+        lambda: (
+            c.ok("SELECT svr_port FROM DBA_OB_UNITS WHERE zone = 'z1'")
+            == [[int(dest.rsplit(":", 1)[1])]]
+            and c.ok("SELECT migrate_from_svr_ip FROM DBA_OB_UNITS WHERE zone = 'z1'") == [[None]]
+        ),
+        150,
+        message="unit moved off the dead server",
+    )
+    wait_until(lambda: members_ok(c, [dest, a2, a3], [1001, 1002]), 30, message="rebuilt")
+    wait_until(
+        lambda: not any(s == src for _, s, _, _ in c.locations()),
+        30,
+        message="lost rows of the dead server cleaned",
+    )
+    # a permanently offline server stays in the whitelist (INACTIVE) until DELETE SERVER
+    assert c.statuses()[src] == "INACTIVE"
