@@ -7,6 +7,8 @@ offline server's replicas rebuilt elsewhere and its lost rows cleaned (SPEC.md s
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -93,8 +95,18 @@ def test_delete_server_moves_units_and_replicas_then_removes_it(tc: TenantCluste
     c.restart_agent(target)
     progress = job(c, gone)
     assert progress["status"] == "INPROGRESS" and progress["info"]["units_total"] == 1
-    # Spark starts in the RS on the first plan: allow for its start-up.
-    wait_until(lambda: gone not in c.statuses(), 120, message="server removed from __all_server")
+    # obadmin follows the job with a progress bar until it ends (Spark starts in the RS on
+    # the first plan: allow for its start-up).
+    waited = subprocess.run(
+        [sys.executable, "-m", "sql.obadmin", "--rs", c.rs_addr, "--wait-job", str(progress["id"]),
+         "--wait-timeout", "180"],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert waited.returncode == 0, waited.stdout + waited.stderr
+    lines = waited.stdout.splitlines()
+    assert lines[-1].startswith(f"job {progress['id']} [") and "100% SUCCESS" in lines[-1]
+    assert any("INPROGRESS" in line and "units 0/1" in line for line in lines), lines
+    wait_until(lambda: gone not in c.statuses(), 30, message="server removed from __all_server")
     units = c.ok(
         "SELECT zone, svr_ip, svr_port, migrate_from_svr_ip FROM DBA_OB_UNITS ORDER BY zone"
     )

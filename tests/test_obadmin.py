@@ -375,3 +375,22 @@ def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
         main(["--rs", " , ", "-e", "SHOW PARAMETERS"])
     assert info.value.code == 2
     assert "--rs" in capsys.readouterr().err
+
+
+def test_progress_line_shows_bar_counts_eta_and_stall() -> None:
+    from sql.obadmin import progress_line
+
+    extra = (
+        '{"units_moved":1,"units_total":2,"replicas_moved":3,"replicas_total":6,'
+        '"copied":"12M","eta":"4s","stalled":""}'
+    )
+    line = progress_line(7, "INPROGRESS", 50, extra, width=10)
+    assert line.startswith("job 7 [#####.....]  50% INPROGRESS")
+    assert "units 1/2 replicas 3/6 copied 12M" in line and "eta 4s" in line
+    stalled = progress_line(
+        7, "INPROGRESS", 50, extra.replace('"stalled":""', '"stalled":"no room"')
+    )
+    assert stalled.endswith("STALLED: no room")
+    assert progress_line(8, "SUCCESS", 100, "", width=4) == "job 8 [####] 100% SUCCESS"
+    # a malformed extra_info is shown without details, not an error
+    assert progress_line(9, "INPROGRESS", 0, "{oops", width=2) == "job 9 [..]   0% INPROGRESS"
