@@ -157,7 +157,7 @@ class RootService:
             has_units=self.ls.has_units,
             has_replicas=self.ls.has_replicas,
             all_ls_have_leader=self.ls.all_ls_have_leader,
-            extra_deletes=self.ls.extra_deletes,
+            extra_deletes=self._removal_rows,
         )
         self._bootstrap_lock = threading.Lock()
         self._registered: set[str] = set()
@@ -316,6 +316,12 @@ class RootService:
         log.info(
             "root service is in FULL_SERVICE with %d servers", self.manager.counts()["servers"]
         )
+
+    def _removal_rows(self, conn: Any, ip: str, port: int) -> None:
+        """What goes with an emptied server in its removal transaction: its
+        ``__all_space_usage`` rows and the final progress of its DELETE_SERVER job."""
+        self.ls.extra_deletes(conn, ip, port)
+        self.migration.finalize_job(conn, ip, port)
 
     def _tasks(self) -> list[tuple[Any, int]]:
         s = self.settings

@@ -8,8 +8,13 @@ STOP SERVER moving every leader off the stopped server (the statement returns at
 ``leader_cnt`` 0) and START SERVER letting them come back to the primary zone; an agent
 killed (INACTIVE after ``lease_time``, lowered to 3 s) and restarted (ACTIVE); DELETE SERVER
 refused for lack of room (its unit has nowhere to go) and DELETE SERVER of the empty fourth
-server (it leaves ``__all_server``); a few refused statements with their errors, and the
-event history. Every statement goes through ``obadmin``. Every process it starts is stopped
+server (it leaves ``__all_server``); then the whole DELETE SERVER life cycle of issue 4: a
+fifth server joins and DELETE SERVER empties agent1 onto it (the RS's Spark plans move the
+unit, the agents copy the replicas, ``obadmin --wait-job`` shows the progress, the server
+leaves ``__all_server``); a second DELETE cancelled mid-way (the unit stays, the partial
+copies are dropped); an agent killed past ``server_permanent_offline_time`` (lowered to 8 s)
+whose replicas are rebuilt on another server of its zone and whose lost rows are cleaned; a
+few refused statements with their errors, and the event history. Every statement goes through ``obadmin``. Every process it starts is stopped
 at the end; exit code 0 on success.
 """
 
@@ -30,7 +35,8 @@ from sql.obadmin import execute, result_rows
 
 ROOT = Path.cwd() / "demo_data"
 LEASE = "3s"
-DEADLINE_S = 85.0
+DEADLINE_S = 300.0
+PERMANENT_OFFLINE = "8s"
 
 
 def free_port() -> int:
@@ -75,7 +81,9 @@ class Demo:
                 "--data-dir", str(ROOT / "rs"), "--rpc-addr", self.rs_addr,
                 "--lease-time", LEASE, "--heartbeat-interval", "1s",
                 "--empty-server-check-interval", "2s", "--log-level", "WARNING",
-                "--ls-check-interval", "500ms",
+                "--ls-check-interval", "500ms", "--balancer-interval", "1s",
+                "--lost-replica-check-interval", "1s", "--spark-master", "local[1]",
+                "--server-permanent-offline-time", PERMANENT_OFFLINE, "--allow-short-timings",
             ],
         )  # fmt: skip
 
@@ -155,7 +163,7 @@ class Demo:
         """Poll ``predicate`` every 200 ms until it is true, then print how long ``what`` took.
 
         Exceptions from ``predicate`` count as "not yet" (the RS may still be starting). Gives up
-        after ``timeout_s`` seconds, or when the whole demo passes ``DEADLINE_S`` (85 s) since it
+        after ``timeout_s`` seconds, or when the whole demo passes ``DEADLINE_S`` (300 s) since it
         started, by raising ``SystemExit``.
         """
         t0 = time.monotonic()
@@ -187,6 +195,46 @@ class Demo:
         """How many LEADER rows ``DBA_OB_LS_LOCATIONS`` has (on ``server`` when given)."""
         rows = self.query("SELECT svr_ip, svr_port FROM DBA_OB_LS_LOCATIONS WHERE role = 'LEADER'")
         return sum(1 for ip, port in rows if server is None or f"{ip}:{port}" == server)
+
+    def listening(self, name: str) -> bool:
+        """Agent ``name`` accepts TCP connections on its RPC port."""
+        host, port = self.agents[name][0].rsplit(":", 1)
+        try:
+            with socket.create_connection((host, int(port)), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+    def locations_on(self, server: str) -> int:
+        """How many rows ``DBA_OB_LS_LOCATIONS`` has on ``server``."""
+        rows = self.query("SELECT svr_ip, svr_port FROM DBA_OB_LS_LOCATIONS")
+        return sum(1 for ip, port in rows if f"{ip}:{port}" == server)
+
+    def replica_dirs(self, name: str) -> int:
+        """How many replica directories agent ``name`` has on disk."""
+        base = ROOT / name / "replicas"
+        return len(list(base.iterdir())) if base.exists() else 0
+
+    def job_of(self, name: str) -> int:
+        """The id of the newest DELETE_SERVER job of agent ``name``."""
+        ip, port = self.agents[name][0].rsplit(":", 1)
+        rows = self.query(
+            "SELECT job_id FROM DBA_OB_ROOTSERVICE_JOBS WHERE job_type = 'DELETE_SERVER' "
+            f"AND svr_ip = '{ip}' AND svr_port = {port} ORDER BY job_id DESC"
+        )
+        return int(rows[0][0])
+
+    def wait_job(self, job_id: int) -> None:
+        """``obadmin --wait-job``: its progress lines are printed as they come."""
+        print(f"obadmin --wait-job {job_id}", flush=True)
+        r = subprocess.run(
+            [sys.executable, "-m", "sql.obadmin", "--rs", self.rs_addr, "--wait-job", str(job_id),
+             "--wait-timeout", "200"],
+            timeout=240,
+        )  # fmt: skip
+        print(flush=True)
+        if r.returncode != 0:
+            raise SystemExit(f"demo failed: job {job_id} did not succeed")
 
     def show_locations(self) -> None:
         """Print ``DBA_OB_LS_LOCATIONS`` (where every replica is and who leads)."""
@@ -299,6 +347,57 @@ def run(d: Demo) -> None:
     d.must(
         "SELECT job_id, job_type, job_status, svr_ip, svr_port, progress FROM __all_rootservice_job"
     )
+
+    step("DELETE SERVER with room: a fifth server joins z1, then agent1 is emptied onto it")
+    d.agents["agent5"] = (f"127.0.0.1:{free_port()}", "z1", free_port())
+    d.start_agent("agent5")
+    a["agent5"] = d.agents["agent5"][0]
+    d.wait("agent5 listening", lambda: d.listening("agent5"))
+    d.must(f"ALTER SYSTEM ADD SERVER '{a['agent5']}' ZONE 'z1'")
+    d.wait("agent5 ACTIVE", lambda: d.status("agent5") == "ACTIVE")
+    d.must(f"ALTER SYSTEM DELETE SERVER '{a['agent1']}'")
+    print("(the RS starts its SparkSession for the first plan; obadmin follows the job)\n")
+    d.wait_job(d.job_of("agent1"))
+    d.wait("agent1 left __all_server", lambda: d.status("agent1") is None)
+    d.must("SELECT unit_id, zone, svr_ip, svr_port, migrate_from_svr_ip FROM DBA_OB_UNITS")
+    d.wait("agent5 leads the 3 log streams", lambda: d.leaders(a["agent5"]) == 3)
+    d.show_locations()
+    d.show_replica_dirs()
+
+    step("DELETE SERVER then CANCEL DELETE mid-way: the unit stays, the partial copies go")
+    d.agents["agent6"] = (f"127.0.0.1:{free_port()}", "z2", free_port())
+    d.start_agent("agent6")
+    a["agent6"] = d.agents["agent6"][0]
+    d.wait("agent6 listening", lambda: d.listening("agent6"))
+    d.must(f"ALTER SYSTEM ADD SERVER '{a['agent6']}' ZONE 'z2'")
+    d.wait("agent6 ACTIVE", lambda: d.status("agent6") == "ACTIVE")
+    # copies into agent6 crawl (fault switch), so the cancel lands mid-way
+    (ROOT / "agent6" / "FAULT_COPY_SLOW_MS").write_text("400")
+    d.must(f"ALTER SYSTEM DELETE SERVER '{a['agent2']}'")
+    d.wait("a copy to agent6 under way", lambda: d.replica_dirs("agent6") > 0, 120)
+    d.must("SELECT job_id, job_status, progress, extra_info FROM DBA_OB_ROOTSERVICE_JOBS")
+    d.must(f"ALTER SYSTEM CANCEL DELETE SERVER '{a['agent2']}'")
+    d.wait("agent2 ACTIVE again", lambda: d.status("agent2") == "ACTIVE")
+    d.wait("agent6's partial replicas removed", lambda: d.replica_dirs("agent6") == 0)
+    (ROOT / "agent6" / "FAULT_COPY_SLOW_MS").unlink()
+    d.must("SELECT unit_id, zone, svr_ip, svr_port, migrate_from_svr_ip FROM DBA_OB_UNITS")
+    d.must("SELECT job_id, job_type, job_status, svr_port, progress FROM DBA_OB_ROOTSERVICE_JOBS")
+
+    step(f"kill -9 agent3 past server_permanent_offline_time ({PERMANENT_OFFLINE}): rebuild")
+    d.agents["agent7"] = (f"127.0.0.1:{free_port()}", "z3", free_port())
+    d.start_agent("agent7")
+    a["agent7"] = d.agents["agent7"][0]
+    d.wait("agent7 listening", lambda: d.listening("agent7"))
+    d.must(f"ALTER SYSTEM ADD SERVER '{a['agent7']}' ZONE 'z3'")
+    d.wait("agent7 ACTIVE", lambda: d.status("agent7") == "ACTIVE")
+    d.kill("agent3")
+    d.wait(
+        "agent3's replicas rebuilt on agent7 and its lost rows cleaned",
+        lambda: d.locations_on(a["agent7"]) == 3 and d.locations_on(a["agent3"]) == 0,
+        120,
+    )
+    d.show_locations()
+    d.show_servers()
 
     step("refused statements change nothing")
     d.refused("ALTER SYSTEM ADD SERVER '1.2.3.4:99999' ZONE 'z1'")

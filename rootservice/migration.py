@@ -578,6 +578,37 @@ class MigrationManager:
                     )
                 )
 
+    def finalize_job(self, conn: sa.Connection, ip: str, port: int) -> None:
+        """In the transaction that removes the emptied server ``ip:port``: its job's
+        ``extra_info`` shows everything moved (the job itself becomes SUCCESS in the same
+        transaction, SPEC.md section 9)."""
+        key = f"{ip}:{port}"
+        p = self.progress.pop(key, None)
+        if p is None:
+            return
+        info = {
+            "units_moved": p.units_total,
+            "units_total": p.units_total,
+            "replicas_moved": p.replicas_total,
+            "replicas_total": p.replicas_total,
+            "bytes_copied": p.bytes_total,
+            "bytes_total": p.bytes_total,
+            "copied": format_bytes(p.bytes_total),
+            "eta": "",
+            "stalled": "",
+        }
+        t = all_rootservice_job
+        conn.execute(
+            sa.update(t)
+            .where(
+                t.c.job_type == "DELETE_SERVER",
+                t.c.svr_ip == ip,
+                t.c.svr_port == port,
+                t.c.job_status == "INPROGRESS",
+            )
+            .values(extra_info=json.dumps(info, separators=(",", ":")))
+        )
+
     def _stall_reason(self, key: str, units_left: list[trepo.Unit]) -> str:
         for u in units_left:
             if u.unit_id in self.unplaced:
