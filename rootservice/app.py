@@ -152,6 +152,10 @@ class RootService:
         self.migration = MigrationManager(self.manager, self.ls, self.planner)
         self.lost_replica_checker = LostReplicaChecker(self.migration)
         self.manager.on_cancel_delete = self.migration.cancel_server
+        # A deposed RS forgets replica reports, the cached layout and migration tasks; the
+        # next term rebuilds them from the tables and fresh heartbeats.
+        self.on_step_down.append(self.ls.clear)
+        self.on_step_down.append(self.migration.clear)
         self.empty_server_checker = EmptyServerChecker(
             self.manager,
             has_units=self.ls.has_units,

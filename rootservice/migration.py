@@ -143,6 +143,15 @@ class MigrationManager:
         self.unplaced: dict[int, str] = {}  # unit_id -> why it found no server
         self.last_error = ""
 
+    def clear(self) -> None:
+        """Forget in-flight copy tasks, job progress and placement failures (step-down).
+
+        Without the round's lock: a step-down must not wait for a Spark job, and a round
+        still running writes nothing once the epoch moved on (its transactions are fenced)."""
+        self.tasks.clear()
+        self.progress.clear()
+        self.unplaced.clear()
+
     # --- inputs ----------------------------------------------------------------------------
 
     def servers_input(self) -> list[Row]:
