@@ -63,30 +63,43 @@ def members_ok(c: TenantCluster, servers: list[str], ls_ids: list[int]) -> bool:
     return True
 
 
-def test_delete_server_moves_units_and_replicas_then_removes_it(tc: TenantCluster) -> None:
+def test_delete_life_cycle_cancel_and_permanent_offline_rebuild(tc: TenantCluster) -> None:
+    """One cluster, one SparkSession in the RS (its start-up is paid once): DELETE SERVER
+    with the destination agent killed during a copy, then CANCEL DELETE mid-way, then a
+    server killed past server_permanent_offline_time."""
     c = tc
-    c.start_rs(**MIGRATION_FLAGS)
+    c.start_rs(**MIGRATION_FLAGS, server_permanent_offline_time="6s")
     a1, a2, a3 = c.bootstrap()
-    a4 = c.start_agent("z1")
-    c.ok(f"ALTER SYSTEM ADD SERVER '{a4}' ZONE 'z1'")
-    wait_until(lambda: c.statuses().get(a4) == "ACTIVE", 15, message="a4 ACTIVE")
+    spare = {}
+    for zone in ("z1", "z2", "z3"):
+        spare[zone] = c.start_agent(zone)
+        c.ok(f"ALTER SYSTEM ADD SERVER '{spare[zone]}' ZONE '{zone}'")
+    wait_until(
+        lambda: all(c.statuses().get(a) == "ACTIVE" for a in spare.values()),
+        15,
+        message="spare servers ACTIVE",
+    )
     c.make_tenant(ls_count=2)
-    ip, port = c.ok("SELECT svr_ip, svr_port FROM DBA_OB_UNITS WHERE zone = 'z1'")[0]
-    gone = f"{ip}:{port}"
-    target = a4 if gone == a1 else a1
+    host = {
+        z: f"{ip}:{port}" for z, ip, port in c.ok("SELECT zone, svr_ip, svr_port FROM DBA_OB_UNITS")
+    }
+    other = {
+        z: (spare[z] if host[z] != spare[z] else {"z1": a1, "z2": a2, "z3": a3}[z]) for z in host
+    }
+    gone, target = host["z1"], other["z1"]
     wait_until(lambda: c.leaders_on(gone) == 2, 20, message="leaders in z1")
     checksum = replica_report(gone)[(1002, 1001)].data_checksum
 
-    # The copies to the target are slow, so that its agent can be killed during one.
+    # --- 1. DELETE SERVER; the destination is killed during a copy and restarted ----------
     (c.data_dir(target) / "FAULT_COPY_SLOW_MS").write_text("300")
     c.ok(f"ALTER SYSTEM DELETE SERVER '{gone}'")
     assert c.statuses()[gone] == "DELETING"
+    # Spark starts in the RS on the first plan: allow for its start-up.
     wait_until(
         lambda: any(r.copy_from and r.bytes_copied > 0 for r in replica_report(target).values()),
         120,
         message="a copy to the target under way",
     )
-    # kill -9 of the destination mid-copy: after its restart the RS hands the task again.
     c.agents[target].kill()
     (c.data_dir(target) / "FAULT_COPY_SLOW_MS").unlink()
     assert not any((c.data_dir(target) / "replicas").glob("*/meta.json")), (
@@ -95,8 +108,7 @@ def test_delete_server_moves_units_and_replicas_then_removes_it(tc: TenantCluste
     c.restart_agent(target)
     progress = job(c, gone)
     assert progress["status"] == "INPROGRESS" and progress["info"]["units_total"] == 1
-    # obadmin follows the job with a progress bar until it ends (Spark starts in the RS on
-    # the first plan: allow for its start-up).
+    # obadmin follows the job with a progress bar until it ends.
     waited = subprocess.run(
         [sys.executable, "-m", "sql.obadmin", "--rs", c.rs_addr, "--wait-job", str(progress["id"]),
          "--wait-timeout", "180"],
@@ -105,25 +117,16 @@ def test_delete_server_moves_units_and_replicas_then_removes_it(tc: TenantCluste
     assert waited.returncode == 0, waited.stdout + waited.stderr
     lines = waited.stdout.splitlines()
     assert lines[-1].startswith(f"job {progress['id']} [") and "100% SUCCESS" in lines[-1]
+    assert "units 1/1 replicas 2/2" in lines[-1]
     assert any("INPROGRESS" in line and "units 0/1" in line for line in lines), lines
     wait_until(lambda: gone not in c.statuses(), 30, message="server removed from __all_server")
-    units = c.ok(
-        "SELECT zone, svr_ip, svr_port, migrate_from_svr_ip FROM DBA_OB_UNITS ORDER BY zone"
-    )
-    assert [(z, f"{ip}:{port}", m) for z, ip, port, m in units] == [
-        ("z1", target, None),
-        ("z2", a2, None),
-        ("z3", a3, None),
-    ]
-    wait_until(
-        lambda: members_ok(c, [target, a2, a3], [1001, 1002]), 30, message="LS members moved"
-    )
+    assert c.ok(
+        "SELECT svr_ip, svr_port, migrate_from_svr_ip FROM DBA_OB_UNITS WHERE zone = 'z1'"
+    ) == [[*target.split(":")[:1], int(target.split(":")[1]), None]]
+    members = [target, host["z2"], host["z3"]]
+    wait_until(lambda: members_ok(c, members, [1001, 1002]), 30, message="LS members moved")
     assert replica_report(target)[(1002, 1001)].data_checksum == checksum
     assert not any(s == gone for _, s, _, _ in c.locations())
-    final = c.ok(
-        "SELECT job_status, progress FROM DBA_OB_ROOTSERVICE_JOBS WHERE job_type = 'DELETE_SERVER'"
-    )
-    assert final == [["SUCCESS", 100]]
     events = [e for (e,) in c.ok("SELECT event FROM __all_rootservice_event_history")]
     for e in (
         "migrate_unit",
@@ -134,57 +137,46 @@ def test_delete_server_moves_units_and_replicas_then_removes_it(tc: TenantCluste
     ):
         assert e in events, e
 
-
-def test_cancel_delete_mid_way_then_permanent_offline_rebuild(tc: TenantCluster) -> None:
-    c = tc
-    c.start_rs(**MIGRATION_FLAGS, server_permanent_offline_time="6s")
-    a1, a2, a3 = c.bootstrap()
-    a4 = c.start_agent("z1")
-    c.ok(f"ALTER SYSTEM ADD SERVER '{a4}' ZONE 'z1'")
-    wait_until(lambda: c.statuses().get(a4) == "ACTIVE", 15, message="a4 ACTIVE")
-    c.make_tenant(ls_count=2)
-    ip, port = c.ok("SELECT svr_ip, svr_port FROM DBA_OB_UNITS WHERE zone = 'z1'")[0]
-    src = f"{ip}:{port}"
-    dest = a4 if src == a1 else a1
-    wait_until(lambda: c.leaders_on(src) == 2, 20, message="leaders in z1")
-
-    # CANCEL DELETE while the copies crawl: the unit goes back, partial replicas are dropped.
+    # --- 2. CANCEL DELETE while the copies crawl: the unit goes back, partial copies go ---
+    src, dest = host["z2"], other["z2"]
     (c.data_dir(dest) / "FAULT_COPY_SLOW_MS").write_text("500")
     c.ok(f"ALTER SYSTEM DELETE SERVER '{src}'")
     wait_until(
         lambda: any(r.copy_from for r in replica_report(dest).values()),
-        120,
+        60,
         message="a copy under way",
     )
-    moving = c.ok("SELECT migrate_from_svr_port FROM DBA_OB_UNITS WHERE zone = 'z1'")
-    assert moving == [[int(src.rsplit(":", 1)[1])]]
+    port = int(src.rsplit(":", 1)[1])
+    assert c.ok("SELECT migrate_from_svr_port FROM DBA_OB_UNITS WHERE zone = 'z2'") == [[port]]
     c.ok(f"ALTER SYSTEM CANCEL DELETE SERVER '{src}'")
-    assert c.ok("SELECT svr_port, migrate_from_svr_ip FROM DBA_OB_UNITS WHERE zone = 'z1'") == [
-        [int(src.rsplit(":", 1)[1]), None]
+    assert c.ok("SELECT svr_port, migrate_from_svr_ip FROM DBA_OB_UNITS WHERE zone = 'z2'") == [
+        [port, None]
     ]
     assert job(c, src)["status"] == "CANCELED"
     wait_until(lambda: replica_report(dest) == {}, 15, message="partial replicas dropped")
     assert not list((c.data_dir(dest) / "replicas").glob("*"))
     wait_until(lambda: c.statuses()[src] == "ACTIVE", 15, message="src ACTIVE again")
     (c.data_dir(dest) / "FAULT_COPY_SLOW_MS").unlink()
+    wait_until(lambda: members_ok(c, members, [1001, 1002]), 30, message="LS members unchanged")
 
-    # kill -9 of src past server_permanent_offline_time: its unit moves to dest, its replicas
-    # are rebuilt there from the survivors, and its lost rows are cleaned.
-    c.agents[src].kill()
+    # --- 3. kill -9 past server_permanent_offline_time: unit moved, replicas rebuilt from the
+    # survivors, the dead server's rows cleaned ------------------------------------------
+    dead, rebuilt = host["z3"], other["z3"]
+    c.agents[dead].kill()
     wait_until(
         lambda: (
-            c.ok("SELECT svr_port FROM DBA_OB_UNITS WHERE zone = 'z1'")
-            == [[int(dest.rsplit(":", 1)[1])]]
-            and c.ok("SELECT migrate_from_svr_ip FROM DBA_OB_UNITS WHERE zone = 'z1'") == [[None]]
+            c.ok("SELECT svr_port, migrate_from_svr_ip FROM DBA_OB_UNITS WHERE zone = 'z3'")
+            == [[int(rebuilt.rsplit(":", 1)[1]), None]]
         ),
-        150,
+        90,
         message="unit moved off the dead server",
     )
-    wait_until(lambda: members_ok(c, [dest, a2, a3], [1001, 1002]), 30, message="rebuilt")
+    survivors = [target, src, rebuilt]
+    wait_until(lambda: members_ok(c, survivors, [1001, 1002]), 30, message="rebuilt")
     wait_until(
-        lambda: not any(s == src for _, s, _, _ in c.locations()),
+        lambda: not any(s == dead for _, s, _, _ in c.locations()),
         30,
-        message="lost rows of the dead server cleaned",
+        message="the dead server's rows cleaned",
     )
     # a permanently offline server stays in the whitelist (INACTIVE) until DELETE SERVER
-    assert c.statuses()[src] == "INACTIVE"
+    assert c.statuses()[dead] == "INACTIVE"
