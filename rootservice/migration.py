@@ -310,6 +310,9 @@ class MigrationManager:
         sent = 0
         limit = self.settings.migration_concurrency_per_server
         for row in rows:
+            if not row.get("src_svr_ip") or not row.get("dest_svr_ip"):
+                # not ready: the unit still has to move, or no healthy member can serve
+                continue
             key = (int(row["tenant_id"]), int(row["ls_id"]))
             dest = f"{row['dest_svr_ip']}:{row['dest_svr_port']}"
             src = f"{row['src_svr_ip']}:{row['src_svr_port']}"

@@ -65,23 +65,34 @@ class SparkPlanner:
         spark = self.sessions.get()
         return read_inputs(spark, self.db_url, servers=_servers_frame(servers))
 
+    def _run(self, job: Any, servers: list[Row]) -> list[Row]:
+        # Each plan reads the tables afresh (the unit plan's moves change what the replica
+        # plan must see); within one plan the inputs are cached, since a job may scan
+        # __all_ls_meta_table more than once and each scan would be a JDBC read.
+        inputs = self._inputs(servers).persist()
+        try:
+            return _records(job(inputs).toPandas())
+        finally:
+            inputs.unpersist()
+
     def unit_plan(self, servers: list[Row]) -> list[Row]:
         """``rootservice.jobs.unit_plan.unit_migration_plan``, collected."""
         from rootservice.jobs.unit_plan import unit_migration_plan
 
-        return _records(unit_migration_plan(self._inputs(servers)).toPandas())
+        return self._run(unit_migration_plan, servers)
 
     def replica_plan(self, servers: list[Row]) -> list[Row]:
-        """``rootservice.jobs.replica_plan.replica_migration_plan``, collected."""
+        """``rootservice.jobs.replica_plan.replica_migration_plan``, collected (rows whose
+        source or destination is not known yet have None there)."""
         from rootservice.jobs.replica_plan import replica_migration_plan
 
-        return _records(replica_migration_plan(self._inputs(servers)).toPandas())
+        return self._run(replica_migration_plan, servers)
 
     def lost_replicas(self, servers: list[Row]) -> list[Row]:
         """``rootservice.jobs.lost_replicas.lost_replicas``, collected."""
         from rootservice.jobs.lost_replicas import lost_replicas
 
-        return _records(lost_replicas(self._inputs(servers)).toPandas())
+        return self._run(lost_replicas, servers)
 
     def stop(self) -> None:
         """Stop the SparkSession (if one was started)."""

@@ -740,6 +740,7 @@ def test_session_defaults_local_and_cluster_masters() -> None:
     assert local["spark.ui.enabled"] == "false"
     assert local["spark.driver.host"] == local["spark.driver.bindAddress"] == "127.0.0.1"
     assert local["spark.sql.shuffle.partitions"] == "4"
+    assert local["spark.sql.adaptive.enabled"] == "false"
     assert local["spark.sql.execution.arrow.pyspark.enabled"] == "true"
     assert local["spark.jars"].endswith("postgresql.jar")
     cluster = SparkSessionManager(
@@ -748,6 +749,7 @@ def test_session_defaults_local_and_cluster_masters() -> None:
         db_url="sqlite:///rs.db",
     ).effective_conf()
     assert "spark.driver.host" not in cluster
+    assert "spark.sql.adaptive.enabled" not in cluster
     assert cluster["spark.sql.shuffle.partitions"] == "64"
     assert cluster["spark.jars"] == "/x.jar"  # no JDBC driver for SQLite
 

@@ -32,7 +32,7 @@ def lost_replicas(inputs: Inputs) -> DataFrame:
     from pyspark.sql import functions as F
 
     servers = F.broadcast(
-        inputs.servers.select("svr_ip", "svr_port", F.col("hb_status"), F.lit(True).alias("known"))
+        inputs.servers.select("svr_ip", "svr_port", "hb_status", F.lit(True).alias("known"))
     )
     on_lost = (
         inputs.ls_meta.join(servers, ["svr_ip", "svr_port"], "left")
@@ -42,14 +42,12 @@ def lost_replicas(inputs: Inputs) -> DataFrame:
         )
     )
     ls_keys = ["tenant_id", "ls_id"]
-    # The rows on lost servers are few: check only their log streams against ls_status.
-    keys = on_lost.select(*ls_keys).distinct()
+    # The rows on lost servers are few: only their log streams are looked up in ls_status.
     living = (
         inputs.ls_status.select(*ls_keys)
-        .join(F.broadcast(keys), ls_keys)
+        .join(F.broadcast(on_lost.select(*ls_keys).distinct()), ls_keys)
         .withColumn("ls_exists", F.lit(True))
     )
-    t = on_lost.join(living, ls_keys, "left")
     replica_part = (
         F.when(F.col("replica_status") != S.REPLICA_STATUS_NORMAL, F.lit(S.LOST_NOT_IN_SERVICE))
         .when(F.col("replica_type") != S.REPLICA_TYPE_FULL, F.lit(S.LOST_NOT_PAXOS))
@@ -58,10 +56,14 @@ def lost_replicas(inputs: Inputs) -> DataFrame:
     server_part = F.when(F.col("known").isNull(), F.lit(S.LOST_SERVER_NOT_IN_TABLE)).otherwise(
         F.lit(S.LOST_SERVER_OFFLINE)
     )
-    return t.where(replica_part.isNotNull()).select(
-        "tenant_id",
-        "ls_id",
-        "svr_ip",
-        "svr_port",
-        F.concat(server_part, F.lit(": "), replica_part).alias("reason"),
+    return (
+        on_lost.join(living, ls_keys, "left")
+        .where(replica_part.isNotNull())
+        .select(
+            "tenant_id",
+            "ls_id",
+            "svr_ip",
+            "svr_port",
+            F.concat(server_part, F.lit(": "), replica_part).alias("reason"),
+        )
     )

@@ -45,34 +45,40 @@ def replica_migration_plan(inputs: Inputs) -> DataFrame:
     ``REPLICA_REASON_NO_SOURCE`` (no source), ``REPLICA_REASON_OFFLINE`` (the old server is
     permanent_offline) or ``REPLICA_REASON_UNIT_MOVED``. A task is ready to run when both
     src and dest are set.
+
+    The large input, ``ls_meta``, meets the others only through broadcasts (servers, units,
+    the candidates' log streams) and is never shuffled; it is scanned more than once, so
+    persist the inputs (:meth:`rootservice.jobs.readers.Inputs.persist`) rather than
+    reading it through JDBC each time.
     """
     from pyspark.sql import functions as F
 
     servers = F.broadcast(inputs.servers.select("svr_ip", "svr_port", "hb_status"))
-    meta = (
-        inputs.ls_meta.join(servers, ["svr_ip", "svr_port"], "left")
-        .withColumn("alive", F.coalesce(F.col("hb_status") == S.HB_ALIVE, F.lit(False)))
-        .withColumn(
-            "offline", F.coalesce(F.col("hb_status") == S.HB_PERMANENT_OFFLINE, F.lit(False))
-        )
-        .withColumn(
-            "healthy",
-            F.col("alive")
+    alive = F.coalesce(F.col("hb_status") == S.HB_ALIVE, F.lit(False))
+    meta = inputs.ls_meta.join(servers, ["svr_ip", "svr_port"], "left").select(
+        "tenant_id",
+        "ls_id",
+        "svr_ip",
+        "svr_port",
+        "role",
+        "unit_id",
+        alive.alias("alive"),
+        F.coalesce(F.col("hb_status") == S.HB_PERMANENT_OFFLINE, F.lit(False)).alias("offline"),
+        (
+            alive
             & (F.col("replica_status") == S.REPLICA_STATUS_NORMAL)
-            & (F.col("replica_type") == S.REPLICA_TYPE_FULL),
-        )
+            & (F.col("replica_type") == S.REPLICA_TYPE_FULL)
+        ).alias("healthy"),
     )
     units = F.broadcast(
         inputs.units.select(
             "unit_id", F.col("svr_ip").alias("u_ip"), F.col("svr_port").alias("u_port")
         )
     )
+    moved = (F.col("svr_ip") != F.col("u_ip")) | (F.col("svr_port") != F.col("u_port"))
     cand = (
         meta.join(units, "unit_id")
-        .withColumn(
-            "moved", (F.col("svr_ip") != F.col("u_ip")) | (F.col("svr_port") != F.col("u_port"))
-        )
-        .where(F.col("moved") | F.col("offline"))
+        .where(moved | F.col("offline"))
         .select(
             "tenant_id",
             "ls_id",
@@ -80,17 +86,19 @@ def replica_migration_plan(inputs: Inputs) -> DataFrame:
             "svr_port",
             "u_ip",
             "u_port",
-            "moved",
+            moved.alias("moved"),
             "offline",
             "healthy",
         )
     )
     ls_keys = ["tenant_id", "ls_id"]
-    keys = cand.select(*ls_keys).distinct()
-    # Only log streams that still exist: ls_status streamed past the (small) key set.
-    keys = inputs.ls_status.select(*ls_keys).join(F.broadcast(keys), ls_keys)
+    # The candidates' log streams that still exist: ls_status streamed past the few keys.
+    keys = inputs.ls_status.select(*ls_keys).join(
+        F.broadcast(cand.select(*ls_keys).distinct()), ls_keys
+    )
     members = meta.join(F.broadcast(keys), ls_keys, "left_semi")
     is_leader = (F.col("role") == S.ROLE_LEADER) & F.col("alive")
+    # min over structs: the lowest address wins.
     ls_info = members.groupBy(*ls_keys).agg(
         F.min(F.when(is_leader, F.struct("svr_ip", "svr_port", "healthy"))).alias("leader"),
         F.min(F.when(F.col("healthy"), F.struct("svr_ip", "svr_port"))).alias("member"),
@@ -118,7 +126,13 @@ def replica_migration_plan(inputs: Inputs) -> DataFrame:
         .when(leader_ok, F.col("leader.svr_port"))
         .otherwise(F.col("member.svr_port"))
     )
-    t = t.select(
+    reason = (
+        F.when(~F.col("moved"), F.lit(S.REPLICA_REASON_WAIT_UNIT))
+        .when(src_ip.isNull(), F.lit(S.REPLICA_REASON_NO_SOURCE))
+        .when(F.col("offline"), F.lit(S.REPLICA_REASON_OFFLINE))
+        .otherwise(F.lit(S.REPLICA_REASON_UNIT_MOVED))
+    )
+    return t.select(
         "tenant_id",
         "ls_id",
         src_ip.alias("src_svr_ip"),
@@ -127,15 +141,5 @@ def replica_migration_plan(inputs: Inputs) -> DataFrame:
         F.when(F.col("moved"), F.col("u_port")).alias("dest_svr_port"),
         F.col("svr_ip").alias("old_svr_ip"),
         F.col("svr_port").alias("old_svr_port"),
-        "moved",
-        "offline",
-    )
-    reason = (
-        F.when(~F.col("moved"), F.lit(S.REPLICA_REASON_WAIT_UNIT))
-        .when(F.col("src_svr_ip").isNull(), F.lit(S.REPLICA_REASON_NO_SOURCE))
-        .when(F.col("offline"), F.lit(S.REPLICA_REASON_OFFLINE))
-        .otherwise(F.lit(S.REPLICA_REASON_UNIT_MOVED))
-    )
-    return t.select(
-        *[c for c in S.columns(S.REPLICA_PLAN_SCHEMA) if c != "reason"], reason.alias("reason")
+        reason.alias("reason"),
     )

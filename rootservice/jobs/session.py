@@ -20,9 +20,11 @@ the result):
   configuration written to a temporary directory, and ``setLogLevel("WARN")``);
 - Arrow for pandas conversions, ``spark.sql.execution.arrow.maxRecordsPerBatch=1000000``
   (the default 10,000 makes pandas -> Spark of 5M rows ten times slower);
-- for a ``local[...]`` master only: ``spark.sql.shuffle.partitions=4`` and the driver bound
-  to 127.0.0.1 (``spark.driver.host`` / ``spark.driver.bindAddress``, ``SPARK_LOCAL_IP``),
-  since the RS binds loopback only. With a cluster master (``spark://...``, ``yarn``,
+- for a ``local[...]`` master only: ``spark.sql.shuffle.partitions=4``, adaptive query
+  execution off (the jobs are latency-bound: their large input meets the others only
+  through explicit broadcasts, and AQE's re-planning tripled the time of a small job in
+  measurements), and the driver bound to 127.0.0.1 (``spark.driver.host`` /
+  ``spark.driver.bindAddress``, ``SPARK_LOCAL_IP``), since the RS binds loopback only. With a cluster master (``spark://...``, ``yarn``,
   ``k8s://...``) nothing of this is set: executors must reach the driver, so give
   ``spark.driver.host`` in ``conf`` if the default interface is not the right one;
 - the Python workers run this interpreter (``PYSPARK_PYTHON``, unless set already or
@@ -138,6 +140,7 @@ class SparkSessionManager:
         }
         if is_local_master(self.master):
             out["spark.sql.shuffle.partitions"] = "4"
+            out["spark.sql.adaptive.enabled"] = "false"
             out["spark.driver.host"] = "127.0.0.1"
             out["spark.driver.bindAddress"] = "127.0.0.1"
         out.update(self.conf)

@@ -21,12 +21,58 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rootservice.jobs import schema as S
-from rootservice.jobs.placer import ROOMS_LAYOUT, place_zone, ship_by_value
+from rootservice.jobs.placer import place_zone, ship_by_value
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import DataFrame
 
     from rootservice.jobs.readers import Inputs
+
+_DEMANDS = """
+SELECT /*+ BROADCAST(p), BROADCAST(c) */
+       u.unit_id, u.resource_pool_id, p.tenant_id, u.zone, u.svr_ip, u.svr_port,
+       u.migrate_from_svr_ip, u.migrate_from_svr_port,
+       c.min_cpu, c.max_cpu, c.memory_size, c.log_disk_size,
+       IF(p.tenant_id <> :ungranted, concat('tenant:', CAST(p.tenant_id AS STRING)),
+          concat('pool:', CAST(u.resource_pool_id AS STRING))) AS affinity
+FROM {units} u
+JOIN {pools} p ON p.resource_pool_id = u.resource_pool_id
+JOIN {unit_configs} c ON c.unit_config_id = p.unit_config_id
+"""
+
+_ROOMS = """
+WITH holders AS (
+    SELECT svr_ip, svr_port, min_cpu, memory_size, log_disk_size, affinity FROM {demands}
+    UNION ALL
+    SELECT migrate_from_svr_ip, migrate_from_svr_port, min_cpu, memory_size, log_disk_size,
+           affinity
+    FROM {demands}
+    WHERE migrate_from_svr_ip <> ''
+      AND NOT (migrate_from_svr_ip = svr_ip AND migrate_from_svr_port = svr_port)
+), loads AS (
+    SELECT svr_ip, svr_port, sum(min_cpu) AS cpu_used, sum(memory_size) AS mem_used,
+           sum(log_disk_size) AS log_disk_used, collect_set(affinity) AS affinity
+    FROM holders GROUP BY svr_ip, svr_port
+)
+SELECT s.zone, s.svr_ip, s.svr_port, s.cpu_total, s.mem_total, s.log_disk_total,
+       CAST(coalesce(l.cpu_used, 0) AS double) AS cpu_used,
+       CAST(coalesce(l.mem_used, 0) AS bigint) AS mem_used,
+       CAST(coalesce(l.log_disk_used, 0) AS bigint) AS log_disk_used,
+       (s.status = :active AND s.hb_status = :alive AND s.stop_time = 0) AS usable,
+       l.affinity
+FROM {servers} s
+LEFT JOIN loads l ON l.svr_ip = s.svr_ip AND l.svr_port = s.svr_port
+"""
+
+_REQUESTS = """
+SELECT /*+ BROADCAST(s) */
+       d.unit_id, d.tenant_id, d.zone, d.svr_ip AS from_svr_ip, d.svr_port AS from_svr_port,
+       d.min_cpu, d.max_cpu, d.memory_size, d.log_disk_size, d.affinity,
+       IF(s.status = :deleting, :r_deleting, :r_offline) AS trigger
+FROM {demands} d
+JOIN {servers} s ON s.svr_ip = d.svr_ip AND s.svr_port = d.svr_port
+WHERE d.migrate_from_svr_ip = '' AND (s.status = :deleting OR s.hb_status = :offline)
+"""
 
 
 def unit_demands(inputs: Inputs) -> DataFrame:
@@ -35,115 +81,41 @@ def unit_demands(inputs: Inputs) -> DataFrame:
     migrate_from_svr_port, min_cpu, max_cpu (cores), memory_size, log_disk_size (bytes),
     affinity (``tenant:<id>`` or ``pool:<id>``). Inner joins: a unit without pool or config
     is dropped."""
-    from pyspark.sql import functions as F
-
-    return (
-        inputs.units.join(inputs.pools, "resource_pool_id")
-        .join(inputs.unit_configs, "unit_config_id")
-        .select(
-            "unit_id",
-            "resource_pool_id",
-            "tenant_id",
-            "zone",
-            "svr_ip",
-            "svr_port",
-            "migrate_from_svr_ip",
-            "migrate_from_svr_port",
-            "min_cpu",
-            "max_cpu",
-            "memory_size",
-            "log_disk_size",
-            F.when(
-                F.col("tenant_id") != S.UNGRANTED_TENANT,
-                F.concat(F.lit("tenant:"), F.col("tenant_id").cast("string")),
-            )
-            .otherwise(F.concat(F.lit("pool:"), F.col("resource_pool_id").cast("string")))
-            .alias("affinity"),
-        )
-    )
-
-
-def usable_server() -> Column:
-    """Spark condition: the server may receive units (ACTIVE, alive, not stopped)."""
-    from pyspark.sql import functions as F
-
-    return (
-        (F.col("status") == S.STATUS_ACTIVE)
-        & (F.col("hb_status") == S.HB_ALIVE)
-        & (F.col("stop_time") == 0)
+    return inputs.units.sparkSession.sql(
+        _DEMANDS,
+        {"ungranted": S.UNGRANTED_TENANT},
+        units=inputs.units,
+        pools=inputs.pools,
+        unit_configs=inputs.unit_configs,
     )
 
 
 def server_rooms(inputs: Inputs, demands: DataFrame) -> DataFrame:
     """Every server of the servers input as a placement candidate
-    (:data:`rootservice.jobs.placer.ROOMS_LAYOUT` plus ``affinity``, an array of keys):
-    its units' demands summed, a unit migrating away counted on both its servers."""
-    from pyspark.sql import functions as F
-
-    demand_cols = ["min_cpu", "memory_size", "log_disk_size", "affinity"]
-    hosted = demands.select("svr_ip", "svr_port", *demand_cols)
-    leaving = demands.where(
-        (F.col("migrate_from_svr_ip") != "")
-        & ~(
-            (F.col("migrate_from_svr_ip") == F.col("svr_ip"))
-            & (F.col("migrate_from_svr_port") == F.col("svr_port"))
-        )
-    ).select(
-        F.col("migrate_from_svr_ip").alias("svr_ip"),
-        F.col("migrate_from_svr_port").alias("svr_port"),
-        *demand_cols,
+    (:data:`rootservice.jobs.placer.ROOMS_LAYOUT` plus ``affinity``, an array of the keys it
+    hosts): its units' demands summed, a unit migrating away counted on both its servers;
+    ``usable`` = ACTIVE, alive and not stopped."""
+    return demands.sparkSession.sql(
+        _ROOMS,
+        {"active": S.STATUS_ACTIVE, "alive": S.HB_ALIVE},
+        demands=demands,
+        servers=inputs.servers,
     )
-    loads = (
-        hosted.unionByName(leaving)
-        .groupBy("svr_ip", "svr_port")
-        .agg(
-            F.sum("min_cpu").alias("cpu_used"),
-            F.sum("memory_size").alias("mem_used"),
-            F.sum("log_disk_size").alias("log_disk_used"),
-            F.collect_set("affinity").alias("affinity"),
-        )
-    )
-    cols: list[Column | str] = []
-    for c, k in ROOMS_LAYOUT:
-        if c in ("cpu_used", "mem_used", "log_disk_used"):
-            cols.append(F.coalesce(F.col(c), F.lit(0)).cast(S.spark_type(k)).alias(c))
-        elif c == "usable":
-            cols.append(usable_server().alias(c))
-        else:
-            cols.append(c)
-    return inputs.servers.join(loads, ["svr_ip", "svr_port"], "left").select(*cols, "affinity")
 
 
 def units_to_move(inputs: Inputs, demands: DataFrame) -> DataFrame:
     """Units (not already migrating) of DELETING or ``permanent_offline`` servers, as
     :data:`rootservice.jobs.placer.REQUESTS_LAYOUT` rows."""
-    from pyspark.sql import functions as F
-
-    sources = inputs.servers.where(
-        (F.col("status") == S.STATUS_DELETING) | (F.col("hb_status") == S.HB_PERMANENT_OFFLINE)
-    ).select(
-        "svr_ip",
-        "svr_port",
-        F.when(F.col("status") == S.STATUS_DELETING, F.lit(S.UNIT_REASON_DELETING))
-        .otherwise(F.lit(S.UNIT_REASON_OFFLINE))
-        .alias("trigger"),
-    )
-    return (
-        demands.where(F.col("migrate_from_svr_ip") == "")
-        .join(F.broadcast(sources), ["svr_ip", "svr_port"])
-        .select(
-            "unit_id",
-            "tenant_id",
-            "zone",
-            F.col("svr_ip").alias("from_svr_ip"),
-            F.col("svr_port").alias("from_svr_port"),
-            "min_cpu",
-            "max_cpu",
-            "memory_size",
-            "log_disk_size",
-            "affinity",
-            "trigger",
-        )
+    return demands.sparkSession.sql(
+        _REQUESTS,
+        {
+            "deleting": S.STATUS_DELETING,
+            "offline": S.HB_PERMANENT_OFFLINE,
+            "r_deleting": S.UNIT_REASON_DELETING,
+            "r_offline": S.UNIT_REASON_OFFLINE,
+        },
+        demands=demands,
+        servers=inputs.servers,
     )
 
 

@@ -277,7 +277,16 @@ def run_size(
 # --- report ---------------------------------------------------------------------------------------
 
 
-def report(results: list[dict[str, Any]], startup: dict[str, float]) -> str:
+def linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """(intercept, slope) of the least-squares line through the points."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    var = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var if var else 0.0
+    return my - slope * mx, slope
+
+
+def report(results: list[dict[str, Any]], startup: dict[str, Any]) -> str:
     lines = [
         f"SparkSession start {startup['session_s']:.1f} s, first job "
         f"{startup['first_job_s']:.1f} s ({startup['master']}, driver memory "
@@ -332,14 +341,42 @@ def report(results: list[dict[str, Any]], startup: dict[str, float]) -> str:
             f"{ratio:.1f}x the fastest single-machine plan"
         )
     if len(results) > 1:
-        lines += ["", "Spark warm time per million replicas (linearity):"]
+        lines += [
+            "",
+            "Growth with size, least-squares fit of warm time = fixed + slope x replicas "
+            "(the unit plan reads only units and servers, which grow with the server count):",
+        ]
+        xs = [r["replicas"] / 1e6 for r in results]
+        engines = (("Spark", "spark_warm_s"), ("pandas", "pandas_s"), ("SQL", "sql_s"))
         for name in PLANS:
-            per = [
-                f"{human(r['replicas_target'])}: "
-                f"{r['plans'][name]['spark_warm_s'] / (r['replicas'] / 1e6):.2f} s"
-                for r in results
-            ]
-            lines.append(f"- {name}: " + ", ".join(per))
+            fits = {
+                engine: linear_fit(xs, [r["plans"][name][key] for r in results])
+                for engine, key in engines
+            }
+            parts = [f"{e} {a:.2f} s + {b:.2f} s/M" for e, (a, b) in fits.items()]
+            # where the Spark line drops below both others (if its slope is the smallest)
+            a, b = fits["Spark"]
+            cross = 0.0
+            for engine in ("pandas", "SQL"):
+                ao, bo = fits[engine]
+                if bo <= b:
+                    cross = float("inf")
+                    break
+                cross = max(cross, (a - ao) / (bo - b))
+            where = (
+                "never on this trend"
+                if cross == float("inf")
+                else f"from about {max(cross, 0):.1f}M replicas on this trend"
+            )
+            where = f"Spark fastest {where}"
+            if name == "unit migration":  # its input does not grow with the replicas
+                where = "not extrapolated: Spark's time here is its fixed cost per job"
+            lines.append(f"- {name}: " + "; ".join(parts) + f" -> {where}")
+    lines += [
+        "",
+        f"Machine: {startup['cpus']} CPUs; load average {startup['load_before']:.1f} before, "
+        f"{startup['load_after']:.1f} after the run (other processes share it).",
+    ]
     return "\n".join(lines)
 
 
@@ -366,7 +403,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spark, t_session = timed(lambda: mgr.get())
         _, t_first = timed(lambda: spark.range(1_000_000).selectExpr("sum(id)").collect())
-        startup = {
+        startup: dict[str, Any] = {
+            "cpus": os.cpu_count(),
+            "load_before": os.getloadavg()[0],
             "session_s": t_session,
             "first_job_s": t_first,
             "master": args.master,
@@ -377,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append(
                 run_size(n, pg=pg, spark=spark, sampler=sampler, repeats=repeats, seed=args.seed)
             )
+        startup["load_after"] = os.getloadavg()[0]
     finally:
         mgr.stop()
         sampler.stop()
