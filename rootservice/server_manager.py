@@ -274,6 +274,16 @@ class ServerManager:
                 replace(s) for s in self._servers.values() if s.admin_status is AdminStatus.DELETING
             ]
 
+    def has_servers_to_empty(self) -> bool:
+        """Some server is DELETING or permanently offline (the balancer's work). Reads two
+        attributes per server under the lock, no copies: the balancer asks on every round."""
+        with self._lock:
+            return any(
+                s.admin_status is AdminStatus.DELETING
+                or s.hb_status is HeartbeatStatus.PERMANENT_OFFLINE
+                for s in self._servers.values()
+            )
+
     def counts(self) -> dict[str, int]:
         """Number of servers by heartbeat status, plus ``servers``."""
         out = {h.value: 0 for h in HeartbeatStatus}
@@ -336,18 +346,21 @@ class ServerManager:
             if not s.force_stop_hb:
                 if not s.is_alive():
                     self._candidates.discard(key)
+                    # Only a server back from permanent offline changes the balancer's
+                    # plans; waking it on every transition would run it thousands of
+                    # times when a whole cluster comes online.
+                    if s.hb_status is HeartbeatStatus.PERMANENT_OFFLINE:
+                        self.wake("balancer")
                     s.hb_status = HeartbeatStatus.ALIVE
                     s.register_time = now
                     s.last_offline_time = 0
                     changed = True
                     self.persist.add_event(self._event(now, "online", s))
-                    self.wake("balancer")
                 s.last_hb_time = now
                 self._set_alive(s)
             if req.start_service_time != s.start_service_time:
                 s.start_service_time = req.start_service_time
                 changed = True
-                self.wake("balancer")
             disk_error = bool(req.server_status & DATA_DISK_ERROR_BIT)
             new_report = ReportStatus.DATA_DISK_ERROR if disk_error else ReportStatus.NORMAL
             if new_report is not s.server_report_status:
@@ -463,7 +476,6 @@ class ServerManager:
                     self._event(now, "lease_expire", s, ("last_hb_time", s.last_hb_time))
                 )
                 self.metrics.window("expire_detect_lag_us").record(now - (s.last_hb_time + lease))
-                self.wake("balancer")
                 n += 1
             while self._offline_heap and self._offline_heap[0][0] <= now:
                 deadline, key = heapq.heappop(self._offline_heap)
@@ -503,7 +515,6 @@ class ServerManager:
             self.persist.add_event(
                 self._event(now, "lease_expire", s, ("last_hb_time", s.last_hb_time))
             )
-            self.wake("balancer")
             n += 1
         self._candidates.clear()
         return n
