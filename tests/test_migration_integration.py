@@ -68,6 +68,9 @@ def test_delete_life_cycle_cancel_and_permanent_offline_rebuild(tc: TenantCluste
     with the destination agent killed during a copy, then CANCEL DELETE mid-way, then a
     server killed past server_permanent_offline_time."""
     c = tc
+    # 1M data files are 4 chunks of 256K: with FAULT_COPY_SLOW_MS a copy stays visible
+    # (copy_from set, bytes_copied > 0) for over a second instead of finishing in one chunk.
+    c.extra_flags = {"replica_size": "1M"}
     c.start_rs(**MIGRATION_FLAGS, server_permanent_offline_time="6s")
     a1, a2, a3 = c.bootstrap()
     spare = {}

@@ -45,7 +45,7 @@ class TenantCluster(Cluster):
         addr = addr or f"127.0.0.1:{free_port()}"
         self.zones[addr] = zone
         name = name or f"agent-{addr.rsplit(':', 1)[1]}"
-        flags = {**AGENT_FLAGS, **REPLICA_FLAGS, **extra}
+        flags = {**AGENT_FLAGS, **REPLICA_FLAGS, **self.extra_flags, **extra}
         self.started_with.setdefault(addr, (zone, name, extra))
         p = self.procs.start(
             agent_cmd(self.rs_addr, addr, free_port(), zone, self.tmp / (data or name), **flags),
@@ -56,6 +56,8 @@ class TenantCluster(Cluster):
         return addr
 
     started_with: dict[str, tuple[str, str, dict[str, Any]]]
+    # Flags every agent of this cluster gets on top of REPLICA_FLAGS.
+    extra_flags: dict[str, Any] = {}
 
     def restart_agent(self, addr: str) -> None:
         """Start the agent of ``addr`` again, same zone, data directory and flags."""
