@@ -372,7 +372,7 @@ def run(d: Demo) -> None:
     d.must(f"ALTER SYSTEM ADD SERVER '{a['agent6']}' ZONE 'z2'")
     d.wait("agent6 ACTIVE", lambda: d.status("agent6") == "ACTIVE")
     # copies into agent6 crawl (fault switch), so the cancel lands mid-way
-    (ROOT / "agent6" / "FAULT_COPY_SLOW_MS").write_text("400")
+    (ROOT / "agent6" / "FAULT_COPY_SLOW_MS").write_text("1500")
     d.must(f"ALTER SYSTEM DELETE SERVER '{a['agent2']}'")
     d.wait("a copy to agent6 under way", lambda: d.replica_dirs("agent6") > 0, 120)
     d.must("SELECT job_id, job_status, progress, extra_info FROM DBA_OB_ROOTSERVICE_JOBS")

@@ -142,7 +142,9 @@ def test_delete_life_cycle_cancel_and_permanent_offline_rebuild(tc: TenantCluste
 
     # --- 2. CANCEL DELETE while the copies crawl: the unit goes back, partial copies go ---
     src, dest = host["z2"], other["z2"]
-    (c.data_dir(dest) / "FAULT_COPY_SLOW_MS").write_text("500")
+    # 2 s per 256K chunk: the cancel may wait for a balancer round that is running a Spark
+    # plan, and the copies must still be under way when it lands.
+    (c.data_dir(dest) / "FAULT_COPY_SLOW_MS").write_text("2000")
     c.ok(f"ALTER SYSTEM DELETE SERVER '{src}'")
     wait_until(
         lambda: any(r.copy_from for r in replica_report(dest).values()),
