@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -82,23 +83,30 @@ def write_identity(data_dir: Path, ident: ClusterIdentity) -> Path:
     directory = Path(data_dir)
     directory.mkdir(parents=True, exist_ok=True)
     target = identity_path(directory)
-    tmp = directory / f".{IDENTITY_FILE}.tmp.{os.getpid()}"
+    write_atomic(target, ident.to_json().encode("utf-8"))
+    return target
+
+
+def write_atomic(path: Path, payload: bytes) -> None:
+    """Replace ``path`` with ``payload``: temp file in the same directory, fsync, rename,
+    fsync the directory. After a crash the file is the old or the new one, never half of
+    one. Raises ``OSError`` (the temp file is removed)."""
+    tmp = path.with_name(f".{path.name}.tmp.{uuid.uuid4().hex}")
     try:
         with open(tmp, "wb") as f:
-            f.write(ident.to_json().encode("utf-8"))
+            f.write(payload)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, target)
+        os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
-    _fsync_dir(directory)
-    return target
+    fsync_dir(path.parent)
 
 
-def _fsync_dir(directory: Path) -> None:
-    # The rename is only durable once the directory entry is on disk.
+def fsync_dir(directory: Path) -> None:
+    """fsync ``directory``: a rename is only durable once the directory entry is on disk."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -77,6 +77,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from observer_agent.identity import fsync_dir, write_atomic
 from observer_agent.resources import CLOG_DIR
 from observer_agent.settings import AgentSettings, parse_host_port
 from rootservice.clock import Clock
@@ -145,33 +146,6 @@ def describe_ls(key: Key) -> str:
     return f"tenant {key[0]} ls {key[1]}"
 
 
-def _fsync_dir(directory: Path) -> None:
-    # A rename is only durable once the directory entry is on disk.
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, payload: bytes) -> None:
-    """Replace ``path`` with ``payload``: temp file in the same directory, fsync, rename,
-    fsync the directory. After a crash the file is the old or the new one, never half of
-    one. Raises ``OSError`` (the temp file is removed)."""
-    tmp = path.with_name(f".{path.name}.tmp.{uuid.uuid4().hex}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    _fsync_dir(path.parent)
-
-
 # ---------------------------------------------------------------------------- data file
 
 
@@ -205,7 +179,7 @@ def build_data_file(path: Path, size: int, tenant_id: int, ls_id: int) -> int:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     return crc
 
 
@@ -1326,7 +1300,7 @@ class ReplicaManager:
 
             def install() -> ReplicaLog:
                 os.replace(tmp, directory / DATA_FILE)
-                _fsync_dir(directory)
+                fsync_dir(directory)
                 # A log left by an earlier replica of this LS is history of another life.
                 with contextlib.suppress(FileNotFoundError):
                     log_path.unlink()

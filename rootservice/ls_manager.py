@@ -61,16 +61,6 @@ class LsPlan:
     zone_priority: dict[str, int]  # zone -> priority (0 best) from the tenant's primary zone
     primary_zone: str  # the LS's own preferred zone (__all_ls_status.primary_zone)
 
-    @property
-    def paxos_replica_number(self) -> int:
-        """One FULL replica per zone."""
-        return len(self.members)
-
-    @property
-    def majority(self) -> int:
-        """Members needed for a Paxos majority."""
-        return self.paxos_replica_number // 2 + 1
-
 
 @dataclass
 class Topology:
@@ -78,7 +68,6 @@ class Topology:
 
     version: int = -1
     plans: dict[LsKey, LsPlan] = field(default_factory=dict)
-    units_by_server: dict[str, list[trepo.Unit]] = field(default_factory=dict)
     tenants: dict[int, trepo.Tenant] = field(default_factory=dict)
 
 
@@ -1072,7 +1061,6 @@ def build_topology(
     units_by_pool: dict[int, list[trepo.Unit]] = {}
     for u in units:
         units_by_pool.setdefault(u.resource_pool_id, []).append(u)
-        topo.units_by_server.setdefault(u.server, []).append(u)
     for tpools in by_tenant_pool.values():
         tpools.sort(key=lambda p: p.resource_pool_id)
     for row in ls_rows:
@@ -1103,8 +1091,3 @@ def build_topology(
             row.primary_zone,
         )
     return topo
-
-
-def describe(views: dict[LsKey, LsView]) -> list[tuple[int, int, str, int]]:
-    """``(tenant_id, ls_id, leader or '', term)`` of each LS, for logs and tests."""
-    return [(k[0], k[1], v.leader or "", v.term) for k, v in sorted(views.items())]

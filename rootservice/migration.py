@@ -46,7 +46,6 @@ from rootservice.db.repo import Event
 from rootservice.db.tables import all_ls_meta_table, all_rootservice_job, all_unit
 from rootservice.errors import ObError
 from rootservice.placement import format_bytes
-from rootservice.proto import obrpc_pb2
 from rootservice.server_status import AdminStatus, HeartbeatStatus
 
 if TYPE_CHECKING:
@@ -141,7 +140,6 @@ class MigrationManager:
         self.tasks: dict[tuple[tuple[int, int], str], CopyTask] = {}
         self.progress: dict[str, JobProgress] = {}
         self.unplaced: dict[int, str] = {}  # unit_id -> why it found no server
-        self.last_error = ""
 
     def clear(self) -> None:
         """Forget in-flight copy tasks, job progress and placement failures (step-down).
@@ -702,9 +700,3 @@ class LostReplicaChecker:
     def run_once(self) -> int:
         """One round; see :meth:`MigrationManager.clean_lost_replicas`."""
         return self.migration.clean_lost_replicas()
-
-
-def report_summary(r: obrpc_pb2.ReplicaInfo) -> str:
-    """One line describing a replica report, for logs."""
-    state = "in service" if r.in_service else f"building {format_bytes(r.bytes_copied)}"
-    return f"LS {r.tenant_id}.{r.ls_id} {state}{' error ' + r.build_error if r.build_error else ''}"
