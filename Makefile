@@ -100,7 +100,7 @@ lint:
 proto:
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(VENV)/bin/python -m grpc_tools.protoc -I. \
 	    --python_out=. --grpc_python_out=. --mypy_out=. --mypy_grpc_out=. \
-	    rootservice/proto/obrpc.proto
+	    obcommon/proto/obrpc.proto
 
 clean:
 	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -print0 | xargs -0 rm -rf

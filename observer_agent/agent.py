@@ -33,6 +33,10 @@ from typing import Any, TypeVar
 
 import grpc
 
+from obcommon.addresses import parse_host_port
+from obcommon.clock import Clock
+from obcommon.errors import ObError, error_from_proto
+from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from observer_agent.identity import (
     ClusterIdentity,
     IdentityError,
@@ -42,10 +46,7 @@ from observer_agent.identity import (
 )
 from observer_agent.replicas import ReplicaManager
 from observer_agent.resources import DATA_DISK_ERROR, collect_resource_info, probe_data_disk
-from observer_agent.settings import AgentSettings, parse_host_port
-from rootservice.clock import Clock
-from rootservice.errors import ObError, error_from_proto
-from rootservice.proto import obrpc_pb2, obrpc_pb2_grpc
+from observer_agent.settings import AgentSettings
 
 LEASE_REQUEST_VERSION = 1
 

@@ -60,11 +60,11 @@ from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
+from obcommon.clock import SystemClock
 from observer_agent.agent import Agent
 from observer_agent.identity import IdentityError
 from observer_agent.service import start_server, stop_server
 from observer_agent.settings import AgentSettings
-from rootservice.clock import SystemClock
 
 PROG = "observer-agent"
 EXIT_OK = 0

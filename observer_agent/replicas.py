@@ -77,12 +77,13 @@ from typing import Any, TypeVar
 
 import grpc
 
+from obcommon.addresses import parse_host_port
+from obcommon.clock import Clock
+from obcommon.errors import ObError, error_from_proto, error_to_proto
+from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from observer_agent.identity import fsync_dir, write_atomic
 from observer_agent.resources import CLOG_DIR
-from observer_agent.settings import AgentSettings, parse_host_port
-from rootservice.clock import Clock
-from rootservice.errors import ObError, error_from_proto, error_to_proto
-from rootservice.proto import obrpc_pb2, obrpc_pb2_grpc
+from observer_agent.settings import AgentSettings
 
 REPLICAS_DIR = "replicas"
 DATA_FILE = "data"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 
-from rootservice.proto import obrpc_pb2
+from obcommon.proto import obrpc_pb2
 
 #: ``server_status`` bit of a lease request: the data disk failed its probe
 #: (OceanBase's ``RSS_DATA_DISK_ERROR`` / ``server_report_status`` DATA_DISK_ERROR).

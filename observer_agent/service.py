@@ -19,8 +19,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
+from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from observer_agent.agent import Agent
-from rootservice.proto import obrpc_pb2, obrpc_pb2_grpc
 
 #: The health-service name of the agent's own service.
 OBSERVER_SERVICE_NAME = obrpc_pb2.DESCRIPTOR.services_by_name["ObserverService"].full_name

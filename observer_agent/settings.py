@@ -5,14 +5,14 @@ defaults below, environment variables ``OB_AGENT_*`` (e.g. ``OB_AGENT_ZONE=z1``,
 ``OB_AGENT_RS_LIST=10.0.0.1:2882,10.0.0.2:2882``) and the command-line flags of
 ``observer-agent``. Durations are written like OceanBase's (``2s``, ``100ms``) and held as
 integer microseconds; sizes are bytes, written as integers or OceanBase size words (``512K``,
-``4M``, ``1G``, ``2GB``; binary multiples). Validation happens once, at start-up, so a bad flag stops the process
+``4M``, ``1.5G``, ``2GB``; binary multiples, the grammar of :mod:`obcommon.sizes` that resource
+units use too). Validation happens once, at start-up, so a bad flag stops the process
 before it ever talks to an RS.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
@@ -24,7 +24,9 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
-from rootservice.config import Duration, format_duration
+from obcommon.addresses import parse_host_port
+from obcommon.durations import Duration, format_duration
+from obcommon.sizes import GIB, KIB, MIB, format_size, parse_size
 
 US_PER_S = 1_000_000
 
@@ -43,80 +45,12 @@ DURATION_BOUNDS: dict[str, tuple[int, int]] = {
     "log_interval": (10_000, 60 * US_PER_S),
 }
 
-KIB = 1 << 10
-MIB = 1 << 20
-GIB = 1 << 30
-
 #: Bounds of ``replica_size`` in bytes: tests use 64K, a drill a few GiB at most.
 REPLICA_SIZE_BOUNDS = (4 * KIB, 64 * GIB)
-
-_SIZE_UNITS = {
-    "": 1,
-    "B": 1,
-    "K": KIB,
-    "KB": KIB,
-    "M": MIB,
-    "MB": MIB,
-    "G": GIB,
-    "GB": GIB,
-    "T": 1 << 40,
-    "TB": 1 << 40,
-    "P": 1 << 50,
-    "PB": 1 << 50,
-}
-_SIZE_RE = re.compile(r"^\s*(\d{1,19})\s*([A-Za-z]{0,2})\s*$")
-
-
-def parse_size(value: str | int) -> int:
-    """``"4M"`` -> 4_194_304 (bytes); ``"512K"``, ``"1G"``, ``"2GB"`` likewise, and a plain
-    integer (or digit string) is bytes.
-
-    Units are case-insensitive binary multiples: B, K/KB, M/MB, G/GB, T/TB, P/PB. Raises
-    ``ValueError`` for negatives, fractions, unknown units and non-strings/ints.
-    """
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise ValueError(f"not a size: {value!r}")
-    if isinstance(value, int):
-        if value < 0:
-            raise ValueError(f"size must not be negative: {value}")
-        return value
-    m = _SIZE_RE.match(value)
-    unit = m.group(2).upper() if m else None
-    if m is None or unit not in _SIZE_UNITS:
-        raise ValueError(f"not a size: {value!r} (write bytes or e.g. 512K, 4M, 1G)")
-    return int(m.group(1)) * _SIZE_UNITS[unit]
-
-
-def format_size(n: int) -> str:
-    """4_194_304 -> ``"4M"``: the largest unit that divides ``n`` (bytes) exactly."""
-    for unit in ("P", "T", "G", "M", "K"):
-        if n and n % _SIZE_UNITS[unit] == 0:
-            return f"{n // _SIZE_UNITS[unit]}{unit}"
-    return str(n)
 
 
 #: Bytes, from an int or a size word (see :func:`parse_size`).
 Size = Annotated[int, BeforeValidator(parse_size)]
-
-_HOST_RE = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]{0,252}))$")
-
-
-def parse_host_port(addr: str, *, allow_port_zero: bool = False) -> tuple[str, int]:
-    """``"127.0.0.1:2882"`` -> ``("127.0.0.1", 2882)``.
-
-    The host is an IPv4 address, a host name or a bracketed IPv6 address; the port is
-    1..65535 (0 too when ``allow_port_zero``, meaning "any free port", for in-process tests).
-    Raises ``ValueError`` with a readable message otherwise.
-    """
-    host, sep, port = addr.strip().rpartition(":")
-    if not sep or not host or not (port.isascii() and port.isdigit()):
-        raise ValueError(f"{addr!r} is not host:port")
-    if not _HOST_RE.match(host):
-        raise ValueError(f"{addr!r} has an invalid host {host!r}")
-    lo = 0 if allow_port_zero else 1
-    if not lo <= int(port) <= 65535:
-        raise ValueError(f"{addr!r}: port {int(port)} is out of range [{lo}, 65535]")
-    return host, int(port)
 
 
 def _split_rs_list(value: Any) -> Any:

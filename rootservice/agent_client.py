@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import grpc
 
-from rootservice.errors import ObError
-from rootservice.proto import obrpc_pb2, obrpc_pb2_grpc
+from obcommon.errors import ObError
+from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 
 
 @dataclass(frozen=True)

@@ -23,26 +23,22 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from obcommon.addresses import format_server, parse_server
+from obcommon.clock import Clock, SystemClock
+from obcommon.durations import format_duration, parse_duration
+from obcommon.errors import ObError
 from rootservice.agent_client import AgentClient
-from rootservice.clock import Clock, SystemClock
-from rootservice.config import (
-    PARAMETERS,
-    RsSettings,
-    format_duration,
-    parse_duration,
-    validate_parameter,
-)
+from rootservice.config import PARAMETERS, RsSettings, validate_parameter
 from rootservice.db import engine as dbengine
 from rootservice.db import repo
 from rootservice.db.repo import DEFAULT_REGION, Event, ZoneInfo
 from rootservice.election import Election, lease_timings, merge_rs_list
 from rootservice.empty_server_checker import EmptyServerChecker
-from rootservice.errors import ObError
 from rootservice.ls_manager import LsManager
 from rootservice.metrics import Metrics, track_gc_pauses
 from rootservice.migration import LostReplicaChecker, MigrationManager, Planner
 from rootservice.server_manager import ServerManager
-from rootservice.server_status import ServerStatus, check_zone_name, format_server, parse_server
+from rootservice.server_status import ServerStatus, check_zone_name
 from rootservice.store import MetaStore, db_error_summary
 from rootservice.tasks import FnTask, make_scheduler, register_tasks, reschedule, wake
 from rootservice.tenant_manager import TenantManager

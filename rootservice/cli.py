@@ -18,10 +18,10 @@ from typing import Any
 import sqlalchemy as sa
 from pydantic import ValidationError
 
+from obcommon.errors import ObError
 from rootservice.app import RootService, StartupError
 from rootservice.config import RsSettings
 from rootservice.db import engine as dbengine
-from rootservice.errors import ObError
 
 log = logging.getLogger("rootservice")
 

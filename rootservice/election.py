@@ -36,10 +36,10 @@ from collections.abc import Callable
 
 import sqlalchemy as sa
 
-from rootservice.clock import Clock
+from obcommon.addresses import parse_server
+from obcommon.clock import Clock
 from rootservice.db import repo
 from rootservice.metrics import Metrics
-from rootservice.server_status import parse_server
 from rootservice.store import MetaStore, db_error_summary
 
 log = logging.getLogger(__name__)

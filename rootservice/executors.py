@@ -15,12 +15,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from obcommon.addresses import format_server, parse_server
+from obcommon.durations import format_duration
+from obcommon.errors import ObError, error_to_proto
+from obcommon.proto import obrpc_pb2
 from rootservice.app import RootService
-from rootservice.config import PARAMETERS, RsSettings, format_duration
-from rootservice.errors import ObError, error_to_proto
-from rootservice.proto import obrpc_pb2
+from rootservice.config import PARAMETERS, RsSettings
 from rootservice.select import run_select
-from rootservice.server_status import format_server, parse_server
 from sql import ast
 from sql.parser import parse
 

@@ -31,12 +31,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from obcommon.errors import ObError, error_from_proto
+from obcommon.proto import obrpc_pb2
 from rootservice.db import tenant_repo as trepo
 from rootservice.db.repo import Event
 from rootservice.db.tenant_repo import LsStatus, MetaKey, SpaceKey
-from rootservice.errors import ObError, error_from_proto
 from rootservice.placement import UnitRequest, place_units
-from rootservice.proto import obrpc_pb2
 from rootservice.server_status import ServerStatus
 
 if TYPE_CHECKING:

@@ -40,11 +40,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import sqlalchemy as sa
 
+from obcommon.errors import ObError
 from rootservice.db import repo
 from rootservice.db import tenant_repo as trepo
 from rootservice.db.repo import Event
 from rootservice.db.tables import all_ls_meta_table, all_rootservice_job, all_unit
-from rootservice.errors import ObError
 from rootservice.placement import format_bytes
 from rootservice.server_status import AdminStatus, HeartbeatStatus
 

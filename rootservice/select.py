@@ -16,8 +16,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from obcommon.errors import ObError
 from rootservice.db.tables import SYSTEM_TABLES, SYSTEM_VIEWS
-from rootservice.errors import ObError
 from rootservice.store import MetaStore, db_error_summary
 from sql import ast
 

@@ -24,10 +24,10 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
+from obcommon.errors import ObError, error_to_proto
+from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from rootservice.app import RootService
-from rootservice.errors import ObError, error_to_proto
 from rootservice.executors import execute_sql
-from rootservice.proto import obrpc_pb2, obrpc_pb2_grpc
 
 log = logging.getLogger(__name__)
 

@@ -24,14 +24,15 @@ from typing import Any, Literal
 
 import sqlalchemy as sa
 
+from obcommon.addresses import format_server, parse_server
+from obcommon.clock import Clock
+from obcommon.errors import ObError
+from obcommon.proto import obrpc_pb2
 from rootservice.agent_client import AgentClient
-from rootservice.clock import Clock
 from rootservice.config import RsSettings
 from rootservice.db import repo
 from rootservice.db.repo import Event
-from rootservice.errors import ObError
 from rootservice.metrics import Metrics
-from rootservice.proto import obrpc_pb2
 from rootservice.server_status import (
     CHECKED_COLUMNS,
     DATA_DISK_ERROR_BIT,
@@ -42,8 +43,6 @@ from rootservice.server_status import (
     ServerStatus,
     admin_from_display,
     check_zone_name,
-    format_server,
-    parse_server,
 )
 from rootservice.store import MetaStore
 from rootservice.zone_manager import ZoneManager

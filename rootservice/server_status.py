@@ -8,12 +8,12 @@ both. :func:`parse_server` validates the ``'ip:port'`` strings operators and age
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from rootservice.errors import ObError
+from obcommon.addresses import format_server
+from obcommon.errors import ObError
 
 DATA_DISK_ERROR_BIT = 0x1
 MAX_ZONE_LENGTH = 128
@@ -60,44 +60,6 @@ def admin_from_display(text: str) -> AdminStatus:
     """Case-insensitive inverse used when loading ``__all_server``: DELETING -> DELETING,
     anything else -> NORMAL."""
     return AdminStatus.DELETING if text.strip().upper() == "DELETING" else AdminStatus.NORMAL
-
-
-def parse_server(text: str) -> tuple[str, int]:
-    """``'127.0.0.1:2882'`` -> ``('127.0.0.1', 2882)``.
-
-    Accepts an IPv4 address or a bracketed IPv6 address (``'[::1]:2882'``) and a port in
-    1..65535; host names are refused because the whitelist is keyed by address, as in
-    OceanBase's ``ObAddr``. Raises ``ObError(OB_INVALID_ARGUMENT)`` naming the bad value
-    (truncated to 64 characters so a 1 MB string yields a short message).
-    """
-    shown = text if len(text) <= 64 else text[:61] + "..."
-    if not isinstance(text, str) or len(text) > 64:
-        raise ObError("OB_INVALID_ARGUMENT", f"server '{shown}'")
-    host, sep, port_s = text.strip().rpartition(":")
-    if not sep or not port_s.isdigit() or not host:
-        raise ObError("OB_INVALID_ARGUMENT", f"server '{shown}'", detail="expected 'ip:port'")
-    port = int(port_s)
-    if not 1 <= port <= 65535:
-        raise ObError("OB_INVALID_ARGUMENT", f"server '{shown}'", detail="port must be 1..65535")
-    bracketed = host.startswith("[") and host.endswith("]")
-    try:
-        addr = ipaddress.ip_address(host[1:-1] if bracketed else host)
-    except ValueError:
-        raise ObError(
-            "OB_INVALID_ARGUMENT", f"server '{shown}'", detail="host must be an IP address"
-        ) from None
-    if addr.version == 6 and not bracketed:
-        raise ObError(
-            "OB_INVALID_ARGUMENT",
-            f"server '{shown}'",
-            detail="IPv6 addresses are written [addr]:port",
-        )
-    return str(addr), port
-
-
-def format_server(ip: str, port: int) -> str:
-    """Inverse of :func:`parse_server`."""
-    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
 def check_zone_name(zone: str) -> str:

@@ -18,8 +18,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from obcommon.errors import ObError
 from rootservice.db import repo
-from rootservice.errors import ObError
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
-from rootservice.clock import Clock
+from obcommon.clock import Clock
 from rootservice.metrics import Metrics
 
 log = logging.getLogger(__name__)

@@ -16,15 +16,15 @@ import threading
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
+from obcommon.errors import ObError
+from obcommon.sizes import parse_size
 from rootservice.db import repo
 from rootservice.db import tenant_repo as trepo
 from rootservice.db.repo import Event
 from rootservice.db.tenant_repo import LsStatus, ResourcePool, Tenant, Unit, UnitConfig
-from rootservice.errors import ObError
 from rootservice.placement import GIB, Demand, ServerRoom, UnitRequest, place_units
 from rootservice.server_status import AdminStatus
 from sql import ast
-from sql.sizes import parse_size
 
 if TYPE_CHECKING:
     from rootservice.ls_manager import LsManager

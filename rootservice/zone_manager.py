@@ -9,10 +9,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from rootservice.clock import Clock
+from obcommon.clock import Clock
+from obcommon.errors import ObError
 from rootservice.db import repo
 from rootservice.db.repo import DEFAULT_REGION, Event, ZoneInfo
-from rootservice.errors import ObError
 from rootservice.server_status import check_zone_name
 from rootservice.store import MetaStore
 

@@ -89,7 +89,7 @@ class CreateResourceUnit:
     Options may come in any order, separated by commas. ``options`` maps the lower-cased
     option name to the value as written: a number (int or float), or a string (a quoted size
     such as ``'4G'`` or a bare size word such as ``4G``); sizes are converted by the
-    executor (``sql.sizes.parse_size``). ``name`` is lower-cased (OceanBase object names
+    executor (``obcommon.sizes.parse_size``). ``name`` is lower-cased (OceanBase object names
     are case-insensitive).
     """
 

@@ -30,8 +30,8 @@ from typing import TextIO
 import grpc
 from tabulate import tabulate
 
-from rootservice.errors import ERRORS, ObError, RemoteObError, error_from_proto, error_to_proto
-from rootservice.proto import obrpc_pb2, obrpc_pb2_grpc
+from obcommon.errors import ERRORS, ObError, RemoteObError, error_from_proto, error_to_proto
+from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 
 PROMPT = "obadmin> "
 CONTINUATION_PROMPT = "    -> "

@@ -4,7 +4,7 @@ The grammar (``sql/grammar.lark``, SPEC.md section 7) is compiled once, at impor
 Lark LALR(1) parser whose transformer builds the AST while parsing, so no tree is walked
 recursively and deeply nested input cannot exhaust the Python stack.
 
-Every refusal is an :class:`~rootservice.errors.ObError`, worded like MySQL's:
+Every refusal is an :class:`~obcommon.errors.ObError`, worded like MySQL's:
 
 * ``ER_PARSE_ERROR`` (1064) ``... near '<the text from the offending token on>' at line N``
 * ``ER_EMPTY_QUERY`` (1065) for a statement of only blanks, comments and ``;``
@@ -29,7 +29,7 @@ from lark.exceptions import (
     UnexpectedToken,
 )
 
-from rootservice.errors import ObError
+from obcommon.errors import ObError
 from sql import ast
 
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
@@ -498,7 +498,7 @@ def parse(text: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ast.Statement:
     and ``/* */`` comments may appear anywhere between tokens. Values are not validated
     here: that is the executors' job.
 
-    Raises :class:`~rootservice.errors.ObError` and nothing else:
+    Raises :class:`~obcommon.errors.ObError` and nothing else:
     ``ER_NET_PACKET_TOO_LARGE`` when ``text`` is over ``max_bytes`` UTF-8 bytes (checked first),
     ``ER_EMPTY_QUERY`` when it holds no statement, ``ER_PARSE_ERROR`` (MySQL's 1064 text,
     ``near '<rest of the text>' at line N``) for a syntax error, several statements, or a

@@ -13,13 +13,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from obcommon.clock import FakeClock
+from obcommon.errors import ObError
+from obcommon.proto import obrpc_pb2
 from rootservice.app import PARAM_BOOTSTRAP_TIME, RootService
-from rootservice.clock import FakeClock
 from rootservice.config import RsSettings
 from rootservice.db import repo
 from rootservice.db.repo import ZoneInfo
-from rootservice.errors import ObError
-from rootservice.proto import obrpc_pb2
 from rootservice.server_status import ServerStatus
 
 S = 1_000_000

@@ -18,6 +18,8 @@ import grpc
 import pytest
 from test_agent_replicas import free_port, run, wait_until
 
+from obcommon.clock import SystemClock
+from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from observer_agent.agent import Agent
 from observer_agent.cli import load_settings, main
 from observer_agent.replicas import (
@@ -28,8 +30,6 @@ from observer_agent.replicas import (
 )
 from observer_agent.service import start_server, stop_server
 from observer_agent.settings import AgentSettings
-from rootservice.clock import SystemClock
-from rootservice.proto import obrpc_pb2, obrpc_pb2_grpc
 
 T, LS = 1001, 1
 KEY = (T, LS)

@@ -18,6 +18,9 @@ import grpc
 import pytest
 from pydantic import ValidationError
 
+from obcommon.clock import FakeClock, SystemClock
+from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
+from obcommon.sizes import parse_size
 from observer_agent.agent import Agent
 from observer_agent.cli import load_settings, main
 from observer_agent.replicas import (
@@ -30,9 +33,7 @@ from observer_agent.replicas import (
 )
 from observer_agent.resources import collect_resource_info
 from observer_agent.service import start_server, stop_server
-from observer_agent.settings import AgentSettings, parse_size
-from rootservice.clock import FakeClock, SystemClock
-from rootservice.proto import obrpc_pb2, obrpc_pb2_grpc
+from observer_agent.settings import AgentSettings
 
 T, LS = 1001, 1
 KEY = (T, LS)
@@ -172,18 +173,20 @@ def run(coro: Any, timeout_s: float = 30) -> Any:
 
 
 def test_sizes_and_new_flags(tmp_path: Path) -> None:
-    assert [parse_size(v) for v in ("4M", "512K", "1G", "2gb", "100", " 3 k ", 0, 77)] == [
+    # The agent's size flags use the same grammar as resource units (obcommon.sizes).
+    assert [parse_size(v) for v in ("4M", "512K", "1G", "2gb", "100", " 3k ", "1.5G", 0, 77)] == [
         4 << 20,
         512 << 10,
         1 << 30,
         2 << 30,
         100,
         3 << 10,
+        3 << 29,
         0,
         77,
     ]
-    for bad in ("4X", "-1", "1.5G", "", "G"):
-        with pytest.raises(ValueError, match="not a size"):
+    for bad in ("4X", "-1", "3 k", "", "G"):
+        with pytest.raises(ValueError, match="invalid size"):
             parse_size(bad)
     s = load_settings(
         [

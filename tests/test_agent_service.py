@@ -21,11 +21,11 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from obcommon.clock import FakeClock, SystemClock
+from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from observer_agent.agent import Agent
 from observer_agent.service import OBSERVER_SERVICE_NAME, create_server, start_server, stop_server
 from observer_agent.settings import AgentSettings
-from rootservice.clock import FakeClock, SystemClock
-from rootservice.proto import obrpc_pb2, obrpc_pb2_grpc
 
 REPO = Path(__file__).resolve().parent.parent
 

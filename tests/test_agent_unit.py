@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from obcommon.clock import FakeClock
+from obcommon.errors import ObError, error_to_proto
+from obcommon.proto import obrpc_pb2
 from observer_agent import identity as identity_mod
 from observer_agent.agent import Agent
 from observer_agent.cli import main
@@ -31,9 +34,6 @@ from observer_agent.resources import (
     probe_data_disk,
 )
 from observer_agent.settings import DEFAULT_BUILD_VERSION, AgentSettings
-from rootservice.clock import FakeClock
-from rootservice.errors import ObError, error_to_proto
-from rootservice.proto import obrpc_pb2
 
 RS1 = "127.0.0.1:2882"
 RS2 = "127.0.0.2:2882"

@@ -16,11 +16,11 @@ from harness import LEASE as HB_LEASE
 from harness import SEEDED, error_name, flush, hb, heartbeat_all, make_rs, server_row
 from harness import events as event_rows
 
+from obcommon.clock import FakeClock
+from obcommon.errors import ObError
 from rootservice.app import RsState
-from rootservice.clock import FakeClock
 from rootservice.db import repo
 from rootservice.election import Election, lease_timings, merge_rs_list
-from rootservice.errors import ObError
 from rootservice.store import MetaStore
 
 S = 1_000_000

@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from cluster import Proc, ProcSet, agent_cmd, free_port, rs_cmd, wait_until
 from pgserver import PgServer
 
-from rootservice.proto import obrpc_pb2, obrpc_pb2_grpc
+from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from sql.obadmin import execute, result_rows
 
 pytestmark = pytest.mark.integration

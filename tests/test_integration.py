@@ -15,7 +15,7 @@ import grpc
 import pytest
 from cluster import Proc, ProcSet, agent_cmd, free_port, rs_cmd, wait_until
 
-from rootservice.proto import obrpc_pb2, obrpc_pb2_grpc
+from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from sql.obadmin import execute, result_rows
 
 pytestmark = pytest.mark.integration

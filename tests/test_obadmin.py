@@ -19,8 +19,8 @@ from typing import Any
 import grpc
 import pytest
 
-from rootservice.errors import ObError, error_to_proto
-from rootservice.proto import obrpc_pb2, obrpc_pb2_grpc
+from obcommon.errors import ObError, error_to_proto
+from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from sql import obadmin
 from sql.obadmin import (
     RsUnreachableError,

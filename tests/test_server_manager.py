@@ -21,8 +21,8 @@ from harness import (
     server_row,
 )
 
+from obcommon.proto import obrpc_pb2
 from rootservice.app import RootService
-from rootservice.proto import obrpc_pb2
 from rootservice.server_status import AdminStatus, HeartbeatStatus
 
 A, ZA = SEEDED[0]  # 127.0.0.1:3001 in z1

@@ -9,10 +9,10 @@ import typing
 
 import pytest
 
-from rootservice.errors import ObError
+from obcommon.errors import ObError
+from obcommon.sizes import parse_size
 from sql import ast
 from sql.parser import MAX_EXPR_DEPTH, parse
-from sql.sizes import parse_size
 
 MB = 1024 * 1024
 STATEMENT_TYPES = typing.get_args(ast.Statement)

@@ -16,12 +16,12 @@ import pytest
 import sqlalchemy as sa
 from harness import S, error_name, make_rs
 
+from obcommon.errors import ObError
+from obcommon.proto import obrpc_pb2
 from rootservice.app import RootService
 from rootservice.db import repo
 from rootservice.db.repo import ZoneInfo
-from rootservice.errors import ObError
 from rootservice.executors import execute_sql
-from rootservice.proto import obrpc_pb2
 from sql.parser import parse
 
 GIB = 1 << 30

@@ -13,7 +13,7 @@ import pytest
 from cluster import ProcSet, agent_cmd, free_port, wait_until
 from test_integration import AGENT_FLAGS, Cluster
 
-from rootservice.proto import obrpc_pb2, obrpc_pb2_grpc
+from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 
 pytestmark = pytest.mark.integration
 

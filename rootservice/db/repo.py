@@ -15,6 +15,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from obcommon.errors import ObError
 from rootservice.db.tables import (
     all_rootservice_event_history,
     all_rootservice_job,
@@ -23,7 +24,6 @@ from rootservice.db.tables import (
     all_sys_parameter,
     all_zone,
 )
-from rootservice.errors import ObError
 
 RS_EPOCH_NAME = "rootservice_epoch"
 # Rows of __all_sys_parameter the RS keeps for itself (not settable with ALTER SYSTEM SET).

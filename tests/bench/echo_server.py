@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from rootservice.proto import obrpc_pb2, obrpc_pb2_grpc
+from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 
 
 class EchoLease(obrpc_pb2_grpc.RootServiceServicer):

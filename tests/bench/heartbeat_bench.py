@@ -73,13 +73,13 @@ import psutil
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tabulate import tabulate
 
+from obcommon.durations import parse_duration
+from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from rootservice.app import PARAM_BOOTSTRAP_TIME
-from rootservice.config import parse_duration
 from rootservice.db import engine as dbengine
 from rootservice.db import repo
 from rootservice.db.repo import ZoneInfo
 from rootservice.db.tables import all_server
-from rootservice.proto import obrpc_pb2, obrpc_pb2_grpc
 from rootservice.server_status import ServerStatus
 
 HERE = Path(__file__).resolve().parent

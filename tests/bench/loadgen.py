@@ -54,7 +54,7 @@ from collections import Counter, deque
 
 import grpc
 
-from rootservice.proto import obrpc_pb2, obrpc_pb2_grpc
+from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 
 ZONES = ("z1", "z2", "z3")
 CLUSTER_ID = "c0ffee"

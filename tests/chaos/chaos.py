@@ -60,17 +60,17 @@ sys.path.insert(0, str(HERE.parent))  # tests/: cluster.py, pgserver.py
 from cluster import Proc, free_port, rs_cmd  # noqa: E402
 from pgserver import PgServer  # noqa: E402
 
+from obcommon.clock import SystemClock  # noqa: E402
+from obcommon.durations import parse_duration  # noqa: E402
+from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc  # noqa: E402
 from observer_agent.agent import Agent  # noqa: E402
 from observer_agent.service import start_server, stop_server  # noqa: E402
 from observer_agent.settings import AgentSettings  # noqa: E402
 from rootservice.app import PARAM_BOOTSTRAP_TIME  # noqa: E402
-from rootservice.clock import SystemClock  # noqa: E402
-from rootservice.config import parse_duration  # noqa: E402
 from rootservice.db import engine as dbengine  # noqa: E402
 from rootservice.db import repo  # noqa: E402
 from rootservice.db.repo import ZoneInfo  # noqa: E402
 from rootservice.db.tables import all_server  # noqa: E402
-from rootservice.proto import obrpc_pb2, obrpc_pb2_grpc  # noqa: E402
 from rootservice.server_status import ServerStatus  # noqa: E402
 from sql.obadmin import execute  # noqa: E402
 

@@ -8,7 +8,7 @@ Times are int64 microseconds since the Unix epoch; 0 means "never / not set".
 
 from collections import abc as _abc
 from grpc import aio as _aio
-from rootservice.proto import obrpc_pb2 as _obrpc_pb2
+from obcommon.proto import obrpc_pb2 as _obrpc_pb2
 import abc as _abc_1
 import grpc as _grpc
 import sys

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from rootservice.proto import obrpc_pb2 as rootservice_dot_proto_dot_obrpc__pb2
+from obcommon.proto import obrpc_pb2 as obcommon_dot_proto_dot_obrpc__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in rootservice/proto/obrpc_pb2_grpc.py depends on'
+        + ' but the generated code in obcommon/proto/obrpc_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,13 +36,13 @@ class RootServiceStub:
         """
         self.RenewLease = channel.unary_unary(
                 '/oceanbase.rs.RootService/RenewLease',
-                request_serializer=rootservice_dot_proto_dot_obrpc__pb2.LeaseRequest.SerializeToString,
-                response_deserializer=rootservice_dot_proto_dot_obrpc__pb2.LeaseResponse.FromString,
+                request_serializer=obcommon_dot_proto_dot_obrpc__pb2.LeaseRequest.SerializeToString,
+                response_deserializer=obcommon_dot_proto_dot_obrpc__pb2.LeaseResponse.FromString,
                 _registered_method=True)
         self.LeaseStream = channel.stream_stream(
                 '/oceanbase.rs.RootService/LeaseStream',
-                request_serializer=rootservice_dot_proto_dot_obrpc__pb2.LeaseRequest.SerializeToString,
-                response_deserializer=rootservice_dot_proto_dot_obrpc__pb2.LeaseResponse.FromString,
+                request_serializer=obcommon_dot_proto_dot_obrpc__pb2.LeaseRequest.SerializeToString,
+                response_deserializer=obcommon_dot_proto_dot_obrpc__pb2.LeaseResponse.FromString,
                 _registered_method=True)
 
 
@@ -70,13 +70,13 @@ def add_RootServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'RenewLease': grpc.unary_unary_rpc_method_handler(
                     servicer.RenewLease,
-                    request_deserializer=rootservice_dot_proto_dot_obrpc__pb2.LeaseRequest.FromString,
-                    response_serializer=rootservice_dot_proto_dot_obrpc__pb2.LeaseResponse.SerializeToString,
+                    request_deserializer=obcommon_dot_proto_dot_obrpc__pb2.LeaseRequest.FromString,
+                    response_serializer=obcommon_dot_proto_dot_obrpc__pb2.LeaseResponse.SerializeToString,
             ),
             'LeaseStream': grpc.stream_stream_rpc_method_handler(
                     servicer.LeaseStream,
-                    request_deserializer=rootservice_dot_proto_dot_obrpc__pb2.LeaseRequest.FromString,
-                    response_serializer=rootservice_dot_proto_dot_obrpc__pb2.LeaseResponse.SerializeToString,
+                    request_deserializer=obcommon_dot_proto_dot_obrpc__pb2.LeaseRequest.FromString,
+                    response_serializer=obcommon_dot_proto_dot_obrpc__pb2.LeaseResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -104,8 +104,8 @@ class RootService:
             request,
             target,
             '/oceanbase.rs.RootService/RenewLease',
-            rootservice_dot_proto_dot_obrpc__pb2.LeaseRequest.SerializeToString,
-            rootservice_dot_proto_dot_obrpc__pb2.LeaseResponse.FromString,
+            obcommon_dot_proto_dot_obrpc__pb2.LeaseRequest.SerializeToString,
+            obcommon_dot_proto_dot_obrpc__pb2.LeaseResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -131,8 +131,8 @@ class RootService:
             request_iterator,
             target,
             '/oceanbase.rs.RootService/LeaseStream',
-            rootservice_dot_proto_dot_obrpc__pb2.LeaseRequest.SerializeToString,
-            rootservice_dot_proto_dot_obrpc__pb2.LeaseResponse.FromString,
+            obcommon_dot_proto_dot_obrpc__pb2.LeaseRequest.SerializeToString,
+            obcommon_dot_proto_dot_obrpc__pb2.LeaseResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -156,18 +156,18 @@ class ObserverServiceStub:
         """
         self.RequestHeartbeat = channel.unary_unary(
                 '/oceanbase.rs.ObserverService/RequestHeartbeat',
-                request_serializer=rootservice_dot_proto_dot_obrpc__pb2.RequestHeartbeatRequest.SerializeToString,
-                response_deserializer=rootservice_dot_proto_dot_obrpc__pb2.LeaseRequest.FromString,
+                request_serializer=obcommon_dot_proto_dot_obrpc__pb2.RequestHeartbeatRequest.SerializeToString,
+                response_deserializer=obcommon_dot_proto_dot_obrpc__pb2.LeaseRequest.FromString,
                 _registered_method=True)
         self.CheckServerEmpty = channel.unary_unary(
                 '/oceanbase.rs.ObserverService/CheckServerEmpty',
-                request_serializer=rootservice_dot_proto_dot_obrpc__pb2.CheckServerEmptyRequest.SerializeToString,
-                response_deserializer=rootservice_dot_proto_dot_obrpc__pb2.CheckServerEmptyResponse.FromString,
+                request_serializer=obcommon_dot_proto_dot_obrpc__pb2.CheckServerEmptyRequest.SerializeToString,
+                response_deserializer=obcommon_dot_proto_dot_obrpc__pb2.CheckServerEmptyResponse.FromString,
                 _registered_method=True)
         self.ApplyReplicas = channel.unary_unary(
                 '/oceanbase.rs.ObserverService/ApplyReplicas',
-                request_serializer=rootservice_dot_proto_dot_obrpc__pb2.ApplyReplicasRequest.SerializeToString,
-                response_deserializer=rootservice_dot_proto_dot_obrpc__pb2.ApplyReplicasResponse.FromString,
+                request_serializer=obcommon_dot_proto_dot_obrpc__pb2.ApplyReplicasRequest.SerializeToString,
+                response_deserializer=obcommon_dot_proto_dot_obrpc__pb2.ApplyReplicasResponse.FromString,
                 _registered_method=True)
 
 
@@ -202,18 +202,18 @@ def add_ObserverServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'RequestHeartbeat': grpc.unary_unary_rpc_method_handler(
                     servicer.RequestHeartbeat,
-                    request_deserializer=rootservice_dot_proto_dot_obrpc__pb2.RequestHeartbeatRequest.FromString,
-                    response_serializer=rootservice_dot_proto_dot_obrpc__pb2.LeaseRequest.SerializeToString,
+                    request_deserializer=obcommon_dot_proto_dot_obrpc__pb2.RequestHeartbeatRequest.FromString,
+                    response_serializer=obcommon_dot_proto_dot_obrpc__pb2.LeaseRequest.SerializeToString,
             ),
             'CheckServerEmpty': grpc.unary_unary_rpc_method_handler(
                     servicer.CheckServerEmpty,
-                    request_deserializer=rootservice_dot_proto_dot_obrpc__pb2.CheckServerEmptyRequest.FromString,
-                    response_serializer=rootservice_dot_proto_dot_obrpc__pb2.CheckServerEmptyResponse.SerializeToString,
+                    request_deserializer=obcommon_dot_proto_dot_obrpc__pb2.CheckServerEmptyRequest.FromString,
+                    response_serializer=obcommon_dot_proto_dot_obrpc__pb2.CheckServerEmptyResponse.SerializeToString,
             ),
             'ApplyReplicas': grpc.unary_unary_rpc_method_handler(
                     servicer.ApplyReplicas,
-                    request_deserializer=rootservice_dot_proto_dot_obrpc__pb2.ApplyReplicasRequest.FromString,
-                    response_serializer=rootservice_dot_proto_dot_obrpc__pb2.ApplyReplicasResponse.SerializeToString,
+                    request_deserializer=obcommon_dot_proto_dot_obrpc__pb2.ApplyReplicasRequest.FromString,
+                    response_serializer=obcommon_dot_proto_dot_obrpc__pb2.ApplyReplicasResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -242,8 +242,8 @@ class ObserverService:
             request,
             target,
             '/oceanbase.rs.ObserverService/RequestHeartbeat',
-            rootservice_dot_proto_dot_obrpc__pb2.RequestHeartbeatRequest.SerializeToString,
-            rootservice_dot_proto_dot_obrpc__pb2.LeaseRequest.FromString,
+            obcommon_dot_proto_dot_obrpc__pb2.RequestHeartbeatRequest.SerializeToString,
+            obcommon_dot_proto_dot_obrpc__pb2.LeaseRequest.FromString,
             options,
             channel_credentials,
             insecure,
@@ -269,8 +269,8 @@ class ObserverService:
             request,
             target,
             '/oceanbase.rs.ObserverService/CheckServerEmpty',
-            rootservice_dot_proto_dot_obrpc__pb2.CheckServerEmptyRequest.SerializeToString,
-            rootservice_dot_proto_dot_obrpc__pb2.CheckServerEmptyResponse.FromString,
+            obcommon_dot_proto_dot_obrpc__pb2.CheckServerEmptyRequest.SerializeToString,
+            obcommon_dot_proto_dot_obrpc__pb2.CheckServerEmptyResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -296,8 +296,8 @@ class ObserverService:
             request,
             target,
             '/oceanbase.rs.ObserverService/ApplyReplicas',
-            rootservice_dot_proto_dot_obrpc__pb2.ApplyReplicasRequest.SerializeToString,
-            rootservice_dot_proto_dot_obrpc__pb2.ApplyReplicasResponse.FromString,
+            obcommon_dot_proto_dot_obrpc__pb2.ApplyReplicasRequest.SerializeToString,
+            obcommon_dot_proto_dot_obrpc__pb2.ApplyReplicasResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -322,13 +322,13 @@ class ReplicaServiceStub:
         """
         self.FetchLog = channel.unary_unary(
                 '/oceanbase.rs.ReplicaService/FetchLog',
-                request_serializer=rootservice_dot_proto_dot_obrpc__pb2.FetchLogRequest.SerializeToString,
-                response_deserializer=rootservice_dot_proto_dot_obrpc__pb2.FetchLogResponse.FromString,
+                request_serializer=obcommon_dot_proto_dot_obrpc__pb2.FetchLogRequest.SerializeToString,
+                response_deserializer=obcommon_dot_proto_dot_obrpc__pb2.FetchLogResponse.FromString,
                 _registered_method=True)
         self.FetchData = channel.unary_stream(
                 '/oceanbase.rs.ReplicaService/FetchData',
-                request_serializer=rootservice_dot_proto_dot_obrpc__pb2.FetchDataRequest.SerializeToString,
-                response_deserializer=rootservice_dot_proto_dot_obrpc__pb2.DataChunk.FromString,
+                request_serializer=obcommon_dot_proto_dot_obrpc__pb2.FetchDataRequest.SerializeToString,
+                response_deserializer=obcommon_dot_proto_dot_obrpc__pb2.DataChunk.FromString,
                 _registered_method=True)
 
 
@@ -354,13 +354,13 @@ def add_ReplicaServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'FetchLog': grpc.unary_unary_rpc_method_handler(
                     servicer.FetchLog,
-                    request_deserializer=rootservice_dot_proto_dot_obrpc__pb2.FetchLogRequest.FromString,
-                    response_serializer=rootservice_dot_proto_dot_obrpc__pb2.FetchLogResponse.SerializeToString,
+                    request_deserializer=obcommon_dot_proto_dot_obrpc__pb2.FetchLogRequest.FromString,
+                    response_serializer=obcommon_dot_proto_dot_obrpc__pb2.FetchLogResponse.SerializeToString,
             ),
             'FetchData': grpc.unary_stream_rpc_method_handler(
                     servicer.FetchData,
-                    request_deserializer=rootservice_dot_proto_dot_obrpc__pb2.FetchDataRequest.FromString,
-                    response_serializer=rootservice_dot_proto_dot_obrpc__pb2.DataChunk.SerializeToString,
+                    request_deserializer=obcommon_dot_proto_dot_obrpc__pb2.FetchDataRequest.FromString,
+                    response_serializer=obcommon_dot_proto_dot_obrpc__pb2.DataChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -390,8 +390,8 @@ class ReplicaService:
             request,
             target,
             '/oceanbase.rs.ReplicaService/FetchLog',
-            rootservice_dot_proto_dot_obrpc__pb2.FetchLogRequest.SerializeToString,
-            rootservice_dot_proto_dot_obrpc__pb2.FetchLogResponse.FromString,
+            obcommon_dot_proto_dot_obrpc__pb2.FetchLogRequest.SerializeToString,
+            obcommon_dot_proto_dot_obrpc__pb2.FetchLogResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -417,8 +417,8 @@ class ReplicaService:
             request,
             target,
             '/oceanbase.rs.ReplicaService/FetchData',
-            rootservice_dot_proto_dot_obrpc__pb2.FetchDataRequest.SerializeToString,
-            rootservice_dot_proto_dot_obrpc__pb2.DataChunk.FromString,
+            obcommon_dot_proto_dot_obrpc__pb2.FetchDataRequest.SerializeToString,
+            obcommon_dot_proto_dot_obrpc__pb2.DataChunk.FromString,
             options,
             channel_credentials,
             insecure,
@@ -442,13 +442,13 @@ class AdminServiceStub:
         """
         self.ExecuteSql = channel.unary_unary(
                 '/oceanbase.rs.AdminService/ExecuteSql',
-                request_serializer=rootservice_dot_proto_dot_obrpc__pb2.SqlRequest.SerializeToString,
-                response_deserializer=rootservice_dot_proto_dot_obrpc__pb2.SqlResponse.FromString,
+                request_serializer=obcommon_dot_proto_dot_obrpc__pb2.SqlRequest.SerializeToString,
+                response_deserializer=obcommon_dot_proto_dot_obrpc__pb2.SqlResponse.FromString,
                 _registered_method=True)
         self.GetMetrics = channel.unary_unary(
                 '/oceanbase.rs.AdminService/GetMetrics',
-                request_serializer=rootservice_dot_proto_dot_obrpc__pb2.MetricsRequest.SerializeToString,
-                response_deserializer=rootservice_dot_proto_dot_obrpc__pb2.MetricsResponse.FromString,
+                request_serializer=obcommon_dot_proto_dot_obrpc__pb2.MetricsRequest.SerializeToString,
+                response_deserializer=obcommon_dot_proto_dot_obrpc__pb2.MetricsResponse.FromString,
                 _registered_method=True)
 
 
@@ -473,13 +473,13 @@ def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'ExecuteSql': grpc.unary_unary_rpc_method_handler(
                     servicer.ExecuteSql,
-                    request_deserializer=rootservice_dot_proto_dot_obrpc__pb2.SqlRequest.FromString,
-                    response_serializer=rootservice_dot_proto_dot_obrpc__pb2.SqlResponse.SerializeToString,
+                    request_deserializer=obcommon_dot_proto_dot_obrpc__pb2.SqlRequest.FromString,
+                    response_serializer=obcommon_dot_proto_dot_obrpc__pb2.SqlResponse.SerializeToString,
             ),
             'GetMetrics': grpc.unary_unary_rpc_method_handler(
                     servicer.GetMetrics,
-                    request_deserializer=rootservice_dot_proto_dot_obrpc__pb2.MetricsRequest.FromString,
-                    response_serializer=rootservice_dot_proto_dot_obrpc__pb2.MetricsResponse.SerializeToString,
+                    request_deserializer=obcommon_dot_proto_dot_obrpc__pb2.MetricsRequest.FromString,
+                    response_serializer=obcommon_dot_proto_dot_obrpc__pb2.MetricsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -508,8 +508,8 @@ class AdminService:
             request,
             target,
             '/oceanbase.rs.AdminService/ExecuteSql',
-            rootservice_dot_proto_dot_obrpc__pb2.SqlRequest.SerializeToString,
-            rootservice_dot_proto_dot_obrpc__pb2.SqlResponse.FromString,
+            obcommon_dot_proto_dot_obrpc__pb2.SqlRequest.SerializeToString,
+            obcommon_dot_proto_dot_obrpc__pb2.SqlResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -535,8 +535,8 @@ class AdminService:
             request,
             target,
             '/oceanbase.rs.AdminService/GetMetrics',
-            rootservice_dot_proto_dot_obrpc__pb2.MetricsRequest.SerializeToString,
-            rootservice_dot_proto_dot_obrpc__pb2.MetricsResponse.FromString,
+            obcommon_dot_proto_dot_obrpc__pb2.MetricsRequest.SerializeToString,
+            obcommon_dot_proto_dot_obrpc__pb2.MetricsResponse.FromString,
             options,
             channel_credentials,
             insecure,

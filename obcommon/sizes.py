@@ -1,8 +1,9 @@
 """Capacities as OceanBase writes them (``'4G'``, ``512M``, ``1073741824``), converted to bytes.
 
-The parser keeps a resource unit's ``MEMORY_SIZE`` / ``LOG_DISK_SIZE`` as written (see
-:class:`sql.ast.CreateResourceUnit`); the executors call :func:`parse_size` to get the byte
-count, and turn its :class:`ValueError` into the OceanBase error for a bad argument.
+The one size grammar of the product: resource units (``MEMORY_SIZE``, ``LOG_DISK_SIZE``, kept
+as written by the parser and converted by the tenant layer, which turns the
+:class:`ValueError` into the OceanBase error for a bad argument) and the agent's size flags
+(``--replica-size``, ``--log-disk-size``, ``--memory-limit``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,10 @@ import re
 
 MAX_SIZE = 2**63 - 1
 """The largest capacity accepted: an int64, as OceanBase stores capacities."""
+
+KIB = 1 << 10
+MIB = 1 << 20
+GIB = 1 << 30
 
 _MULTIPLIERS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "p": 2**50}
 
@@ -90,3 +95,12 @@ def _parse_size_string(text: str) -> int:
     fraction = (match.group("frac") or "")[:_MAX_FRACTION_DIGITS].rstrip("0")
     scale = 10 ** len(fraction)
     return (int(integer) * scale + int(fraction or "0")) * multiplier // scale
+
+
+def format_size(n: int) -> str:
+    """4_194_304 -> ``"4M"``: the largest binary unit that divides ``n`` (bytes) exactly; the
+    inverse of :func:`parse_size` for whole units."""
+    for unit, mult in (("P", 2**50), ("T", 2**40), ("G", GIB), ("M", MIB), ("K", KIB)):
+        if n and n % mult == 0:
+            return f"{n // mult}{unit}"
+    return str(n)
