@@ -38,7 +38,7 @@ $(STAMP): pyproject.toml | $(VENV)/bin/python
 	$(VENV)/bin/python -m pip install --disable-pip-version-check -q -e '.[dev]'
 	touch $@
 
-# The test suite runs every database test on PostgreSQL too (tests/pgserver.py starts a
+# The test suite runs every database test on PostgreSQL too (tests/support/pgserver.py starts a
 # private server), so the server binaries are a hard requirement. Installing Debian's
 # package also creates a default cluster; one this install created is dropped again, since
 # the tests never use it and it would only sit on port 5432.
@@ -77,7 +77,7 @@ demo: setup
 	$(VENV)/bin/python -m rootservice.demo
 
 bench: setup
-	$(VENV)/bin/python tests/bench/heartbeat_bench.py
+	$(VENV)/bin/python -m tests.bench.heartbeat_bench
 
 # Spark jobs (issue 4) beside pandas and SQL in PostgreSQL at 100k, 1M and 5M replicas;
 # e.g. BENCH_SPARK_ARGS="--sizes 100k" for a quick run.

@@ -5,7 +5,7 @@ on one long-lived SparkSession (``spark_master``, ``local[*]`` by default, creat
 the balancer's thread the first time a plan is needed, so neither its start-up nor a job
 ever delays heartbeats or the 100 ms checker). :class:`PandasPlanner` runs the same plans as
 single-process pandas (``rootservice.jobs.reference``, checked against Spark by
-``tests/test_spark_jobs.py``); the fake-clock unit tests use it to stay fast.
+``tests/unit/rootservice/balancer/test_spark_jobs.py``); the fake-clock unit tests use it to stay fast.
 
 Each method takes the servers rows (``rootservice.migration.SERVER_COLUMNS``) and returns
 plan rows as dicts, nulls as None.

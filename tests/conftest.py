@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from cluster import ProcSet
-from pgserver import PgNotAvailable, PgServer
 
 from rootservice.db.engine import make_engine, upgrade
+from tests.support.cluster import ProcSet
+from tests.support.pgserver import PgNotAvailable, PgServer
 
 SKIP_PG_ENV = "OB_TEST_SKIP_PG"
 

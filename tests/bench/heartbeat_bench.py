@@ -57,7 +57,6 @@ import os
 import queue
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -81,6 +80,7 @@ from rootservice.db import repo
 from rootservice.db.repo import ZoneInfo
 from rootservice.db.tables import all_server
 from rootservice.server_status import ServerStatus
+from tests.support.ports import free_port
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -107,12 +107,6 @@ def pct(data: list[int], p: float) -> int:
     return data[min(len(data) - 1, max(0, int(round(p * len(data) + 0.5)) - 1))]
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def cpu_s(proc: psutil.Process) -> float:
     try:
         t = proc.cpu_times()
@@ -135,7 +129,7 @@ def machine_busy_s() -> tuple[float, float]:
 
 def seed_database(url: str, n: int) -> None:
     """3 zones and ``n`` whitelisted servers that have never heartbeated (as
-    tests/harness.py seed_cluster leaves them), in one transaction with one executemany."""
+    tests/support/harness.py seed_cluster leaves them), in one transaction with one executemany."""
     engine = dbengine.make_engine(url)
     try:
         dbengine.upgrade(engine)

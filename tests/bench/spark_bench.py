@@ -6,7 +6,7 @@ For each size (replica rows of ``__all_ls_meta_table``; default 100k, 1M, 5M):
 1. generates a cluster (tests/bench/spark_metadata.py: 3 zones, 300 / 1,000 / 3,000 servers,
    tenants with units and log streams, DELETING / permanent_offline / lease_expired servers,
    migrating units, lost replicas) and loads it with COPY into a fresh database of a private
-   PostgreSQL (tests/pgserver.py, run as the postgres user when root), plus the servers
+   PostgreSQL (tests/support/pgserver.py, run as the postgres user when root), plus the servers
    input (the RS's in-memory statuses) into a table for the SQL variant;
 2. Spark (one SparkSession for the whole run, ``--master local[2]``, driver memory 6g):
    reads the tables by JDBC (2 partitions) and caches them (``Inputs.persist``: the RS reads
@@ -44,11 +44,10 @@ from typing import Any
 import psutil
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # tests/: pgserver.py
+sys.path.insert(0, str(HERE.parent.parent))  # the repository: tests.support
 sys.path.insert(0, str(HERE))  # spark_metadata.py
 
 import spark_metadata as gen  # noqa: E402
-from pgserver import PgServer  # noqa: E402
 
 from rootservice.db.engine import make_engine, upgrade  # noqa: E402
 from rootservice.jobs import reference as R  # noqa: E402
@@ -58,6 +57,7 @@ from rootservice.jobs.readers import read_inputs, read_pandas_inputs  # noqa: E4
 from rootservice.jobs.replica_plan import replica_migration_plan  # noqa: E402
 from rootservice.jobs.session import SparkSessionManager  # noqa: E402
 from rootservice.jobs.unit_plan import unit_migration_plan  # noqa: E402
+from tests.support.pgserver import PgServer  # noqa: E402
 
 PLANS: dict[str, tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any], S.Layout]] = {
     "unit migration": (

@@ -1,6 +1,6 @@
 """RS failover chaos run (``make chaos``; issue 5 section 5): real root services, many agents.
 
-Starts a private PostgreSQL (tests/pgserver.py), seeds a bootstrapped cluster of N servers
+Starts a private PostgreSQL (tests/support/pgserver.py), seeds a bootstrapped cluster of N servers
 (3 zones), starts two ``rootservice serve`` processes on it and N agents - real
 :class:`observer_agent.agent.Agent` objects (their lease loop, rs_list rotation, leader
 hints and epoch refusal), all in one background event loop of this process, each knowing
@@ -55,10 +55,7 @@ import grpc
 import sqlalchemy as sa
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))  # tests/: cluster.py, pgserver.py
-
-from cluster import Proc, free_port, rs_cmd  # noqa: E402
-from pgserver import PgServer  # noqa: E402
+sys.path.insert(0, str(HERE.parent.parent))  # the repository: tests.support
 
 from obcommon.clock import SystemClock  # noqa: E402
 from obcommon.durations import parse_duration  # noqa: E402
@@ -73,6 +70,9 @@ from rootservice.db.repo import ZoneInfo  # noqa: E402
 from rootservice.db.tables import all_server  # noqa: E402
 from rootservice.server_status import ServerStatus  # noqa: E402
 from sql.obadmin import execute  # noqa: E402
+from tests.support.cluster import Proc, rs_cmd  # noqa: E402
+from tests.support.pgserver import PgServer  # noqa: E402
+from tests.support.ports import free_port  # noqa: E402
 
 ZONES = ("z1", "z2", "z3")
 CLUSTER_ID = "c0ffee-chaos"

@@ -10,7 +10,6 @@ import os
 import queue
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -26,15 +25,9 @@ from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from observer_agent.agent import Agent
 from observer_agent.service import OBSERVER_SERVICE_NAME, create_server, start_server, stop_server
 from observer_agent.settings import AgentSettings
+from tests.support.ports import free_port
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    """A port nothing listens on (bound then released; good enough on a test host)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+REPO = Path(__file__).resolve().parents[3]
 
 
 def in_process_agent(tmp_path: Path, clock: object, **over: object) -> Agent:

@@ -16,13 +16,14 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
 
 import psycopg
 from psycopg import sql
+
+from tests.support.ports import free_port
 
 HOST = "127.0.0.1"
 SUPERUSER = "postgres"
@@ -75,13 +76,6 @@ def _major_of(name: str) -> int:
         return int(name)
     except ValueError:
         return -1
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (bind to port 0, then close)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
 
 
 class PgServer:

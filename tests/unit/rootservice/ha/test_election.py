@@ -12,9 +12,6 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
-from harness import LEASE as HB_LEASE
-from harness import SEEDED, error_name, flush, hb, heartbeat_all, make_rs, server_row
-from harness import events as event_rows
 
 from obcommon.clock import FakeClock
 from obcommon.errors import ObError
@@ -22,6 +19,9 @@ from rootservice.app import RsState
 from rootservice.db import repo
 from rootservice.election import Election, lease_timings, merge_rs_list
 from rootservice.store import MetaStore
+from tests.support.harness import LEASE as HB_LEASE
+from tests.support.harness import SEEDED, error_name, flush, hb, heartbeat_all, make_rs, server_row
+from tests.support.harness import events as event_rows
 
 S = 1_000_000
 LEASE = 10 * S

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import ProcSet, wait_until
-from test_tenants_integration import RS_FLAGS, TenantCluster, replica_report
+
+from tests.integration.test_tenants import RS_FLAGS, TenantCluster, replica_report
+from tests.support.cluster import ProcSet, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -10,10 +10,11 @@ from typing import Any
 
 import grpc
 import pytest
-from cluster import ProcSet, agent_cmd, free_port, wait_until
-from test_integration import AGENT_FLAGS, Cluster
 
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
+from tests.integration.test_cluster import AGENT_FLAGS, Cluster
+from tests.support.cluster import ProcSet, agent_cmd, wait_until
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.integration
 

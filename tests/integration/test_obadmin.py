@@ -10,9 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cluster import ProcSet, free_port, rs_cmd
 
 from sql.obadmin import main
+from tests.support.cluster import ProcSet, rs_cmd
+from tests.support.ports import free_port
 
 
 def csv_rows(rs_addr: str, statement: str, capsys: pytest.CaptureFixture[str]) -> list[str]:

@@ -7,7 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from harness import (
+
+from obcommon.proto import obrpc_pb2
+from rootservice.app import RootService
+from rootservice.server_status import AdminStatus, HeartbeatStatus
+from tests.support.harness import (
     LEASE,
     OFFLINE,
     SEEDED,
@@ -20,10 +24,6 @@ from harness import (
     make_rs,
     server_row,
 )
-
-from obcommon.proto import obrpc_pb2
-from rootservice.app import RootService
-from rootservice.server_status import AdminStatus, HeartbeatStatus
 
 A, ZA = SEEDED[0]  # 127.0.0.1:3001 in z1
 B, ZB = SEEDED[1]  # z2

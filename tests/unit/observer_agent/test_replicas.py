@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import statistics
 import zlib
 from collections.abc import AsyncIterator, Callable
@@ -34,16 +33,11 @@ from observer_agent.replicas import (
 from observer_agent.resources import collect_resource_info
 from observer_agent.service import start_server, stop_server
 from observer_agent.settings import AgentSettings
+from tests.support.ports import free_port
 
 T, LS = 1001, 1
 KEY = (T, LS)
 SMALL = 64 * 1024
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def settings(data_dir: Path, **over: object) -> AgentSettings:

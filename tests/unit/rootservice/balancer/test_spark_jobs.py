@@ -37,7 +37,7 @@ from rootservice.jobs.schema import PandasInputs
 from rootservice.jobs.session import SparkSessionManager, SparkStartError
 from rootservice.jobs.unit_plan import unit_migration_plan
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "bench"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 import spark_metadata as gen  # noqa: E402
 
 GIB = 1 << 30

@@ -5,13 +5,13 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-import pgserver
 import psycopg
 import pytest
 import sqlalchemy as sa
-from pgserver import HOST, PgNotAvailable, PgServer, find_pg_bindir
 
 from rootservice.db.engine import make_engine
+from tests.support import pgserver
+from tests.support.pgserver import HOST, PgNotAvailable, PgServer, find_pg_bindir
 
 
 def test_session_server_is_postgresql_15_on_loopback(pg_server: PgServer) -> None:

@@ -1,4 +1,4 @@
-"""tests/cluster.py against real processes: a tiny grpc.aio server with the standard health
+"""tests/support/cluster.py against real processes: a tiny grpc.aio server with the standard health
 service stands in for the RootService and the observer agent until they exist."""
 
 from __future__ import annotations
@@ -14,18 +14,12 @@ from pathlib import Path
 
 import grpc
 import pytest
-from cluster import (
-    Proc,
-    ProcSet,
-    agent_cmd,
-    free_port,
-    health_status,
-    rs_cmd,
-    wait_until,
-)
 from grpc_health.v1 import health_pb2
 
-TESTS_DIR = Path(__file__).resolve().parent
+from tests.support.cluster import Proc, ProcSet, agent_cmd, health_status, rs_cmd, wait_until
+from tests.support.ports import free_port
+
+TESTS_DIR = Path(__file__).resolve().parents[2]
 
 # argv: port, gate file ("-" for none: SERVING at once, else NOT_SERVING until the file
 # exists), "graceful" (exit 0 on SIGTERM) or "ignore-term".
@@ -251,7 +245,7 @@ INNER_TESTS = textwrap.dedent(
     import sys
     from pathlib import Path
 
-    from cluster import wait_until
+    from tests.support.cluster import wait_until
 
     SLEEP = [sys.executable, "-c", "import time; print('marker-' + 'xyzzy', flush=True); time.sleep(120)"]
 
@@ -278,7 +272,8 @@ def test_procs_fixture_stops_processes_and_reports_logs(tmp_path: Path) -> None:
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     (tmp_path / "test_inner.py").write_text(INNER_TESTS)
     env = dict(
-        os.environ, PYTHONPATH=os.pathsep.join([str(TESTS_DIR), os.environ.get("PYTHONPATH", "")])
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(TESTS_DIR.parent), os.environ.get("PYTHONPATH", "")]),
     )
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q"],
@@ -305,14 +300,14 @@ def test_atexit_kills_procs_left_running(tmp_path: Path) -> None:
     script = textwrap.dedent(
         f"""
         import sys
-        from cluster import Proc, wait_until
+        from tests.support.cluster import Proc, wait_until
         p = Proc([sys.executable, "-c", "import time; print('up', flush=True); time.sleep(120)"],
                  {str(tmp_path)!r}, name="orphan")
         wait_until(lambda: "up" in p.log_text(), 30)
         print(p.pid)
         """
     )
-    env = dict(os.environ, PYTHONPATH=str(TESTS_DIR))
+    env = dict(os.environ, PYTHONPATH=str(TESTS_DIR.parent))
     result = subprocess.run(
         [sys.executable, "-c", script],
         env=env,

@@ -12,11 +12,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import S, events, make_rs
-from test_tenants import ZONE, A, B, C, D, lease, make_tenant, members_of, replica, report_all, rows
 
 from rootservice.app import RootService
 from rootservice.planner import PandasPlanner
+from tests.support.harness import S, events, make_rs
+from tests.unit.rootservice.tenants.test_tenants import (
+    ZONE,
+    A,
+    B,
+    C,
+    D,
+    lease,
+    make_tenant,
+    members_of,
+    replica,
+    report_all,
+    rows,
+)
 
 
 @pytest.fixture

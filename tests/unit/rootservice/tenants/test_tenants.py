@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from harness import S, error_name, make_rs
 
 from obcommon.errors import ObError
 from obcommon.proto import obrpc_pb2
@@ -23,6 +22,7 @@ from rootservice.db import repo
 from rootservice.db.repo import ZoneInfo
 from rootservice.executors import execute_sql
 from sql.parser import parse
+from tests.support.harness import S, error_name, make_rs
 
 GIB = 1 << 30
 A, B, C, D = "127.0.0.1:3001", "127.0.0.1:3002", "127.0.0.1:3003", "127.0.0.1:3004"

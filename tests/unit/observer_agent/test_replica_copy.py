@@ -16,7 +16,6 @@ from typing import Any
 
 import grpc
 import pytest
-from test_agent_replicas import free_port, run, wait_until
 
 from obcommon.clock import SystemClock
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
@@ -30,6 +29,8 @@ from observer_agent.replicas import (
 )
 from observer_agent.service import start_server, stop_server
 from observer_agent.settings import AgentSettings
+from tests.support.ports import free_port
+from tests.unit.observer_agent.test_replicas import run, wait_until
 
 T, LS = 1001, 1
 KEY = (T, LS)

@@ -23,11 +23,12 @@ from typing import Any
 import grpc
 import pytest
 import sqlalchemy as sa
-from cluster import Proc, ProcSet, agent_cmd, free_port, rs_cmd, wait_until
-from pgserver import PgServer
 
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from sql.obadmin import execute, result_rows
+from tests.support.cluster import Proc, ProcSet, agent_cmd, rs_cmd, wait_until
+from tests.support.pgserver import PgServer
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import json
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,6 +30,7 @@ from sql.obadmin import (
     main,
     split_statements,
 )
+from tests.support.ports import free_port
 
 Answer = Callable[[str], obrpc_pb2.SqlResponse]
 
@@ -64,14 +64,6 @@ def error_response(err: ObError, leader_hint: str = "") -> obrpc_pb2.SqlResponse
 
 def ok(affected: int = 0, info: str = "") -> obrpc_pb2.SqlResponse:
     return obrpc_pb2.SqlResponse(affected_rows=affected, info=info)
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (bound, read, released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
 
 
 class FakeAdmin(obrpc_pb2_grpc.AdminServiceServicer):
