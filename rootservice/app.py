@@ -4,10 +4,10 @@
 RS state (SPEC.md section 8): ``WAIT_BOOTSTRAP`` on an empty database, ``BOOTSTRAPPING``
 while BOOTSTRAP waits for the rs_list servers, ``IN_SERVICE`` while taking office and
 ``FULL_SERVICE`` once the timers run; ``NOT_MASTER`` for a standby and after stepping
-down. Leadership comes from :class:`rootservice.election.Election` (issue 5): the round that
+down. Leadership comes from :class:`rootservice.ha.election.Election` (issue 5): the round that
 wins the lease calls :meth:`RootService._take_office`; a step-down stops the timers of
 :meth:`RootService._tasks` and runs the ``on_step_down`` callbacks that drop in-memory
-state. gRPC servers are created by :mod:`rootservice.server`.
+state. gRPC servers are created by :mod:`rootservice.api.grpc_server`.
 """
 
 from __future__ import annotations
@@ -27,21 +27,21 @@ from obcommon.addresses import format_server, parse_server
 from obcommon.clock import Clock, SystemClock
 from obcommon.durations import format_duration, parse_duration
 from obcommon.errors import ObError
-from rootservice.agent_client import AgentClient
+from rootservice.balancer.manager import LostReplicaChecker, MigrationManager, Planner
 from rootservice.config import PARAMETERS, RsSettings, validate_parameter
 from rootservice.db import engine as dbengine
 from rootservice.db import repo
 from rootservice.db.repo import DEFAULT_REGION, Event, ZoneInfo
-from rootservice.election import Election, lease_timings, merge_rs_list
-from rootservice.empty_server_checker import EmptyServerChecker
-from rootservice.ls_manager import LsManager
+from rootservice.ha.election import Election, lease_timings, merge_rs_list
+from rootservice.ha.store import MetaStore, db_error_summary
 from rootservice.metrics import Metrics, track_gc_pauses
-from rootservice.migration import LostReplicaChecker, MigrationManager, Planner
-from rootservice.server_manager import ServerManager
-from rootservice.server_status import ServerStatus, check_zone_name
-from rootservice.store import MetaStore, db_error_summary
+from rootservice.servers.agent_client import AgentClient
+from rootservice.servers.empty_server_checker import EmptyServerChecker
+from rootservice.servers.manager import ServerManager
+from rootservice.servers.status import ServerStatus, check_zone_name
 from rootservice.tasks import FnTask, make_scheduler, register_tasks, reschedule, wake
-from rootservice.tenant_manager import TenantManager
+from rootservice.tenants.ddl import TenantManager
+from rootservice.tenants.log_streams import LsManager
 from sql import ast
 
 log = logging.getLogger(__name__)
@@ -161,7 +161,7 @@ class RootService:
         )
         self._bootstrap_lock = threading.Lock()
         self._registered: set[str] = set()
-        # Counted by the lease servicer on the event-loop thread (see rootservice.server).
+        # Counted by the lease servicer on the event-loop thread (see rootservice.api.grpc_server).
         self.heartbeats_total = 0
         self.heartbeats_refused_total = 0
         self.bootstrapped = False
@@ -672,7 +672,7 @@ class RootService:
 
 
 class _LazySparkPlanner:
-    """A :class:`rootservice.planner.SparkPlanner` built on first use, so that an RS that
+    """A :class:`rootservice.balancer.planners.SparkPlanner` built on first use, so that an RS that
     never empties a server never imports PySpark (nor starts a JVM)."""
 
     def __init__(self, settings: RsSettings) -> None:
@@ -683,21 +683,21 @@ class _LazySparkPlanner:
     def _get(self) -> Any:
         with self._lock:
             if self._planner is None:
-                from rootservice.planner import SparkPlanner
+                from rootservice.balancer.planners import SparkPlanner
 
                 self._planner = SparkPlanner(self.settings)
             return self._planner
 
     def unit_plan(self, servers: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """See :class:`rootservice.migration.Planner`."""
+        """See :class:`rootservice.balancer.manager.Planner`."""
         return self._get().unit_plan(servers)  # type: ignore[no-any-return]
 
     def replica_plan(self, servers: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """See :class:`rootservice.migration.Planner`."""
+        """See :class:`rootservice.balancer.manager.Planner`."""
         return self._get().replica_plan(servers)  # type: ignore[no-any-return]
 
     def lost_replicas(self, servers: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """See :class:`rootservice.migration.Planner`."""
+        """See :class:`rootservice.balancer.manager.Planner`."""
         return self._get().lost_replicas(servers)  # type: ignore[no-any-return]
 
     def stop(self) -> None:

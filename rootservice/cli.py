@@ -110,7 +110,7 @@ def _settings(args: argparse.Namespace) -> RsSettings:
 
 
 async def _serve(rs: RootService) -> int:
-    from rootservice.server import create_server
+    from rootservice.api.grpc_server import create_server
 
     try:
         server, port = await create_server(rs)

@@ -45,7 +45,7 @@ class EchoLease(obrpc_pb2_grpc.RootServiceServicer):
 
 
 async def serve(addr: str, lease_time_us: int) -> int:
-    # The same server options as rootservice/server.py create_server (pending-call limit).
+    # The same server options as rootservice/api/grpc_server.py create_server (pending-call limit).
     limit = 50_000
     server = grpc.aio.server(
         options=[

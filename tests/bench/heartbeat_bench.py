@@ -79,7 +79,7 @@ from rootservice.db import engine as dbengine
 from rootservice.db import repo
 from rootservice.db.repo import ZoneInfo
 from rootservice.db.tables import all_server
-from rootservice.server_status import ServerStatus
+from rootservice.servers.status import ServerStatus
 from tests.support.ports import free_port
 
 HERE = Path(__file__).resolve().parent
@@ -399,7 +399,7 @@ def wait_take_office_requests(rs: Child, n: int) -> dict[str, Any]:
             offset += cut
             for line in chunk[:cut].decode(errors="replace").splitlines():
                 if "request heartbeat failed for" in line:
-                    summary = line.split("rootservice.server_manager: ", 1)[-1][:120]
+                    summary = line.split("rootservice.servers.manager: ", 1)[-1][:120]
                 elif "request heartbeat from" in line:
                     per_server += 1
                     last_line = time.monotonic()

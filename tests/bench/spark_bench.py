@@ -1,4 +1,4 @@
-"""Spark jobs benchmark (``make bench-spark``): the three plans of ``rootservice.jobs`` on
+"""Spark jobs benchmark (``make bench-spark``): the three plans of ``rootservice.balancer.spark`` on
 Spark, beside the same computations in single-process pandas and as SQL inside PostgreSQL.
 
 For each size (replica rows of ``__all_ls_meta_table``; default 100k, 1M, 5M):
@@ -49,14 +49,14 @@ sys.path.insert(0, str(HERE))  # spark_metadata.py
 
 import spark_metadata as gen  # noqa: E402
 
+from rootservice.balancer.spark import reference as R  # noqa: E402
+from rootservice.balancer.spark import schema as S  # noqa: E402
+from rootservice.balancer.spark.lost_replicas import lost_replicas  # noqa: E402
+from rootservice.balancer.spark.readers import read_inputs, read_pandas_inputs  # noqa: E402
+from rootservice.balancer.spark.replica_plan import replica_migration_plan  # noqa: E402
+from rootservice.balancer.spark.session import SparkSessionManager  # noqa: E402
+from rootservice.balancer.spark.unit_plan import unit_migration_plan  # noqa: E402
 from rootservice.db.engine import make_engine, upgrade  # noqa: E402
-from rootservice.jobs import reference as R  # noqa: E402
-from rootservice.jobs import schema as S  # noqa: E402
-from rootservice.jobs.lost_replicas import lost_replicas  # noqa: E402
-from rootservice.jobs.readers import read_inputs, read_pandas_inputs  # noqa: E402
-from rootservice.jobs.replica_plan import replica_migration_plan  # noqa: E402
-from rootservice.jobs.session import SparkSessionManager  # noqa: E402
-from rootservice.jobs.unit_plan import unit_migration_plan  # noqa: E402
 from tests.support.pgserver import PgServer  # noqa: E402
 
 PLANS: dict[str, tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any], S.Layout]] = {

@@ -34,9 +34,9 @@ import pyarrow as pa
 import sqlalchemy as sa
 from pyarrow import csv
 
-from rootservice.jobs import schema as S
-from rootservice.jobs.reference import load_servers_table
-from rootservice.jobs.schema import PandasInputs
+from rootservice.balancer.spark import schema as S
+from rootservice.balancer.spark.reference import load_servers_table
+from rootservice.balancer.spark.schema import PandasInputs
 
 GIB = 1 << 30
 ZONES = ("z1", "z2", "z3")

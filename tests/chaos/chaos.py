@@ -68,7 +68,7 @@ from rootservice.db import engine as dbengine  # noqa: E402
 from rootservice.db import repo  # noqa: E402
 from rootservice.db.repo import ZoneInfo  # noqa: E402
 from rootservice.db.tables import all_server  # noqa: E402
-from rootservice.server_status import ServerStatus  # noqa: E402
+from rootservice.servers.status import ServerStatus  # noqa: E402
 from sql.obadmin import execute  # noqa: E402
 from tests.support.cluster import Proc, rs_cmd  # noqa: E402
 from tests.support.pgserver import PgServer  # noqa: E402

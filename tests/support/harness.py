@@ -20,7 +20,7 @@ from rootservice.app import PARAM_BOOTSTRAP_TIME, RootService
 from rootservice.config import RsSettings
 from rootservice.db import repo
 from rootservice.db.repo import ZoneInfo
-from rootservice.server_status import ServerStatus
+from rootservice.servers.status import ServerStatus
 
 S = 1_000_000
 LEASE = 10 * S

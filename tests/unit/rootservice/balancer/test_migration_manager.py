@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from rootservice.app import RootService
-from rootservice.planner import PandasPlanner
+from rootservice.balancer.planners import PandasPlanner
 from tests.support.harness import S, events, make_rs
 from tests.unit.rootservice.tenants.test_tenants import (
     ZONE,

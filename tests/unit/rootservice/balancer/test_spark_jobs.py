@@ -1,4 +1,4 @@
-"""The Spark jobs of rootservice.jobs (SPEC.md section 9) on one local SparkSession.
+"""The Spark jobs of rootservice.balancer.spark (SPEC.md section 9) on one local SparkSession.
 
 Hand-made inputs cover every rule of the three plans (unit placement with anti-affinity and
 capacity, the no-room reasons, zones planned independently; replica sources and
@@ -20,11 +20,10 @@ import pandas as pd
 import pytest
 import sqlalchemy as sa
 
-from rootservice.db.engine import make_engine, upgrade
-from rootservice.jobs import reference as R
-from rootservice.jobs import schema as S
-from rootservice.jobs.lost_replicas import lost_replicas
-from rootservice.jobs.readers import (
+from rootservice.balancer.spark import reference as R
+from rootservice.balancer.spark import schema as S
+from rootservice.balancer.spark.lost_replicas import lost_replicas
+from rootservice.balancer.spark.readers import (
     Inputs,
     inputs_from_pandas,
     jdbc_url,
@@ -32,10 +31,11 @@ from rootservice.jobs.readers import (
     read_pandas_inputs,
     servers_from_table,
 )
-from rootservice.jobs.replica_plan import replica_migration_plan
-from rootservice.jobs.schema import PandasInputs
-from rootservice.jobs.session import SparkSessionManager, SparkStartError
-from rootservice.jobs.unit_plan import unit_migration_plan
+from rootservice.balancer.spark.replica_plan import replica_migration_plan
+from rootservice.balancer.spark.schema import PandasInputs
+from rootservice.balancer.spark.session import SparkSessionManager, SparkStartError
+from rootservice.balancer.spark.unit_plan import unit_migration_plan
+from rootservice.db.engine import make_engine, upgrade
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 import spark_metadata as gen  # noqa: E402

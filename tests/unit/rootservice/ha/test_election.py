@@ -17,8 +17,8 @@ from obcommon.clock import FakeClock
 from obcommon.errors import ObError
 from rootservice.app import RsState
 from rootservice.db import repo
-from rootservice.election import Election, lease_timings, merge_rs_list
-from rootservice.store import MetaStore
+from rootservice.ha.election import Election, lease_timings, merge_rs_list
+from rootservice.ha.store import MetaStore
 from tests.support.harness import LEASE as HB_LEASE
 from tests.support.harness import SEEDED, error_name, flush, hb, heartbeat_all, make_rs, server_row
 from tests.support.harness import events as event_rows

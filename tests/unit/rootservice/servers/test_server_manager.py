@@ -10,7 +10,7 @@ import pytest
 
 from obcommon.proto import obrpc_pb2
 from rootservice.app import RootService
-from rootservice.server_status import AdminStatus, HeartbeatStatus
+from rootservice.servers.status import AdminStatus, HeartbeatStatus
 from tests.support.harness import (
     LEASE,
     OFFLINE,
@@ -575,7 +575,7 @@ def test_lease_time_change_applies_to_the_checker(rs: RootService) -> None:
 
 def test_event_queue_is_bounded_and_flushes_what_it_kept(rs: RootService) -> None:
     from rootservice.db.repo import Event
-    from rootservice.server_manager import PersistQueue
+    from rootservice.servers.manager import PersistQueue
 
     q = PersistQueue(rs.store, rs.clock, lambda keys: [], rs.metrics, max_events=3)
     for i in range(5):

@@ -1,8 +1,8 @@
-"""Unit placement (rootservice.placement): capacity, anti-affinity, spreading, failures."""
+"""Unit placement (rootservice.tenants.placement): capacity, anti-affinity, spreading, failures."""
 
 from __future__ import annotations
 
-from rootservice.placement import (
+from rootservice.tenants.placement import (
     GIB,
     Demand,
     ServerRoom,

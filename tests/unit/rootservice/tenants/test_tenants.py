@@ -17,10 +17,10 @@ import sqlalchemy as sa
 
 from obcommon.errors import ObError
 from obcommon.proto import obrpc_pb2
+from rootservice.api.dispatch import execute_sql
 from rootservice.app import RootService
 from rootservice.db import repo
 from rootservice.db.repo import ZoneInfo
-from rootservice.executors import execute_sql
 from sql.parser import parse
 from tests.support.harness import S, error_name, make_rs
 
@@ -405,7 +405,7 @@ def test_delete_refused_while_an_ls_has_no_leader(rs: RootService) -> None:
 
 def test_parse_is_wired(rs: RootService) -> None:
     # the executor table covers every new statement class
-    from rootservice.executors import EXECUTORS
+    from rootservice.api.dispatch import EXECUTORS
 
     for text in (
         "CREATE RESOURCE UNIT u MAX_CPU 1, MEMORY_SIZE '1G'",

@@ -1,9 +1,9 @@
 """Unit configs, resource pools and tenants: CREATE / DROP RESOURCE UNIT, RESOURCE POOL and
 TENANT (OceanBase's ``ObUnitManager`` and the tenant part of ``ObDDLService``).
 
-The manager validates, places units (:mod:`rootservice.placement`), writes the rows in one
+The manager validates, places units (:mod:`rootservice.tenants.placement`), writes the rows in one
 fenced transaction and, for a tenant, hands its log streams to the
-:class:`rootservice.ls_manager.LsManager`, which tells the agents to create the replicas.
+:class:`rootservice.tenants.log_streams.LsManager`, which tells the agents to create the replicas.
 Every statement either changes everything it names or nothing. ``version`` grows with every
 committed change so that readers can cache the tenant layout.
 """
@@ -22,13 +22,13 @@ from rootservice.db import repo
 from rootservice.db import tenant_repo as trepo
 from rootservice.db.repo import Event
 from rootservice.db.tenant_repo import LsStatus, ResourcePool, Tenant, Unit, UnitConfig
-from rootservice.placement import GIB, Demand, ServerRoom, UnitRequest, place_units
-from rootservice.server_status import AdminStatus
+from rootservice.servers.status import AdminStatus
+from rootservice.tenants.placement import GIB, Demand, ServerRoom, UnitRequest, place_units
 from sql import ast
 
 if TYPE_CHECKING:
-    from rootservice.ls_manager import LsManager
-    from rootservice.server_manager import ServerManager
+    from rootservice.servers.manager import ServerManager
+    from rootservice.tenants.log_streams import LsManager
 
 log = logging.getLogger(__name__)
 

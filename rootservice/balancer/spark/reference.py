@@ -1,23 +1,23 @@
 """The three plans computed without Spark: plain single-process pandas, and SQL inside
 PostgreSQL. Same inputs, same rules, same output layouts as the Spark jobs
-(:mod:`rootservice.jobs.unit_plan`, :mod:`rootservice.jobs.replica_plan`,
-:mod:`rootservice.jobs.lost_replicas`, whose docstrings give the rules); used by the
+(:mod:`rootservice.balancer.spark.unit_plan`, :mod:`rootservice.balancer.spark.replica_plan`,
+:mod:`rootservice.balancer.spark.lost_replicas`, whose docstrings give the rules); used by the
 benchmark (``make bench-spark``) and by the test that checks that the engines agree.
 
-pandas (:class:`rootservice.jobs.schema.PandasInputs` in, pandas frame out):
+pandas (:class:`rootservice.balancer.spark.schema.PandasInputs` in, pandas frame out):
 :func:`pandas_unit_migration_plan`, :func:`pandas_replica_migration_plan`,
 :func:`pandas_lost_replicas`. The unit plan's greedy placer is the same
-:func:`rootservice.jobs.placer.place_zone`, called per zone.
+:func:`rootservice.balancer.spark.placer.place_zone`, called per zone.
 
 SQL (a psycopg 3 connection to the RS's PostgreSQL database in, pandas frame out):
 :func:`sql_unit_migration_plan`, :func:`sql_replica_migration_plan`,
 :func:`sql_lost_replicas`. The servers input, which lives in the RS's memory, is read from a
-table with the columns of :data:`rootservice.jobs.schema.SERVERS_SCHEMA`
+table with the columns of :data:`rootservice.balancer.spark.schema.SERVERS_SCHEMA`
 (:func:`load_servers_table` creates one with ``COPY``). The replica and lost-replica plans
 are single queries. The unit plan's joins and sums are SQL too, but a greedy placement
 (each unit sees the moves decided before it) is sequential by nature: it runs as a PL/pgSQL
 loop over temporary tables, with the capacity test, the least-loaded order and the reason
-texts of :mod:`rootservice.placement` (``format_bytes`` and Python's ``{:g}`` re-done in
+texts of :mod:`rootservice.tenants.placement` (``format_bytes`` and Python's ``{:g}`` re-done in
 PL/pgSQL, equal for the values the RS sees: whole bytes, cores in multiples of 1/2^k).
 
 :func:`plan_digest` gives a plan's row count and a hash of its sorted rows, to compare plans
@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rootservice.jobs import schema as S
-from rootservice.jobs.placer import REQUESTS_LAYOUT, ROOMS_LAYOUT, place_zone
-from rootservice.jobs.schema import PandasInputs
+from rootservice.balancer.spark import schema as S
+from rootservice.balancer.spark.placer import REQUESTS_LAYOUT, ROOMS_LAYOUT, place_zone
+from rootservice.balancer.spark.schema import PandasInputs
 
 # --- pandas ---------------------------------------------------------------------------------
 
@@ -46,7 +46,7 @@ def _empty(layout: S.Layout) -> pd.DataFrame:
 
 def pandas_unit_demands(p: PandasInputs) -> pd.DataFrame:
     """Every unit with tenant, demand and anti-affinity key (as
-    :func:`rootservice.jobs.unit_plan.unit_demands`)."""
+    :func:`rootservice.balancer.spark.unit_plan.unit_demands`)."""
     d = p.units.merge(p.pools, on="resource_pool_id").merge(p.unit_configs, on="unit_config_id")
     d["affinity"] = np.where(
         d["tenant_id"] != S.UNGRANTED_TENANT,
@@ -57,7 +57,7 @@ def pandas_unit_demands(p: PandasInputs) -> pd.DataFrame:
 
 
 def pandas_unit_migration_plan(p: PandasInputs) -> pd.DataFrame:
-    """The unit migration plan in pandas (layout :data:`rootservice.jobs.schema.UNIT_PLAN_SCHEMA`)."""
+    """The unit migration plan in pandas (layout :data:`rootservice.balancer.spark.schema.UNIT_PLAN_SCHEMA`)."""
     d = pandas_unit_demands(p)
     s = p.servers
     src = s[(s["status"] == S.STATUS_DELETING) | (s["hb_status"] == S.HB_PERMANENT_OFFLINE)]
@@ -121,7 +121,7 @@ def _with_server_health(p: PandasInputs) -> pd.DataFrame:
 
 def pandas_replica_migration_plan(p: PandasInputs) -> pd.DataFrame:
     """The replica migration plan in pandas (layout
-    :data:`rootservice.jobs.schema.REPLICA_PLAN_SCHEMA`)."""
+    :data:`rootservice.balancer.spark.schema.REPLICA_PLAN_SCHEMA`)."""
     keys = ["tenant_id", "ls_id"]
     m = _with_server_health(p)
     units = p.units[["unit_id", "svr_ip", "svr_port"]].rename(
@@ -181,7 +181,7 @@ def pandas_replica_migration_plan(p: PandasInputs) -> pd.DataFrame:
 
 
 def pandas_lost_replicas(p: PandasInputs) -> pd.DataFrame:
-    """The lost replicas in pandas (layout :data:`rootservice.jobs.schema.LOST_REPLICAS_SCHEMA`)."""
+    """The lost replicas in pandas (layout :data:`rootservice.balancer.spark.schema.LOST_REPLICAS_SCHEMA`)."""
     keys = ["tenant_id", "ls_id"]
     servers = p.servers[["svr_ip", "svr_port", "hb_status"]].copy()
     servers["known"] = True
@@ -214,7 +214,7 @@ def load_servers_table(
     conn: Any, servers: pd.DataFrame, table: str = DEFAULT_SERVERS_TABLE
 ) -> None:
     """(Re)create ``table`` in the database of the psycopg connection ``conn`` with the
-    columns of :data:`rootservice.jobs.schema.SERVERS_SCHEMA` and load ``servers`` into it
+    columns of :data:`rootservice.balancer.spark.schema.SERVERS_SCHEMA` and load ``servers`` into it
     by ``COPY``. The caller commits (or uses an autocommit connection)."""
     from psycopg import sql
 
@@ -350,7 +350,7 @@ def sql_replica_migration_plan(
     conn: Any, servers_table: str = DEFAULT_SERVERS_TABLE
 ) -> pd.DataFrame:
     """The replica migration plan as one SQL query on the psycopg connection ``conn``
-    (layout :data:`rootservice.jobs.schema.REPLICA_PLAN_SCHEMA`)."""
+    (layout :data:`rootservice.balancer.spark.schema.REPLICA_PLAN_SCHEMA`)."""
     from psycopg import sql
 
     q = sql.SQL(_REPLICA_SQL).format(servers=_servers_ident(servers_table))
@@ -359,7 +359,7 @@ def sql_replica_migration_plan(
 
 def sql_lost_replicas(conn: Any, servers_table: str = DEFAULT_SERVERS_TABLE) -> pd.DataFrame:
     """The lost replicas as one SQL query on the psycopg connection ``conn`` (layout
-    :data:`rootservice.jobs.schema.LOST_REPLICAS_SCHEMA`)."""
+    :data:`rootservice.balancer.spark.schema.LOST_REPLICAS_SCHEMA`)."""
     from psycopg import sql
 
     q = sql.SQL(_LOST_SQL).format(servers=_servers_ident(servers_table))
@@ -373,7 +373,7 @@ CREATE OR REPLACE FUNCTION pg_temp.ob_fmt_bytes(n double precision) RETURNS text
 LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE u text; sz double precision; v double precision; t double precision;
 BEGIN
-    -- rootservice.placement.format_bytes
+    -- rootservice.tenants.placement.format_bytes
     IF abs(n) >= 1099511627776 THEN u := 'T'; sz := 1099511627776;
     ELSIF abs(n) >= 1073741824 THEN u := 'G'; sz := 1073741824;
     ELSIF abs(n) >= 1048576 THEN u := 'M'; sz := 1048576;
@@ -506,7 +506,7 @@ _UNIT_PLACE = r"""
 DO $$
 DECLARE q record; b record; why text;
 BEGIN
-    -- rootservice.placement.place_units, one request at a time in unit_id order
+    -- rootservice.tenants.placement.place_units, one request at a time in unit_id order
     FOR q IN SELECT * FROM ob_requests ORDER BY unit_id LOOP
         SELECT r.* INTO b FROM ob_rooms r
         WHERE r.zone = q.zone AND r.usable AND r.key <> q.from_key
@@ -559,7 +559,7 @@ DROP TABLE IF EXISTS pg_temp.ob_demand, pg_temp.ob_holders, pg_temp.ob_rooms,
 def sql_unit_migration_plan(conn: Any, servers_table: str = DEFAULT_SERVERS_TABLE) -> pd.DataFrame:
     """The unit migration plan inside PostgreSQL on the psycopg connection ``conn``: SQL for
     the joins and sums, a PL/pgSQL loop for the greedy placement (layout
-    :data:`rootservice.jobs.schema.UNIT_PLAN_SCHEMA`). Runs in one transaction (a savepoint
+    :data:`rootservice.balancer.spark.schema.UNIT_PLAN_SCHEMA`). Runs in one transaction (a savepoint
     when ``conn`` is in one already); its temporary tables are dropped before it returns."""
     from psycopg import sql
 

@@ -36,12 +36,12 @@ from obcommon.proto import obrpc_pb2
 from rootservice.db import tenant_repo as trepo
 from rootservice.db.repo import Event
 from rootservice.db.tenant_repo import LsStatus, MetaKey, SpaceKey
-from rootservice.placement import UnitRequest, place_units
-from rootservice.server_status import ServerStatus
+from rootservice.servers.status import ServerStatus
+from rootservice.tenants.placement import UnitRequest, place_units
 
 if TYPE_CHECKING:
-    from rootservice.server_manager import ServerManager, StopMode
-    from rootservice.tenant_manager import TenantManager
+    from rootservice.servers.manager import ServerManager, StopMode
+    from rootservice.tenants.ddl import TenantManager
 
 log = logging.getLogger(__name__)
 
@@ -557,7 +557,7 @@ class LsManager:
                 continue
             if view.replicas:
                 # The LS exists: a missing replica is built by copying (disaster recovery,
-                # rootservice.migration), never generated afresh.
+                # rootservice.balancer.manager), never generated afresh.
                 continue
             for server in plan.members:
                 s = self.manager.get(server)
@@ -868,7 +868,7 @@ class LsManager:
             configs = {c.unit_config_id: c for c in trepo.load_unit_configs(conn).values()}
             pools = {p.resource_pool_id: p for p in trepo.load_pools(conn).values()}
             units = [u for u in trepo.load_units(conn) if u.server in keys]
-        from rootservice.tenant_manager import affinity_of, demand_of
+        from rootservice.tenants.ddl import affinity_of, demand_of
 
         requests = []
         by_key = {r.key: r for r in rooms}
@@ -977,7 +977,7 @@ class LsManager:
             if s.is_stopped() or s.key in keys:
                 stopped_zones.add(s.zone)
         topo = self.topology()
-        from rootservice.tenant_manager import parse_primary_zone
+        from rootservice.tenants.ddl import parse_primary_zone
 
         regions = {z.zone: z.region for z in self.manager.zones.all()}
         for t in topo.tenants.values():
@@ -1051,7 +1051,7 @@ def build_topology(
     """The desired layout: for each LS, the server of the unit of its unit group in each
     zone of its tenant's pools (the i-th unit group of each pool, by unit_group_id order,
     serves the i-th unit group of the first pool)."""
-    from rootservice.tenant_manager import zone_priority
+    from rootservice.tenants.ddl import zone_priority
 
     topo = Topology(version=version, tenants=tenants)
     by_tenant_pool: dict[int, list[trepo.ResourcePool]] = {}

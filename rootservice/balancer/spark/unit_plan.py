@@ -5,8 +5,8 @@ driving ``ObUnitManager``'s unit migration).
 or ``permanent_offline``: an active server (display status ACTIVE, alive, ``stop_time ==
 0``) of the unit's zone with room for it after every move planned before it, never hosting
 two units of one tenant (of one pool while the pool is not granted), least loaded after
-placement first, ties by address - :func:`rootservice.placement.place_units`, called per
-zone by :func:`rootservice.jobs.placer.place_zone` inside ``applyInPandas``, so zones are
+placement first, ties by address - :func:`rootservice.tenants.placement.place_units`, called per
+zone by :func:`rootservice.balancer.spark.placer.place_zone` inside ``applyInPandas``, so zones are
 planned in parallel. What the servers' units take (the joins of ``__all_unit`` with pools
 and unit configs and the sums per server, counting a migrating unit on both its servers as
 OceanBase does) is computed by Spark.
@@ -20,13 +20,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rootservice.jobs import schema as S
-from rootservice.jobs.placer import place_zone, ship_by_value
+from rootservice.balancer.spark import schema as S
+from rootservice.balancer.spark.placer import place_zone, ship_by_value
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from rootservice.jobs.readers import Inputs
+    from rootservice.balancer.spark.readers import Inputs
 
 _DEMANDS = """
 SELECT /*+ BROADCAST(p), BROADCAST(c) */
@@ -92,7 +92,7 @@ def unit_demands(inputs: Inputs) -> DataFrame:
 
 def server_rooms(inputs: Inputs, demands: DataFrame) -> DataFrame:
     """Every server of the servers input as a placement candidate
-    (:data:`rootservice.jobs.placer.ROOMS_LAYOUT` plus ``affinity``, an array of the keys it
+    (:data:`rootservice.balancer.spark.placer.ROOMS_LAYOUT` plus ``affinity``, an array of the keys it
     hosts): its units' demands summed, a unit migrating away counted on both its servers;
     ``usable`` = ACTIVE, alive and not stopped."""
     return demands.sparkSession.sql(
@@ -105,7 +105,7 @@ def server_rooms(inputs: Inputs, demands: DataFrame) -> DataFrame:
 
 def units_to_move(inputs: Inputs, demands: DataFrame) -> DataFrame:
     """Units (not already migrating) of DELETING or ``permanent_offline`` servers, as
-    :data:`rootservice.jobs.placer.REQUESTS_LAYOUT` rows."""
+    :data:`rootservice.balancer.spark.placer.REQUESTS_LAYOUT` rows."""
     return demands.sparkSession.sql(
         _REQUESTS,
         {
@@ -122,7 +122,7 @@ def units_to_move(inputs: Inputs, demands: DataFrame) -> DataFrame:
 def unit_migration_plan(inputs: Inputs) -> DataFrame:
     """The unit migration plan (see the module docstring).
 
-    Output, one row per unit to move (:data:`rootservice.jobs.schema.UNIT_PLAN_SCHEMA`):
+    Output, one row per unit to move (:data:`rootservice.balancer.spark.schema.UNIT_PLAN_SCHEMA`):
     ``unit_id`` bigint, ``tenant_id`` bigint (-1 for an ungranted pool), ``zone``,
     ``from_svr_ip`` / ``from_svr_port`` (the server it leaves), ``to_svr_ip`` /
     ``to_svr_port`` (the target; null when it cannot be placed) and ``reason``: for a placed

@@ -3,9 +3,9 @@
 API:
 
 - :class:`Inputs` - the Spark DataFrames the jobs take: ``servers`` (layout
-  :data:`rootservice.jobs.schema.SERVERS_SCHEMA`, normally the RS's in-memory whitelist),
+  :data:`rootservice.balancer.spark.schema.SERVERS_SCHEMA`, normally the RS's in-memory whitelist),
   ``units``, ``pools``, ``unit_configs``, ``ls_status``, ``ls_meta``, ``tenants`` (the
-  columns of :data:`rootservice.jobs.schema.INPUT_LAYOUTS` of ``__all_unit``,
+  columns of :data:`rootservice.balancer.spark.schema.INPUT_LAYOUTS` of ``__all_unit``,
   ``__all_resource_pool``, ``__all_unit_config``, ``__all_ls_status``,
   ``__all_ls_meta_table``, ``__all_tenant``). :meth:`Inputs.persist` reads them once for
   several jobs.
@@ -13,7 +13,7 @@ API:
   session needs the driver jar: ``SparkSessionManager(..., db_url=db_url)`` adds it), the
   large tables in :data:`JDBC_PARTITIONS` partitions split on a numeric key; SQLite through
   SQLAlchemy into pandas, then ``spark.createDataFrame`` over Arrow.
-- :func:`inputs_from_pandas` - the same from :class:`rootservice.jobs.schema.PandasInputs`
+- :func:`inputs_from_pandas` - the same from :class:`rootservice.balancer.spark.schema.PandasInputs`
   (tests; an RS that holds the state in memory).
 - :func:`read_pandas_inputs` - the tables as pandas frames without Spark (PostgreSQL by
   ``COPY ... TO STDOUT`` into Arrow; SQLite through SQLAlchemy), for the pandas reference.
@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import sqlalchemy as sa
 
-from rootservice.jobs import schema as S
-from rootservice.jobs.schema import PandasInputs
+from rootservice.balancer.spark import schema as S
+from rootservice.balancer.spark.schema import PandasInputs
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -51,7 +51,7 @@ DEFAULT_LEASE_TIME_US = 10_000_000
 
 @dataclass
 class Inputs:
-    """The jobs' input DataFrames (layouts in :data:`rootservice.jobs.schema.INPUT_LAYOUTS`)."""
+    """The jobs' input DataFrames (layouts in :data:`rootservice.balancer.spark.schema.INPUT_LAYOUTS`)."""
 
     servers: DataFrame
     units: DataFrame
@@ -84,14 +84,14 @@ class Inputs:
 
 
 def spark_frame(spark: SparkSession, pdf: pd.DataFrame, layout: S.Layout) -> DataFrame:
-    """``pdf`` coerced to ``layout`` (:func:`rootservice.jobs.schema.conform_pandas`) as a
+    """``pdf`` coerced to ``layout`` (:func:`rootservice.balancer.spark.schema.conform_pandas`) as a
     Spark DataFrame, converted through Arrow. Raises ``KeyError`` for a missing column."""
     return spark.createDataFrame(S.conform_pandas(pdf, layout), schema=S.spark_schema(layout))
 
 
 def servers_frame(spark: SparkSession, servers: pd.DataFrame | DataFrame) -> DataFrame:
     """The servers input from a pandas frame or a Spark DataFrame with (at least) the
-    columns of :data:`rootservice.jobs.schema.SERVERS_SCHEMA`."""
+    columns of :data:`rootservice.balancer.spark.schema.SERVERS_SCHEMA`."""
     if isinstance(servers, pd.DataFrame):
         return spark_frame(spark, servers, S.SERVERS_SCHEMA)
     return _cast(servers, S.SERVERS_SCHEMA)
@@ -124,7 +124,7 @@ def read_inputs(
     :meth:`Inputs.persist`).
 
     ``servers`` is the RS's in-memory server statuses (pandas or Spark,
-    :data:`rootservice.jobs.schema.SERVERS_SCHEMA`); without it they are derived from
+    :data:`rootservice.balancer.spark.schema.SERVERS_SCHEMA`); without it they are derived from
     ``__all_server`` by :func:`servers_from_table` with ``now_us`` and the two durations.
     Raises ``ValueError`` for a database that is neither PostgreSQL nor SQLite; database
     errors surface as SQLAlchemy or Spark (``Py4JJavaError``) errors.
@@ -186,7 +186,7 @@ def servers_from_table(
     permanent_offline_time_us: int = DEFAULT_PERMANENT_OFFLINE_TIME_US,
     lease_time_us: int = DEFAULT_LEASE_TIME_US,
 ) -> pd.DataFrame:
-    """A servers input (:data:`rootservice.jobs.schema.SERVERS_SCHEMA`) from ``__all_server``
+    """A servers input (:data:`rootservice.balancer.spark.schema.SERVERS_SCHEMA`) from ``__all_server``
     rows (columns svr_ip, svr_port, zone, status, stop_time, last_offline_time).
 
     Heartbeat status as SPEC.md §3 loads it: ``last_offline_time == 0`` -> ``alive``;

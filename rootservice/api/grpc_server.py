@@ -26,8 +26,8 @@ from grpc_health.v1.health import aio as health_aio
 
 from obcommon.errors import ObError, error_to_proto
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
+from rootservice.api.dispatch import execute_sql
 from rootservice.app import RootService
-from rootservice.executors import execute_sql
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ class AdminServicer(obrpc_pb2_grpc.AdminServiceServicer):
     ) -> obrpc_pb2.SqlResponse:  # type: ignore[override]  # noqa: N802
         """``AdminService.ExecuteSql`` of obrpc.proto: parse and run one SQL statement.
 
-        Runs :func:`rootservice.executors.execute_sql` on ``rs.executor`` so the event loop (and the
+        Runs :func:`rootservice.api.dispatch.execute_sql` on ``rs.executor`` so the event loop (and the
         heartbeats) never wait for parsing or the database; every error, MySQL-style (SPEC.md
         section 7), is carried in the response's ``error``, never as a gRPC status. A
         not-master refusal carries the leader's address in ``leader_hint`` (issue 5).

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from obcommon.errors import ObError
 from rootservice.db.tables import SYSTEM_TABLES, SYSTEM_VIEWS
-from rootservice.store import MetaStore, db_error_summary
+from rootservice.ha.store import MetaStore, db_error_summary
 from sql import ast
 
 MAX_ROWS = 100_000

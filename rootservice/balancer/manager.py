@@ -2,7 +2,7 @@
 runs them (SPEC.md section 9; OceanBase's ``ObRootBalancer``, ``ObDRWorker`` and
 ``ObLostReplicaChecker``).
 
-The plans are computed by Spark jobs (:mod:`rootservice.jobs`) through a :class:`Planner`;
+The plans are computed by Spark jobs (:mod:`rootservice.balancer.spark`) through a :class:`Planner`;
 only this module writes, in fenced transactions (SPEC.md section 10):
 
 - **Unit moves.** For each unit of a DELETING or permanently offline server the plan gives a
@@ -15,7 +15,7 @@ only this module writes, in fenced transactions (SPEC.md section 10):
   ``migration_concurrency_per_server`` copies run per destination; a copy that failed
   (``build_error``) or whose destination forgot it (agent restart) is sent again, from
   another healthy member when there is one. The member change that completes a move is the
-  LS manager's (:meth:`rootservice.ls_manager.LsManager.reconcile`).
+  LS manager's (:meth:`rootservice.tenants.log_streams.LsManager.reconcile`).
 - **Unit completion.** A moving unit is done when no LS of its unit group has a replica on
   the source any more: ``migrate_from`` is cleared.
 - **Progress.** Each ``DELETE_SERVER`` job carries ``progress`` (0-100) and, in
@@ -45,12 +45,12 @@ from rootservice.db import repo
 from rootservice.db import tenant_repo as trepo
 from rootservice.db.repo import Event
 from rootservice.db.tables import all_ls_meta_table, all_rootservice_job, all_unit
-from rootservice.placement import format_bytes
-from rootservice.server_status import AdminStatus, HeartbeatStatus
+from rootservice.servers.status import AdminStatus, HeartbeatStatus
+from rootservice.tenants.placement import format_bytes
 
 if TYPE_CHECKING:
-    from rootservice.ls_manager import LsManager, LsView
-    from rootservice.server_manager import ServerManager
+    from rootservice.servers.manager import ServerManager
+    from rootservice.tenants.log_streams import LsManager, LsView
 
 log = logging.getLogger(__name__)
 

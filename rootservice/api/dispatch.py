@@ -4,7 +4,7 @@
 its AST class and turns the outcome into an ``SqlResponse``; every refusal is an
 ``ObError`` and is returned in-band with its OceanBase code. Executors validate, then call
 the RS; they never touch tables themselves except SELECT, which reads through
-:mod:`rootservice.select`.
+:mod:`rootservice.api.select`.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from obcommon.addresses import format_server, parse_server
 from obcommon.durations import format_duration
 from obcommon.errors import ObError, error_to_proto
 from obcommon.proto import obrpc_pb2
+from rootservice.api.select import run_select
 from rootservice.app import RootService
 from rootservice.config import PARAMETERS, RsSettings
-from rootservice.select import run_select
 from sql import ast
 from sql.parser import parse
 

@@ -1,5 +1,5 @@
 """Column layouts of the jobs' inputs and plans, the status words they test, and the reasons
-they write (shared by the Spark jobs and by :mod:`rootservice.jobs.reference`).
+they write (shared by the Spark jobs and by :mod:`rootservice.balancer.spark.reference`).
 
 Every layout is a tuple of ``(column, kind)`` with ``kind`` one of ``string``, ``int``
 (32-bit), ``long`` (64-bit), ``double`` and ``boolean``; :func:`spark_schema` and :func:`conform_pandas`
@@ -170,7 +170,7 @@ UNIT_REASON_DELETING = "server DELETING"
 """Unit plan, placed unit: its server is DELETING (also when it is permanent_offline too)."""
 UNIT_REASON_OFFLINE = "server permanent_offline"
 """Unit plan, placed unit: its server is permanent_offline."""
-# Units that cannot be placed carry rootservice.placement's PlacementFailure.reason.
+# Units that cannot be placed carry rootservice.tenants.placement's PlacementFailure.reason.
 
 REPLICA_REASON_UNIT_MOVED = "migrate replica due to unit not match"
 """Replica plan: the replica's unit is on another server (ObDRWorker's wording)."""
@@ -267,8 +267,8 @@ def conform_pandas(df: pd.DataFrame, layout: Layout, *, nullable: bool = False) 
 class PandasInputs:
     """The jobs' inputs as pandas frames, one per :data:`INPUT_LAYOUTS` entry.
 
-    What tests and the RS build in memory, what :func:`rootservice.jobs.readers.read_pandas_inputs`
-    returns, and what the pandas reference (:mod:`rootservice.jobs.reference`) computes on.
+    What tests and the RS build in memory, what :func:`rootservice.balancer.spark.readers.read_pandas_inputs`
+    returns, and what the pandas reference (:mod:`rootservice.balancer.spark.reference`) computes on.
     """
 
     servers: pd.DataFrame

@@ -25,30 +25,30 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rootservice.jobs import schema as S
+from rootservice.balancer.spark import schema as S
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from rootservice.jobs.readers import Inputs
+    from rootservice.balancer.spark.readers import Inputs
 
 
 def replica_migration_plan(inputs: Inputs) -> DataFrame:
     """The replica migration plan (see the module docstring).
 
-    Output, one row per replica to replace (:data:`rootservice.jobs.schema.REPLICA_PLAN_SCHEMA`):
+    Output, one row per replica to replace (:data:`rootservice.balancer.spark.schema.REPLICA_PLAN_SCHEMA`):
     ``tenant_id``, ``ls_id``; ``src_svr_ip`` / ``src_svr_port``, the member to copy from
     (null: none is healthy); ``dest_svr_ip`` / ``dest_svr_port``, the unit's server where
     the new replica is built (null: the unit is still on the permanent_offline server);
     ``old_svr_ip`` / ``old_svr_port``, the replica to remove once the new one is a member;
-    ``reason``: :data:`rootservice.jobs.schema.REPLICA_REASON_WAIT_UNIT` (no destination),
+    ``reason``: :data:`rootservice.balancer.spark.schema.REPLICA_REASON_WAIT_UNIT` (no destination),
     ``REPLICA_REASON_NO_SOURCE`` (no source), ``REPLICA_REASON_OFFLINE`` (the old server is
     permanent_offline) or ``REPLICA_REASON_UNIT_MOVED``. A task is ready to run when both
     src and dest are set.
 
     The large input, ``ls_meta``, meets the others only through broadcasts (servers, units,
     the candidates' log streams) and is never shuffled; it is scanned more than once, so
-    persist the inputs (:meth:`rootservice.jobs.readers.Inputs.persist`) rather than
+    persist the inputs (:meth:`rootservice.balancer.spark.readers.Inputs.persist`) rather than
     reading it through JDBC each time.
     """
     from pyspark.sql import functions as F

@@ -1,13 +1,13 @@
-"""The planners behind :class:`rootservice.migration.MigrationManager`.
+"""The planners behind :class:`rootservice.balancer.manager.MigrationManager`.
 
-:class:`SparkPlanner` is what the RS runs: the three Spark jobs of :mod:`rootservice.jobs`
+:class:`SparkPlanner` is what the RS runs: the three Spark jobs of :mod:`rootservice.balancer.spark`
 on one long-lived SparkSession (``spark_master``, ``local[*]`` by default, created lazily in
 the balancer's thread the first time a plan is needed, so neither its start-up nor a job
 ever delays heartbeats or the 100 ms checker). :class:`PandasPlanner` runs the same plans as
-single-process pandas (``rootservice.jobs.reference``, checked against Spark by
+single-process pandas (``rootservice.balancer.spark.reference``, checked against Spark by
 ``tests/unit/rootservice/balancer/test_spark_jobs.py``); the fake-clock unit tests use it to stay fast.
 
-Each method takes the servers rows (``rootservice.migration.SERVER_COLUMNS``) and returns
+Each method takes the servers rows (``rootservice.balancer.manager.SERVER_COLUMNS``) and returns
 plan rows as dicts, nulls as None.
 """
 
@@ -37,7 +37,7 @@ def _records(df: Any) -> list[Row]:
 def _servers_frame(servers: list[Row]) -> Any:
     import pandas as pd
 
-    from rootservice.jobs import schema as S
+    from rootservice.balancer.spark import schema as S
 
     return S.conform_pandas(
         pd.DataFrame(servers, columns=S.columns(S.SERVERS_SCHEMA)), S.SERVERS_SCHEMA
@@ -50,7 +50,7 @@ class SparkPlanner:
 
     def __init__(self, settings: RsSettings) -> None:
         """No JVM is started here; the first plan starts it."""
-        from rootservice.jobs.session import SparkSessionManager
+        from rootservice.balancer.spark.session import SparkSessionManager
 
         conf = {}
         for item in settings.spark_conf:
@@ -60,7 +60,7 @@ class SparkPlanner:
         self.sessions = SparkSessionManager(settings.spark_master, conf, db_url=self.db_url)
 
     def _inputs(self, servers: list[Row]) -> Any:
-        from rootservice.jobs.readers import read_inputs
+        from rootservice.balancer.spark.readers import read_inputs
 
         spark = self.sessions.get()
         return read_inputs(spark, self.db_url, servers=_servers_frame(servers))
@@ -76,21 +76,21 @@ class SparkPlanner:
             inputs.unpersist()
 
     def unit_plan(self, servers: list[Row]) -> list[Row]:
-        """``rootservice.jobs.unit_plan.unit_migration_plan``, collected."""
-        from rootservice.jobs.unit_plan import unit_migration_plan
+        """``rootservice.balancer.spark.unit_plan.unit_migration_plan``, collected."""
+        from rootservice.balancer.spark.unit_plan import unit_migration_plan
 
         return self._run(unit_migration_plan, servers)
 
     def replica_plan(self, servers: list[Row]) -> list[Row]:
-        """``rootservice.jobs.replica_plan.replica_migration_plan``, collected (rows whose
+        """``rootservice.balancer.spark.replica_plan.replica_migration_plan``, collected (rows whose
         source or destination is not known yet have None there)."""
-        from rootservice.jobs.replica_plan import replica_migration_plan
+        from rootservice.balancer.spark.replica_plan import replica_migration_plan
 
         return self._run(replica_migration_plan, servers)
 
     def lost_replicas(self, servers: list[Row]) -> list[Row]:
-        """``rootservice.jobs.lost_replicas.lost_replicas``, collected."""
-        from rootservice.jobs.lost_replicas import lost_replicas
+        """``rootservice.balancer.spark.lost_replicas.lost_replicas``, collected."""
+        from rootservice.balancer.spark.lost_replicas import lost_replicas
 
         return self._run(lost_replicas, servers)
 
@@ -100,32 +100,32 @@ class SparkPlanner:
 
 
 class PandasPlanner:
-    """The same plans in single-process pandas (``rootservice.jobs.reference``)."""
+    """The same plans in single-process pandas (``rootservice.balancer.spark.reference``)."""
 
     def __init__(self, db_url: str) -> None:
         """Read the tables of ``db_url`` on each plan."""
         self.db_url = db_url
 
     def _inputs(self, servers: list[Row]) -> Any:
-        from rootservice.jobs.readers import read_pandas_inputs
+        from rootservice.balancer.spark.readers import read_pandas_inputs
 
         return read_pandas_inputs(self.db_url, servers=_servers_frame(servers))
 
     def unit_plan(self, servers: list[Row]) -> list[Row]:
         """``pandas_unit_migration_plan``."""
-        from rootservice.jobs.reference import pandas_unit_migration_plan
+        from rootservice.balancer.spark.reference import pandas_unit_migration_plan
 
         return _records(pandas_unit_migration_plan(self._inputs(servers)))
 
     def replica_plan(self, servers: list[Row]) -> list[Row]:
         """``pandas_replica_migration_plan``."""
-        from rootservice.jobs.reference import pandas_replica_migration_plan
+        from rootservice.balancer.spark.reference import pandas_replica_migration_plan
 
         return _records(pandas_replica_migration_plan(self._inputs(servers)))
 
     def lost_replicas(self, servers: list[Row]) -> list[Row]:
         """``pandas_lost_replicas``."""
-        from rootservice.jobs.reference import pandas_lost_replicas
+        from rootservice.balancer.spark.reference import pandas_lost_replicas
 
         return _records(pandas_lost_replicas(self._inputs(servers)))
 

@@ -13,8 +13,8 @@ from obcommon.clock import Clock
 from obcommon.errors import ObError
 from rootservice.db import repo
 from rootservice.db.repo import DEFAULT_REGION, Event, ZoneInfo
-from rootservice.server_status import check_zone_name
-from rootservice.store import MetaStore
+from rootservice.ha.store import MetaStore
+from rootservice.servers.status import check_zone_name
 
 
 class ZoneManager:

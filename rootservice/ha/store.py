@@ -38,7 +38,7 @@ class MetaStore:
     written). ``on_deposed(epoch, reason)`` is called when a fenced transaction of ``epoch``
     is refused. ``guard()`` is asked before every fenced transaction and returns why this RS
     must not write (its lease is no longer safely held, see
-    :meth:`rootservice.election.Election.guard`) or None. ``idle_timeout_us()`` bounds, on
+    :meth:`rootservice.ha.election.Election.guard`) or None. ``idle_timeout_us()`` bounds, on
     PostgreSQL, how long one of our transactions may sit idle holding the lease row: a paused
     RS must not keep a standby from taking office. ``rejected_writes`` counts the fenced
     transactions refused (issue 5's "writes rejected").
@@ -57,7 +57,7 @@ class MetaStore:
         self.guard: Callable[[], str | None] | None = None
         self.idle_timeout_us: Callable[[], int] | None = None
         self.rejected_writes = 0
-        # The SELECT catalog (rootservice.select.Catalog), built on first use.
+        # The SELECT catalog (rootservice.api.select.Catalog), built on first use.
         self.catalog: Any = None
 
     @contextmanager

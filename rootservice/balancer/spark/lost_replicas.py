@@ -12,18 +12,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rootservice.jobs import schema as S
+from rootservice.balancer.spark import schema as S
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from rootservice.jobs.readers import Inputs
+    from rootservice.balancer.spark.readers import Inputs
 
 
 def lost_replicas(inputs: Inputs) -> DataFrame:
     """The lost replicas (see the module docstring).
 
-    Output (:data:`rootservice.jobs.schema.LOST_REPLICAS_SCHEMA`): ``tenant_id``, ``ls_id``,
+    Output (:data:`rootservice.balancer.spark.schema.LOST_REPLICAS_SCHEMA`): ``tenant_id``, ``ls_id``,
     ``svr_ip``, ``svr_port`` - the primary key of the row to delete - and ``reason``,
     ``"<server>: <replica>"`` with server ``"server not in __all_server"`` or ``"server
     permanent_offline"`` and replica the first of ``"replica not in service"``, ``"not a

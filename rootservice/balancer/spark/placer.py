@@ -2,14 +2,14 @@
 ``applyInPandas`` and by the pandas reference).
 
 :func:`place_zone` turns the zone's candidate servers and the units that must leave their
-server into unit-plan rows by calling :func:`rootservice.placement.place_units`, so the
+server into unit-plan rows by calling :func:`rootservice.tenants.placement.place_units`, so the
 balancer decides exactly as the DELETE SERVER pre-check and CREATE RESOURCE POOL do
 (OceanBase's ``ObUnitManager::choose_server_for_unit``: capacity, anti-affinity, least load
 after placement, ties by address). Units are placed in ``unit_id`` order, the order in which
 the DELETE pre-check (``LsManager.check_delete``) tried them, so a delete that the pre-check
 allowed finds the same room here.
 
-This module imports only pandas and :mod:`rootservice.placement`; both are shipped to Spark
+This module imports only pandas and :mod:`rootservice.tenants.placement`; both are shipped to Spark
 executors by value (see :func:`ship_by_value`), so the job also runs on a cluster whose
 executors do not have this project installed.
 """
@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from rootservice.jobs.schema import (
+from rootservice.balancer.spark.schema import (
     UNGRANTED_TENANT,
     UNIT_PLAN_SCHEMA,
     Layout,
     columns,
     conform_pandas,
 )
-from rootservice.placement import Demand, ServerRoom, UnitRequest, place_units
+from rootservice.tenants.placement import Demand, ServerRoom, UnitRequest, place_units
 
 # Names are imported (not modules) so that cloudpickle can ship the functions by value.
 
@@ -59,12 +59,12 @@ REQUESTS_LAYOUT: Layout = (
     ("trigger", "string"),
 )
 """Units to move: demand, anti-affinity key, and the reason they move (``trigger``, one of
-:data:`rootservice.jobs.schema.UNIT_REASON_DELETING` / ``UNIT_REASON_OFFLINE``)."""
+:data:`rootservice.balancer.spark.schema.UNIT_REASON_DELETING` / ``UNIT_REASON_OFFLINE``)."""
 
 
 def affinity_key(tenant_id: int, resource_pool_id: int) -> str:
     """Anti-affinity key of a unit: ``tenant:<id>`` once its pool is granted, else
-    ``pool:<id>`` (as :func:`rootservice.tenant_manager.affinity_of`)."""
+    ``pool:<id>`` (as :func:`rootservice.tenants.ddl.affinity_of`)."""
     if tenant_id != UNGRANTED_TENANT:
         return f"tenant:{tenant_id}"
     return f"pool:{resource_pool_id}"
@@ -77,7 +77,7 @@ def _key(ip: str, port: int) -> str:
 def place_zone(rooms: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
     """Place one zone's ``requests`` (:data:`REQUESTS_LAYOUT`) on its ``rooms``
     (:data:`ROOMS_LAYOUT` plus ``affinity``). Returns unit-plan rows
-    (:data:`rootservice.jobs.schema.UNIT_PLAN_SCHEMA`, nullable ``to_svr_*``): the target
+    (:data:`rootservice.balancer.spark.schema.UNIT_PLAN_SCHEMA`, nullable ``to_svr_*``): the target
     server and ``trigger`` as reason, or null target and the placement failure's reason
     (e.g. ``"memory: needs 4G, free 2G on 10.0.0.7:2882, the roomiest server of zone 'z1'"``
     or ``"zone 'z1' has no other active server without a unit of the same tenant"``).
@@ -147,14 +147,14 @@ def place_zone(rooms: pd.DataFrame, requests: pd.DataFrame) -> pd.DataFrame:
 
 
 def ship_by_value() -> None:
-    """Have PySpark's cloudpickle send this module and :mod:`rootservice.placement` by value
+    """Have PySpark's cloudpickle send this module and :mod:`rootservice.tenants.placement` by value
     with the UDF, so executors need only pandas and pyarrow. Idempotent."""
     import sys
 
     from pyspark import cloudpickle
 
-    from rootservice import placement
-    from rootservice.jobs import schema
+    from rootservice.balancer.spark import schema
+    from rootservice.tenants import placement
 
     for mod in (placement, schema, sys.modules[__name__]):
         cloudpickle.register_pickle_by_value(mod)

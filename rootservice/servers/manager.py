@@ -28,12 +28,13 @@ from obcommon.addresses import format_server, parse_server
 from obcommon.clock import Clock
 from obcommon.errors import ObError
 from obcommon.proto import obrpc_pb2
-from rootservice.agent_client import AgentClient
 from rootservice.config import RsSettings
 from rootservice.db import repo
 from rootservice.db.repo import Event
+from rootservice.ha.store import MetaStore
 from rootservice.metrics import Metrics
-from rootservice.server_status import (
+from rootservice.servers.agent_client import AgentClient
+from rootservice.servers.status import (
     CHECKED_COLUMNS,
     DATA_DISK_ERROR_BIT,
     AdminStatus,
@@ -44,8 +45,7 @@ from rootservice.server_status import (
     admin_from_display,
     check_zone_name,
 )
-from rootservice.store import MetaStore
-from rootservice.zone_manager import ZoneManager
+from rootservice.servers.zones import ZoneManager
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +201,7 @@ class ServerManager:
         self.rs_list: list[str] = []
         self.self_server = ""
         self._no_expire_until = 0
-        # Hooks of the tenant layer (rootservice.ls_manager), None until it is wired:
+        # Hooks of the tenant layer (rootservice.tenants.log_streams), None until it is wired:
         # the replica report of each accepted heartbeat (called under the whitelist lock),
         # DELETE / STOP pre-checks, and what STOP does once stop_time is written (move the
         # leaders off and wait for leader_cnt 0).
@@ -209,7 +209,7 @@ class ServerManager:
         self.delete_pre_check: Callable[[list[ServerStatus]], None] | None = None
         self.stop_pre_check: Callable[[list[ServerStatus], StopMode], None] | None = None
         self.after_stop: Callable[[list[str]], None] | None = None
-        # CANCEL DELETE SERVER: stop the migrations off the server (rootservice.migration).
+        # CANCEL DELETE SERVER: stop the migrations off the server (rootservice.balancer.manager).
         self.on_cancel_delete: Callable[[str], object] | None = None
         # Servers the table shows alive that a take-office load could not prove alive yet:
         # their rows stay as they are until the take-office grace ends (SPEC.md section 6),

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from rootservice.server_manager import ServerManager
+from rootservice.servers.manager import ServerManager
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ renewal (:meth:`Election.guard`, checked by :meth:`Election.check_lease` every
 ``heartbeat_check_interval`` and before every fenced write and lease answer). A standby can
 take office only after ``renewal start + lease_time`` by the database's clock, so the two
 never overlap as long as the clocks' rates differ by less than the margin - and if they do,
-the epoch fence in :meth:`rootservice.store.MetaStore.txn` still refuses the old leader's
+the epoch fence in :meth:`rootservice.ha.store.MetaStore.txn` still refuses the old leader's
 writes.
 
 Stepping down happens in two parts: :meth:`Election.request_step_down` (any thread, never
@@ -39,8 +39,8 @@ import sqlalchemy as sa
 from obcommon.addresses import parse_server
 from obcommon.clock import Clock
 from rootservice.db import repo
+from rootservice.ha.store import MetaStore, db_error_summary
 from rootservice.metrics import Metrics
-from rootservice.store import MetaStore, db_error_summary
 
 log = logging.getLogger(__name__)
 
