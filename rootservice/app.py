@@ -30,8 +30,9 @@ from obcommon.errors import ObError
 from rootservice.balancer.manager import LostReplicaChecker, MigrationManager, Planner
 from rootservice.config import PARAMETERS, RsSettings, validate_parameter
 from rootservice.db import engine as dbengine
-from rootservice.db import repo
-from rootservice.db.repo import DEFAULT_REGION, Event, ZoneInfo
+from rootservice.db import event_repo, param_repo, server_repo, zone_repo
+from rootservice.db.event_repo import Event
+from rootservice.db.zone_repo import DEFAULT_REGION, ZoneInfo
 from rootservice.ha.election import Election, lease_timings, merge_rs_list
 from rootservice.ha.store import MetaStore, db_error_summary
 from rootservice.metrics import Metrics, track_gc_pauses
@@ -185,7 +186,7 @@ class RootService:
             dbengine.upgrade(self.engine)
             self.store.engine = self.engine
             with self.engine.connect() as conn:
-                params = repo.load_params(conn)
+                params = param_repo.load_params(conn)
         except sa.exc.ArgumentError as e:
             raise StartupError(f"bad database URL {shown}: {e}") from e
         except (sa.exc.SQLAlchemyError, OSError) as e:
@@ -194,7 +195,7 @@ class RootService:
             ) from e
         self._apply_table_params(params)
         self.bootstrapped = PARAM_BOOTSTRAP_TIME in params
-        self.manager.cluster_id = params.get(repo.PARAM_CLUSTER_ID, "")
+        self.manager.cluster_id = params.get(param_repo.PARAM_CLUSTER_ID, "")
         self.manager.self_server = self.settings.self_server
 
     def _apply_table_params(self, params: dict[str, str]) -> None:
@@ -261,7 +262,7 @@ class RootService:
                 raise ObError("OB_RS_NOT_MASTER", detail=f"epoch {epoch} lost while taking office")
             self.store.epoch = epoch
         with self.store.read() as conn:
-            params = repo.load_params(conn)
+            params = param_repo.load_params(conn)
         try:
             self._apply_table_params(params)
         except StartupError as e:
@@ -281,23 +282,23 @@ class RootService:
         not alive, start the timers, FULL_SERVICE."""
         self.state = RsState.IN_SERVICE
         with self.store.read() as conn:
-            params = repo.load_params(conn)
-        self.manager.cluster_id = params.get(repo.PARAM_CLUSTER_ID, "")
-        stored_rs_list = params.get(repo.PARAM_RS_LIST, "")
+            params = param_repo.load_params(conn)
+        self.manager.cluster_id = params.get(param_repo.PARAM_CLUSTER_ID, "")
+        stored_rs_list = params.get(param_repo.PARAM_RS_LIST, "")
         self.manager.rs_list = merge_rs_list(stored_rs_list, self.rpc_addr)
         self.manager.load(take_office=True)
         self.manager.in_service = True
         now = self.clock.now_us()
         with self.store.txn() as conn:
             if ";".join(self.manager.rs_list) != stored_rs_list:
-                repo.set_param(
+                param_repo.set_param(
                     conn,
-                    repo.PARAM_RS_LIST,
+                    param_repo.PARAM_RS_LIST,
                     ";".join(self.manager.rs_list),
                     now,
                     "root service list",
                 )
-            repo.insert_events(
+            event_repo.insert_events(
                 conn,
                 [
                     Event(
@@ -500,11 +501,15 @@ class RootService:
     def _run_bootstrap(self, keys: list[str], zones: list[ZoneInfo]) -> None:
         now = self.clock.now_us()
         with self.store.read() as conn:
-            cluster_id = repo.load_params(conn).get(repo.PARAM_CLUSTER_ID) or uuid.uuid4().hex
+            cluster_id = (
+                param_repo.load_params(conn).get(param_repo.PARAM_CLUSTER_ID) or uuid.uuid4().hex
+            )
         with self.store.txn() as conn:
             # Kept even if this attempt fails: agents that already accepted a lease keep
             # this identity, and a retried BOOTSTRAP must give them the same one.
-            repo.set_param(conn, repo.PARAM_CLUSTER_ID, cluster_id, now, "cluster identity")
+            param_repo.set_param(
+                conn, param_repo.PARAM_CLUSTER_ID, cluster_id, now, "cluster identity"
+            )
         statuses = []
         for i, (key, zone) in enumerate(zip(keys, zones, strict=True), start=1):
             check = self.agents.check_server_empty(key, self.store.epoch)
@@ -541,18 +546,20 @@ class RootService:
             rows = [s.to_row() for s in self.manager.snapshot()]
             with self.store.txn() as conn:
                 for z in zones:
-                    repo.upsert_zone(conn, z, now)
+                    zone_repo.upsert_zone(conn, z, now)
                 for row in rows:
-                    repo.insert_server(conn, row, now)
-                repo.set_param(conn, repo.PARAM_RS_LIST, self.rpc_addr, now, "root service list")
-                repo.set_param(
+                    server_repo.insert_server(conn, row, now)
+                param_repo.set_param(
+                    conn, param_repo.PARAM_RS_LIST, self.rpc_addr, now, "root service list"
+                )
+                param_repo.set_param(
                     conn,
-                    repo.PARAM_MAX_SERVER_ID,
+                    param_repo.PARAM_MAX_SERVER_ID,
                     str(len(keys)),
                     now,
                     "largest server id allocated",
                 )
-                repo.set_param(
+                param_repo.set_param(
                     conn, PARAM_BOOTSTRAP_TIME, str(now), now, "when the cluster was bootstrapped"
                 )
                 events = [
@@ -576,7 +583,7 @@ class RootService:
                     )
                     for r in rows
                 ]
-                repo.insert_events(conn, events, self.store.rs_addr)
+                event_repo.insert_events(conn, events, self.store.rs_addr)
         except BaseException:
             self.manager.in_service = False
             self.manager.clear()
@@ -633,8 +640,8 @@ class RootService:
         now = self.clock.now_us()
         with self.store.txn() as conn:
             for name, v in values.items():
-                repo.set_param(conn, name, format_duration(v), now, PARAMETERS[name].info)
-            repo.insert_events(
+                param_repo.set_param(conn, name, format_duration(v), now, PARAMETERS[name].info)
+            event_repo.insert_events(
                 conn,
                 [
                     Event(now, "root_service", "set_parameter", ((n, format_duration(v)),))

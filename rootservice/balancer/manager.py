@@ -41,9 +41,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import sqlalchemy as sa
 
 from obcommon.errors import ObError
-from rootservice.db import repo
-from rootservice.db import tenant_repo as trepo
-from rootservice.db.repo import Event
+from rootservice.db import event_repo, ls_repo, timestamps, unit_repo
+from rootservice.db.event_repo import Event
 from rootservice.db.tables import all_ls_meta_table, all_rootservice_job, all_unit
 from rootservice.servers.status import AdminStatus, HeartbeatStatus
 from rootservice.tenants.placement import format_bytes
@@ -196,9 +195,9 @@ class MigrationManager:
             emptying = self.manager.has_servers_to_empty()
             if not emptying and not self.tasks and not self.ls.topology().plans:
                 return 0
-            moving: list[trepo.Unit] = []
+            moving: list[unit_repo.Unit] = []
             with self.store.read() as conn:
-                moving = [u for u in trepo.load_units(conn) if u.migrate_from]
+                moving = [u for u in unit_repo.load_units(conn) if u.migrate_from]
             misplaced = self._misplaced_replicas()
             if not emptying and not moving and not self.tasks and not misplaced:
                 return 0
@@ -256,7 +255,7 @@ class MigrationManager:
                             svr_port=int(r["to_svr_port"]),
                             migrate_from_svr_ip=r["from_svr_ip"],
                             migrate_from_svr_port=int(r["from_svr_port"]),
-                            gmt_modified=repo.us_to_datetime(now),
+                            gmt_modified=timestamps.us_to_datetime(now),
                         )
                     )
                     if res.rowcount:
@@ -274,7 +273,7 @@ class MigrationManager:
                                 ),
                             )
                         )
-                repo.insert_events(conn, events, self.store.rs_addr)
+                event_repo.insert_events(conn, events, self.store.rs_addr)
         if moved:
             self.metrics.inc("unit_moves_total", moved)
             self._layout_changed()
@@ -396,8 +395,8 @@ class MigrationManager:
         topo = self.ls.topology()
         views = self.ls.views()
         with self.store.read() as conn:
-            units = [u for u in trepo.load_units(conn) if u.migrate_from]
-            meta = trepo.load_ls_meta(conn)
+            units = [u for u in unit_repo.load_units(conn) if u.migrate_from]
+            meta = ls_repo.load_ls_meta(conn)
         if not units:
             return 0
         on_server: dict[str, set[tuple[int, int]]] = {}
@@ -430,10 +429,10 @@ class MigrationManager:
                     .values(
                         migrate_from_svr_ip="",
                         migrate_from_svr_port=0,
-                        gmt_modified=repo.us_to_datetime(now),
+                        gmt_modified=timestamps.us_to_datetime(now),
                     )
                 )
-            repo.insert_events(
+            event_repo.insert_events(
                 conn,
                 [
                     Event(
@@ -461,7 +460,7 @@ class MigrationManager:
             with self.store.read() as conn:
                 back = [
                     u
-                    for u in trepo.load_units(conn)
+                    for u in unit_repo.load_units(conn)
                     if u.migrate_from_svr_ip == ip and u.migrate_from_svr_port == int(port)
                 ]
             now = self.clock.now_us()
@@ -476,10 +475,10 @@ class MigrationManager:
                                 svr_port=u.migrate_from_svr_port,
                                 migrate_from_svr_ip="",
                                 migrate_from_svr_port=0,
-                                gmt_modified=repo.us_to_datetime(now),
+                                gmt_modified=timestamps.us_to_datetime(now),
                             )
                         )
-                    repo.insert_events(
+                    event_repo.insert_events(
                         conn,
                         [
                             Event(
@@ -525,8 +524,8 @@ class MigrationManager:
             )
             if not jobs:
                 return
-            units = trepo.load_units(conn)
-            meta = trepo.load_ls_meta(conn)
+            units = unit_repo.load_units(conn)
+            meta = ls_repo.load_ls_meta(conn)
         now = self.clock.now_us()
         reports = self.ls.reports()
         updates = []
@@ -590,7 +589,9 @@ class MigrationManager:
                         all_rootservice_job.c.job_status == "INPROGRESS",
                     )
                     .values(
-                        progress=percent, extra_info=text, gmt_modified=repo.us_to_datetime(now)
+                        progress=percent,
+                        extra_info=text,
+                        gmt_modified=timestamps.us_to_datetime(now),
                     )
                 )
 
@@ -625,7 +626,7 @@ class MigrationManager:
             .values(extra_info=json.dumps(info, separators=(",", ":")))
         )
 
-    def _stall_reason(self, key: str, units_left: list[trepo.Unit]) -> str:
+    def _stall_reason(self, key: str, units_left: list[unit_repo.Unit]) -> str:
         for u in units_left:
             if u.unit_id in self.unplaced:
                 return f"unit {u.unit_id}: no room ({self.unplaced[u.unit_id]})"
@@ -671,7 +672,7 @@ class MigrationManager:
                 for r in batch
             ]
             with self.store.txn() as conn:
-                deleted += trepo.delete_ls_meta(conn, keys)
+                deleted += ls_repo.delete_ls_meta(conn, keys)
             for r in batch:
                 log.info(
                     "lost replica removed: tenant %s ls %s on %s:%s (%s)",

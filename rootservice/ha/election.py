@@ -38,7 +38,7 @@ import sqlalchemy as sa
 
 from obcommon.addresses import parse_server
 from obcommon.clock import Clock
-from rootservice.db import repo
+from rootservice.db import lease_repo
 from rootservice.ha.store import MetaStore, db_error_summary
 from rootservice.metrics import Metrics
 
@@ -231,7 +231,7 @@ class Election:
                 self._round_thread = None
 
     def _db_now(self, conn: sa.Connection) -> int:
-        return self.db_clock.now_us() if self.db_clock is not None else repo.db_now_us(conn)
+        return self.db_clock.now_us() if self.db_clock is not None else lease_repo.db_now_us(conn)
 
     def _begin_round(self, conn: sa.Connection) -> None:
         # Bounded waits: a round must fail rather than hang behind a paused RS's lock. And a
@@ -259,8 +259,8 @@ class Election:
                 self._begin_round(conn)
                 now = self._db_now(conn)
                 row = None
-                if not repo.renew_lease(conn, epoch, holder, now, now + lease):
-                    row = repo.read_lease(conn)
+                if not lease_repo.renew_lease(conn, epoch, holder, now, now + lease):
+                    row = lease_repo.read_lease(conn)
         except sa.exc.SQLAlchemyError as e:
             self.metrics.inc("rs_election_errors_total")
             self.request_step_down(f"lease renewal failed: {db_error_summary(e)}", epoch)
@@ -283,7 +283,7 @@ class Election:
         try:
             with self.store.engine.begin() as conn:
                 self._begin_round(conn)
-                row = repo.read_lease(conn, lock=True)
+                row = lease_repo.read_lease(conn, lock=True)
                 now = self._db_now(conn)
                 # Our own address in the row is a lease left by an earlier process (or term)
                 # of this RS: binding the same port proves that process is gone. Not so for
@@ -292,7 +292,7 @@ class Election:
                 if row.holder and not own and now < row.expire_us:
                     self.leader = row.holder
                     return
-                epoch = repo.take_lease(conn, row, holder, now, now + lease)
+                epoch = lease_repo.take_lease(conn, row, holder, now, now + lease)
         except sa.exc.SQLAlchemyError as e:
             self.metrics.inc("rs_election_errors_total")
             log.warning("election round failed: %s", db_error_summary(e))
@@ -338,7 +338,7 @@ class Election:
         try:
             with self.store.engine.begin() as conn:
                 self._begin_round(conn)
-                done = repo.release_lease(conn, epoch, holder, self._db_now(conn))
+                done = lease_repo.release_lease(conn, epoch, holder, self._db_now(conn))
         except sa.exc.SQLAlchemyError as e:
             log.warning("releasing the RS lease failed: %s", db_error_summary(e))
             return False

@@ -19,7 +19,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from obcommon.errors import ObError
-from rootservice.db import repo
+from rootservice.db import lease_repo
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class MetaStore:
                 with self.engine.begin() as conn:
                     self._limit_idle(conn)
                     if fenced:
-                        repo.check_epoch(conn, epoch)
+                        lease_repo.check_epoch(conn, epoch)
                     yield conn
             except ObError as e:
                 if e.name == "OB_RS_NOT_MASTER" and fenced:

@@ -29,8 +29,8 @@ from obcommon.clock import Clock
 from obcommon.errors import ObError
 from obcommon.proto import obrpc_pb2
 from rootservice.config import RsSettings
-from rootservice.db import repo
-from rootservice.db.repo import Event
+from rootservice.db import event_repo, job_repo, param_repo, server_repo, zone_repo
+from rootservice.db.event_repo import Event
 from rootservice.ha.store import MetaStore
 from rootservice.metrics import Metrics
 from rootservice.servers.agent_client import AgentClient
@@ -131,8 +131,8 @@ class PersistQueue:
             now = self.clock.now_us()
             try:
                 with self.store.txn() as conn:
-                    repo.update_servers(conn, rows, now)
-                    repo.insert_events(conn, events, self.store.rs_addr)
+                    server_repo.update_servers(conn, rows, now)
+                    event_repo.insert_events(conn, events, self.store.rs_addr)
             except ObError as e:
                 self.metrics.inc("persist_failures_total")
                 if now - self._last_error_log_us >= 10_000_000:
@@ -547,8 +547,8 @@ class ServerManager:
         with self.store.write_lock:
             self.persist.run_once()
             with self.store.read() as conn:
-                rows = repo.load_servers(conn)
-                zones = repo.load_zones(conn)
+                rows = server_repo.load_servers(conn)
+                zones = zone_repo.load_zones(conn)
             now = self.clock.now_us()
             with self._lock:
                 self.zones.replace_all(zones)
@@ -683,7 +683,7 @@ class ServerManager:
         while True:
             with self.store.write_lock:
                 with self.store.read() as conn:
-                    page = repo.load_servers_page(conn, after, page_size)
+                    page = server_repo.load_servers_page(conn, after, page_size)
                 # A queued row differs legitimately: the queue will write it. So does a
                 # take-office candidate's until the grace ends (see _expire_candidates).
                 pending = self.persist.pending_keys()
@@ -806,11 +806,11 @@ class ServerManager:
             now = self.clock.now_us()
             with self.store.txn() as conn:
                 for s in new:
-                    s.id = repo.next_counter(conn, repo.PARAM_MAX_SERVER_ID, now)
+                    s.id = param_repo.next_counter(conn, param_repo.PARAM_MAX_SERVER_ID, now)
                     s.last_hb_time = now
                     s.last_offline_time = 0
-                    repo.insert_server(conn, s.to_row(), now)
-                repo.insert_events(
+                    server_repo.insert_server(conn, s.to_row(), now)
+                event_repo.insert_events(
                     conn,
                     [self._event(now, "add_server", s, ("id", s.id)) for s in new],
                     self.store.rs_addr,
@@ -850,10 +850,10 @@ class ServerManager:
         now = self.clock.now_us()
         results = []
         with self.store.txn() as conn:
-            repo.update_servers(conn, [s.to_row() for s in fresh], now)
+            server_repo.update_servers(conn, [s.to_row() for s in fresh], now)
             if also is not None:
                 results = [also(conn, s) for s in fresh]
-            repo.insert_events(
+            event_repo.insert_events(
                 conn, [self._event(now, event, s, *event_values) for s in fresh], self.store.rs_addr
             )
         with self._lock:
@@ -889,7 +889,7 @@ class ServerManager:
 
             def job(conn: sa.Connection, s: ServerStatus) -> int:
                 sql_text = f"ALTER SYSTEM DELETE SERVER '{s.key}'"
-                return repo.create_job(
+                return job_repo.create_job(
                     conn,
                     "DELETE_SERVER",
                     s.ip,
@@ -921,7 +921,7 @@ class ServerManager:
 
             def cancel_job(conn: sa.Connection, s: ServerStatus) -> int:
                 code = ObError("OB_CANCELED").code
-                return repo.finish_jobs(
+                return job_repo.finish_jobs(
                     conn, "DELETE_SERVER", s.ip, s.port, "CANCELED", self.clock.now_us(), code
                 )
 
@@ -1036,9 +1036,9 @@ class ServerManager:
             with self.store.txn() as conn:
                 if extra_deletes is not None:
                     extra_deletes(conn, s.ip, s.port)
-                repo.delete_server(conn, s.ip, s.port)
-                repo.finish_jobs(conn, "DELETE_SERVER", s.ip, s.port, "SUCCESS", now)
-                repo.insert_events(
+                server_repo.delete_server(conn, s.ip, s.port)
+                job_repo.finish_jobs(conn, "DELETE_SERVER", s.ip, s.port, "SUCCESS", now)
+                event_repo.insert_events(
                     conn,
                     [self._event(now, "finish_delete_server", s, ("id", s.id))],
                     self.store.rs_addr,

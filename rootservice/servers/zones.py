@@ -11,8 +11,9 @@ from collections.abc import Callable
 
 from obcommon.clock import Clock
 from obcommon.errors import ObError
-from rootservice.db import repo
-from rootservice.db.repo import DEFAULT_REGION, Event, ZoneInfo
+from rootservice.db import event_repo, zone_repo
+from rootservice.db.event_repo import Event
+from rootservice.db.zone_repo import DEFAULT_REGION, ZoneInfo
 from rootservice.ha.store import MetaStore
 from rootservice.servers.status import check_zone_name
 
@@ -73,8 +74,8 @@ class ZoneManager:
                 raise ObError("OB_ENTRY_EXIST", f"zone '{z}' already exists")
             now = self.clock.now_us()
             with self.store.txn() as conn:
-                repo.upsert_zone(conn, info, now)
-                repo.insert_events(
+                zone_repo.upsert_zone(conn, info, now)
+                event_repo.insert_events(
                     conn,
                     [Event(now, "zone", "add_zone", (("zone", z), ("region", info.region)))],
                     self.store.rs_addr,
@@ -103,8 +104,8 @@ class ZoneManager:
             now = self.clock.now_us()
             event = "start_zone" if active else ("force_stop_zone" if force else "stop_zone")
             with self.store.txn() as conn:
-                repo.upsert_zone(conn, new, now)
-                repo.insert_events(
+                zone_repo.upsert_zone(conn, new, now)
+                event_repo.insert_events(
                     conn, [Event(now, "zone", event, (("zone", z),))], self.store.rs_addr
                 )
             with self._lock:
@@ -122,8 +123,8 @@ class ZoneManager:
                 raise ObError("OB_OP_NOT_ALLOW", f"delete zone '{z}' with {n} server(s) in it")
             now = self.clock.now_us()
             with self.store.txn() as conn:
-                repo.delete_zone(conn, z)
-                repo.insert_events(
+                zone_repo.delete_zone(conn, z)
+                event_repo.insert_events(
                     conn, [Event(now, "zone", "delete_zone", (("zone", z),))], self.store.rs_addr
                 )
             with self._lock:

@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from obcommon.errors import ObError
 from obcommon.sizes import parse_size
-from rootservice.db import repo
-from rootservice.db import tenant_repo as trepo
-from rootservice.db.repo import Event
-from rootservice.db.tenant_repo import LsStatus, ResourcePool, Tenant, Unit, UnitConfig
+from rootservice.db import event_repo, ls_repo, tenant_repo, unit_repo
+from rootservice.db.event_repo import Event
+from rootservice.db.ls_repo import LsStatus
+from rootservice.db.tenant_repo import Tenant
+from rootservice.db.unit_repo import ResourcePool, Unit, UnitConfig
 from rootservice.servers.status import AdminStatus
 from rootservice.tenants.placement import GIB, Demand, ServerRoom, UnitRequest, place_units
 from sql import ast
@@ -144,8 +145,8 @@ class TenantManager:
         heartbeat, what its units take (units migrating away still count on both ends, as in
         OceanBase) and the tenants / pools it hosts. ``usable`` = alive, NORMAL, not stopped,
         zone ACTIVE, and not in ``exclude_usable``."""
-        configs = {c.unit_config_id: c for c in trepo.load_unit_configs(conn).values()}
-        pools = {p.resource_pool_id: p for p in trepo.load_pools(conn).values()}
+        configs = {c.unit_config_id: c for c in unit_repo.load_unit_configs(conn).values()}
+        pools = {p.resource_pool_id: p for p in unit_repo.load_pools(conn).values()}
         rooms: dict[str, ServerRoom] = {}
         for s in self.manager.snapshot():
             r = s.resource_info
@@ -163,7 +164,7 @@ class TenantManager:
                     and s.key not in (exclude_usable or set())
                 ),
             )
-        for u in trepo.load_units(conn):
+        for u in unit_repo.load_units(conn):
             pool = pools.get(u.resource_pool_id)
             if pool is None:
                 continue
@@ -217,20 +218,20 @@ class TenantManager:
         if min_iops > max_iops:
             raise ObError("OB_INVALID_ARGUMENT", "MIN_IOPS", detail="MIN_IOPS exceeds MAX_IOPS")
         with self._lock, self.store.txn() as conn:
-            if name in trepo.load_unit_configs(conn):
+            if name in unit_repo.load_unit_configs(conn):
                 if st.if_not_exists:
                     return False
                 raise ObError("OB_RESOURCE_UNIT_EXIST", name)
             now = self.clock.now_us()
-            cid = trepo.next_id(conn, trepo.COUNTER_UNIT_CONFIG, now)
-            trepo.insert_unit_config(
+            cid = unit_repo.next_id(conn, unit_repo.COUNTER_UNIT_CONFIG, now)
+            unit_repo.insert_unit_config(
                 conn,
                 UnitConfig(
                     cid, name, max_cpu, min_cpu, memory, log_disk, max_iops, min_iops, iops_weight
                 ),
                 now,
             )
-            repo.insert_events(
+            event_repo.insert_events(
                 conn,
                 [self._event(now, "create_resource_unit", ("name", name), ("id", cid))],
                 self.store.rs_addr,
@@ -244,14 +245,14 @@ class TenantManager:
         self._require()
         name = st.name.lower()
         with self._lock, self.store.txn() as conn:
-            c = trepo.load_unit_configs(conn).get(name)
+            c = unit_repo.load_unit_configs(conn).get(name)
             if c is None:
                 if st.if_exists:
                     return False
                 raise ObError("OB_RESOURCE_UNIT_NOT_EXIST", name)
             users = [
                 p.name
-                for p in trepo.load_pools(conn).values()
+                for p in unit_repo.load_pools(conn).values()
                 if p.unit_config_id == c.unit_config_id
             ]
             if users:
@@ -259,8 +260,8 @@ class TenantManager:
                     "OB_RESOURCE_UNIT_IS_REFERENCED", name, detail=f"by pool {', '.join(users)}"
                 )
             now = self.clock.now_us()
-            trepo.delete_unit_config(conn, c.unit_config_id)
-            repo.insert_events(
+            unit_repo.delete_unit_config(conn, c.unit_config_id)
+            event_repo.insert_events(
                 conn, [self._event(now, "drop_resource_unit", ("name", name))], self.store.rs_addr
             )
             self._changed()
@@ -297,16 +298,16 @@ class TenantManager:
         else:
             zones = tuple(sorted(z.zone for z in self.manager.zones.all() if z.zone))
         with self._lock, self.store.txn() as conn:
-            pools = trepo.load_pools(conn)
+            pools = unit_repo.load_pools(conn)
             if name in pools:
                 if st.if_not_exists:
                     return []
                 raise ObError("OB_RESOURCE_POOL_EXIST", name)
-            config = trepo.load_unit_configs(conn).get(st.unit.lower())
+            config = unit_repo.load_unit_configs(conn).get(st.unit.lower())
             if config is None:
                 raise ObError("OB_RESOURCE_UNIT_NOT_EXIST", st.unit.lower())
             now = self.clock.now_us()
-            pool_id = trepo.next_id(conn, trepo.COUNTER_POOL, now)
+            pool_id = unit_repo.next_id(conn, unit_repo.COUNTER_POOL, now)
             pool = ResourcePool(pool_id, name, st.unit_num, config.unit_config_id, zones)
             demand = demand_of(config)
             requests = [
@@ -324,17 +325,18 @@ class TenantManager:
                 )
                 raise ObError(code, f.request.zone, str(st.unit_num), detail=f.reason)
             groups = [
-                trepo.next_id(conn, trepo.COUNTER_UNIT_GROUP, now) for _ in range(st.unit_num)
+                unit_repo.next_id(conn, unit_repo.COUNTER_UNIT_GROUP, now)
+                for _ in range(st.unit_num)
             ]
             units = []
             for z in zones:
                 for i in range(st.unit_num):
                     ip, _, port = placement.chosen[(z, i)].rpartition(":")
-                    uid = trepo.next_id(conn, trepo.COUNTER_UNIT, now)
+                    uid = unit_repo.next_id(conn, unit_repo.COUNTER_UNIT, now)
                     units.append(Unit(uid, pool_id, groups[i], z, ip, int(port)))
-            trepo.insert_pool(conn, pool, now)
-            trepo.insert_units(conn, units, now)
-            repo.insert_events(
+            unit_repo.insert_pool(conn, pool, now)
+            unit_repo.insert_units(conn, units, now)
+            event_repo.insert_events(
                 conn,
                 [
                     self._event(
@@ -356,7 +358,7 @@ class TenantManager:
         self._require()
         name = st.name.lower()
         with self._lock, self.store.txn() as conn:
-            pool = trepo.load_pools(conn).get(name)
+            pool = unit_repo.load_pools(conn).get(name)
             if pool is None:
                 if st.if_exists:
                     return False
@@ -366,8 +368,8 @@ class TenantManager:
                     "OB_RESOURCE_POOL_ALREADY_GRANTED", name, detail=f"tenant {pool.tenant_id}"
                 )
             now = self.clock.now_us()
-            trepo.delete_pool(conn, pool.resource_pool_id)
-            repo.insert_events(
+            unit_repo.delete_pool(conn, pool.resource_pool_id)
+            event_repo.insert_events(
                 conn, [self._event(now, "drop_resource_pool", ("name", name))], self.store.rs_addr
             )
             self._changed()
@@ -397,11 +399,11 @@ class TenantManager:
         if st.ls_count is not None and not 1 <= st.ls_count <= MAX_LS_COUNT:
             raise ObError("OB_INVALID_ARGUMENT", f"LS_COUNT {st.ls_count}", detail="1..1024")
         with self._lock, self.store.txn() as conn:
-            if name in trepo.load_tenants(conn):
+            if name in tenant_repo.load_tenants(conn):
                 if st.if_not_exists:
                     return (0, 0)
                 raise ObError("OB_TENANT_EXIST", name)
-            all_pools = trepo.load_pools(conn)
+            all_pools = unit_repo.load_pools(conn)
             pools = []
             for pname in st.pools:
                 p = all_pools.get(pname.lower())
@@ -434,10 +436,10 @@ class TenantManager:
                 primary = "RANDOM"
             ls_count = st.ls_count or unit_num
             now = self.clock.now_us()
-            tenant_id = trepo.next_tenant_id(conn, now)
+            tenant_id = tenant_repo.next_tenant_id(conn, now)
             units = [
                 u
-                for u in trepo.load_units(conn)
+                for u in unit_repo.load_units(conn)
                 if u.resource_pool_id in {p.resource_pool_id for p in pools}
             ]
             groups = sorted(
@@ -449,16 +451,16 @@ class TenantManager:
                 ls_rows.append(
                     LsStatus(
                         tenant_id,
-                        trepo.FIRST_USER_LS_ID + i,
+                        ls_repo.FIRST_USER_LS_ID + i,
                         unit_group_id=groups[i % len(groups)],
-                        ls_group_id=trepo.FIRST_USER_LS_ID + (i % len(groups)),
+                        ls_group_id=ls_repo.FIRST_USER_LS_ID + (i % len(groups)),
                         primary_zone=levels[0][i % len(levels[0])],
                     )
                 )
-            trepo.insert_tenant(conn, Tenant(tenant_id, name, zone_tuple, primary), now)
-            trepo.grant_pools(conn, [p.resource_pool_id for p in pools], tenant_id, now)
-            trepo.insert_ls_status(conn, ls_rows, now)
-            repo.insert_events(
+            tenant_repo.insert_tenant(conn, Tenant(tenant_id, name, zone_tuple, primary), now)
+            unit_repo.grant_pools(conn, [p.resource_pool_id for p in pools], tenant_id, now)
+            ls_repo.insert_ls_status(conn, ls_rows, now)
+            event_repo.insert_events(
                 conn,
                 [
                     self._event(
@@ -486,7 +488,7 @@ class TenantManager:
         self._require()
         name = st.name.lower()
         with self._lock, self.store.txn() as conn:
-            t = trepo.load_tenants(conn).get(name)
+            t = tenant_repo.load_tenants(conn).get(name)
             if t is None:
                 if st.if_exists:
                     return 0
@@ -494,12 +496,12 @@ class TenantManager:
             now = self.clock.now_us()
             pool_ids = [
                 p.resource_pool_id
-                for p in trepo.load_pools(conn).values()
+                for p in unit_repo.load_pools(conn).values()
                 if p.tenant_id == t.tenant_id
             ]
-            trepo.delete_tenant(conn, t.tenant_id)
-            trepo.grant_pools(conn, pool_ids, -1, now)
-            repo.insert_events(
+            tenant_repo.delete_tenant(conn, t.tenant_id)
+            unit_repo.grant_pools(conn, pool_ids, -1, now)
+            event_repo.insert_events(
                 conn,
                 [
                     self._event(

@@ -33,9 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 from obcommon.errors import ObError, error_from_proto
 from obcommon.proto import obrpc_pb2
-from rootservice.db import tenant_repo as trepo
-from rootservice.db.repo import Event
-from rootservice.db.tenant_repo import LsStatus, MetaKey, SpaceKey
+from rootservice.db import ls_repo, space_usage_repo, tenant_repo, unit_repo
+from rootservice.db.event_repo import Event
+from rootservice.db.ls_repo import LsStatus, MetaKey
+from rootservice.db.space_usage_repo import SpaceKey
 from rootservice.servers.status import ServerStatus
 from rootservice.tenants.placement import UnitRequest, place_units
 
@@ -68,7 +69,7 @@ class Topology:
 
     version: int = -1
     plans: dict[LsKey, LsPlan] = field(default_factory=dict)
-    tenants: dict[int, trepo.Tenant] = field(default_factory=dict)
+    tenants: dict[int, tenant_repo.Tenant] = field(default_factory=dict)
 
 
 @dataclass
@@ -162,10 +163,10 @@ class LsManager:
             if not force and self._topology.version == version:
                 return self._topology
         with self.store.read() as conn:
-            tenants = {t.tenant_id: t for t in trepo.load_tenants(conn).values()}
-            ls_rows = trepo.load_ls_status(conn)
-            units = trepo.load_units(conn)
-            pools = {p.resource_pool_id: p for p in trepo.load_pools(conn).values()}
+            tenants = {t.tenant_id: t for t in tenant_repo.load_tenants(conn).values()}
+            ls_rows = ls_repo.load_ls_status(conn)
+            units = unit_repo.load_units(conn)
+            pools = {p.resource_pool_id: p for p in unit_repo.load_pools(conn).values()}
         topo = build_topology(version, tenants, ls_rows, units, pools)
         with self._lock:
             self._topology = topo
@@ -728,8 +729,8 @@ class LsManager:
             return 0
         if self._meta is None or self._space is None:
             with self.store.read() as conn:
-                self._meta = trepo.load_ls_meta(conn)
-                self._space = trepo.load_space_usage(conn)
+                self._meta = ls_repo.load_ls_meta(conn)
+                self._space = space_usage_repo.load_space_usage(conn)
         meta, space = self._meta, self._space
         want: dict[MetaKey, dict[str, Any]] = {}
         reported_servers: set[tuple[str, int]] = set()
@@ -746,9 +747,9 @@ class LsManager:
                 if (t, ls) not in topo.plans:
                     continue
                 role = (
-                    trepo.ROLE_LEADER
+                    ls_repo.ROLE_LEADER
                     if r.role == obrpc_pb2.LEADER and s.is_alive()
-                    else trepo.ROLE_FOLLOWER
+                    else ls_repo.ROLE_FOLLOWER
                 )
                 want[(t, ls, s.ip, s.port)] = {
                     "sql_port": s.sql_port,
@@ -785,8 +786,8 @@ class LsManager:
             elif self._removed_member(views, topo, k):
                 # DR's member-removal step: a dead replica that is no longer a Paxos member.
                 deletes.append(k)
-            elif cur["role"] == trepo.ROLE_LEADER and (s is None or not s.is_alive()):
-                updates[k] = cur | {"role": trepo.ROLE_FOLLOWER}
+            elif cur["role"] == ls_repo.ROLE_LEADER and (s is None or not s.is_alive()):
+                updates[k] = cur | {"role": ls_repo.ROLE_FOLLOWER}
         space_changes: dict[SpaceKey, tuple[int, int] | None] = {
             k: v for k, v in usage.items() if space.get(k) != v
         }
@@ -797,9 +798,9 @@ class LsManager:
             return 0
         now = self.clock.now_us()
         with self.store.txn() as conn:
-            trepo.upsert_ls_meta(conn, inserts, updates, now)
-            trepo.delete_ls_meta(conn, deletes)
-            trepo.put_space_usage(conn, space_changes, now)
+            ls_repo.upsert_ls_meta(conn, inserts, updates, now)
+            ls_repo.delete_ls_meta(conn, deletes)
+            space_usage_repo.put_space_usage(conn, space_changes, now)
         meta.update(inserts)
         meta.update(updates)
         for k in deletes:
@@ -830,7 +831,7 @@ class LsManager:
         """``key`` hosts a unit, or a unit is migrating away from it."""
         ip, _, port = key.rpartition(":")
         with self.store.read() as conn:
-            return bool(trepo.units_on_server(conn, ip, int(port)))
+            return bool(unit_repo.units_on_server(conn, ip, int(port)))
 
     def has_replicas(self, key: str) -> bool:
         """Some LS leader has ``key`` in its member list, or ``__all_ls_meta_table`` has a
@@ -840,7 +841,7 @@ class LsManager:
                 return True
         ip, _, port = key.rpartition(":")
         with self.store.read() as conn:
-            return trepo.replicas_on_server(conn, ip, int(port)) > 0
+            return ls_repo.replicas_on_server(conn, ip, int(port)) > 0
 
     def all_ls_have_leader(self) -> bool:
         """Every LS of the layout has a leader."""
@@ -849,7 +850,7 @@ class LsManager:
 
     def extra_deletes(self, conn: Any, ip: str, port: int) -> None:
         """Rows removed with a deleted server: its ``__all_space_usage``."""
-        trepo.delete_space_usage_of_server(conn, ip, port)
+        space_usage_repo.delete_space_usage_of_server(conn, ip, port)
         if self._space is not None:
             for k in [k for k in self._space if (k[1], k[2]) == (ip, port)]:
                 self._space.pop(k, None)
@@ -865,9 +866,9 @@ class LsManager:
         keys = {s.key for s in targets}
         with self.store.read() as conn:
             rooms = self.tenants.server_rooms(conn, exclude_usable=keys)
-            configs = {c.unit_config_id: c for c in trepo.load_unit_configs(conn).values()}
-            pools = {p.resource_pool_id: p for p in trepo.load_pools(conn).values()}
-            units = [u for u in trepo.load_units(conn) if u.server in keys]
+            configs = {c.unit_config_id: c for c in unit_repo.load_unit_configs(conn).values()}
+            pools = {p.resource_pool_id: p for p in unit_repo.load_pools(conn).values()}
+            units = [u for u in unit_repo.load_units(conn) if u.server in keys]
         from rootservice.tenants.ddl import affinity_of, demand_of
 
         requests = []
@@ -1043,10 +1044,10 @@ class LsManager:
 
 def build_topology(
     version: int,
-    tenants: dict[int, trepo.Tenant],
+    tenants: dict[int, tenant_repo.Tenant],
     ls_rows: list[LsStatus],
-    units: list[trepo.Unit],
-    pools: dict[int, trepo.ResourcePool],
+    units: list[unit_repo.Unit],
+    pools: dict[int, unit_repo.ResourcePool],
 ) -> Topology:
     """The desired layout: for each LS, the server of the unit of its unit group in each
     zone of its tenant's pools (the i-th unit group of each pool, by unit_group_id order,
@@ -1054,11 +1055,11 @@ def build_topology(
     from rootservice.tenants.ddl import zone_priority
 
     topo = Topology(version=version, tenants=tenants)
-    by_tenant_pool: dict[int, list[trepo.ResourcePool]] = {}
+    by_tenant_pool: dict[int, list[unit_repo.ResourcePool]] = {}
     for p in pools.values():
         if p.tenant_id != -1:
             by_tenant_pool.setdefault(p.tenant_id, []).append(p)
-    units_by_pool: dict[int, list[trepo.Unit]] = {}
+    units_by_pool: dict[int, list[unit_repo.Unit]] = {}
     for u in units:
         units_by_pool.setdefault(u.resource_pool_id, []).append(u)
     for tpools in by_tenant_pool.values():

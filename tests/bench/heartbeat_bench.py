@@ -76,9 +76,9 @@ from obcommon.durations import parse_duration
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from rootservice.app import PARAM_BOOTSTRAP_TIME
 from rootservice.db import engine as dbengine
-from rootservice.db import repo
-from rootservice.db.repo import ZoneInfo
+from rootservice.db import param_repo, timestamps, zone_repo
 from rootservice.db.tables import all_server
+from rootservice.db.zone_repo import ZoneInfo
 from rootservice.servers.status import ServerStatus
 from tests.support.ports import free_port
 
@@ -134,7 +134,7 @@ def seed_database(url: str, n: int) -> None:
     try:
         dbengine.upgrade(engine)
         now = int(time.time() * 1e6)
-        ts = repo.us_to_datetime(now)
+        ts = timestamps.us_to_datetime(now)
         rows = []
         for i in range(n):
             s = ServerStatus(
@@ -144,11 +144,11 @@ def seed_database(url: str, n: int) -> None:
             rows.append(s.to_row() | {"gmt_create": ts, "gmt_modified": ts})
         with engine.begin() as conn:
             for z in ZONES:
-                repo.upsert_zone(conn, ZoneInfo(z, "ACTIVE", "r1", ""), now)
+                zone_repo.upsert_zone(conn, ZoneInfo(z, "ACTIVE", "r1", ""), now)
             conn.execute(all_server.insert(), rows)
-            repo.set_param(conn, repo.PARAM_CLUSTER_ID, CLUSTER_ID, now)
-            repo.set_param(conn, repo.PARAM_MAX_SERVER_ID, str(n), now)
-            repo.set_param(conn, PARAM_BOOTSTRAP_TIME, str(now), now)
+            param_repo.set_param(conn, param_repo.PARAM_CLUSTER_ID, CLUSTER_ID, now)
+            param_repo.set_param(conn, param_repo.PARAM_MAX_SERVER_ID, str(n), now)
+            param_repo.set_param(conn, PARAM_BOOTSTRAP_TIME, str(now), now)
     finally:
         engine.dispose()
 

@@ -65,9 +65,9 @@ from observer_agent.service import start_server, stop_server  # noqa: E402
 from observer_agent.settings import AgentSettings  # noqa: E402
 from rootservice.app import PARAM_BOOTSTRAP_TIME  # noqa: E402
 from rootservice.db import engine as dbengine  # noqa: E402
-from rootservice.db import repo  # noqa: E402
-from rootservice.db.repo import ZoneInfo  # noqa: E402
+from rootservice.db import param_repo, timestamps, zone_repo  # noqa: E402
 from rootservice.db.tables import all_server  # noqa: E402
+from rootservice.db.zone_repo import ZoneInfo  # noqa: E402
 from rootservice.servers.status import ServerStatus  # noqa: E402
 from sql.obadmin import execute  # noqa: E402
 from tests.support.cluster import Proc, rs_cmd  # noqa: E402
@@ -126,7 +126,7 @@ def seed(url: str, servers: list[str]) -> None:
     try:
         dbengine.upgrade(engine)
         now = SystemClock().now_us()
-        ts = repo.us_to_datetime(now)
+        ts = timestamps.us_to_datetime(now)
         rows = []
         for i, addr in enumerate(servers):
             ip, port = addr.rsplit(":", 1)
@@ -135,11 +135,11 @@ def seed(url: str, servers: list[str]) -> None:
             rows.append(s.to_row() | {"gmt_create": ts, "gmt_modified": ts})
         with engine.begin() as conn:
             for z in ZONES:
-                repo.upsert_zone(conn, ZoneInfo(z, "ACTIVE", "r1", ""), now)
+                zone_repo.upsert_zone(conn, ZoneInfo(z, "ACTIVE", "r1", ""), now)
             conn.execute(all_server.insert(), rows)
-            repo.set_param(conn, repo.PARAM_CLUSTER_ID, CLUSTER_ID, now)
-            repo.set_param(conn, repo.PARAM_MAX_SERVER_ID, str(len(servers)), now)
-            repo.set_param(conn, PARAM_BOOTSTRAP_TIME, str(now), now)
+            param_repo.set_param(conn, param_repo.PARAM_CLUSTER_ID, CLUSTER_ID, now)
+            param_repo.set_param(conn, param_repo.PARAM_MAX_SERVER_ID, str(len(servers)), now)
+            param_repo.set_param(conn, PARAM_BOOTSTRAP_TIME, str(now), now)
     finally:
         engine.dispose()
 

@@ -18,8 +18,8 @@ from obcommon.errors import ObError
 from obcommon.proto import obrpc_pb2
 from rootservice.app import PARAM_BOOTSTRAP_TIME, RootService
 from rootservice.config import RsSettings
-from rootservice.db import repo
-from rootservice.db.repo import ZoneInfo
+from rootservice.db import param_repo, server_repo, zone_repo
+from rootservice.db.zone_repo import ZoneInfo
 from rootservice.servers.status import ServerStatus
 
 S = 1_000_000
@@ -66,15 +66,15 @@ def seed_cluster(rs: RootService, servers: list[tuple[str, str]] = SEEDED) -> No
     now = rs.clock.now_us()
     with rs.store.txn() as conn:
         for z in sorted({z for _, z in servers}):
-            repo.upsert_zone(conn, ZoneInfo(z, "ACTIVE", "r1", ""), now)
+            zone_repo.upsert_zone(conn, ZoneInfo(z, "ACTIVE", "r1", ""), now)
         for i, (server, zone) in enumerate(servers, start=1):
             ip, port = server.rsplit(":", 1)
             s = ServerStatus(id=i, zone=zone, ip=ip, port=int(port), sql_port=int(port) + 1000)
             s.last_offline_time = now
-            repo.insert_server(conn, s.to_row(), now)
-        repo.set_param(conn, repo.PARAM_CLUSTER_ID, "c0ffee", now)
-        repo.set_param(conn, repo.PARAM_MAX_SERVER_ID, str(len(servers)), now)
-        repo.set_param(conn, PARAM_BOOTSTRAP_TIME, str(now), now)
+            server_repo.insert_server(conn, s.to_row(), now)
+        param_repo.set_param(conn, param_repo.PARAM_CLUSTER_ID, "c0ffee", now)
+        param_repo.set_param(conn, param_repo.PARAM_MAX_SERVER_ID, str(len(servers)), now)
+        param_repo.set_param(conn, PARAM_BOOTSTRAP_TIME, str(now), now)
 
 
 def hb(server: str, zone: str, **fields: Any) -> obrpc_pb2.LeaseRequest:

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from obcommon.clock import FakeClock
 from obcommon.errors import ObError
 from rootservice.app import RsState
-from rootservice.db import repo
+from rootservice.db import event_repo, lease_repo
 from rootservice.ha.election import Election, lease_timings, merge_rs_list
 from rootservice.ha.store import MetaStore
 from tests.support.harness import LEASE as HB_LEASE
@@ -81,15 +81,15 @@ def nodes(engine: sa.Engine, clock: FakeClock) -> Iterator[tuple[Node, Node]]:
     yield make_node(engine, clock, "127.0.0.1:2881"), make_node(engine, clock, "127.0.0.1:2882")
 
 
-def lease_row(engine: sa.Engine) -> repo.RsLease:
+def lease_row(engine: sa.Engine) -> lease_repo.RsLease:
     with engine.connect() as conn:
-        return repo.read_lease(conn)
+        return lease_repo.read_lease(conn)
 
 
 def insert_event(node: Node) -> None:
     with node.store.txn() as conn:
-        repo.insert_events(
-            conn, [repo.Event(1, "test", "write", (("epoch", node.store.epoch),))], ("x", 1)
+        event_repo.insert_events(
+            conn, [event_repo.Event(1, "test", "write", (("epoch", node.store.epoch),))], ("x", 1)
         )
 
 
@@ -115,7 +115,7 @@ def test_lease_timings_and_rs_list() -> None:
 
 
 def test_the_migration_creates_an_empty_lease(engine: sa.Engine) -> None:
-    assert lease_row(engine) == repo.RsLease(0, "", 0, 0)
+    assert lease_row(engine) == lease_repo.RsLease(0, "", 0, 0)
 
 
 def test_first_round_takes_an_empty_lease(nodes: tuple[Node, Node], clock: FakeClock) -> None:
@@ -123,7 +123,7 @@ def test_first_round_takes_an_empty_lease(nodes: tuple[Node, Node], clock: FakeC
     assert a.election.run_once()
     assert a.elected == [1] and a.election.epoch == 1 and a.election.leader == a.addr
     now = clock.now_us()
-    assert lease_row(a.store.engine) == repo.RsLease(1, a.addr, now + LEASE, now)
+    assert lease_row(a.store.engine) == lease_repo.RsLease(1, a.addr, now + LEASE, now)
 
 
 def test_standby_takes_office_only_after_expiry_by_the_database_clock(
@@ -286,7 +286,7 @@ def test_a_writer_that_never_took_office_is_refused(nodes: tuple[Node, Node]) ->
     with pytest.raises(ObError):
         insert_event(a)
     with a.store.engine.begin() as conn, pytest.raises(ObError):
-        repo.check_epoch(conn, 0)
+        lease_repo.check_epoch(conn, 0)
 
 
 # --- PostgreSQL: row locks -----------------------------------------------------------------
@@ -313,7 +313,9 @@ def test_take_over_waits_for_the_old_leaders_fenced_transaction(
             with a.store.txn() as conn:
                 inside.set()
                 release.wait(10)
-                repo.insert_events(conn, [repo.Event(1, "test", "write", (("e", 1),))], ("x", 1))
+                event_repo.insert_events(
+                    conn, [event_repo.Event(1, "test", "write", (("e", 1),))], ("x", 1)
+                )
             outcome.append("committed")
         except ObError as e:
             outcome.append(e.name)
@@ -417,7 +419,9 @@ def test_step_down_drops_state_stops_timers_and_a_new_term_loads_afresh(
         assert {"heartbeat_checker", "persist_queue", "check_all_server"} <= term_jobs
         heartbeat_all(rs)
         flush(rs)
-        rs.manager.persist.add_event(repo.Event(rs.clock.now_us(), "test", "queued_by_term_1"))
+        rs.manager.persist.add_event(
+            event_repo.Event(rs.clock.now_us(), "test", "queued_by_term_1")
+        )
         dropped: list[str] = []
         rs.on_step_down.append(lambda: dropped.append("component"))
 

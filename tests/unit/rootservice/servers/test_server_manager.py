@@ -574,7 +574,7 @@ def test_lease_time_change_applies_to_the_checker(rs: RootService) -> None:
 
 
 def test_event_queue_is_bounded_and_flushes_what_it_kept(rs: RootService) -> None:
-    from rootservice.db.repo import Event
+    from rootservice.db.event_repo import Event
     from rootservice.servers.manager import PersistQueue
 
     q = PersistQueue(rs.store, rs.clock, lambda keys: [], rs.metrics, max_events=3)

@@ -19,8 +19,8 @@ from obcommon.errors import ObError
 from obcommon.proto import obrpc_pb2
 from rootservice.api.dispatch import execute_sql
 from rootservice.app import RootService
-from rootservice.db import repo
-from rootservice.db.repo import ZoneInfo
+from rootservice.db import zone_repo
+from rootservice.db.zone_repo import ZoneInfo
 from sql.parser import parse
 from tests.support.harness import S, error_name, make_rs
 
@@ -354,8 +354,8 @@ def test_isolate_refused_for_the_last_zone_of_the_primary_region(rs: RootService
     now = rs.clock.now_us()
     with rs.store.txn() as conn:
         # z1 and z2 form region r1, z3 is alone in r2
-        repo.upsert_zone(conn, ZoneInfo("z3", "ACTIVE", "r2", ""), now)
-        rs.manager.zones.replace_all(repo.load_zones(conn))
+        zone_repo.upsert_zone(conn, ZoneInfo("z3", "ACTIVE", "r2", ""), now)
+        rs.manager.zones.replace_all(zone_repo.load_zones(conn))
     tid = make_tenant(rs, ls_count=1, primary="z1")
     report_all(rs, tid)
     # With z2 stopped, z1 is the last running zone of r1.

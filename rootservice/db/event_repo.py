@@ -1,0 +1,52 @@
+"""``__all_rootservice_event_history``: what the RS did and why (SPEC.md section 4).
+
+Every function takes a connection inside the caller's transaction and never commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from rootservice.db.tables import (
+    all_rootservice_event_history,
+)
+from rootservice.db.timestamps import us_to_datetime
+
+
+@dataclass
+class Event:
+    """One ``__all_rootservice_event_history`` row: ``values`` are up to six (name, value)
+    pairs, as OceanBase's ROOTSERVICE_EVENT_ADD does."""
+
+    time_us: int
+    module: str
+    event: str
+    values: tuple[tuple[str, Any], ...] = ()
+    extra_info: str = ""
+
+
+def insert_events(conn: sa.Connection, events: Iterable[Event], rs_addr: tuple[str, int]) -> int:
+    """Append events in one executemany; returns how many."""
+    rows = []
+    for e in events:
+        row: dict[str, Any] = {
+            "gmt_create": us_to_datetime(e.time_us),
+            "event_time": e.time_us,
+            "module": e.module,
+            "event": e.event,
+            "extra_info": e.extra_info[:4096],
+            "rs_svr_ip": rs_addr[0],
+            "rs_svr_port": rs_addr[1],
+        }
+        for i in range(1, 7):
+            name, value = e.values[i - 1] if i <= len(e.values) else ("", "")
+            row[f"name{i}"] = str(name)
+            row[f"value{i}"] = str(value)[:4096]
+        rows.append(row)
+    if rows:
+        conn.execute(all_rootservice_event_history.insert(), rows)
+    return len(rows)

@@ -1,0 +1,156 @@
+"""The ``rootservice_epoch`` row of ``__all_service_epoch``: the epoch every write is fenced
+with and the leader's lease (SPEC.md section 10, issue 5).
+
+``svr_ip`` / ``svr_port`` hold the leader's RPC address, ``lease_expire_time`` /
+``lease_renew_time`` are microseconds by the database's clock. Every function takes a
+connection inside the caller's transaction and never commits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from obcommon.errors import ObError
+from rootservice.db.tables import (
+    all_service_epoch,
+)
+from rootservice.db.timestamps import us_to_datetime
+
+RS_EPOCH_NAME = "rootservice_epoch"
+
+
+@dataclass(frozen=True)
+class RsLease:
+    """The lease row: ``epoch`` (0 = never taken), ``holder`` (``"ip:port"``, "" = nobody),
+    ``expire_us`` and ``renew_us`` (microseconds since the epoch by the database's clock)."""
+
+    epoch: int
+    holder: str
+    expire_us: int
+    renew_us: int
+
+
+def db_now_us(conn: sa.Connection) -> int:
+    """The database's own clock, integer microseconds since the Unix epoch.
+
+    PostgreSQL's ``clock_timestamp()`` (the real time, not the transaction's start, so a lock
+    wait inside the transaction is counted); SQLite's ``julianday('now')`` (millisecond
+    precision; SQLite is a local file, so this is the RS host's clock). Every RS measures the
+    lease by this one clock, so their own clocks may disagree (SPEC.md section 10).
+    """
+    if conn.dialect.name == "postgresql":
+        q = "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)"
+    else:
+        q = "SELECT CAST((julianday('now') - 2440587.5) * 86400000000.0 AS INTEGER)"
+    return int(conn.exec_driver_sql(q).scalar_one())
+
+
+def read_epoch(conn: sa.Connection, *, lock: bool = False) -> int:
+    """The current RS epoch (0 when none was ever taken). ``lock`` takes a row lock
+    (``FOR UPDATE`` on PostgreSQL; SQLite serialises writers with BEGIN IMMEDIATE)."""
+    q = sa.select(all_service_epoch.c.value).where(all_service_epoch.c.name == RS_EPOCH_NAME)
+    if lock:
+        q = q.with_for_update()
+    v = conn.execute(q).scalar()
+    return int(v) if v is not None else 0
+
+
+def read_lease(conn: sa.Connection, *, lock: bool = False) -> RsLease:
+    """The lease row (epoch 0 and no holder when the row is missing). ``lock`` reads it
+    ``FOR UPDATE``: a take-over then waits for every fenced transaction of the old leader,
+    which hold the row ``FOR SHARE`` (see :func:`check_epoch`)."""
+    t = all_service_epoch
+    q = sa.select(t.c.value, t.c.svr_ip, t.c.svr_port, t.c.lease_expire_time, t.c.lease_renew_time)
+    q = q.where(t.c.name == RS_EPOCH_NAME)
+    if lock:
+        q = q.with_for_update()
+    r = conn.execute(q).first()
+    if r is None:
+        return RsLease(0, "", 0, 0)
+    holder = f"{r.svr_ip}:{r.svr_port}" if r.svr_ip else ""
+    return RsLease(int(r.value), holder, int(r.lease_expire_time), int(r.lease_renew_time))
+
+
+def check_epoch(conn: sa.Connection, epoch: int) -> None:
+    """Abort the caller's transaction unless the lease row's epoch is still ``epoch``.
+
+    Reads the row ``FOR SHARE`` so a concurrent take-over (which locks it ``FOR UPDATE``
+    and raises the epoch) waits for this transaction to end, and this transaction, once it
+    has read the row, commits before any newer epoch exists. Epoch 0 (not in office) never
+    passes. Raises ``ObError(OB_RS_NOT_MASTER)`` when deposed.
+    """
+    q = (
+        sa.select(all_service_epoch.c.value)
+        .where(all_service_epoch.c.name == RS_EPOCH_NAME)
+        .with_for_update(read=True)
+    )
+    v = conn.execute(q).scalar()
+    if epoch <= 0 or v is None or int(v) != epoch:
+        raise ObError("OB_RS_NOT_MASTER", detail=f"epoch {epoch} was superseded by {v}")
+
+
+def take_lease(
+    conn: sa.Connection, old: RsLease, holder: tuple[str, int], now_us: int, expire_us: int
+) -> int:
+    """Take office: raise the epoch from ``old.epoch`` (as read with ``lock=True`` in the same
+    transaction) and make ``holder`` the leader until ``expire_us``; returns the new epoch.
+    Creates the row when it is missing (a database migrated before 0002 inserted it)."""
+    t = all_service_epoch
+    new = old.epoch + 1
+    ts = us_to_datetime(now_us)
+    values = {
+        "value": new,
+        "svr_ip": holder[0],
+        "svr_port": holder[1],
+        "lease_expire_time": expire_us,
+        "lease_renew_time": now_us,
+        "gmt_modified": ts,
+    }
+    n = conn.execute(
+        t.update().where(t.c.name == RS_EPOCH_NAME, t.c.value == old.epoch).values(**values)
+    ).rowcount
+    if not n:
+        conn.execute(t.insert().values(name=RS_EPOCH_NAME, gmt_create=ts, **values))
+    return new
+
+
+def renew_lease(
+    conn: sa.Connection, epoch: int, holder: tuple[str, int], now_us: int, expire_us: int
+) -> bool:
+    """Extend the lease of ``holder`` at ``epoch`` to ``expire_us``; False (nothing changed)
+    when the row has another epoch or holder, i.e. this RS was deposed."""
+    t = all_service_epoch
+    n = conn.execute(
+        t.update()
+        .where(
+            t.c.name == RS_EPOCH_NAME,
+            t.c.value == epoch,
+            t.c.svr_ip == holder[0],
+            t.c.svr_port == holder[1],
+        )
+        .values(
+            lease_expire_time=expire_us,
+            lease_renew_time=now_us,
+            gmt_modified=us_to_datetime(now_us),
+        )
+    ).rowcount
+    return bool(n)
+
+
+def release_lease(conn: sa.Connection, epoch: int, holder: tuple[str, int], now_us: int) -> bool:
+    """End the lease of ``holder`` at ``epoch`` now (a clean stop), so a standby need not
+    wait for it to run out; the epoch stays. False when the lease was not ours any more."""
+    t = all_service_epoch
+    n = conn.execute(
+        t.update()
+        .where(
+            t.c.name == RS_EPOCH_NAME,
+            t.c.value == epoch,
+            t.c.svr_ip == holder[0],
+            t.c.svr_port == holder[1],
+        )
+        .values(lease_expire_time=now_us, gmt_modified=us_to_datetime(now_us))
+    ).rowcount
+    return bool(n)

@@ -1,0 +1,166 @@
+"""``__all_ls_status`` and ``__all_ls_meta_table``: log streams and where their replicas are
+(SPEC.md section 4, OceanBase 4.x inner tables).
+
+Every function takes a connection inside the caller's transaction and never commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from rootservice.db.tables import (
+    all_ls_meta_table,
+    all_ls_status,
+)
+from rootservice.db.timestamps import us_to_datetime
+
+# The first user log stream of a tenant (LS 1 is the tenant's sys LS, not modelled here).
+FIRST_USER_LS_ID = 1001
+ROLE_LEADER = 1
+ROLE_FOLLOWER = 2
+
+
+@dataclass(frozen=True)
+class LsStatus:
+    """A row of ``__all_ls_status``: one log stream of a tenant."""
+
+    tenant_id: int
+    ls_id: int
+    unit_group_id: int
+    ls_group_id: int
+    primary_zone: str
+    status: str = "NORMAL"
+
+
+def load_ls_status(conn: sa.Connection) -> list[LsStatus]:
+    """Every log stream, by (tenant_id, ls_id)."""
+    t = all_ls_status
+    return [
+        LsStatus(
+            r["tenant_id"],
+            r["ls_id"],
+            r["unit_group_id"],
+            r["ls_group_id"],
+            r["primary_zone"],
+            r["status"],
+        )
+        for r in conn.execute(sa.select(t).order_by(t.c.tenant_id, t.c.ls_id)).mappings()
+    ]
+
+
+def insert_ls_status(conn: sa.Connection, rows: Iterable[LsStatus], now_us: int) -> None:
+    """Insert log streams."""
+    ts = us_to_datetime(now_us)
+    values = [
+        {
+            "tenant_id": r.tenant_id,
+            "ls_id": r.ls_id,
+            "status": r.status,
+            "ls_group_id": r.ls_group_id,
+            "unit_group_id": r.unit_group_id,
+            "primary_zone": r.primary_zone,
+            "gmt_create": ts,
+            "gmt_modified": ts,
+        }
+        for r in rows
+    ]
+    if values:
+        conn.execute(sa.insert(all_ls_status), values)
+
+
+# (tenant_id, ls_id, svr_ip, svr_port)
+MetaKey = tuple[int, int, str, int]
+META_VALUE_COLUMNS = (
+    "sql_port",
+    "role",
+    "member_list",
+    "proposal_id",
+    "replica_status",
+    "unit_id",
+    "zone",
+    "paxos_replica_number",
+    "data_size",
+    "required_size",
+)
+
+
+def load_ls_meta(conn: sa.Connection) -> dict[MetaKey, dict[str, Any]]:
+    """Every replica row: key -> the values of :data:`META_VALUE_COLUMNS`."""
+    t = all_ls_meta_table
+    out: dict[MetaKey, dict[str, Any]] = {}
+    for r in conn.execute(sa.select(t)).mappings():
+        key = (r["tenant_id"], r["ls_id"], r["svr_ip"], int(r["svr_port"]))
+        out[key] = {c: r[c] for c in META_VALUE_COLUMNS}
+    return out
+
+
+def upsert_ls_meta(
+    conn: sa.Connection,
+    inserts: dict[MetaKey, dict[str, Any]],
+    updates: dict[MetaKey, dict[str, Any]],
+    now_us: int,
+) -> None:
+    """Insert new replica rows and update changed ones (values as :func:`load_ls_meta`)."""
+    t = all_ls_meta_table
+    ts = us_to_datetime(now_us)
+    if inserts:
+        conn.execute(
+            sa.insert(t),
+            [
+                {
+                    "tenant_id": k[0],
+                    "ls_id": k[1],
+                    "svr_ip": k[2],
+                    "svr_port": k[3],
+                    **v,
+                    "gmt_create": ts,
+                    "gmt_modified": ts,
+                }
+                for k, v in inserts.items()
+            ],
+        )
+    if updates:
+        stmt = (
+            sa.update(t)
+            .where(
+                t.c.tenant_id == sa.bindparam("k_tenant"),
+                t.c.ls_id == sa.bindparam("k_ls"),
+                t.c.svr_ip == sa.bindparam("k_ip"),
+                t.c.svr_port == sa.bindparam("k_port"),
+            )
+            .values({c: sa.bindparam(c) for c in META_VALUE_COLUMNS} | {"gmt_modified": ts})
+        )
+        conn.execute(
+            stmt,
+            [
+                {"k_tenant": k[0], "k_ls": k[1], "k_ip": k[2], "k_port": k[3], **v}
+                for k, v in updates.items()
+            ],
+        )
+
+
+def delete_ls_meta(conn: sa.Connection, keys: Iterable[MetaKey]) -> int:
+    """Delete replica rows; returns how many went."""
+    t = all_ls_meta_table
+    n = 0
+    for k in keys:
+        n += conn.execute(
+            sa.delete(t).where(
+                t.c.tenant_id == k[0],
+                t.c.ls_id == k[1],
+                t.c.svr_ip == k[2],
+                t.c.svr_port == k[3],
+            )
+        ).rowcount
+    return n
+
+
+def replicas_on_server(conn: sa.Connection, ip: str, port: int) -> int:
+    """How many ``__all_ls_meta_table`` rows are on ``ip:port``."""
+    t = all_ls_meta_table
+    q = sa.select(sa.func.count()).select_from(t).where(t.c.svr_ip == ip, t.c.svr_port == port)
+    return int(conn.execute(q).scalar_one())

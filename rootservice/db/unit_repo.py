@@ -1,0 +1,240 @@
+"""``__all_unit_config``, ``__all_resource_pool`` and ``__all_unit``: resource units, pools
+and the units placed on servers (SPEC.md section 4, OceanBase 4.x inner tables).
+
+Every function takes a connection inside the caller's transaction and never commits; sizes
+are bytes, CPU is cores, times microseconds since the epoch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from rootservice.db.param_repo import FIRST_USER_ID, next_counter
+from rootservice.db.tables import (
+    all_resource_pool,
+    all_unit,
+    all_unit_config,
+)
+from rootservice.db.timestamps import us_to_datetime
+from rootservice.db.zone_repo import split_zone_list
+
+# Counters in __all_sys_parameter: ids are never reused, as in OceanBase.
+COUNTER_UNIT_CONFIG = "max_used_unit_config_id"
+COUNTER_POOL = "max_used_resource_pool_id"
+COUNTER_UNIT = "max_used_unit_id"
+COUNTER_UNIT_GROUP = "max_used_unit_group_id"
+
+
+def next_id(conn: sa.Connection, counter: str, now_us: int) -> int:
+    """The next id of ``counter`` (> 1000)."""
+    return next_counter(conn, counter, now_us, at_least=FIRST_USER_ID)
+
+
+@dataclass(frozen=True)
+class UnitConfig:
+    """A row of ``__all_unit_config``."""
+
+    unit_config_id: int
+    name: str
+    max_cpu: float
+    min_cpu: float
+    memory_size: int
+    log_disk_size: int
+    max_iops: int
+    min_iops: int
+    iops_weight: int
+
+
+@dataclass(frozen=True)
+class ResourcePool:
+    """A row of ``__all_resource_pool``; ``tenant_id`` is -1 until granted."""
+
+    resource_pool_id: int
+    name: str
+    unit_count: int
+    unit_config_id: int
+    zone_list: tuple[str, ...]
+    tenant_id: int = -1
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A row of ``__all_unit``; ``migrate_from`` is ``''`` when the unit is not moving."""
+
+    unit_id: int
+    resource_pool_id: int
+    unit_group_id: int
+    zone: str
+    svr_ip: str
+    svr_port: int
+    migrate_from_svr_ip: str = ""
+    migrate_from_svr_port: int = 0
+    status: str = "ACTIVE"
+
+    @property
+    def server(self) -> str:
+        """``'ip:port'`` of the hosting server."""
+        return f"{self.svr_ip}:{self.svr_port}"
+
+    @property
+    def migrate_from(self) -> str:
+        """``'ip:port'`` the unit is moving from, ``''`` if none."""
+        return (
+            f"{self.migrate_from_svr_ip}:{self.migrate_from_svr_port}"
+            if self.migrate_from_svr_ip
+            else ""
+        )
+
+
+def load_unit_configs(conn: sa.Connection) -> dict[str, UnitConfig]:
+    """Every unit config by name."""
+    t = all_unit_config
+    out = {}
+    for r in conn.execute(sa.select(t).order_by(t.c.unit_config_id)).mappings():
+        out[r["name"]] = UnitConfig(
+            r["unit_config_id"],
+            r["name"],
+            float(r["max_cpu"]),
+            float(r["min_cpu"]),
+            int(r["memory_size"]),
+            int(r["log_disk_size"]),
+            int(r["max_iops"]),
+            int(r["min_iops"]),
+            int(r["iops_weight"]),
+        )
+    return out
+
+
+def insert_unit_config(conn: sa.Connection, c: UnitConfig, now_us: int) -> None:
+    """Insert one unit config."""
+    ts = us_to_datetime(now_us)
+    conn.execute(
+        sa.insert(all_unit_config).values(
+            unit_config_id=c.unit_config_id,
+            name=c.name,
+            max_cpu=c.max_cpu,
+            min_cpu=c.min_cpu,
+            memory_size=c.memory_size,
+            log_disk_size=c.log_disk_size,
+            max_iops=c.max_iops,
+            min_iops=c.min_iops,
+            iops_weight=c.iops_weight,
+            gmt_create=ts,
+            gmt_modified=ts,
+        )
+    )
+
+
+def delete_unit_config(conn: sa.Connection, unit_config_id: int) -> None:
+    """Delete one unit config."""
+    t = all_unit_config
+    conn.execute(sa.delete(t).where(t.c.unit_config_id == unit_config_id))
+
+
+def load_pools(conn: sa.Connection) -> dict[str, ResourcePool]:
+    """Every resource pool by name."""
+    t = all_resource_pool
+    out = {}
+    for r in conn.execute(sa.select(t).order_by(t.c.resource_pool_id)).mappings():
+        out[r["name"]] = ResourcePool(
+            r["resource_pool_id"],
+            r["name"],
+            int(r["unit_count"]),
+            r["unit_config_id"],
+            split_zone_list(r["zone_list"]),
+            int(r["tenant_id"]),
+        )
+    return out
+
+
+def insert_pool(conn: sa.Connection, p: ResourcePool, now_us: int) -> None:
+    """Insert one resource pool."""
+    ts = us_to_datetime(now_us)
+    conn.execute(
+        sa.insert(all_resource_pool).values(
+            resource_pool_id=p.resource_pool_id,
+            name=p.name,
+            unit_count=p.unit_count,
+            unit_config_id=p.unit_config_id,
+            zone_list=";".join(p.zone_list),
+            tenant_id=p.tenant_id,
+            gmt_create=ts,
+            gmt_modified=ts,
+        )
+    )
+
+
+def grant_pools(conn: sa.Connection, pool_ids: Sequence[int], tenant_id: int, now_us: int) -> None:
+    """Set ``tenant_id`` of the pools (-1 revokes them)."""
+    t = all_resource_pool
+    conn.execute(
+        sa.update(t)
+        .where(t.c.resource_pool_id.in_(list(pool_ids)))
+        .values(tenant_id=tenant_id, gmt_modified=us_to_datetime(now_us))
+    )
+
+
+def delete_pool(conn: sa.Connection, pool_id: int) -> None:
+    """Delete a pool and its units."""
+    conn.execute(sa.delete(all_unit).where(all_unit.c.resource_pool_id == pool_id))
+    t = all_resource_pool
+    conn.execute(sa.delete(t).where(t.c.resource_pool_id == pool_id))
+
+
+def _unit(r: Any) -> Unit:
+    return Unit(
+        r["unit_id"],
+        r["resource_pool_id"],
+        r["unit_group_id"],
+        r["zone"],
+        r["svr_ip"],
+        int(r["svr_port"]),
+        r["migrate_from_svr_ip"],
+        int(r["migrate_from_svr_port"]),
+        r["status"],
+    )
+
+
+def load_units(conn: sa.Connection) -> list[Unit]:
+    """Every unit, by unit id."""
+    t = all_unit
+    return [_unit(r) for r in conn.execute(sa.select(t).order_by(t.c.unit_id)).mappings()]
+
+
+def units_on_server(conn: sa.Connection, ip: str, port: int) -> list[Unit]:
+    """Units hosted by, or migrating away from, the server ``ip:port``."""
+    t = all_unit
+    q = sa.select(t).where(
+        sa.or_(
+            sa.and_(t.c.svr_ip == ip, t.c.svr_port == port),
+            sa.and_(t.c.migrate_from_svr_ip == ip, t.c.migrate_from_svr_port == port),
+        )
+    )
+    return [_unit(r) for r in conn.execute(q.order_by(t.c.unit_id)).mappings()]
+
+
+def insert_units(conn: sa.Connection, units: Iterable[Unit], now_us: int) -> None:
+    """Insert units (one executemany)."""
+    ts = us_to_datetime(now_us)
+    rows = [
+        {
+            "unit_id": u.unit_id,
+            "resource_pool_id": u.resource_pool_id,
+            "unit_group_id": u.unit_group_id,
+            "zone": u.zone,
+            "svr_ip": u.svr_ip,
+            "svr_port": u.svr_port,
+            "migrate_from_svr_ip": u.migrate_from_svr_ip,
+            "migrate_from_svr_port": u.migrate_from_svr_port,
+            "status": u.status,
+            "gmt_create": ts,
+            "gmt_modified": ts,
+        }
+        for u in units
+    ]
+    if rows:
+        conn.execute(sa.insert(all_unit), rows)

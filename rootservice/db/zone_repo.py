@@ -1,0 +1,81 @@
+"""``__all_zone``: zones with their status, region and IDC (SPEC.md section 7).
+
+Every function takes a connection inside the caller's transaction and never commits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from rootservice.db.tables import (
+    all_zone,
+)
+from rootservice.db.timestamps import us_to_datetime
+
+# OceanBase's DEFAULT_REGION_NAME: the region of a zone created without one.
+DEFAULT_REGION = "sys_region"
+
+
+@dataclass
+class ZoneInfo:
+    """A zone as kept in ``__all_zone`` rows (name = status / region / idc)."""
+
+    zone: str
+    status: str = "ACTIVE"
+    region: str = DEFAULT_REGION
+    idc: str = ""
+
+    @property
+    def active(self) -> bool:
+        """True when the zone's status is ``ACTIVE`` (ADD SERVER needs it, SPEC.md section 7)."""
+        return self.status == "ACTIVE"
+
+
+def load_zones(conn: sa.Connection) -> dict[str, ZoneInfo]:
+    """Zones by name, assembled from their ``__all_zone`` rows."""
+    zones: dict[str, ZoneInfo] = {}
+    for r in conn.execute(
+        sa.select(all_zone.c.zone, all_zone.c.name, all_zone.c.info).where(all_zone.c.zone != "")
+    ):
+        z = zones.setdefault(r.zone, ZoneInfo(r.zone))
+        if r.name in ("status", "region", "idc"):
+            setattr(z, r.name, r.info)
+    return zones
+
+
+def upsert_zone(conn: sa.Connection, zone: ZoneInfo, now_us: int) -> None:
+    """Write a zone's status / region / idc rows (insert or update)."""
+    ts = us_to_datetime(now_us)
+    for name, info, value in (
+        ("status", zone.status, 1 if zone.active else 0),
+        ("region", zone.region, 0),
+        ("idc", zone.idc, 0),
+    ):
+        updated = conn.execute(
+            all_zone.update()
+            .where(all_zone.c.zone == zone.zone, all_zone.c.name == name)
+            .values(info=info, value=value, gmt_modified=ts)
+        ).rowcount
+        if not updated:
+            conn.execute(
+                all_zone.insert().values(
+                    zone=zone.zone,
+                    name=name,
+                    info=info,
+                    value=value,
+                    gmt_create=ts,
+                    gmt_modified=ts,
+                )
+            )
+
+
+def delete_zone(conn: sa.Connection, zone: str) -> None:
+    """Delete every ``__all_zone`` row (status / region / idc) of ``zone``; no-op if absent."""
+    conn.execute(all_zone.delete().where(all_zone.c.zone == zone))
+
+
+def split_zone_list(text: str) -> tuple[str, ...]:
+    """A ``zone_list`` column (``'z1;z2;z3'``, as OceanBase stores it) as a tuple of zones."""
+    return tuple(z for z in text.split(";") if z)
