@@ -18,7 +18,6 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from enum import StrEnum
 from typing import Any
 
 import sqlalchemy as sa
@@ -33,8 +32,9 @@ from rootservice.db import engine as dbengine
 from rootservice.db import event_repo, param_repo, server_repo, zone_repo
 from rootservice.db.event_repo import Event
 from rootservice.db.zone_repo import DEFAULT_REGION, ZoneInfo
-from rootservice.ha.election import Election, lease_timings, merge_rs_list
+from rootservice.ha.election import Election, merge_rs_list
 from rootservice.ha.store import MetaStore, db_error_summary
+from rootservice.ha.term import RsState, Term, lease_timings
 from rootservice.metrics import Metrics, track_gc_pauses
 from rootservice.servers.agent_client import AgentClient
 from rootservice.servers.empty_server_checker import EmptyServerChecker
@@ -48,18 +48,6 @@ from sql import ast
 log = logging.getLogger(__name__)
 
 PARAM_BOOTSTRAP_TIME = "bootstrap_time"
-
-
-class RsState(StrEnum):
-    """States of the RS (OceanBase's ObRootService states, SPEC.md section 8)."""
-
-    INIT = "INIT"
-    WAIT_BOOTSTRAP = "WAIT_BOOTSTRAP"
-    BOOTSTRAPPING = "BOOTSTRAPPING"
-    IN_SERVICE = "IN_SERVICE"
-    FULL_SERVICE = "FULL_SERVICE"
-    NOT_MASTER = "NOT_MASTER"
-    STOPPED = "STOPPED"
 
 
 class StartupError(Exception):
@@ -95,33 +83,39 @@ class RootService:
         }
         self.sleep = sleep
         self.start_scheduler = start_scheduler
-        self.state = RsState.INIT
         host, _, port = settings.rpc_addr.rpartition(":")
         self.rpc_addr = settings.rpc_addr
         self.metrics = Metrics()
         track_gc_pauses(self.metrics)
         self.engine: sa.Engine | None = None
-        self.store = MetaStore(sa.create_engine("sqlite://"), (host, int(port)))
-        self.store.on_deposed = self._on_deposed
-        self.store.idle_timeout_us = lambda: self.settings.lease_time
+        # The election and its watchdog run on a scheduler of their own, so that the leader's
+        # timers can be stopped and started without touching them.
+        self.election_scheduler = make_scheduler()
+        self.term = Term(
+            self.clock,
+            address=lambda: self.rpc_addr,
+            lease_time=lambda: self.settings.lease_time,
+            metrics=self.metrics,
+            wake_election=self._wake_election,
+        )
+        self.store = MetaStore(
+            sa.create_engine("sqlite://"),
+            (host, int(port)),
+            self.term,
+            idle_timeout_us=lambda: self.settings.lease_time,
+        )
         # Callbacks that drop in-memory state when this RS steps down (issue 5); components
         # holding leader-only state append theirs. Each runs in the election thread.
         self.on_step_down: list[Callable[[], None]] = [self._drop_server_state]
         self.election = Election(
             self.store,
+            self.term,
             self.clock,
-            address=lambda: self.rpc_addr,
             lease_time=lambda: self.settings.lease_time,
             on_elected=self._take_office,
-            on_deposed_now=self._deposed_now,
             on_step_down=self._step_down,
             metrics=self.metrics,
-            wake=self._wake_election,
         )
-        self.store.guard = self.election.guard
-        # The election and its watchdog run on a scheduler of their own, so that the leader's
-        # timers can be stopped and started without touching them.
-        self.election_scheduler = make_scheduler()
         self.agents = AgentClient(settings.rpc_timeout)
         self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rs-bg")
         self.scheduler = make_scheduler()
@@ -239,13 +233,13 @@ class RootService:
                 "take over; run several root services on PostgreSQL for high availability)"
             )
         if not self.election.run_once():
-            leader = self.election.leader
+            leader = self.term.leader
             if sqlite and leader and leader != self.rpc_addr:
                 raise StartupError(
                     f"the root service at {leader} holds the lease on this SQLite database; "
                     "SQLite mode runs one root service only (stop it, or use PostgreSQL)"
                 )
-            self.state = RsState.NOT_MASTER
+            self.term.state = RsState.NOT_MASTER
             log.info("standing by: the leader is %s", leader or "unknown")
         self._start_election()
 
@@ -255,12 +249,8 @@ class RootService:
         bootstrapped, else wait for BOOTSTRAP. Raises ``ObError`` (the election then steps
         down again)."""
         started = self.clock.monotonic_us()
-        with self.store.write_lock:
-            # Under the write lock: a write of an earlier term still in flight finishes (and
-            # fails its fence) before the new epoch is used.
-            if self.election.epoch != epoch:
-                raise ObError("OB_RS_NOT_MASTER", detail=f"epoch {epoch} lost while taking office")
-            self.store.epoch = epoch
+        if self.term.epoch != epoch:
+            raise ObError("OB_RS_NOT_MASTER", detail=f"epoch {epoch} lost while taking office")
         with self.store.read() as conn:
             params = param_repo.load_params(conn)
         try:
@@ -273,21 +263,21 @@ class RootService:
         if self.bootstrapped:
             self.do_restart()
         else:
-            self.state = RsState.WAIT_BOOTSTRAP
+            self.term.state = RsState.WAIT_BOOTSTRAP
             log.info("the cluster is not bootstrapped: waiting for ALTER SYSTEM BOOTSTRAP")
         self.metrics.window("take_office_us").record(self.clock.monotonic_us() - started)
 
     def do_restart(self) -> None:
         """SPEC.md section 8: load_server_manager, request heartbeats from servers that are
         not alive, start the timers, FULL_SERVICE."""
-        self.state = RsState.IN_SERVICE
+        self.term.state = RsState.IN_SERVICE
         with self.store.read() as conn:
             params = param_repo.load_params(conn)
         self.manager.cluster_id = params.get(param_repo.PARAM_CLUSTER_ID, "")
         stored_rs_list = params.get(param_repo.PARAM_RS_LIST, "")
         self.manager.rs_list = merge_rs_list(stored_rs_list, self.rpc_addr)
         self.manager.load(take_office=True)
-        self.manager.in_service = True
+        self.term.open_service()
         now = self.clock.now_us()
         with self.store.txn() as conn:
             if ";".join(self.manager.rs_list) != stored_rs_list:
@@ -313,7 +303,7 @@ class RootService:
         self._start_timers()
         not_alive = self.manager.not_alive_servers()
         self.manager.background(lambda: self.manager.request_heartbeats(not_alive))
-        self.state = RsState.FULL_SERVICE
+        self.term.state = RsState.FULL_SERVICE
         log.info(
             "root service is in FULL_SERVICE with %d servers", self.manager.counts()["servers"]
         )
@@ -363,15 +353,6 @@ class RootService:
         except RuntimeError:
             log.warning("background task dropped: the RS is shutting down")
 
-    def _on_deposed(self, epoch: int, reason: str) -> None:
-        # A fenced write of ``epoch`` was refused: the term is over (if still current).
-        self.election.request_step_down(f"a write was refused: {reason}", epoch)
-
-    def _deposed_now(self, reason: str) -> None:
-        # Any thread, at once: answer as a follower from now on (the epoch is already 0).
-        self.state = RsState.NOT_MASTER
-        self.manager.in_service = False
-
     def _step_down(self, reason: str) -> None:
         """Election thread: stop the leader's timers and jobs, drop in-memory state (the
         ``on_step_down`` callbacks) and stand by; a later term loads everything afresh."""
@@ -381,11 +362,11 @@ class RootService:
                 drop()
             except Exception:
                 log.exception("dropping in-memory state failed")
-        self.state = RsState.NOT_MASTER
+        self.term.state = RsState.NOT_MASTER
         log.warning("stepped down (%s); standing by", reason)
 
     def _drop_server_state(self) -> None:
-        self.manager.in_service = False
+        self.term.close_service()
         dropped = self.manager.persist.clear()
         if dropped:
             log.warning("dropped %d queued table changes of the finished term", dropped)
@@ -417,7 +398,7 @@ class RootService:
             self.clock,
             phase_step_us=0,
         )
-        self.election.start_supervision()
+        self.term.supervise()
         self.election_scheduler.start()
 
     def _wake_election(self) -> None:
@@ -427,7 +408,7 @@ class RootService:
     def leader_hint(self) -> str:
         """The leader's ``ip:port`` for OB_RS_NOT_MASTER answers ("" when unknown or this
         RS)."""
-        leader = self.election.leader
+        leader = self.term.leader
         return "" if leader == self.rpc_addr else leader
 
     def shutdown(self) -> None:
@@ -437,11 +418,11 @@ class RootService:
             self.election_scheduler.shutdown(wait=True)
         if self.scheduler.running:
             self.scheduler.shutdown(wait=True)
-        if self.manager.in_service:
+        if self.term.in_service:
             self.manager.persist.run_once()
         self.election.release()
-        self.manager.in_service = False
-        self.state = RsState.STOPPED
+        self.term.close_service()
+        self.term.state = RsState.STOPPED
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.agents.close()
         stop = getattr(self.planner, "stop", None)
@@ -453,15 +434,8 @@ class RootService:
     # --- admin entry points ------------------------------------------------------------------
 
     def require_master(self) -> None:
-        """Raise OB_RS_NOT_MASTER unless this RS is the serving leader."""
-        if (
-            self.state is RsState.NOT_MASTER
-            or self.state is RsState.STOPPED
-            or not self.election.holds_lease()
-        ):
-            raise ObError(
-                "OB_RS_NOT_MASTER", detail=f"root service {self.rpc_addr} is {self.state.value}"
-            )
+        """Raise OB_RS_NOT_MASTER unless this RS is the leader (in service or not)."""
+        self.term.check(need_service=False)
 
     def bootstrap(self, entries: tuple[ast.BootstrapEntry, ...]) -> None:
         """ALTER SYSTEM BOOTSTRAP (SPEC.md section 8).
@@ -527,12 +501,12 @@ class RootService:
             statuses.append(
                 ServerStatus(id=i, zone=zone.zone, ip=ip, port=port, sql_port=0, last_hb_time=now)
             )
-        self.state = RsState.BOOTSTRAPPING
+        self.term.state = RsState.BOOTSTRAPPING
         self.manager.zones.replace_all({z.zone: z for z in zones})
         self.manager.cluster_id = cluster_id
         self.manager.rs_list = [self.rpc_addr]
         self.manager.install_bootstrap_servers(statuses)
-        self.manager.in_service = True
+        self.term.open_service()
         try:
             self.manager.request_heartbeats(keys)
             self._wait_for(keys, lambda s: s.is_alive(), self.settings.bootstrap_timeout, "alive")
@@ -585,10 +559,10 @@ class RootService:
                 ]
                 event_repo.insert_events(conn, events, self.store.rs_addr)
         except BaseException:
-            self.manager.in_service = False
+            self.term.close_service()
             self.manager.clear()
             self.manager.zones.replace_all({})
-            self.state = RsState.WAIT_BOOTSTRAP
+            self.term.state = RsState.WAIT_BOOTSTRAP
             raise
         self.bootstrapped = True
         log.info("bootstrap finished: %s", ", ".join(keys))
@@ -613,11 +587,7 @@ class RootService:
 
     def reload_server(self) -> None:
         """ALTER SYSTEM RELOAD SERVER: load_server_manager without a take-office grace."""
-        self.require_master()
-        if not self.manager.in_service:
-            raise ObError(
-                "OB_RS_NOT_MASTER", detail="the root service is not in service (bootstrap first)"
-            )
+        self.term.check()
         self.manager.load(take_office=False)
 
     def set_parameters(self, items: tuple[tuple[str, str | int | float], ...]) -> None:
@@ -669,9 +639,9 @@ class RootService:
         out["heartbeats_refused_total"] = self.heartbeats_refused_total
         out.update(self.manager.counts())
         out["persist_queue_depth"] = self.manager.persist.depth()
-        out["state"] = self.state.value
+        out["state"] = self.term.state.value
         out["epoch"] = self.store.epoch
-        out["leader"] = self.election.leader
+        out["leader"] = self.term.leader
         out["take_office_grace_until_us"] = self.manager.no_expire_until
         out["writes_rejected_total"] = self.store.rejected_writes
         out["lease_time_us"] = self.settings.lease_time

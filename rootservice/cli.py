@@ -129,7 +129,7 @@ async def _serve(rs: RootService) -> int:
         await server.stop(0)
         rs.shutdown()
         return 1
-    log.info("root service listening on %s (state %s)", rs.rpc_addr, rs.state.value)
+    log.info("root service listening on %s (state %s)", rs.rpc_addr, rs.term.state.value)
     await stop.wait()
     log.info("stopping")
     await server.stop(1.0)

@@ -78,11 +78,7 @@ def _reload(rs: RootService, st: ast.ReloadServer) -> Result:
 
 
 def _zone_op(rs: RootService, st: ast.ZoneOp) -> Result:
-    rs.require_master()
-    if not rs.manager.in_service:
-        raise ObError(
-            "OB_RS_NOT_MASTER", detail="the root service is not in service (bootstrap first)"
-        )
+    rs.term.check()
     zones = rs.manager.zones
     if st.op != "ADD" and (st.idc is not None or st.region is not None):
         raise ObError(
@@ -141,11 +137,7 @@ def _like(text: str, pattern: str) -> bool:
 
 
 def _tenant_layer(rs: RootService) -> None:
-    rs.require_master()
-    if not rs.manager.in_service:
-        raise ObError(
-            "OB_RS_NOT_MASTER", detail="the root service is not in service (bootstrap first)"
-        )
+    rs.term.check()
 
 
 def _create_unit(rs: RootService, st: ast.CreateResourceUnit) -> Result:

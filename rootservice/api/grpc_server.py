@@ -46,7 +46,7 @@ class RootServiceServicer(obrpc_pb2_grpc.RootServiceServicer):
     def _handle(self, req: obrpc_pb2.LeaseRequest) -> obrpc_pb2.LeaseResponse:
         t0 = time.perf_counter_ns()
         try:
-            why = self.rs.election.guard()
+            why = self.rs.term.guard()
             if why is not None:
                 # A leader past its safety margin must not grant leases, even before the
                 # watchdog has stepped it down.

@@ -186,7 +186,7 @@ class MigrationManager:
         units whose replicas have moved, update job progress. Returns actions taken. Does
         nothing (and never starts Spark) while no server is being emptied and no unit or
         copy is in flight."""
-        if not self.manager.in_service:
+        if not self.manager.term.in_service:
             return 0
         with self._lock:
             # Cheap checks first: with no tenant and no server to empty (the common case,
@@ -646,7 +646,7 @@ class MigrationManager:
         """ObLostReplicaChecker's round: delete the rows of ``__all_ls_meta_table`` the plan
         calls lost, in batches of 500, each logged. Returns rows deleted. Runs only when some
         row sits on a server that is gone or permanently offline (no Spark job otherwise)."""
-        if not self.manager.in_service:
+        if not self.manager.term.in_service:
             return 0
         with self.store.read() as conn:
             servers = {

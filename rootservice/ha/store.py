@@ -4,7 +4,7 @@ Every write to the system tables goes through :meth:`MetaStore.txn`, which holds
 process-wide write lock (so admin operations, the persistence queue and CheckAllServerTask
 never interleave their read-memory / write-table / apply-memory sequences) and first checks
 that this RS's epoch is still the one in the lease row, locking that row ``FOR SHARE``
-(SPEC.md sections 6 and 10, issue 5). Database failures become ``ObError(OB_ERR_SYS)`` with a
+(SPEC.md sections 6 and 10, issue 5); the epoch is the :class:`rootservice.ha.term.Term`'s. Database failures become ``ObError(OB_ERR_SYS)`` with a
 short reason, so callers have one error type.
 """
 
@@ -20,6 +20,7 @@ import sqlalchemy as sa
 
 from obcommon.errors import ObError
 from rootservice.db import lease_repo
+from rootservice.ha.term import Term
 
 log = logging.getLogger(__name__)
 
@@ -32,33 +33,37 @@ def db_error_summary(exc: BaseException) -> str:
 
 
 class MetaStore:
-    """Engine + epoch + write lock.
+    """Engine + write lock, writing with the epoch of the current :class:`Term`.
 
-    ``epoch`` is the RS epoch this process holds (0 when not in office: nothing can be
-    written). ``on_deposed(epoch, reason)`` is called when a fenced transaction of ``epoch``
-    is refused. ``guard()`` is asked before every fenced transaction and returns why this RS
-    must not write (its lease is no longer safely held, see
-    :meth:`rootservice.ha.election.Election.guard`) or None. ``idle_timeout_us()`` bounds, on
-    PostgreSQL, how long one of our transactions may sit idle holding the lease row: a paused
-    RS must not keep a standby from taking office. ``rejected_writes`` counts the fenced
-    transactions refused (issue 5's "writes rejected").
+    Every fenced transaction asks ``term`` first (its epoch, and :meth:`Term.guard` for why
+    this RS must not write now) and, when the database refuses the epoch, ends the term
+    (:meth:`Term.request_step_down`). ``idle_timeout_us()`` bounds, on PostgreSQL, how long
+    one of our transactions may sit idle holding the lease row: a paused RS must not keep a
+    standby from taking office. ``rejected_writes`` counts the fenced transactions refused
+    (issue 5's "writes rejected").
     """
 
-    def __init__(self, engine: sa.Engine, rs_addr: tuple[str, int]) -> None:
-        """Wrap ``engine``; ``rs_addr`` is this RS's ``(ip, port)`` for event-history rows.
-
-        The epoch starts at 0 (not in office) and there is no ``on_deposed`` callback yet.
-        """
+    def __init__(
+        self,
+        engine: sa.Engine,
+        rs_addr: tuple[str, int],
+        term: Term,
+        idle_timeout_us: Callable[[], int] | None = None,
+    ) -> None:
+        """Wrap ``engine``; ``rs_addr`` is this RS's ``(ip, port)`` for event-history rows."""
         self.engine = engine
         self.rs_addr = rs_addr
-        self.epoch = 0
+        self.term = term
+        self.idle_timeout_us = idle_timeout_us
         self.write_lock = threading.RLock()
-        self.on_deposed: Callable[[int, str], None] | None = None
-        self.guard: Callable[[], str | None] | None = None
-        self.idle_timeout_us: Callable[[], int] | None = None
         self.rejected_writes = 0
         # The SELECT catalog (rootservice.api.select.Catalog), built on first use.
         self.catalog: Any = None
+
+    @property
+    def epoch(self) -> int:
+        """The epoch fenced writes carry: the term's (0 = not in office)."""
+        return self.term.epoch
 
     @contextmanager
     def txn(self, *, fenced: bool = True) -> Iterator[sa.Connection]:
@@ -72,7 +77,7 @@ class MetaStore:
             epoch = self.epoch
             try:
                 if fenced:
-                    why = "not in office" if epoch <= 0 else self.guard() if self.guard else None
+                    why = "not in office" if epoch <= 0 else self.term.guard()
                     if why:
                         raise ObError("OB_RS_NOT_MASTER", detail=why)
                 with self.engine.begin() as conn:
@@ -84,8 +89,8 @@ class MetaStore:
                 if e.name == "OB_RS_NOT_MASTER" and fenced:
                     self.rejected_writes += 1
                     log.warning("write of epoch %d rejected: %s", epoch, e.message)
-                    if self.on_deposed is not None:
-                        self.on_deposed(epoch, str(e))
+                    # A fenced write of ``epoch`` was refused: the term is over (if current).
+                    self.term.request_step_down(f"a write was refused: {e}", epoch)
                 raise
             except sa.exc.SQLAlchemyError as e:
                 raise ObError(

@@ -56,7 +56,7 @@ class EmptyServerChecker:
         ``ObError(OB_RS_NOT_MASTER)`` when this RS was deposed and ``ObError(OB_ERR_SYS)`` when
         the database fails during a removal.
         """
-        if not self.manager.in_service:
+        if not self.manager.term.in_service:
             return 0
         deleting = self.manager.deleting_servers()
         if not deleting:

@@ -196,7 +196,8 @@ class ServerManager:
         # (permanent-offline deadline, key) of lease-expired servers; stale entries are
         # skipped when popped.
         self._offline_heap: list[tuple[int, str]] = []
-        self.in_service = False
+        # The one gate (SPEC.md section 8): the whitelist is served only while it is open.
+        self.term = store.term
         self.cluster_id = ""
         self.rs_list: list[str] = []
         self.self_server = ""
@@ -314,7 +315,7 @@ class ServerManager:
         OB_SERVER_NOT_IN_WHITE_LIST (nothing is added); OB_SERVER_ZONE_NOT_MATCH. Only
         memory is touched here; table changes are queued.
         """
-        if not self.in_service:
+        if not self.term.in_service:
             raise ObError("OB_RS_NOT_MASTER", detail="the root service is not in service")
         key = req.server
         with self._lock:
@@ -445,7 +446,7 @@ class ServerManager:
         lease_time``, inclusive) and declare permanent offline (``>=
         server_permanent_offline_time``). Returns the number of transitions. Does nothing
         before the RS is in service or during the take-office grace (SPEC.md section 6)."""
-        if not self.in_service:
+        if not self.term.in_service:
             return 0
         t0 = time.perf_counter_ns()
         now = self.clock.now_us()
@@ -674,7 +675,7 @@ class ServerManager:
         and one 10,000-row scan in a burst delayed heartbeats by 150 ms in ``make bench``,
         while 50 pages spread over 2.5 s of a 30 s period do not. Raises ``ObError(OB_ERR_SYS)`` when the table cannot be read.
         """
-        if not self.in_service:
+        if not self.term.in_service:
             return 0
         repaired: list[str] = []
         seen: set[str] = set()
@@ -762,10 +763,7 @@ class ServerManager:
         return out
 
     def _require_in_service(self) -> None:
-        if not self.in_service:
-            raise ObError(
-                "OB_RS_NOT_MASTER", detail="the root service is not in service (bootstrap first)"
-            )
+        self.term.check()
 
     def add_servers(self, servers: list[str], zone: str | None) -> list[int]:
         """ADD SERVER: new ids, rows NORMAL and lease_expired (display INACTIVE) until the

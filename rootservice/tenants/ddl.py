@@ -129,7 +129,7 @@ class TenantManager:
     # --- helpers ---------------------------------------------------------------------------
 
     def _require(self) -> None:
-        if not self.manager.in_service:
+        if not self.manager.term.in_service:
             raise ObError("OB_RS_NOT_MASTER", detail="the root service is not in service")
 
     def _changed(self) -> None:

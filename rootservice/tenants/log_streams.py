@@ -539,7 +539,7 @@ class LsManager:
         """Create missing replicas on alive servers, drop replicas of log streams that no
         longer exist, and elect or move leaders (only the log streams in ``only`` when
         given). Returns the number of actions taken. Does nothing while not in service."""
-        if not self.manager.in_service:
+        if not self.manager.term.in_service:
             return 0
         topo = self.topology()
         views = self.views()
@@ -725,7 +725,7 @@ class LsManager:
         """Write the replica rows and space usage that changed since the last sync, in one
         fenced transaction. A server that is not alive keeps its rows, shown as FOLLOWER
         (it leads nothing while it does not heartbeat). Returns the rows written."""
-        if not self.manager.in_service:
+        if not self.manager.term.in_service:
             return 0
         if self._meta is None or self._space is None:
             with self.store.read() as conn:

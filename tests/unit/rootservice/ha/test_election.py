@@ -15,10 +15,10 @@ import sqlalchemy as sa
 
 from obcommon.clock import FakeClock
 from obcommon.errors import ObError
-from rootservice.app import RsState
 from rootservice.db import event_repo, lease_repo
-from rootservice.ha.election import Election, lease_timings, merge_rs_list
+from rootservice.ha.election import Election, merge_rs_list
 from rootservice.ha.store import MetaStore
+from rootservice.ha.term import RsState, Term, lease_timings
 from tests.support.harness import LEASE as HB_LEASE
 from tests.support.harness import SEEDED, error_name, flush, hb, heartbeat_all, make_rs, server_row
 from tests.support.harness import events as event_rows
@@ -28,46 +28,62 @@ LEASE = 10 * S
 RENEW, MARGIN = lease_timings(LEASE)
 
 
+class RecordingTerm(Term):
+    """A Term that records the reasons of the step-downs it accepted."""
+
+    def __init__(self, clock: FakeClock, addr: str) -> None:
+        super().__init__(clock, address=lambda: addr, lease_time=lambda: LEASE)
+        self.deposed_now: list[str] = []
+
+    def request_step_down(self, reason: str, epoch: int | None = None) -> bool:
+        done = super().request_step_down(reason, epoch)
+        if done:
+            self.deposed_now.append(reason)
+        return done
+
+
 @dataclass
 class Node:
     """One RS's election with its callbacks recorded."""
 
     addr: str
+    term: RecordingTerm
     store: MetaStore
     election: Election
     elected: list[int] = field(default_factory=list)
-    deposed_now: list[str] = field(default_factory=list)
     stepped_down: list[str] = field(default_factory=list)
     fail_take_office: bool = False
+
+    @property
+    def deposed_now(self) -> list[str]:
+        return self.term.deposed_now
 
 
 def make_node(engine: sa.Engine, clock: FakeClock, addr: str) -> Node:
     ip, port = addr.rsplit(":", 1)
-    store = MetaStore(engine, (ip, int(port)))
+    term = RecordingTerm(clock, addr)
+    store = MetaStore(engine, (ip, int(port)), term)
     node: Node
 
     def elected(epoch: int) -> None:
         node.elected.append(epoch)
         if node.fail_take_office:
             raise ObError("OB_ERR_SYS", detail="injected")
-        store.epoch = epoch
 
     node = Node(
         addr,
+        term,
         store,
         Election(
             store,
+            term,
             clock,
-            address=lambda: addr,
             lease_time=lambda: LEASE,
             on_elected=elected,
-            on_deposed_now=lambda why: node.deposed_now.append(why),
             on_step_down=lambda why: node.stepped_down.append(why),
             db_clock=clock,
         ),
     )
-    store.guard = node.election.guard
-    store.on_deposed = lambda epoch, why: node.election.request_step_down(why, epoch)
     return node
 
 
@@ -121,7 +137,7 @@ def test_the_migration_creates_an_empty_lease(engine: sa.Engine) -> None:
 def test_first_round_takes_an_empty_lease(nodes: tuple[Node, Node], clock: FakeClock) -> None:
     a, _ = nodes
     assert a.election.run_once()
-    assert a.elected == [1] and a.election.epoch == 1 and a.election.leader == a.addr
+    assert a.elected == [1] and a.term.epoch == 1 and a.term.leader == a.addr
     now = clock.now_us()
     assert lease_row(a.store.engine) == lease_repo.RsLease(1, a.addr, now + LEASE, now)
 
@@ -132,7 +148,7 @@ def test_standby_takes_office_only_after_expiry_by_the_database_clock(
     a, b = nodes
     assert a.election.run_once()
     assert not b.election.run_once()
-    assert b.election.leader == a.addr and b.elected == []
+    assert b.term.leader == a.addr and b.elected == []
     clock.advance(LEASE - 1)
     assert not b.election.run_once()
     clock.advance(1)  # expire_us is exclusive: the lease has run out at exactly expire_us
@@ -141,10 +157,10 @@ def test_standby_takes_office_only_after_expiry_by_the_database_clock(
     # The old leader's next renewal finds the new epoch: it steps down at once, and learns
     # who leads.
     assert not a.election.run_once()
-    assert a.election.epoch == 0 and a.store.epoch == 0
+    assert a.term.epoch == 0 and a.store.epoch == 0
     assert len(a.deposed_now) == 1 and "epoch 2" in a.deposed_now[0]
     assert a.stepped_down == a.deposed_now
-    assert a.election.leader == b.addr
+    assert a.term.leader == b.addr
     # ...and stays a standby while the new leader renews.
     for _ in range(20):
         clock.advance(RENEW)
@@ -155,13 +171,13 @@ def test_standby_takes_office_only_after_expiry_by_the_database_clock(
 
 def test_renewals_keep_the_lease_for_ever(nodes: tuple[Node, Node], clock: FakeClock) -> None:
     a, b = nodes
-    a.election.start_supervision()
+    a.term.supervise()
     assert a.election.run_once()
     for _ in range(50):
         clock.advance(RENEW)
         assert a.election.run_once()
         assert not b.election.run_once()
-        assert a.election.guard() is None
+        assert a.term.guard() is None
     assert a.elected == [1] and a.deposed_now == []
     assert lease_row(a.store.engine).expire_us == clock.now_us() + LEASE
 
@@ -170,14 +186,14 @@ def test_no_renewal_within_the_margin_steps_down(
     nodes: tuple[Node, Node], clock: FakeClock
 ) -> None:
     a, _ = nodes
-    a.election.start_supervision()
+    a.term.supervise()
     assert a.election.run_once()
     clock.advance(LEASE - MARGIN - 1)
-    assert a.election.guard() is None and not a.election.check_lease()
+    assert a.term.guard() is None and not a.election.check_lease()
     clock.advance(1)
-    assert "not renewed" in (a.election.guard() or "")
+    assert "not renewed" in (a.term.guard() or "")
     assert a.election.check_lease()
-    assert a.election.epoch == 0 and a.store.epoch == 0 and len(a.deposed_now) == 1
+    assert a.term.epoch == 0 and a.store.epoch == 0 and len(a.deposed_now) == 1
     # The clean-up waits for the election thread (the next round).
     assert a.stepped_down == []
     # Nothing can be written any more, without asking the database.
@@ -194,7 +210,7 @@ def test_unsupervised_leader_ignores_the_margin(nodes: tuple[Node, Node], clock:
     a, _ = nodes
     assert a.election.run_once()
     clock.advance(10 * LEASE)
-    assert a.election.guard() is None and not a.election.check_lease()
+    assert a.term.guard() is None and not a.election.check_lease()
 
 
 def test_a_failed_renewal_steps_down_at_once_and_recovers(
@@ -206,7 +222,7 @@ def test_a_failed_renewal_steps_down_at_once_and_recovers(
     a.store.engine = sa.create_engine("sqlite:////nonexistent-dir/none/x.db")
     clock.advance(RENEW)
     assert not a.election.run_once()
-    assert a.election.epoch == 0 and "renewal failed" in a.deposed_now[0]
+    assert a.term.epoch == 0 and "renewal failed" in a.deposed_now[0]
     assert a.stepped_down == a.deposed_now
     # The database is back before the lease ran out: the row still names this RS, which
     # takes office again at once (new epoch) rather than waiting out its own lease.
@@ -222,7 +238,7 @@ def test_a_wildcard_address_never_counts_as_its_own_lease(
     # Several hosts may listen on 0.0.0.0:2881: the address is no proof of identity.
     a = make_node(engine, clock, "0.0.0.0:2881")
     assert a.election.run_once()
-    assert a.election.request_step_down("test")
+    assert a.term.request_step_down("test")
     assert not a.election.run_once()
     clock.advance(LEASE)
     assert a.election.run_once() and a.elected == [1, 2]
@@ -243,7 +259,7 @@ def test_a_deposed_leader_commits_nothing(nodes: tuple[Node, Node], clock: FakeC
             insert_event(a)
         assert e.value.name == "OB_RS_NOT_MASTER"
     assert a.store.rejected_writes == 3
-    assert a.election.epoch == 0 and len(a.deposed_now) == 1  # one step-down, not three
+    assert a.term.epoch == 0 and len(a.deposed_now) == 1  # one step-down, not three
     assert events(a.store.engine) == ["1", "2"]
     assert not a.election.run_once() and a.stepped_down == a.deposed_now
 
@@ -254,17 +270,17 @@ def test_a_refusal_of_an_old_term_does_not_depose_the_new_one(
     a, _ = nodes
     assert a.election.run_once()
     assert a.election.check_lease() is False
-    assert a.election.request_step_down("test", 1)
-    assert a.election.run_once() and a.election.epoch == 2
-    assert not a.election.request_step_down("a late refusal of epoch 1", 1)
-    assert a.election.epoch == 2 and a.store.epoch == 2
+    assert a.term.request_step_down("test", 1)
+    assert a.election.run_once() and a.term.epoch == 2
+    assert not a.term.request_step_down("a late refusal of epoch 1", 1)
+    assert a.term.epoch == 2 and a.store.epoch == 2
 
 
 def test_failed_take_office_releases_the_lease(nodes: tuple[Node, Node], clock: FakeClock) -> None:
     a, b = nodes
     a.fail_take_office = True
     assert not a.election.run_once()
-    assert a.elected == [1] and a.election.epoch == 0 and len(a.stepped_down) == 1
+    assert a.elected == [1] and a.term.epoch == 0 and len(a.stepped_down) == 1
     row = lease_row(a.store.engine)
     assert row.epoch == 1 and row.expire_us == clock.now_us()
     # Released: the standby need not wait for the lease to run out.
@@ -275,7 +291,7 @@ def test_release_on_a_clean_stop(nodes: tuple[Node, Node], clock: FakeClock) -> 
     a, b = nodes
     assert a.election.run_once()
     assert a.election.release()
-    assert a.election.epoch == 0 and a.stepped_down == ["stopping"]
+    assert a.term.epoch == 0 and a.stepped_down == ["stopping"]
     assert not a.election.release()
     assert b.election.run_once() and b.elected == [2]
 
@@ -401,7 +417,7 @@ def test_candidates_racing_for_an_empty_lease_elect_exactly_one(
         winner = racers[won.index(True)]
         assert lease_row(engine).holder == winner.addr
         assert lease_row(engine).epoch == trial + 1
-        assert all(r.election.leader == winner.addr for r in racers if r is not winner)
+        assert all(r.term.leader == winner.addr for r in racers if r is not winner)
 
 
 # --- the RootService around the election (in-process, FakeClock, no timers running) ----------
@@ -425,9 +441,9 @@ def test_step_down_drops_state_stops_timers_and_a_new_term_loads_afresh(
         dropped: list[str] = []
         rs.on_step_down.append(lambda: dropped.append("component"))
 
-        assert rs.election.request_step_down("test")
+        assert rs.term.request_step_down("test")
         # At once: a follower that writes nothing.
-        assert rs.state is RsState.NOT_MASTER and rs.store.epoch == 0
+        assert rs.term.state is RsState.NOT_MASTER and rs.store.epoch == 0
         assert error_name(rs.manager.receive_hb, hb(*SEEDED[0])) == "OB_RS_NOT_MASTER"
         assert error_name(rs.manager.start_servers, [SEEDED[0][0]], None) == "OB_RS_NOT_MASTER"
         assert error_name(rs.require_master) == "OB_RS_NOT_MASTER"
@@ -437,7 +453,7 @@ def test_step_down_drops_state_stops_timers_and_a_new_term_loads_afresh(
         # this RS - takes office again with a new epoch and a fresh load.
         assert rs.election.run_once()
         assert dropped == ["component"]
-        assert rs.store.epoch == 2 and rs.state is RsState.FULL_SERVICE
+        assert rs.store.epoch == 2 and rs.term.state is RsState.FULL_SERVICE
         counts = rs.manager.counts()
         assert counts["servers"] == len(SEEDED) and counts["alive"] == 0
         assert {j.id for j in rs.scheduler.get_jobs()} == term_jobs
@@ -456,7 +472,7 @@ def test_a_new_term_never_writes_a_live_server_inactive_during_the_grace(
         heartbeat_all(rs)
         flush(rs)
         assert {server_row(rs, s)["status"] for s, _ in SEEDED} == {"ACTIVE"}
-        rs.election.request_step_down("test")
+        rs.term.request_step_down("test")
         assert rs.election.run_once() and rs.manager.counts()["alive"] == 0
         flush(rs)
         # Not proven alive yet, but the table keeps showing them ACTIVE during the grace,

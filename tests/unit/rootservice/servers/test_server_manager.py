@@ -402,7 +402,7 @@ def test_bootstrap_refusals(db_url: str, tmp_path: Path) -> None:
             error_name(rs.bootstrap, (BootstrapEntry(None, "z1", "127.0.0.1:1"),))
             == "OB_SERVER_CONNECTION_ERROR"
         )
-        assert not rs.bootstrapped and rs.state.value == "WAIT_BOOTSTRAP"
+        assert not rs.bootstrapped and rs.term.state.value == "WAIT_BOOTSTRAP"
         assert rs.manager.counts()["servers"] == 0 and rs.manager.zones.all() == []
     finally:
         rs.shutdown()
@@ -524,7 +524,7 @@ def test_a_newer_epoch_deposes_the_old_rs(db_url: str, tmp_path: Path) -> None:
         new.do_restart()
         assert new.store.epoch == old.store.epoch + 1
         assert error_name(old.manager.delete_servers, [A], None) == "OB_RS_NOT_MASTER"
-        assert old.state.value == "NOT_MASTER"
+        assert old.term.state.value == "NOT_MASTER"
         assert error_name(old.manager.receive_hb, hb(A, ZA)) == "OB_RS_NOT_MASTER"
         assert server_row(new, A)["status"] == "INACTIVE"
         new.manager.delete_servers([A], None)
