@@ -30,10 +30,12 @@ from rootservice.balancer.manager import LostReplicaChecker, MigrationManager, P
 from rootservice.config import PARAMETERS, RsSettings, validate_parameter
 from rootservice.db import engine as dbengine
 from rootservice.db import event_repo, param_repo, server_repo, zone_repo
+from rootservice.db.engine import db_error_summary
 from rootservice.db.event_repo import Event
+from rootservice.db.select_repo import Catalog
 from rootservice.db.zone_repo import DEFAULT_REGION, ZoneInfo
 from rootservice.ha.election import Election, merge_rs_list
-from rootservice.ha.store import MetaStore, db_error_summary
+from rootservice.ha.store import MetaStore
 from rootservice.ha.term import RsState, Term, lease_timings
 from rootservice.metrics import Metrics, track_gc_pauses
 from rootservice.servers.agent_client import AgentClient
@@ -155,6 +157,8 @@ class RootService:
             extra_deletes=self._removal_rows,
         )
         self._bootstrap_lock = threading.Lock()
+        # Table and column names for SELECT, read from the database on first use.
+        self.catalog = Catalog()
         self._registered: set[str] = set()
         # Counted by the lease servicer on the event-loop thread (see rootservice.api.grpc_server).
         self.heartbeats_total = 0

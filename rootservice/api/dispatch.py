@@ -4,7 +4,7 @@
 its AST class and turns the outcome into an ``SqlResponse``; every refusal is an
 ``ObError`` and is returned in-band with its OceanBase code. Executors validate, then call
 the RS; they never touch tables themselves except SELECT, which reads through
-:mod:`rootservice.api.select`.
+:mod:`rootservice.db.select_repo`.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from obcommon.addresses import format_server, parse_server
 from obcommon.durations import format_duration
 from obcommon.errors import ObError, error_to_proto
 from obcommon.proto import obrpc_pb2
-from rootservice.api.select import run_select
 from rootservice.app import RootService
 from rootservice.config import PARAMETERS, RsSettings
+from rootservice.db import select_repo
 from sql import ast
 from sql.parser import parse
 
@@ -194,7 +194,8 @@ def _switch_leader(rs: RootService, st: ast.SwitchLeader) -> Result:
 
 
 def _select(rs: RootService, st: ast.Select) -> Result:
-    columns, rows, truncated = run_select(rs.store, st)
+    with rs.store.read() as conn:
+        columns, rows, truncated = select_repo.run_select(conn, rs.catalog, st)
     return Result(
         columns=columns, rows=rows, is_result_set=True, info="result truncated" if truncated else ""
     )

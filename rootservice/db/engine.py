@@ -105,3 +105,10 @@ def current_revision(engine: sa.Engine) -> str | None:
 def head_revision() -> str | None:
     """The newest revision id in ``migrations/`` (where :func:`upgrade` goes), or None if none."""
     return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def db_error_summary(exc: BaseException) -> str:
+    """First line of a driver error, without SQLAlchemy's background link."""
+    orig = getattr(exc, "orig", None) or exc
+    text = str(orig).strip().splitlines()
+    return (text[0] if text else type(orig).__name__)[:300]

@@ -40,7 +40,8 @@ import sqlalchemy as sa
 from obcommon.addresses import parse_server
 from obcommon.clock import Clock
 from rootservice.db import lease_repo
-from rootservice.ha.store import MetaStore, db_error_summary
+from rootservice.db.engine import db_error_summary
+from rootservice.ha.store import MetaStore
 from rootservice.ha.term import Term, lease_timings
 from rootservice.metrics import Metrics
 

@@ -14,22 +14,15 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import sqlalchemy as sa
 
 from obcommon.errors import ObError
 from rootservice.db import lease_repo
+from rootservice.db.engine import db_error_summary
 from rootservice.ha.term import Term
 
 log = logging.getLogger(__name__)
-
-
-def db_error_summary(exc: BaseException) -> str:
-    """First line of a driver error, without SQLAlchemy's background link."""
-    orig = getattr(exc, "orig", None) or exc
-    text = str(orig).strip().splitlines()
-    return (text[0] if text else type(orig).__name__)[:300]
 
 
 class MetaStore:
@@ -57,8 +50,6 @@ class MetaStore:
         self.idle_timeout_us = idle_timeout_us
         self.write_lock = threading.RLock()
         self.rejected_writes = 0
-        # The SELECT catalog (rootservice.api.select.Catalog), built on first use.
-        self.catalog: Any = None
 
     @property
     def epoch(self) -> int:

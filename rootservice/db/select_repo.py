@@ -1,6 +1,7 @@
 """Read-only SELECT over the system tables and DBA_OB_* views (SPEC.md section 4).
 
-An ``ast.Select`` is compiled to a SQLAlchemy Core query with bound parameters: table and
+The query side of the admin language's SELECT (statement dispatch in
+:mod:`rootservice.api.dispatch` opens the read connection). An ``ast.Select`` is compiled to a SQLAlchemy Core query with bound parameters: table and
 column names are resolved case-insensitively against what the database reports, so nothing
 the operator typed is ever spliced into SQL text. Unknown names get MySQL's errors
 (``Table ... doesn't exist``, ``Unknown column``). Results are capped at
@@ -17,8 +18,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from obcommon.errors import ObError
+from rootservice.db.engine import db_error_summary
 from rootservice.db.tables import SYSTEM_TABLES, SYSTEM_VIEWS
-from rootservice.ha.store import MetaStore, db_error_summary
 from sql import ast
 
 MAX_ROWS = 100_000
@@ -84,12 +85,6 @@ class Catalog:
         return found
 
 
-def _catalog(store: MetaStore) -> Catalog:
-    if store.catalog is None:
-        store.catalog = Catalog()
-    return store.catalog  # type: ignore[no-any-return]
-
-
 def _col(cols: dict[str, str], name: str, where: str) -> sa.ColumnClause[Any]:
     actual = cols.get(name.lower())
     if actual is None:
@@ -135,47 +130,46 @@ def _value(v: Any) -> Any:
     return v
 
 
-def run_select(store: MetaStore, st: ast.Select) -> tuple[list[str], list[tuple[Any, ...]], bool]:
-    """Execute ``st``; returns (column headers, rows, truncated).
+def run_select(
+    conn: sa.Connection, catalog: Catalog, st: ast.Select
+) -> tuple[list[str], list[tuple[Any, ...]], bool]:
+    """Execute ``st`` on ``conn`` (a read connection); returns (column headers, rows,
+    truncated). ``catalog`` resolves names (one per process: it caches what it read).
 
     Raises OB_TABLE_NOT_EXIST, OB_ERR_BAD_FIELD_ERROR, OB_INVALID_ARGUMENT (a comparison
-    the database cannot evaluate, e.g. a string against an integer column on PostgreSQL),
-    OB_ERR_SYS (database unreachable)."""
-    with store.read() as conn:
-        actual, cols = _catalog(store).get(conn, st.table)
-        all_cols = list(cols.values())
-        upper = st.table.startswith("dba_")
-        if st.columns is None:
-            selected: list[sa.ColumnClause[Any]] = [sa.column(c) for c in all_cols]
-            headers = [c.upper() if upper else c for c in all_cols]
-        else:
-            selected = [_col(cols, c, "field list") for c in st.columns]
-            headers = list(st.columns)
-        q = sa.select(*selected).select_from(sa.table(actual, *[sa.column(c) for c in all_cols]))
-        if st.where is not None:
-            q = q.where(_expr(cols, st.where))
-        if st.order_by:
-            q = q.order_by(
-                *[
-                    (
-                        _col(cols, o.column, "order clause").desc()
-                        if o.descending
-                        else _col(cols, o.column, "order clause")
-                    )
-                    for o in st.order_by
-                ]
-            )
-        else:
-            q = q.order_by(
-                *[sa.column(cols[c]) for c in DEFAULT_ORDER.get(st.table, ()) if c in cols]
-            )
-        limit = MAX_ROWS + 1 if st.limit is None else min(st.limit, MAX_ROWS + 1)
-        q = q.limit(limit).offset(st.offset or None)
-        try:
-            rows = [tuple(_value(v) for v in r) for r in conn.execute(q)]
-        except (sa.exc.DataError, sa.exc.ProgrammingError) as e:
-            raise ObError(
-                "OB_INVALID_ARGUMENT", "the WHERE clause", detail=db_error_summary(e)
-            ) from None
+    the database cannot evaluate, e.g. a string against an integer column on PostgreSQL)."""
+    actual, cols = catalog.get(conn, st.table)
+    all_cols = list(cols.values())
+    upper = st.table.startswith("dba_")
+    if st.columns is None:
+        selected: list[sa.ColumnClause[Any]] = [sa.column(c) for c in all_cols]
+        headers = [c.upper() if upper else c for c in all_cols]
+    else:
+        selected = [_col(cols, c, "field list") for c in st.columns]
+        headers = list(st.columns)
+    q = sa.select(*selected).select_from(sa.table(actual, *[sa.column(c) for c in all_cols]))
+    if st.where is not None:
+        q = q.where(_expr(cols, st.where))
+    if st.order_by:
+        q = q.order_by(
+            *[
+                (
+                    _col(cols, o.column, "order clause").desc()
+                    if o.descending
+                    else _col(cols, o.column, "order clause")
+                )
+                for o in st.order_by
+            ]
+        )
+    else:
+        q = q.order_by(*[sa.column(cols[c]) for c in DEFAULT_ORDER.get(st.table, ()) if c in cols])
+    limit = MAX_ROWS + 1 if st.limit is None else min(st.limit, MAX_ROWS + 1)
+    q = q.limit(limit).offset(st.offset or None)
+    try:
+        rows = [tuple(_value(v) for v in r) for r in conn.execute(q)]
+    except (sa.exc.DataError, sa.exc.ProgrammingError) as e:
+        raise ObError(
+            "OB_INVALID_ARGUMENT", "the WHERE clause", detail=db_error_summary(e)
+        ) from None
     truncated = len(rows) > MAX_ROWS
     return headers, rows[:MAX_ROWS], truncated
