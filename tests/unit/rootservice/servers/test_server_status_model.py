@@ -1,0 +1,205 @@
+"""The server status state machine (SPEC.md sections 3, 5-7) checked against a small pure
+model with Hypothesis.
+
+One in-process RS on SQLite and a FakeClock (``tests.support.harness.make_rs``) with four
+whitelisted servers in three zones; Hypothesis interleaves heartbeats, clock steps, checker
+ticks, STOP / START / DELETE / CANCEL DELETE SERVER and persistence flushes, and after every
+step the whitelist must show, for every server, the heartbeat status, admin status and
+stop state the model computes from first principles: a heartbeat makes a server alive, a
+lease expires at ``now - last_hb_time >= lease_time``, a server is permanently offline at
+``>= server_permanent_offline_time``, nothing expires during the take-office grace, STOP is
+refused while another zone has a stopped server, DELETE of a DELETING server and CANCEL of a
+NORMAL one are refused. After a flush, ``__all_server`` shows the display status.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from obcommon.errors import ObError
+from rootservice.app import RootService
+from rootservice.servers.status import AdminStatus, HeartbeatStatus, display_status
+from tests.support.harness import SEEDED, hb, make_rs, server_row
+
+S = 1_000_000
+LEASE = 10 * S
+OFFLINE = 30 * S
+SERVERS = [s for s, _ in SEEDED]
+ZONE = dict(SEEDED)
+
+
+# --- the RS's operations, in one place (the test's only coupling to the layout) -------------
+
+
+def receive_hb(rs: RootService, server: str) -> None:
+    rs.manager.receive_hb(hb(server, ZONE[server]))
+
+
+def tick(rs: RootService) -> None:
+    rs.manager.check_heartbeats()
+
+
+def flush(rs: RootService) -> None:
+    rs.manager.persist.run_once()
+
+
+def record(rs: RootService, server: str) -> tuple[HeartbeatStatus, AdminStatus, bool]:
+    s = rs.manager.get(server)
+    assert s is not None
+    return s.hb_status, s.admin_status, s.stop_time != 0
+
+
+def statement(rs: RootService, op: str, server: str) -> str:
+    """Run one admin operation; returns "" or the OceanBase error name it raised."""
+    m = rs.manager
+    calls = {
+        "stop": lambda: m.stop_servers([server], None, "STOP"),
+        "start": lambda: m.start_servers([server], None),
+        "delete": lambda: m.delete_servers([server], None),
+        "cancel": lambda: m.cancel_delete_servers([server], None),
+    }
+    try:
+        calls[op]()
+    except ObError as e:
+        return e.name
+    return ""
+
+
+# --- the model -----------------------------------------------------------------------------
+
+
+@dataclass
+class ServerModel:
+    """What one server's record should be."""
+
+    hb: HeartbeatStatus
+    last_hb: int
+    admin: AdminStatus = AdminStatus.NORMAL
+    stopped: bool = False
+
+
+class ServerStatusMachine(RuleBasedStateMachine):
+    """Drives one RS and the model side by side."""
+
+    @initialize()
+    def start(self) -> None:
+        self.tmp = Path(tempfile.mkdtemp(prefix="obrs-model-"))
+        self.rs = make_rs(
+            f"sqlite:///{self.tmp}/rs.db",
+            self.tmp,
+            lease_time="10s",
+            server_permanent_offline_time="30s",
+        )
+        now = self.rs.clock.now_us()
+        # Seeded as BOOTSTRAP + ADD SERVER leave servers that never heartbeated: lease
+        # expired at the load, the take-office grace running for one lease.
+        self.grace_until = now + LEASE
+        self.model = {
+            s: ServerModel(HeartbeatStatus.LEASE_EXPIRED, last_hb=now - LEASE) for s in SERVERS
+        }
+
+    def teardown(self) -> None:
+        if hasattr(self, "rs"):
+            self.rs.shutdown()
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def now(self) -> int:
+        return self.rs.clock.now_us()
+
+    @rule(us=st.sampled_from([1, LEASE - 1, LEASE, OFFLINE - LEASE, 2 * S]))
+    def advance(self, us: int) -> None:
+        self.rs.clock.advance(us)
+
+    @rule(
+        server=st.sampled_from(SERVERS),
+        limit=st.sampled_from([LEASE, OFFLINE]),
+        offset=st.sampled_from([-1, 0, 1]),
+    )
+    def to_a_boundary(self, server: str, limit: int, offset: int) -> None:
+        # Both sides of each boundary of one server: its lease, its permanent offline.
+        target = self.model[server].last_hb + limit + offset
+        if target > self.now():
+            self.rs.clock.advance(target - self.now())
+
+    @rule(server=st.sampled_from(SERVERS))
+    def heartbeat(self, server: str) -> None:
+        receive_hb(self.rs, server)
+        m = self.model[server]
+        m.hb = HeartbeatStatus.ALIVE
+        m.last_hb = self.now()
+
+    @rule()
+    def checker_tick(self) -> None:
+        tick(self.rs)
+        now = self.now()
+        if now < self.grace_until:
+            return
+        for m in self.model.values():
+            if m.hb is HeartbeatStatus.ALIVE and now - m.last_hb >= LEASE:
+                m.hb = HeartbeatStatus.LEASE_EXPIRED
+            if m.hb is HeartbeatStatus.LEASE_EXPIRED and now - m.last_hb >= OFFLINE:
+                m.hb = HeartbeatStatus.PERMANENT_OFFLINE
+
+    @rule(server=st.sampled_from(SERVERS))
+    def stop(self, server: str) -> None:
+        others_stopped = any(m.stopped for s, m in self.model.items() if ZONE[s] != ZONE[server])
+        got = statement(self.rs, "stop", server)
+        if others_stopped:
+            assert got == "OB_STOP_SERVER_IN_MULTIPLE_ZONES"
+        else:
+            assert got == ""
+            self.model[server].stopped = True
+
+    @rule(server=st.sampled_from(SERVERS))
+    def start_server(self, server: str) -> None:
+        assert statement(self.rs, "start", server) == ""
+        self.model[server].stopped = False
+
+    @rule(server=st.sampled_from(SERVERS))
+    def delete(self, server: str) -> None:
+        m = self.model[server]
+        got = statement(self.rs, "delete", server)
+        if m.admin is AdminStatus.DELETING:
+            assert got == "OB_SERVER_ALREADY_DELETED"
+        else:
+            assert got == ""
+            m.admin = AdminStatus.DELETING
+
+    @rule(server=st.sampled_from(SERVERS))
+    def cancel_delete(self, server: str) -> None:
+        m = self.model[server]
+        got = statement(self.rs, "cancel", server)
+        if m.admin is not AdminStatus.DELETING:
+            assert got == "OB_SERVER_NOT_DELETING"
+        else:
+            assert got == ""
+            m.admin = AdminStatus.NORMAL
+
+    @rule()
+    def persist(self) -> None:
+        flush(self.rs)
+        for server, m in self.model.items():
+            row = server_row(self.rs, server)
+            assert row is not None
+            assert row["status"] == display_status(m.admin, m.hb).value, server
+            assert (row["stop_time"] != 0) == m.stopped, server
+
+    @invariant()
+    def whitelist_agrees_with_the_model(self) -> None:
+        if not hasattr(self, "rs"):
+            return
+        for server, m in self.model.items():
+            assert record(self.rs, server) == (m.hb, m.admin, m.stopped), server
+
+
+ServerStatusMachine.TestCase.settings = settings(
+    max_examples=40, stateful_step_count=30, deadline=None
+)
+test_server_status_matches_its_model = ServerStatusMachine.TestCase
