@@ -19,6 +19,12 @@ from obcommon.proto import obrpc_pb2
 from observer_agent import identity as identity_mod
 from observer_agent.agent import Agent
 from observer_agent.cli import main
+from observer_agent.disk import (
+    DATA_DISK_ERROR,
+    DISK_PROBE_FILE,
+    FAULT_DATA_DISK_ERROR_FILE,
+    probe_data_disk,
+)
 from observer_agent.identity import (
     ClusterIdentity,
     IdentityError,
@@ -26,13 +32,7 @@ from observer_agent.identity import (
     load_identity,
     write_identity,
 )
-from observer_agent.resources import (
-    DATA_DISK_ERROR,
-    DISK_PROBE_FILE,
-    FAULT_DATA_DISK_ERROR_FILE,
-    collect_resource_info,
-    probe_data_disk,
-)
+from observer_agent.resources import collect_resource_info
 from observer_agent.settings import DEFAULT_BUILD_VERSION, AgentSettings
 
 RS1 = "127.0.0.1:2882"

@@ -21,12 +21,12 @@ from obcommon.clock import SystemClock
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from observer_agent.agent import Agent
 from observer_agent.cli import load_settings, main
-from observer_agent.replicas import (
-    DATA_CHUNK_MAX,
+from observer_agent.replicas.faults import (
     FAULT_COPY_SLOW_FILE,
     FAULT_REPLICATION_STOP_FILE,
     FAULT_SERVE_DATA_ERROR_FILE,
 )
+from observer_agent.replicas.serving import DATA_CHUNK_MAX
 from observer_agent.service import start_server, stop_server
 from observer_agent.settings import AgentSettings
 from tests.support.ports import free_port
@@ -143,10 +143,8 @@ class Node:
 
 
 async def start_node(data_dir: Path, *, log_keep: int = 0, **over: object) -> Node:
-    agent = Agent(settings(data_dir, **over), SystemClock())
-    agent.replicas.copy_chunk_size = CHUNK
-    if log_keep:
-        agent.replicas.log_keep = log_keep
+    keep = {"replica_log_keep": log_keep} if log_keep else {}
+    agent = Agent(settings(data_dir, **over), SystemClock(), copy_chunk_size=CHUNK, **keep)
     server, port = await start_server(agent, "127.0.0.1:0")
     agent.replicas.start()
     channel = grpc.aio.insecure_channel(

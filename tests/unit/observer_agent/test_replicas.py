@@ -22,14 +22,12 @@ from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from obcommon.sizes import parse_size
 from observer_agent.agent import Agent
 from observer_agent.cli import load_settings, main
-from observer_agent.replicas import (
+from observer_agent.replicas.faults import (
     FAULT_REPLICATION_DELAY_FILE,
     FAULT_REPLICATION_STOP_FILE,
-    ReplicaLog,
-    build_data_file,
-    file_checksum,
-    merge_fetched,
 )
+from observer_agent.replicas.log import ReplicaLog, merge_fetched
+from observer_agent.replicas.storage import build_data_file, file_checksum
 from observer_agent.resources import collect_resource_info
 from observer_agent.service import start_server, stop_server
 from observer_agent.settings import AgentSettings
