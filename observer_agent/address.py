@@ -1,5 +1,7 @@
-"""This agent's RPC address (``ip:port``), which the lease, the replicas and the log lines
-name it by. The port is only known once the gRPC server is bound when configured as 0."""
+"""This agent's RPC address (``ip:port``): the ``server`` of every lease request (SPEC.md
+section 5), the name members, leaders and copy sources use for it (section 9), and the tag
+of its log lines. The port is only known once the gRPC server is bound when configured as 0.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The replicas an agent hosts, by ``(tenant_id, ls_id)``, and the lock that serialises the
-changes to them (``ApplyReplicas``, and the steps of a copy that write ``meta.json``)."""
+changes to them (``ApplyReplicas``, and the steps of a copy that write ``meta.json``); the
+report of every lease request comes from here (SPEC.md sections 5 and 9)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The other agents a replica talks to (``ReplicaService``, agent to agent)."""
+"""The other agents a replica talks to (``ReplicaService``, agent to agent: followers fetch
+their leader's log, copies stream a member's data file; SPEC.md section 9)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The replica layer's background work on the event loop: the set of tasks it spawns (so that
-``stop`` can cancel them) and blocking calls moved to threads without racing their cleanup."""
+``stop`` can cancel them) and blocking calls moved to threads without racing their cleanup.
+Times here are seconds of the event loop's monotonic clock (waits only, never reported)."""
 
 from __future__ import annotations
 
