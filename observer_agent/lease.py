@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Protocol
 
@@ -31,7 +32,6 @@ from observer_agent.address import LocalServer
 from observer_agent.background import describe_exception, is_set, sleep_unless_stopped
 from observer_agent.identity import ClusterIdentity, write_identity
 from observer_agent.lease_stream import LeaseStream
-from observer_agent.rs_list import RsAddresses
 from observer_agent.settings import AgentSettings
 
 LEASE_REQUEST_VERSION = 1
@@ -63,6 +63,22 @@ class ReplicaReport(Protocol):
         ...
 
 
+class RsChoice(Protocol):
+    """Which RS to try next (implemented by :class:`observer_agent.rs_list.RsAddresses`)."""
+
+    def next_address(self) -> str:
+        """The RS (``ip:port``) to try next."""
+        ...
+
+    def prefer(self, addr: str) -> None:
+        """Try ``addr`` next (a leader hint, or the RS of a lost stream)."""
+        ...
+
+    def adopt(self, rs_list: Iterable[str]) -> None:
+        """Adopt the RS list of an accepted response."""
+        ...
+
+
 class LeaseClient:
     """The lease state of one agent and the loop that keeps it.
 
@@ -87,7 +103,7 @@ class LeaseClient:
         disk: ServerStatus,
         resources: ResourceSource,
         replicas: ReplicaReport,
-        rs: RsAddresses,
+        rs: RsChoice,
         rng: random.Random,
         log: logging.Logger | logging.LoggerAdapter,  # type: ignore[type-arg]
     ) -> None:

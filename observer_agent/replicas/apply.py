@@ -14,16 +14,15 @@ import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable, Iterable
+from typing import Protocol
 
 from obcommon.addresses import parse_host_port
 from obcommon.errors import ObError
 from obcommon.proto import obrpc_pb2
 from observer_agent.address import LocalServer
-from observer_agent.replicas.copy import ReplicaCopier
 from observer_agent.replicas.hosted import HostedReplicas
 from observer_agent.replicas.log import LOG_KEEP_ENTRIES, ReplicaLog
 from observer_agent.replicas.replica import BUILD_FAILED, Replica
-from observer_agent.replicas.replication import LogReplication
 from observer_agent.replicas.storage import (
     DATA_FILE,
     Key,
@@ -35,6 +34,38 @@ from observer_agent.replicas.storage import (
 )
 from observer_agent.replicas.tasks import CLOSE_TIMEOUT_S
 from observer_agent.settings import AgentSettings
+
+
+class ReplicaLoops(Protocol):
+    """What applying a spec needs of log replication (implemented by
+    :class:`observer_agent.replicas.replication.LogReplication`)."""
+
+    def launch(self, rep: Replica) -> None:
+        """Start the loop of a new replica if the loops run."""
+        ...
+
+    async def catch_up(
+        self, rep: Replica, spec: obrpc_pb2.ReplicaSpec, client_deadline: float | None
+    ) -> None:
+        """Fetch the log from ``spec.catch_up_from`` up to ``spec.catch_up_index``; raises
+        ``ObError(OB_TIMEOUT)``."""
+        ...
+
+
+class Copier(Protocol):
+    """Builds of replicas by copy (implemented by
+    :class:`observer_agent.replicas.copy.ReplicaCopier`)."""
+
+    async def create(
+        self, spec: obrpc_pb2.ReplicaSpec, members: tuple[str, ...], source: str
+    ) -> Replica:
+        """Register an absent replica built from ``source`` and start its copy; raises
+        ``ObError(OB_ERR_SYS)``."""
+        ...
+
+    async def restart(self, rep: Replica, source: str) -> None:
+        """Cancel the copy of ``rep`` and start a new one from ``source``."""
+        ...
 
 
 class SpecApplier:
@@ -52,8 +83,8 @@ class SpecApplier:
         me: LocalServer,
         paths: ReplicaPaths,
         hosted: HostedReplicas,
-        replication: LogReplication,
-        copier: ReplicaCopier,
+        replication: ReplicaLoops,
+        copier: Copier,
         log: logging.Logger | logging.LoggerAdapter,  # type: ignore[type-arg]
         *,
         log_keep: int = LOG_KEEP_ENTRIES,

@@ -33,8 +33,9 @@ import logging
 import os
 import uuid
 import zlib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
@@ -42,7 +43,7 @@ from obcommon.errors import ObError, error_from_proto
 from obcommon.proto import obrpc_pb2
 from observer_agent.address import LocalServer
 from observer_agent.identity import fsync_dir
-from observer_agent.replicas.faults import FAULT_REPLICATION_STOP_FILE, FaultSwitches
+from observer_agent.replicas.faults import FAULT_REPLICATION_STOP_FILE, ReplicationFaults
 from observer_agent.replicas.hosted import HostedReplicas
 from observer_agent.replicas.log import LOG_KEEP_ENTRIES, ReplicaLog
 from observer_agent.replicas.peers import PeerChannels
@@ -53,7 +54,7 @@ from observer_agent.replicas.replica import (
     Build,
     Replica,
 )
-from observer_agent.replicas.replication import IDLE_S, LogReplication, unchanged
+from observer_agent.replicas.replication import IDLE_S, unchanged
 from observer_agent.replicas.serving import DATA_CHUNK_DEFAULT
 from observer_agent.replicas.storage import (
     DATA_FILE,
@@ -64,6 +65,46 @@ from observer_agent.replicas.storage import (
 )
 from observer_agent.replicas.tasks import CLOSE_TIMEOUT_S, TaskSet, run_blocking
 from observer_agent.settings import AgentSettings
+
+
+class LogPuller(Protocol):
+    """What a copy needs of log replication (implemented by
+    :class:`observer_agent.replicas.replication.LogReplication`)."""
+
+    @property
+    def poll_interval_s(self) -> float:
+        """Pause between two fetches of a follower, seconds."""
+        ...
+
+    def launch(self, rep: Replica) -> None:
+        """Start the loop of a new replica if the loops run."""
+        ...
+
+    async def pull(
+        self,
+        rep: Replica,
+        peer: str,
+        term: int,
+        cutoff_ts: int | None,
+        timeout_s: float,
+        still_valid: Callable[[], bool],
+    ) -> str:
+        """One ``FetchLog`` from ``peer`` merged into ``rep``'s log; ``"ok"``, ``"stale"``
+        or a one-line reason."""
+        ...
+
+
+class CopyFaults(Protocol):
+    """The fault switches a copy obeys (implemented by
+    :class:`observer_agent.replicas.faults.FaultSwitches`)."""
+
+    def copy_delay_s(self) -> float:
+        """Seconds to sleep after each chunk received (0 = none)."""
+        ...
+
+    def replication(self) -> ReplicationFaults:
+        """The replication switches (``stop`` halts the log catch-up)."""
+        ...
 
 
 class CopyFailed(Exception):
@@ -90,8 +131,8 @@ class ReplicaCopier:
         paths: ReplicaPaths,
         hosted: HostedReplicas,
         peers: PeerChannels,
-        faults: FaultSwitches,
-        replication: LogReplication,
+        faults: CopyFaults,
+        replication: LogPuller,
         tasks: TaskSet,
         log: logging.Logger | logging.LoggerAdapter,  # type: ignore[type-arg]
         *,

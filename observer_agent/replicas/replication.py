@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 import grpc
 
@@ -23,7 +24,7 @@ from obcommon.clock import Clock
 from obcommon.errors import ObError, error_from_proto
 from obcommon.proto import obrpc_pb2
 from observer_agent.address import LocalServer
-from observer_agent.replicas.faults import FaultSwitches
+from observer_agent.replicas.faults import ReplicationFaults
 from observer_agent.replicas.hosted import HostedReplicas
 from observer_agent.replicas.log import Entry, merge_fetched
 from observer_agent.replicas.peers import PeerChannels
@@ -53,6 +54,15 @@ def unchanged(rep: Replica, generation: int) -> Callable[[], bool]:
     return lambda: rep.generation == generation and not rep.busy
 
 
+class ReplicationSwitches(Protocol):
+    """The fault switches followers obey (implemented by
+    :class:`observer_agent.replicas.faults.FaultSwitches`)."""
+
+    def replication(self) -> ReplicationFaults:
+        """``stop`` (do not fetch) and ``delay_ms`` (apply only entries that old)."""
+        ...
+
+
 class LogReplication:
     """The loop of every hosted replica (lead: append; follow: fetch; else idle), one
     ``FetchLog`` pull merged into a replica's log, and a new leader's catch-up.
@@ -70,7 +80,7 @@ class LogReplication:
         me: LocalServer,
         hosted: HostedReplicas,
         peers: PeerChannels,
-        faults: FaultSwitches,
+        faults: ReplicationSwitches,
         log: logging.Logger | logging.LoggerAdapter,  # type: ignore[type-arg]
     ) -> None:
         """Nothing runs until :meth:`start_loop`."""

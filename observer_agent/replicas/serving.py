@@ -15,11 +15,12 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import AsyncIterator
+from typing import Protocol
 
 from obcommon.errors import ObError, error_to_proto
 from obcommon.proto import obrpc_pb2
 from observer_agent.address import LocalServer
-from observer_agent.replicas.faults import FAULT_SERVE_DATA_ERROR_FILE, FaultSwitches
+from observer_agent.replicas.faults import FAULT_SERVE_DATA_ERROR_FILE
 from observer_agent.replicas.hosted import HostedReplicas
 from observer_agent.replicas.replication import FETCH_MAX_ENTRIES
 from observer_agent.replicas.storage import DATA_FILE, describe_ls
@@ -30,6 +31,15 @@ DATA_CHUNK_DEFAULT = 256 * 1024
 #: The most bytes one ``DataChunk`` carries: 4 MiB less room for the other fields, so that a
 #: chunk fits gRPC's default 4 MiB limit on a received message.
 DATA_CHUNK_MAX = (4 << 20) - 4096
+
+
+class ServeSwitches(Protocol):
+    """The fault switch of the serving side (implemented by
+    :class:`observer_agent.replicas.faults.FaultSwitches`)."""
+
+    def serve_data_error(self) -> bool:
+        """True while ``FetchData`` must answer an error chunk."""
+        ...
 
 
 class ReplicaServing:
@@ -44,7 +54,7 @@ class ReplicaServing:
         self,
         me: LocalServer,
         hosted: HostedReplicas,
-        faults: FaultSwitches,
+        faults: ServeSwitches,
         log: logging.Logger | logging.LoggerAdapter,  # type: ignore[type-arg]
     ) -> None:
         """Serve from ``hosted`` as it is at each call."""
