@@ -13,7 +13,7 @@ One concept per module; import names from the module that defines them:
 - :mod:`~observer_agent.replicas.replication`: the leader / follower loop (append, pull,
   catch-up);
 - :mod:`~observer_agent.replicas.copy`: building a replica by streaming it from a member
-  (replica migration);
+  (replica migration), its data phase in :mod:`~observer_agent.replicas.copy_stream`;
 - :mod:`~observer_agent.replicas.serving`: answering peers (``FetchLog``, ``FetchData``);
 - :mod:`~observer_agent.replicas.apply`: one upsert or drop of ``ApplyReplicas``;
 - :mod:`~observer_agent.replicas.faults`: the fault-switch files;

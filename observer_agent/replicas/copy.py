@@ -32,17 +32,15 @@ import dataclasses
 import logging
 import os
 import uuid
-import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
-import grpc
-
-from obcommon.errors import ObError, error_from_proto
+from obcommon.errors import ObError
 from obcommon.proto import obrpc_pb2
 from observer_agent.address import LocalServer
 from observer_agent.identity import fsync_dir
+from observer_agent.replicas.copy_stream import CopyFailed, receive_data_file
 from observer_agent.replicas.faults import FAULT_REPLICATION_STOP_FILE, ReplicationFaults
 from observer_agent.replicas.hosted import HostedReplicas
 from observer_agent.replicas.log import LOG_KEEP_ENTRIES, ReplicaLog
@@ -105,11 +103,6 @@ class CopyFaults(Protocol):
     def replication(self) -> ReplicationFaults:
         """The replication switches (``stop`` halts the log catch-up)."""
         ...
-
-
-class CopyFailed(Exception):
-    """A copy of a replica's data file failed; the message is the one-line reason reported as
-    ``build_error``."""
 
 
 class ReplicaCopier:
@@ -280,75 +273,7 @@ class ReplicaCopier:
         )
         # No deadline on the whole stream (a copy may take long): each chunk has one instead.
         call = self._peers.stub(src).FetchData(req)
-        fh: Any = None
-        first: obrpc_pb2.DataChunk | None = None
-        received = 0
-        crc = 0
-        try:
-            try:
-                fh = await run_blocking(_open_for_copy, tmp)
-            except OSError as e:
-                raise CopyFailed(f"cannot write {tmp}: {e}") from None
-            while True:
-                try:
-                    chunk = await asyncio.wait_for(call.read(), timeout_s)
-                except TimeoutError:
-                    raise CopyFailed(
-                        f"{src} sent nothing for {timeout_s:g} s after {received} bytes"
-                    ) from None
-                except grpc.aio.AioRpcError as e:
-                    details = (e.details() or "").replace("\n", " ")
-                    raise CopyFailed(f"{src}: {e.code().name}: {details}") from None
-                if chunk is grpc.aio.EOF:
-                    break
-                assert isinstance(chunk, obrpc_pb2.DataChunk)
-                err = error_from_proto(chunk.error)
-                if err is not None:
-                    raise CopyFailed(f"{src} answered {err.name}: {err.message}")
-                if first is None:
-                    if chunk.total_size < 0:
-                        raise CopyFailed(f"{src} announced {chunk.total_size} bytes")
-                    first = chunk
-                    b.total_size = chunk.total_size
-                end = chunk.offset + len(chunk.data)
-                if chunk.offset != received or end > first.total_size:
-                    raise CopyFailed(
-                        f"{src} sent bytes [{chunk.offset}, {end}) of {first.total_size} "
-                        f"when byte {received} was due"
-                    )
-                data = chunk.data
-                try:
-                    crc = await run_blocking(_write_chunk, fh, data, crc)
-                except OSError as e:
-                    raise CopyFailed(f"cannot write {tmp}: {e}") from None
-                received = end
-                b.bytes_copied = received
-                delay_s = self._faults.copy_delay_s()
-                if delay_s > 0:
-                    await asyncio.sleep(delay_s)
-            if first is None:
-                raise CopyFailed(f"{src} ended the stream without any chunk")
-            if received != first.total_size:
-                raise CopyFailed(
-                    f"{src} ended the stream after {received} of {first.total_size} bytes"
-                )
-            if crc != first.checksum:
-                raise CopyFailed(
-                    f"checksum mismatch: the {received} bytes from {src} have crc32 {crc}, "
-                    f"{src} announced {first.checksum}"
-                )
-            done, fh = fh, None
-            try:
-                await run_blocking(_sync_and_close, done)
-            except OSError as e:
-                raise CopyFailed(f"cannot write {tmp}: {e}") from None
-            return first
-        finally:
-            call.cancel()
-            if fh is not None:
-                # Inline: it only flushes Python's small buffer of an abandoned temp file.
-                with contextlib.suppress(OSError):
-                    fh.close()
+        return await receive_data_file(call, src, tmp, b, timeout_s, self._faults)
 
     async def _install(self, rep: Replica, b: Build, tmp: Path, first: obrpc_pb2.DataChunk) -> bool:
         """Move the copied file into place, create the log right before the source's first
@@ -482,21 +407,3 @@ class ReplicaCopier:
         elif b.problem:
             self.log.info("replica %s (building): fetching the log again", describe_ls(rep.key))
         b.problem = kind
-
-
-def _open_for_copy(tmp: Path) -> Any:
-    tmp.parent.mkdir(parents=True, exist_ok=True)
-    return open(tmp, "wb")  # noqa: SIM115 - written chunk by chunk, closed by the caller
-
-
-def _write_chunk(fh: Any, data: bytes, crc: int) -> int:
-    fh.write(data)
-    return zlib.crc32(data, crc)
-
-
-def _sync_and_close(fh: Any) -> None:
-    try:
-        fh.flush()
-        os.fsync(fh.fileno())
-    finally:
-        fh.close()
