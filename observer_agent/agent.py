@@ -294,6 +294,16 @@ class Agent:
         return await self.disk.probe_async()
 
     @property
+    def disk_probe_timeout_us(self) -> int:
+        """How long one disk probe may take before the disk counts as hung, microseconds."""
+        return self.disk.timeout_us
+
+    @property
+    def resource_timeout_us(self) -> int:
+        """How long one resource sample may take before it is abandoned, microseconds."""
+        return self.resources.timeout_us
+
+    @property
     def resource_info(self) -> obrpc_pb2.ResourceInfo:
         """The last sampled ``ResourceInfo`` (empty before the first refresh)."""
         return self.resources.info

@@ -97,7 +97,7 @@ class SpecApplier:
         self._replication = replication
         self._copier = copier
         self.log = log
-        self.log_keep = log_keep
+        self._log_keep = log_keep
 
     async def upsert(self, spec: obrpc_pb2.ReplicaSpec, client_deadline: float | None) -> None:
         """Apply one spec; ``client_deadline`` (the event loop's time, seconds, or None)
@@ -214,7 +214,7 @@ class SpecApplier:
             # A log left by an earlier replica of this LS is history of another life.
             with contextlib.suppress(FileNotFoundError):
                 log_path.unlink()
-            log = ReplicaLog.open(log_path, self.log_keep)
+            log = ReplicaLog.open(log_path, self._log_keep)
             write_meta(directory, meta)
             return meta, log
 

@@ -142,8 +142,8 @@ class ReplicaCopier:
         self._replication = replication
         self._tasks = tasks
         self.log = log
-        self.log_keep = log_keep
-        self.chunk_size = chunk_size
+        self._log_keep = log_keep
+        self._chunk_size = chunk_size
         self._copy_slots: asyncio.Semaphore | None = None
 
     def _slots(self) -> asyncio.Semaphore:
@@ -187,7 +187,9 @@ class ReplicaCopier:
         )
         # The log is not opened: nothing of it exists on disk until the data is in place.
         rep = Replica(
-            meta, self._paths.replica_dir(key), ReplicaLog(self._paths.log_path(key), self.log_keep)
+            meta,
+            self._paths.replica_dir(key),
+            ReplicaLog(self._paths.log_path(key), self._log_keep),
         )
         self._hosted.add(rep)
         self._replication.launch(rep)
@@ -269,7 +271,7 @@ class ReplicaCopier:
             tenant_id=rep.meta.tenant_id,
             ls_id=rep.meta.ls_id,
             offset=0,
-            chunk_size=self.chunk_size,
+            chunk_size=self._chunk_size,
         )
         # No deadline on the whole stream (a copy may take long): each chunk has one instead.
         call = self._peers.stub(src).FetchData(req)
@@ -291,7 +293,7 @@ class ReplicaCopier:
                 copy_from=b.source,
                 catch_up_to=first.log_end_index,
             )
-            directory, log_path, keep = rep.dir, self._paths.log_path(key), self.log_keep
+            directory, log_path, keep = rep.dir, self._paths.log_path(key), self._log_keep
             base = max(0, first.log_start_index - 1)
 
             def install() -> ReplicaLog:

@@ -73,7 +73,7 @@ class ReplicaManager:
         self.settings = settings
         self._me = me
         self.log: logging.Logger | logging.LoggerAdapter = log or _logger  # type: ignore[type-arg]
-        self.log_keep = log_keep
+        self._log_keep = log_keep
         self._hosted = HostedReplicas()
         self._peers = PeerChannels()
         self._tasks = TaskSet()
@@ -161,7 +161,7 @@ class ReplicaManager:
                     meta = read_meta(d)
                     if meta.key != key:
                         raise ValueError(f"{META_FILE} is for {describe_ls(meta.key)}")
-                    log = ReplicaLog.open(self.paths.log_path(key), self.log_keep)
+                    log = ReplicaLog.open(self.paths.log_path(key), self._log_keep)
                 except (OSError, ValueError) as e:
                     self.log.error("cannot load replica %s: %s", d, e)
                     continue
