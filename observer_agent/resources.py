@@ -1,32 +1,27 @@
-"""What a data node reports about itself: resources and data-disk health (SPEC.md section 5).
+"""What a data node reports about its resources (SPEC.md section 5).
 
-Both functions here do blocking I/O (psutil, the file system) and are meant to run off the
-event loop, in a thread, so a slow or hung disk never delays a heartbeat. The agent calls
-them periodically (``resource_refresh_interval``, ``disk_probe_interval``) and puts the last
-result in every lease request.
+:func:`collect_resource_info` does blocking I/O (psutil, the file system) and is meant to run
+off the event loop, in a thread, so a slow or hung disk never delays a heartbeat: the
+:class:`ResourceMonitor` runs it in a daemon thread every ``resource_refresh_interval`` and
+keeps the last result, which every lease request carries. The data disk's health is
+:mod:`observer_agent.disk`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
 from pathlib import Path
 
 import psutil
 
 from obcommon.proto import obrpc_pb2
+from observer_agent.background import describe_exception, in_daemon_thread
+from observer_agent.settings import AgentSettings
 
-#: ``server_status`` bit of a lease request: the data disk failed its probe
-#: (OceanBase's ``RSS_DATA_DISK_ERROR`` / ``server_report_status`` DATA_DISK_ERROR).
-DATA_DISK_ERROR = 0x1
-
-#: Fault-injection switch for tests and drills: while a file of this name exists in the
-#: data directory, the disk probe reports a failure (``server_status`` bit 0x1) without
-#: touching the disk. Remove it and the next probe recovers.
-FAULT_DATA_DISK_ERROR_FILE = "FAULT_DATA_DISK_ERROR"
-
-#: The file the probe writes, fsyncs and reads back.
-DISK_PROBE_FILE = ".disk_probe"
-DISK_PROBE_BLOCK = 4096
+#: How long a resource refresh may take before it is abandoned (the last values are kept).
+DEFAULT_RESOURCE_TIMEOUT_US = 5_000_000
 
 #: Share of the data disk reported as log disk when ``--log-disk-size`` is not given.
 DEFAULT_LOG_DISK_PERCENT = 30
@@ -87,27 +82,55 @@ def collect_resource_info(
     )
 
 
-def probe_data_disk(data_dir: Path) -> str | None:
-    """One data-disk health probe (blocking; run it in a thread with a timeout).
+class ResourceMonitor:
+    """The node's last ``ResourceInfo`` (:attr:`info`, empty until the first refresh).
 
-    Returns None when healthy, else a one-line reason. The probe writes a 4 KiB random block
-    to ``data_dir/.disk_probe``, fsyncs it, reads it back and compares. The fault-injection
-    file ``data_dir/FAULT_DATA_DISK_ERROR`` makes it fail without I/O. Never raises.
+    ``settings`` gives ``data_dir`` and the ``cpu_count`` / ``memory_limit`` /
+    ``log_disk_size`` overrides; ``timeout_us`` (microseconds) bounds one refresh in a
+    thread; ``log`` is the agent's logger.
     """
-    data_dir = Path(data_dir)
-    if (data_dir / FAULT_DATA_DISK_ERROR_FILE).exists():
-        return f"fault injected ({data_dir / FAULT_DATA_DISK_ERROR_FILE} exists)"
-    path = data_dir / DISK_PROBE_FILE
-    block = os.urandom(DISK_PROBE_BLOCK)
-    try:
-        with open(path, "wb") as f:
-            f.write(block)
-            f.flush()
-            os.fsync(f.fileno())
-        with open(path, "rb") as f:
-            back = f.read(DISK_PROBE_BLOCK + 1)
-    except OSError as e:
-        return f"probe I/O on {path} failed: {e}"
-    if back != block:
-        return f"probe block read back from {path} differs from what was written"
-    return None
+
+    def __init__(
+        self,
+        settings: AgentSettings,
+        log: logging.Logger | logging.LoggerAdapter,  # type: ignore[type-arg]
+        timeout_us: int = DEFAULT_RESOURCE_TIMEOUT_US,
+    ) -> None:
+        """Nothing is sampled until a refresh."""
+        self.settings = settings
+        self.data_dir = Path(settings.data_dir)
+        self.timeout_us = timeout_us
+        self.log = log
+        self.info = obrpc_pb2.ResourceInfo()
+        self._pending: asyncio.Future[obrpc_pb2.ResourceInfo] | None = None
+
+    def _collect(self) -> obrpc_pb2.ResourceInfo:
+        s = self.settings
+        return collect_resource_info(
+            self.data_dir, s.log_disk_size, cpu_count=s.cpu_count, memory_limit=s.memory_limit
+        )
+
+    def refresh(self) -> None:
+        """Refresh :attr:`info` from psutil in the calling thread (raises ``OSError``);
+        ``cpu_count`` / ``memory_limit`` / ``log_disk_size`` settings override capacities."""
+        self.info = self._collect()
+
+    async def refresh_async(self) -> bool:
+        """Refresh :attr:`info` in a daemon thread, bounded by ``timeout_us``; on failure
+        keep the last values. True when refreshed."""
+        pending = self._pending
+        if pending is not None and not pending.done():
+            self.log.warning("previous resource refresh is still running; skipped")
+            return False
+        fut = in_daemon_thread(self._collect, "resource-refresh")
+        self._pending = fut
+        done, _ = await asyncio.wait({fut}, timeout=self.timeout_us / 1e6)
+        if not done:
+            self.log.warning("resource refresh did not finish in time; keeping the last values")
+            return False
+        try:
+            self.info = fut.result()
+        except Exception as e:
+            self.log.warning("resource refresh failed: %s", describe_exception(e))
+            return False
+        return True

@@ -65,7 +65,7 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
           present one. With ``copy_from``, an absent replica is instead built by copy from
           that member, in the background: reported at once with ``in_service`` false,
           ``copy_from`` and ``bytes_copied``, in service once its data is copied and checked
-          and its log has caught up (see :mod:`observer_agent.replicas`); a failed copy
+          and its log has caught up (see :mod:`observer_agent.replicas.copy`); a failed copy
           reports ``build_error``, and a later spec with a ``copy_from`` (another source or
           the same) restarts it, as does a different ``copy_from`` while the data is being
           copied (once the data is in place, ``copy_from`` is ignored). A replica being
@@ -102,7 +102,7 @@ class ReplicaServicer(obrpc_pb2_grpc.ReplicaServiceServicer):
         self, request: obrpc_pb2.FetchLogRequest, context: Any
     ) -> obrpc_pb2.FetchLogResponse:
         """``ReplicaService.FetchLog``: see :meth:`ReplicaManager.fetch_log
-        <observer_agent.replicas.ReplicaManager.fetch_log>`; errors in-band."""
+        <observer_agent.replicas.manager.ReplicaManager.fetch_log>`; errors in-band."""
         return self.agent.replicas.fetch_log(request)
 
     async def FetchData(
@@ -110,7 +110,7 @@ class ReplicaServicer(obrpc_pb2_grpc.ReplicaServiceServicer):
     ) -> AsyncIterator[obrpc_pb2.DataChunk]:
         """``ReplicaService.FetchData``: the data file of a replica, streamed to a member
         building it by copy; see :meth:`ReplicaManager.fetch_data
-        <observer_agent.replicas.ReplicaManager.fetch_data>`; errors in-band (one chunk)."""
+        <observer_agent.replicas.manager.ReplicaManager.fetch_data>`; errors in-band (one chunk)."""
         async for chunk in self.agent.replicas.fetch_data(request):
             yield chunk
 

@@ -1,5 +1,5 @@
-"""Replica migration on the observer agent: ``ReplicaService.FetchData`` and replicas built by
-copy (``ReplicaSpec.copy_from``) between real in-process agents over gRPC (127.0.0.1, port 0):
+"""Replica migration (observer_agent.replicas.copy): replicas built by copy
+(``ReplicaSpec.copy_from``) between real in-process agents over gRPC (127.0.0.1, port 0):
 background copies with progress, checksum and source failures then retries, drops and
 restarts during a copy, the log catch-up after it, and the copy throttle."""
 
@@ -9,247 +9,33 @@ import asyncio
 import json
 import shutil
 import zlib
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
-
-import grpc
-import pytest
 
 from obcommon.clock import SystemClock
-from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
+from obcommon.proto import obrpc_pb2
 from observer_agent.agent import Agent
-from observer_agent.cli import load_settings, main
-from observer_agent.replicas import (
-    DATA_CHUNK_MAX,
+from observer_agent.replicas.faults import (
     FAULT_COPY_SLOW_FILE,
     FAULT_REPLICATION_STOP_FILE,
     FAULT_SERVE_DATA_ERROR_FILE,
 )
-from observer_agent.service import start_server, stop_server
-from observer_agent.settings import AgentSettings
 from tests.support.ports import free_port
-from tests.unit.observer_agent.test_replicas import run, wait_until
-
-T, LS = 1001, 1
-KEY = (T, LS)
-SIZE = 256 * 1024
-#: Chunk size the copying agents ask for: 16 chunks per replica, so progress is visible.
-CHUNK = 16 * 1024
-
-
-def settings(data_dir: Path, **over: object) -> AgentSettings:
-    values: dict[str, object] = {
-        "rs_list": f"127.0.0.1:{free_port()}",
-        "rpc_addr": "127.0.0.1:0",
-        "sql_port": 2881,
-        "zone": "z1",
-        "data_dir": data_dir,
-        "replica_size": "256K",
-        "log_interval": "50ms",
-        "rpc_timeout": "1s",
-    }
-    values.update(over)
-    return AgentSettings.in_process(**values)
-
-
-def spec(
-    members: list[str], leader: str, term: int, *, copy_from: str = "", ls: int = LS
-) -> obrpc_pb2.ReplicaSpec:
-    return obrpc_pb2.ReplicaSpec(
-        tenant_id=T,
-        ls_id=ls,
-        unit_id=7,
-        replica_type="FULL",
-        member_list=sorted(members),
-        paxos_replica_number=len(members),
-        leader=leader,
-        term=term,
-        copy_from=copy_from,
-    )
-
-
-def upsert(*specs: obrpc_pb2.ReplicaSpec) -> obrpc_pb2.ApplyReplicasRequest:
-    return obrpc_pb2.ApplyReplicasRequest(rs_epoch=1, upsert=list(specs))
-
-
-def drop(ls: int = LS) -> obrpc_pb2.ApplyReplicasRequest:
-    return obrpc_pb2.ApplyReplicasRequest(
-        rs_epoch=1, drop=[obrpc_pb2.ReplicaKey(tenant_id=T, ls_id=ls)]
-    )
-
-
-class Node:
-    """One in-process agent with its gRPC server and stubs to it."""
-
-    def __init__(self, agent: Agent, server: Any, channel: grpc.aio.Channel) -> None:
-        self.agent = agent
-        self.server = server
-        self.channel = channel
-        self.stub = obrpc_pb2_grpc.ObserverServiceStub(channel)
-        self.replica_stub = obrpc_pb2_grpc.ReplicaServiceStub(channel)
-        self.stopped = False
-
-    @property
-    def addr(self) -> str:
-        return self.agent.server
-
-    @property
-    def data_dir(self) -> Path:
-        return self.agent.data_dir
-
-    def rdir(self, ls: int = LS) -> Path:
-        return self.data_dir / "replicas" / f"{T}_{ls}"
-
-    async def apply(self, req: obrpc_pb2.ApplyReplicasRequest) -> obrpc_pb2.ApplyReplicasResponse:
-        return await self.stub.ApplyReplicas(req, timeout=10)  # type: ignore[no-any-return]
-
-    def info(self, ls: int = LS) -> obrpc_pb2.ReplicaInfo | None:
-        """This replica as the agent reports it in its next lease request."""
-        for r in self.agent.build_lease_request().replicas:
-            if (r.tenant_id, r.ls_id) == (T, ls):
-                return r
-        return None
-
-    def in_service(self, ls: int = LS) -> bool:
-        info = self.info(ls)
-        return info is not None and info.in_service
-
-    def end_index(self, ls: int = LS) -> int:
-        rep = self.agent.replicas.get(T, ls)
-        return rep.log.end_index if rep is not None else -1
-
-    def base_index(self, ls: int = LS) -> int:
-        rep = self.agent.replicas.get(T, ls)
-        assert rep is not None
-        return rep.log.base_index
-
-    def entries(self, ls: int = LS) -> list[tuple[int, int, int]]:
-        rep = self.agent.replicas.get(T, ls)
-        assert rep is not None
-        return list(rep.log.entries)
-
-    async def fetch_data(self, ls: int = LS, **kw: Any) -> list[obrpc_pb2.DataChunk]:
-        req = obrpc_pb2.FetchDataRequest(tenant_id=T, ls_id=ls, **kw)
-        call = self.replica_stub.FetchData(req, timeout=10)
-        return [c async for c in call]
-
-    async def stop(self) -> None:
-        if not self.stopped:
-            self.stopped = True
-            await self.channel.close()
-            await stop_server(self.agent, self.server, grace_s=0.2)
-
-
-async def start_node(data_dir: Path, *, log_keep: int = 0, **over: object) -> Node:
-    agent = Agent(settings(data_dir, **over), SystemClock())
-    agent.replicas.copy_chunk_size = CHUNK
-    if log_keep:
-        agent.replicas.log_keep = log_keep
-    server, port = await start_server(agent, "127.0.0.1:0")
-    agent.replicas.start()
-    channel = grpc.aio.insecure_channel(
-        f"127.0.0.1:{port}", options=[("grpc.enable_http_proxy", 0)]
-    )
-    return Node(agent, server, channel)
-
-
-@asynccontextmanager
-async def nodes(tmp_path: Path, n: int, **over: Any) -> AsyncIterator[list[Node]]:
-    started: list[Node] = []
-    try:
-        for i in range(n):
-            started.append(await start_node(tmp_path / f"agent{i}", **over))
-        yield started
-    finally:
-        for node in started:
-            await node.stop()
-
-
-def fault(node: Node, name: str, content: str = "") -> Path:
-    path = node.data_dir / name
-    path.write_text(content)
-    return path
-
-
-def leftovers(node: Node, ls: int = LS) -> list[str]:
-    """Hidden (temp) files in the replica's directory."""
-    d = node.rdir(ls)
-    return sorted(p.name for p in d.glob(".*")) if d.exists() else []
-
-
-async def lead(leader: Node, *followers: Node, ls: int = LS) -> list[str]:
-    """Create LS ``ls`` on ``leader`` (leading, term 1) and ``followers``; returns members."""
-    members = sorted(n.addr for n in (leader, *followers))
-    for n in (leader, *followers):
-        resp = await n.apply(upsert(spec(members, leader.addr, 1, ls=ls)))
-        assert resp.error.code == 0, resp.error
-    return members
-
-
-# ---------------------------------------------------------------- FetchData (source side)
-
-
-def test_fetch_data_streams_the_file_with_its_checksum_and_answers_errors(
-    tmp_path: Path,
-) -> None:
-    async def scenario() -> None:
-        async with nodes(tmp_path, 1) as (a,):
-            await lead(a)
-            await wait_until(lambda: a.end_index() >= 3, "a few log entries")
-            raw = (a.rdir() / "data").read_bytes()
-            assert len(raw) == SIZE
-
-            chunks = await a.fetch_data(chunk_size=100_000)
-            assert [c.offset for c in chunks] == [0, 100_000, 200_000]
-            assert b"".join(c.data for c in chunks) == raw
-            first = chunks[0]
-            assert first.error.code == 0
-            assert (first.total_size, first.checksum, first.term) == (SIZE, zlib.crc32(raw), 1)
-            assert first.log_start_index == 1 and first.log_end_index >= 3
-            assert {c.total_size for c in chunks} == {SIZE}
-            assert all(c.checksum == 0 and c.log_end_index == 0 for c in chunks[1:])
-
-            default = await a.fetch_data()  # chunk_size 0: 256 KiB
-            assert [len(c.data) for c in default] == [SIZE]
-
-            tail = await a.fetch_data(offset=SIZE - 10)
-            assert [(c.offset, c.data) for c in tail] == [(SIZE - 10, raw[-10:])]
-            assert tail[0].checksum == zlib.crc32(raw) and tail[0].log_end_index >= 3
-            [end] = await a.fetch_data(offset=SIZE)
-            assert (end.error.code, end.offset, end.data, end.total_size) == (0, SIZE, b"", SIZE)
-
-            for kw in ({"offset": -1}, {"offset": SIZE + 1}, {"chunk_size": -5}):
-                [bad] = await a.fetch_data(**kw)
-                assert bad.error.name == "OB_INVALID_ARGUMENT" and not bad.data
-            [absent] = await a.fetch_data(ls=99)
-            assert absent.error.name == "OB_ENTRY_NOT_EXIST" and a.addr in absent.error.message
-
-            switch = fault(a, FAULT_SERVE_DATA_ERROR_FILE)
-            [err] = await a.fetch_data()
-            assert err.error.name == "OB_ERR_SYS" and FAULT_SERVE_DATA_ERROR_FILE in (
-                err.error.message
-            )
-            switch.unlink()
-            assert len(await a.fetch_data()) == 1
-
-    run(scenario())
-
-
-def test_fetch_data_caps_chunks_below_the_grpc_message_limit(tmp_path: Path) -> None:
-    async def scenario() -> None:
-        async with nodes(tmp_path, 1, replica_size="5M") as (a,):
-            await lead(a)
-            chunks = await a.fetch_data(chunk_size=64 << 20)
-            assert [len(c.data) for c in chunks] == [DATA_CHUNK_MAX, (5 << 20) - DATA_CHUNK_MAX]
-            raw = b"".join(c.data for c in chunks)
-            assert zlib.crc32(raw) == chunks[0].checksum == a.info().data_checksum  # type: ignore[union-attr]
-
-    run(scenario())
-
-
-# ---------------------------------------------------------------- copies
+from tests.unit.observer_agent.helpers import run, wait_until
+from tests.unit.observer_agent.replicas.helpers import (
+    CHUNK,
+    LS,
+    SIZE,
+    T,
+    copy_drop,
+    copy_nodes,
+    copy_settings,
+    copy_spec,
+    copy_upsert,
+    fault,
+    lead,
+    leftovers,
+    start_copy_node,
+)
 
 
 def test_copy_from_a_follower_and_from_the_leader(tmp_path: Path) -> None:
@@ -258,9 +44,9 @@ def test_copy_from_a_follower_and_from_the_leader(tmp_path: Path) -> None:
     that compacted past its end: the copy's catch-up jumps (the snapshot rule)."""
 
     async def scenario() -> None:
-        async with nodes(tmp_path, 2, log_keep=10) as (a, b):
-            c = await start_node(tmp_path / "c")
-            d = await start_node(tmp_path / "d")
+        async with copy_nodes(tmp_path, 2, log_keep=10) as (a, b):
+            c = await start_copy_node(tmp_path / "c")
+            d = await start_copy_node(tmp_path / "d")
             try:
                 members = await lead(a, b)
                 await wait_until(lambda: b.base_index() > 0, "b compacting")
@@ -280,7 +66,9 @@ def test_copy_from_a_follower_and_from_the_leader(tmp_path: Path) -> None:
 
                 copies = {c: b, d: a}
                 for dst, src in copies.items():
-                    resp = await dst.apply(upsert(spec(members, a.addr, 1, copy_from=src.addr)))
+                    resp = await dst.apply(
+                        copy_upsert(copy_spec(members, a.addr, 1, copy_from=src.addr))
+                    )
                     assert resp.error.code == 0, resp.error
                     [info] = resp.replicas
                     assert not info.in_service and info.copy_from == src.addr
@@ -331,12 +119,12 @@ def test_copy_runs_in_background_reports_progress_and_takes_member_changes(
     tmp_path: Path,
 ) -> None:
     async def scenario() -> None:
-        async with nodes(tmp_path, 2) as (a, c):
+        async with copy_nodes(tmp_path, 2) as (a, c):
             members = await lead(a)
             fault(c, FAULT_COPY_SLOW_FILE, "60\n")  # 16 chunks: about 1 s
             loop = asyncio.get_running_loop()
             t0 = loop.time()
-            resp = await c.apply(upsert(spec(members, a.addr, 1, copy_from=a.addr)))
+            resp = await c.apply(copy_upsert(copy_spec(members, a.addr, 1, copy_from=a.addr)))
             assert loop.time() - t0 < 0.5  # the call does not wait for the copy
             [info] = resp.replicas
             assert resp.error.code == 0 and not info.in_service
@@ -351,13 +139,13 @@ def test_copy_runs_in_background_reports_progress_and_takes_member_changes(
                 obrpc_pb2.FetchLogRequest(tenant_id=T, ls_id=LS, from_index=1), timeout=5
             )
             assert r.error.name == "OB_NOT_MASTER"
-            refused = await c.apply(upsert(spec(members, c.addr, 2)))
+            refused = await c.apply(copy_upsert(copy_spec(members, c.addr, 2)))
             assert refused.error.name == "OB_STATE_NOT_MATCH"
             assert refused.replicas[0].term == 1
 
             # A member-list change is adopted during the copy and written with the data.
             grown = sorted([a.addr, c.addr])
-            changed = await c.apply(upsert(spec(grown, a.addr, 1)))
+            changed = await c.apply(copy_upsert(copy_spec(grown, a.addr, 1)))
             assert changed.error.code == 0 and list(changed.replicas[0].member_list) == grown
             assert changed.replicas[0].copy_from == a.addr  # the copy goes on
             assert not (c.rdir() / "meta.json").exists()
@@ -383,14 +171,14 @@ def test_copy_runs_in_background_reports_progress_and_takes_member_changes(
 
             # A drop during a copy stops it and removes every file of it.
             await lead(a, ls=2)
-            resp = await c.apply(upsert(spec(members, a.addr, 1, copy_from=a.addr, ls=2)))
+            resp = await c.apply(copy_upsert(copy_spec(members, a.addr, 1, copy_from=a.addr, ls=2)))
             assert resp.error.code == 0
             await wait_until(
                 lambda: (c.info(2) or obrpc_pb2.ReplicaInfo()).bytes_copied >= 2 * CHUNK,
                 "the second copy to be under way",
             )
             assert leftovers(c, 2)  # the partial temp file
-            gone = await c.apply(drop(ls=2))
+            gone = await c.apply(copy_drop(ls=2))
             assert gone.error.code == 0 and [r.ls_id for r in gone.replicas] == [LS]
             assert not c.rdir(2).exists()
             assert not (c.data_dir / "clog" / f"{T}_2").exists()
@@ -403,12 +191,12 @@ def test_copy_runs_in_background_reports_progress_and_takes_member_changes(
 
 def test_failed_copies_report_build_error_then_a_retry_succeeds(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with nodes(tmp_path, 3) as (a, b, c):
+        async with copy_nodes(tmp_path, 3) as (a, b, c):
             members = await lead(a, b)
             await wait_until(lambda: b.in_service(), "b in service")
 
             async def copy_from(src: str) -> obrpc_pb2.ReplicaInfo:
-                resp = await c.apply(upsert(spec(members, a.addr, 1, copy_from=src)))
+                resp = await c.apply(copy_upsert(copy_spec(members, a.addr, 1, copy_from=src)))
                 assert resp.error.code == 0, resp.error
                 await wait_until(
                     lambda: (
@@ -448,7 +236,7 @@ def test_failed_copies_report_build_error_then_a_retry_succeeds(tmp_path: Path) 
             assert "OB_ERR_SYS" in info.build_error and b.addr in info.build_error
             failed_cleanly()
             # Reported as such, and a spec without copy_from does not restart it.
-            again = await c.apply(upsert(spec(members, a.addr, 1)))
+            again = await c.apply(copy_upsert(copy_spec(members, a.addr, 1)))
             assert again.replicas[0].build_error == info.build_error
 
             # The same source again, repaired: the copy restarts and succeeds.
@@ -458,12 +246,12 @@ def test_failed_copies_report_build_error_then_a_retry_succeeds(tmp_path: Path) 
             assert info.data_checksum == b.info().data_checksum  # type: ignore[union-attr]
             assert (c.rdir() / "data").read_bytes() == (b.rdir() / "data").read_bytes()
             # copy_from on a replica in service is ignored.
-            resp = await c.apply(upsert(spec(members, a.addr, 1, copy_from=dead)))
+            resp = await c.apply(copy_upsert(copy_spec(members, a.addr, 1, copy_from=dead)))
             assert resp.error.code == 0 and resp.replicas[0].in_service
             assert resp.replicas[0].copy_from == ""
             # And copying from oneself is refused.
-            await c.apply(drop())
-            me = await c.apply(upsert(spec(members, a.addr, 1, copy_from=c.addr)))
+            await c.apply(copy_drop())
+            me = await c.apply(copy_upsert(copy_spec(members, a.addr, 1, copy_from=c.addr)))
             assert me.error.name == "OB_INVALID_ARGUMENT" and list(me.replicas) == []
 
     run(scenario())
@@ -471,18 +259,18 @@ def test_failed_copies_report_build_error_then_a_retry_succeeds(tmp_path: Path) 
 
 def test_new_source_during_a_copy_restarts_it(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with nodes(tmp_path, 3) as (a, b, c):
+        async with copy_nodes(tmp_path, 3) as (a, b, c):
             members = await lead(a, b)
             slow = fault(c, FAULT_COPY_SLOW_FILE, "50")
-            await c.apply(upsert(spec(members, a.addr, 1, copy_from=a.addr)))
+            await c.apply(copy_upsert(copy_spec(members, a.addr, 1, copy_from=a.addr)))
             await wait_until(
                 lambda: (c.info() or obrpc_pb2.ReplicaInfo()).bytes_copied >= 3 * CHUNK,
                 "the copy from a under way",
             )
             # The same source again: the copy goes on (the RS may repeat its spec).
-            same = await c.apply(upsert(spec(members, a.addr, 1, copy_from=a.addr)))
+            same = await c.apply(copy_upsert(copy_spec(members, a.addr, 1, copy_from=a.addr)))
             assert same.replicas[0].bytes_copied >= 3 * CHUNK
-            moved = await c.apply(upsert(spec(members, a.addr, 1, copy_from=b.addr)))
+            moved = await c.apply(copy_upsert(copy_spec(members, a.addr, 1, copy_from=b.addr)))
             info = moved.replicas[0]
             assert info.copy_from == b.addr and info.bytes_copied < 3 * CHUNK
             assert len(leftovers(c)) <= 1  # the first copy's temp file is gone
@@ -497,14 +285,14 @@ def test_restart_during_copy_leaves_no_replica_and_resumes_the_log_phase(
     tmp_path: Path,
 ) -> None:
     async def scenario() -> None:
-        async with nodes(tmp_path, 1) as (a,):
+        async with copy_nodes(tmp_path, 1) as (a,):
             members = await lead(a)
             await wait_until(lambda: a.end_index() >= 5, "the leader appending")
             cdir = tmp_path / "c"
-            c = await start_node(cdir)
+            c = await start_copy_node(cdir)
             try:
                 fault(c, FAULT_COPY_SLOW_FILE, "60")
-                await c.apply(upsert(spec(members, a.addr, 1, copy_from=a.addr)))
+                await c.apply(copy_upsert(copy_spec(members, a.addr, 1, copy_from=a.addr)))
                 await wait_until(
                     lambda: (c.info() or obrpc_pb2.ReplicaInfo()).bytes_copied >= 2 * CHUNK,
                     "the copy under way",
@@ -514,7 +302,7 @@ def test_restart_during_copy_leaves_no_replica_and_resumes_the_log_phase(
             finally:
                 await c.stop()
             for d in (cdir, tmp_path / "crashed"):
-                after = Agent(settings(d), SystemClock())
+                after = Agent(copy_settings(d), SystemClock())
                 assert after.replicas.keys() == []
                 assert list(after.build_lease_request().replicas) == []
                 assert not (d / "replicas" / f"{T}_{LS}").exists()
@@ -522,11 +310,11 @@ def test_restart_during_copy_leaves_no_replica_and_resumes_the_log_phase(
 
             # Data in place but the log not caught up (followers stopped): a restart keeps
             # the replica, still not in service, and finishes the catch-up.
-            c = await start_node(cdir)
+            c = await start_copy_node(cdir)
             try:
                 (cdir / FAULT_COPY_SLOW_FILE).unlink()
                 stop = fault(c, FAULT_REPLICATION_STOP_FILE)
-                await c.apply(upsert(spec(members, a.addr, 1, copy_from=a.addr)))
+                await c.apply(copy_upsert(copy_spec(members, a.addr, 1, copy_from=a.addr)))
                 await wait_until(
                     lambda: (c.info() or obrpc_pb2.ReplicaInfo()).bytes_copied == SIZE,
                     "the data to be in place",
@@ -538,7 +326,7 @@ def test_restart_during_copy_leaves_no_replica_and_resumes_the_log_phase(
                 assert meta["copy_from"] == a.addr and meta["catch_up_to"] >= 5
             finally:
                 await c.stop()
-            c = await start_node(cdir)
+            c = await start_copy_node(cdir)
             try:
                 await asyncio.sleep(0.3)
                 info = c.info()
@@ -558,15 +346,20 @@ def test_restart_during_copy_leaves_no_replica_and_resumes_the_log_phase(
 
 def test_max_concurrent_copies(tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with nodes(tmp_path, 1) as (a,):
+        async with copy_nodes(tmp_path, 1) as (a,):
             for ls in (1, 2, 3):
                 await lead(a, ls=ls)
             members = [a.addr]
-            c = await start_node(tmp_path / "c", max_concurrent_copies=2)
+            c = await start_copy_node(tmp_path / "c", max_concurrent_copies=2)
             try:
                 fault(c, FAULT_COPY_SLOW_FILE, "25")  # about 0.4 s per copy
                 resp = await c.apply(
-                    upsert(*(spec(members, a.addr, 1, copy_from=a.addr, ls=ls) for ls in (1, 2, 3)))
+                    copy_upsert(
+                        *(
+                            copy_spec(members, a.addr, 1, copy_from=a.addr, ls=ls)
+                            for ls in (1, 2, 3)
+                        )
+                    )
                 )
                 assert resp.error.code == 0
                 assert [(r.in_service, r.copy_from) for r in resp.replicas] == [(False, a.addr)] * 3
@@ -588,13 +381,3 @@ def test_max_concurrent_copies(tmp_path: Path) -> None:
                 await c.stop()
 
     run(scenario())
-
-
-def test_max_concurrent_copies_setting(tmp_path: Path) -> None:
-    argv = ["--rs-list=127.0.0.1:2882", "--rpc-addr=127.0.0.1:2883", "--sql-port=2881"]
-    argv += ["--zone=z1", f"--data-dir={tmp_path}"]
-    assert load_settings(argv).max_concurrent_copies == 2
-    assert load_settings([*argv, "--max-concurrent-copies=5"]).max_concurrent_copies == 5
-    assert main([*argv, "--max-concurrent-copies=0"]) == 2
-    with pytest.raises(ValueError, match="max_concurrent_copies"):
-        settings(tmp_path, max_concurrent_copies=0)

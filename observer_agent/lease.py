@@ -1,0 +1,392 @@
+"""The agent's side of the lease (SPEC.md section 5; OceanBase's ``ObLeaseStateMgr`` /
+``ObHeartBeatProcess`` on the observer side).
+
+The decisions are plain synchronous methods driven by an injected :class:`Clock`, so unit
+tests can call them with a ``FakeClock`` and hand-made ``LeaseResponse`` messages:
+
+- :meth:`LeaseClient.build_lease_request` - the next ``LeaseRequest``;
+- :meth:`LeaseClient.handle_response` - accept or refuse one ``LeaseResponse``;
+- the RS to try next is :class:`observer_agent.rs_list.RsAddresses`' (leader hint, then
+  round robin).
+
+:meth:`LeaseClient.run` wires them to the network: one bidirectional
+``RootService.LeaseStream`` at a time (:class:`observer_agent.lease_stream.LeaseStream`), a
+registration busy loop, renewals every ``heartbeat_interval``. All times are integer
+microseconds since the Unix epoch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Protocol
+
+from obcommon.addresses import parse_host_port
+from obcommon.clock import Clock
+from obcommon.errors import ObError, error_from_proto
+from obcommon.proto import obrpc_pb2
+from observer_agent.address import LocalServer
+from observer_agent.background import describe_exception, is_set, sleep_unless_stopped
+from observer_agent.identity import ClusterIdentity, write_identity
+from observer_agent.lease_stream import LeaseStream
+from observer_agent.settings import AgentSettings
+
+LEASE_REQUEST_VERSION = 1
+
+
+class ServerStatus(Protocol):
+    """The ``server_status`` bits a lease request reports (the data disk's health)."""
+
+    @property
+    def server_status(self) -> int:
+        """``DATA_DISK_ERROR`` (0x1) while the data disk fails its probe, else 0."""
+        ...
+
+
+class ResourceSource(Protocol):
+    """The node's last sampled resources."""
+
+    @property
+    def info(self) -> obrpc_pb2.ResourceInfo:
+        """The last ``ResourceInfo`` (empty before the first sample)."""
+        ...
+
+
+class ReplicaReport(Protocol):
+    """The LS replicas the node hosts."""
+
+    def report(self) -> list[obrpc_pb2.ReplicaInfo]:
+        """``ReplicaInfo`` of every hosted replica, from memory (no I/O)."""
+        ...
+
+
+class RsChoice(Protocol):
+    """Which RS to try next (implemented by :class:`observer_agent.rs_list.RsAddresses`)."""
+
+    def next_address(self) -> str:
+        """The RS (``ip:port``) to try next."""
+        ...
+
+    def prefer(self, addr: str) -> None:
+        """Try ``addr`` next (a leader hint, or the RS of a lost stream)."""
+        ...
+
+    def adopt(self, rs_list: Iterable[str]) -> None:
+        """Adopt the RS list of an accepted response."""
+        ...
+
+
+class LeaseClient:
+    """The lease state of one agent and the loop that keeps it.
+
+    ``settings`` gives the zone, ports, intervals and ``data_dir`` (where the identity is
+    written); ``clock`` all the times (integer microseconds since the epoch); ``address`` the
+    agent's ``ip:port``; ``identity`` the kept cluster identity (None before joining);
+    ``disk``, ``resources`` and ``replicas`` what each request reports; ``rs`` the RS
+    addresses to try; ``rng`` drives the reconnect jitter; ``log`` the agent's logger.
+
+    Public state (read it, do not write it): ``identity``, ``highest_epoch``,
+    ``lease_expire_time``, ``server_id``, ``rs_server_status``, ``start_service_time``,
+    ``serving``, ``registered``, ``accepted_count``, ``refused_count``,
+    ``last_accepted_rs``, ``last_refusal``.
+    """
+
+    def __init__(
+        self,
+        settings: AgentSettings,
+        clock: Clock,
+        address: LocalServer,
+        identity: ClusterIdentity | None,
+        disk: ServerStatus,
+        resources: ResourceSource,
+        replicas: ReplicaReport,
+        rs: RsChoice,
+        rng: random.Random,
+        log: logging.Logger | logging.LoggerAdapter,  # type: ignore[type-arg]
+    ) -> None:
+        """Unregistered and not serving."""
+        self.settings = settings
+        self.clock = clock
+        self.data_dir = Path(settings.data_dir)
+        self._address = address
+        self._disk = disk
+        self._resources = resources
+        self._replicas = replicas
+        self.rs = rs
+        self._rng = rng
+        self.log = log
+
+        self.identity = identity
+        self.highest_epoch = 0
+        self.lease_expire_time = 0
+        self.server_id = identity.server_id if identity else 0
+        self.rs_server_status: obrpc_pb2.RsServerStatus.ValueType = obrpc_pb2.RSS_INVALID
+        self.start_service_time = 0
+        self.serving = False
+        self.registered = False
+        self.accepted_count = 0
+        self.refused_count = 0
+        self.last_accepted_rs = ""
+        self.last_refusal: ObError | None = None
+
+        self._seq = 0
+        self._heartbeat_now = False
+        self._lease_lapse_logged = False
+        self._stop: asyncio.Event | None = None
+        self._conn: LeaseStream | None = None
+
+    @property
+    def server(self) -> str:
+        """This server's ``ip:port``."""
+        return self._address.server
+
+    def mark_serving(self) -> None:
+        """The agent's gRPC server is up: the next accepted lease starts service."""
+        self.serving = True
+
+    # ------------------------------------------------------------------ lease decisions
+
+    def build_lease_request(self) -> obrpc_pb2.LeaseRequest:
+        """The next ``LeaseRequest`` (SPEC.md section 5); every call takes a new ``seq``.
+
+        ``current_server_time`` is ``clock.now_us()``; ``rs_epoch`` the highest epoch
+        accepted; ``cluster_id`` the kept identity's or ""; ``server_status`` 0x1 while the
+        data disk is failing; ``replicas`` every hosted replica (from memory, no I/O).
+        """
+        self._seq += 1
+        req = obrpc_pb2.LeaseRequest(
+            version=LEASE_REQUEST_VERSION,
+            zone=self.settings.zone,
+            server=self.server,
+            sql_port=self.settings.sql_port,
+            build_version=self.settings.build_version,
+            start_service_time=self.start_service_time,
+            current_server_time=self.clock.now_us(),
+            server_status=self._disk.server_status,
+            rs_epoch=self.highest_epoch,
+            cluster_id=self.identity.cluster_id if self.identity else "",
+            seq=self._seq,
+        )
+        req.resource_info.CopyFrom(self._resources.info)
+        req.replicas.extend(self._replicas.report())
+        return req
+
+    def handle_response(self, resp: obrpc_pb2.LeaseResponse, rs_addr: str) -> bool:
+        """Accept or refuse one ``LeaseResponse`` from the RS at ``rs_addr``; True = accepted.
+
+        Refused, in this order: an in-band error (``error.code != 0``; a ``leader_hint``
+        becomes the next address to try); ``heartbeat_expire_time <= now``; a ``cluster_id``
+        other than the kept identity's (logged at ERROR: a server never joins another
+        cluster); ``rs_epoch`` lower than the highest accepted (a deposed RS). Epochs are
+        only learnt from accepted responses: a refusal, or an RS of another cluster, must not
+        be able to fence our own RS out.
+
+        On acceptance: record the epoch, ``lease_expire_time``, ``server_id``,
+        ``rs_server_status`` and the RS list; write the identity file on the first response
+        carrying ``server_id > 0`` and a ``cluster_id`` (a failed write refuses); once the
+        identity exists and the gRPC server is up, set ``start_service_time = now`` (once per
+        process) and ask for the next heartbeat at once. Never raises.
+        """
+        now = self.clock.now_us()
+        err = error_from_proto(resp.error)
+        if err is not None:
+            return self._refuse_error(err, resp, rs_addr)
+        if resp.heartbeat_expire_time <= now:
+            return self._refuse(
+                rs_addr,
+                f"heartbeat_expire_time {resp.heartbeat_expire_time} is not after now {now}",
+            )
+        if self.identity is not None and resp.cluster_id != self.identity.cluster_id:
+            self.log.error(
+                "lease from %s refused: that RS serves cluster %r but this server belongs to "
+                "cluster %r (server_id %d); it must never join another cluster",
+                rs_addr,
+                resp.cluster_id,
+                self.identity.cluster_id,
+                self.identity.server_id,
+            )
+            self.refused_count += 1
+            self.registered = False
+            return False
+        if resp.rs_epoch < self.highest_epoch:
+            return self._refuse(
+                rs_addr,
+                f"rs_epoch {resp.rs_epoch} is lower than epoch {self.highest_epoch} already seen "
+                "(a deposed RS)",
+            )
+        if self.identity is None and resp.server_id > 0 and resp.cluster_id:
+            ident = ClusterIdentity(
+                resp.cluster_id, resp.server_id, self.settings.zone, self.server
+            )
+            try:
+                path = write_identity(self.data_dir, ident)
+            except (OSError, ValueError) as e:
+                self.log.error(
+                    "lease from %s refused: cannot write the cluster identity: %s", rs_addr, e
+                )
+                self.refused_count += 1
+                self.registered = False
+                return False
+            self.identity = ident
+            self.log.info(
+                "joined cluster %s as server_id %d (identity written to %s)",
+                ident.cluster_id,
+                ident.server_id,
+                path,
+            )
+        elif (
+            self.identity is not None
+            and resp.server_id
+            and resp.server_id != self.identity.server_id
+        ):
+            self.log.warning(
+                "RS %s calls this server server_id %d, the identity file says %d",
+                rs_addr,
+                resp.server_id,
+                self.identity.server_id,
+            )
+
+        self.highest_epoch = max(self.highest_epoch, resp.rs_epoch)
+        self.lease_expire_time = resp.lease_expire_time or resp.heartbeat_expire_time
+        if resp.server_id > 0:
+            self.server_id = resp.server_id
+        if resp.rs_server_status != self.rs_server_status:
+            self.log.info(
+                "RS %s reports this server %s (was %s)",
+                rs_addr,
+                obrpc_pb2.RsServerStatus.Name(resp.rs_server_status),
+                obrpc_pb2.RsServerStatus.Name(self.rs_server_status),
+            )
+            self.rs_server_status = resp.rs_server_status
+        self.rs.adopt(resp.rs_list)
+        if not self.registered:
+            self.log.info(
+                "lease granted by %s: server_id %d, rs_epoch %d, lease expires at %d",
+                rs_addr,
+                self.server_id,
+                resp.rs_epoch,
+                self.lease_expire_time,
+            )
+        self.registered = True
+        self.accepted_count += 1
+        self.last_accepted_rs = rs_addr
+        self._lease_lapse_logged = False
+        if self.start_service_time == 0 and self.identity is not None and self.serving:
+            self.start_service_time = self.clock.now_us()
+            self._heartbeat_now = True
+            self.log.info("start service at %d", self.start_service_time)
+        return True
+
+    def _refuse_error(self, err: ObError, resp: obrpc_pb2.LeaseResponse, rs_addr: str) -> bool:
+        self.refused_count += 1
+        self.registered = False
+        self.last_refusal = err
+        self.log.warning("lease refused by %s: %s", rs_addr, err.to_sql_text())
+        hint = resp.leader_hint.strip()
+        if hint and hint != rs_addr:
+            try:
+                host, port = parse_host_port(hint)
+            except ValueError:
+                self.log.warning("ignoring malformed leader_hint %r from %s", hint, rs_addr)
+            else:
+                self.rs.prefer(f"{host}:{port}")
+                self.log.info("trying leader hint %s:%d next", host, port)
+        return False
+
+    def _refuse(self, rs_addr: str, why: str) -> bool:
+        self.refused_count += 1
+        self.registered = False
+        self.log.warning("lease response from %s refused: %s", rs_addr, why)
+        return False
+
+    def consume_heartbeat_now(self) -> bool:
+        """True once after an event that should be reported without waiting a full interval
+        (start of service)."""
+        now, self._heartbeat_now = self._heartbeat_now, False
+        return now
+
+    def _check_lease_lapse(self) -> None:
+        if (
+            self.lease_expire_time
+            and not self._lease_lapse_logged
+            and self.clock.now_us() >= self.lease_expire_time
+        ):
+            self._lease_lapse_logged = True
+            self.log.warning("lease expired at %d without renewal", self.lease_expire_time)
+
+    async def close_stream(self) -> None:
+        """Close the lease stream, if any (the next round opens a new one); never raises."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()
+
+    async def run(self, stop: asyncio.Event | None) -> None:
+        """Try RSs one after the other until ``stop`` is set: register, renew on the same
+        stream every ``heartbeat_interval``, move on after a failure or a refusal. Catches
+        every exception but ``CancelledError``; does not close the stream when it returns
+        (:meth:`close_stream` does)."""
+        self._stop = stop
+        while not is_set(self._stop):
+            try:
+                delay_s = await self._lease_round()
+            except Exception:
+                self.log.exception("unexpected error in the lease loop")
+                await self.close_stream()
+                self.registered = False
+                delay_s = self.settings.heartbeat_interval / 1e6
+            await sleep_unless_stopped(self._stop, delay_s)
+
+    async def _lease_round(self) -> float:
+        """Try one RS: register, then renew on the same stream until it fails or refuses.
+
+        Returns the seconds to wait before the next round: ``heartbeat_interval`` after a
+        refusal or a failed attempt (the busy loop), a random jitter below it after losing
+        a stream that was renewing (then the same RS is tried first).
+        """
+        self._check_lease_lapse()
+        hb_s = self.settings.heartbeat_interval / 1e6
+        timeout_s = self.settings.rpc_timeout / 1e6
+        addr = self.rs.next_address()
+        conn = self._conn
+        if conn is not None and (conn.addr != addr or conn.broken):
+            await self.close_stream()
+            conn = None
+        if conn is None:
+            conn = self._conn = LeaseStream(addr)
+        loop = asyncio.get_running_loop()
+        renewed = False
+        while not is_set(self._stop):
+            started = loop.time()
+            req = self.build_lease_request()
+            try:
+                resp = await conn.exchange(req, timeout_s)
+            except Exception as e:
+                await self.close_stream()
+                self.registered = False
+                if renewed:
+                    jitter = self._rng.uniform(0.0, hb_s)
+                    self.log.warning(
+                        "lease stream to %s lost (%s); reconnecting in %.3fs",
+                        addr,
+                        describe_exception(e),
+                        jitter,
+                    )
+                    self.rs.prefer(addr)
+                    return jitter
+                self.log.warning("cannot get a lease from %s: %s", addr, describe_exception(e))
+                return hb_s
+            if not self.handle_response(resp, addr):
+                # The stream stays open: with a single RS the next attempt reuses it.
+                return hb_s
+            renewed = True
+            if self.consume_heartbeat_now():
+                continue
+            await sleep_unless_stopped(self._stop, hb_s - (loop.time() - started))
+        return 0.0
+
+    def forget_registration(self) -> None:
+        """The agent stopped: no longer registered (the lease itself is kept)."""
+        self.registered = False

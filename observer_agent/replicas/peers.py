@@ -1,0 +1,37 @@
+"""The other agents a replica talks to (``ReplicaService``, agent to agent: followers fetch
+their leader's log, copies stream a member's data file; SPEC.md section 9)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import grpc
+
+from obcommon.proto import obrpc_pb2_grpc
+from observer_agent.replicas.tasks import CLOSE_TIMEOUT_S
+
+
+class PeerChannels:
+    """One gRPC channel per peer ``ip:port``, opened on first use and kept until
+    :meth:`close`. No HTTP proxy: peers are addressed directly."""
+
+    def __init__(self) -> None:
+        """No channel yet."""
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def stub(self, peer: str) -> obrpc_pb2_grpc.ReplicaServiceStub:
+        """A ``ReplicaService`` stub to ``peer`` (``ip:port``). Must run on the event loop."""
+        ch = self._channels.get(peer)
+        if ch is None:
+            ch = grpc.aio.insecure_channel(peer, options=[("grpc.enable_http_proxy", 0)])
+            self._channels[peer] = ch
+        return obrpc_pb2_grpc.ReplicaServiceStub(ch)
+
+    async def close(self) -> None:
+        """Close every channel, each bounded in time; never raises. A later :meth:`stub`
+        opens new ones (on the loop running then)."""
+        channels, self._channels = self._channels, {}
+        for ch in channels.values():
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(ch.close(grace=None), CLOSE_TIMEOUT_S)

@@ -1,0 +1,42 @@
+"""The replication fault switches (observer_agent.replicas.faults)."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+from pathlib import Path
+
+from obcommon.clock import SystemClock
+from observer_agent.replicas.faults import FAULT_REPLICATION_DELAY_FILE
+from tests.unit.observer_agent.helpers import run, wait_until
+from tests.unit.observer_agent.replicas.helpers import end_index, nodes, spec, upsert
+
+
+def test_replication_delay_fault_gives_a_steady_lag(tmp_path: Path) -> None:
+    delay_ms = 400
+
+    async def scenario() -> None:
+        async with nodes(tmp_path, 2) as (a, b):
+            members = sorted([a.addr, b.addr])
+            (b.agent.data_dir / FAULT_REPLICATION_DELAY_FILE).write_text(f"{delay_ms}\n")
+            for n in (a, b):
+                assert (await n.apply(upsert(spec(members, a.addr, 1)))).error.code == 0
+            await wait_until(lambda: end_index(b) >= 5, "b following with a delay", 15)
+            clock = SystemClock()
+            lags, leads = [], []
+            for _ in range(10):
+                await asyncio.sleep(0.1)
+                lags.append(clock.now_us() - b.report().log_end_ts)
+                leads.append(a.report().log_end_ts - b.report().log_end_ts)
+            # Never fresher than the delay; about the delay (polls and appends add < 300 ms
+            # on an idle machine, the bound is generous).
+            assert min(lags) >= delay_ms * 1000
+            assert statistics.median(lags) < (delay_ms + 1000) * 1000
+            assert statistics.median(leads) >= (delay_ms - 100) * 1000
+            (b.agent.data_dir / FAULT_REPLICATION_DELAY_FILE).unlink()
+            await wait_until(
+                lambda: a.report().log_end_ts - b.report().log_end_ts < delay_ms * 1000 // 2,
+                "the lag to shrink",
+            )
+
+    run(scenario())

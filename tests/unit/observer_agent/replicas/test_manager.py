@@ -1,0 +1,81 @@
+"""The ReplicaManager (observer_agent.replicas.manager): replicas created by ApplyReplicas,
+reloaded and verified after a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import zlib
+from pathlib import Path
+
+from obcommon.clock import FakeClock
+from obcommon.proto import obrpc_pb2
+from observer_agent.agent import Agent
+from tests.unit.observer_agent.helpers import run, wait_until
+from tests.unit.observer_agent.replicas.helpers import KEY, LS, SMALL, T, settings, spec, upsert
+
+
+def test_apply_creates_files_and_a_restart_reloads_and_verifies(tmp_path: Path) -> None:
+    clock = FakeClock()
+    data = tmp_path / "data"
+    members = ["127.0.0.1:3001", "127.0.0.1:3002", "127.0.0.1:3003"]
+
+    async def create() -> obrpc_pb2.ApplyReplicasResponse:
+        agent = Agent(settings(data), clock)
+        try:
+            return await agent.replicas.apply(upsert(spec(members, members[1], 3)), 0)  # type: ignore[no-any-return]
+        finally:
+            await agent.replicas.stop()
+
+    resp = run(create())
+    assert resp.error.code == 0
+    [info] = resp.replicas
+    assert (info.tenant_id, info.ls_id, info.unit_id, info.term, info.leader) == (
+        T,
+        LS,
+        7,
+        3,
+        members[1],
+    )
+    assert list(info.member_list) == members and info.paxos_replica_number == 3
+    assert info.role == obrpc_pb2.FOLLOWER and info.in_service
+    assert (info.data_size, info.replica_type) == (SMALL, "FULL")
+    assert info.required_size == SMALL + 24 and info.log_end_index == 0
+    rdir = data / "replicas" / f"{T}_{LS}"
+    assert (rdir / "data").stat().st_size == SMALL
+    assert info.data_checksum == zlib.crc32((rdir / "data").read_bytes())
+    meta = json.loads((rdir / "meta.json").read_text())
+    assert {k: meta[k] for k in ("unit_id", "leader", "term", "paxos_replica_number")} == {
+        "unit_id": 7,
+        "leader": members[1],
+        "term": 3,
+        "paxos_replica_number": 3,
+    }
+    assert meta["member_list"] == members and meta["replica_type"] == "FULL"
+    assert (data / "clog" / f"{T}_{LS}" / "log").exists()
+    assert not list(rdir.glob(".*"))
+
+    # Restart: loaded from disk, not in service until verified; a damaged data file is
+    # rebuilt (identical), an unfinished creation is removed.
+    (rdir / "data").write_bytes(b"garbage")
+    (data / "replicas" / "1001_2").mkdir()
+    agent = Agent(settings(data), clock)
+    assert agent.replicas.keys() == [KEY]
+    assert not (data / "replicas" / "1001_2").exists()
+    before = agent.build_lease_request().replicas[0]
+    assert not before.in_service and before.term == 3
+
+    async def restart() -> obrpc_pb2.ReplicaInfo:
+        stop = asyncio.Event()
+        task = asyncio.ensure_future(agent.run(stop))
+        try:
+            await wait_until(lambda: agent.replicas.report()[0].in_service, "verification")
+            return agent.build_lease_request().replicas[0]
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 10)
+
+    after = run(restart())
+    assert after.in_service and after.data_checksum == info.data_checksum
+    assert (rdir / "data").stat().st_size == SMALL
+    assert zlib.crc32((rdir / "data").read_bytes()) == info.data_checksum
