@@ -31,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sql.obadmin import execute, result_rows
+from sql.client import execute, result_rows
 
 ROOT = Path.cwd() / "demo_data"
 LEASE = "3s"

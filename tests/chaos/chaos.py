@@ -69,7 +69,7 @@ from rootservice.db import param_repo, timestamps, zone_repo  # noqa: E402
 from rootservice.db.tables import all_server  # noqa: E402
 from rootservice.db.zone_repo import ZoneInfo  # noqa: E402
 from rootservice.servers.status import ServerStatus  # noqa: E402
-from sql.obadmin import execute  # noqa: E402
+from sql.client import execute  # noqa: E402
 from tests.support.cluster import Proc, rs_cmd  # noqa: E402
 from tests.support.pgserver import PgServer  # noqa: E402
 from tests.support.ports import free_port  # noqa: E402

@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
-from sql.obadmin import execute, result_rows
+from sql.client import execute, result_rows
 from tests.support.cluster import Proc, ProcSet, agent_cmd, rs_cmd, wait_until
 from tests.support.ports import free_port
 

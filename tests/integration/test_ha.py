@@ -25,7 +25,7 @@ import pytest
 import sqlalchemy as sa
 
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
-from sql.obadmin import execute, result_rows
+from sql.client import execute, result_rows
 from tests.support.cluster import Proc, ProcSet, agent_cmd, rs_cmd, wait_until
 from tests.support.pgserver import PgServer
 from tests.support.ports import free_port

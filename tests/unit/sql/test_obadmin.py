@@ -20,16 +20,11 @@ import pytest
 
 from obcommon.errors import ObError, error_to_proto
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
-from sql import obadmin
-from sql.obadmin import (
-    RsUnreachableError,
-    cell_value,
-    execute,
-    format_response,
-    is_exit_command,
-    main,
-    split_statements,
-)
+from sql import shell
+from sql.client import RsUnreachableError, cell_value, execute
+from sql.formatting import format_response
+from sql.obadmin import main
+from sql.shell import is_exit_command, split_statements
 from tests.support.ports import free_port
 
 Answer = Callable[[str], obrpc_pb2.SqlResponse]
@@ -355,7 +350,7 @@ def test_interactive_shell(
     with fake_rs(answer) as (addr, rs):
         assert main(["--rs", addr]) == 0  # errors do not end the shell
     assert rs.received == ["SHOW PARAMETERS\nLIKE 'lease%'", "bogus"]
-    assert prompts == [obadmin.PROMPT, obadmin.CONTINUATION_PROMPT, obadmin.PROMPT, obadmin.PROMPT]
+    assert prompts == [shell.PROMPT, shell.CONTINUATION_PROMPT, shell.PROMPT, shell.PROMPT]
     out, err = capsys.readouterr()
     assert "Empty set" in out
     assert "ERROR 1064 (42000)" in err
@@ -370,7 +365,7 @@ def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_progress_line_shows_bar_counts_eta_and_stall() -> None:
-    from sql.obadmin import progress_line
+    from sql.wait_job import progress_line
 
     extra = (
         '{"units_moved":1,"units_total":2,"replicas_moved":3,"replicas_total":6,'

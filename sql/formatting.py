@@ -1,0 +1,102 @@
+"""How ``obadmin`` prints answers, as the mysql client does: a ``+---+`` bordered table and
+``N rows in set`` / ``Empty set`` for result sets, ``Query OK, N rows affected`` otherwise;
+JSON and CSV for scripts (SPEC.md section 7).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+
+from tabulate import tabulate
+
+from obcommon.errors import error_from_proto
+from obcommon.proto import obrpc_pb2
+from sql.client import Value, result_rows
+
+FORMATS = ("table", "json", "csv")
+
+
+def _text(value: int | float | str) -> str:
+    return str(value)  # floats print as repr: shortest text that reads back the same
+
+
+def _plural(n: int, word: str) -> str:
+    # The mysql client says "1 row in set" but "0 rows affected".
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def format_table(columns: Sequence[str], rows: Sequence[Sequence[Value]]) -> str:
+    """A result set as the mysql client prints it: bordered table (NULL for nulls, numbers
+    right-aligned, headers left-aligned) followed by ``N rows in set``; ``Empty set`` when
+    there are no rows."""
+    if not rows:
+        return "Empty set"
+    width = len(columns)
+    aligns = []
+    for i in range(width):
+        values = [r[i] for r in rows if i < len(r) and r[i] is not None]
+        numeric = bool(values) and all(isinstance(v, int | float) for v in values)
+        aligns.append("right" if numeric else "left")
+    cells = [[None if v is None else _text(v) for v in row] for row in rows]
+    table = tabulate(
+        cells,
+        headers=list(columns),
+        # "pretty" draws the mysql client's +---+ rules (none between rows) and, unlike the
+        # other formats, pads headers by exactly one blank; alignment is set explicitly below.
+        tablefmt="pretty",
+        missingval="NULL",
+        disable_numparse=True,  # '007' stays a string, not 7
+        preserve_whitespace=True,
+        colalign=aligns,
+        headersglobalalign="left",
+    )
+    return f"{table}\n{_plural(len(rows), 'row')} in set"
+
+
+def format_json(columns: Sequence[str], rows: Sequence[Sequence[Value]]) -> str:
+    """A result set as a JSON array of objects, column -> value (ints stay ints, NULL is
+    null)."""
+    objects = [dict(zip(columns, row, strict=False)) for row in rows]
+    return json.dumps(objects, ensure_ascii=False, indent=2)
+
+
+def format_csv(columns: Sequence[str], rows: Sequence[Sequence[Value]]) -> str:
+    """A result set as CSV (RFC 4180 quoting by the csv module): a header line, then one line
+    per row. NULL is an empty field, as PostgreSQL's CSV output writes it."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow(["" if v is None else _text(v) for v in row])
+    return out.getvalue().rstrip("\n")
+
+
+def format_ok(resp: obrpc_pb2.SqlResponse) -> str:
+    """A statement without result set: ``Query OK, N rows affected`` then the ``info`` line."""
+    text = f"Query OK, {_plural(resp.affected_rows, 'row')} affected"
+    return f"{text}\n{resp.info}" if resp.info else text
+
+
+def format_response(resp: obrpc_pb2.SqlResponse, fmt: str = "table") -> str:
+    """The text obadmin prints for one response, without a trailing newline.
+
+    An error gives its ``ObError.to_sql_text()`` line (to go to stderr); a result set is
+    rendered as ``fmt`` (``table``, ``json`` or ``csv``); anything else is ``Query OK...``.
+    Raises ``ValueError`` for an unknown ``fmt``.
+    """
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}, expected one of {', '.join(FORMATS)}")
+    err = error_from_proto(resp.error)
+    if err is not None:
+        return err.to_sql_text()
+    if not resp.is_result_set:
+        return format_ok(resp)
+    columns, rows = list(resp.columns), result_rows(resp)
+    if fmt == "json":
+        return format_json(columns, rows)
+    if fmt == "csv":
+        return format_csv(columns, rows)
+    return format_table(columns, rows)
