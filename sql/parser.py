@@ -14,14 +14,11 @@ Every refusal is an :class:`~obcommon.errors.ObError`, worded like MySQL's:
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token
 from lark.exceptions import (
     LarkError,
     UnexpectedCharacters,
@@ -31,398 +28,17 @@ from lark.exceptions import (
 
 from obcommon.errors import ObError
 from sql import ast
+from sql.ast_builder import BadToken, ToAst
 
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 """MySQL's default ``max_allowed_packet`` (4 MiB)."""
 
-MAX_EXPR_DEPTH = 200
-"""Deepest WHERE expression accepted. The executors evaluate the tree recursively; this keeps
-them far below Python's recursion limit (MySQL likewise refuses over-deep expressions)."""
 
 NEAR_TEXT_CHARS = 80
 """MySQL prints the rest of the statement with ``%-.80s`` in ER_PARSE_ERROR."""
 
-_INT64_MIN = -(2**63)
-_INT64_MAX = 2**63 - 1
 
 _GRAMMAR_PATH = Path(__file__).with_name("grammar.lark")
-
-# MySQL string escapes (https://dev.mysql.com/doc/refman/8.0/en/string-literals.html).
-# \% and \_ keep their backslash so that LIKE patterns can still tell them from wildcards;
-# any other escaped character stands for itself.
-_ESCAPES = {
-    "0": "\x00",
-    "b": "\b",
-    "n": "\n",
-    "r": "\r",
-    "t": "\t",
-    "Z": "\x1a",
-    "%": "\\%",
-    "_": "\\_",
-}
-_UNESCAPE = {
-    "'": re.compile(r"\\([\s\S])|''"),
-    '"': re.compile(r'\\([\s\S])|""'),
-}
-
-
-class _BadToken(Exception):
-    """A token that lexes and parses but cannot be a value (int64 overflow, infinite float,
-    empty `` identifier); reported as a syntax error at that token."""
-
-    def __init__(self, token: Token) -> None:
-        super().__init__(str(token))
-        self.token = token
-
-
-@dataclass(frozen=True)
-class _Attr:
-    """A ``KEYWORD [=] value`` clause (ZONE, IDC, REGION) on its way to its statement."""
-
-    key: str
-    value: str
-
-
-@dataclass(frozen=True)
-class _Option:
-    """A resource pool or tenant option on its way to its statement; ``keyword`` is the
-    option's token, where a second occurrence of the option is reported."""
-
-    keyword: Token
-    value: Any
-
-
-@dataclass(frozen=True)
-class _Where:
-    expr: ast.Expr
-
-
-@dataclass(frozen=True)
-class _OrderBy:
-    items: tuple[ast.OrderItem, ...]
-
-
-@dataclass(frozen=True)
-class _Limit:
-    limit: int
-    offset: int
-
-
-def _unescape_string(token: Token) -> str:
-    quote, body = token[0], token[1:-1]
-
-    def replace(m: re.Match[str]) -> str:
-        escaped = m.group(1)
-        if escaped is None:  # a doubled quote
-            return quote
-        return _ESCAPES.get(escaped, escaped)
-
-    return _UNESCAPE[quote].sub(replace, body)
-
-
-def _to_int64(token: Token, negative: bool = False) -> int:
-    digits = token.lstrip("0")
-    # Bound the length before int(): Python refuses to convert over 4300 digits.
-    if len(digits) > 19:
-        raise _BadToken(token)
-    value = -int(token) if negative else int(token)
-    if not _INT64_MIN <= value <= _INT64_MAX:
-        raise _BadToken(token)
-    return value
-
-
-def _options(options: tuple[_Option, ...]) -> dict[str, Any]:
-    """Pool or tenant options by lower-cased keyword; an option given twice is a syntax error
-    at its second occurrence rather than silently one of the two values."""
-    found: dict[str, Any] = {}
-    for option in options:
-        key = option.keyword.lower()
-        if key in found:
-            raise _BadToken(option.keyword)
-        found[key] = option.value
-    return found
-
-
-def _expr_depth(root: ast.Expr) -> int:
-    """Depth of an expression tree, computed without recursion (the tree may be deep)."""
-    deepest = 0
-    stack: list[tuple[ast.Expr, int]] = [(root, 1)]
-    while stack:
-        node, depth = stack.pop()
-        deepest = max(deepest, depth)
-        if isinstance(node, ast.And | ast.Or):
-            stack.append((node.left, depth + 1))
-            stack.append((node.right, depth + 1))
-        elif isinstance(node, ast.Not):
-            stack.append((node.operand, depth + 1))
-    return deepest
-
-
-@v_args(inline=True)
-class _ToAst(Transformer[Token, Any]):
-    """Callbacks named after the grammar's rules; run by the LALR parser at each reduction.
-    Must stay stateless: one instance serves every parse, from any thread."""
-
-    # --- statements -------------------------------------------------------------------
-
-    def start(self, statement: ast.Statement) -> ast.Statement:
-        return statement
-
-    def bootstrap(self, *entries: ast.BootstrapEntry) -> ast.Bootstrap:
-        return ast.Bootstrap(entries=tuple(entries))
-
-    def bootstrap_entry(self, *children: Any) -> ast.BootstrapEntry:
-        *region, zone, server = children
-        return ast.BootstrapEntry(
-            region=region[0].value if region else None, zone=zone, server=server
-        )
-
-    def server_op(self, op: ast.ServerOpKind, *rest: Any) -> ast.ServerOp:
-        servers = tuple(r for r in rest if isinstance(r, str))
-        zone = next((r.value for r in rest if isinstance(r, _Attr)), None)
-        return ast.ServerOp(op=op, servers=servers, zone=zone)
-
-    def server_verb(self, *words: Token) -> str:
-        return "_".join(w.upper() for w in words)
-
-    zone_verb = server_verb
-
-    def server_zone(self, zone: str) -> _Attr:
-        return _Attr("zone", zone)
-
-    def reload_server(self) -> ast.ReloadServer:
-        return ast.ReloadServer()
-
-    def zone_op(self, op: ast.ZoneOpKind, zone: str, attrs: Any = ()) -> ast.ZoneOp:
-        found = {a.key: a.value for a in ((attrs,) if isinstance(attrs, _Attr) else attrs)}
-        return ast.ZoneOp(op=op, zone=zone, idc=found.get("idc"), region=found.get("region"))
-
-    def idc_attr(self, value: str) -> _Attr:
-        return _Attr("idc", value)
-
-    def region_attr(self, value: str) -> _Attr:
-        return _Attr("region", value)
-
-    def idc_region(self, first: _Attr, second: _Attr) -> tuple[_Attr, _Attr]:
-        return (first, second)
-
-    region_idc = idc_region
-
-    def set_parameters(self, *items: tuple[str, str | int | float]) -> ast.SetParameters:
-        return ast.SetParameters(items=tuple(items))
-
-    def set_item(self, name: str, value: str | int | float) -> tuple[str, str | int | float]:
-        return (name.lower(), value)
-
-    def duration(self, token: Token) -> str:
-        return str(token)
-
-    def bare_word(self, token: Token) -> str:
-        return str(token)
-
-    def show_parameters(self, like: str | None = None) -> ast.ShowParameters:
-        return ast.ShowParameters(like=like)
-
-    def switch_leader(self, ls_id: Token, server: str, tenant: str) -> ast.SwitchLeader:
-        return ast.SwitchLeader(ls_id=_to_int64(ls_id), server=server, tenant=tenant)
-
-    # --- resource units, resource pools, tenants ----------------------------------------
-
-    def create_resource_unit(
-        self, if_not_exists: bool | None, name: str, *options: tuple[str, str | int | float]
-    ) -> ast.CreateResourceUnit:
-        return ast.CreateResourceUnit(
-            name=name.lower(), options=tuple(options), if_not_exists=bool(if_not_exists)
-        )
-
-    def drop_resource_unit(self, if_exists: bool | None, name: str) -> ast.DropResourceUnit:
-        return ast.DropResourceUnit(name=name.lower(), if_exists=bool(if_exists))
-
-    def unit_option(self, name: str, value: str | int | float) -> tuple[str, str | int | float]:
-        return (name, value)
-
-    def unit_option_name(self, token: Token) -> str:
-        return token.lower()
-
-    def size_word(self, token: Token) -> str:
-        return str(token)
-
-    def create_resource_pool(
-        self, if_not_exists: bool | None, name: str, *options: _Option
-    ) -> ast.CreateResourcePool:
-        found = _options(options)
-        return ast.CreateResourcePool(
-            name=name.lower(),
-            unit=found.get("unit"),
-            unit_num=found.get("unit_num"),
-            zone_list=found.get("zone_list"),
-            if_not_exists=bool(if_not_exists),
-        )
-
-    def drop_resource_pool(self, if_exists: bool | None, name: str) -> ast.DropResourcePool:
-        return ast.DropResourcePool(name=name.lower(), if_exists=bool(if_exists))
-
-    def pool_unit(self, keyword: Token, unit: str) -> _Option:
-        return _Option(keyword, unit)
-
-    def pool_unit_num(self, keyword: Token, count: Token) -> _Option:
-        return _Option(keyword, _to_int64(count))
-
-    def pool_zone_list(self, keyword: Token, *zones: str) -> _Option:
-        return _Option(keyword, tuple(zones))
-
-    def create_tenant(
-        self, if_not_exists: bool | None, name: str, *options: _Option
-    ) -> ast.CreateTenant:
-        found = _options(options)
-        return ast.CreateTenant(
-            name=name.lower(),
-            pools=found.get("resource_pool_list", ()),
-            primary_zone=found.get("primary_zone"),
-            ls_count=found.get("ls_count"),
-            if_not_exists=bool(if_not_exists),
-        )
-
-    def drop_tenant(self, if_exists: bool | None, name: str, force: bool | None) -> ast.DropTenant:
-        return ast.DropTenant(name=name.lower(), force=bool(force), if_exists=bool(if_exists))
-
-    def tenant_pools(self, keyword: Token, *pools: str) -> _Option:
-        return _Option(keyword, tuple(pools))
-
-    def tenant_primary_zone(self, keyword: Token, zone: str) -> _Option:
-        return _Option(keyword, zone)
-
-    def tenant_ls_count(self, keyword: Token, count: Token) -> _Option:
-        return _Option(keyword, _to_int64(count))
-
-    def if_not_exists(self) -> bool:
-        return True
-
-    if_exists = if_not_exists
-    force = if_not_exists
-
-    # --- SELECT -----------------------------------------------------------------------
-
-    def select(self, columns: tuple[str, ...] | None, table: str, *clauses: Any) -> ast.Select:
-        where = next((c.expr for c in clauses if isinstance(c, _Where)), None)
-        order = next((c.items for c in clauses if isinstance(c, _OrderBy)), ())
-        limit = next((c for c in clauses if isinstance(c, _Limit)), None)
-        return ast.Select(
-            columns=columns,
-            table=table,
-            where=where,
-            order_by=order,
-            limit=limit.limit if limit else None,
-            offset=limit.offset if limit else 0,
-        )
-
-    def star(self) -> None:
-        return None
-
-    def column_list(self, *columns: str) -> tuple[str, ...]:
-        return tuple(columns)
-
-    def table_ref(self, first: str, second: str | None = None) -> str:
-        if second is None:
-            return first.lower()
-        if first.lower() == "oceanbase":
-            return second.lower()
-        # Another schema: keep it, so the executor answers "Table 'x.y' doesn't exist".
-        return f"{first}.{second}".lower()
-
-    def where_clause(self, expr: ast.Expr) -> _Where:
-        if _expr_depth(expr) > MAX_EXPR_DEPTH:
-            raise ObError("OB_NOT_SUPPORTED", f"WHERE nested deeper than {MAX_EXPR_DEPTH} levels")
-        return _Where(expr)
-
-    def or_(self, left: ast.Expr, right: ast.Expr) -> ast.Or:
-        return ast.Or(left, right)
-
-    def and_(self, left: ast.Expr, right: ast.Expr) -> ast.And:
-        return ast.And(left, right)
-
-    def not_(self, operand: ast.Expr) -> ast.Not:
-        return ast.Not(operand)
-
-    def compare(self, column: str, op: Any, value: ast.Literal_) -> ast.Compare:
-        return ast.Compare(column=column, op=op, value=value)
-
-    def comp_op(self, token: Token) -> str:
-        return "!=" if token == "<>" else str(token)
-
-    def in_(self, column: str, *values: ast.Literal_) -> ast.In:
-        return ast.In(column=column, values=tuple(values))
-
-    def not_in(self, column: str, *values: ast.Literal_) -> ast.In:
-        return ast.In(column=column, values=tuple(values), negated=True)
-
-    def like(self, column: str, pattern: str) -> ast.Like:
-        return ast.Like(column=column, pattern=pattern)
-
-    def not_like(self, column: str, pattern: str) -> ast.Like:
-        return ast.Like(column=column, pattern=pattern, negated=True)
-
-    def is_null(self, column: str) -> ast.IsNull:
-        return ast.IsNull(column=column)
-
-    def is_not_null(self, column: str) -> ast.IsNull:
-        return ast.IsNull(column=column, negated=True)
-
-    def order_clause(self, *items: ast.OrderItem) -> _OrderBy:
-        return _OrderBy(tuple(items))
-
-    def order_asc(self, column: str) -> ast.OrderItem:
-        return ast.OrderItem(column=column)
-
-    def order_desc(self, column: str) -> ast.OrderItem:
-        return ast.OrderItem(column=column, descending=True)
-
-    def limit(self, count: Token) -> _Limit:
-        return _Limit(_to_int64(count), 0)
-
-    def limit_offset(self, count: Token, offset: Token) -> _Limit:
-        return _Limit(_to_int64(count), _to_int64(offset))
-
-    def limit_comma(self, offset: Token, count: Token) -> _Limit:
-        # MySQL's LIMIT offset, row_count
-        return _Limit(_to_int64(count), _to_int64(offset))
-
-    # --- literals and names -------------------------------------------------------------
-
-    def null(self) -> None:
-        return None
-
-    def true(self) -> int:
-        return 1  # MySQL: TRUE is the integer 1
-
-    def false(self) -> int:
-        return 0
-
-    def number(self, *tokens: Token) -> int | float:
-        negative = len(tokens) == 2
-        token = tokens[-1]
-        if token.type == "INT":
-            return _to_int64(token, negative)
-        value = float(token)
-        if not math.isfinite(value):
-            raise _BadToken(token)
-        return -value if negative else value
-
-    def string(self, token: Token) -> str:
-        return _unescape_string(token)
-
-    def name(self, value: str) -> str:
-        return value
-
-    def object_name(self, value: str) -> str:
-        return value.lower()
-
-    def ident(self, token: Token) -> str:
-        if token.type == "BACKQUOTED":
-            if len(token) == 2:  # MySQL refuses the empty identifier ``
-                raise _BadToken(token)
-            return token[1:-1].replace("``", "`")
-        return str(token)
 
 
 class _WholeWordKeywords:
@@ -444,8 +60,10 @@ _PARSER = Lark(
     parser="lalr",
     lexer="contextual",
     postlex=_WholeWordKeywords(),
-    transformer=_ToAst(),
+    transformer=ToAst(),
 )
+
+
 # A lexer-only twin with the same terminals, to recognise empty statements without parsing.
 _LEXER = Lark(_GRAMMAR_PATH.read_text(encoding="utf-8"), parser=None, lexer="basic")
 
@@ -516,7 +134,7 @@ def parse(text: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ast.Statement:
         raise _error_at_token(text, e.token) from None
     except UnexpectedCharacters as e:
         raise _syntax_error(text, e.pos_in_stream or 0, e.line or 1) from None
-    except _BadToken as e:
+    except BadToken as e:
         raise _error_at_token(text, e.token) from None
     except LarkError:
         # Any other Lark failure (e.g. UnexpectedEOF) is still the user's syntax error.

@@ -12,7 +12,8 @@ import pytest
 from obcommon.errors import ObError
 from obcommon.sizes import parse_size
 from sql import ast
-from sql.parser import MAX_EXPR_DEPTH, parse
+from sql.ast_builder import MAX_EXPR_DEPTH
+from sql.parser import parse
 
 MB = 1024 * 1024
 STATEMENT_TYPES = typing.get_args(ast.Statement)
