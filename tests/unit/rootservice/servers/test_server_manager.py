@@ -39,7 +39,7 @@ def rs(db_url: str, tmp_path: Path) -> RootService:
 
 
 def status(rs: RootService, server: str) -> HeartbeatStatus:
-    s = rs.manager.get(server)
+    s = rs.whitelist.get(server)
     assert s is not None
     return s.hb_status
 
@@ -50,15 +50,15 @@ def status(rs: RootService, server: str) -> HeartbeatStatus:
 def test_load_never_makes_a_server_alive(rs: RootService) -> None:
     for server, _ in SEEDED:
         assert status(rs, server) is HeartbeatStatus.LEASE_EXPIRED
-    assert rs.manager.counts()["alive"] == 0
+    assert rs.whitelist.counts()["alive"] == 0
     flush(rs)
     assert server_row(rs, A)["status"] == "INACTIVE"
 
 
 def test_first_heartbeat_makes_server_alive_and_active(rs: RootService) -> None:
     now = rs.clock.now_us()
-    resp = rs.manager.receive_hb(hb(A, ZA, seq=7))
-    s = rs.manager.get(A)
+    resp = rs.heartbeats.receive_hb(hb(A, ZA, seq=7))
+    s = rs.whitelist.get(A)
     assert s.hb_status is HeartbeatStatus.ALIVE
     assert s.register_time == now and s.last_hb_time == now and s.last_offline_time == 0
     assert resp.lease_expire_time == now + LEASE == resp.heartbeat_expire_time
@@ -71,50 +71,54 @@ def test_first_heartbeat_makes_server_alive_and_active(rs: RootService) -> None:
 
 
 def test_heartbeat_refusals_change_nothing(rs: RootService) -> None:
-    before = rs.manager.snapshot()
+    before = rs.whitelist.snapshot()
     assert (
-        error_name(rs.manager.receive_hb, hb("127.0.0.1:3999", ZA)) == "OB_SERVER_NOT_IN_WHITE_LIST"
+        error_name(rs.heartbeats.receive_hb, hb("127.0.0.1:3999", ZA))
+        == "OB_SERVER_NOT_IN_WHITE_LIST"
     )
-    assert error_name(rs.manager.receive_hb, hb("1.2.3.4:99999", ZA)) == "OB_INVALID_ARGUMENT"
-    assert error_name(rs.manager.receive_hb, hb("nohost", ZA)) == "OB_INVALID_ARGUMENT"
-    assert error_name(rs.manager.receive_hb, hb(A, "")) == "OB_INVALID_ARGUMENT"
-    assert error_name(rs.manager.receive_hb, hb(A, ZA, sql_port=0)) == "OB_INVALID_ARGUMENT"
-    assert error_name(rs.manager.receive_hb, hb(A, ZA, sql_port=70000)) == "OB_INVALID_ARGUMENT"
+    assert error_name(rs.heartbeats.receive_hb, hb("1.2.3.4:99999", ZA)) == "OB_INVALID_ARGUMENT"
+    assert error_name(rs.heartbeats.receive_hb, hb("nohost", ZA)) == "OB_INVALID_ARGUMENT"
+    assert error_name(rs.heartbeats.receive_hb, hb(A, "")) == "OB_INVALID_ARGUMENT"
+    assert error_name(rs.heartbeats.receive_hb, hb(A, ZA, sql_port=0)) == "OB_INVALID_ARGUMENT"
+    assert error_name(rs.heartbeats.receive_hb, hb(A, ZA, sql_port=70000)) == "OB_INVALID_ARGUMENT"
     assert (
-        error_name(rs.manager.receive_hb, hb(A, ZA, start_service_time=-1)) == "OB_INVALID_ARGUMENT"
+        error_name(rs.heartbeats.receive_hb, hb(A, ZA, start_service_time=-1))
+        == "OB_INVALID_ARGUMENT"
     )
     bad_res = obrpc_pb2.ResourceInfo(mem_total=-5)
     assert (
-        error_name(rs.manager.receive_hb, hb(A, ZA, resource_info=bad_res)) == "OB_INVALID_ARGUMENT"
+        error_name(rs.heartbeats.receive_hb, hb(A, ZA, resource_info=bad_res))
+        == "OB_INVALID_ARGUMENT"
     )
-    assert error_name(rs.manager.receive_hb, hb(A, "nozone")) == "OB_ZONE_INFO_NOT_EXIST"
-    assert error_name(rs.manager.receive_hb, hb(A, ZB)) == "OB_SERVER_ZONE_NOT_MATCH"
+    assert error_name(rs.heartbeats.receive_hb, hb(A, "nozone")) == "OB_ZONE_INFO_NOT_EXIST"
+    assert error_name(rs.heartbeats.receive_hb, hb(A, ZB)) == "OB_SERVER_ZONE_NOT_MATCH"
     assert (
-        error_name(rs.manager.receive_hb, hb(A, ZA, cluster_id="another")) == "OB_INVALID_ARGUMENT"
+        error_name(rs.heartbeats.receive_hb, hb(A, ZA, cluster_id="another"))
+        == "OB_INVALID_ARGUMENT"
     )
-    assert rs.manager.snapshot() == before
-    assert rs.manager.counts()["servers"] == len(SEEDED)
+    assert rs.whitelist.snapshot() == before
+    assert rs.whitelist.counts()["servers"] == len(SEEDED)
 
 
 def test_heartbeat_refused_before_in_service(db_url: str, tmp_path: Path) -> None:
     rs = make_rs(db_url, tmp_path, seed=False)
     try:
-        assert error_name(rs.manager.receive_hb, hb(A, ZA)) == "OB_RS_NOT_MASTER"
-        assert rs.manager.counts()["servers"] == 0
+        assert error_name(rs.heartbeats.receive_hb, hb(A, ZA)) == "OB_RS_NOT_MASTER"
+        assert rs.whitelist.counts()["servers"] == 0
     finally:
         rs.shutdown()
 
 
 def test_lease_expiry_is_inclusive_and_persisted(rs: RootService) -> None:
     rs.clock.advance(LEASE)  # past the take-office grace
-    rs.manager.receive_hb(hb(A, ZA))
+    rs.heartbeats.receive_hb(hb(A, ZA))
     last = rs.clock.now_us()
     rs.clock.advance(LEASE - 1)
-    assert rs.manager.check_heartbeats() == 0
+    assert rs.lease_checker.run_once() == 0
     assert status(rs, A) is HeartbeatStatus.ALIVE
     rs.clock.advance(1)  # now - last_hb_time == lease_time: expired
-    assert rs.manager.check_heartbeats() == 1
-    s = rs.manager.get(A)
+    assert rs.lease_checker.run_once() == 1
+    s = rs.whitelist.get(A)
     assert s.hb_status is HeartbeatStatus.LEASE_EXPIRED
     assert s.last_offline_time == last + LEASE and s.start_service_time == 0
     flush(rs)
@@ -129,18 +133,18 @@ def test_lease_expiry_is_inclusive_and_persisted(rs: RootService) -> None:
 
 def test_permanent_offline_is_inclusive_and_heartbeat_revives(rs: RootService) -> None:
     rs.clock.advance(LEASE)
-    rs.manager.receive_hb(hb(A, ZA))
+    rs.heartbeats.receive_hb(hb(A, ZA))
     last = rs.clock.now_us()
     rs.clock.advance(LEASE)
-    rs.manager.check_heartbeats()
+    rs.lease_checker.run_once()
     rs.clock.set(last + OFFLINE - 1)
-    rs.manager.check_heartbeats()
+    rs.lease_checker.run_once()
     assert status(rs, A) is HeartbeatStatus.LEASE_EXPIRED
     rs.clock.set(last + OFFLINE)
-    assert rs.manager.check_heartbeats() >= 1
+    assert rs.lease_checker.run_once() >= 1
     assert status(rs, A) is HeartbeatStatus.PERMANENT_OFFLINE
-    assert rs.manager.get(A).display_status().value == "INACTIVE"
-    rs.manager.receive_hb(hb(A, ZA))
+    assert rs.whitelist.get(A).display_status().value == "INACTIVE"
+    rs.heartbeats.receive_hb(hb(A, ZA))
     assert status(rs, A) is HeartbeatStatus.ALIVE
     flush(rs)
     assert [e["value1"] for e in events(rs, "permanent_offline")].count(A) == 1
@@ -152,11 +156,11 @@ def test_take_office_grace_delays_every_expiry(db_url: str, tmp_path: Path) -> N
     try:
         # Loaded servers' offline clocks started at the load; one lease_time of grace follows.
         t0 = rs.clock.now_us()
-        rs.manager.receive_hb(hb(A, ZA))
+        rs.heartbeats.receive_hb(hb(A, ZA))
         rs.clock.set(t0 + LEASE - 1)
-        assert rs.manager.check_heartbeats() == 0
+        assert rs.lease_checker.run_once() == 0
         rs.clock.set(t0 + LEASE)
-        assert rs.manager.check_heartbeats() == 1
+        assert rs.lease_checker.run_once() == 1
         assert status(rs, A) is HeartbeatStatus.LEASE_EXPIRED
     finally:
         rs.shutdown()
@@ -188,32 +192,32 @@ def test_load_turns_old_offline_rows_permanent_offline(db_url: str, tmp_path: Pa
         rs2.do_restart()
         assert status(rs2, A) is HeartbeatStatus.PERMANENT_OFFLINE
         assert status(rs2, B) is HeartbeatStatus.LEASE_EXPIRED
-        assert rs2.manager.get(C).admin_status is AdminStatus.DELETING
-        assert rs2.manager.get(C).display_status().value == "DELETING"
+        assert rs2.whitelist.get(C).admin_status is AdminStatus.DELETING
+        assert rs2.whitelist.get(C).display_status().value == "DELETING"
     finally:
         rs2.shutdown()
 
 
 def test_force_stop_hb_stops_lease_extension(rs: RootService) -> None:
     rs.clock.advance(LEASE)
-    rs.manager.receive_hb(hb(A, ZA))
+    rs.heartbeats.receive_hb(hb(A, ZA))
     last = rs.clock.now_us()
-    rs.manager.set_force_stop_hb(A, True)
+    rs.whitelist.set_force_stop_hb(A, True)
     rs.clock.advance(3 * 1_000_000)
-    resp = rs.manager.receive_hb(hb(A, ZA))
-    assert rs.manager.get(A).last_hb_time == last
+    resp = rs.heartbeats.receive_hb(hb(A, ZA))
+    assert rs.whitelist.get(A).last_hb_time == last
     assert resp.lease_expire_time == last + LEASE
     rs.clock.set(last + LEASE)
-    assert rs.manager.check_heartbeats() == 1
-    rs.manager.receive_hb(hb(A, ZA))
+    assert rs.lease_checker.run_once() == 1
+    rs.heartbeats.receive_hb(hb(A, ZA))
     assert status(rs, A) is HeartbeatStatus.LEASE_EXPIRED  # a force_stop_hb server is not revived
 
 
 def test_start_service_time_build_version_and_sql_port_are_persisted(rs: RootService) -> None:
-    rs.manager.receive_hb(hb(A, ZA, start_service_time=0))
+    rs.heartbeats.receive_hb(hb(A, ZA, start_service_time=0))
     flush(rs)
     assert server_row(rs, A)["start_service_time"] == 0
-    rs.manager.receive_hb(hb(A, ZA, start_service_time=123, build_version="v2", sql_port=5555))
+    rs.heartbeats.receive_hb(hb(A, ZA, start_service_time=123, build_version="v2", sql_port=5555))
     flush(rs)
     row = server_row(rs, A)
     assert (row["start_service_time"], row["build_version"], row["inner_port"]) == (123, "v2", 5555)
@@ -221,32 +225,32 @@ def test_start_service_time_build_version_and_sql_port_are_persisted(rs: RootSer
 
 def test_stopped_server_and_stopped_zone_answer_is_stopped(rs: RootService) -> None:
     heartbeat_all(rs)
-    rs.manager.stop_servers([A], None, "STOP")
-    assert rs.manager.receive_hb(hb(A, ZA)).rs_server_status == obrpc_pb2.IS_STOPPED
-    assert rs.manager.receive_hb(hb(B, ZB)).rs_server_status == obrpc_pb2.IS_WORKING
-    rs.manager.start_servers([A], None)
-    rs.manager.zones.set_status(ZB, False)
-    assert rs.manager.receive_hb(hb(B, ZB)).rs_server_status == obrpc_pb2.IS_STOPPED
+    rs.server_admin.stop_servers([A], None, "STOP")
+    assert rs.heartbeats.receive_hb(hb(A, ZA)).rs_server_status == obrpc_pb2.IS_STOPPED
+    assert rs.heartbeats.receive_hb(hb(B, ZB)).rs_server_status == obrpc_pb2.IS_WORKING
+    rs.server_admin.start_servers([A], None)
+    rs.zones.set_status(ZB, False)
+    assert rs.heartbeats.receive_hb(hb(B, ZB)).rs_server_status == obrpc_pb2.IS_STOPPED
 
 
 def test_data_disk_error_stops_and_recovery_starts(rs: RootService) -> None:
     heartbeat_all(rs)
-    rs.manager.receive_hb(hb(A, ZA, server_status=1))
-    s = rs.manager.get(A)
+    rs.heartbeats.receive_hb(hb(A, ZA, server_status=1))
+    s = rs.whitelist.get(A)
     assert s.stop_time == rs.clock.now_us() and s.server_report_status.value == "DATA_DISK_ERROR"
     assert server_row(rs, A)["stop_time"] == s.stop_time
     rs.clock.advance(1)
-    rs.manager.receive_hb(hb(A, ZA, server_status=0))
-    assert rs.manager.get(A).stop_time == 0
+    rs.heartbeats.receive_hb(hb(A, ZA, server_status=0))
+    assert rs.whitelist.get(A).stop_time == 0
     assert server_row(rs, A)["stop_time"] == 0
 
 
 def test_data_disk_error_stop_keeps_the_stop_checks(rs: RootService) -> None:
     heartbeat_all(rs)
-    rs.manager.stop_servers([B], None, "STOP")
-    rs.manager.receive_hb(hb(A, ZA, server_status=1))
+    rs.server_admin.stop_servers([B], None, "STOP")
+    rs.heartbeats.receive_hb(hb(A, ZA, server_status=1))
     # A server of another zone is stopped: the automatic STOP is refused like a typed one.
-    assert rs.manager.get(A).stop_time == 0
+    assert rs.whitelist.get(A).stop_time == 0
 
 
 # --- admin operations ----------------------------------------------------------------------
@@ -254,54 +258,54 @@ def test_data_disk_error_stop_keeps_the_stop_checks(rs: RootService) -> None:
 
 def test_delete_server_write_through_then_empty_checker_removes_it(rs: RootService) -> None:
     heartbeat_all(rs)
-    assert rs.manager.delete_servers([D], "z1") == [1]
+    assert rs.server_admin.delete_servers([D], "z1") == [1]
     assert server_row(rs, D)["status"] == "DELETING"
     assert [(j["job_type"], j["job_status"], j["svr_port"]) for j in jobs(rs)] == [
         ("DELETE_SERVER", "INPROGRESS", 3004)
     ]
-    assert rs.manager.get(D).admin_status is AdminStatus.DELETING
-    assert error_name(rs.manager.delete_servers, [D], None) == "OB_SERVER_ALREADY_DELETED"
+    assert rs.whitelist.get(D).admin_status is AdminStatus.DELETING
+    assert error_name(rs.server_admin.delete_servers, [D], None) == "OB_SERVER_ALREADY_DELETED"
     assert rs.empty_server_checker.run_once() == 1
-    assert server_row(rs, D) is None and rs.manager.get(D) is None
+    assert server_row(rs, D) is None and rs.whitelist.get(D) is None
     assert jobs(rs)[0]["job_status"] == "SUCCESS"
     assert len(events(rs, "finish_delete_server")) == 1
-    assert error_name(rs.manager.receive_hb, hb(D, ZD)) == "OB_SERVER_NOT_IN_WHITE_LIST"
+    assert error_name(rs.heartbeats.receive_hb, hb(D, ZD)) == "OB_SERVER_NOT_IN_WHITE_LIST"
     flush(rs)
     assert server_row(rs, D) is None  # the persistence queue never re-inserts it
 
 
 def test_delete_server_refusals_change_nothing(rs: RootService) -> None:
     assert (
-        error_name(rs.manager.delete_servers, ["127.0.0.1:3999"], None)
+        error_name(rs.server_admin.delete_servers, ["127.0.0.1:3999"], None)
         == "OB_SERVER_NOT_IN_WHITE_LIST"
     )
-    assert error_name(rs.manager.delete_servers, [A], "z2") == "OB_SERVER_ZONE_NOT_MATCH"
+    assert error_name(rs.server_admin.delete_servers, [A], "z2") == "OB_SERVER_ZONE_NOT_MATCH"
     assert (
-        error_name(rs.manager.delete_servers, [A, "127.0.0.1:3999"], None)
+        error_name(rs.server_admin.delete_servers, [A, "127.0.0.1:3999"], None)
         == "OB_SERVER_NOT_IN_WHITE_LIST"
     )
-    assert error_name(rs.manager.delete_servers, [A, A], None) == "OB_INVALID_ARGUMENT"
-    assert error_name(rs.manager.delete_servers, [], None) == "OB_INVALID_ARGUMENT"
+    assert error_name(rs.server_admin.delete_servers, [A, A], None) == "OB_INVALID_ARGUMENT"
+    assert error_name(rs.server_admin.delete_servers, [], None) == "OB_INVALID_ARGUMENT"
     assert (
-        error_name(rs.manager.delete_servers, ["'; DROP TABLE __all_server; --"], None)
+        error_name(rs.server_admin.delete_servers, ["'; DROP TABLE __all_server; --"], None)
         == "OB_INVALID_ARGUMENT"
     )
-    assert rs.manager.get(A).admin_status is AdminStatus.NORMAL
+    assert rs.whitelist.get(A).admin_status is AdminStatus.NORMAL
     assert server_row(rs, A)["status"] == "INACTIVE"
     assert jobs(rs) == []
 
 
 def test_cancel_delete_restores_normal(rs: RootService) -> None:
     heartbeat_all(rs)
-    assert error_name(rs.manager.cancel_delete_servers, [A], None) == "OB_SERVER_NOT_DELETING"
+    assert error_name(rs.server_admin.cancel_delete_servers, [A], None) == "OB_SERVER_NOT_DELETING"
     assert (
-        error_name(rs.manager.cancel_delete_servers, ["127.0.0.1:3999"], None)
+        error_name(rs.server_admin.cancel_delete_servers, ["127.0.0.1:3999"], None)
         == "OB_SERVER_NOT_IN_WHITE_LIST"
     )
-    rs.manager.delete_servers([A], None)
-    rs.manager.set_force_stop_hb(A, True)
-    rs.manager.cancel_delete_servers([A], None)
-    s = rs.manager.get(A)
+    rs.server_admin.delete_servers([A], None)
+    rs.whitelist.set_force_stop_hb(A, True)
+    rs.server_admin.cancel_delete_servers([A], None)
+    s = rs.whitelist.get(A)
     assert s.admin_status is AdminStatus.NORMAL and not s.force_stop_hb
     assert server_row(rs, A)["status"] == "ACTIVE"
     assert jobs(rs)[0]["job_status"] == "CANCELED"
@@ -311,36 +315,38 @@ def test_cancel_delete_restores_normal(rs: RootService) -> None:
 def test_stop_server_zone_rules(rs: RootService) -> None:
     heartbeat_all(rs)
     assert (
-        error_name(rs.manager.stop_servers, [A, B], None, "STOP")
+        error_name(rs.server_admin.stop_servers, [A, B], None, "STOP")
         == "OB_STOP_SERVER_IN_MULTIPLE_ZONES"
     )
-    assert error_name(rs.manager.stop_servers, [A], "z2", "STOP") == "OB_SERVER_ZONE_NOT_MATCH"
+    assert error_name(rs.server_admin.stop_servers, [A], "z2", "STOP") == "OB_SERVER_ZONE_NOT_MATCH"
     t = rs.clock.now_us()
-    rs.manager.stop_servers([A, D], "z1", "STOP")
-    assert rs.manager.get(A).stop_time == t == server_row(rs, D)["stop_time"]
+    rs.server_admin.stop_servers([A, D], "z1", "STOP")
+    assert rs.whitelist.get(A).stop_time == t == server_row(rs, D)["stop_time"]
     rs.clock.advance(5)
-    rs.manager.stop_servers([A], None, "FORCE_STOP")
-    assert rs.manager.get(A).stop_time == t  # unchanged when already stopped
+    rs.server_admin.stop_servers([A], None, "FORCE_STOP")
+    assert rs.whitelist.get(A).stop_time == t  # unchanged when already stopped
     # Another zone has a stopped server: STOP and FORCE STOP refused, ISOLATE is not.
     assert (
-        error_name(rs.manager.stop_servers, [B], None, "STOP") == "OB_STOP_SERVER_IN_MULTIPLE_ZONES"
-    )
-    assert (
-        error_name(rs.manager.stop_servers, [B], None, "FORCE_STOP")
+        error_name(rs.server_admin.stop_servers, [B], None, "STOP")
         == "OB_STOP_SERVER_IN_MULTIPLE_ZONES"
     )
     assert (
-        error_name(rs.manager.stop_servers, [B, C], None, "ISOLATE")
+        error_name(rs.server_admin.stop_servers, [B], None, "FORCE_STOP")
         == "OB_STOP_SERVER_IN_MULTIPLE_ZONES"
     )
-    rs.manager.stop_servers([B], None, "ISOLATE")
-    assert rs.manager.get(B).stop_time != 0
-    rs.manager.start_servers([A, D, B], None)
-    assert all(rs.manager.get(s).stop_time == 0 for s in (A, B, D))
+    assert (
+        error_name(rs.server_admin.stop_servers, [B, C], None, "ISOLATE")
+        == "OB_STOP_SERVER_IN_MULTIPLE_ZONES"
+    )
+    rs.server_admin.stop_servers([B], None, "ISOLATE")
+    assert rs.whitelist.get(B).stop_time != 0
+    rs.server_admin.start_servers([A, D, B], None)
+    assert all(rs.whitelist.get(s).stop_time == 0 for s in (A, B, D))
     # Another zone not ACTIVE: STOP refused.
-    rs.manager.zones.set_status("z3", False)
+    rs.zones.set_status("z3", False)
     assert (
-        error_name(rs.manager.stop_servers, [A], None, "STOP") == "OB_STOP_SERVER_IN_MULTIPLE_ZONES"
+        error_name(rs.server_admin.stop_servers, [A], None, "STOP")
+        == "OB_STOP_SERVER_IN_MULTIPLE_ZONES"
     )
     assert [
         e["event"] for e in events(rs) if e["module"] == "server" and e["event"].endswith("server")
@@ -356,16 +362,16 @@ def test_stop_server_zone_rules(rs: RootService) -> None:
 
 def test_start_server_refusals(rs: RootService) -> None:
     assert (
-        error_name(rs.manager.start_servers, ["127.0.0.1:3999"], None)
+        error_name(rs.server_admin.start_servers, ["127.0.0.1:3999"], None)
         == "OB_SERVER_NOT_IN_WHITE_LIST"
     )
-    assert error_name(rs.manager.start_servers, [A], "z3") == "OB_SERVER_ZONE_NOT_MATCH"
-    rs.manager.start_servers([A], None)  # already started: no change, no event
+    assert error_name(rs.server_admin.start_servers, [A], "z3") == "OB_SERVER_ZONE_NOT_MATCH"
+    rs.server_admin.start_servers([A], None)  # already started: no change, no event
     assert events(rs, "start_server") == []
 
 
 def test_add_server_refusals(rs: RootService) -> None:
-    m = rs.manager
+    m = rs.server_admin
     assert error_name(m.add_servers, ["1.2.3.4:99999"], "z1") == "OB_INVALID_ARGUMENT"
     assert error_name(m.add_servers, ["nohost"], "z1") == "OB_INVALID_ARGUMENT"
     assert error_name(m.add_servers, ["x" * 1_000_000], "z1") == "OB_INVALID_ARGUMENT"
@@ -373,9 +379,9 @@ def test_add_server_refusals(rs: RootService) -> None:
     # Nothing listens on this port: the RS cannot check the server.
     assert error_name(m.add_servers, ["127.0.0.1:1"], "z1") == "OB_SERVER_CONNECTION_ERROR"
     assert error_name(m.add_servers, ["127.0.0.1:1"], "nozone") == "OB_ZONE_INFO_NOT_EXIST"
-    m.zones.add_zone("z9", None, None)  # a new zone is INACTIVE until START ZONE
+    rs.zones.add_zone("z9", None, None)  # a new zone is INACTIVE until START ZONE
     assert error_name(m.add_servers, ["127.0.0.1:1"], "z9") == "OB_ZONE_NOT_ACTIVE"
-    assert m.counts()["servers"] == len(SEEDED)
+    assert rs.whitelist.counts()["servers"] == len(SEEDED)
 
 
 def test_bootstrap_refusals(db_url: str, tmp_path: Path) -> None:
@@ -403,7 +409,7 @@ def test_bootstrap_refusals(db_url: str, tmp_path: Path) -> None:
             == "OB_SERVER_CONNECTION_ERROR"
         )
         assert not rs.bootstrapped and rs.term.state.value == "WAIT_BOOTSTRAP"
-        assert rs.manager.counts()["servers"] == 0 and rs.manager.zones.all() == []
+        assert rs.whitelist.counts()["servers"] == 0 and rs.zones.all() == []
     finally:
         rs.shutdown()
     rs = make_rs(db_url, tmp_path / "again")
@@ -417,7 +423,7 @@ def test_bootstrap_refusals(db_url: str, tmp_path: Path) -> None:
 
 
 def test_zone_operations(rs: RootService) -> None:
-    z = rs.manager.zones
+    z = rs.zones
     z.add_zone("z4", "r2", "idc1")
     assert z.get("z4").status == "INACTIVE" and z.get("z4").region == "r2"
     assert error_name(z.add_zone, "z4", None, None) == "OB_ENTRY_EXIST"
@@ -431,15 +437,15 @@ def test_zone_operations(rs: RootService) -> None:
     assert error_name(z.set_status, "nozone", True) == "OB_ZONE_INFO_NOT_EXIST"
     z.delete_zone("z4")
     assert not z.exists("z4")
-    rs.manager.load(take_office=False)
+    rs.server_loader.load(take_office=False)
     assert not z.exists("z4") and not z.is_active("z3")
 
 
 def test_multi_server_command_is_all_or_nothing(rs: RootService) -> None:
     heartbeat_all(rs)
-    rs.manager.delete_servers([B], None)
-    assert error_name(rs.manager.delete_servers, [A, B], None) == "OB_SERVER_ALREADY_DELETED"
-    assert rs.manager.get(A).admin_status is AdminStatus.NORMAL
+    rs.server_admin.delete_servers([B], None)
+    assert error_name(rs.server_admin.delete_servers, [A, B], None) == "OB_SERVER_ALREADY_DELETED"
+    assert rs.whitelist.get(A).admin_status is AdminStatus.NORMAL
     flush(rs)
     assert server_row(rs, A)["status"] == "ACTIVE"
 
@@ -461,12 +467,12 @@ def test_database_outage_heartbeats_continue_queue_catches_up(
     )
     try:
         rs.clock.advance(LEASE)
-        rs.manager.receive_hb(hb(A, ZA, build_version="old"))
-        assert rs.manager.check_heartbeats() == 3  # B, C, D expire in memory
-        assert rs.manager.persist.run_once() == 0  # fails, keeps the work
-        assert error_name(rs.manager.delete_servers, [A], None) == "OB_ERR_SYS"
-        assert rs.manager.get(A).admin_status is AdminStatus.NORMAL
-        rs.manager.receive_hb(hb(A, ZA, build_version="newest"))
+        rs.heartbeats.receive_hb(hb(A, ZA, build_version="old"))
+        assert rs.lease_checker.run_once() == 3  # B, C, D expire in memory
+        assert rs.persist.run_once() == 0  # fails, keeps the work
+        assert error_name(rs.server_admin.delete_servers, [A], None) == "OB_ERR_SYS"
+        assert rs.whitelist.get(A).admin_status is AdminStatus.NORMAL
+        rs.heartbeats.receive_hb(hb(A, ZA, build_version="newest"))
     finally:
         rs.store.engine.dispose()
         rs.store.engine = good
@@ -481,7 +487,7 @@ def test_check_all_server_repairs_the_table(rs: RootService) -> None:
 
     heartbeat_all(rs)
     flush(rs)
-    assert rs.manager.check_all_server() == 0
+    assert rs.check_all_server.run_once() == 0
     with rs.store.engine.begin() as conn:
         conn.execute(
             sa.text(
@@ -490,7 +496,7 @@ def test_check_all_server_repairs_the_table(rs: RootService) -> None:
         )
         conn.execute(sa.text("UPDATE __all_server SET zone = 'zz' WHERE svr_port = 3002"))
     # One row per page: pagination must visit every row exactly once.
-    assert rs.manager.check_all_server(page_size=1) == 2
+    assert rs.check_all_server.run_once(page_size=1) == 2
     flush(rs)
     assert (server_row(rs, A)["status"], server_row(rs, A)["stop_time"]) == ("ACTIVE", 0)
     assert server_row(rs, B)["zone"] == ZB
@@ -507,8 +513,8 @@ def test_reload_drops_servers_absent_from_the_table_and_keeps_heartbeat_state(
         conn.execute(sa.text("DELETE FROM __all_server WHERE svr_port = 3004"))
         conn.execute(sa.text("UPDATE __all_server SET stop_time = 99 WHERE svr_port = 3001"))
     rs.reload_server()
-    assert rs.manager.get(D) is None
-    a = rs.manager.get(A)
+    assert rs.whitelist.get(D) is None
+    a = rs.whitelist.get(A)
     assert (
         a.stop_time == 99
         and a.hb_status is HeartbeatStatus.ALIVE
@@ -523,11 +529,11 @@ def test_a_newer_epoch_deposes_the_old_rs(db_url: str, tmp_path: Path) -> None:
         new.bootstrapped = True
         new.do_restart()
         assert new.store.epoch == old.store.epoch + 1
-        assert error_name(old.manager.delete_servers, [A], None) == "OB_RS_NOT_MASTER"
+        assert error_name(old.server_admin.delete_servers, [A], None) == "OB_RS_NOT_MASTER"
         assert old.term.state.value == "NOT_MASTER"
-        assert error_name(old.manager.receive_hb, hb(A, ZA)) == "OB_RS_NOT_MASTER"
+        assert error_name(old.heartbeats.receive_hb, hb(A, ZA)) == "OB_RS_NOT_MASTER"
         assert server_row(new, A)["status"] == "INACTIVE"
-        new.manager.delete_servers([A], None)
+        new.server_admin.delete_servers([A], None)
         assert server_row(new, A)["status"] == "DELETING"
     finally:
         old.shutdown()
@@ -565,19 +571,20 @@ def test_set_parameters_ranges_and_invariants(rs: RootService) -> None:
 
 def test_lease_time_change_applies_to_the_checker(rs: RootService) -> None:
     rs.clock.advance(LEASE)
-    rs.manager.receive_hb(hb(A, ZA))
+    rs.heartbeats.receive_hb(hb(A, ZA))
     rs.set_parameters((("lease_time", "3s"),))
     rs.clock.advance(3_000_000 - 1)
-    assert rs.manager.check_heartbeats() == 0
+    assert rs.lease_checker.run_once() == 0
     rs.clock.advance(1)
-    assert rs.manager.check_heartbeats() == 1
+    assert rs.lease_checker.run_once() == 1
 
 
 def test_event_queue_is_bounded_and_flushes_what_it_kept(rs: RootService) -> None:
     from rootservice.db.event_repo import Event
-    from rootservice.servers.manager import PersistQueue
+    from rootservice.servers.persist_queue import PersistQueue
+    from rootservice.servers.whitelist import Whitelist
 
-    q = PersistQueue(rs.store, rs.clock, lambda keys: [], rs.metrics, max_events=3)
+    q = PersistQueue(rs.store, rs.clock, Whitelist(), rs.metrics, max_events=3)
     for i in range(5):
         q.add_event(Event(rs.clock.now_us(), "test", f"e{i}"))
     assert q.depth() == 3 and rs.metrics.get("events_dropped_total") == 2
@@ -586,15 +593,17 @@ def test_event_queue_is_bounded_and_flushes_what_it_kept(rs: RootService) -> Non
 
 
 def test_resource_changes_are_applied_and_checked(rs: RootService) -> None:
-    rs.manager.receive_hb(hb(A, ZA))
-    assert rs.manager.get(A).resource_info.cpu_total == 2
-    rs.manager.receive_hb(hb(A, ZA))  # same bytes: the fast path keeps the same values
-    assert rs.manager.get(A).resource_info.mem_total == 8 << 30
-    rs.manager.receive_hb(
+    rs.heartbeats.receive_hb(hb(A, ZA))
+    assert rs.whitelist.get(A).resource_info.cpu_total == 2
+    rs.heartbeats.receive_hb(hb(A, ZA))  # same bytes: the fast path keeps the same values
+    assert rs.whitelist.get(A).resource_info.mem_total == 8 << 30
+    rs.heartbeats.receive_hb(
         hb(A, ZA, resource_info=obrpc_pb2.ResourceInfo(cpu_total=16, mem_total=1 << 30))
     )
-    s = rs.manager.get(A)
+    s = rs.whitelist.get(A)
     assert (s.resource_info.cpu_total, s.resource_info.mem_total) == (16, 1 << 30)
     bad = obrpc_pb2.ResourceInfo(cpu_total=16, data_disk_total=-1)
-    assert error_name(rs.manager.receive_hb, hb(A, ZA, resource_info=bad)) == "OB_INVALID_ARGUMENT"
-    assert rs.manager.get(A).resource_info.data_disk_total == 0
+    assert (
+        error_name(rs.heartbeats.receive_hb, hb(A, ZA, resource_info=bad)) == "OB_INVALID_ARGUMENT"
+    )
+    assert rs.whitelist.get(A).resource_info.data_disk_total == 0
