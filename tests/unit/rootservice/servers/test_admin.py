@@ -3,7 +3,15 @@ FakeClock, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from pathlib import Path
+
+import sqlalchemy as sa
+
 from rootservice.app import RootService
+from rootservice.servers.admin import ServerAdmin
+from rootservice.servers.agent_client import EmptyCheck
+from rootservice.servers.ports import inline
 from rootservice.servers.status import AdminStatus, HeartbeatStatus
 from tests.support.harness import (
     SEEDED,
@@ -15,6 +23,7 @@ from tests.support.harness import (
     jobs,
     server_row,
 )
+from tests.support.server_parts import Parts, make_parts, seed
 
 A, ZA = SEEDED[0]  # 127.0.0.1:3001 in z1
 B, ZB = SEEDED[1]  # z2
@@ -163,3 +172,71 @@ def test_multi_server_command_is_all_or_nothing(rs: RootService) -> None:
     assert rs.whitelist.get(A).admin_status is AdminStatus.NORMAL
     flush(rs)
     assert server_row(rs, A)["status"] == "ACTIVE"
+
+
+# --- built from its collaborators, without RootService ------------------------------------
+
+
+class FakeAgents:
+    """ADD SERVER's emptiness check: every server is empty and started in zone z1."""
+
+    def check_server_empty(self, server: str, epoch: int) -> EmptyCheck:
+        return EmptyCheck(True, "z1", server, "", 0)
+
+
+class RecordingRequests:
+    def __init__(self) -> None:
+        self.asked: list[list[str]] = []
+
+    def request_heartbeats(self, servers: Iterable[str]) -> int:
+        self.asked.append(list(servers))
+        return 0
+
+
+def make_admin(p: Parts, requests: RecordingRequests) -> ServerAdmin:
+    return ServerAdmin(
+        p.whitelist,
+        p.zones,
+        p.term,
+        p.store,
+        p.clock,
+        p.settings,
+        FakeAgents(),  # type: ignore[arg-type]
+        checks=p.tenants,
+        cancel_listener=p.balancer,
+        heartbeats=requests,
+        wake=p.wake,
+        background=inline,
+    )
+
+
+def test_admin_alone_add_delete_cancel_stop_start(engine: sa.Engine, tmp_path: Path) -> None:
+    p = make_parts(engine, tmp_path)
+    seed(p)
+    requests = RecordingRequests()
+    admin = make_admin(p, requests)
+    new = "127.0.0.1:3005"
+    assert admin.add_servers([new], None) == [len(SEEDED) + 1]
+    assert requests.asked == [[new]]
+    s = p.whitelist.get(new)
+    assert s is not None and s.zone == "z1" and s.hb_status is HeartbeatStatus.LEASE_EXPIRED
+
+    jobs = admin.delete_servers([new], None)
+    assert len(jobs) == 1 and p.tenants.calls == [("check_delete", [new])]
+    assert p.whitelist.get(new).admin_status is AdminStatus.DELETING
+    assert p.woken == ["balancer", "empty_server_checker", "lost_replica_checker"]
+    admin.cancel_delete_servers([new], None)
+    assert p.balancer.calls == [("cancel_server", new)] and requests.asked[-1] == [new]
+    assert p.whitelist.get(new).admin_status is AdminStatus.NORMAL
+
+    admin.stop_servers([A], None, "ISOLATE", reason="test")
+    assert p.tenants.calls[-2:] == [("check_stop", ([A], "ISOLATE")), ("move_leaders_off", [A])]
+    assert p.whitelist.get(A).stop_time == p.clock.now_us()
+    admin.start_servers([A], None)
+    assert p.whitelist.get(A).stop_time == 0
+
+    p.tenants.refuse = "OB_DELETE_SERVER_NOT_ALLOWED"
+    assert error_name(admin.delete_servers, [B], None) == "OB_DELETE_SERVER_NOT_ALLOWED"
+    assert p.whitelist.get(B).admin_status is AdminStatus.NORMAL
+    p.term.close_service()
+    assert error_name(admin.start_servers, [A], None) == "OB_RS_NOT_MASTER"

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import sqlalchemy as sa
+
 from obcommon.proto import obrpc_pb2
 from rootservice.app import RootService
-from rootservice.servers.status import HeartbeatStatus
+from rootservice.servers.heartbeat import HeartbeatIntake
+from rootservice.servers.ports import inline
+from rootservice.servers.status import HeartbeatStatus, StopMode
 from tests.support.harness import (
     LEASE,
     SEEDED,
@@ -19,6 +23,7 @@ from tests.support.harness import (
     make_rs,
     server_row,
 )
+from tests.support.server_parts import Parts, make_parts, seed
 
 A, ZA = SEEDED[0]  # 127.0.0.1:3001 in z1
 B, ZB = SEEDED[1]  # z2
@@ -156,3 +161,63 @@ def test_resource_changes_are_applied_and_checked(rs: RootService) -> None:
         error_name(rs.heartbeats.receive_hb, hb(A, ZA, resource_info=bad)) == "OB_INVALID_ARGUMENT"
     )
     assert rs.whitelist.get(A).resource_info.data_disk_total == 0
+
+
+# --- built from its collaborators, without RootService ------------------------------------
+
+
+class RecordingStopStart:
+    """The admin operations as the data-disk reaction sees them."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[str], str]] = []
+
+    def stop_servers(
+        self, servers: list[str], zone: str | None, mode: StopMode, reason: str = ""
+    ) -> None:
+        self.calls.append((mode, servers, reason))
+
+    def start_servers(self, servers: list[str], zone: str | None, reason: str = "") -> None:
+        self.calls.append(("START", servers, reason))
+
+
+def make_intake(p: Parts, ops: RecordingStopStart) -> HeartbeatIntake:
+    return HeartbeatIntake(
+        p.whitelist,
+        p.zones,
+        p.persist,
+        p.grace,
+        p.identity,
+        p.term,
+        p.store,
+        p.clock,
+        p.settings,
+        replicas=p.tenants,
+        server_ops=ops,
+        wake=p.wake,
+        background=inline,
+    )
+
+
+def test_intake_alone_accepts_reports_and_reacts_to_the_data_disk(
+    engine: sa.Engine, tmp_path: Path
+) -> None:
+    p = make_parts(engine, tmp_path)
+    seed(p)
+    ops = RecordingStopStart()
+    intake = make_intake(p, ops)
+    resp = intake.receive_hb(hb(A, ZA, seq=3))
+    assert (
+        resp.seq == 3 and resp.cluster_id == "c0ffee" and list(resp.rs_list) == ["127.0.0.1:2881"]
+    )
+    assert resp.rs_epoch == p.store.epoch and resp.lease_expire_time == p.clock.now_us() + LEASE
+    assert p.whitelist.get(A).hb_status is HeartbeatStatus.ALIVE
+    assert p.tenants.reports == [(A, 0)] and p.persist.pending_keys() == {A}
+    intake.receive_hb(hb(A, ZA, server_status=1))
+    assert ops.calls == [("STOP", [A], "data disk error")]
+    p.whitelist.with_server(A, lambda s: setattr(s, "stop_time", 1))
+    intake.receive_hb(hb(A, ZA))
+    assert ops.calls[-1] == ("START", [A], "data disk recovered")
+    assert error_name(intake.receive_hb, hb(A, ZA, cluster_id="other")) == "OB_INVALID_ARGUMENT"
+    p.term.close_service()
+    assert error_name(intake.receive_hb, hb(A, ZA)) == "OB_RS_NOT_MASTER"

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import sqlalchemy as sa
+
 from rootservice.app import RootService
-from rootservice.servers.status import HeartbeatStatus
+from rootservice.servers.lease_checker import LeaseChecker
+from rootservice.servers.status import HeartbeatStatus, ServerStatus
 from tests.support.harness import (
     LEASE,
     OFFLINE,
@@ -17,6 +20,7 @@ from tests.support.harness import (
     make_rs,
     server_row,
 )
+from tests.support.server_parts import make_parts, seed
 
 A, ZA = SEEDED[0]  # 127.0.0.1:3001 in z1
 B, ZB = SEEDED[1]  # z2
@@ -95,3 +99,56 @@ def test_lease_time_change_applies_to_the_checker(rs: RootService) -> None:
     assert rs.lease_checker.run_once() == 0
     rs.clock.advance(1)
     assert rs.lease_checker.run_once() == 1
+
+
+# --- built from its collaborators, without RootService ------------------------------------
+
+
+def test_checker_alone_expires_then_declares_offline_and_wakes(
+    engine: sa.Engine, tmp_path: Path
+) -> None:
+    p = make_parts(engine, tmp_path)
+    seed(p)
+    checker = LeaseChecker(
+        p.whitelist, p.persist, p.grace, p.term, p.clock, p.settings, p.metrics, p.wake
+    )
+    assert checker.name == "heartbeat_checker"
+    now = p.clock.now_us()
+
+    def alive(s: ServerStatus) -> None:
+        s.hb_status = HeartbeatStatus.ALIVE
+        s.last_hb_time = now
+        s.last_offline_time = 0
+
+    p.whitelist.with_server(A, alive)
+    with p.whitelist.lock:
+        p.whitelist.set_alive(p.whitelist.records[A])
+    p.clock.advance(LEASE - 1)
+    assert checker.run_once() == 0
+    p.clock.advance(1)
+    assert checker.run_once() == 1
+    assert p.whitelist.get(A).hb_status is HeartbeatStatus.LEASE_EXPIRED
+    assert A in p.persist.pending_keys()
+    p.clock.advance(p.settings.server_permanent_offline_time - LEASE)
+    # The seeded servers (offline since the seed) turn permanently offline at the same time.
+    assert checker.run_once() == len(SEEDED)
+    assert p.whitelist.get(A).hb_status is HeartbeatStatus.PERMANENT_OFFLINE
+    assert {"balancer", "lost_replica_checker"} <= set(p.woken)
+    p.term.close_service()
+    assert checker.run_once() == 0
+
+
+def test_checker_alone_respects_the_grace_and_writes_candidates_at_its_end(
+    engine: sa.Engine, tmp_path: Path
+) -> None:
+    p = make_parts(engine, tmp_path)
+    seed(p)
+    checker = LeaseChecker(
+        p.whitelist, p.persist, p.grace, p.term, p.clock, p.settings, p.metrics, p.wake
+    )
+    p.persist.run_once()
+    p.grace.begin(p.clock.now_us() + LEASE, {A, "10.9.9.9:1"})
+    assert checker.run_once() == 0 and p.persist.depth() == 0
+    p.clock.advance(LEASE)
+    assert checker.run_once() == 1 and p.grace.candidates == set()
+    assert p.persist.pending_keys() == {A}

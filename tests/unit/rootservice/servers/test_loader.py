@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import sqlalchemy as sa
+
 from rootservice.app import RootService
+from rootservice.db import server_repo
+from rootservice.servers.loader import TakeOfficeGrace, table_value
 from rootservice.servers.status import AdminStatus, HeartbeatStatus
 from tests.support.harness import (
     LEASE,
@@ -16,6 +20,7 @@ from tests.support.harness import (
     make_rs,
     server_row,
 )
+from tests.support.server_parts import make_parts, seed
 
 A, ZA = SEEDED[0]  # 127.0.0.1:3001 in z1
 B, ZB = SEEDED[1]  # z2
@@ -87,3 +92,42 @@ def test_reload_drops_servers_absent_from_the_table_and_keeps_heartbeat_state(
         and a.hb_status is HeartbeatStatus.ALIVE
         and a.resource_info.cpu_total == 2
     )
+
+
+# --- built from its collaborators, without RootService ------------------------------------
+
+
+def test_loader_alone_takes_office_with_candidates_and_marks_with_rootserver(
+    engine: sa.Engine, tmp_path: Path
+) -> None:
+    p = make_parts(engine, tmp_path)
+    seed(p)
+    # A's row says alive (last_offline_time 0): a take-office load keeps it as a candidate.
+    p.whitelist.clear()
+    p.persist.clear()
+    with p.store.txn() as conn:
+        row = server_repo.load_servers(conn)[0]
+        row["last_offline_time"] = 0
+        server_repo.update_servers(conn, [row], p.clock.now_us())
+    p.identity.self_server = B
+    p.loader.load(take_office=True)
+    assert p.grace.candidates == {A}
+    assert p.grace.no_expire_until == p.clock.now_us() + LEASE
+    assert p.whitelist.get(A).hb_status is HeartbeatStatus.LEASE_EXPIRED
+    assert p.whitelist.get(B).with_rootserver and not p.whitelist.get(A).with_rootserver
+    assert p.zones.exists(ZA) and p.whitelist.counts()["servers"] == len(SEEDED)
+    # B's with_rootserver differs from its row: queued; the candidate's row is left alone.
+    assert B in p.persist.pending_keys() and A not in p.persist.pending_keys()
+    p.loader.load(take_office=False)
+    assert p.grace.candidates == {A}
+
+
+def test_table_value_compares_status_case_insensitively() -> None:
+    assert table_value({"status": "active"}, "status") == "ACTIVE"
+    assert table_value({"zone": "z1"}, "zone") == "z1"
+    grace = TakeOfficeGrace()
+    grace.begin(5, {"a", "b"})
+    grace.keep_only(["b", "c"])
+    assert grace.candidates == {"b"} and grace.no_expire_until == 5
+    grace.clear()
+    assert grace.candidates == set()

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import sqlalchemy as sa
+
 from rootservice.app import RootService
+from rootservice.db import lease_repo, server_repo
+from rootservice.db.event_repo import Event
 from rootservice.servers.status import AdminStatus
 from tests.support.harness import (
     LEASE,
@@ -17,6 +21,7 @@ from tests.support.harness import (
     heartbeat_all,
     server_row,
 )
+from tests.support.server_parts import RS_ADDR, make_parts, seed
 
 A, ZA = SEEDED[0]  # 127.0.0.1:3001 in z1
 B, ZB = SEEDED[1]  # z2
@@ -64,3 +69,34 @@ def test_event_queue_is_bounded_and_flushes_what_it_kept(rs: RootService) -> Non
     assert q.depth() == 3 and rs.metrics.get("events_dropped_total") == 2
     assert q.run_once() == 3 and q.depth() == 0
     assert [e["event"] for e in events(rs) if e["module"] == "test"] == ["e2", "e3", "e4"]
+
+
+# --- built from its collaborators, without RootService ------------------------------------
+
+
+def test_queue_writes_the_current_row_and_keeps_work_after_a_failure(
+    engine: sa.Engine, tmp_path: Path
+) -> None:
+    p = make_parts(engine, tmp_path)
+    seed(p)
+    key = SEEDED[0][0]
+    p.whitelist.with_server(key, lambda s: setattr(s, "build_version", "v1"))
+    p.persist.mark(key)
+    p.whitelist.with_server(key, lambda s: setattr(s, "build_version", "v2"))
+    p.persist.add_event(Event(p.clock.now_us(), "test", "e"))
+    assert p.persist.pending_keys() == {key} and p.persist.depth() == 2
+    # Out of office: the fenced write is refused, nothing is lost.
+    p.term.request_step_down("test")
+    assert p.persist.run_once() == 0 and p.persist.depth() == 2
+    assert p.metrics.get("persist_failures_total") == 1
+    with engine.begin() as conn:
+        old = lease_repo.read_lease(conn, lock=True)
+        epoch = lease_repo.take_lease(conn, old, RS_ADDR, 0, LEASE)
+    p.term.begin(epoch, p.clock.monotonic_us())
+    assert p.persist.run_once() == 2 and p.persist.depth() == 0
+    with engine.connect() as conn:
+        rows = {f"{r['svr_ip']}:{r['svr_port']}": r for r in server_repo.load_servers(conn)}
+    assert rows[key]["build_version"] == "v2"
+    assert p.persist.name == "persist_queue"
+    p.persist.mark(key)
+    assert p.persist.clear() == 1 and p.persist.depth() == 0

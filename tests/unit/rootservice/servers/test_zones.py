@@ -3,12 +3,17 @@ and PostgreSQL."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import sqlalchemy as sa
+
 from rootservice.app import RootService
 from rootservice.servers.status import HeartbeatStatus
 from tests.support.harness import (
     SEEDED,
     error_name,
 )
+from tests.support.server_parts import make_parts, seed
 
 A, ZA = SEEDED[0]  # 127.0.0.1:3001 in z1
 B, ZB = SEEDED[1]  # z2
@@ -39,3 +44,18 @@ def test_zone_operations(rs: RootService) -> None:
     assert not z.exists("z4")
     rs.server_loader.load(take_office=False)
     assert not z.exists("z4") and not z.is_active("z3")
+
+
+# --- built from its collaborators, without RootService ------------------------------------
+
+
+def test_zone_manager_alone_refuses_to_delete_a_zone_with_servers(
+    engine: sa.Engine, tmp_path: Path
+) -> None:
+    p = make_parts(engine, tmp_path)
+    seed(p)
+    assert error_name(p.zones.delete_zone, ZA) == "OB_OP_NOT_ALLOW"
+    p.zones.add_zone("z9", None, None)
+    assert not p.zones.is_active("z9") and p.zones.exists("z9")
+    p.zones.delete_zone("z9")
+    assert p.zones.get("z9") is None
