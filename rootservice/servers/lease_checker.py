@@ -56,7 +56,8 @@ class LeaseChecker:
         """One tick of the 100 ms checker: expire leases (``now - last_hb_time >=
         lease_time``, inclusive) and declare permanent offline (``>=
         server_permanent_offline_time``). Returns the number of transitions. Does nothing
-        before the RS is in service or during the take-office grace (SPEC.md section 6)."""
+        while this RS may not act (``Term.may_act``: not in office, not in service, lease not
+        safely held) or during the take-office grace (SPEC.md section 6)."""
         if not self.term.may_act():
             return 0
         t0 = time.perf_counter_ns()

@@ -20,10 +20,6 @@ automatic STOP / START of a server whose data disk fails / recovers, or the hear
 after ADD SERVER. Exceptions of ``fn`` are the executor's to log."""
 
 
-def no_wake(name: str) -> None:
-    """A :data:`Wake` for components built without a task registry (unit tests)."""
-
-
 def inline(fn: Callable[[], object]) -> None:
     """A :data:`Background` that runs ``fn`` at once in the calling thread (unit tests)."""
     fn()
