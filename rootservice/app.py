@@ -1,6 +1,6 @@
 """The RootService application: wiring, state, bootstrap, taking office and parameters.
 
-``RootService`` owns the components (store, server manager, checkers, scheduler) and the
+``RootService`` owns the components (store, server layer, checkers, scheduler) and the
 RS state (SPEC.md section 8): ``WAIT_BOOTSTRAP`` on an empty database, ``BOOTSTRAPPING``
 while BOOTSTRAP waits for the rs_list servers, ``IN_SERVICE`` while taking office and
 ``FULL_SERVICE`` once the timers run; ``NOT_MASTER`` for a standby and after stepping
@@ -38,10 +38,21 @@ from rootservice.ha.election import Election, merge_rs_list
 from rootservice.ha.store import MetaStore
 from rootservice.ha.term import RsState, Term, lease_timings
 from rootservice.metrics import Metrics, track_gc_pauses
+from rootservice.servers.admin import ServerAdmin
 from rootservice.servers.agent_client import AgentClient
+from rootservice.servers.check_all_server import CheckAllServerTask
 from rootservice.servers.empty_server_checker import EmptyServerChecker
+from rootservice.servers.heartbeat import HeartbeatIntake
+from rootservice.servers.heartbeat_requester import HeartbeatRequester
+from rootservice.servers.identity import ClusterIdentity
+from rootservice.servers.lease_checker import LeaseChecker
+from rootservice.servers.loader import ServerLoader, TakeOfficeGrace
 from rootservice.servers.manager import ServerManager
+from rootservice.servers.persist_queue import PersistQueue
+from rootservice.servers.ports import Background
 from rootservice.servers.status import ServerStatus, check_zone_name
+from rootservice.servers.whitelist import Whitelist
+from rootservice.servers.zones import ZoneManager
 from rootservice.tasks import FnTask, make_scheduler, register_tasks, reschedule, wake
 from rootservice.tenants.ddl import TenantManager
 from rootservice.tenants.log_streams import LsManager
@@ -59,7 +70,7 @@ class StartupError(Exception):
 class RootService:
     """One RS process.
 
-    ``settings`` are mutated in place by ALTER SYSTEM SET (the manager reads them on every
+    ``settings`` are mutated in place by ALTER SYSTEM SET (the components read them on every
     use). ``flags_set`` names the settings given on the command line or in the environment:
     they win over ``__all_sys_parameter`` at start. ``sleep`` is used by bootstrap's waits
     (seconds); tests pass one that advances a FakeClock. ``background`` runs work off the
@@ -121,40 +132,116 @@ class RootService:
         self.agents = AgentClient(settings.rpc_timeout)
         self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rs-bg")
         self.scheduler = make_scheduler()
-        self.manager = ServerManager(
+        self.background: Background = background or self._background
+        # The server layer (SPEC.md sections 2-9), built in dependency order: the whitelist
+        # and what only needs it, then the tenant layer (which reads the whitelist), then the
+        # admin operations (which run the tenant layer's checks), then the heartbeat intake
+        # (which reports replicas to the tenant layer and runs the data-disk STOP / START
+        # through the admin operations).
+        self.whitelist = Whitelist()
+        self.zones = ZoneManager(self.clock, self.store, self.whitelist)
+        self.persist = PersistQueue(self.store, self.clock, self.whitelist, self.metrics)
+        self.take_office_grace = TakeOfficeGrace()
+        self.identity = ClusterIdentity()
+        self.heartbeat_requester = HeartbeatRequester(
+            self.agents, self.store, lambda: self.heartbeats
+        )
+        self.server_loader = ServerLoader(
+            self.whitelist,
+            self.zones,
+            self.persist,
+            self.take_office_grace,
+            self.identity,
+            self.store,
             self.clock,
             settings,
+        )
+        # What the tenant and balancer layers still take as one object (see
+        # rootservice.servers.manager).
+        servers = ServerManager(
+            self.whitelist,
+            self.zones,
+            self.persist,
+            self.heartbeat_requester,
+            self.term,
             self.store,
+            self.clock,
+            settings,
             self.agents,
             self.metrics,
-            background=background or self._background,
-            wake=self.wake,
-            sleep=sleep,
+            self.wake,
+            sleep,
         )
         # The tenant layer: log streams / replicas and unit configs / pools / tenants.
-        self.ls = LsManager(self.manager)
-        self.tenants = TenantManager(self.manager, self.ls)
+        self.ls = LsManager(servers)
+        self.tenants = TenantManager(servers, self.ls)
         self.ls.tenants = self.tenants
-        self.manager.on_replicas = self.ls.report
-        self.manager.delete_pre_check = self.ls.check_delete
-        self.manager.stop_pre_check = self.ls.check_stop
-        self.manager.after_stop = self.ls.move_leaders_off
         # Emptying servers (SPEC.md section 9): plans by Spark unless a planner is given
         # (the fake-clock tests pass the pandas one); the SparkSession starts on first use.
         self.planner: Planner = planner or _LazySparkPlanner(settings)
-        self.migration = MigrationManager(self.manager, self.ls, self.planner)
+        self.migration = MigrationManager(servers, self.ls, self.planner)
         self.lost_replica_checker = LostReplicaChecker(self.migration)
-        self.manager.on_cancel_delete = self.migration.cancel_server
         # A deposed RS forgets replica reports, the cached layout and migration tasks; the
         # next term rebuilds them from the tables and fresh heartbeats.
         self.on_step_down.append(self.ls.clear)
         self.on_step_down.append(self.migration.clear)
+        self.server_admin = ServerAdmin(
+            self.whitelist,
+            self.zones,
+            self.term,
+            self.store,
+            self.clock,
+            settings,
+            self.agents,
+            checks=self.ls,
+            cancel_listener=self.migration,
+            heartbeats=self.heartbeat_requester,
+            wake=self.wake,
+            background=self.background,
+        )
+        self.heartbeats = HeartbeatIntake(
+            self.whitelist,
+            self.zones,
+            self.persist,
+            self.take_office_grace,
+            self.identity,
+            self.term,
+            self.store,
+            self.clock,
+            settings,
+            replicas=self.ls,
+            server_ops=self.server_admin,
+            wake=self.wake,
+            background=self.background,
+        )
+        self.lease_checker = LeaseChecker(
+            self.whitelist,
+            self.persist,
+            self.take_office_grace,
+            self.term,
+            self.clock,
+            settings,
+            self.metrics,
+            self.wake,
+        )
+        self.check_all_server = CheckAllServerTask(
+            self.whitelist,
+            self.persist,
+            self.take_office_grace,
+            self.term,
+            self.store,
+            self.metrics,
+            sleep,
+        )
         self.empty_server_checker = EmptyServerChecker(
-            self.manager,
-            has_units=self.ls.has_units,
-            has_replicas=self.ls.has_replicas,
-            all_ls_have_leader=self.ls.all_ls_have_leader,
-            extra_deletes=self._removal_rows,
+            self.whitelist,
+            self.term,
+            self.store,
+            self.clock,
+            self.agents,
+            contents=self.ls,
+            removal=self.ls,
+            jobs=self.migration,
         )
         self._bootstrap_lock = threading.Lock()
         # Table and column names for SELECT, read from the database on first use.
@@ -193,8 +280,8 @@ class RootService:
             ) from e
         self._apply_table_params(params)
         self.bootstrapped = PARAM_BOOTSTRAP_TIME in params
-        self.manager.cluster_id = params.get(param_repo.PARAM_CLUSTER_ID, "")
-        self.manager.self_server = self.settings.self_server
+        self.identity.cluster_id = params.get(param_repo.PARAM_CLUSTER_ID, "")
+        self.identity.self_server = self.settings.self_server
 
     def _apply_table_params(self, params: dict[str, str]) -> None:
         trial = self.settings.model_dump()
@@ -277,18 +364,18 @@ class RootService:
         self.term.state = RsState.IN_SERVICE
         with self.store.read() as conn:
             params = param_repo.load_params(conn)
-        self.manager.cluster_id = params.get(param_repo.PARAM_CLUSTER_ID, "")
+        self.identity.cluster_id = params.get(param_repo.PARAM_CLUSTER_ID, "")
         stored_rs_list = params.get(param_repo.PARAM_RS_LIST, "")
-        self.manager.rs_list = merge_rs_list(stored_rs_list, self.rpc_addr)
-        self.manager.load(take_office=True)
+        self.identity.rs_list = merge_rs_list(stored_rs_list, self.rpc_addr)
+        self.server_loader.load(take_office=True)
         self.term.open_service()
         now = self.clock.now_us()
         with self.store.txn() as conn:
-            if ";".join(self.manager.rs_list) != stored_rs_list:
+            if ";".join(self.identity.rs_list) != stored_rs_list:
                 param_repo.set_param(
                     conn,
                     param_repo.PARAM_RS_LIST,
-                    ";".join(self.manager.rs_list),
+                    ";".join(self.identity.rs_list),
                     now,
                     "root service list",
                 )
@@ -305,28 +392,19 @@ class RootService:
                 self.store.rs_addr,
             )
         self._start_timers()
-        not_alive = self.manager.not_alive_servers()
-        self.manager.background(lambda: self.manager.request_heartbeats(not_alive))
+        not_alive = self.whitelist.not_alive_servers()
+        self.background(lambda: self.heartbeat_requester.request_heartbeats(not_alive))
         self.term.state = RsState.FULL_SERVICE
         log.info(
-            "root service is in FULL_SERVICE with %d servers", self.manager.counts()["servers"]
+            "root service is in FULL_SERVICE with %d servers", self.whitelist.counts()["servers"]
         )
-
-    def _removal_rows(self, conn: Any, ip: str, port: int) -> None:
-        """What goes with an emptied server in its removal transaction: its
-        ``__all_space_usage`` rows and the final progress of its DELETE_SERVER job."""
-        self.ls.extra_deletes(conn, ip, port)
-        self.migration.finalize_job(conn, ip, port)
 
     def _tasks(self) -> list[tuple[Any, int]]:
         s = self.settings
         return [
-            (
-                FnTask("heartbeat_checker", self.manager.check_heartbeats),
-                s.heartbeat_check_interval,
-            ),
-            (FnTask("persist_queue", self.manager.persist.run_once), s.persist_interval),
-            (FnTask("check_all_server", self.manager.check_all_server), s.server_check_interval),
+            (self.lease_checker, s.heartbeat_check_interval),
+            (self.persist, s.persist_interval),
+            (self.check_all_server, s.server_check_interval),
             (self.empty_server_checker, s.empty_server_check_interval),
             (self.ls, s.ls_check_interval),
             (FnTask("ls_meta_sync", self.ls.sync_meta), s.ls_check_interval),
@@ -371,11 +449,12 @@ class RootService:
 
     def _drop_server_state(self) -> None:
         self.term.close_service()
-        dropped = self.manager.persist.clear()
+        dropped = self.persist.clear()
         if dropped:
             log.warning("dropped %d queued table changes of the finished term", dropped)
-        self.manager.clear()
-        self.manager.zones.replace_all({})
+        self.take_office_grace.clear()
+        self.whitelist.clear()
+        self.zones.replace_all({})
 
     def _stop_timers(self) -> None:
         names, self._registered = self._registered, set()
@@ -423,7 +502,7 @@ class RootService:
         if self.scheduler.running:
             self.scheduler.shutdown(wait=True)
         if self.term.in_service:
-            self.manager.persist.run_once()
+            self.persist.run_once()
         self.election.release()
         self.term.close_service()
         self.term.state = RsState.STOPPED
@@ -506,13 +585,13 @@ class RootService:
                 ServerStatus(id=i, zone=zone.zone, ip=ip, port=port, sql_port=0, last_hb_time=now)
             )
         self.term.state = RsState.BOOTSTRAPPING
-        self.manager.zones.replace_all({z.zone: z for z in zones})
-        self.manager.cluster_id = cluster_id
-        self.manager.rs_list = [self.rpc_addr]
-        self.manager.install_bootstrap_servers(statuses)
+        self.zones.replace_all({z.zone: z for z in zones})
+        self.identity.cluster_id = cluster_id
+        self.identity.rs_list = [self.rpc_addr]
+        self.whitelist.install(statuses)
         self.term.open_service()
         try:
-            self.manager.request_heartbeats(keys)
+            self.heartbeat_requester.request_heartbeats(keys)
             self._wait_for(keys, lambda s: s.is_alive(), self.settings.bootstrap_timeout, "alive")
             self._wait_for(
                 keys,
@@ -521,7 +600,7 @@ class RootService:
                 "in service",
             )
             now = self.clock.now_us()
-            rows = [s.to_row() for s in self.manager.snapshot()]
+            rows = [s.to_row() for s in self.whitelist.snapshot()]
             with self.store.txn() as conn:
                 for z in zones:
                     zone_repo.upsert_zone(conn, z, now)
@@ -564,8 +643,9 @@ class RootService:
                 event_repo.insert_events(conn, events, self.store.rs_addr)
         except BaseException:
             self.term.close_service()
-            self.manager.clear()
-            self.manager.zones.replace_all({})
+            self.take_office_grace.clear()
+            self.whitelist.clear()
+            self.zones.replace_all({})
             self.term.state = RsState.WAIT_BOOTSTRAP
             raise
         self.bootstrapped = True
@@ -578,7 +658,7 @@ class RootService:
         deadline = self.clock.monotonic_us() + timeout_us
         # Bounded in count as well as time, in case a test clock never advances.
         for _ in range(1 + timeout_us // 200_000 + 10):
-            missing = [k for k in keys if not ((s := self.manager.get(k)) is not None and ok(s))]
+            missing = [k for k in keys if not ((s := self.whitelist.get(k)) is not None and ok(s))]
             if not missing:
                 return
             if self.clock.monotonic_us() >= deadline:
@@ -592,7 +672,7 @@ class RootService:
     def reload_server(self) -> None:
         """ALTER SYSTEM RELOAD SERVER: load_server_manager without a take-office grace."""
         self.term.check()
-        self.manager.load(take_office=False)
+        self.server_loader.load(take_office=False)
 
     def set_parameters(self, items: tuple[tuple[str, str | int | float], ...]) -> None:
         """ALTER SYSTEM SET: validate every item (ranges, invariants, together), write them in
@@ -627,7 +707,7 @@ class RootService:
         for name in values:
             self.param_sources[name] = "__all_sys_parameter"
         if "server_permanent_offline_time" in values:
-            self.manager.resort_offline_deadlines()
+            self.lease_checker.resort_offline_deadlines()
         if self.scheduler.running:
             for task, interval in self._tasks():
                 reschedule(self.scheduler, task.name, interval)
@@ -641,12 +721,12 @@ class RootService:
         out = self.metrics.snapshot()
         out["heartbeats_total"] = self.heartbeats_total
         out["heartbeats_refused_total"] = self.heartbeats_refused_total
-        out.update(self.manager.counts())
-        out["persist_queue_depth"] = self.manager.persist.depth()
+        out.update(self.whitelist.counts())
+        out["persist_queue_depth"] = self.persist.depth()
         out["state"] = self.term.state.value
         out["epoch"] = self.store.epoch
         out["leader"] = self.term.leader
-        out["take_office_grace_until_us"] = self.manager.no_expire_until
+        out["take_office_grace_until_us"] = self.take_office_grace.no_expire_until
         out["writes_rejected_total"] = self.store.rejected_writes
         out["lease_time_us"] = self.settings.lease_time
         return out

@@ -47,7 +47,7 @@ def _bootstrap(rs: RootService, st: ast.Bootstrap) -> Result:
 
 def _server_op(rs: RootService, st: ast.ServerOp) -> Result:
     rs.require_master()
-    m = rs.manager
+    m = rs.server_admin
     servers = list(st.servers)
     if st.op == "ADD":
         ids = m.add_servers(servers, st.zone)
@@ -79,7 +79,7 @@ def _reload(rs: RootService, st: ast.ReloadServer) -> Result:
 
 def _zone_op(rs: RootService, st: ast.ZoneOp) -> Result:
     rs.term.check()
-    zones = rs.manager.zones
+    zones = rs.zones
     if st.op != "ADD" and (st.idc is not None or st.region is not None):
         raise ObError(
             "OB_INVALID_ARGUMENT", "IDC / REGION", detail="they are only accepted by ADD ZONE"

@@ -36,7 +36,7 @@ NOT_MASTER_NAMES = frozenset({"OB_RS_NOT_MASTER", "OB_NOT_MASTER"})
 
 
 class RootServiceServicer(obrpc_pb2_grpc.RootServiceServicer):
-    """Lease renewal (SPEC.md section 5) -> ``ServerManager.receive_hb``."""
+    """Lease renewal (SPEC.md section 5) -> ``HeartbeatIntake.receive_hb``."""
 
     def __init__(self, rs: RootService) -> None:
         """Serve leases for ``rs``; handling times go to its ``hb_handle_us`` latency window."""
@@ -51,7 +51,7 @@ class RootServiceServicer(obrpc_pb2_grpc.RootServiceServicer):
                 # A leader past its safety margin must not grant leases, even before the
                 # watchdog has stepped it down.
                 raise ObError("OB_RS_NOT_MASTER", detail=why)
-            resp = self.rs.manager.receive_hb(req)
+            resp = self.rs.heartbeats.receive_hb(req)
             # Plain attributes, not Metrics.inc: only the event-loop thread counts these, so
             # the heartbeat path takes no lock for them.
             self.rs.heartbeats_total += 1
@@ -69,7 +69,7 @@ class RootServiceServicer(obrpc_pb2_grpc.RootServiceServicer):
     ) -> obrpc_pb2.LeaseResponse:  # type: ignore[override]  # noqa: N802
         """``RootService.RenewLease`` of obrpc.proto: one lease request, one lease response.
 
-        Runs ``ServerManager.receive_hb`` (SPEC.md section 5). A refusal (``ObError``) aborts
+        Runs ``HeartbeatIntake.receive_hb`` (SPEC.md section 5). A refusal (``ObError``) aborts
         the call with the error's gRPC status, message ``"<OB name>: <message>"`` and trailing
         metadata ``ob-code`` / ``ob-name``.
         """
@@ -95,7 +95,7 @@ class RootServiceServicer(obrpc_pb2_grpc.RootServiceServicer):
     ) -> AsyncIterator[obrpc_pb2.LeaseResponse]:
         """``RootService.LeaseStream`` of obrpc.proto: one lease response per request on the stream.
 
-        Each request goes through ``ServerManager.receive_hb`` (SPEC.md section 5); a refusal
+        Each request goes through ``HeartbeatIntake.receive_hb`` (SPEC.md section 5); a refusal
         is carried in-band in the response's ``error`` (with this RS's epoch), so the stream
         stays open.
         """

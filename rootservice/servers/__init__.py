@@ -1,3 +1,5 @@
-"""The server whitelist (SPEC.md sections 2-9): the status record, heartbeat intake, the lease
-checker, persistence to ``__all_server``, CheckAllServerTask, the admin operations on servers
-and zones, the empty-server checker and the RS -> agent client."""
+"""The server layer (SPEC.md sections 2-9): the whitelist and its status records, heartbeat
+intake and requests, the lease checker, the persistence queue, load_server_manager,
+CheckAllServerTask, the admin operations on servers and zones, the empty-server checker and the
+RS -> agent client. One concept per module; collaborators from the layers above are typed
+protocols defined next to their consumer."""

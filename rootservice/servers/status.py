@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from obcommon.addresses import format_server
 from obcommon.errors import ObError
 
 DATA_DISK_ERROR_BIT = 0x1
 MAX_ZONE_LENGTH = 128
+
+StopMode = Literal["STOP", "FORCE_STOP", "ISOLATE"]
+"""The statement that stops a server (SPEC.md section 7): STOP / FORCE STOP / ISOLATE SERVER."""
 
 
 class AdminStatus(StrEnum):

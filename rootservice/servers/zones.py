@@ -7,7 +7,7 @@ it in the RS's zone manager; ADD ZONE creates a zone INACTIVE, START ZONE makes 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from typing import Protocol
 
 from obcommon.clock import Clock
 from obcommon.errors import ObError
@@ -18,17 +18,23 @@ from rootservice.ha.store import MetaStore
 from rootservice.servers.status import check_zone_name
 
 
-class ZoneManager:
-    """Owns the zone cache. ``server_zones`` returns the zone of every whitelisted server,
-    so DELETE ZONE can refuse a zone that still has servers."""
+class ServerZones(Protocol):
+    """Where the servers are (the :class:`rootservice.servers.whitelist.Whitelist`)."""
 
-    def __init__(
-        self, clock: Clock, store: MetaStore, server_zones: Callable[[], list[str]]
-    ) -> None:
+    def server_zones(self) -> list[str]:
+        """The zone of every whitelisted server."""
+        ...
+
+
+class ZoneManager:
+    """Owns the zone cache. ``servers`` gives the zone of every whitelisted server, so DELETE
+    ZONE can refuse a zone that still has servers."""
+
+    def __init__(self, clock: Clock, store: MetaStore, servers: ServerZones) -> None:
         """Start with an empty cache, filled by :meth:`replace_all` on load or bootstrap."""
         self.clock = clock
         self.store = store
-        self._server_zones = server_zones
+        self._servers = servers
         self._zones: dict[str, ZoneInfo] = {}
         self._lock = threading.Lock()
 
@@ -118,7 +124,7 @@ class ZoneManager:
         with self.store.write_lock:
             if z not in self._zones:
                 raise ObError("OB_ZONE_INFO_NOT_EXIST", z)
-            n = sum(1 for s in self._server_zones() if s == z)
+            n = sum(1 for s in self._servers.server_zones() if s == z)
             if n:
                 raise ObError("OB_OP_NOT_ALLOW", f"delete zone '{z}' with {n} server(s) in it")
             now = self.clock.now_us()

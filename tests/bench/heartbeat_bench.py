@@ -399,7 +399,7 @@ def wait_take_office_requests(rs: Child, n: int) -> dict[str, Any]:
             offset += cut
             for line in chunk[:cut].decode(errors="replace").splitlines():
                 if "request heartbeat failed for" in line:
-                    summary = line.split("rootservice.servers.manager: ", 1)[-1][:120]
+                    summary = line.split("rootservice.servers.heartbeat_requester: ", 1)[-1][:120]
                 elif "request heartbeat from" in line:
                     per_server += 1
                     last_line = time.monotonic()

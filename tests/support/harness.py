@@ -102,7 +102,7 @@ def hb(server: str, zone: str, **fields: Any) -> obrpc_pb2.LeaseRequest:
 
 def heartbeat_all(rs: RootService, servers: list[tuple[str, str]] = SEEDED) -> None:
     for server, zone in servers:
-        rs.manager.receive_hb(hb(server, zone))
+        rs.heartbeats.receive_hb(hb(server, zone))
 
 
 def error_name(fn: Any, *args: Any, **kwargs: Any) -> str:
@@ -149,5 +149,5 @@ def jobs(rs: RootService) -> list[dict[str, Any]]:
 
 
 def flush(rs: RootService) -> None:
-    rs.manager.persist.run_once()
-    assert rs.manager.persist.depth() == 0
+    rs.persist.run_once()
+    assert rs.persist.depth() == 0

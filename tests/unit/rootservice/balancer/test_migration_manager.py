@@ -45,7 +45,7 @@ def rs(db_url: str, tmp_path: Path) -> Any:
     )
     r.migration.planner = PandasPlanner(db_url)
     for s in (A, B, C, D):
-        r.manager.receive_hb(lease(s))
+        r.heartbeats.receive_hb(lease(s))
     yield r
     r.shutdown()
 
@@ -64,7 +64,7 @@ def test_delete_moves_the_unit_reports_progress_and_a_stall(rs: RootService) -> 
     rs.ls.sync_meta()
     gone = z1_member(rs, tid)
     other = D if gone == A else A
-    rs.manager.delete_servers([gone], None)
+    rs.server_admin.delete_servers([gone], None)
     moved = rs.migration.apply_unit_plan(
         rs.migration.planner.unit_plan(rs.migration.servers_input())
     )
@@ -86,12 +86,12 @@ def test_delete_moves_the_unit_reports_progress_and_a_stall(rs: RootService) -> 
     # nothing moves for migration_stall_time: the job says so, once, with a reason
     rs.clock.advance(30 * S)
     for s in (A, B, C, D):
-        rs.manager.receive_hb(lease(s, list(rs.ls.reports().get(s, {}).values())))
+        rs.heartbeats.receive_hb(lease(s, list(rs.ls.reports().get(s, {}).values())))
     rs.migration.update_jobs()
     info = json.loads(job_row(rs)["extra_info"])
     assert info["stalled"], info
     rs.migration.update_jobs()
-    rs.manager.persist.run_once()
+    rs.persist.run_once()
     assert len(events(rs, "migration_stalled")) == 1
 
 
@@ -101,14 +101,14 @@ def test_no_room_is_the_stall_reason(rs: RootService) -> None:
     gone = z1_member(rs, tid)
     other = D if gone == A else A
     # DELETE passes its pre-check, then the other z1 server shrinks below the unit's memory
-    rs.manager.delete_servers([gone], None)
-    rs.manager.receive_hb(lease(other, mem=1 << 30))
+    rs.server_admin.delete_servers([gone], None)
+    rs.heartbeats.receive_hb(lease(other, mem=1 << 30))
     plan = rs.migration.planner.unit_plan(rs.migration.servers_input())
     assert len(plan) == 1 and plan[0]["to_svr_ip"] is None and "memory" in plan[0]["reason"]
     assert rs.migration.apply_unit_plan(plan) == 0
     rs.migration.update_jobs()
     rs.clock.advance(31 * S)
-    rs.manager.receive_hb(lease(other, mem=1 << 30))
+    rs.heartbeats.receive_hb(lease(other, mem=1 << 30))
     rs.migration.update_jobs()
     assert "no room" in json.loads(job_row(rs)["extra_info"])["stalled"]
 
@@ -117,13 +117,13 @@ def test_cancel_delete_moves_the_unit_back(rs: RootService) -> None:
     tid = make_tenant(rs, ls_count=1)
     report_all(rs, tid)
     gone = z1_member(rs, tid)
-    rs.manager.delete_servers([gone], None)
+    rs.server_admin.delete_servers([gone], None)
     rs.migration.apply_unit_plan(rs.migration.planner.unit_plan(rs.migration.servers_input()))
-    rs.manager.cancel_delete_servers([gone], None)
+    rs.server_admin.cancel_delete_servers([gone], None)
     unit = rows(rs, "SELECT * FROM __all_unit WHERE zone = 'z1'")[0]
     assert f"{unit['svr_ip']}:{unit['svr_port']}" == gone and unit["migrate_from_svr_ip"] == ""
     assert job_row(rs)["job_status"] == "CANCELED"
-    rs.manager.persist.run_once()
+    rs.persist.run_once()
     assert len(events(rs, "cancel_migrate_unit")) == 1
 
 
@@ -132,22 +132,22 @@ def test_a_unit_finishes_once_no_replica_is_left_on_its_source(rs: RootService) 
     report_all(rs, tid)
     gone = z1_member(rs, tid)
     other = D if gone == A else A
-    rs.manager.delete_servers([gone], None)
+    rs.server_admin.delete_servers([gone], None)
     rs.migration.apply_unit_plan(rs.migration.planner.unit_plan(rs.migration.servers_input()))
     rs.ls.sync_meta()
     assert rs.migration.finish_units() == 0  # the source still reports its replica
     # the replica moved: the new member list excludes the source, which dropped it
     members = sorted([other, B, C])
     for s in members:
-        rs.manager.receive_hb(lease(s, [replica((tid, 1001), other, members, me=s)]))
-    rs.manager.receive_hb(lease(gone, []))
+        rs.heartbeats.receive_hb(lease(s, [replica((tid, 1001), other, members, me=s)]))
+    rs.heartbeats.receive_hb(lease(gone, []))
     rs.ls.sync_meta()
     assert rs.migration.finish_units() == 1
     unit = rows(rs, "SELECT * FROM __all_unit WHERE zone = 'z1'")[0]
     assert unit["migrate_from_svr_ip"] == ""
     # nothing left on the source: the empty-server checker removes it, job SUCCESS 100
     assert rs.empty_server_checker.run_once() == 1
-    assert rs.manager.get(gone) is None
+    assert rs.whitelist.get(gone) is None
     assert (job_row(rs)["job_status"], job_row(rs)["progress"]) == ("SUCCESS", 100)
 
 
@@ -158,15 +158,17 @@ def test_lost_replicas_on_a_permanently_offline_server_are_deleted(rs: RootServi
     # C reports its replica out of service, then falls silent for good
     members = members_of(rs, tid, 1001)
     leader = z1_member(rs, tid)
-    rs.manager.receive_hb(lease(C, [replica((tid, 1001), leader, members, me=C, in_service=False)]))
+    rs.heartbeats.receive_hb(
+        lease(C, [replica((tid, 1001), leader, members, me=C, in_service=False)])
+    )
     rs.ls.sync_meta()
     assert rs.migration.clean_lost_replicas() == 0  # C is alive: nothing is lost
     for _ in range(7):
         rs.clock.advance(10 * S)
         for s in (A, B, D):
-            rs.manager.receive_hb(lease(s, list(rs.ls.reports().get(s, {}).values())))
-        rs.manager.check_heartbeats()
-    assert rs.manager.get(C).hb_status.value == "permanent_offline"
+            rs.heartbeats.receive_hb(lease(s, list(rs.ls.reports().get(s, {}).values())))
+        rs.lease_checker.run_once()
+    assert rs.whitelist.get(C).hb_status.value == "permanent_offline"
     assert rs.migration.clean_lost_replicas() == 1
     left = rows(rs, "SELECT svr_port FROM __all_ls_meta_table")
     assert 3003 not in {r["svr_port"] for r in left}

@@ -435,17 +435,15 @@ def test_step_down_drops_state_stops_timers_and_a_new_term_loads_afresh(
         assert {"heartbeat_checker", "persist_queue", "check_all_server"} <= term_jobs
         heartbeat_all(rs)
         flush(rs)
-        rs.manager.persist.add_event(
-            event_repo.Event(rs.clock.now_us(), "test", "queued_by_term_1")
-        )
+        rs.persist.add_event(event_repo.Event(rs.clock.now_us(), "test", "queued_by_term_1"))
         dropped: list[str] = []
         rs.on_step_down.append(lambda: dropped.append("component"))
 
         assert rs.term.request_step_down("test")
         # At once: a follower that writes nothing.
         assert rs.term.state is RsState.NOT_MASTER and rs.store.epoch == 0
-        assert error_name(rs.manager.receive_hb, hb(*SEEDED[0])) == "OB_RS_NOT_MASTER"
-        assert error_name(rs.manager.start_servers, [SEEDED[0][0]], None) == "OB_RS_NOT_MASTER"
+        assert error_name(rs.heartbeats.receive_hb, hb(*SEEDED[0])) == "OB_RS_NOT_MASTER"
+        assert error_name(rs.server_admin.start_servers, [SEEDED[0][0]], None) == "OB_RS_NOT_MASTER"
         assert error_name(rs.require_master) == "OB_RS_NOT_MASTER"
         assert dropped == []
 
@@ -454,7 +452,7 @@ def test_step_down_drops_state_stops_timers_and_a_new_term_loads_afresh(
         assert rs.election.run_once()
         assert dropped == ["component"]
         assert rs.store.epoch == 2 and rs.term.state is RsState.FULL_SERVICE
-        counts = rs.manager.counts()
+        counts = rs.whitelist.counts()
         assert counts["servers"] == len(SEEDED) and counts["alive"] == 0
         assert {j.id for j in rs.scheduler.get_jobs()} == term_jobs
         flush(rs)
@@ -473,23 +471,23 @@ def test_a_new_term_never_writes_a_live_server_inactive_during_the_grace(
         flush(rs)
         assert {server_row(rs, s)["status"] for s, _ in SEEDED} == {"ACTIVE"}
         rs.term.request_step_down("test")
-        assert rs.election.run_once() and rs.manager.counts()["alive"] == 0
+        assert rs.election.run_once() and rs.whitelist.counts()["alive"] == 0
         flush(rs)
         # Not proven alive yet, but the table keeps showing them ACTIVE during the grace,
         # and CheckAllServerTask does not "repair" that.
-        rs.manager.check_all_server()
+        rs.check_all_server.run_once()
         flush(rs)
         assert {server_row(rs, s)["status"] for s, _ in SEEDED} == {"ACTIVE"}
         (first, zone), *rest = SEEDED
-        rs.manager.receive_hb(hb(first, zone))
+        rs.heartbeats.receive_hb(hb(first, zone))
         rs.clock.advance(HB_LEASE - 1)
-        assert rs.manager.check_heartbeats() == 0
+        assert rs.lease_checker.run_once() == 0
         flush(rs)
         assert {server_row(rs, s)["status"] for s, _ in SEEDED} == {"ACTIVE"}
         # The grace is over: those that never heartbeated become INACTIVE, with an event.
         rs.clock.advance(1)
-        rs.manager.receive_hb(hb(first, zone))
-        assert rs.manager.check_heartbeats() == len(rest)
+        rs.heartbeats.receive_hb(hb(first, zone))
+        assert rs.lease_checker.run_once() == len(rest)
         flush(rs)
         assert server_row(rs, first)["status"] == "ACTIVE"
         assert {server_row(rs, s)["status"] for s, _ in rest} == {"INACTIVE"}

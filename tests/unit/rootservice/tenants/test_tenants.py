@@ -98,7 +98,7 @@ def rs(db_url: str, tmp_path: Path) -> Any:
         leader_switch_timeout="1s",
     )
     for s in (A, B, C, D):
-        r.manager.receive_hb(lease(s))
+        r.heartbeats.receive_hb(lease(s))
     yield r
     r.shutdown()
 
@@ -145,7 +145,7 @@ def report_all(
             )
     for server in (A, B, C, D):
         if server not in skip:
-            rs.manager.receive_hb(lease(server, per_server.get(server, [])))
+            rs.heartbeats.receive_hb(lease(server, per_server.get(server, [])))
 
 
 # --- statements ------------------------------------------------------------------------------
@@ -280,8 +280,8 @@ def test_reports_fill_ls_meta_table_leader_cnt_and_space_usage(rs: RootService) 
     views = rs.ls.views()
     leader = next(m for m in members_of(rs, tid, 1001) if ZONE[m] == "z1")
     assert views[(tid, 1001)].leader == leader and views[(tid, 1002)].leader == leader
-    assert rs.manager.get(leader).leader_cnt == 2
-    assert rs.manager.get(B).leader_cnt == 0
+    assert rs.whitelist.get(leader).leader_cnt == 2
+    assert rs.whitelist.get(B).leader_cnt == 0
     assert rs.ls.sync_meta() > 0
     assert rs.ls.sync_meta() == 0  # nothing changed: nothing written
     locs = rows(rs, "SELECT * FROM dba_ob_ls_locations ORDER BY ls_id, svr_port")
@@ -292,7 +292,7 @@ def test_reports_fill_ls_meta_table_leader_cnt_and_space_usage(rs: RootService) 
     usage = rows(rs, "SELECT * FROM __all_space_usage")
     assert len(usage) == 3 and all(u["data_size"] == 2 << 20 for u in usage)
     # A replica dropped by its server disappears from the table at the next sync.
-    rs.manager.receive_hb(lease(B, []))
+    rs.heartbeats.receive_hb(lease(B, []))
     rs.ls.sync_meta()
     assert not [r for r in rows(rs, "SELECT * FROM __all_ls_meta_table") if r["svr_port"] == 3002]
 
@@ -316,14 +316,14 @@ def test_stop_refused_when_a_majority_would_be_lost(rs: RootService) -> None:
     report_all(rs, tid, skip=(C,))
     rs.clock.advance(5 * S)
     report_all(rs, tid, skip=(C,))
-    rs.manager.check_heartbeats()
-    assert not rs.manager.get(C).is_alive()
-    e = _err(rs.manager.stop_servers, [B], None, "STOP")
+    rs.lease_checker.run_once()
+    assert not rs.whitelist.get(C).is_alive()
+    e = _err(rs.server_admin.stop_servers, [B], None, "STOP")
     assert e.name == "OB_OP_NOT_ALLOW"
     assert f"log stream 1001 of tenant {tid} would keep 1 of 3 members" in str(e)
-    assert rs.manager.get(B).stop_time == 0  # nothing changed
+    assert rs.whitelist.get(B).stop_time == 0  # nothing changed
     # FORCE STOP skips only the log-sync check: the majority rule still refuses.
-    assert error_name(rs.manager.stop_servers, [B], None, "FORCE_STOP") == "OB_OP_NOT_ALLOW"
+    assert error_name(rs.server_admin.stop_servers, [B], None, "FORCE_STOP") == "OB_OP_NOT_ALLOW"
 
 
 def test_stop_checks_log_sync_at_the_threshold_boundary(rs: RootService) -> None:
@@ -343,11 +343,11 @@ def test_stop_retries_then_names_the_lagging_ls(rs: RootService) -> None:
     tid = make_tenant(rs, ls_count=1)
     report_all(rs, tid, lag={B: 10 * S})
     t0 = rs.clock.now_us()
-    e = _err(rs.manager.stop_servers, [C], None, "STOP")
+    e = _err(rs.server_admin.stop_servers, [C], None, "STOP")
     assert e.name == "OB_OP_NOT_ALLOW" and "log in sync" in str(e)
     # it retried for stop_server_check_timeout (1 s here) on the fake clock
     assert rs.clock.now_us() - t0 >= rs.settings.stop_server_check_timeout
-    assert rs.manager.get(C).stop_time == 0
+    assert rs.whitelist.get(C).stop_time == 0
 
 
 def test_isolate_refused_for_the_last_zone_of_the_primary_region(rs: RootService) -> None:
@@ -355,29 +355,29 @@ def test_isolate_refused_for_the_last_zone_of_the_primary_region(rs: RootService
     with rs.store.txn() as conn:
         # z1 and z2 form region r1, z3 is alone in r2
         zone_repo.upsert_zone(conn, ZoneInfo("z3", "ACTIVE", "r2", ""), now)
-        rs.manager.zones.replace_all(zone_repo.load_zones(conn))
+        rs.zones.replace_all(zone_repo.load_zones(conn))
     tid = make_tenant(rs, ls_count=1, primary="z1")
     report_all(rs, tid)
     # With z2 stopped, z1 is the last running zone of r1.
     sql(rs, "ALTER SYSTEM STOP ZONE 'z2'")
-    e = _err(rs.manager.stop_servers, [A, D], None, "ISOLATE")
+    e = _err(rs.server_admin.stop_servers, [A, D], None, "ISOLATE")
     assert e.name == "OB_OP_NOT_ALLOW" and "primary region r1" in str(e)
     sql(rs, "ALTER SYSTEM START ZONE 'z2'")
     # z2 running again: isolating z1's servers is allowed (region r1 keeps z2).
-    rs.ls.check_isolate([rs.manager.get(A), rs.manager.get(D)])
+    rs.ls.check_isolate([rs.whitelist.get(A), rs.whitelist.get(D)])
 
 
 def test_delete_refused_without_room_and_accepted_with_room(rs: RootService) -> None:
     tid = make_tenant(rs, ls_count=1)
     report_all(rs, tid)
     # B is the only server of z2: its unit has nowhere to go.
-    e = _err(rs.manager.delete_servers, [B], None)
+    e = _err(rs.server_admin.delete_servers, [B], None)
     assert e.name == "OB_DELETE_SERVER_NOT_ALLOWED"
     assert "unit" in str(e) and "z2" in str(e)
     # In z1 the unit can move to the other server.
     z1_member = next(m for m in members_of(rs, tid, 1001) if ZONE[m] == "z1")
-    rs.manager.delete_servers([z1_member], None)
-    assert rs.manager.get(z1_member).admin_status.value == "DELETING"
+    rs.server_admin.delete_servers([z1_member], None)
+    assert rs.whitelist.get(z1_member).admin_status.value == "DELETING"
     # the DELETING server still holds its unit: the empty-server checker keeps it
     assert rs.empty_server_checker.run_once() == 0
 
@@ -388,8 +388,8 @@ def test_delete_refused_for_memory_with_the_resource_named(rs: RootService) -> N
     z1_member = next(m for m in members_of(rs, tid, 1001) if ZONE[m] == "z1")
     other = D if z1_member == A else A
     # the other z1 server shrinks to 2G of memory
-    rs.manager.receive_hb(lease(other, mem=2 * GIB))
-    e = _err(rs.manager.delete_servers, [z1_member], None)
+    rs.heartbeats.receive_hb(lease(other, mem=2 * GIB))
+    e = _err(rs.server_admin.delete_servers, [z1_member], None)
     assert e.name == "OB_DELETE_SERVER_NOT_ALLOWED"
     assert "memory: needs 4G, free 2G" in str(e)
 
@@ -399,7 +399,7 @@ def test_delete_refused_while_an_ls_has_no_leader(rs: RootService) -> None:
     report_all(rs, tid, leader={1001: "none"})
     assert rs.ls.views()[(tid, 1001)].leader is None
     z1_member = next(m for m in members_of(rs, tid, 1001) if ZONE[m] == "z1")
-    e = _err(rs.manager.delete_servers, [z1_member], None)
+    e = _err(rs.server_admin.delete_servers, [z1_member], None)
     assert e.name == "OB_OP_NOT_ALLOW" and "no leader" in str(e)
 
 

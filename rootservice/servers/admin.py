@@ -1,0 +1,379 @@
+"""The admin operations on servers (SPEC.md section 7): ADD, DELETE, CANCEL DELETE, STOP,
+FORCE STOP, ISOLATE and START SERVER.
+
+Follows OceanBase's ``ObServerManager`` / ``ObRootService`` server statements, write-through
+(SPEC.md section 6): validate, commit the rows, jobs and events in one fenced transaction, then
+change memory; a refused or failed statement changes nothing. Each statement holds the store's
+write lock across read-memory / write-table / apply-memory, always before the whitelist lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Any, Protocol
+
+import sqlalchemy as sa
+
+from obcommon.addresses import format_server, parse_server
+from obcommon.clock import Clock
+from obcommon.errors import ObError
+from rootservice.config import RsSettings
+from rootservice.db import event_repo, job_repo, param_repo, server_repo
+from rootservice.ha.store import MetaStore
+from rootservice.ha.term import Term
+from rootservice.servers.agent_client import AgentClient
+from rootservice.servers.events import server_event
+from rootservice.servers.ports import Background, Wake
+from rootservice.servers.status import (
+    AdminStatus,
+    ServerStatus,
+    StopMode,
+    check_zone_name,
+)
+from rootservice.servers.whitelist import Whitelist
+from rootservice.servers.zones import ZoneManager
+
+
+class ServerChecks(Protocol):
+    """The tenant layer's part of DELETE and STOP SERVER (``LsManager``)."""
+
+    def check_delete(self, targets: list[ServerStatus], /) -> None:
+        """DELETE SERVER pre-check: raises OB_DELETE_SERVER_NOT_ALLOWED or OB_OP_NOT_ALLOW."""
+        ...
+
+    def check_stop(self, targets: list[ServerStatus], mode: StopMode, /) -> None:
+        """STOP / FORCE STOP / ISOLATE pre-check (may wait up to
+        ``stop_server_check_timeout``); raises ``ObError`` when refused."""
+        ...
+
+    def move_leaders_off(self, servers: Iterable[str], /) -> None:
+        """What STOP does once ``stop_time`` is written: move every leader off ``servers``
+        and wait for ``leader_cnt`` 0."""
+        ...
+
+
+class DeleteCancelListener(Protocol):
+    """Told of each server whose DELETE SERVER was cancelled (the balancer)."""
+
+    def cancel_server(self, server: str, /) -> int:
+        """Stop emptying ``server`` ('ip:port'); returns how many migrations were undone."""
+        ...
+
+
+class HeartbeatRequests(Protocol):
+    """RS -> agent heartbeat requests (:class:`rootservice.servers.heartbeat_requester.
+    HeartbeatRequester`)."""
+
+    def request_heartbeats(self, servers: Iterable[str], /) -> int:
+        """Ask ``servers`` for a heartbeat now; returns how many answered."""
+        ...
+
+
+class ServerAdmin:
+    """The server statements. ``wake`` is called with ``"balancer"``,
+    ``"empty_server_checker"`` and ``"lost_replica_checker"`` after DELETE SERVER and with
+    ``"balancer"`` after CANCEL DELETE; ``background`` runs the heartbeat requests that follow
+    ADD and CANCEL DELETE SERVER. Every statement passes ``term.check()`` first
+    (OB_RS_NOT_MASTER)."""
+
+    def __init__(
+        self,
+        whitelist: Whitelist,
+        zones: ZoneManager,
+        term: Term,
+        store: MetaStore,
+        clock: Clock,
+        settings: RsSettings,
+        agents: AgentClient,
+        checks: ServerChecks,
+        cancel_listener: DeleteCancelListener,
+        heartbeats: HeartbeatRequests,
+        wake: Wake,
+        background: Background,
+    ) -> None:
+        """Operate on ``whitelist`` / ``zones`` and the tables of ``store``."""
+        self.whitelist = whitelist
+        self.zones = zones
+        self.term = term
+        self.store = store
+        self.clock = clock
+        self.settings = settings
+        self.agents = agents
+        self.checks = checks
+        self.cancel_listener = cancel_listener
+        self.heartbeats = heartbeats
+        self.wake = wake
+        self.background = background
+
+    @staticmethod
+    def _unique_keys(servers: Iterable[str]) -> list[str]:
+        """The canonical keys of a statement's servers. Raises OB_INVALID_ARGUMENT for a
+        malformed, repeated or empty list."""
+        keys: list[str] = []
+        for text in servers:
+            ip, port = parse_server(text)
+            key = format_server(ip, port)
+            if key in keys:
+                raise ObError("OB_INVALID_ARGUMENT", f"server '{key}' listed twice")
+            keys.append(key)
+        if not keys:
+            raise ObError("OB_INVALID_ARGUMENT", "empty server list")
+        return keys
+
+    def _existing(self, servers: Iterable[str], zone: str | None) -> list[ServerStatus]:
+        """Resolve the statement's servers; all must be whitelisted and in ``zone`` if given."""
+        keys = self._unique_keys(servers)
+        out = []
+        with self.whitelist.lock:
+            for key in keys:
+                s = self.whitelist.records.get(key)
+                if s is None:
+                    raise ObError("OB_SERVER_NOT_IN_WHITE_LIST", detail=f"server '{key}'")
+                if zone is not None and s.zone != zone:
+                    raise ObError(
+                        "OB_SERVER_ZONE_NOT_MATCH",
+                        detail=f"server '{key}' is in zone '{s.zone}', not '{zone}'",
+                    )
+                out.append(replace(s))
+        return out
+
+    def add_servers(self, servers: list[str], zone: str | None) -> list[int]:
+        """ADD SERVER: new ids, rows NORMAL and lease_expired (display INACTIVE) until the
+        first heartbeat; event ``add_server``. All or none. Raises OB_INVALID_ARGUMENT,
+        OB_ZONE_INFO_NOT_EXIST, OB_ZONE_NOT_ACTIVE, OB_ENTRY_EXIST,
+        OB_SERVER_CONNECTION_ERROR, OB_OP_NOT_ALLOW (agent not empty),
+        OB_SERVER_ZONE_NOT_MATCH (agent's own zone differs). Returns the new ids."""
+        self.term.check()
+        keys = self._unique_keys(servers)
+        if zone is not None:
+            zone = check_zone_name(zone)
+            self._check_zone_usable(zone)
+        with self.store.write_lock:
+            with self.whitelist.lock:
+                for key in keys:
+                    if key in self.whitelist.records:
+                        raise ObError(
+                            "OB_ENTRY_EXIST", f"server '{key}' is already in the whitelist"
+                        )
+            new: list[ServerStatus] = []
+            for key in keys:
+                check = self.agents.check_server_empty(key, self.store.epoch)
+                target_zone = zone or check.zone
+                self._check_zone_usable(target_zone)
+                if not check.is_empty:
+                    raise ObError(
+                        "OB_OP_NOT_ALLOW",
+                        f"add server '{key}' which belongs to cluster '{check.cluster_id}' as server {check.server_id}",
+                        detail="wipe its data directory to reuse it",
+                    )
+                if check.zone != target_zone:
+                    raise ObError(
+                        "OB_SERVER_ZONE_NOT_MATCH",
+                        detail=f"server '{key}' was started in zone '{check.zone}', not '{target_zone}'",
+                    )
+                ip, port = parse_server(key)
+                new.append(ServerStatus(id=0, zone=target_zone, ip=ip, port=port, sql_port=0))
+            now = self.clock.now_us()
+            with self.store.txn() as conn:
+                for s in new:
+                    s.id = param_repo.next_counter(conn, param_repo.PARAM_MAX_SERVER_ID, now)
+                    s.last_hb_time = now
+                    s.last_offline_time = 0
+                    server_repo.insert_server(conn, s.to_row(), now)
+                event_repo.insert_events(
+                    conn,
+                    [server_event(now, "add_server", s, ("id", s.id)) for s in new],
+                    self.store.rs_addr,
+                )
+            self.whitelist.add(new, self.settings.server_permanent_offline_time)
+        self.background(lambda: self.heartbeats.request_heartbeats([s.key for s in new]))
+        return [s.id for s in new]
+
+    def _check_zone_usable(self, zone: str) -> None:
+        """Raises OB_ZONE_INFO_NOT_EXIST or OB_ZONE_NOT_ACTIVE."""
+        z = self.zones.get(zone)
+        if z is None:
+            raise ObError("OB_ZONE_INFO_NOT_EXIST", zone)
+        if not z.active:
+            raise ObError("OB_ZONE_NOT_ACTIVE", detail=f"zone '{zone}' is {z.status}")
+
+    def _write_through(
+        self,
+        targets: list[ServerStatus],
+        change: Callable[[ServerStatus], None],
+        event: str,
+        *event_values: tuple[str, Any],
+        also: Callable[[sa.Connection, ServerStatus], Any] | None = None,
+    ) -> list[Any]:
+        """The write-through step of an admin operation (SPEC.md section 6): apply ``change``
+        to copies of the servers' current records, write their rows, ``also(conn, s)`` for
+        each and one ``event`` each in one fenced transaction, then apply ``change`` to
+        memory. Returns what ``also`` returned. The caller holds the write lock, so no other
+        table write interleaves. Raises ``ObError`` (nothing changed) on database errors."""
+        with self.whitelist.lock:
+            records = self.whitelist.records
+            fresh = [replace(records[s.key]) for s in targets if s.key in records]
+        for s in fresh:
+            change(s)
+        now = self.clock.now_us()
+        results = []
+        with self.store.txn() as conn:
+            server_repo.update_servers(conn, [s.to_row() for s in fresh], now)
+            if also is not None:
+                results = [also(conn, s) for s in fresh]
+            event_repo.insert_events(
+                conn,
+                [server_event(now, event, s, *event_values) for s in fresh],
+                self.store.rs_addr,
+            )
+        with self.whitelist.lock:
+            for s in fresh:
+                cur = self.whitelist.records.get(s.key)
+                if cur is not None:
+                    change(cur)
+        return results
+
+    def delete_servers(
+        self,
+        servers: list[str],
+        zone: str | None,
+    ) -> list[int]:
+        """DELETE SERVER: one transaction sets status DELETING and creates a DELETE_SERVER job
+        INPROGRESS per server; then wakes the balancer and the checkers. ``checks.check_delete``
+        runs the unit / log-stream checks of the tenant layer (raising OB_DELETE_SERVER_NOT_ALLOWED or
+        OB_OP_NOT_ALLOW). Raises OB_SERVER_NOT_IN_WHITE_LIST, OB_SERVER_ZONE_NOT_MATCH,
+        OB_SERVER_ALREADY_DELETED. Returns the job ids."""
+        self.term.check()
+        with self.store.write_lock:
+            targets = self._existing(servers, zone)
+            for s in targets:
+                if s.admin_status is AdminStatus.DELETING:
+                    raise ObError("OB_SERVER_ALREADY_DELETED", detail=f"server '{s.key}'")
+            self.checks.check_delete(targets)
+
+            def deleting(s: ServerStatus) -> None:
+                s.admin_status = AdminStatus.DELETING
+
+            def job(conn: sa.Connection, s: ServerStatus) -> int:
+                sql_text = f"ALTER SYSTEM DELETE SERVER '{s.key}'"
+                return job_repo.create_job(
+                    conn,
+                    "DELETE_SERVER",
+                    s.ip,
+                    s.port,
+                    self.clock.now_us(),
+                    self.store.rs_addr,
+                    sql_text,
+                )
+
+            jobs = self._write_through(targets, deleting, "delete_server", also=job)
+        for name in ("balancer", "empty_server_checker", "lost_replica_checker"):
+            self.wake(name)
+        return [int(j) for j in jobs]
+
+    def cancel_delete_servers(self, servers: list[str], zone: str | None) -> None:
+        """CANCEL DELETE SERVER: ``force_stop_hb = false``, DELETING -> NORMAL, job CANCELED,
+        event ``cancel_delete_server``; then request a heartbeat and wake the balancer.
+        Raises OB_SERVER_NOT_IN_WHITE_LIST, OB_SERVER_ZONE_NOT_MATCH, OB_SERVER_NOT_DELETING."""
+        self.term.check()
+        with self.store.write_lock:
+            targets = self._existing(servers, zone)
+            for s in targets:
+                if s.admin_status is not AdminStatus.DELETING:
+                    raise ObError("OB_SERVER_NOT_DELETING", detail=f"server '{s.key}'")
+
+            def normal(s: ServerStatus) -> None:
+                s.admin_status = AdminStatus.NORMAL
+                s.force_stop_hb = False
+
+            def cancel_job(conn: sa.Connection, s: ServerStatus) -> int:
+                code = ObError("OB_CANCELED").code
+                return job_repo.finish_jobs(
+                    conn, "DELETE_SERVER", s.ip, s.port, "CANCELED", self.clock.now_us(), code
+                )
+
+            self._write_through(targets, normal, "cancel_delete_server", also=cancel_job)
+        keys = [s.key for s in targets]
+        self.background(lambda: self.heartbeats.request_heartbeats(keys))
+        for key in keys:
+            self.cancel_listener.cancel_server(key)
+        self.wake("balancer")
+
+    def stop_servers(
+        self,
+        servers: list[str],
+        zone: str | None,
+        mode: StopMode,
+        reason: str = "",
+    ) -> None:
+        """STOP / FORCE STOP / ISOLATE SERVER: ``stop_time = now`` (kept if already stopped).
+
+        Refused with OB_STOP_SERVER_IN_MULTIPLE_ZONES when the servers span zones, and for
+        STOP / FORCE STOP also when a server of another zone is stopped or another zone is
+        not ACTIVE. ``checks.check_stop`` runs the log-stream checks of the tenant layer, and
+        once ``stop_time`` is written ``checks.move_leaders_off`` moves the leaders off. Raises
+        OB_SERVER_NOT_IN_WHITE_LIST, OB_SERVER_ZONE_NOT_MATCH as well."""
+        self.term.check()
+        targets = self._existing(servers, zone)
+        zones = sorted({s.zone for s in targets})
+        if len(zones) > 1:
+            raise ObError("OB_STOP_SERVER_IN_MULTIPLE_ZONES", ",".join(zones))
+        if mode != "ISOLATE":
+            self._check_other_zones_running(zones[0])
+        # The log-stream checks retry for up to stop_server_check_timeout: outside the write
+        # lock, so heartbeats' table writes and other statements go on meanwhile.
+        self.checks.check_stop(targets, mode)
+        with self.store.write_lock:
+            targets = self._existing(servers, zone)
+            if mode != "ISOLATE":
+                self._check_other_zones_running(zones[0])
+            changing = [s for s in targets if s.stop_time == 0]
+            if changing:
+                now = self.clock.now_us()
+                event = {
+                    "STOP": "stop_server",
+                    "FORCE_STOP": "force_stop_server",
+                    "ISOLATE": "isolate_server",
+                }[mode]
+
+                def stopped(s: ServerStatus) -> None:
+                    s.stop_time = now
+
+                self._write_through(changing, stopped, event, ("reason", reason))
+        self.checks.move_leaders_off([s.key for s in targets])
+
+    def _check_other_zones_running(self, zone: str) -> None:
+        """STOP's zone rule: no server of another zone stopped, every other zone ACTIVE.
+        Raises OB_STOP_SERVER_IN_MULTIPLE_ZONES."""
+        with self.whitelist.lock:
+            others = sorted(
+                {
+                    s.zone
+                    for s in self.whitelist.records.values()
+                    if s.zone != zone and s.is_stopped()
+                }
+            )
+        if others:
+            raise ObError(
+                "OB_STOP_SERVER_IN_MULTIPLE_ZONES",
+                f"servers of zone {','.join(others)} are stopped",
+            )
+        inactive = sorted(z.zone for z in self.zones.all() if z.zone != zone and not z.active)
+        if inactive:
+            raise ObError(
+                "OB_STOP_SERVER_IN_MULTIPLE_ZONES", f"zone {','.join(inactive)} is not active"
+            )
+
+    def start_servers(self, servers: list[str], zone: str | None, reason: str = "") -> None:
+        """START SERVER: ``stop_time = 0`` (unchanged if already started). Raises
+        OB_SERVER_NOT_IN_WHITE_LIST, OB_SERVER_ZONE_NOT_MATCH."""
+        self.term.check()
+        with self.store.write_lock:
+            targets = [s for s in self._existing(servers, zone) if s.stop_time != 0]
+            if targets:
+
+                def started(s: ServerStatus) -> None:
+                    s.stop_time = 0
+
+                self._write_through(targets, started, "start_server", ("reason", reason))

@@ -1,0 +1,249 @@
+"""Heartbeat intake (SPEC.md section 5): ``receive_hb`` validates a lease request, updates the
+server's record in memory, queues the table changes and answers with the lease.
+
+Follows OceanBase's ``ObServerManager::receive_hb``. Only memory is touched here, under the
+whitelist lock and with no I/O: this runs on the gRPC event loop for every heartbeat (5,000 a
+second at 10,000 agents in ``make bench``), so it takes no other lock, copies no record and
+allocates nothing beyond the response. Table changes go through the persistence queue; the
+data-disk reaction (automatic STOP / START SERVER) runs in the background.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Protocol
+
+from obcommon.clock import Clock
+from obcommon.errors import ObError
+from obcommon.proto import obrpc_pb2
+from rootservice.config import RsSettings
+from rootservice.ha.store import MetaStore
+from rootservice.ha.term import Term
+from rootservice.servers.events import server_event
+from rootservice.servers.identity import ClusterIdentity
+from rootservice.servers.loader import TakeOfficeGrace
+from rootservice.servers.persist_queue import PersistQueue
+from rootservice.servers.ports import Background, Wake
+from rootservice.servers.status import (
+    DATA_DISK_ERROR_BIT,
+    HeartbeatStatus,
+    ReportStatus,
+    ResourceInfo,
+    ServerStatus,
+    StopMode,
+)
+from rootservice.servers.whitelist import Whitelist
+from rootservice.servers.zones import ZoneManager
+
+log = logging.getLogger(__name__)
+
+
+class ReplicaSink(Protocol):
+    """Where the replica report of each accepted heartbeat goes (the tenant layer's
+    ``LsManager``). Called under the whitelist lock on the heartbeat path: it must be cheap and
+    must not do I/O."""
+
+    def report(self, server: ServerStatus, replicas: Sequence[obrpc_pb2.ReplicaInfo], /) -> None:
+        """Record the replicas ``server`` reported (the live record: read it, do not keep it)."""
+        ...
+
+
+class ServerStopStart(Protocol):
+    """STOP / START SERVER with every check of the statements (the data-disk reaction;
+    satisfied by :class:`rootservice.servers.admin.ServerAdmin`)."""
+
+    def stop_servers(
+        self, servers: list[str], zone: str | None, mode: StopMode, reason: str = ""
+    ) -> None:
+        """STOP SERVER; raises ``ObError`` when refused."""
+        ...
+
+    def start_servers(self, servers: list[str], zone: str | None, reason: str = "") -> None:
+        """START SERVER; raises ``ObError`` when refused."""
+        ...
+
+
+class HeartbeatIntake:
+    """``receive_hb(req) -> LeaseResponse`` on the given whitelist.
+
+    ``wake`` is called with ``"balancer"`` when a permanently offline server comes back;
+    ``background`` runs the data-disk reaction through ``server_ops``; ``replicas`` receives
+    every accepted report.
+    """
+
+    def __init__(
+        self,
+        whitelist: Whitelist,
+        zones: ZoneManager,
+        persist: PersistQueue,
+        grace: TakeOfficeGrace,
+        identity: ClusterIdentity,
+        term: Term,
+        store: MetaStore,
+        clock: Clock,
+        settings: RsSettings,
+        replicas: ReplicaSink,
+        server_ops: ServerStopStart,
+        wake: Wake,
+        background: Background,
+    ) -> None:
+        """Serve heartbeats from ``whitelist``; ``store.epoch`` is sent in every response."""
+        self.whitelist = whitelist
+        self.zones = zones
+        self.persist = persist
+        self.identity = identity
+        self.term = term
+        self.store = store
+        self.clock = clock
+        self.settings = settings
+        self.server_ops = server_ops
+        self.wake = wake
+        self.background = background
+        # Bound once: the heartbeat path reads these for every request. The whitelist never
+        # rebinds them (a reload changes them in place).
+        self._lock = whitelist.lock
+        self._servers = whitelist.records
+        self._set_alive = whitelist.set_alive
+        self._candidates = grace.candidates
+        self._report = replicas.report
+
+    def receive_hb(self, req: obrpc_pb2.LeaseRequest) -> obrpc_pb2.LeaseResponse:
+        """Handle one lease request and return the lease response.
+
+        Raises ``ObError``: OB_RS_NOT_MASTER before the RS is in service; OB_INVALID_ARGUMENT
+        for a malformed request or another cluster's agent; OB_ZONE_INFO_NOT_EXIST;
+        OB_SERVER_NOT_IN_WHITE_LIST (nothing is added); OB_SERVER_ZONE_NOT_MATCH. Only
+        memory is touched here; table changes are queued.
+        """
+        if not self.term.in_service:
+            self.term.check()
+        key = req.server
+        with self._lock:
+            s = self._servers.get(key)
+            if s is None:
+                # Slow path only for unknown keys: validate so a malformed address gets
+                # OB_INVALID_ARGUMENT rather than "not in white list".
+                key = self.whitelist.resolve_key(req.server)
+                s = self._servers.get(key)
+            raw = req.resource_info.SerializeToString()
+            resources = self._validate_hb(req, None if s is None else s.resource_raw, raw)
+            if not self.zones.exists(req.zone):
+                raise ObError("OB_ZONE_INFO_NOT_EXIST", req.zone[:128])
+            if s is None:
+                raise ObError("OB_SERVER_NOT_IN_WHITE_LIST", detail=f"server '{key}'")
+            if req.zone != s.zone:
+                raise ObError(
+                    "OB_SERVER_ZONE_NOT_MATCH",
+                    detail=f"server '{key}' is in zone '{s.zone}', not '{req.zone}'",
+                )
+            cluster_id = self.identity.cluster_id
+            if req.cluster_id and cluster_id and req.cluster_id != cluster_id:
+                raise ObError(
+                    "OB_INVALID_ARGUMENT",
+                    f"cluster_id '{req.cluster_id[:64]}'",
+                    detail=f"this cluster is '{cluster_id}'",
+                )
+            now = self.clock.now_us()
+            changed = False
+            if not s.force_stop_hb:
+                if not s.is_alive():
+                    self._candidates.discard(key)
+                    # Only a server back from permanent offline changes the balancer's
+                    # plans; waking it on every transition would run it thousands of
+                    # times when a whole cluster comes online.
+                    if s.hb_status is HeartbeatStatus.PERMANENT_OFFLINE:
+                        self.wake("balancer")
+                    s.hb_status = HeartbeatStatus.ALIVE
+                    s.register_time = now
+                    s.last_offline_time = 0
+                    changed = True
+                    self.persist.add_event(server_event(now, "online", s))
+                s.last_hb_time = now
+                self._set_alive(s)
+            if req.start_service_time != s.start_service_time:
+                s.start_service_time = req.start_service_time
+                changed = True
+            disk_error = bool(req.server_status & DATA_DISK_ERROR_BIT)
+            new_report = ReportStatus.DATA_DISK_ERROR if disk_error else ReportStatus.NORMAL
+            if new_report is not s.server_report_status:
+                s.server_report_status = new_report
+                self._on_report_status_change(s, now)
+            if req.build_version != s.build_version or req.sql_port != s.sql_port:
+                s.build_version = req.build_version
+                s.sql_port = req.sql_port
+                changed = True
+            if resources is not None:
+                s.resource_info = resources
+                s.resource_raw = raw
+            self._report(s, req.replicas)
+            if changed:
+                self.persist.mark(key)
+            return self._lease_response(s, req.seq)
+
+    def _validate_hb(
+        self, req: obrpc_pb2.LeaseRequest, last_raw: bytes | None, raw: bytes
+    ) -> ResourceInfo | None:
+        """Raise OB_INVALID_ARGUMENT naming the first bad field; returns the resources."""
+        # Agents resend the same resource info most of the time: compare the bytes and only
+        # convert and check it when it changed (None: unchanged).
+        resources = None
+        if raw != last_raw:
+            resources = ResourceInfo.from_proto(req.resource_info)
+        bad = ""
+        if not req.zone or len(req.zone) > 128:
+            bad = "zone"
+        elif not 1 <= req.sql_port <= 65535:
+            bad = "sql_port"
+        elif req.start_service_time < 0 or req.current_server_time < 0:
+            bad = "start_service_time" if req.start_service_time < 0 else "current_server_time"
+        elif req.server_status < 0 or len(req.build_version) > 256:
+            bad = "server_status" if req.server_status < 0 else "build_version"
+        elif resources is not None and not resources.is_valid():
+            bad = "resource_info"
+        if bad:
+            raise ObError("OB_INVALID_ARGUMENT", f"lease request field {bad}")
+        return resources
+
+    def _lease_response(self, s: ServerStatus, seq: int) -> obrpc_pb2.LeaseResponse:
+        """The answer to an accepted request: the lease runs ``lease_time`` from now (from
+        the last heartbeat for a server whose lease is no longer extended), IS_STOPPED for a
+        stopped server or a server of a stopped zone."""
+        lease = self.settings.lease_time
+        expire = s.last_hb_time + lease if s.force_stop_hb else self.clock.now_us() + lease
+        stopped = s.stop_time != 0 or not self.zones.is_active(s.zone)
+        return obrpc_pb2.LeaseResponse(
+            version=1,
+            lease_expire_time=expire,
+            heartbeat_expire_time=expire,
+            server_id=s.id,
+            rs_server_status=obrpc_pb2.IS_STOPPED if stopped else obrpc_pb2.IS_WORKING,
+            rs_epoch=self.store.epoch,
+            rs_list=self.identity.rs_list,
+            cluster_id=self.identity.cluster_id,
+            seq=seq,
+        )
+
+    def _on_report_status_change(self, s: ServerStatus, now: int) -> None:
+        """The data-disk reaction (SPEC.md section 5): an error on a started server stops it,
+        a recovery on a stopped one starts it, each with event and off the heartbeat path."""
+        # OceanBase runs STOP / START SERVER for the server, with all their checks, off the
+        # heartbeat thread (ObRootService::submit_stop_server_task).
+        key = s.key
+        if s.server_report_status is ReportStatus.DATA_DISK_ERROR and s.stop_time == 0:
+            self.persist.add_event(server_event(now, "data_disk_error", s))
+            self.background(lambda: self._auto(key, stop=True))
+        elif s.server_report_status is ReportStatus.NORMAL and s.stop_time != 0:
+            self.persist.add_event(server_event(now, "data_disk_recovered", s))
+            self.background(lambda: self._auto(key, stop=False))
+
+    def _auto(self, key: str, *, stop: bool) -> None:
+        """The automatic STOP / START SERVER of ``key``, with every check of the statement; a
+        refusal is only a warning."""
+        try:
+            if stop:
+                self.server_ops.stop_servers([key], None, "STOP", reason="data disk error")
+            else:
+                self.server_ops.start_servers([key], None, reason="data disk recovered")
+        except ObError as e:
+            log.warning("automatic %s SERVER %s refused: %s", "STOP" if stop else "START", key, e)

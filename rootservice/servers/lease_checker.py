@@ -1,0 +1,132 @@
+"""The lease checker (SPEC.md section 5): the 100 ms task ``heartbeat_checker`` that expires
+leases and declares servers permanently offline.
+
+Follows OceanBase's ``ObHeartbeatChecker``. Each tick touches only what expires: the alive
+order of the whitelist has the next lease to expire at its front, and lease-expired servers
+wait in a heap keyed by their permanent-offline deadline. Memory only; the changes go through
+the persistence queue.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+
+from obcommon.clock import Clock
+from rootservice.config import RsSettings
+from rootservice.ha.term import Term
+from rootservice.metrics import Metrics
+from rootservice.servers.events import server_event
+from rootservice.servers.loader import TakeOfficeGrace
+from rootservice.servers.persist_queue import PersistQueue
+from rootservice.servers.ports import Wake
+from rootservice.servers.status import HeartbeatStatus
+from rootservice.servers.whitelist import Whitelist
+
+
+class LeaseChecker:
+    """``run_once()`` -> number of transitions. ``wake`` is called with ``"balancer"`` and
+    ``"lost_replica_checker"`` when a server turns permanently offline."""
+
+    name = "heartbeat_checker"
+
+    def __init__(
+        self,
+        whitelist: Whitelist,
+        persist: PersistQueue,
+        grace: TakeOfficeGrace,
+        term: Term,
+        clock: Clock,
+        settings: RsSettings,
+        metrics: Metrics,
+        wake: Wake,
+    ) -> None:
+        """Check ``whitelist`` against ``settings.lease_time`` and
+        ``settings.server_permanent_offline_time`` (read on every tick)."""
+        self.whitelist = whitelist
+        self.persist = persist
+        self.grace = grace
+        self.term = term
+        self.clock = clock
+        self.settings = settings
+        self.metrics = metrics
+        self.wake = wake
+
+    def run_once(self) -> int:
+        """One tick of the 100 ms checker: expire leases (``now - last_hb_time >=
+        lease_time``, inclusive) and declare permanent offline (``>=
+        server_permanent_offline_time``). Returns the number of transitions. Does nothing
+        while this RS may not act (``Term.may_act``: not in office, not in service, lease not
+        safely held) or during the take-office grace (SPEC.md section 6)."""
+        if not self.term.may_act():
+            return 0
+        t0 = time.perf_counter_ns()
+        now = self.clock.now_us()
+        if now < self.grace.no_expire_until:
+            return 0
+        lease = self.settings.lease_time
+        offline = self.settings.server_permanent_offline_time
+        servers = self.whitelist.records
+        alive = self.whitelist.alive
+        heap = self.whitelist.offline_heap
+        n = 0
+        with self.whitelist.lock:
+            if self.grace.candidates:
+                n += self._expire_candidates(now)
+            while alive:
+                key = next(iter(alive))
+                s = servers.get(key)
+                if s is None or not s.is_alive():
+                    del alive[key]
+                    continue
+                if now - s.last_hb_time < lease:
+                    break
+                del alive[key]
+                s.hb_status = HeartbeatStatus.LEASE_EXPIRED
+                s.last_offline_time = now
+                s.start_service_time = 0
+                heapq.heappush(heap, (s.last_hb_time + offline, key))
+                self.persist.mark(key)
+                self.persist.add_event(
+                    server_event(now, "lease_expire", s, ("last_hb_time", s.last_hb_time))
+                )
+                self.metrics.window("expire_detect_lag_us").record(now - (s.last_hb_time + lease))
+                n += 1
+            while heap and heap[0][0] <= now:
+                deadline, key = heapq.heappop(heap)
+                s = servers.get(key)
+                if s is None or s.hb_status is not HeartbeatStatus.LEASE_EXPIRED:
+                    continue
+                if s.last_hb_time + offline != deadline and now - s.last_hb_time < offline:
+                    # Stale entry (the setting changed, a reload): re-queue with the current one.
+                    heapq.heappush(heap, (s.last_hb_time + offline, key))
+                    continue
+                s.hb_status = HeartbeatStatus.PERMANENT_OFFLINE
+                self.persist.add_event(
+                    server_event(now, "permanent_offline", s, ("last_hb_time", s.last_hb_time))
+                )
+                self.wake("balancer")
+                self.wake("lost_replica_checker")
+                n += 1
+        self.metrics.window("checker_tick_us").record((time.perf_counter_ns() - t0) // 1000)
+        return n
+
+    def _expire_candidates(self, now: int) -> int:
+        """End of the take-office grace: the candidates that never heartbeated are written
+        INACTIVE now, with event ``lease_expire``. Caller holds the whitelist lock."""
+        n = 0
+        for key in sorted(self.grace.candidates):
+            s = self.whitelist.records.get(key)
+            if s is None or s.is_alive():
+                continue
+            self.persist.mark(key)
+            self.persist.add_event(
+                server_event(now, "lease_expire", s, ("last_hb_time", s.last_hb_time))
+            )
+            n += 1
+        self.grace.clear()
+        return n
+
+    def resort_offline_deadlines(self) -> None:
+        """Rebuild the permanent-offline heap (after ``server_permanent_offline_time`` changed)."""
+        self.whitelist.rebuild_offline_heap(self.settings.server_permanent_offline_time)

@@ -1,0 +1,178 @@
+"""load_server_manager (SPEC.md section 6): read ``__all_server`` and ``__all_zone`` into
+memory when taking office and on RELOAD SERVER, and the take-office grace that follows.
+
+Only a heartbeat makes a server alive: a loaded server is never alive unless it already was in
+memory. After taking office no lease expires for one ``lease_time`` and servers the table shows
+alive (the take-office candidates) keep their rows until then, so a new leader never flashes a
+living server INACTIVE.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from obcommon.addresses import format_server
+from obcommon.clock import Clock
+from rootservice.config import RsSettings
+from rootservice.db import server_repo, zone_repo
+from rootservice.ha.store import MetaStore
+from rootservice.servers.identity import ClusterIdentity
+from rootservice.servers.persist_queue import PersistQueue
+from rootservice.servers.status import (
+    CHECKED_COLUMNS,
+    HeartbeatStatus,
+    ServerStatus,
+    admin_from_display,
+)
+from rootservice.servers.whitelist import Whitelist
+from rootservice.servers.zones import ZoneManager
+
+log = logging.getLogger(__name__)
+
+
+def table_value(row: dict[str, Any], col: str) -> Any:
+    """Column ``col`` of an ``__all_server`` row as :meth:`ServerStatus.to_row` would write it
+    (``status`` compared case-insensitively)."""
+    v = row[col]
+    return v.upper() if col == "status" and isinstance(v, str) else v
+
+
+class TakeOfficeGrace:
+    """The take-office grace (SPEC.md section 6).
+
+    ``candidates``: servers the table shows alive that a take-office load could not prove alive
+    yet; their rows stay as they are until the grace ends. ``no_expire_until``: end of the
+    grace (microseconds since the epoch; 0 before any take office). ``candidates`` is guarded
+    by the whitelist lock.
+    """
+
+    def __init__(self) -> None:
+        """No grace: nothing taken office yet."""
+        self.candidates: set[str] = set()
+        self.no_expire_until = 0
+
+    def begin(self, until: int, candidates: set[str]) -> None:
+        """A take-office load: no lease expires before ``until``; ``candidates`` wait for it."""
+        self.no_expire_until = until
+        self.candidates.clear()
+        self.candidates |= candidates
+
+    def keep_only(self, keys: Iterable[str]) -> None:
+        """A reload: candidates that left the whitelist are forgotten."""
+        self.candidates &= set(keys)
+
+    def clear(self) -> None:
+        """Forget the candidates (a step-down or a failed bootstrap)."""
+        self.candidates.clear()
+
+
+class ServerLoader:
+    """``load(take_office=...)``: load_server_manager on the given whitelist, zone cache and
+    grace. Pending queued changes of ``persist`` are flushed first."""
+
+    def __init__(
+        self,
+        whitelist: Whitelist,
+        zones: ZoneManager,
+        persist: PersistQueue,
+        grace: TakeOfficeGrace,
+        identity: ClusterIdentity,
+        store: MetaStore,
+        clock: Clock,
+        settings: RsSettings,
+    ) -> None:
+        """Load into ``whitelist`` / ``zones`` from ``store``; ``identity.self_server`` marks
+        the co-located server ``with_rootserver``."""
+        self.whitelist = whitelist
+        self.zones = zones
+        self.persist = persist
+        self.grace = grace
+        self.identity = identity
+        self.store = store
+        self.clock = clock
+        self.settings = settings
+
+    def load(self, *, take_office: bool) -> None:
+        """Read ``__all_server`` and ``__all_zone`` into memory.
+
+        Servers absent from the table leave memory; new ones come in ``lease_expired`` (or
+        ``permanent_offline`` when ``now - last_offline_time >= server_permanent_offline_time
+        - lease_time``): never alive, only a heartbeat proves life. Existing ones take the
+        table's values but keep ``last_hb_time``, ``hb_status`` and ``resource_info``. With
+        ``take_office``, no lease expires for one ``lease_time`` after the load. Pending
+        queued changes are flushed first so the table is as fresh as possible. Raises
+        ``ObError(OB_ERR_SYS)`` when the database cannot be read (memory unchanged).
+        """
+        lease = self.settings.lease_time
+        offline = self.settings.server_permanent_offline_time
+        with self.store.write_lock:
+            self.persist.run_once()
+            with self.store.read() as conn:
+                rows = server_repo.load_servers(conn)
+                zones = zone_repo.load_zones(conn)
+            now = self.clock.now_us()
+            self_server = self.identity.self_server
+            with self.whitelist.lock:
+                self.zones.replace_all(zones)
+                fresh: dict[str, ServerStatus] = {}
+                candidates: set[str] = set()
+                for r in rows:
+                    key = format_server(r["svr_ip"], r["svr_port"])
+                    old = self.whitelist.records.get(key)
+                    s = ServerStatus(
+                        id=r["id"],
+                        zone=r["zone"],
+                        ip=r["svr_ip"],
+                        port=r["svr_port"],
+                        sql_port=r["inner_port"],
+                        build_version=r["build_version"],
+                        stop_time=r["stop_time"],
+                        start_service_time=r["start_service_time"],
+                        block_migrate_in_time=r["block_migrate_in_time"],
+                        last_offline_time=r["last_offline_time"],
+                        admin_status=admin_from_display(r["status"]),
+                        with_rootserver=bool(r["with_rootserver"]),
+                        with_partition=r["with_partition"],
+                        first_sessid=r["first_sessid"],
+                    )
+                    if old is not None:
+                        s.last_hb_time = old.last_hb_time
+                        s.register_time = old.register_time
+                        s.hb_status = old.hb_status
+                        s.resource_info = old.resource_info
+                        s.force_stop_hb = old.force_stop_hb
+                        s.leader_cnt = old.leader_cnt
+                        s.server_report_status = old.server_report_status
+                        if s.is_alive():
+                            s.last_offline_time = 0
+                    else:
+                        if s.last_offline_time == 0:
+                            # It was alive when the table was last written: we do not know
+                            # when it died, so count its offline time from now.
+                            s.last_offline_time = now
+                            s.last_hb_time = now
+                        else:
+                            s.last_hb_time = s.last_offline_time - lease
+                        s.hb_status = HeartbeatStatus.LEASE_EXPIRED
+                        if now - s.last_offline_time >= offline - lease:
+                            s.hb_status = HeartbeatStatus.PERMANENT_OFFLINE
+                        elif take_office and r["last_offline_time"] == 0:
+                            candidates.add(key)
+                    s.with_rootserver = bool(self_server) and key == self_server
+                    fresh[key] = s
+                self.whitelist.replace_all(fresh)
+                self.whitelist.rebuild_offline_heap(offline)
+                if take_office:
+                    self.grace.begin(now + lease, candidates)
+                else:
+                    self.grace.keep_only(fresh.keys())
+                by_key = {format_server(r["svr_ip"], r["svr_port"]): r for r in rows}
+                for k, s in fresh.items():
+                    if k in self.grace.candidates:
+                        continue
+                    mine = s.to_row()
+                    if any(mine[c] != table_value(by_key[k], c) for c in CHECKED_COLUMNS):
+                        self.persist.mark(k)
+        log.info("loaded %d servers and %d zones from the system tables", len(rows), len(zones))

@@ -1,0 +1,206 @@
+"""The in-memory server whitelist (SPEC.md sections 2-3): the records, their lock, the alive
+order and the permanent-offline heap, and the read API the rest of the RS uses.
+
+Follows OceanBase's ``ObServerManager`` server-status array. Only this package changes the
+records: the heartbeat intake, the lease checker, the loader and the admin operations work on
+:attr:`Whitelist.records` under :attr:`Whitelist.lock`; every other layer reads copies through
+:meth:`Whitelist.get` / :meth:`Whitelist.snapshot` or works on a live record under the lock
+through :meth:`Whitelist.with_server`.
+
+Threading: the lock is never held across I/O. Writers that also write ``__all_server`` take
+the store's write lock first, then this lock (never the other way round).
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Any
+
+from obcommon.addresses import format_server, parse_server
+from rootservice.servers.status import AdminStatus, HeartbeatStatus, ServerStatus
+
+
+class Whitelist:
+    """The records of the whitelisted servers, keyed by 'ip:port'.
+
+    ``records``, ``alive`` and ``offline_heap`` are the server layer's own state: read and
+    changed only while holding ``lock``, and never rebound (the heartbeat intake keeps
+    references to them, so a reload changes them in place).
+    """
+
+    # Whitelist-wide work takes the lock this many servers at a time, so the heartbeat path
+    # (which needs the same lock) waits at most a chunk's worth, not the whole scan.
+    CHUNK = 256
+
+    def __init__(self) -> None:
+        """An empty whitelist (filled by the loader, BOOTSTRAP or ADD SERVER)."""
+        self.lock = threading.RLock()
+        self.records: dict[str, ServerStatus] = {}
+        # Alive servers in heartbeat order: every lease has the same length, so the front is
+        # always the next to expire and the checker touches only what expires (O(1) a tick).
+        self.alive: OrderedDict[str, None] = OrderedDict()
+        # (permanent-offline deadline, key) of lease-expired servers; stale entries are
+        # skipped when popped.
+        self.offline_heap: list[tuple[int, str]] = []
+
+    # --- the read API (any layer) ----------------------------------------------------------
+
+    def get(self, server: str) -> ServerStatus | None:
+        """A copy of one record, or None (``server`` is 'ip:port')."""
+        with self.lock:
+            s = self.records.get(server)
+            return None if s is None else replace(s, resource_info=replace(s.resource_info))
+
+    def snapshot(self) -> list[ServerStatus]:
+        """Copies of every record, ordered by id."""
+        with self.lock:
+            return sorted(
+                (replace(s, resource_info=replace(s.resource_info)) for s in self.records.values()),
+                key=lambda s: s.id,
+            )
+
+    def with_server(self, server: str, fn: Callable[[ServerStatus], None]) -> None:
+        """Run ``fn`` on the live record of ``server`` under the whitelist lock (no-op when it
+        is not whitelisted)."""
+        with self.lock:
+            s = self.records.get(server)
+            if s is not None:
+                fn(s)
+
+    def deleting_servers(self) -> list[ServerStatus]:
+        """Copies of the DELETING servers only (the empty-server checker's input), without
+        copying the rest of the whitelist."""
+        with self.lock:
+            return [
+                replace(s) for s in self.records.values() if s.admin_status is AdminStatus.DELETING
+            ]
+
+    def has_servers_to_empty(self) -> bool:
+        """Some server is DELETING or permanently offline (the balancer's work). Reads two
+        attributes per server under the lock, no copies: the balancer asks on every round."""
+        with self.lock:
+            return any(
+                s.admin_status is AdminStatus.DELETING
+                or s.hb_status is HeartbeatStatus.PERMANENT_OFFLINE
+                for s in self.records.values()
+            )
+
+    def counts(self) -> dict[str, int]:
+        """Number of servers by heartbeat status, plus ``servers``."""
+        out = {h.value: 0 for h in HeartbeatStatus}
+        with self.lock:
+            for s in self.records.values():
+                out[s.hb_status.value] += 1
+            out["servers"] = len(self.records)
+        return out
+
+    def not_alive_servers(self) -> list[str]:
+        """Keys of the servers whose heartbeat status is not alive."""
+        with self.lock:
+            return [k for k, s in self.records.items() if not s.is_alive()]
+
+    def server_zones(self) -> list[str]:
+        """The zone of every whitelisted server (DELETE ZONE refuses a zone with servers)."""
+        with self.lock:
+            return [s.zone for s in self.records.values()]
+
+    # --- scans for the persistence queue and CheckAllServerTask ----------------------------
+
+    def rows_chunked(self, keys: list[str]) -> list[tuple[str, dict[str, Any]]]:
+        """``(key, to_row())`` of the given servers that are still whitelisted, taking the
+        lock :attr:`CHUNK` servers at a time."""
+        out: list[tuple[str, dict[str, Any]]] = []
+        for i in range(0, len(keys), self.CHUNK):
+            with self.lock:
+                for k in keys[i : i + self.CHUNK]:
+                    s = self.records.get(k)
+                    if s is not None:
+                        out.append((k, s.to_row()))
+        return out
+
+    def rows_for(self, keys: list[str]) -> list[dict[str, Any]]:
+        """The current ``__all_server`` rows of the given servers still whitelisted (what the
+        persistence queue writes)."""
+        return [row for _, row in self.rows_chunked(keys)]
+
+    # --- bookkeeping of the server layer ---------------------------------------------------
+
+    @staticmethod
+    def resolve_key(server: str) -> str:
+        """The canonical 'ip:port' of ``server``. Raises ``ObError(OB_INVALID_ARGUMENT)`` for
+        a malformed address."""
+        ip, port = parse_server(server)
+        return format_server(ip, port)
+
+    def set_alive(self, s: ServerStatus) -> None:
+        """Move ``s`` to the back of the alive order (it just heartbeated). Caller holds
+        ``lock``."""
+        self.alive[s.key] = None
+        self.alive.move_to_end(s.key)
+
+    def push_offline(self, deadline: int, key: str) -> None:
+        """Queue ``key`` to turn permanently offline at ``deadline`` (microseconds since the
+        epoch). Caller holds ``lock``."""
+        heapq.heappush(self.offline_heap, (deadline, key))
+
+    def rebuild_offline_heap(self, offline: int) -> None:
+        """Recompute every lease-expired server's permanent-offline deadline as
+        ``last_hb_time + offline`` (microseconds)."""
+        with self.lock:
+            self.offline_heap[:] = [
+                (s.last_hb_time + offline, k)
+                for k, s in self.records.items()
+                if s.hb_status is HeartbeatStatus.LEASE_EXPIRED
+            ]
+            heapq.heapify(self.offline_heap)
+
+    def add(self, servers: Iterable[ServerStatus], offline: int) -> None:
+        """Whitelist new (lease-expired) servers, each due to turn permanently offline at
+        ``last_hb_time + offline`` (ADD SERVER, once its rows are committed)."""
+        with self.lock:
+            for s in servers:
+                self.records[s.key] = s
+                heapq.heappush(self.offline_heap, (s.last_hb_time + offline, s.key))
+
+    def remove(self, key: str) -> None:
+        """Forget one server (its removal is committed)."""
+        with self.lock:
+            self.records.pop(key, None)
+            self.alive.pop(key, None)
+
+    def replace_all(self, fresh: dict[str, ServerStatus]) -> None:
+        """Swap in the records of a load, rebuilding the alive order from their
+        ``last_hb_time``. Caller holds ``lock``; the permanent-offline heap is the caller's to
+        rebuild."""
+        self.records.clear()
+        self.records.update(fresh)
+        self.alive.clear()
+        for k, s in sorted(fresh.items(), key=lambda kv: kv[1].last_hb_time):
+            if s.is_alive():
+                self.alive[k] = None
+
+    def install(self, servers: Iterable[ServerStatus]) -> None:
+        """Put the rs_list servers in the whitelist (lease_expired) so their heartbeats are
+        accepted while bootstrap waits for them; memory only."""
+        with self.lock:
+            for s in servers:
+                self.records[s.key] = s
+
+    def set_force_stop_hb(self, key: str, value: bool) -> None:
+        """Stop (True) or resume extending the lease of a DELETING server whose units are gone."""
+        with self.lock:
+            s = self.records.get(key)
+            if s is not None:
+                s.force_stop_hb = value
+
+    def clear(self) -> None:
+        """Forget every server (a failed bootstrap rolls back with this, and so does an RS
+        that steps down)."""
+        with self.lock:
+            self.records.clear()
+            self.alive.clear()
+            self.offline_heap.clear()

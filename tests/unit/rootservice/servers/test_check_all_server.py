@@ -1,0 +1,70 @@
+"""CheckAllServerTask (SPEC.md section 6). Unit tests on an in-process RS with a FakeClock, on
+SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from rootservice.app import RootService
+from rootservice.servers.check_all_server import CheckAllServerTask
+from tests.support.harness import (
+    SEEDED,
+    flush,
+    heartbeat_all,
+    server_row,
+)
+from tests.support.server_parts import make_parts, seed
+
+A, ZA = SEEDED[0]  # 127.0.0.1:3001 in z1
+B, ZB = SEEDED[1]  # z2
+C, ZC = SEEDED[2]  # z3
+D, ZD = SEEDED[3]  # z1
+
+
+def test_check_all_server_repairs_the_table(rs: RootService) -> None:
+    import sqlalchemy as sa
+
+    heartbeat_all(rs)
+    flush(rs)
+    assert rs.check_all_server.run_once() == 0
+    with rs.store.engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE __all_server SET status = 'INACTIVE', stop_time = 42 WHERE svr_port = 3001"
+            )
+        )
+        conn.execute(sa.text("UPDATE __all_server SET zone = 'zz' WHERE svr_port = 3002"))
+    # One row per page: pagination must visit every row exactly once.
+    assert rs.check_all_server.run_once(page_size=1) == 2
+    flush(rs)
+    assert (server_row(rs, A)["status"], server_row(rs, A)["stop_time"]) == ("ACTIVE", 0)
+    assert server_row(rs, B)["zone"] == ZB
+
+
+# --- built from its collaborators, without RootService ------------------------------------
+
+
+def test_task_alone_queues_repairs_but_not_pending_rows_or_candidates(
+    engine: sa.Engine, tmp_path: Path
+) -> None:
+    p = make_parts(engine, tmp_path)
+    seed(p)
+    pauses: list[float] = []
+    task = CheckAllServerTask(
+        p.whitelist, p.persist, p.grace, p.term, p.store, p.metrics, pauses.append
+    )
+    assert task.name == "check_all_server"
+    assert task.run_once() == 0
+    for key in (A, B, C):
+        p.whitelist.with_server(key, lambda s: setattr(s, "build_version", "changed"))
+    with p.whitelist.lock:
+        p.grace.candidates.add(C)
+    p.persist.mark(B)
+    assert task.run_once(page_size=1) == 1
+    assert p.persist.pending_keys() == {A, B}
+    assert pauses == [0.05] * len(SEEDED)
+    assert p.metrics.get("check_all_server_repairs_total") == 1
+    p.term.close_service()
+    assert task.run_once() == 0

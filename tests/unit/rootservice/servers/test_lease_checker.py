@@ -1,0 +1,154 @@
+"""The lease checker (SPEC.md section 5): inclusive boundaries and the take-office grace. Unit
+tests on an in-process RS with a FakeClock, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from rootservice.app import RootService
+from rootservice.servers.lease_checker import LeaseChecker
+from rootservice.servers.status import HeartbeatStatus, ServerStatus
+from tests.support.harness import (
+    LEASE,
+    OFFLINE,
+    SEEDED,
+    events,
+    flush,
+    hb,
+    make_rs,
+    server_row,
+)
+from tests.support.server_parts import make_parts, seed
+
+A, ZA = SEEDED[0]  # 127.0.0.1:3001 in z1
+B, ZB = SEEDED[1]  # z2
+C, ZC = SEEDED[2]  # z3
+D, ZD = SEEDED[3]  # z1
+
+
+def status(rs: RootService, server: str) -> HeartbeatStatus:
+    s = rs.whitelist.get(server)
+    assert s is not None
+    return s.hb_status
+
+
+def test_lease_expiry_is_inclusive_and_persisted(rs: RootService) -> None:
+    rs.clock.advance(LEASE)  # past the take-office grace
+    rs.heartbeats.receive_hb(hb(A, ZA))
+    last = rs.clock.now_us()
+    rs.clock.advance(LEASE - 1)
+    assert rs.lease_checker.run_once() == 0
+    assert status(rs, A) is HeartbeatStatus.ALIVE
+    rs.clock.advance(1)  # now - last_hb_time == lease_time: expired
+    assert rs.lease_checker.run_once() == 1
+    s = rs.whitelist.get(A)
+    assert s.hb_status is HeartbeatStatus.LEASE_EXPIRED
+    assert s.last_offline_time == last + LEASE and s.start_service_time == 0
+    flush(rs)
+    row = server_row(rs, A)
+    assert (
+        row["status"] == "INACTIVE"
+        and row["last_offline_time"] == last + LEASE
+        and row["start_service_time"] == 0
+    )
+    assert [e["value1"] for e in events(rs, "lease_expire")] == [A]
+
+
+def test_permanent_offline_is_inclusive_and_heartbeat_revives(rs: RootService) -> None:
+    rs.clock.advance(LEASE)
+    rs.heartbeats.receive_hb(hb(A, ZA))
+    last = rs.clock.now_us()
+    rs.clock.advance(LEASE)
+    rs.lease_checker.run_once()
+    rs.clock.set(last + OFFLINE - 1)
+    rs.lease_checker.run_once()
+    assert status(rs, A) is HeartbeatStatus.LEASE_EXPIRED
+    rs.clock.set(last + OFFLINE)
+    assert rs.lease_checker.run_once() >= 1
+    assert status(rs, A) is HeartbeatStatus.PERMANENT_OFFLINE
+    assert rs.whitelist.get(A).display_status().value == "INACTIVE"
+    rs.heartbeats.receive_hb(hb(A, ZA))
+    assert status(rs, A) is HeartbeatStatus.ALIVE
+    flush(rs)
+    assert [e["value1"] for e in events(rs, "permanent_offline")].count(A) == 1
+    assert server_row(rs, A)["status"] == "ACTIVE"
+
+
+def test_take_office_grace_delays_every_expiry(db_url: str, tmp_path: Path) -> None:
+    rs = make_rs(db_url, tmp_path)
+    try:
+        # Loaded servers' offline clocks started at the load; one lease_time of grace follows.
+        t0 = rs.clock.now_us()
+        rs.heartbeats.receive_hb(hb(A, ZA))
+        rs.clock.set(t0 + LEASE - 1)
+        assert rs.lease_checker.run_once() == 0
+        rs.clock.set(t0 + LEASE)
+        assert rs.lease_checker.run_once() == 1
+        assert status(rs, A) is HeartbeatStatus.LEASE_EXPIRED
+    finally:
+        rs.shutdown()
+
+
+def test_lease_time_change_applies_to_the_checker(rs: RootService) -> None:
+    rs.clock.advance(LEASE)
+    rs.heartbeats.receive_hb(hb(A, ZA))
+    rs.set_parameters((("lease_time", "3s"),))
+    rs.clock.advance(3_000_000 - 1)
+    assert rs.lease_checker.run_once() == 0
+    rs.clock.advance(1)
+    assert rs.lease_checker.run_once() == 1
+
+
+# --- built from its collaborators, without RootService ------------------------------------
+
+
+def test_checker_alone_expires_then_declares_offline_and_wakes(
+    engine: sa.Engine, tmp_path: Path
+) -> None:
+    p = make_parts(engine, tmp_path)
+    seed(p)
+    checker = LeaseChecker(
+        p.whitelist, p.persist, p.grace, p.term, p.clock, p.settings, p.metrics, p.wake
+    )
+    assert checker.name == "heartbeat_checker"
+    now = p.clock.now_us()
+
+    def alive(s: ServerStatus) -> None:
+        s.hb_status = HeartbeatStatus.ALIVE
+        s.last_hb_time = now
+        s.last_offline_time = 0
+
+    p.whitelist.with_server(A, alive)
+    with p.whitelist.lock:
+        p.whitelist.set_alive(p.whitelist.records[A])
+    p.clock.advance(LEASE - 1)
+    assert checker.run_once() == 0
+    p.clock.advance(1)
+    assert checker.run_once() == 1
+    assert p.whitelist.get(A).hb_status is HeartbeatStatus.LEASE_EXPIRED
+    assert A in p.persist.pending_keys()
+    p.clock.advance(p.settings.server_permanent_offline_time - LEASE)
+    # The seeded servers (offline since the seed) turn permanently offline at the same time.
+    assert checker.run_once() == len(SEEDED)
+    assert p.whitelist.get(A).hb_status is HeartbeatStatus.PERMANENT_OFFLINE
+    assert {"balancer", "lost_replica_checker"} <= set(p.woken)
+    p.term.close_service()
+    assert checker.run_once() == 0
+
+
+def test_checker_alone_respects_the_grace_and_writes_candidates_at_its_end(
+    engine: sa.Engine, tmp_path: Path
+) -> None:
+    p = make_parts(engine, tmp_path)
+    seed(p)
+    checker = LeaseChecker(
+        p.whitelist, p.persist, p.grace, p.term, p.clock, p.settings, p.metrics, p.wake
+    )
+    p.persist.run_once()
+    p.grace.begin(p.clock.now_us() + LEASE, {A, "10.9.9.9:1"})
+    assert checker.run_once() == 0 and p.persist.depth() == 0
+    p.clock.advance(LEASE)
+    assert checker.run_once() == 1 and p.grace.candidates == set()
+    assert p.persist.pending_keys() == {A}
