@@ -39,26 +39,26 @@ ZONE = dict(SEEDED)
 
 
 def receive_hb(rs: RootService, server: str) -> None:
-    rs.manager.receive_hb(hb(server, ZONE[server]))
+    rs.heartbeats.receive_hb(hb(server, ZONE[server]))
 
 
 def tick(rs: RootService) -> None:
-    rs.manager.check_heartbeats()
+    rs.lease_checker.run_once()
 
 
 def flush(rs: RootService) -> None:
-    rs.manager.persist.run_once()
+    rs.persist.run_once()
 
 
 def record(rs: RootService, server: str) -> tuple[HeartbeatStatus, AdminStatus, bool]:
-    s = rs.manager.get(server)
+    s = rs.whitelist.get(server)
     assert s is not None
     return s.hb_status, s.admin_status, s.stop_time != 0
 
 
 def statement(rs: RootService, op: str, server: str) -> str:
     """Run one admin operation; returns "" or the OceanBase error name it raised."""
-    m = rs.manager
+    m = rs.server_admin
     calls = {
         "stop": lambda: m.stop_servers([server], None, "STOP"),
         "start": lambda: m.start_servers([server], None),
