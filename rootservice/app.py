@@ -26,7 +26,13 @@ from obcommon.addresses import format_server, parse_server
 from obcommon.clock import Clock, SystemClock
 from obcommon.durations import format_duration, parse_duration
 from obcommon.errors import ObError
-from rootservice.balancer.manager import LostReplicaChecker, MigrationManager, Planner
+from rootservice.balancer.copy_tasks import CopyTasks
+from rootservice.balancer.job_progress import DeleteJobProgress
+from rootservice.balancer.lost_replica_checker import LostReplicaChecker
+from rootservice.balancer.planner import Planner
+from rootservice.balancer.planners import LazySparkPlanner
+from rootservice.balancer.root_balancer import RootBalancer
+from rootservice.balancer.unit_moves import UnitMoves
 from rootservice.config import PARAMETERS, RsSettings, validate_parameter
 from rootservice.db import engine as dbengine
 from rootservice.db import event_repo, param_repo, server_repo, zone_repo
@@ -139,9 +145,52 @@ class RootService:
         self.manager.after_stop = self.ls.move_leaders_off
         # Emptying servers (SPEC.md section 9): plans by Spark unless a planner is given
         # (the fake-clock tests pass the pandas one); the SparkSession starts on first use.
-        self.planner: Planner = planner or _LazySparkPlanner(settings)
-        self.migration = MigrationManager(self.manager, self.ls, self.planner)
-        self.lost_replica_checker = LostReplicaChecker(self.migration)
+        self.planner: Planner = planner or LazySparkPlanner(settings)
+        self.unit_moves = UnitMoves(
+            servers=self.manager,
+            ls=self.ls,
+            layout=self.tenants,
+            store=self.store,
+            clock=self.clock,
+            metrics=self.metrics,
+            wake=self.wake,
+        )
+        self.copy_tasks = CopyTasks(
+            servers=self.manager,
+            ls=self.ls,
+            events=self.manager.persist,
+            clock=self.clock,
+            settings=settings,
+            metrics=self.metrics,
+        )
+        self.delete_jobs = DeleteJobProgress(
+            servers=self.manager,
+            ls=self.ls,
+            events=self.manager.persist,
+            store=self.store,
+            clock=self.clock,
+            settings=settings,
+            units=self.unit_moves,
+            copies=self.copy_tasks,
+        )
+        self.migration = RootBalancer(
+            servers=self.manager,
+            ls=self.ls,
+            planner=self.planner,
+            term=self.term,
+            units=self.unit_moves,
+            copies=self.copy_tasks,
+            jobs=self.delete_jobs,
+        )
+        self.lost_replica_checker = LostReplicaChecker(
+            servers=self.manager,
+            ls=self.ls,
+            planner=self.planner,
+            term=self.term,
+            store=self.store,
+            wake=self.wake,
+            metrics=self.metrics,
+        )
         self.manager.on_cancel_delete = self.migration.cancel_server
         # A deposed RS forgets replica reports, the cached layout and migration tasks; the
         # next term rebuilds them from the tables and fresh heartbeats.
@@ -312,7 +361,7 @@ class RootService:
         """What goes with an emptied server in its removal transaction: its
         ``__all_space_usage`` rows and the final progress of its DELETE_SERVER job."""
         self.ls.extra_deletes(conn, ip, port)
-        self.migration.finalize_job(conn, ip, port)
+        self.delete_jobs.finalize_job(conn, ip, port)
 
     def _tasks(self) -> list[tuple[Any, int]]:
         s = self.settings
@@ -646,39 +695,3 @@ class RootService:
         out["writes_rejected_total"] = self.store.rejected_writes
         out["lease_time_us"] = self.settings.lease_time
         return out
-
-
-class _LazySparkPlanner:
-    """A :class:`rootservice.balancer.planners.SparkPlanner` built on first use, so that an RS that
-    never empties a server never imports PySpark (nor starts a JVM)."""
-
-    def __init__(self, settings: RsSettings) -> None:
-        self.settings = settings
-        self._planner: Any = None
-        self._lock = threading.Lock()
-
-    def _get(self) -> Any:
-        with self._lock:
-            if self._planner is None:
-                from rootservice.balancer.planners import SparkPlanner
-
-                self._planner = SparkPlanner(self.settings)
-            return self._planner
-
-    def unit_plan(self, servers: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """See :class:`rootservice.balancer.manager.Planner`."""
-        return self._get().unit_plan(servers)  # type: ignore[no-any-return]
-
-    def replica_plan(self, servers: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """See :class:`rootservice.balancer.manager.Planner`."""
-        return self._get().replica_plan(servers)  # type: ignore[no-any-return]
-
-    def lost_replicas(self, servers: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """See :class:`rootservice.balancer.manager.Planner`."""
-        return self._get().lost_replicas(servers)  # type: ignore[no-any-return]
-
-    def stop(self) -> None:
-        """Stop Spark if it was started."""
-        with self._lock:
-            if self._planner is not None:
-                self._planner.stop()
