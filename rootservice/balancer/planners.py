@@ -11,6 +11,9 @@ single-process pandas (``rootservice.balancer.spark.reference``, checked against
 
 Each method takes the servers rows (``rootservice.balancer.planner.SERVER_COLUMNS``) and returns
 plan rows as dicts, nulls as None.
+
+The :mod:`rootservice.balancer.spark` modules (pandas, and PySpark through the session) are
+imported inside the methods on purpose: an RS that never empties a server never loads them.
 """
 
 from __future__ import annotations
