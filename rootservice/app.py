@@ -26,7 +26,13 @@ from obcommon.addresses import format_server, parse_server
 from obcommon.clock import Clock, SystemClock
 from obcommon.durations import format_duration, parse_duration
 from obcommon.errors import ObError
-from rootservice.balancer.manager import LostReplicaChecker, MigrationManager, Planner
+from rootservice.balancer.copy_tasks import CopyTasks
+from rootservice.balancer.job_progress import DeleteJobProgress
+from rootservice.balancer.lost_replica_checker import LostReplicaChecker
+from rootservice.balancer.planner import Planner
+from rootservice.balancer.planners import LazySparkPlanner
+from rootservice.balancer.root_balancer import RootBalancer
+from rootservice.balancer.unit_moves import UnitMoves
 from rootservice.config import PARAMETERS, RsSettings, validate_parameter
 from rootservice.db import engine as dbengine
 from rootservice.db import event_repo, param_repo, server_repo, zone_repo
@@ -178,9 +184,52 @@ class RootService:
         self.ls.tenants = self.tenants
         # Emptying servers (SPEC.md section 9): plans by Spark unless a planner is given
         # (the fake-clock tests pass the pandas one); the SparkSession starts on first use.
-        self.planner: Planner = planner or _LazySparkPlanner(settings)
-        self.migration = MigrationManager(servers, self.ls, self.planner)
-        self.lost_replica_checker = LostReplicaChecker(self.migration)
+        self.planner: Planner = planner or LazySparkPlanner(settings)
+        self.unit_moves = UnitMoves(
+            servers=self.whitelist,
+            ls=self.ls,
+            layout=self.tenants,
+            store=self.store,
+            clock=self.clock,
+            metrics=self.metrics,
+            wake=self.wake,
+        )
+        self.copy_tasks = CopyTasks(
+            servers=self.whitelist,
+            ls=self.ls,
+            events=self.persist,
+            clock=self.clock,
+            settings=settings,
+            metrics=self.metrics,
+        )
+        self.delete_jobs = DeleteJobProgress(
+            servers=self.whitelist,
+            ls=self.ls,
+            events=self.persist,
+            store=self.store,
+            clock=self.clock,
+            settings=settings,
+            units=self.unit_moves,
+            copies=self.copy_tasks,
+        )
+        self.migration = RootBalancer(
+            servers=self.whitelist,
+            ls=self.ls,
+            planner=self.planner,
+            term=self.term,
+            units=self.unit_moves,
+            copies=self.copy_tasks,
+            jobs=self.delete_jobs,
+        )
+        self.lost_replica_checker = LostReplicaChecker(
+            servers=self.whitelist,
+            ls=self.ls,
+            planner=self.planner,
+            term=self.term,
+            store=self.store,
+            wake=self.wake,
+            metrics=self.metrics,
+        )
         # A deposed RS forgets replica reports, the cached layout and migration tasks; the
         # next term rebuilds them from the tables and fresh heartbeats.
         self.on_step_down.append(self.ls.clear)
@@ -241,7 +290,7 @@ class RootService:
             self.agents,
             contents=self.ls,
             removal=self.ls,
-            jobs=self.migration,
+            jobs=self.delete_jobs,
         )
         self._bootstrap_lock = threading.Lock()
         # Table and column names for SELECT, read from the database on first use.
@@ -730,39 +779,3 @@ class RootService:
         out["writes_rejected_total"] = self.store.rejected_writes
         out["lease_time_us"] = self.settings.lease_time
         return out
-
-
-class _LazySparkPlanner:
-    """A :class:`rootservice.balancer.planners.SparkPlanner` built on first use, so that an RS that
-    never empties a server never imports PySpark (nor starts a JVM)."""
-
-    def __init__(self, settings: RsSettings) -> None:
-        self.settings = settings
-        self._planner: Any = None
-        self._lock = threading.Lock()
-
-    def _get(self) -> Any:
-        with self._lock:
-            if self._planner is None:
-                from rootservice.balancer.planners import SparkPlanner
-
-                self._planner = SparkPlanner(self.settings)
-            return self._planner
-
-    def unit_plan(self, servers: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """See :class:`rootservice.balancer.manager.Planner`."""
-        return self._get().unit_plan(servers)  # type: ignore[no-any-return]
-
-    def replica_plan(self, servers: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """See :class:`rootservice.balancer.manager.Planner`."""
-        return self._get().replica_plan(servers)  # type: ignore[no-any-return]
-
-    def lost_replicas(self, servers: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """See :class:`rootservice.balancer.manager.Planner`."""
-        return self._get().lost_replicas(servers)  # type: ignore[no-any-return]
-
-    def stop(self) -> None:
-        """Stop Spark if it was started."""
-        with self._lock:
-            if self._planner is not None:
-                self._planner.stop()

@@ -1,4 +1,5 @@
-"""The planners behind :class:`rootservice.balancer.manager.MigrationManager`.
+"""The planners behind the balancer (:class:`rootservice.balancer.planner.Planner`, SPEC.md
+section 9).
 
 :class:`SparkPlanner` is what the RS runs: the three Spark jobs of :mod:`rootservice.balancer.spark`
 on one long-lived SparkSession (``spark_master``, ``local[*]`` by default, created lazily in
@@ -6,21 +7,25 @@ the balancer's thread the first time a plan is needed, so neither its start-up n
 ever delays heartbeats or the 100 ms checker). :class:`PandasPlanner` runs the same plans as
 single-process pandas (``rootservice.balancer.spark.reference``, checked against Spark by
 ``tests/unit/rootservice/balancer/test_spark_jobs.py``); the fake-clock unit tests use it to stay fast.
+:class:`LazySparkPlanner` is the RS's default: a :class:`SparkPlanner` built on first use.
 
-Each method takes the servers rows (``rootservice.balancer.manager.SERVER_COLUMNS``) and returns
+Each method takes the servers rows (``rootservice.balancer.planner.SERVER_COLUMNS``) and returns
 plan rows as dicts, nulls as None.
+
+The :mod:`rootservice.balancer.spark` modules (pandas, and PySpark through the session) are
+imported inside the methods on purpose: an RS that never empties a server never loads them.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
+from rootservice.balancer.planner import Row
 from rootservice.config import RsSettings
 
 log = logging.getLogger(__name__)
-
-Row = dict[str, Any]
 
 
 def _records(df: Any) -> list[Row]:
@@ -131,3 +136,38 @@ class PandasPlanner:
 
     def stop(self) -> None:
         """Nothing to stop."""
+
+
+class LazySparkPlanner:
+    """A :class:`SparkPlanner` built on first use, so that an RS that never empties a server
+    never imports PySpark (nor starts a JVM)."""
+
+    def __init__(self, settings: RsSettings) -> None:
+        """Remember ``settings``; nothing is built yet."""
+        self.settings = settings
+        self._planner: SparkPlanner | None = None
+        self._lock = threading.Lock()
+
+    def _get(self) -> SparkPlanner:
+        with self._lock:
+            if self._planner is None:
+                self._planner = SparkPlanner(self.settings)
+            return self._planner
+
+    def unit_plan(self, servers: list[Row]) -> list[Row]:
+        """See :class:`rootservice.balancer.planner.Planner`."""
+        return self._get().unit_plan(servers)
+
+    def replica_plan(self, servers: list[Row]) -> list[Row]:
+        """See :class:`rootservice.balancer.planner.Planner`."""
+        return self._get().replica_plan(servers)
+
+    def lost_replicas(self, servers: list[Row]) -> list[Row]:
+        """See :class:`rootservice.balancer.planner.Planner`."""
+        return self._get().lost_replicas(servers)
+
+    def stop(self) -> None:
+        """Stop Spark if it was started."""
+        with self._lock:
+            if self._planner is not None:
+                self._planner.stop()

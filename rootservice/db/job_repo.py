@@ -6,6 +6,8 @@ Every function takes a connection inside the caller's transaction and never comm
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import sqlalchemy as sa
 
 from rootservice.db.param_repo import PARAM_MAX_JOB_ID, next_counter
@@ -13,6 +15,21 @@ from rootservice.db.tables import (
     all_rootservice_job,
 )
 from rootservice.db.timestamps import us_to_datetime
+
+
+@dataclass(frozen=True)
+class Job:
+    """The identity of a row of ``__all_rootservice_job``: its id and the server it is about."""
+
+    job_id: int
+    job_type: str
+    svr_ip: str
+    svr_port: int
+
+    @property
+    def server(self) -> str:
+        """``'ip:port'`` of the job's server."""
+        return f"{self.svr_ip}:{self.svr_port}"
 
 
 def create_job(
@@ -71,5 +88,50 @@ def finish_jobs(
             progress=100 if status == "SUCCESS" else t.c.progress,
             gmt_modified=us_to_datetime(now_us),
         )
+    )
+    return int(r.rowcount or 0)
+
+
+def inprogress_jobs(conn: sa.Connection, job_type: str) -> list[Job]:
+    """The INPROGRESS jobs of ``job_type``, in the database's order."""
+    t = all_rootservice_job
+    q = sa.select(t.c.job_id, t.c.job_type, t.c.svr_ip, t.c.svr_port).where(
+        t.c.job_type == job_type, t.c.job_status == "INPROGRESS"
+    )
+    return [
+        Job(int(r["job_id"]), r["job_type"], r["svr_ip"], int(r["svr_port"]))
+        for r in conn.execute(q).mappings()
+    ]
+
+
+def set_job_progress(
+    conn: sa.Connection, job_id: int, progress: int, extra_info: str, now_us: int
+) -> int:
+    """Set ``progress`` (0-100) and ``extra_info`` of job ``job_id`` while it is INPROGRESS
+    (a job that ended meanwhile keeps its final values); returns rows changed."""
+    t = all_rootservice_job
+    r = conn.execute(
+        sa.update(t)
+        .where(t.c.job_id == job_id, t.c.job_status == "INPROGRESS")
+        .values(progress=progress, extra_info=extra_info, gmt_modified=us_to_datetime(now_us))
+    )
+    return int(r.rowcount or 0)
+
+
+def set_job_extra_info(
+    conn: sa.Connection, job_type: str, ip: str, port: int, extra_info: str
+) -> int:
+    """Set ``extra_info`` of the server's INPROGRESS jobs of ``job_type`` (``gmt_modified``
+    untouched: the same transaction ends the job and stamps it); returns rows changed."""
+    t = all_rootservice_job
+    r = conn.execute(
+        sa.update(t)
+        .where(
+            t.c.job_type == job_type,
+            t.c.svr_ip == ip,
+            t.c.svr_port == port,
+            t.c.job_status == "INPROGRESS",
+        )
+        .values(extra_info=extra_info)
     )
     return int(r.rowcount or 0)

@@ -159,6 +159,12 @@ def delete_ls_meta(conn: sa.Connection, keys: Iterable[MetaKey]) -> int:
     return n
 
 
+def replica_servers(conn: sa.Connection) -> set[tuple[str, int]]:
+    """Every ``(svr_ip, svr_port)`` holding at least one ``__all_ls_meta_table`` row."""
+    t = all_ls_meta_table
+    return {(r[0], int(r[1])) for r in conn.execute(sa.select(t.c.svr_ip, t.c.svr_port).distinct())}
+
+
 def replicas_on_server(conn: sa.Connection, ip: str, port: int) -> int:
     """How many ``__all_ls_meta_table`` rows are on ``ip:port``."""
     t = all_ls_meta_table

@@ -217,6 +217,70 @@ def units_on_server(conn: sa.Connection, ip: str, port: int) -> list[Unit]:
     return [_unit(r) for r in conn.execute(q.order_by(t.c.unit_id)).mappings()]
 
 
+def start_unit_move(
+    conn: sa.Connection,
+    unit_id: int,
+    src: tuple[str, int],
+    dest: tuple[str, int],
+    now_us: int,
+) -> bool:
+    """Move unit ``unit_id`` from server ``src`` to ``dest`` (``(ip, port)``): ``svr_*`` =
+    ``dest``, ``migrate_from_svr_*`` = ``src`` (SPEC.md section 9, the root balancer's unit
+    moves). Only if the unit is still on ``src`` and not already moving; returns whether it
+    moved."""
+    t = all_unit
+    res = conn.execute(
+        sa.update(t)
+        .where(
+            t.c.unit_id == unit_id,
+            t.c.svr_ip == src[0],
+            t.c.svr_port == src[1],
+            t.c.migrate_from_svr_ip == "",
+        )
+        .values(
+            svr_ip=dest[0],
+            svr_port=dest[1],
+            migrate_from_svr_ip=src[0],
+            migrate_from_svr_port=src[1],
+            gmt_modified=us_to_datetime(now_us),
+        )
+    )
+    return bool(res.rowcount)
+
+
+def finish_unit_move(conn: sa.Connection, unit_id: int, now_us: int) -> None:
+    """The move of unit ``unit_id`` is done: clear its ``migrate_from_svr_*``."""
+    t = all_unit
+    conn.execute(
+        sa.update(t)
+        .where(t.c.unit_id == unit_id)
+        .values(
+            migrate_from_svr_ip="",
+            migrate_from_svr_port=0,
+            gmt_modified=us_to_datetime(now_us),
+        )
+    )
+
+
+def move_unit_back(
+    conn: sa.Connection, unit_id: int, back_to: tuple[str, int], now_us: int
+) -> None:
+    """CANCEL DELETE SERVER: unit ``unit_id`` returns to ``back_to`` (``(ip, port)``, the
+    server it was moving from) and is no longer moving."""
+    t = all_unit
+    conn.execute(
+        sa.update(t)
+        .where(t.c.unit_id == unit_id)
+        .values(
+            svr_ip=back_to[0],
+            svr_port=back_to[1],
+            migrate_from_svr_ip="",
+            migrate_from_svr_port=0,
+            gmt_modified=us_to_datetime(now_us),
+        )
+    )
+
+
 def insert_units(conn: sa.Connection, units: Iterable[Unit], now_us: int) -> None:
     """Insert units (one executemany)."""
     ts = us_to_datetime(now_us)

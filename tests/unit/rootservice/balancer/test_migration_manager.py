@@ -1,8 +1,8 @@
-"""MigrationManager with a FakeClock on a real database (SPEC.md section 9): unit moves from
-a plan, job progress and stall reports, CANCEL DELETE, unit completion, lost-replica
-cleanup. The plans come from the pandas planner (the same computation as the Spark jobs,
-checked against them in test_spark_jobs.py); replica copies need agents and are covered by
-test_migration_integration.py.
+"""The balancer as a RootService wires it, with a FakeClock on a real database (SPEC.md section
+9): unit moves from a plan, job progress and stall reports, CANCEL DELETE, unit completion,
+lost-replica cleanup. The plans come from the pandas planner (the same computation as the
+Spark jobs, checked against them in test_spark_jobs.py); replica copies need agents and are
+covered by tests/integration/test_delete_server.py (and, with fakes, by test_copy_tasks.py).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from rootservice.app import RootService
+from rootservice.balancer.planner import server_rows
 from rootservice.balancer.planners import PandasPlanner
 from tests.support.harness import S, events, make_rs
 from tests.unit.rootservice.tenants.test_tenants import (
@@ -43,11 +44,15 @@ def rs(db_url: str, tmp_path: Path) -> Any:
         migration_stall_time="30s",
         server_permanent_offline_time="60s",
     )
-    r.migration.planner = PandasPlanner(db_url)
+    r.migration.planner = r.lost_replica_checker.planner = PandasPlanner(db_url)
     for s in (A, B, C, D):
         r.heartbeats.receive_hb(lease(s))
     yield r
     r.shutdown()
+
+
+def unit_plan(rs: RootService) -> list[dict[str, Any]]:
+    return rs.migration.planner.unit_plan(server_rows(rs.whitelist))
 
 
 def z1_member(rs: RootService, tid: int) -> str:
@@ -65,9 +70,7 @@ def test_delete_moves_the_unit_reports_progress_and_a_stall(rs: RootService) -> 
     gone = z1_member(rs, tid)
     other = D if gone == A else A
     rs.server_admin.delete_servers([gone], None)
-    moved = rs.migration.apply_unit_plan(
-        rs.migration.planner.unit_plan(rs.migration.servers_input())
-    )
+    moved = rs.unit_moves.apply_unit_plan(unit_plan(rs))
     assert moved == 1
     unit = rows(rs, "SELECT * FROM __all_unit WHERE zone = 'z1'")[0]
     assert (f"{unit['svr_ip']}:{unit['svr_port']}", unit["migrate_from_svr_port"]) == (
@@ -75,11 +78,8 @@ def test_delete_moves_the_unit_reports_progress_and_a_stall(rs: RootService) -> 
         int(gone.rsplit(":", 1)[1]),
     )
     # applying the same plan again moves nothing (the unit is no longer where it was)
-    assert (
-        rs.migration.apply_unit_plan(rs.migration.planner.unit_plan(rs.migration.servers_input()))
-        == 0
-    )
-    rs.migration.update_jobs()
+    assert rs.unit_moves.apply_unit_plan(unit_plan(rs)) == 0
+    rs.delete_jobs.update_jobs()
     info = json.loads(job_row(rs)["extra_info"])
     assert (info["units_total"], info["replicas_total"], info["units_moved"]) == (1, 2, 0)
     assert info["stalled"] == ""
@@ -87,10 +87,10 @@ def test_delete_moves_the_unit_reports_progress_and_a_stall(rs: RootService) -> 
     rs.clock.advance(30 * S)
     for s in (A, B, C, D):
         rs.heartbeats.receive_hb(lease(s, list(rs.ls.reports().get(s, {}).values())))
-    rs.migration.update_jobs()
+    rs.delete_jobs.update_jobs()
     info = json.loads(job_row(rs)["extra_info"])
     assert info["stalled"], info
-    rs.migration.update_jobs()
+    rs.delete_jobs.update_jobs()
     rs.persist.run_once()
     assert len(events(rs, "migration_stalled")) == 1
 
@@ -103,13 +103,13 @@ def test_no_room_is_the_stall_reason(rs: RootService) -> None:
     # DELETE passes its pre-check, then the other z1 server shrinks below the unit's memory
     rs.server_admin.delete_servers([gone], None)
     rs.heartbeats.receive_hb(lease(other, mem=1 << 30))
-    plan = rs.migration.planner.unit_plan(rs.migration.servers_input())
+    plan = unit_plan(rs)
     assert len(plan) == 1 and plan[0]["to_svr_ip"] is None and "memory" in plan[0]["reason"]
-    assert rs.migration.apply_unit_plan(plan) == 0
-    rs.migration.update_jobs()
+    assert rs.unit_moves.apply_unit_plan(plan) == 0
+    rs.delete_jobs.update_jobs()
     rs.clock.advance(31 * S)
     rs.heartbeats.receive_hb(lease(other, mem=1 << 30))
-    rs.migration.update_jobs()
+    rs.delete_jobs.update_jobs()
     assert "no room" in json.loads(job_row(rs)["extra_info"])["stalled"]
 
 
@@ -118,7 +118,7 @@ def test_cancel_delete_moves_the_unit_back(rs: RootService) -> None:
     report_all(rs, tid)
     gone = z1_member(rs, tid)
     rs.server_admin.delete_servers([gone], None)
-    rs.migration.apply_unit_plan(rs.migration.planner.unit_plan(rs.migration.servers_input()))
+    rs.unit_moves.apply_unit_plan(unit_plan(rs))
     rs.server_admin.cancel_delete_servers([gone], None)
     unit = rows(rs, "SELECT * FROM __all_unit WHERE zone = 'z1'")[0]
     assert f"{unit['svr_ip']}:{unit['svr_port']}" == gone and unit["migrate_from_svr_ip"] == ""
@@ -133,16 +133,16 @@ def test_a_unit_finishes_once_no_replica_is_left_on_its_source(rs: RootService) 
     gone = z1_member(rs, tid)
     other = D if gone == A else A
     rs.server_admin.delete_servers([gone], None)
-    rs.migration.apply_unit_plan(rs.migration.planner.unit_plan(rs.migration.servers_input()))
+    rs.unit_moves.apply_unit_plan(unit_plan(rs))
     rs.ls.sync_meta()
-    assert rs.migration.finish_units() == 0  # the source still reports its replica
+    assert rs.unit_moves.finish_units() == 0  # the source still reports its replica
     # the replica moved: the new member list excludes the source, which dropped it
     members = sorted([other, B, C])
     for s in members:
         rs.heartbeats.receive_hb(lease(s, [replica((tid, 1001), other, members, me=s)]))
     rs.heartbeats.receive_hb(lease(gone, []))
     rs.ls.sync_meta()
-    assert rs.migration.finish_units() == 1
+    assert rs.unit_moves.finish_units() == 1
     unit = rows(rs, "SELECT * FROM __all_unit WHERE zone = 'z1'")[0]
     assert unit["migrate_from_svr_ip"] == ""
     # nothing left on the source: the empty-server checker removes it, job SUCCESS 100
@@ -162,14 +162,14 @@ def test_lost_replicas_on_a_permanently_offline_server_are_deleted(rs: RootServi
         lease(C, [replica((tid, 1001), leader, members, me=C, in_service=False)])
     )
     rs.ls.sync_meta()
-    assert rs.migration.clean_lost_replicas() == 0  # C is alive: nothing is lost
+    assert rs.lost_replica_checker.run_once() == 0  # C is alive: nothing is lost
     for _ in range(7):
         rs.clock.advance(10 * S)
         for s in (A, B, D):
             rs.heartbeats.receive_hb(lease(s, list(rs.ls.reports().get(s, {}).values())))
         rs.lease_checker.run_once()
     assert rs.whitelist.get(C).hb_status.value == "permanent_offline"
-    assert rs.migration.clean_lost_replicas() == 1
+    assert rs.lost_replica_checker.run_once() == 1
     left = rows(rs, "SELECT svr_port FROM __all_ls_meta_table")
     assert 3003 not in {r["svr_port"] for r in left}
-    assert rs.migration.clean_lost_replicas() == 0
+    assert rs.lost_replica_checker.run_once() == 0

@@ -1,0 +1,93 @@
+"""The lost-replica checker task (``lost_replica_checker``; SPEC.md section 9, OceanBase's
+``ObLostReplicaChecker``): the rows of ``__all_ls_meta_table`` the lost-replica plan calls
+lost are deleted in batches, each logged, in fenced transactions (SPEC.md section 10).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from rootservice.balancer.planner import Planner, server_rows
+from rootservice.balancer.ports import Gate, MetaCache, Store, Waker, Whitelist
+from rootservice.db import ls_repo
+from rootservice.metrics import Metrics
+from rootservice.servers.status import HeartbeatStatus
+
+log = logging.getLogger(__name__)
+
+#: Rows deleted per transaction.
+BATCH = 500
+
+
+class LostReplicaChecker:
+    """The scheduled lost-replica task (``name = "lost_replica_checker"``).
+
+    ``planner`` computes the lost rows (Spark); ``ls`` re-reads ``__all_ls_meta_table``
+    after a deletion; ``wake`` runs the ``empty_server_checker`` then (a server may be empty
+    now).
+    """
+
+    name = "lost_replica_checker"
+
+    def __init__(
+        self,
+        *,
+        servers: Whitelist,
+        ls: MetaCache,
+        planner: Planner,
+        term: Gate,
+        store: Store,
+        wake: Waker,
+        metrics: Metrics,
+    ) -> None:
+        """Nothing runs until :meth:`run_once`."""
+        self.servers = servers
+        self.ls = ls
+        self.planner = planner
+        self.term = term
+        self.store = store
+        self.wake = wake
+        self.metrics = metrics
+
+    def run_once(self) -> int:
+        """ObLostReplicaChecker's round: delete the rows of ``__all_ls_meta_table`` the plan
+        calls lost, in batches of 500, each logged. Returns rows deleted. Runs only when some
+        row sits on a server that is gone or permanently offline (no Spark job otherwise), and
+        only while the RS is in service. Raises ``ObError`` when a transaction fails (the
+        batches before it stay deleted)."""
+        if not self.term.in_service:
+            return 0
+        with self.store.read() as conn:
+            servers = {f"{ip}:{port}" for ip, port in ls_repo.replica_servers(conn)}
+        suspects = [
+            k
+            for k in servers
+            if (s := self.servers.get(k)) is None
+            or s.hb_status is HeartbeatStatus.PERMANENT_OFFLINE
+        ]
+        if not suspects:
+            return 0
+        rows = self.planner.lost_replicas(server_rows(self.servers))
+        deleted = 0
+        for i in range(0, len(rows), BATCH):
+            batch = rows[i : i + BATCH]
+            keys = [
+                (int(r["tenant_id"]), int(r["ls_id"]), str(r["svr_ip"]), int(r["svr_port"]))
+                for r in batch
+            ]
+            with self.store.txn() as conn:
+                deleted += ls_repo.delete_ls_meta(conn, keys)
+            for r in batch:
+                log.info(
+                    "lost replica removed: tenant %s ls %s on %s:%s (%s)",
+                    r["tenant_id"],
+                    r["ls_id"],
+                    r["svr_ip"],
+                    r["svr_port"],
+                    r["reason"],
+                )
+        if deleted:
+            self.ls.forget_meta()
+            self.metrics.inc("lost_replicas_removed_total", deleted)
+            self.wake("empty_server_checker")
+        return deleted

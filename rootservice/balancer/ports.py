@@ -1,0 +1,168 @@
+"""What the balancer needs from the layers below it, as consumer protocols (SPEC.md section 9).
+
+The balancer classes take these at construction, never the whole server manager or LS
+manager: :class:`Whitelist` (the servers package's whitelist), :class:`EventSink` (its
+persist queue), :class:`Waker` (the task registry's wake-up by task name), :class:`Gate`
+(:class:`rootservice.ha.term.Term`), :class:`Store` (:class:`rootservice.ha.store.MetaStore`),
+:class:`LayoutVersion` (the tenant layer's cache version of the layout) and the log-stream
+views of the tenant layer (:class:`LsLayout`, :class:`ReplicaReports`, :class:`ReplicaWork`,
+:class:`MetaCache`; today all :class:`rootservice.tenants.log_streams.LsManager`).
+
+The value types the tenant layer hands back (:data:`LsKey`, :class:`LsPlan`,
+:class:`LsView`, :class:`Topology`) are imported here only, so the rest of the package names
+them through this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+import sqlalchemy as sa
+
+from obcommon.errors import ObError
+from obcommon.proto import obrpc_pb2
+from rootservice.db.event_repo import Event
+from rootservice.servers.status import ServerStatus
+from rootservice.tenants.log_streams import LsKey, LsPlan, LsView, Topology
+
+__all__ = [
+    "EventSink",
+    "Gate",
+    "LayoutVersion",
+    "LsKey",
+    "LsLayout",
+    "LsPlan",
+    "LsView",
+    "MetaCache",
+    "ReplicaReports",
+    "ReplicaWork",
+    "Reports",
+    "Store",
+    "Topology",
+    "Waker",
+    "Whitelist",
+]
+
+#: Replica reports by server (``'ip:port'``), then by ``(tenant_id, ls_id)``.
+Reports = dict[str, dict[LsKey, obrpc_pb2.ReplicaInfo]]
+
+
+class Whitelist(Protocol):
+    """The servers the RS knows (SPEC.md section 3), keyed ``'ip:port'``."""
+
+    def get(self, server: str) -> ServerStatus | None:
+        """The server's status, or None when it is not in the whitelist."""
+        ...
+
+    def snapshot(self) -> list[ServerStatus]:
+        """Every whitelisted server (copies or live objects: read only)."""
+        ...
+
+    def has_servers_to_empty(self) -> bool:
+        """Some server is DELETING or permanently offline (a cheap flag check)."""
+        ...
+
+
+class EventSink(Protocol):
+    """Queues ``__all_rootservice_event_history`` rows written later, off the caller's path."""
+
+    def add_event(self, event: Event) -> None:
+        """Queue one event row."""
+        ...
+
+
+class Waker(Protocol):
+    """Runs a registered background task now, by its name (a no-op for unknown names)."""
+
+    def __call__(self, name: str) -> None:
+        """Wake task ``name`` (e.g. ``"empty_server_checker"``)."""
+        ...
+
+
+class Gate(Protocol):
+    """The term's answer to "may a background round act now" (SPEC.md section 8)."""
+
+    @property
+    def in_service(self) -> bool:
+        """The whitelist is loaded and served by this leader."""
+        ...
+
+
+class Store(Protocol):
+    """The epoch-fenced metadata store (SPEC.md section 10)."""
+
+    @property
+    def rs_addr(self) -> tuple[str, int]:
+        """This RS's ``(ip, port)``, written in event rows."""
+        ...
+
+    def txn(self) -> AbstractContextManager[sa.Connection]:
+        """A fenced transaction, committed on exit; raises ``ObError`` when the epoch moved."""
+        ...
+
+    def read(self) -> AbstractContextManager[sa.Connection]:
+        """A read-only connection."""
+        ...
+
+
+class LayoutVersion(Protocol):
+    """The cache version of the tenant layout: raising it makes the tenant layer re-read
+    ``__all_unit`` and the LS tables at the next :meth:`LsLayout.topology`."""
+
+    version: int
+
+
+class LsLayout(Protocol):
+    """The desired layout of log streams and what the reports show of them."""
+
+    def topology(self) -> Topology:
+        """The desired layout (cached); raises ``ObError(OB_ERR_SYS)`` when the database fails."""
+        ...
+
+    def views(self) -> dict[LsKey, LsView]:
+        """Every LS the layout names or some server reports, with its current leader."""
+        ...
+
+
+class ReplicaReports(Protocol):
+    """The latest replica reports of the servers (from their heartbeats)."""
+
+    def reports(self) -> Reports:
+        """A shallow copy of the latest reports by server."""
+        ...
+
+
+class ReplicaWork(LsLayout, ReplicaReports, Protocol):
+    """Replica work handed to the agents (ApplyReplicas)."""
+
+    def members(self, plan: LsPlan, view: LsView) -> list[str]:
+        """The LS's effective Paxos members (``'ip:port'``, sorted)."""
+        ...
+
+    def copy_spec(self, plan: LsPlan, view: LsView, dest: str, src: str) -> obrpc_pb2.ReplicaSpec:
+        """The spec that makes ``dest`` build its replica by copying from ``src``."""
+        ...
+
+    def apply(
+        self, server: str, upsert: Iterable[obrpc_pb2.ReplicaSpec] = (), drop: Iterable[LsKey] = ()
+    ) -> Any:
+        """One ApplyReplicas call to ``server``; raises ``ObError``."""
+        ...
+
+    def apply_many(
+        self,
+        work: dict[str, list[obrpc_pb2.ReplicaSpec]],
+        drops: dict[str, list[LsKey]] | None = None,
+    ) -> dict[str, ObError]:
+        """ApplyReplicas to several servers at once; returns the failures by server."""
+        ...
+
+
+class MetaCache(Protocol):
+    """The tenant layer's cache of ``__all_ls_meta_table``."""
+
+    def forget_meta(self) -> None:
+        """Re-read ``__all_ls_meta_table`` at the next sync (someone else deleted rows)."""
+        ...

@@ -1,0 +1,123 @@
+"""The root balancer task (``balancer``): emptying servers as the RS runs it (SPEC.md section 9;
+OceanBase's ``ObRootBalancer`` and ``ObDRWorker``).
+
+One round plans with the :class:`rootservice.balancer.planner.Planner` (Spark) and applies:
+unit moves (:mod:`rootservice.balancer.unit_moves`), replica copies
+(:mod:`rootservice.balancer.copy_tasks`), unit completion, then the progress of the
+DELETE_SERVER jobs (:mod:`rootservice.balancer.job_progress`). CANCEL DELETE SERVER
+(:meth:`RootBalancer.cancel_server`) runs under the same lock as a round. Every write is a
+fenced transaction (SPEC.md section 10).
+"""
+
+from __future__ import annotations
+
+import threading
+
+from rootservice.balancer.copy_tasks import CopyTasks
+from rootservice.balancer.job_progress import DeleteJobProgress
+from rootservice.balancer.planner import Planner, server_rows
+from rootservice.balancer.ports import Gate, LsLayout, Whitelist
+from rootservice.balancer.unit_moves import UnitMoves
+from rootservice.servers.status import AdminStatus, HeartbeatStatus
+
+
+class RootBalancer:
+    """The balancer task (``name = "balancer"``, woken by DELETE / CANCEL DELETE / a server
+    going permanently offline or coming back).
+
+    ``planner`` computes the plans (Spark); ``units``, ``copies`` and ``jobs`` apply them;
+    ``term`` gates each round; ``servers`` and ``ls`` tell whether there is anything to do.
+    """
+
+    name = "balancer"
+
+    def __init__(
+        self,
+        *,
+        servers: Whitelist,
+        ls: LsLayout,
+        planner: Planner,
+        term: Gate,
+        units: UnitMoves,
+        copies: CopyTasks,
+        jobs: DeleteJobProgress,
+    ) -> None:
+        """Nothing runs until :meth:`run_once`."""
+        self.servers = servers
+        self.ls = ls
+        self.planner = planner
+        self.term = term
+        self.units = units
+        self.copies = copies
+        self.jobs = jobs
+        self._lock = threading.Lock()
+
+    def clear(self) -> None:
+        """Forget in-flight copy tasks, job progress and placement failures (step-down).
+
+        Without the round's lock: a step-down must not wait for a Spark job, and a round
+        still running writes nothing once the epoch moved on (its transactions are fenced)."""
+        self.copies.clear()
+        self.jobs.clear()
+        self.units.clear()
+
+    def _emptying(self) -> list[str]:
+        return [
+            s.key
+            for s in self.servers.snapshot()
+            if s.admin_status is AdminStatus.DELETING
+            or s.hb_status is HeartbeatStatus.PERMANENT_OFFLINE
+        ]
+
+    def run_once(self) -> int:
+        """One balancer round: plan and record unit moves, hand out replica copies, finish
+        units whose replicas have moved, update job progress. Returns actions taken. Does
+        nothing (and never starts Spark) while no server is being emptied and no unit or
+        copy is in flight, or while the RS is not in service. Raises ``ObError`` when a
+        transaction fails (the task registry logs it; the next round starts afresh)."""
+        if not self.term.in_service:
+            return 0
+        with self._lock:
+            # Cheap checks first: with no tenant and no server to empty (the common case,
+            # and the only one at 10k idle servers) a round costs one pass over the
+            # whitelist's flags.
+            emptying = self.servers.has_servers_to_empty()
+            if not emptying and not self.copies and not self.ls.topology().plans:
+                return 0
+            moving = self.units.moving()
+            misplaced = self._misplaced_replicas()
+            if not emptying and not moving and not self.copies and not misplaced:
+                return 0
+            servers = server_rows(self.servers)
+            actions = 0
+            if self._emptying():
+                actions += self.units.apply_unit_plan(self.planner.unit_plan(servers))
+            actions += self.copies.hand_out(self.planner.replica_plan(servers))
+            actions += self.units.finish_units()
+            self.jobs.update_jobs()
+            return actions
+
+    def _misplaced_replicas(self) -> bool:
+        """Some LS has a planned member without a replica while the LS exists (a replica to
+        rebuild), so the replica plan is worth computing even with no unit moving."""
+        topo = self.ls.topology()
+        for key, view in self.ls.views().items():
+            plan = topo.plans.get(key)
+            if plan is None or not view.replicas or view.leader is None:
+                continue
+            for m in plan.members:
+                s = self.servers.get(m)
+                if s is not None and s.is_alive() and m not in view.replicas:
+                    return True
+        return False
+
+    def cancel_server(self, server: str) -> int:
+        """CANCEL DELETE SERVER ``server`` (``'ip:port'``): units moving away from it go back
+        (``svr`` = ``migrate_from``), replicas still being built for them are dropped on their
+        destinations; units that finished moving stay. Returns units moved back. Raises
+        ``ObError`` when the transaction fails."""
+        with self._lock:
+            back = self.units.move_back(server)
+            self.copies.cancel_to({u.server for u in back})
+            self.jobs.forget(server)
+            return len(back)

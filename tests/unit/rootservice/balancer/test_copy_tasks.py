@@ -1,0 +1,162 @@
+"""CopyTasks built from fakes (SPEC.md section 9, disaster recovery): the per-destination
+throttle, retries from another member, resends of forgotten copies, task ends and CANCEL
+DELETE's drops. No database and no RootService."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from obcommon.clock import FakeClock
+from rootservice.balancer.copy_tasks import CopyTasks
+from rootservice.config import RsSettings
+from rootservice.metrics import Metrics
+from rootservice.servers.status import HeartbeatStatus
+from tests.unit.rootservice.balancer.fakes import (
+    FakeEvents,
+    FakeLs,
+    FakeWhitelist,
+    info,
+    plan,
+    server,
+)
+
+A, B, C, D = (f"127.0.0.1:300{i}" for i in range(1, 5))
+MS = 1000
+
+
+def row(key: tuple[int, int], src: str | None, dest: str | None, old: str = A) -> dict[str, Any]:
+    def split(s: str | None) -> tuple[str | None, int | None]:
+        if s is None:
+            return None, None
+        ip, _, port = s.rpartition(":")
+        return ip, int(port)
+
+    (si, sp), (di, dp), (oi, op) = split(src), split(dest), split(old)
+    return {
+        "tenant_id": key[0],
+        "ls_id": key[1],
+        "src_svr_ip": si,
+        "src_svr_port": sp,
+        "dest_svr_ip": di,
+        "dest_svr_port": dp,
+        "old_svr_ip": oi,
+        "old_svr_port": op,
+        "reason": "server deleting",
+    }
+
+
+class World:
+    """A (deleting) holds a replica of each LS with B and C; B leads; D is the destination."""
+
+    def __init__(self, keys: list[tuple[int, int]], *, a_alive: bool = True) -> None:
+        self.clock = FakeClock()
+        self.metrics = Metrics()
+        self.events = FakeEvents()
+        self.ls = FakeLs()
+        a = server(A, deleting=True, hb=None if a_alive else HeartbeatStatus.PERMANENT_OFFLINE)
+        self.servers = FakeWhitelist(a, server(B, "z2"), server(C, "z3"), server(D))
+        for k in keys:
+            self.ls.plans[k] = plan(k, {D: 1, B: 2, C: 3})
+            for s in (A, B, C):
+                self.ls.report_table.setdefault(s, {})[k] = info(k, [A, B, C], leader=B)
+            self.ls.leaders[k] = B
+        self.copies = CopyTasks(
+            servers=self.servers,
+            ls=self.ls,
+            events=self.events,
+            clock=self.clock,
+            settings=RsSettings(migration_concurrency_per_server=2, rpc_timeout="200ms"),
+            metrics=self.metrics,
+        )
+
+    def report_on_d(self, k: tuple[int, int], **kw: Any) -> None:
+        self.ls.report_table.setdefault(D, {})[k] = info(k, [A, B, C], **kw)
+
+
+KEYS = [(1001, 1001), (1001, 1002), (1001, 1003)]
+
+
+def test_at_most_the_concurrency_limit_builds_on_one_destination() -> None:
+    w = World(KEYS)
+    assert w.copies.hand_out([row(k, B, D) for k in KEYS]) == 2
+    assert [spec.copy_from for _, [spec] in w.ls.applied] == [B, B]
+    assert len(w.copies) == 2 and len(w.events.named("migrate_replica")) == 2
+    assert w.metrics.get("replica_tasks_total") == 2
+    # both build on D: the third waits
+    for k in KEYS[:2]:
+        w.report_on_d(k, in_service=False, copy_from=B)
+    assert w.copies.hand_out([row(k, B, D) for k in KEYS]) == 0
+    # one is built: the third goes
+    w.report_on_d(KEYS[0], in_service=True, copy_from=B)
+    assert w.copies.hand_out([row(k, B, D) for k in KEYS]) == 1
+    assert w.ls.applied[-1][1][0].ls_id == KEYS[2][1]
+
+
+def test_a_failed_copy_is_sent_again_from_another_healthy_member() -> None:
+    w = World(KEYS[:1], a_alive=False)
+    k = KEYS[0]
+    assert w.copies.hand_out([row(k, B, D)]) == 1
+    w.report_on_d(k, in_service=False, copy_from=B, build_error="checksum mismatch")
+    assert w.copies.hand_out([row(k, B, D)]) == 1
+    assert w.ls.applied[-1][1][0].copy_from == C  # A is offline for good, B failed
+    task = w.copies.tasks[(k, D)]
+    assert (task.src, task.attempts, task.tried) == (C, 2, {B})
+    assert len(w.events.named("migrate_replica")) == 1
+
+
+def test_a_copy_the_destination_forgot_is_resent_after_the_rpc_timeout() -> None:
+    w = World(KEYS[:1])
+    k = KEYS[0]
+    assert w.copies.hand_out([row(k, B, D)]) == 1
+    assert w.copies.hand_out([row(k, B, D)]) == 0  # just sent: no report yet
+    w.clock.advance(200 * MS)
+    assert w.copies.hand_out([row(k, B, D)]) == 1
+    assert w.copies.tasks[(k, D)].started_us == w.clock.now_us()
+    assert len(w.events.named("migrate_replica")) == 1
+
+
+@pytest.mark.parametrize(
+    "case", ["no source", "no destination", "dead destination", "no leader", "refused"]
+)
+def test_rows_that_cannot_be_handed_out_are_skipped(case: str) -> None:
+    w = World(KEYS[:1])
+    k = KEYS[0]
+    r = row(k, None if case == "no source" else B, None if case == "no destination" else D)
+    if case == "dead destination":
+        w.servers.servers[D] = server(D, alive=False)
+    if case == "no leader":
+        w.ls.leaders.clear()
+    if case == "refused":
+        w.ls.refuse.add(D)
+    assert w.copies.hand_out([r]) == 0
+    assert len(w.copies) == 0 and not w.events.events
+
+
+def test_a_task_ends_when_the_old_replica_left_the_member_list() -> None:
+    w = World(KEYS[:1])
+    k = KEYS[0]
+    w.copies.hand_out([row(k, B, D)])
+    assert [t.key for t in w.copies.from_server(A)] == [k]
+    for s in (B, C, D):
+        w.ls.report_table.setdefault(s, {})[k] = info(k, [B, C, D], leader=B)
+    assert w.copies.hand_out([]) == 0
+    assert len(w.copies) == 0 and w.copies.from_server(A) == []
+
+
+def test_cancel_forgets_the_copies_and_drops_partial_replicas_on_their_destinations() -> None:
+    w = World(KEYS[:2])
+    w.copies.hand_out([row(k, B, D) for k in KEYS[:2]])
+    w.report_on_d(KEYS[0], in_service=False, copy_from=B)
+    w.report_on_d(KEYS[1], in_service=True)  # a replica of its own: it stays
+    w.copies.cancel_to({D})
+    assert len(w.copies) == 0
+    assert w.ls.dropped == {D: [KEYS[0]]}
+
+
+def test_clear_forgets_every_copy() -> None:
+    w = World(KEYS[:1])
+    w.copies.hand_out([row(KEYS[0], B, D)])
+    w.copies.clear()
+    assert len(w.copies) == 0
