@@ -1,0 +1,88 @@
+"""The agents' lease path (SPEC.md section 5): ``RootService.LeaseStream`` (one long-lived
+bidirectional stream per agent, refusals in-band so the stream survives them) and
+``RootService.RenewLease`` (the same as a unary call, refusals as gRPC status with
+``ob-code`` / ``ob-name`` / ``ob-leader-hint`` trailing metadata), both into
+:meth:`rootservice.servers.heartbeat.HeartbeatIntake.receive_hb`.
+
+A standby, or a leader whose own lease is no longer safely held, answers every lease
+request with ``OB_RS_NOT_MASTER`` and the leader's address as ``leader_hint`` (issue 5).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+import grpc
+
+from obcommon.errors import ObError, error_to_proto
+from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
+from rootservice.app import RootService
+
+
+class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
+    """Lease renewal (SPEC.md section 5) -> ``HeartbeatIntake.receive_hb``."""
+
+    def __init__(self, rs: RootService) -> None:
+        """Serve leases for ``rs``; handling times go to its ``hb_handle_us`` latency window."""
+        self.rs = rs
+        self._hb_window = rs.metrics.window("hb_handle_us")
+
+    def _handle(self, req: obrpc_pb2.LeaseRequest) -> obrpc_pb2.LeaseResponse:
+        t0 = time.perf_counter_ns()
+        try:
+            why = self.rs.term.guard()
+            if why is not None:
+                # A leader past its safety margin must not grant leases, even before the
+                # watchdog has stepped it down.
+                raise ObError("OB_RS_NOT_MASTER", detail=why)
+            resp = self.rs.heartbeats.receive_hb(req)
+            # Plain attributes, not Metrics.inc: only the event-loop thread counts these, so
+            # the heartbeat path takes no lock for them.
+            self.rs.heartbeats_total += 1
+        except ObError as e:
+            self.rs.heartbeats_refused_total += 1
+            resp = obrpc_pb2.LeaseResponse(seq=req.seq, rs_epoch=self.rs.store.epoch)
+            error_to_proto(e, resp.error)
+            if e.name == "OB_RS_NOT_MASTER":
+                resp.leader_hint = self.rs.leader_hint()
+        self._hb_window.record((time.perf_counter_ns() - t0) // 1000)
+        return resp
+
+    async def RenewLease(
+        self, request: obrpc_pb2.LeaseRequest, context: grpc.aio.ServicerContext
+    ) -> obrpc_pb2.LeaseResponse:  # type: ignore[override]  # noqa: N802
+        """``RootService.RenewLease`` of obrpc.proto: one lease request, one lease response.
+
+        Runs ``HeartbeatIntake.receive_hb`` (SPEC.md section 5). A refusal (``ObError``) aborts
+        the call with the error's gRPC status, message ``"<OB name>: <message>"`` and trailing
+        metadata ``ob-code`` / ``ob-name``.
+        """
+        resp = self._handle(request)
+        if resp.error.code:
+            context.set_trailing_metadata(
+                (
+                    ("ob-code", str(resp.error.code)),
+                    ("ob-name", resp.error.name),
+                    ("ob-leader-hint", resp.leader_hint),
+                )
+            )
+            code = (
+                ObError(resp.error.name).grpc_code() if resp.error.name else grpc.StatusCode.UNKNOWN
+            )
+            await context.abort(code, f"{resp.error.name}: {resp.error.message}")
+        return resp
+
+    async def LeaseStream(  # type: ignore[override]  # noqa: N802
+        self,
+        request_iterator: AsyncIterator[obrpc_pb2.LeaseRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[obrpc_pb2.LeaseResponse]:
+        """``RootService.LeaseStream`` of obrpc.proto: one lease response per request on the stream.
+
+        Each request goes through ``HeartbeatIntake.receive_hb`` (SPEC.md section 5); a refusal
+        is carried in-band in the response's ``error`` (with this RS's epoch), so the stream
+        stays open.
+        """
+        async for req in request_iterator:
+            yield self._handle(req)
