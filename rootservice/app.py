@@ -13,18 +13,14 @@ state. gRPC servers are created by :mod:`rootservice.api.grpc_server`.
 from __future__ import annotations
 
 import logging
-import threading
 import time
-import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import sqlalchemy as sa
 
-from obcommon.addresses import format_server, parse_server
 from obcommon.clock import Clock, SystemClock
-from obcommon.durations import format_duration, parse_duration
 from obcommon.errors import ObError
 from rootservice.balancer.copy_tasks import CopyTasks
 from rootservice.balancer.job_progress import DeleteJobProgress
@@ -33,17 +29,18 @@ from rootservice.balancer.planner import Planner
 from rootservice.balancer.planners import LazySparkPlanner
 from rootservice.balancer.root_balancer import RootBalancer
 from rootservice.balancer.unit_moves import UnitMoves
-from rootservice.config import PARAMETERS, RsSettings, validate_parameter
+from rootservice.bootstrap import Bootstrap
+from rootservice.config import RsSettings
 from rootservice.db import engine as dbengine
-from rootservice.db import event_repo, param_repo, server_repo, zone_repo
+from rootservice.db import event_repo, param_repo
 from rootservice.db.engine import db_error_summary
 from rootservice.db.event_repo import Event
 from rootservice.db.select_repo import Catalog
-from rootservice.db.zone_repo import DEFAULT_REGION, ZoneInfo
 from rootservice.ha.election import Election, merge_rs_list
 from rootservice.ha.store import MetaStore
 from rootservice.ha.term import RsState, Term, lease_timings
 from rootservice.metrics import Metrics, track_gc_pauses
+from rootservice.parameters import Parameters
 from rootservice.servers.admin import ServerAdmin
 from rootservice.servers.agent_client import AgentClient
 from rootservice.servers.check_all_server import CheckAllServerTask
@@ -56,17 +53,13 @@ from rootservice.servers.loader import ServerLoader, TakeOfficeGrace
 from rootservice.servers.manager import ServerManager
 from rootservice.servers.persist_queue import PersistQueue
 from rootservice.servers.ports import Background
-from rootservice.servers.status import ServerStatus, check_zone_name
 from rootservice.servers.whitelist import Whitelist
 from rootservice.servers.zones import ZoneManager
 from rootservice.tasks import FnTask, make_scheduler, register_tasks, reschedule, wake
 from rootservice.tenants.ddl import TenantManager
 from rootservice.tenants.log_streams import LsManager
-from sql import ast
 
 log = logging.getLogger(__name__)
-
-PARAM_BOOTSTRAP_TIME = "bootstrap_time"
 
 
 class StartupError(Exception):
@@ -96,10 +89,6 @@ class RootService:
     ) -> None:
         self.settings = settings
         self.clock = clock or SystemClock()
-        self.flags_set = set(flags_set if flags_set is not None else settings.model_fields_set)
-        self.param_sources: dict[str, str] = {
-            n: ("command line" if n in self.flags_set else "default") for n in PARAMETERS
-        }
         self.sleep = sleep
         self.start_scheduler = start_scheduler
         host, _, port = settings.rpc_addr.rpartition(":")
@@ -237,7 +226,6 @@ class RootService:
         self.server_admin = ServerAdmin(
             self.whitelist,
             self.zones,
-            self.term,
             self.store,
             self.clock,
             settings,
@@ -292,14 +280,35 @@ class RootService:
             removal=self.ls,
             jobs=self.delete_jobs,
         )
-        self._bootstrap_lock = threading.Lock()
         # Table and column names for SELECT, read from the database on first use.
         self.catalog = Catalog()
+        self.parameters = Parameters(
+            settings,
+            flags_set if flags_set is not None else settings.model_fields_set,
+            self.term,
+            self.store,
+            self.clock,
+            listener=self,
+        )
+        self.bootstrap = Bootstrap(
+            term=self.term,
+            store=self.store,
+            clock=self.clock,
+            settings=settings,
+            agents=self.agents,
+            whitelist=self.whitelist,
+            zones=self.zones,
+            identity=self.identity,
+            grace=self.take_office_grace,
+            heartbeats=self.heartbeat_requester,
+            office=self,
+            address=lambda: self.rpc_addr,
+            sleep=sleep,
+        )
         self._registered: set[str] = set()
         # Counted by the lease servicer on the event-loop thread (see rootservice.api.grpc_server).
         self.heartbeats_total = 0
         self.heartbeats_refused_total = 0
-        self.bootstrapped = False
 
     # --- life cycle ----------------------------------------------------------------------
 
@@ -327,38 +336,13 @@ class RootService:
             raise StartupError(
                 f"cannot open the system-table database {shown}: {db_error_summary(e)}"
             ) from e
-        self._apply_table_params(params)
-        self.bootstrapped = PARAM_BOOTSTRAP_TIME in params
+        try:
+            self.parameters.apply_table(params)
+        except ValueError as e:
+            raise StartupError(str(e)) from e
+        self.bootstrap.bootstrapped = param_repo.PARAM_BOOTSTRAP_TIME in params
         self.identity.cluster_id = params.get(param_repo.PARAM_CLUSTER_ID, "")
         self.identity.self_server = self.settings.self_server
-
-    def _apply_table_params(self, params: dict[str, str]) -> None:
-        trial = self.settings.model_dump()
-        taken = []
-        for name in PARAMETERS:
-            if name in params and name not in self.flags_set:
-                try:
-                    trial[name] = parse_duration(params[name])
-                    taken.append(name)
-                except ValueError as e:
-                    log.error("ignoring __all_sys_parameter %s = %r: %s", name, params[name], e)
-        try:
-            merged = RsSettings.model_validate(trial)
-        except ValueError as e:
-            raise StartupError(
-                f"__all_sys_parameter with the command-line flags is invalid: {e}"
-            ) from e
-        self._assign_settings(merged)
-        for name in taken:
-            self.param_sources[name] = "__all_sys_parameter"
-
-    def _assign_settings(self, new: RsSettings) -> None:
-        # The object is shared by every component, so it is updated in place; ``new`` was
-        # validated as a whole, so per-field re-validation (which would see half-updated
-        # invariants) is bypassed.
-        for name in RsSettings.model_fields:
-            self.settings.__dict__[name] = getattr(new, name)
-        self.agents.timeout_us = self.settings.rpc_timeout
 
     def start(self) -> None:
         """Run the first election round at once (taking office when the lease is free, see
@@ -394,13 +378,13 @@ class RootService:
         with self.store.read() as conn:
             params = param_repo.load_params(conn)
         try:
-            self._apply_table_params(params)
-        except StartupError as e:
+            self.parameters.apply_table(params)
+        except ValueError as e:
             raise ObError("OB_ERR_SYS", detail=str(e)) from e
-        self.bootstrapped = PARAM_BOOTSTRAP_TIME in params
+        self.bootstrap.bootstrapped = param_repo.PARAM_BOOTSTRAP_TIME in params
         log.info("root service at %s took office with epoch %d", self.rpc_addr, epoch)
         self.metrics.inc("rs_take_office_total")
-        if self.bootstrapped:
+        if self.bootstrap.bootstrapped:
             self.do_restart()
         else:
             self.term.state = RsState.WAIT_BOOTSTRAP
@@ -563,199 +547,12 @@ class RootService:
         if self.engine is not None:
             self.engine.dispose()
 
-    # --- admin entry points ------------------------------------------------------------------
-
-    def require_master(self) -> None:
-        """Raise OB_RS_NOT_MASTER unless this RS is the leader (in service or not)."""
-        self.term.check(need_service=False)
-
-    def bootstrap(self, entries: tuple[ast.BootstrapEntry, ...]) -> None:
-        """ALTER SYSTEM BOOTSTRAP (SPEC.md section 8).
-
-        Raises OB_INIT_TWICE (already bootstrapped, or one is running), OB_INVALID_ARGUMENT
-        (empty or malformed list), OB_PARTITION_ZONE_DUPLICATED (two servers in one zone),
-        OB_SERVER_CONNECTION_ERROR, OB_OP_NOT_ALLOW (a server of another cluster),
-        OB_SERVER_ZONE_NOT_MATCH, OB_WAIT_ALL_RS_ONLINE_TIMEOUT. On failure nothing is kept.
-        """
-        self.require_master()
-        if not self._bootstrap_lock.acquire(blocking=False):
-            raise ObError("OB_INIT_TWICE", detail="a bootstrap is already running")
-        try:
-            if self.bootstrapped:
-                raise ObError("OB_INIT_TWICE", detail="the cluster is already bootstrapped")
-            if not entries:
-                raise ObError("OB_INVALID_ARGUMENT", "bootstrap", detail="empty server list")
-            keys: list[str] = []
-            zones: dict[str, ZoneInfo] = {}
-            region = DEFAULT_REGION
-            for e in entries:
-                # An item without REGION is in the region named before it.
-                region = check_zone_name(e.region) if e.region else region
-                ip, port = parse_server(e.server)
-                key = format_server(ip, port)
-                zone = check_zone_name(e.zone)
-                if key in keys:
-                    raise ObError("OB_INVALID_ARGUMENT", f"server '{key}' listed twice")
-                if zone in zones:
-                    raise ObError("OB_PARTITION_ZONE_DUPLICATED", detail=f"zone '{zone}'")
-                keys.append(key)
-                zones[zone] = ZoneInfo(zone, "ACTIVE", region, "")
-            self._run_bootstrap(keys, list(zones.values()))
-        finally:
-            self._bootstrap_lock.release()
-
-    def _run_bootstrap(self, keys: list[str], zones: list[ZoneInfo]) -> None:
-        now = self.clock.now_us()
-        with self.store.read() as conn:
-            cluster_id = (
-                param_repo.load_params(conn).get(param_repo.PARAM_CLUSTER_ID) or uuid.uuid4().hex
-            )
-        with self.store.txn() as conn:
-            # Kept even if this attempt fails: agents that already accepted a lease keep
-            # this identity, and a retried BOOTSTRAP must give them the same one.
-            param_repo.set_param(
-                conn, param_repo.PARAM_CLUSTER_ID, cluster_id, now, "cluster identity"
-            )
-        statuses = []
-        for i, (key, zone) in enumerate(zip(keys, zones, strict=True), start=1):
-            check = self.agents.check_server_empty(key, self.store.epoch)
-            if check.zone != zone.zone:
-                raise ObError(
-                    "OB_SERVER_ZONE_NOT_MATCH",
-                    detail=f"server '{key}' was started in zone '{check.zone}', not '{zone.zone}'",
-                )
-            if not check.is_empty and (check.cluster_id != cluster_id or check.server_id != i):
-                raise ObError(
-                    "OB_OP_NOT_ALLOW",
-                    f"bootstrap with server '{key}' of cluster '{check.cluster_id}'",
-                )
-            ip, port = parse_server(key)
-            statuses.append(
-                ServerStatus(id=i, zone=zone.zone, ip=ip, port=port, sql_port=0, last_hb_time=now)
-            )
-        self.term.state = RsState.BOOTSTRAPPING
-        self.zones.replace_all({z.zone: z for z in zones})
-        self.identity.cluster_id = cluster_id
-        self.identity.rs_list = [self.rpc_addr]
-        self.whitelist.install(statuses)
-        self.term.open_service()
-        try:
-            self.heartbeat_requester.request_heartbeats(keys)
-            self._wait_for(keys, lambda s: s.is_alive(), self.settings.bootstrap_timeout, "alive")
-            self._wait_for(
-                keys,
-                lambda s: s.in_service(),
-                self.settings.bootstrap_in_service_timeout,
-                "in service",
-            )
-            now = self.clock.now_us()
-            rows = [s.to_row() for s in self.whitelist.snapshot()]
-            with self.store.txn() as conn:
-                for z in zones:
-                    zone_repo.upsert_zone(conn, z, now)
-                for row in rows:
-                    server_repo.insert_server(conn, row, now)
-                param_repo.set_param(
-                    conn, param_repo.PARAM_RS_LIST, self.rpc_addr, now, "root service list"
-                )
-                param_repo.set_param(
-                    conn,
-                    param_repo.PARAM_MAX_SERVER_ID,
-                    str(len(keys)),
-                    now,
-                    "largest server id allocated",
-                )
-                param_repo.set_param(
-                    conn, PARAM_BOOTSTRAP_TIME, str(now), now, "when the cluster was bootstrapped"
-                )
-                events = [
-                    Event(
-                        now,
-                        "root_service",
-                        "bootstrap",
-                        (("rs_list", ";".join(keys)), ("cluster_id", cluster_id)),
-                    )
-                ]
-                events += [
-                    Event(
-                        now,
-                        "server",
-                        "add_server",
-                        (
-                            ("server", r["svr_ip"] + ":" + str(r["svr_port"])),
-                            ("zone", r["zone"]),
-                            ("id", r["id"]),
-                        ),
-                    )
-                    for r in rows
-                ]
-                event_repo.insert_events(conn, events, self.store.rs_addr)
-        except BaseException:
-            self.term.close_service()
-            self.take_office_grace.clear()
-            self.whitelist.clear()
-            self.zones.replace_all({})
-            self.term.state = RsState.WAIT_BOOTSTRAP
-            raise
-        self.bootstrapped = True
-        log.info("bootstrap finished: %s", ", ".join(keys))
-        self.do_restart()
-
-    def _wait_for(
-        self, keys: list[str], ok: Callable[[ServerStatus], bool], timeout_us: int, what: str
-    ) -> None:
-        deadline = self.clock.monotonic_us() + timeout_us
-        # Bounded in count as well as time, in case a test clock never advances.
-        for _ in range(1 + timeout_us // 200_000 + 10):
-            missing = [k for k in keys if not ((s := self.whitelist.get(k)) is not None and ok(s))]
-            if not missing:
-                return
-            if self.clock.monotonic_us() >= deadline:
-                break
-            self.sleep(0.2)
-        raise ObError(
-            "OB_WAIT_ALL_RS_ONLINE_TIMEOUT",
-            detail=f"not {what} after {format_duration(timeout_us)}: {', '.join(missing)}",
-        )
-
-    def reload_server(self) -> None:
-        """ALTER SYSTEM RELOAD SERVER: load_server_manager without a take-office grace."""
-        self.term.check()
-        self.server_loader.load(take_office=False)
-
-    def set_parameters(self, items: tuple[tuple[str, str | int | float], ...]) -> None:
-        """ALTER SYSTEM SET: validate every item (ranges, invariants, together), write them in
-        one transaction, then apply them live. Raises OB_ERR_SYS_CONFIG_UNKNOWN,
-        OB_INVALID_ARGUMENT; nothing changes on error."""
-        self.require_master()
-        trial = RsSettings.model_validate(self.settings.model_dump())
-        values: dict[str, int] = {}
-        for name, raw in items:
-            if isinstance(raw, float):
-                raise ObError(
-                    "OB_INVALID_ARGUMENT",
-                    f"{name} = {raw}",
-                    detail="write a duration such as '10s'",
-                )
-            v = validate_parameter(trial, name, raw)
-            trial = RsSettings.model_validate(trial.model_dump() | {name.lower(): v})
-            values[name.lower()] = v
-        now = self.clock.now_us()
-        with self.store.txn() as conn:
-            for name, v in values.items():
-                param_repo.set_param(conn, name, format_duration(v), now, PARAMETERS[name].info)
-            event_repo.insert_events(
-                conn,
-                [
-                    Event(now, "root_service", "set_parameter", ((n, format_duration(v)),))
-                    for n, v in values.items()
-                ],
-                self.store.rs_addr,
-            )
-        self._assign_settings(trial)
-        for name in values:
-            self.param_sources[name] = "__all_sys_parameter"
-        if "server_permanent_offline_time" in values:
+    def parameters_changed(self, names: set[str]) -> None:
+        """:class:`rootservice.parameters.ParameterListener`: re-derive what the changed
+        parameters feed (the agent client's timeout, the permanent-offline deadlines, the
+        timers' periods)."""
+        self.agents.timeout_us = self.settings.rpc_timeout
+        if "server_permanent_offline_time" in names:
             self.lease_checker.resort_offline_deadlines()
         if self.scheduler.running:
             for task, interval in self._tasks():

@@ -9,18 +9,16 @@ the RS; they never touch tables themselves except SELECT, which reads through
 
 from __future__ import annotations
 
-import fnmatch
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from obcommon.addresses import format_server, parse_server
-from obcommon.durations import format_duration
 from obcommon.errors import ObError, error_to_proto
 from obcommon.proto import obrpc_pb2
 from rootservice.app import RootService
-from rootservice.config import PARAMETERS, RsSettings
+from rootservice.bootstrap import BootstrapItem
 from rootservice.db import select_repo
 from sql import ast
 from sql.parser import parse
@@ -41,12 +39,11 @@ class Result:
 
 
 def _bootstrap(rs: RootService, st: ast.Bootstrap) -> Result:
-    rs.bootstrap(st.entries)
+    rs.bootstrap.run([BootstrapItem(e.region, e.zone, e.server) for e in st.entries])
     return Result(info=f"bootstrapped with {len(st.entries)} server(s)")
 
 
 def _server_op(rs: RootService, st: ast.ServerOp) -> Result:
-    rs.require_master()
     m = rs.server_admin
     servers = list(st.servers)
     if st.op == "ADD":
@@ -73,12 +70,12 @@ def _server_op(rs: RootService, st: ast.ServerOp) -> Result:
 
 
 def _reload(rs: RootService, st: ast.ReloadServer) -> Result:
-    rs.reload_server()
+    # load_server_manager without a take-office grace (SPEC.md section 6).
+    rs.server_loader.load(take_office=False)
     return Result()
 
 
 def _zone_op(rs: RootService, st: ast.ZoneOp) -> Result:
-    rs.term.check()
     zones = rs.zones
     if st.op != "ADD" and (st.idc is not None or st.region is not None):
         raise ObError(
@@ -96,44 +93,16 @@ def _zone_op(rs: RootService, st: ast.ZoneOp) -> Result:
 
 
 def _set(rs: RootService, st: ast.SetParameters) -> Result:
-    rs.set_parameters(st.items)
+    rs.parameters.set(st.items)
     return Result()
 
 
 def _show_parameters(rs: RootService, st: ast.ShowParameters) -> Result:
-    defaults = RsSettings.model_fields
-    rows = []
-    pattern = st.like
-    for name, p in PARAMETERS.items():
-        if pattern is not None and not _like(name, pattern):
-            continue
-        value = getattr(rs.settings, name)
-        default = defaults[name].default
-        lo = p.short_min_us if rs.settings.allow_short_timings else p.min_us
-        rng = f"[{format_duration(lo)}, {format_duration(p.max_us) if p.max_us else '+inf'}]"
-        rows.append(
-            (
-                name,
-                format_duration(value),
-                format_duration(default),
-                rng,
-                rs.param_sources.get(name, "default"),
-                p.info,
-            )
-        )
     return Result(
         columns=["name", "value", "default_value", "range", "source", "info"],
-        rows=rows,
+        rows=list(rs.parameters.show(st.like)),
         is_result_set=True,
     )
-
-
-def _like(text: str, pattern: str) -> bool:
-    """SQL LIKE (case-insensitive, % and _) via fnmatch, with fnmatch's own specials escaped."""
-    translated = "".join(
-        "*" if c == "%" else "?" if c == "_" else f"[{c}]" if c in "*?[]" else c for c in pattern
-    )
-    return fnmatch.fnmatchcase(text.lower(), translated.lower())
 
 
 def _tenant_layer(rs: RootService) -> None:
@@ -219,9 +188,21 @@ EXECUTORS: dict[type, Callable[[RootService, Any], Result]] = {
 }
 
 
+# What each statement needs of the term, the one gate (rootservice.ha.term.Term.check),
+# asked once per statement here and nowhere below: the leader with its whitelist in service
+# (every statement not listed), the leader only (BOOTSTRAP and SET run before there is a
+# whitelist), or nothing (SELECT and SHOW only read the database: standbys answer them).
+LEADER_ONLY = frozenset({ast.Bootstrap, ast.SetParameters})
+UNGATED = frozenset({ast.Select, ast.ShowParameters})
+
+
 def execute(rs: RootService, statement: ast.Statement) -> Result:
-    """Run one parsed statement. Raises ``ObError``."""
-    return EXECUTORS[type(statement)](rs, statement)
+    """Pass the term's gate (see :data:`LEADER_ONLY`, :data:`UNGATED`), then run one parsed
+    statement. Raises ``ObError`` (OB_RS_NOT_MASTER from the gate)."""
+    kind = type(statement)
+    if kind not in UNGATED:
+        rs.term.check(need_service=kind not in LEADER_ONLY)
+    return EXECUTORS[kind](rs, statement)
 
 
 def _cell(value: Any) -> obrpc_pb2.Cell:

@@ -19,6 +19,7 @@ PARAM_CLUSTER_ID = "cluster_id"
 PARAM_RS_LIST = "rootservice_list"
 PARAM_MAX_SERVER_ID = "max_used_server_id"
 PARAM_MAX_JOB_ID = "max_used_job_id"
+PARAM_BOOTSTRAP_TIME = "bootstrap_time"
 # OceanBase numbers user objects from 1001 (1-1000 are reserved for the sys tenant's own).
 FIRST_USER_ID = 1000
 

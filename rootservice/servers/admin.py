@@ -21,7 +21,6 @@ from obcommon.errors import ObError
 from rootservice.config import RsSettings
 from rootservice.db import event_repo, job_repo, param_repo, server_repo
 from rootservice.ha.store import MetaStore
-from rootservice.ha.term import Term
 from rootservice.servers.agent_client import AgentClient
 from rootservice.servers.events import server_event
 from rootservice.servers.ports import Background, Wake
@@ -74,14 +73,14 @@ class ServerAdmin:
     """The server statements. ``wake`` is called with ``"balancer"``,
     ``"empty_server_checker"`` and ``"lost_replica_checker"`` after DELETE SERVER and with
     ``"balancer"`` after CANCEL DELETE; ``background`` runs the heartbeat requests that follow
-    ADD and CANCEL DELETE SERVER. Every statement passes ``term.check()`` first
-    (OB_RS_NOT_MASTER)."""
+    ADD and CANCEL DELETE SERVER. Callers pass the term's gate first (statement dispatch once
+    per statement, the data-disk reaction once per reaction): nothing here re-checks it, and
+    a write of a deposed term is refused by the fenced store anyway."""
 
     def __init__(
         self,
         whitelist: Whitelist,
         zones: ZoneManager,
-        term: Term,
         store: MetaStore,
         clock: Clock,
         settings: RsSettings,
@@ -95,7 +94,6 @@ class ServerAdmin:
         """Operate on ``whitelist`` / ``zones`` and the tables of ``store``."""
         self.whitelist = whitelist
         self.zones = zones
-        self.term = term
         self.store = store
         self.clock = clock
         self.settings = settings
@@ -144,7 +142,6 @@ class ServerAdmin:
         OB_ZONE_INFO_NOT_EXIST, OB_ZONE_NOT_ACTIVE, OB_ENTRY_EXIST,
         OB_SERVER_CONNECTION_ERROR, OB_OP_NOT_ALLOW (agent not empty),
         OB_SERVER_ZONE_NOT_MATCH (agent's own zone differs). Returns the new ids."""
-        self.term.check()
         keys = self._unique_keys(servers)
         if zone is not None:
             zone = check_zone_name(zone)
@@ -244,7 +241,6 @@ class ServerAdmin:
         runs the unit / log-stream checks of the tenant layer (raising OB_DELETE_SERVER_NOT_ALLOWED or
         OB_OP_NOT_ALLOW). Raises OB_SERVER_NOT_IN_WHITE_LIST, OB_SERVER_ZONE_NOT_MATCH,
         OB_SERVER_ALREADY_DELETED. Returns the job ids."""
-        self.term.check()
         with self.store.write_lock:
             targets = self._existing(servers, zone)
             for s in targets:
@@ -276,7 +272,6 @@ class ServerAdmin:
         """CANCEL DELETE SERVER: ``force_stop_hb = false``, DELETING -> NORMAL, job CANCELED,
         event ``cancel_delete_server``; then request a heartbeat and wake the balancer.
         Raises OB_SERVER_NOT_IN_WHITE_LIST, OB_SERVER_ZONE_NOT_MATCH, OB_SERVER_NOT_DELETING."""
-        self.term.check()
         with self.store.write_lock:
             targets = self._existing(servers, zone)
             for s in targets:
@@ -314,7 +309,6 @@ class ServerAdmin:
         not ACTIVE. ``checks.check_stop`` runs the log-stream checks of the tenant layer, and
         once ``stop_time`` is written ``checks.move_leaders_off`` moves the leaders off. Raises
         OB_SERVER_NOT_IN_WHITE_LIST, OB_SERVER_ZONE_NOT_MATCH as well."""
-        self.term.check()
         targets = self._existing(servers, zone)
         zones = sorted({s.zone for s in targets})
         if len(zones) > 1:
@@ -368,7 +362,6 @@ class ServerAdmin:
     def start_servers(self, servers: list[str], zone: str | None, reason: str = "") -> None:
         """START SERVER: ``stop_time = 0`` (unchanged if already started). Raises
         OB_SERVER_NOT_IN_WHITE_LIST, OB_SERVER_ZONE_NOT_MATCH."""
-        self.term.check()
         with self.store.write_lock:
             targets = [s for s in self._existing(servers, zone) if s.stop_time != 0]
             if targets:

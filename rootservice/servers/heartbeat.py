@@ -240,6 +240,14 @@ class HeartbeatIntake:
     def _auto(self, key: str, *, stop: bool) -> None:
         """The automatic STOP / START SERVER of ``key``, with every check of the statement; a
         refusal is only a warning."""
+        if not self.term.may_act():
+            log.warning(
+                "automatic %s SERVER %s skipped: %s",
+                "STOP" if stop else "START",
+                key,
+                self.term.refusal(),
+            )
+            return
         try:
             if stop:
                 self.server_ops.stop_servers([key], None, "STOP", reason="data disk error")

@@ -74,7 +74,6 @@ from tabulate import tabulate
 
 from obcommon.durations import parse_duration
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
-from rootservice.app import PARAM_BOOTSTRAP_TIME
 from rootservice.db import engine as dbengine
 from rootservice.db import param_repo, timestamps, zone_repo
 from rootservice.db.tables import all_server
@@ -148,7 +147,7 @@ def seed_database(url: str, n: int) -> None:
             conn.execute(all_server.insert(), rows)
             param_repo.set_param(conn, param_repo.PARAM_CLUSTER_ID, CLUSTER_ID, now)
             param_repo.set_param(conn, param_repo.PARAM_MAX_SERVER_ID, str(n), now)
-            param_repo.set_param(conn, PARAM_BOOTSTRAP_TIME, str(now), now)
+            param_repo.set_param(conn, param_repo.PARAM_BOOTSTRAP_TIME, str(now), now)
     finally:
         engine.dispose()
 

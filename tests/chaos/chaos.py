@@ -63,7 +63,6 @@ from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc  # noqa: E402
 from observer_agent.agent import Agent  # noqa: E402
 from observer_agent.service import start_server, stop_server  # noqa: E402
 from observer_agent.settings import AgentSettings  # noqa: E402
-from rootservice.app import PARAM_BOOTSTRAP_TIME  # noqa: E402
 from rootservice.db import engine as dbengine  # noqa: E402
 from rootservice.db import param_repo, timestamps, zone_repo  # noqa: E402
 from rootservice.db.tables import all_server  # noqa: E402
@@ -139,7 +138,7 @@ def seed(url: str, servers: list[str]) -> None:
             conn.execute(all_server.insert(), rows)
             param_repo.set_param(conn, param_repo.PARAM_CLUSTER_ID, CLUSTER_ID, now)
             param_repo.set_param(conn, param_repo.PARAM_MAX_SERVER_ID, str(len(servers)), now)
-            param_repo.set_param(conn, PARAM_BOOTSTRAP_TIME, str(now), now)
+            param_repo.set_param(conn, param_repo.PARAM_BOOTSTRAP_TIME, str(now), now)
     finally:
         engine.dispose()
 

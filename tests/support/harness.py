@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from obcommon.clock import FakeClock
 from obcommon.errors import ObError
 from obcommon.proto import obrpc_pb2
-from rootservice.app import PARAM_BOOTSTRAP_TIME, RootService
+from rootservice.app import RootService
 from rootservice.config import RsSettings
 from rootservice.db import param_repo, server_repo, zone_repo
 from rootservice.db.zone_repo import ZoneInfo
@@ -55,7 +55,7 @@ def make_rs(db_url: str, tmp_path: Path, *, seed: bool = True, **overrides: Any)
     rs.start()
     if seed:
         seed_cluster(rs)
-        rs.bootstrapped = True
+        rs.bootstrap.bootstrapped = True
         rs.do_restart()
     return rs
 
@@ -74,7 +74,7 @@ def seed_cluster(rs: RootService, servers: list[tuple[str, str]] = SEEDED) -> No
             server_repo.insert_server(conn, s.to_row(), now)
         param_repo.set_param(conn, param_repo.PARAM_CLUSTER_ID, "c0ffee", now)
         param_repo.set_param(conn, param_repo.PARAM_MAX_SERVER_ID, str(len(servers)), now)
-        param_repo.set_param(conn, PARAM_BOOTSTRAP_TIME, str(now), now)
+        param_repo.set_param(conn, param_repo.PARAM_BOOTSTRAP_TIME, str(now), now)
 
 
 def hb(server: str, zone: str, **fields: Any) -> obrpc_pb2.LeaseRequest:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from rootservice.app import RootService
+from rootservice.bootstrap import BootstrapItem
 from tests.support.harness import (
     SEEDED,
     error_name,
@@ -31,37 +32,36 @@ def rs(db_url: str, tmp_path: Path) -> RootService:
 
 
 def test_bootstrap_refusals(db_url: str, tmp_path: Path) -> None:
-    from sql.ast import BootstrapEntry
 
     rs = make_rs(db_url, tmp_path, seed=False)
     try:
-        assert error_name(rs.bootstrap, ()) == "OB_INVALID_ARGUMENT"
+        assert error_name(rs.bootstrap.run, ()) == "OB_INVALID_ARGUMENT"
         dup_zone = (
-            BootstrapEntry(None, "z1", "127.0.0.1:1"),
-            BootstrapEntry(None, "z1", "127.0.0.1:2"),
+            BootstrapItem(None, "z1", "127.0.0.1:1"),
+            BootstrapItem(None, "z1", "127.0.0.1:2"),
         )
-        assert error_name(rs.bootstrap, dup_zone) == "OB_PARTITION_ZONE_DUPLICATED"
+        assert error_name(rs.bootstrap.run, dup_zone) == "OB_PARTITION_ZONE_DUPLICATED"
         dup_server = (
-            BootstrapEntry(None, "z1", "127.0.0.1:1"),
-            BootstrapEntry(None, "z2", "127.0.0.1:1"),
+            BootstrapItem(None, "z1", "127.0.0.1:1"),
+            BootstrapItem(None, "z2", "127.0.0.1:1"),
         )
-        assert error_name(rs.bootstrap, dup_server) == "OB_INVALID_ARGUMENT"
+        assert error_name(rs.bootstrap.run, dup_server) == "OB_INVALID_ARGUMENT"
         assert (
-            error_name(rs.bootstrap, (BootstrapEntry(None, "z1", "nohost"),))
+            error_name(rs.bootstrap.run, (BootstrapItem(None, "z1", "nohost"),))
             == "OB_INVALID_ARGUMENT"
         )
         assert (
-            error_name(rs.bootstrap, (BootstrapEntry(None, "z1", "127.0.0.1:1"),))
+            error_name(rs.bootstrap.run, (BootstrapItem(None, "z1", "127.0.0.1:1"),))
             == "OB_SERVER_CONNECTION_ERROR"
         )
-        assert not rs.bootstrapped and rs.term.state.value == "WAIT_BOOTSTRAP"
+        assert not rs.bootstrap.bootstrapped and rs.term.state.value == "WAIT_BOOTSTRAP"
         assert rs.whitelist.counts()["servers"] == 0 and rs.zones.all() == []
     finally:
         rs.shutdown()
     rs = make_rs(db_url, tmp_path / "again")
     try:
         assert (
-            error_name(rs.bootstrap, (BootstrapEntry(None, "z1", "127.0.0.1:1"),))
+            error_name(rs.bootstrap.run, (BootstrapItem(None, "z1", "127.0.0.1:1"),))
             == "OB_INIT_TWICE"
         )
     finally:
@@ -72,7 +72,7 @@ def test_a_newer_epoch_deposes_the_old_rs(db_url: str, tmp_path: Path) -> None:
     old = make_rs(db_url, tmp_path / "a")
     new = make_rs(db_url, tmp_path / "b", seed=False)
     try:
-        new.bootstrapped = True
+        new.bootstrap.bootstrapped = True
         new.do_restart()
         assert new.store.epoch == old.store.epoch + 1
         assert error_name(old.server_admin.delete_servers, [A], None) == "OB_RS_NOT_MASTER"
@@ -88,25 +88,25 @@ def test_a_newer_epoch_deposes_the_old_rs(db_url: str, tmp_path: Path) -> None:
 
 def test_set_parameters_ranges_and_invariants(rs: RootService) -> None:
     assert (
-        error_name(rs.set_parameters, (("lease_time", "2s"),)) == "OB_INVALID_ARGUMENT"
+        error_name(rs.parameters.set, (("lease_time", "2s"),)) == "OB_INVALID_ARGUMENT"
     )  # not > heartbeat_interval
-    rs.set_parameters((("lease_time", "3s"),))
+    rs.parameters.set((("lease_time", "3s"),))
     assert rs.settings.lease_time == 3_000_000
-    rs.set_parameters((("lease_time", "5m"),))
-    assert error_name(rs.set_parameters, (("lease_time", "301s"),)) == "OB_INVALID_ARGUMENT"
-    assert error_name(rs.set_parameters, (("lease_time", "ten"),)) == "OB_INVALID_ARGUMENT"
+    rs.parameters.set((("lease_time", "5m"),))
+    assert error_name(rs.parameters.set, (("lease_time", "301s"),)) == "OB_INVALID_ARGUMENT"
+    assert error_name(rs.parameters.set, (("lease_time", "ten"),)) == "OB_INVALID_ARGUMENT"
     assert (
-        error_name(rs.set_parameters, (("no_such_parameter", "1s"),)) == "OB_ERR_SYS_CONFIG_UNKNOWN"
+        error_name(rs.parameters.set, (("no_such_parameter", "1s"),)) == "OB_ERR_SYS_CONFIG_UNKNOWN"
     )
     assert (
-        error_name(rs.set_parameters, (("server_permanent_offline_time", "19s"),))
+        error_name(rs.parameters.set, (("server_permanent_offline_time", "19s"),))
         == "OB_INVALID_ARGUMENT"
     )
     # All or nothing: the second item is bad, so the first is not applied.
     assert (
-        error_name(rs.set_parameters, (("lease_time", "20s"), ("rpc_timeout", "0s")))
+        error_name(rs.parameters.set, (("lease_time", "20s"), ("rpc_timeout", "0s")))
         == "OB_INVALID_ARGUMENT"
     )
     assert rs.settings.lease_time == 300_000_000
-    rs.set_parameters((("server_permanent_offline_time", "20m"), ("lease_time", "10s")))
+    rs.parameters.set((("server_permanent_offline_time", "20m"), ("lease_time", "10s")))
     assert rs.settings.server_permanent_offline_time == 1_200_000_000

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from obcommon.clock import FakeClock
 from obcommon.errors import ObError
+from rootservice.api.dispatch import execute_sql
 from rootservice.db import event_repo, lease_repo
 from rootservice.ha.election import Election, merge_rs_list
 from rootservice.ha.store import MetaStore
@@ -443,8 +444,11 @@ def test_step_down_drops_state_stops_timers_and_a_new_term_loads_afresh(
         # At once: a follower that writes nothing.
         assert rs.term.state is RsState.NOT_MASTER and rs.store.epoch == 0
         assert error_name(rs.heartbeats.receive_hb, hb(*SEEDED[0])) == "OB_RS_NOT_MASTER"
-        assert error_name(rs.server_admin.start_servers, [SEEDED[0][0]], None) == "OB_RS_NOT_MASTER"
-        assert error_name(rs.require_master) == "OB_RS_NOT_MASTER"
+        for statement in (
+            f"ALTER SYSTEM START SERVER '{SEEDED[0][0]}'",
+            "ALTER SYSTEM SET lease_time = '9s'",
+        ):
+            assert execute_sql(rs, statement).error.name == "OB_RS_NOT_MASTER"
         assert dropped == []
 
         # The election round cleans up (timers, memory, queue), then - the lease row naming

@@ -197,7 +197,6 @@ def make_admin(p: Parts, requests: RecordingRequests) -> ServerAdmin:
     return ServerAdmin(
         p.whitelist,
         p.zones,
-        p.term,
         p.store,
         p.clock,
         p.settings,
@@ -238,5 +237,8 @@ def test_admin_alone_add_delete_cancel_stop_start(engine: sa.Engine, tmp_path: P
     p.tenants.refuse = "OB_DELETE_SERVER_NOT_ALLOWED"
     assert error_name(admin.delete_servers, [B], None) == "OB_DELETE_SERVER_NOT_ALLOWED"
     assert p.whitelist.get(B).admin_status is AdminStatus.NORMAL
-    p.term.close_service()
-    assert error_name(admin.start_servers, [A], None) == "OB_RS_NOT_MASTER"
+    # The gate is the caller's (statement dispatch); a deposed term's write is fenced.
+    p.tenants.refuse = ""
+    p.term.request_step_down("test")
+    assert error_name(admin.stop_servers, [A], None, "ISOLATE") == "OB_RS_NOT_MASTER"
+    assert p.whitelist.get(A).stop_time == 0

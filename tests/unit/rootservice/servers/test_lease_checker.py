@@ -94,7 +94,7 @@ def test_take_office_grace_delays_every_expiry(db_url: str, tmp_path: Path) -> N
 def test_lease_time_change_applies_to_the_checker(rs: RootService) -> None:
     rs.clock.advance(LEASE)
     rs.heartbeats.receive_hb(hb(A, ZA))
-    rs.set_parameters((("lease_time", "3s"),))
+    rs.parameters.set((("lease_time", "3s"),))
     rs.clock.advance(3_000_000 - 1)
     assert rs.lease_checker.run_once() == 0
     rs.clock.advance(1)

@@ -64,7 +64,7 @@ def test_load_turns_old_offline_rows_permanent_offline(db_url: str, tmp_path: Pa
     rs2 = make_rs(db_url, tmp_path / "x", seed=False)
     try:
         rs2.clock.set(now)
-        rs2.bootstrapped = True
+        rs2.bootstrap.bootstrapped = True
         rs2.do_restart()
         assert status(rs2, A) is HeartbeatStatus.PERMANENT_OFFLINE
         assert status(rs2, B) is HeartbeatStatus.LEASE_EXPIRED
@@ -84,7 +84,7 @@ def test_reload_drops_servers_absent_from_the_table_and_keeps_heartbeat_state(
     with rs.store.engine.begin() as conn:
         conn.execute(sa.text("DELETE FROM __all_server WHERE svr_port = 3004"))
         conn.execute(sa.text("UPDATE __all_server SET stop_time = 99 WHERE svr_port = 3001"))
-    rs.reload_server()
+    rs.server_loader.load(take_office=False)
     assert rs.whitelist.get(D) is None
     a = rs.whitelist.get(A)
     assert (
