@@ -41,8 +41,20 @@ from rootservice.servers.empty_server_checker import EmptyServerChecker
 from rootservice.servers.manager import ServerManager
 from rootservice.servers.status import ServerStatus, check_zone_name
 from rootservice.tasks import FnTask, make_scheduler, register_tasks, reschedule, wake
+from rootservice.tenants.balancer_view import BalancerView
 from rootservice.tenants.ddl import TenantManager
-from rootservice.tenants.log_streams import LsManager
+from rootservice.tenants.host_health import HostHealth
+from rootservice.tenants.leaders import LeaderCoordinator
+from rootservice.tenants.log_streams import TenantReplicas
+from rootservice.tenants.meta_sync import LsMetaSync
+from rootservice.tenants.once_log import OnceLog
+from rootservice.tenants.pre_checks import ServerPreChecks
+from rootservice.tenants.reconciler import LsReconciler
+from rootservice.tenants.replica_specs import ReplicaApplier
+from rootservice.tenants.reports import ReplicaReports
+from rootservice.tenants.rooms import ServerRooms
+from rootservice.tenants.server_probes import ServerProbes
+from rootservice.tenants.topology import LayoutCache, LayoutVersion
 from sql import ast
 
 log = logging.getLogger(__name__)
@@ -129,14 +141,95 @@ class RootService:
             wake=self.wake,
             sleep=sleep,
         )
-        # The tenant layer: log streams / replicas and unit configs / pools / tenants.
-        self.ls = LsManager(self.manager)
-        self.tenants = TenantManager(self.manager, self.ls)
-        self.ls.tenants = self.tenants
-        self.manager.on_replicas = self.ls.report
-        self.manager.delete_pre_check = self.ls.check_delete
-        self.manager.stop_pre_check = self.ls.check_stop
-        self.manager.after_stop = self.ls.move_leaders_off
+        # The tenant layer (rootservice.tenants), one object per concern; the server
+        # manager stands in for the server directory and the heartbeat requester.
+        m = self.manager
+        self.layout_version = LayoutVersion()
+        self.layout = LayoutCache(self.store, self.layout_version)
+        self.ls_reports = ReplicaReports(m, self.layout)
+        self.host_health = HostHealth(m, m.zones)
+        self.replica_applier = ReplicaApplier(self.store, self.agents, m, self.ls_reports)
+        self.ls_meta_sync = LsMetaSync(
+            self.term, self.store, self.clock, m, self.layout, self.ls_reports
+        )
+        ls_warnings = OnceLog()
+        self.leaders = LeaderCoordinator(
+            servers=m,
+            health=self.host_health,
+            layout=self.layout,
+            reports=self.ls_reports,
+            applier=self.replica_applier,
+            events=m.persist,
+            heartbeats=m,
+            meta_sync=self.ls_meta_sync,
+            clock=self.clock,
+            settings=settings,
+            metrics=self.metrics,
+            sleep=sleep,
+            warnings=ls_warnings,
+        )
+        self.ls_reconciler = LsReconciler(
+            term=self.term,
+            health=self.host_health,
+            layout=self.layout,
+            reports=self.ls_reports,
+            applier=self.replica_applier,
+            leaders=self.leaders,
+            events=m.persist,
+            clock=self.clock,
+            settings=settings,
+            metrics=self.metrics,
+            warnings=ls_warnings,
+        )
+        self.tenant_replicas = TenantReplicas(
+            layout=self.layout,
+            reports=self.ls_reports,
+            applier=self.replica_applier,
+            leaders=self.leaders,
+            reconciler=self.ls_reconciler,
+            clock=self.clock,
+            settings=settings,
+            sleep=sleep,
+        )
+        self.server_rooms = ServerRooms(m, m.zones)
+        self.tenants = TenantManager(
+            term=self.term,
+            store=self.store,
+            clock=self.clock,
+            zones=m.zones,
+            rooms=self.server_rooms,
+            layout=self.layout_version,
+            replicas=self.tenant_replicas,
+        )
+        self.server_pre_checks = ServerPreChecks(
+            store=self.store,
+            servers=m,
+            zones=m.zones,
+            heartbeats=m,
+            health=self.host_health,
+            rooms=self.server_rooms,
+            layout=self.layout,
+            reports=self.ls_reports,
+            clock=self.clock,
+            settings=settings,
+            sleep=sleep,
+        )
+        self.server_probes = ServerProbes(
+            self.store, self.layout, self.ls_reports, self.ls_meta_sync
+        )
+        # The balancer's view of the tenant layer.
+        self.ls = BalancerView(
+            layout=self.layout,
+            reports=self.ls_reports,
+            applier=self.replica_applier,
+            leaders=self.leaders,
+            reconciler=self.ls_reconciler,
+            meta_sync=self.ls_meta_sync,
+        )
+        m.on_replicas = self.ls_reports.report
+        m.delete_pre_check = self.server_pre_checks.check_delete
+        m.stop_pre_check = self.server_pre_checks.check_stop
+        m.after_stop = self.leaders.move_leaders_off
         # Emptying servers (SPEC.md section 9): plans by Spark unless a planner is given
         # (the fake-clock tests pass the pandas one); the SparkSession starts on first use.
         self.planner: Planner = planner or _LazySparkPlanner(settings)
@@ -145,13 +238,15 @@ class RootService:
         self.manager.on_cancel_delete = self.migration.cancel_server
         # A deposed RS forgets replica reports, the cached layout and migration tasks; the
         # next term rebuilds them from the tables and fresh heartbeats.
-        self.on_step_down.append(self.ls.clear)
+        self.on_step_down.append(self.ls_reports.clear)
+        self.on_step_down.append(self.layout.clear)
+        self.on_step_down.append(self.ls_meta_sync.forget_meta)
         self.on_step_down.append(self.migration.clear)
         self.empty_server_checker = EmptyServerChecker(
             self.manager,
-            has_units=self.ls.has_units,
-            has_replicas=self.ls.has_replicas,
-            all_ls_have_leader=self.ls.all_ls_have_leader,
+            has_units=self.server_probes.has_units,
+            has_replicas=self.server_probes.has_replicas,
+            all_ls_have_leader=self.server_probes.all_ls_have_leader,
             extra_deletes=self._removal_rows,
         )
         self._bootstrap_lock = threading.Lock()
@@ -311,7 +406,7 @@ class RootService:
     def _removal_rows(self, conn: Any, ip: str, port: int) -> None:
         """What goes with an emptied server in its removal transaction: its
         ``__all_space_usage`` rows and the final progress of its DELETE_SERVER job."""
-        self.ls.extra_deletes(conn, ip, port)
+        self.server_probes.extra_deletes(conn, ip, port)
         self.migration.finalize_job(conn, ip, port)
 
     def _tasks(self) -> list[tuple[Any, int]]:
@@ -324,8 +419,8 @@ class RootService:
             (FnTask("persist_queue", self.manager.persist.run_once), s.persist_interval),
             (FnTask("check_all_server", self.manager.check_all_server), s.server_check_interval),
             (self.empty_server_checker, s.empty_server_check_interval),
-            (self.ls, s.ls_check_interval),
-            (FnTask("ls_meta_sync", self.ls.sync_meta), s.ls_check_interval),
+            (self.ls_reconciler, s.ls_check_interval),
+            (self.ls_meta_sync, s.ls_check_interval),
             (self.migration, s.balancer_interval),
             (self.lost_replica_checker, s.lost_replica_check_interval),
         ]

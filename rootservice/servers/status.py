@@ -10,12 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from obcommon.addresses import format_server
 from obcommon.errors import ObError
 
 DATA_DISK_ERROR_BIT = 0x1
+
+# The three ways of stopping a server (SPEC.md section 7): STOP checks the majority and the
+# log sync of every LS with a member there, FORCE STOP only the majority, ISOLATE the
+# tenants' primary regions.
+StopMode = Literal["STOP", "FORCE_STOP", "ISOLATE"]
 MAX_ZONE_LENGTH = 128
 
 
