@@ -7,7 +7,10 @@ from __future__ import annotations
 from rootservice.app import RootService
 from rootservice.db import zone_repo
 from rootservice.db.zone_repo import ZoneInfo
+from rootservice.servers.status import HeartbeatStatus
 from tests.support.harness import S, error_name
+from tests.support.tenant_parts import Layer
+from tests.support.tenant_parts import make_tenant as make_tenant_alone
 from tests.support.tenants import (
     GIB,
     ZONE,
@@ -117,3 +120,44 @@ def test_delete_refused_while_an_ls_has_no_leader(rs: RootService) -> None:
     z1_member = next(m for m in members_of(rs, tid, 1001) if ZONE[m] == "z1")
     e = err(rs.manager.delete_servers, [z1_member], None)
     assert e.name == "OB_OP_NOT_ALLOW" and "no leader" in str(e)
+
+
+# --- ServerPreChecks alone (no RootService) -------------------------------------------------
+
+
+def _z1(layer: Layer, tid: int) -> str:
+    return next(m for m in layer.layout.topology().plans[(tid, 1001)].members if m in (A, D))
+
+
+def test_stop_check_alone_counts_healthy_members_and_requests_reports(layer: Layer) -> None:
+    tid = make_tenant_alone(layer, ls_count=1)
+    targets = [layer.servers.get(B)]
+    layer.pre_checks.check_stop(targets, "STOP")
+    assert sorted(layer.heartbeats.asked[-1]) == sorted(
+        layer.layout.topology().plans[(tid, 1001)].members
+    )
+    layer.servers.get(C).hb_status = HeartbeatStatus.LEASE_EXPIRED
+    e = err(layer.pre_checks.check_stop, targets, "FORCE_STOP")
+    assert e.name == "OB_OP_NOT_ALLOW" and "would keep 1 of 3 members" in str(e)
+    # no LS has a member on a server outside the layout
+    assert layer.pre_checks.stop_problem({"10.9.9.9:1"}, check_sync=True, refresh=False) == ""
+
+
+def test_isolate_check_alone_protects_the_primary_region(layer: Layer) -> None:
+    make_tenant_alone(layer, ls_count=1)
+    layer.zones.by_name["z3"] = ZoneInfo("z3", "ACTIVE", "r2", "")
+    layer.zones.by_name["z2"] = ZoneInfo("z2", "INACTIVE", "r1", "")
+    e = err(layer.pre_checks.check_stop, [layer.servers.get(A), layer.servers.get(D)], "ISOLATE")
+    assert e.name == "OB_OP_NOT_ALLOW" and "primary region r1" in str(e)
+    layer.pre_checks.check_isolate([layer.servers.get(C)])
+
+
+def test_delete_check_alone_places_the_units_elsewhere(layer: Layer) -> None:
+    tid = make_tenant_alone(layer, ls_count=1)
+    e = err(layer.pre_checks.check_delete, [layer.servers.get(B)])
+    assert e.name == "OB_DELETE_SERVER_NOT_ALLOWED" and "has nowhere to go" in str(e)
+    layer.pre_checks.check_delete([layer.servers.get(_z1(layer, tid))])
+    layer.agents.replicas.clear()
+    layer.reports.clear()
+    e = err(layer.pre_checks.check_delete, [layer.servers.get(_z1(layer, tid))])
+    assert e.name == "OB_OP_NOT_ALLOW" and "has no leader" in str(e)
