@@ -50,14 +50,25 @@ from rootservice.servers.heartbeat_requester import HeartbeatRequester
 from rootservice.servers.identity import ClusterIdentity
 from rootservice.servers.lease_checker import LeaseChecker
 from rootservice.servers.loader import ServerLoader, TakeOfficeGrace
-from rootservice.servers.manager import ServerManager
 from rootservice.servers.persist_queue import PersistQueue
 from rootservice.servers.ports import Background
 from rootservice.servers.whitelist import Whitelist
 from rootservice.servers.zones import ZoneManager
 from rootservice.tasks import FnTask, make_scheduler, register_tasks, reschedule, wake
+from rootservice.tenants.balancer_view import BalancerView
 from rootservice.tenants.ddl import TenantManager
-from rootservice.tenants.log_streams import LsManager
+from rootservice.tenants.host_health import HostHealth
+from rootservice.tenants.leaders import LeaderCoordinator
+from rootservice.tenants.log_streams import TenantReplicas
+from rootservice.tenants.meta_sync import LsMetaSync
+from rootservice.tenants.once_log import OnceLog
+from rootservice.tenants.pre_checks import ServerPreChecks
+from rootservice.tenants.reconciler import LsReconciler
+from rootservice.tenants.replica_specs import ReplicaApplier
+from rootservice.tenants.reports import ReplicaReports
+from rootservice.tenants.rooms import ServerRooms
+from rootservice.tenants.server_probes import ServerProbes
+from rootservice.tenants.topology import LayoutCache, LayoutVersion
 
 log = logging.getLogger(__name__)
 
@@ -151,33 +162,99 @@ class RootService:
             self.clock,
             settings,
         )
-        # What the tenant and balancer layers still take as one object (see
-        # rootservice.servers.manager).
-        servers = ServerManager(
-            self.whitelist,
-            self.zones,
-            self.persist,
-            self.heartbeat_requester,
-            self.term,
-            self.store,
-            self.clock,
-            settings,
-            self.agents,
-            self.metrics,
-            self.wake,
-            sleep,
+        # The tenant layer (rootservice.tenants), one object per concern, reading the
+        # whitelist through consumer protocols.
+        self.layout_version = LayoutVersion()
+        self.layout = LayoutCache(self.store, self.layout_version)
+        self.ls_reports = ReplicaReports(self.whitelist, self.layout)
+        self.host_health = HostHealth(self.whitelist, self.zones)
+        self.replica_applier = ReplicaApplier(
+            self.store, self.agents, self.whitelist, self.ls_reports
         )
-        # The tenant layer: log streams / replicas and unit configs / pools / tenants.
-        self.ls = LsManager(servers)
-        self.tenants = TenantManager(servers, self.ls)
-        self.ls.tenants = self.tenants
+        self.ls_meta_sync = LsMetaSync(
+            self.term, self.store, self.clock, self.whitelist, self.layout, self.ls_reports
+        )
+        ls_warnings = OnceLog()
+        self.leaders = LeaderCoordinator(
+            servers=self.whitelist,
+            health=self.host_health,
+            layout=self.layout,
+            reports=self.ls_reports,
+            applier=self.replica_applier,
+            events=self.persist,
+            heartbeats=self.heartbeat_requester,
+            meta_sync=self.ls_meta_sync,
+            clock=self.clock,
+            settings=settings,
+            metrics=self.metrics,
+            sleep=sleep,
+            warnings=ls_warnings,
+        )
+        self.ls_reconciler = LsReconciler(
+            term=self.term,
+            health=self.host_health,
+            layout=self.layout,
+            reports=self.ls_reports,
+            applier=self.replica_applier,
+            leaders=self.leaders,
+            events=self.persist,
+            clock=self.clock,
+            settings=settings,
+            metrics=self.metrics,
+            warnings=ls_warnings,
+        )
+        self.tenant_replicas = TenantReplicas(
+            layout=self.layout,
+            reports=self.ls_reports,
+            applier=self.replica_applier,
+            leaders=self.leaders,
+            reconciler=self.ls_reconciler,
+            clock=self.clock,
+            settings=settings,
+            sleep=sleep,
+        )
+        self.server_rooms = ServerRooms(self.whitelist, self.zones)
+        self.tenants = TenantManager(
+            term=self.term,
+            store=self.store,
+            clock=self.clock,
+            zones=self.zones,
+            rooms=self.server_rooms,
+            layout=self.layout_version,
+            replicas=self.tenant_replicas,
+        )
+        self.server_pre_checks = ServerPreChecks(
+            store=self.store,
+            servers=self.whitelist,
+            zones=self.zones,
+            heartbeats=self.heartbeat_requester,
+            health=self.host_health,
+            rooms=self.server_rooms,
+            layout=self.layout,
+            reports=self.ls_reports,
+            clock=self.clock,
+            settings=settings,
+            sleep=sleep,
+        )
+        self.server_probes = ServerProbes(
+            self.store, self.layout, self.ls_reports, self.ls_meta_sync
+        )
+        # The balancer's one view of the tenant layer.
+        self.ls = BalancerView(
+            layout=self.layout,
+            reports=self.ls_reports,
+            applier=self.replica_applier,
+            leaders=self.leaders,
+            reconciler=self.ls_reconciler,
+            meta_sync=self.ls_meta_sync,
+        )
         # Emptying servers (SPEC.md section 9): plans by Spark unless a planner is given
         # (the fake-clock tests pass the pandas one); the SparkSession starts on first use.
         self.planner: Planner = planner or LazySparkPlanner(settings)
         self.unit_moves = UnitMoves(
             servers=self.whitelist,
             ls=self.ls,
-            layout=self.tenants,
+            layout=self.layout_version,
             store=self.store,
             clock=self.clock,
             metrics=self.metrics,
@@ -221,7 +298,9 @@ class RootService:
         )
         # A deposed RS forgets replica reports, the cached layout and migration tasks; the
         # next term rebuilds them from the tables and fresh heartbeats.
-        self.on_step_down.append(self.ls.clear)
+        self.on_step_down.append(self.ls_reports.clear)
+        self.on_step_down.append(self.layout.clear)
+        self.on_step_down.append(self.ls_meta_sync.forget_meta)
         self.on_step_down.append(self.migration.clear)
         self.server_admin = ServerAdmin(
             self.whitelist,
@@ -230,7 +309,8 @@ class RootService:
             self.clock,
             settings,
             self.agents,
-            checks=self.ls,
+            checks=self.server_pre_checks,
+            leaders=self.leaders,
             cancel_listener=self.migration,
             heartbeats=self.heartbeat_requester,
             wake=self.wake,
@@ -246,7 +326,7 @@ class RootService:
             self.store,
             self.clock,
             settings,
-            replicas=self.ls,
+            replicas=self.ls_reports,
             server_ops=self.server_admin,
             wake=self.wake,
             background=self.background,
@@ -276,8 +356,8 @@ class RootService:
             self.store,
             self.clock,
             self.agents,
-            contents=self.ls,
-            removal=self.ls,
+            contents=self.server_probes,
+            removal=self.server_probes,
             jobs=self.delete_jobs,
         )
         # Table and column names for SELECT, read from the database on first use.
@@ -439,8 +519,8 @@ class RootService:
             (self.persist, s.persist_interval),
             (self.check_all_server, s.server_check_interval),
             (self.empty_server_checker, s.empty_server_check_interval),
-            (self.ls, s.ls_check_interval),
-            (FnTask("ls_meta_sync", self.ls.sync_meta), s.ls_check_interval),
+            (self.ls_reconciler, s.ls_check_interval),
+            (self.ls_meta_sync, s.ls_check_interval),
             (self.migration, s.balancer_interval),
             (self.lost_replica_checker, s.lost_replica_check_interval),
         ]

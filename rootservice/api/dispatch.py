@@ -20,6 +20,7 @@ from obcommon.proto import obrpc_pb2
 from rootservice.app import RootService
 from rootservice.bootstrap import BootstrapItem
 from rootservice.db import select_repo
+from rootservice.tenants.ddl_requests import NewPool, NewTenant, NewUnitConfig
 from sql import ast
 from sql.parser import parse
 
@@ -105,46 +106,40 @@ def _show_parameters(rs: RootService, st: ast.ShowParameters) -> Result:
     )
 
 
-def _tenant_layer(rs: RootService) -> None:
-    rs.term.check()
-
-
 def _create_unit(rs: RootService, st: ast.CreateResourceUnit) -> Result:
-    _tenant_layer(rs)
-    created = rs.tenants.create_unit_config(st)
+    created = rs.tenants.create_unit_config(NewUnitConfig(st.name, st.options, st.if_not_exists))
     return Result(affected_rows=int(created), info="" if created else "resource unit exists")
 
 
 def _drop_unit(rs: RootService, st: ast.DropResourceUnit) -> Result:
-    _tenant_layer(rs)
-    dropped = rs.tenants.drop_unit_config(st)
+    dropped = rs.tenants.drop_unit_config(st.name, if_exists=st.if_exists)
     return Result(affected_rows=int(dropped), info="" if dropped else "resource unit not exist")
 
 
 def _create_pool(rs: RootService, st: ast.CreateResourcePool) -> Result:
-    _tenant_layer(rs)
-    units = rs.tenants.create_pool(st)
+    units = rs.tenants.create_pool(
+        NewPool(st.name, st.unit, st.unit_num, st.zone_list, st.if_not_exists)
+    )
     info = f"unit(s) {', '.join(map(str, units))}" if units else "resource pool exists"
     return Result(affected_rows=len(units), info=info)
 
 
 def _drop_pool(rs: RootService, st: ast.DropResourcePool) -> Result:
-    _tenant_layer(rs)
-    dropped = rs.tenants.drop_pool(st)
+    dropped = rs.tenants.drop_pool(st.name, if_exists=st.if_exists)
     return Result(affected_rows=int(dropped), info="" if dropped else "resource pool not exist")
 
 
 def _create_tenant(rs: RootService, st: ast.CreateTenant) -> Result:
-    _tenant_layer(rs)
-    tenant_id, ls_count = rs.tenants.create_tenant(st)
+    tenant_id, ls_count = rs.tenants.create_tenant(
+        NewTenant(st.name, st.pools, st.primary_zone, st.ls_count, st.if_not_exists)
+    )
     if not tenant_id:
         return Result(info="tenant exists")
     return Result(affected_rows=1, info=f"tenant {tenant_id} with {ls_count} log stream(s)")
 
 
 def _drop_tenant(rs: RootService, st: ast.DropTenant) -> Result:
-    _tenant_layer(rs)
-    tenant_id = rs.tenants.drop_tenant(st)
+    tenant_id = rs.tenants.drop_tenant(st.name, force=st.force, if_exists=st.if_exists)
     return Result(
         affected_rows=int(bool(tenant_id)),
         info=f"tenant {tenant_id} dropped" if tenant_id else "tenant not exist",
@@ -152,13 +147,12 @@ def _drop_tenant(rs: RootService, st: ast.DropTenant) -> Result:
 
 
 def _switch_leader(rs: RootService, st: ast.SwitchLeader) -> Result:
-    _tenant_layer(rs)
-    topo = rs.ls.topology(force=True)
+    topo = rs.layout.topology(force=True)
     tenant = next((t for t in topo.tenants.values() if t.tenant_name == st.tenant.lower()), None)
     if tenant is None:
         raise ObError("OB_TENANT_NOT_EXIST", st.tenant.lower())
     ip, port = parse_server(st.server)
-    rs.ls.switch_leader((tenant.tenant_id, st.ls_id), format_server(ip, port), "manual")
+    rs.leaders.switch_leader((tenant.tenant_id, st.ls_id), format_server(ip, port), "manual")
     return Result(affected_rows=1)
 
 

@@ -6,7 +6,7 @@ persist queue), :class:`Waker` (the task registry's wake-up by task name), :clas
 (:class:`rootservice.ha.term.Term`), :class:`Store` (:class:`rootservice.ha.store.MetaStore`),
 :class:`LayoutVersion` (the tenant layer's cache version of the layout) and the log-stream
 views of the tenant layer (:class:`LsLayout`, :class:`ReplicaReports`, :class:`ReplicaWork`,
-:class:`MetaCache`; today all :class:`rootservice.tenants.log_streams.LsManager`).
+:class:`MetaCache`; today all :class:`rootservice.tenants.balancer_view.BalancerView`).
 
 The value types the tenant layer hands back (:data:`LsKey`, :class:`LsPlan`,
 :class:`LsView`, :class:`Topology`) are imported here only, so the rest of the package names
@@ -25,7 +25,9 @@ from obcommon.errors import ObError
 from obcommon.proto import obrpc_pb2
 from rootservice.db.event_repo import Event
 from rootservice.servers.status import ServerStatus
-from rootservice.tenants.log_streams import LsKey, LsPlan, LsView, Topology
+from rootservice.tenants.reports import LsView
+from rootservice.tenants.topology import LsPlan, Topology
+from rootservice.tenants.vocabulary import LsKey
 
 __all__ = [
     "EventSink",

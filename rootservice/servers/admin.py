@@ -35,7 +35,8 @@ from rootservice.servers.zones import ZoneManager
 
 
 class ServerChecks(Protocol):
-    """The tenant layer's part of DELETE and STOP SERVER (``LsManager``)."""
+    """The tenant layer's checks before DELETE and STOP SERVER
+    (:class:`rootservice.tenants.pre_checks.ServerPreChecks`)."""
 
     def check_delete(self, targets: list[ServerStatus], /) -> None:
         """DELETE SERVER pre-check: raises OB_DELETE_SERVER_NOT_ALLOWED or OB_OP_NOT_ALLOW."""
@@ -46,9 +47,13 @@ class ServerChecks(Protocol):
         ``stop_server_check_timeout``); raises ``ObError`` when refused."""
         ...
 
+
+class LeaderMover(Protocol):
+    """What STOP does once ``stop_time`` is written
+    (:class:`rootservice.tenants.leaders.LeaderCoordinator`)."""
+
     def move_leaders_off(self, servers: Iterable[str], /) -> None:
-        """What STOP does once ``stop_time`` is written: move every leader off ``servers``
-        and wait for ``leader_cnt`` 0."""
+        """Move every leader off ``servers`` and wait for ``leader_cnt`` 0."""
         ...
 
 
@@ -86,6 +91,7 @@ class ServerAdmin:
         settings: RsSettings,
         agents: AgentClient,
         checks: ServerChecks,
+        leaders: LeaderMover,
         cancel_listener: DeleteCancelListener,
         heartbeats: HeartbeatRequests,
         wake: Wake,
@@ -99,6 +105,7 @@ class ServerAdmin:
         self.settings = settings
         self.agents = agents
         self.checks = checks
+        self.leaders = leaders
         self.cancel_listener = cancel_listener
         self.heartbeats = heartbeats
         self.wake = wake
@@ -335,7 +342,7 @@ class ServerAdmin:
                     s.stop_time = now
 
                 self._write_through(changing, stopped, event, ("reason", reason))
-        self.checks.move_leaders_off([s.key for s in targets])
+        self.leaders.move_leaders_off([s.key for s in targets])
 
     def _check_other_zones_running(self, zone: str) -> None:
         """STOP's zone rule: no server of another zone stopped, every other zone ACTIVE.

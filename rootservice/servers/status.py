@@ -16,10 +16,13 @@ from obcommon.addresses import format_server
 from obcommon.errors import ObError
 
 DATA_DISK_ERROR_BIT = 0x1
+
 MAX_ZONE_LENGTH = 128
 
 StopMode = Literal["STOP", "FORCE_STOP", "ISOLATE"]
-"""The statement that stops a server (SPEC.md section 7): STOP / FORCE STOP / ISOLATE SERVER."""
+"""The statement that stops a server (SPEC.md section 7): STOP checks the majority and the log
+sync of every LS with a member there, FORCE STOP only the majority, ISOLATE the tenants'
+primary regions."""
 
 
 class AdminStatus(StrEnum):

@@ -174,6 +174,6 @@ def test_no_layer_imports_one_above_it(module: str) -> None:
 
 
 def test_layers_are_told_apart() -> None:
-    assert _layer("rootservice.servers.manager") > _layer("rootservice.tenants.ddl")
+    assert _layer("rootservice.servers.admin") > _layer("rootservice.tenants.ddl")
     assert _layer("rootservice.db.server_repo") > _layer("rootservice.ha.store")
     assert _layer("rootservice.balancer.spark.schema") == _layer("rootservice.balancer")

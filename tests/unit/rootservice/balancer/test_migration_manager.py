@@ -17,7 +17,7 @@ from rootservice.app import RootService
 from rootservice.balancer.planner import server_rows
 from rootservice.balancer.planners import PandasPlanner
 from tests.support.harness import S, events, make_rs
-from tests.unit.rootservice.tenants.test_tenants import (
+from tests.support.tenants import (
     ZONE,
     A,
     B,
@@ -66,7 +66,7 @@ def job_row(rs: RootService) -> dict[str, Any]:
 def test_delete_moves_the_unit_reports_progress_and_a_stall(rs: RootService) -> None:
     tid = make_tenant(rs, ls_count=2)
     report_all(rs, tid)
-    rs.ls.sync_meta()
+    rs.ls_meta_sync.sync_meta()
     gone = z1_member(rs, tid)
     other = D if gone == A else A
     rs.server_admin.delete_servers([gone], None)
@@ -134,14 +134,14 @@ def test_a_unit_finishes_once_no_replica_is_left_on_its_source(rs: RootService) 
     other = D if gone == A else A
     rs.server_admin.delete_servers([gone], None)
     rs.unit_moves.apply_unit_plan(unit_plan(rs))
-    rs.ls.sync_meta()
+    rs.ls_meta_sync.sync_meta()
     assert rs.unit_moves.finish_units() == 0  # the source still reports its replica
     # the replica moved: the new member list excludes the source, which dropped it
     members = sorted([other, B, C])
     for s in members:
         rs.heartbeats.receive_hb(lease(s, [replica((tid, 1001), other, members, me=s)]))
     rs.heartbeats.receive_hb(lease(gone, []))
-    rs.ls.sync_meta()
+    rs.ls_meta_sync.sync_meta()
     assert rs.unit_moves.finish_units() == 1
     unit = rows(rs, "SELECT * FROM __all_unit WHERE zone = 'z1'")[0]
     assert unit["migrate_from_svr_ip"] == ""
@@ -154,14 +154,14 @@ def test_a_unit_finishes_once_no_replica_is_left_on_its_source(rs: RootService) 
 def test_lost_replicas_on_a_permanently_offline_server_are_deleted(rs: RootService) -> None:
     tid = make_tenant(rs, ls_count=1)
     report_all(rs, tid)
-    rs.ls.sync_meta()
+    rs.ls_meta_sync.sync_meta()
     # C reports its replica out of service, then falls silent for good
     members = members_of(rs, tid, 1001)
     leader = z1_member(rs, tid)
     rs.heartbeats.receive_hb(
         lease(C, [replica((tid, 1001), leader, members, me=C, in_service=False)])
     )
-    rs.ls.sync_meta()
+    rs.ls_meta_sync.sync_meta()
     assert rs.lost_replica_checker.run_once() == 0  # C is alive: nothing is lost
     for _ in range(7):
         rs.clock.advance(10 * S)

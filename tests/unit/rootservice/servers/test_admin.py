@@ -202,6 +202,7 @@ def make_admin(p: Parts, requests: RecordingRequests) -> ServerAdmin:
         p.settings,
         FakeAgents(),  # type: ignore[arg-type]
         checks=p.tenants,
+        leaders=p.tenants,
         cancel_listener=p.balancer,
         heartbeats=requests,
         wake=p.wake,

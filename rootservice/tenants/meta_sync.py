@@ -1,0 +1,177 @@
+"""The ``ls_meta_sync`` task: mirror the replica reports into ``__all_ls_meta_table`` and
+``__all_space_usage`` (SPEC.md sections 4 and 9), like OceanBase's LS meta table updater.
+
+Only what changed since the last sync is written, in one fenced transaction. A server that is
+not alive keeps its rows, shown as FOLLOWER (it leads nothing while it does not heartbeat);
+the row of a dead replica that is no longer a Paxos member goes (disaster recovery's
+member-removal step). Sizes are bytes; times microseconds since the epoch.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from obcommon.clock import Clock
+from obcommon.proto import obrpc_pb2
+from rootservice.db import ls_repo, space_usage_repo
+from rootservice.db.ls_repo import MetaKey
+from rootservice.db.space_usage_repo import SpaceKey
+from rootservice.ha.store import MetaStore
+from rootservice.ha.term import Term
+from rootservice.tenants.ports import ServerDirectory
+from rootservice.tenants.reports import LsView, ReplicaReports, effective_members
+from rootservice.tenants.topology import LayoutCache, Topology
+from rootservice.tenants.vocabulary import LsKey
+
+
+class LsMetaSync:
+    """``run_once()`` -> rows written. Keeps what the two tables hold (as far as this RS
+    wrote or read them) to write only the differences."""
+
+    name = "ls_meta_sync"
+
+    def __init__(
+        self,
+        term: Term,
+        store: MetaStore,
+        clock: Clock,
+        servers: ServerDirectory,
+        layout: LayoutCache,
+        reports: ReplicaReports,
+    ) -> None:
+        """Start with nothing read: the first sync loads both tables."""
+        self.term = term
+        self.store = store
+        self.clock = clock
+        self.servers = servers
+        self.layout = layout
+        self.reports = reports
+        self._lock = threading.Lock()
+        self._meta: dict[MetaKey, dict[str, Any]] | None = None
+        self._space: dict[SpaceKey, tuple[int, int]] | None = None
+
+    def run_once(self) -> int:
+        """One round of the scheduled task: see :meth:`sync_meta`."""
+        return self.sync_meta()
+
+    def forget_meta(self) -> None:
+        """Re-read ``__all_ls_meta_table`` and ``__all_space_usage`` at the next sync
+        (someone else deleted rows, or the RS steps down)."""
+        with self._lock:
+            self._meta = None
+            self._space = None
+
+    def delete_space_of_server(self, conn: Any, ip: str, port: int) -> None:
+        """Delete the ``__all_space_usage`` rows of a server being removed, inside the
+        caller's transaction ``conn``, and forget them."""
+        space_usage_repo.delete_space_usage_of_server(conn, ip, port)
+        space = self._space
+        if space is not None:
+            for k in [k for k in space if (k[1], k[2]) == (ip, port)]:
+                space.pop(k, None)
+
+    def sync_meta(self) -> int:
+        """Write the replica rows and space usage that changed since the last sync, in one
+        fenced transaction. A server that is not alive keeps its rows, shown as FOLLOWER
+        (it leads nothing while it does not heartbeat). Returns the rows written (0 while
+        not in service). Raises ``ObError`` (OB_RS_NOT_MASTER, OB_ERR_SYS) from the store."""
+        if not self.term.in_service:
+            return 0
+        if self._meta is None or self._space is None:
+            with self.store.read() as conn:
+                self._meta = ls_repo.load_ls_meta(conn)
+                self._space = space_usage_repo.load_space_usage(conn)
+        meta, space = self._meta, self._space
+        want: dict[MetaKey, dict[str, Any]] = {}
+        reported_servers: set[tuple[str, int]] = set()
+        usage: dict[SpaceKey, tuple[int, int]] = {}
+        topo = self.layout.topology()
+        for server, table in self.reports.reports().items():
+            s = self.servers.get(server)
+            # A server that does not heartbeat keeps its rows as they are (but for the
+            # role and member-removal fixes below): its last report is not news.
+            if s is None or not s.is_alive():
+                continue
+            reported_servers.add((s.ip, s.port))
+            for (t, ls), r in table.items():
+                if (t, ls) not in topo.plans:
+                    continue
+                role = (
+                    ls_repo.ROLE_LEADER
+                    if r.role == obrpc_pb2.LEADER and s.is_alive()
+                    else ls_repo.ROLE_FOLLOWER
+                )
+                want[(t, ls, s.ip, s.port)] = {
+                    "sql_port": s.sql_port,
+                    "role": role,
+                    "member_list": ",".join(sorted(r.member_list)),
+                    "proposal_id": r.term,
+                    "replica_status": "NORMAL" if r.in_service else "OFFLINE",
+                    "unit_id": r.unit_id,
+                    "zone": s.zone,
+                    "paxos_replica_number": r.paxos_replica_number,
+                    "data_size": r.data_size,
+                    "required_size": r.required_size,
+                }
+                d, u = usage.get((t, s.ip, s.port), (0, 0))
+                usage[(t, s.ip, s.port)] = (d + r.data_size, u + r.required_size)
+        views = self.reports.views()
+        inserts, updates, deletes = {}, {}, []
+        for k, v in want.items():
+            cur = meta.get(k)
+            if cur is None:
+                inserts[k] = v
+            elif cur != v:
+                updates[k] = v
+        for k, cur in meta.items():
+            if k in want:
+                continue
+            s = self.servers.get(f"{k[2]}:{k[3]}")
+            if (k[0], k[1]) not in topo.plans and topo.version >= 0:
+                deletes.append(k)  # the tenant or LS is gone
+            elif (k[2], k[3]) in reported_servers or s is None:
+                # The server reports and no longer has it, or left the whitelist.
+                if s is not None:
+                    deletes.append(k)
+            elif self._removed_member(views, topo, k):
+                # DR's member-removal step: a dead replica that is no longer a Paxos member.
+                deletes.append(k)
+            elif cur["role"] == ls_repo.ROLE_LEADER and (s is None or not s.is_alive()):
+                updates[k] = cur | {"role": ls_repo.ROLE_FOLLOWER}
+        space_changes: dict[SpaceKey, tuple[int, int] | None] = {
+            k: v for k, v in usage.items() if space.get(k) != v
+        }
+        for sk in space:
+            if sk not in usage and (sk[1], sk[2]) in reported_servers:
+                space_changes[sk] = None
+        if not (inserts or updates or deletes or space_changes):
+            return 0
+        now = self.clock.now_us()
+        with self.store.txn() as conn:
+            ls_repo.upsert_ls_meta(conn, inserts, updates, now)
+            ls_repo.delete_ls_meta(conn, deletes)
+            space_usage_repo.put_space_usage(conn, space_changes, now)
+        meta.update(inserts)
+        meta.update(updates)
+        for k in deletes:
+            meta.pop(k, None)
+        for sk, sv in space_changes.items():
+            if sv is None:
+                space.pop(sk, None)
+            else:
+                space[sk] = sv
+        return len(inserts) + len(updates) + len(deletes) + len(space_changes)
+
+    def _removed_member(self, views: dict[LsKey, LsView], topo: Topology, k: MetaKey) -> bool:
+        """The row ``k`` is on a server that is not alive and no longer a member of its LS,
+        whose leader is known."""
+        view = views.get((k[0], k[1]))
+        plan = topo.plans.get((k[0], k[1]))
+        if view is None or plan is None or view.leader is None:
+            return False
+        server = f"{k[2]}:{k[3]}"
+        s = self.servers.get(server)
+        if s is not None and s.is_alive():
+            return False
+        return server not in effective_members(plan, view)

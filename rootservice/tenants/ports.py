@@ -1,0 +1,84 @@
+"""What the tenant layer needs from the layers below it, as consumer protocols.
+
+The servers package provides them (today one ``ServerManager`` gives the server directory and
+the heartbeat requester, ``manager.zones`` the zone directory and ``manager.persist`` the
+event sink); the tenant classes take them at construction and never the whole manager, so the
+server package can be split freely. ``Sleep`` is the wait of the polling loops (seconds; tests
+pass one that advances a FakeClock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Protocol
+
+from obcommon.proto import obrpc_pb2
+from rootservice.db.event_repo import Event
+from rootservice.db.zone_repo import ZoneInfo
+from rootservice.servers.status import ServerStatus
+
+Sleep = Callable[[float], None]
+
+
+class ServerDirectory(Protocol):
+    """The server whitelist, read side (SPEC.md section 2)."""
+
+    def get(self, server: str) -> ServerStatus | None:
+        """A copy of the record of ``server`` ('ip:port'), or None when not whitelisted."""
+        ...
+
+    def snapshot(self) -> list[ServerStatus]:
+        """Copies of every record, ordered by id."""
+        ...
+
+    def with_server(self, server: str, fn: Callable[[ServerStatus], None]) -> None:
+        """Run ``fn`` on the live record of ``server`` under the whitelist lock (no-op when
+        it is not whitelisted)."""
+        ...
+
+
+class ZoneDirectory(Protocol):
+    """The zones of ``__all_zone`` as the RS holds them (SPEC.md section 4)."""
+
+    def get(self, zone: str) -> ZoneInfo | None:
+        """The zone, or None."""
+        ...
+
+    def all(self) -> list[ZoneInfo]:
+        """Every zone."""
+        ...
+
+    def is_active(self, zone: str) -> bool:
+        """The zone exists and is ACTIVE."""
+        ...
+
+
+class EventSink(Protocol):
+    """Queues a ``__all_rootservice_event_history`` row for the next persistence round."""
+
+    def add_event(self, event: Event) -> None:
+        """Queue ``event`` (no I/O)."""
+        ...
+
+
+class HeartbeatRequester(Protocol):
+    """Asks servers for a heartbeat now (SPEC.md section 5, RS -> agent)."""
+
+    def request_heartbeats(self, servers: Iterable[str]) -> int:
+        """Ask each server for a lease request and process the answers; failures are only
+        logged. Returns how many answered."""
+        ...
+
+
+class ReplicaAgents(Protocol):
+    """The ApplyReplicas RPC of the agents (``AgentClient``)."""
+
+    def apply_replicas(
+        self,
+        server: str,
+        request: obrpc_pb2.ApplyReplicasRequest,
+        timeout_us: int | None = None,
+    ) -> obrpc_pb2.ApplyReplicasResponse:
+        """Send the desired state of some replicas to ``server``; the answer carries the
+        agent's full report. Raises ``ObError(OB_SERVER_CONNECTION_ERROR)``."""
+        ...

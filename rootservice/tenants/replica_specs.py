@@ -1,0 +1,136 @@
+"""Replica specs and the ApplyReplicas calls that hand them to the agents (SPEC.md
+sections 4 and 9).
+
+A :class:`obrpc_pb2.ReplicaSpec` is the desired state of one replica on one server: member
+list, leader and term, and either the log index to catch up to (a new leader) or the server
+to copy from (a replica being built). Every ApplyReplicas answer carries the agent's full
+replica report, which is adopted at once as if it came with a heartbeat.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from obcommon.errors import ObError, error_from_proto
+from obcommon.proto import obrpc_pb2
+from rootservice.ha.store import MetaStore
+from rootservice.tenants.ports import ReplicaAgents, ServerDirectory
+from rootservice.tenants.reports import LsView, ReplicaReports, effective_members
+from rootservice.tenants.topology import LsPlan
+from rootservice.tenants.vocabulary import FULL, LsKey
+
+
+class ReplicaApplier:
+    """Builds replica specs and sends them with ApplyReplicas, stamped with this RS's epoch
+    (an agent refuses the specs of a deposed RS)."""
+
+    def __init__(
+        self,
+        store: MetaStore,
+        agents: ReplicaAgents,
+        servers: ServerDirectory,
+        reports: ReplicaReports,
+    ) -> None:
+        """Send through ``agents``; adopt the answers into ``reports`` (on the live record of
+        the server in ``servers``)."""
+        self.store = store
+        self.agents = agents
+        self.servers = servers
+        self.reports = reports
+
+    def spec(
+        self,
+        plan: LsPlan,
+        server: str,
+        leader: str,
+        term: int,
+        catch_up_index: int = 0,
+        catch_up_from: str = "",
+        *,
+        members: Sequence[str] | None = None,
+        copy_from: str = "",
+    ) -> obrpc_pb2.ReplicaSpec:
+        """The spec of the replica of ``plan`` on ``server``: FULL, following ``leader`` at
+        ``term``, with ``members`` (default the planned ones) as its member list."""
+        members = sorted(members if members is not None else plan.members)
+        unit_id = plan.members[server][1] if server in plan.members else 0
+        if not unit_id:
+            # A replica leaving (its unit moved): keep the unit id it reported.
+            r = self.reports.reports().get(server, {}).get(plan.key)
+            unit_id = r.unit_id if r is not None else 0
+        return obrpc_pb2.ReplicaSpec(
+            tenant_id=plan.key[0],
+            ls_id=plan.key[1],
+            unit_id=unit_id,
+            replica_type=FULL,
+            member_list=members,
+            paxos_replica_number=len(members),
+            leader=leader,
+            term=term,
+            catch_up_index=catch_up_index,
+            catch_up_from=catch_up_from,
+            copy_from=copy_from,
+        )
+
+    def copy_spec(self, plan: LsPlan, view: LsView, dest: str, src: str) -> obrpc_pb2.ReplicaSpec:
+        """The spec that makes ``dest`` build its replica of the LS by copying from ``src``:
+        it follows the current leader at the current term and is not yet a member (the
+        member change comes once it is in service and in sync)."""
+        return self.spec(
+            plan,
+            dest,
+            view.leader or "",
+            view.term,
+            members=effective_members(plan, view),
+            copy_from=src,
+        )
+
+    def apply(
+        self,
+        server: str,
+        upsert: Iterable[obrpc_pb2.ReplicaSpec] = (),
+        drop: Iterable[LsKey] = (),
+        timeout_us: int | None = None,
+    ) -> obrpc_pb2.ApplyReplicasResponse:
+        """One ApplyReplicas call; adopts the report it returns. ``timeout_us`` defaults to
+        ``rpc_timeout``. Raises ``ObError`` (OB_SERVER_CONNECTION_ERROR, or the agent's own
+        refusal)."""
+        req = obrpc_pb2.ApplyReplicasRequest(rs_epoch=self.store.epoch)
+        req.upsert.extend(upsert)
+        for t, ls in drop:
+            req.drop.append(obrpc_pb2.ReplicaKey(tenant_id=t, ls_id=ls))
+        resp = self.agents.apply_replicas(server, req, timeout_us)
+        self._adopt(server, resp)
+        err = error_from_proto(resp.error)
+        if err is not None:
+            raise err
+        return resp
+
+    def apply_many(
+        self,
+        work: dict[str, list[obrpc_pb2.ReplicaSpec]],
+        drops: dict[str, list[LsKey]] | None = None,
+    ) -> dict[str, ObError]:
+        """ApplyReplicas on several servers in parallel; returns the failures by server."""
+        drops = drops or {}
+        servers = sorted(set(work) | set(drops))
+        failures: dict[str, ObError] = {}
+        if not servers:
+            return failures
+
+        def one(server: str) -> None:
+            try:
+                self.apply(server, work.get(server, []), drops.get(server, []))
+            except ObError as e:
+                failures[server] = e
+
+        with ThreadPoolExecutor(
+            max_workers=min(16, len(servers)), thread_name_prefix="rs-apply"
+        ) as pool:
+            list(pool.map(one, servers))
+        return failures
+
+    def _adopt(self, server: str, resp: obrpc_pb2.ApplyReplicasResponse) -> None:
+        """Take the full report an ApplyReplicas answer carries."""
+        self.servers.with_server(server, lambda s: self.reports.report(s, list(resp.replicas)))

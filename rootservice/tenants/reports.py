@@ -1,0 +1,123 @@
+"""Replica reports and the log streams as they show (SPEC.md sections 4 and 9).
+
+Every lease request carries the agent's replicas (role, member list, term, log position,
+data size). :class:`ReplicaReports` keeps the latest report per server and each server's
+``leader_cnt``, and builds the :class:`LsView` of every LS from them: its replicas, its
+current leader and term. :func:`effective_members` and :func:`in_sync` read one view.
+
+Times are microseconds since the epoch; sizes bytes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from obcommon.proto import obrpc_pb2
+from rootservice.servers.status import ServerStatus
+from rootservice.tenants.ports import ServerDirectory
+from rootservice.tenants.topology import LayoutCache, LsPlan
+from rootservice.tenants.vocabulary import LsKey
+
+
+@dataclass
+class LsView:
+    """One LS as the reports show it: ``replicas`` by server, the current ``leader`` (an
+    alive server reporting LEADER at the highest term, or None) and that ``term``."""
+
+    key: LsKey
+    replicas: dict[str, obrpc_pb2.ReplicaInfo] = field(default_factory=dict)
+    leader: str | None = None
+    term: int = 0
+
+
+def effective_members(plan: LsPlan, view: LsView) -> list[str]:
+    """The LS's effective Paxos members: its leader's member list, else that of the
+    replica at the highest term, else the planned members (before any replica exists).
+    During a migration they differ from ``plan.members`` until the membership change."""
+    if view.leader is not None:
+        return sorted(view.replicas[view.leader].member_list)
+    best = max(view.replicas.values(), key=lambda r: r.term, default=None)
+    if best is not None and best.member_list:
+        return sorted(best.member_list)
+    return sorted(plan.members)
+
+
+def in_sync(view: LsView, server: str, threshold_us: int) -> bool:
+    """``server``'s log is within ``threshold_us`` (``ls_log_sync_threshold``) of the
+    leader's (the leader itself, and any member of a leaderless LS, count as in sync)."""
+    leader = view.leader
+    if leader is None or server == leader:
+        return True
+    lr, r = view.replicas.get(leader), view.replicas.get(server)
+    if lr is None or r is None:
+        return False
+    return lr.log_end_ts - r.log_end_ts <= threshold_us
+
+
+class ReplicaReports:
+    """The latest replica report of every server and the views built from them.
+
+    ``servers`` tells which reporting servers are alive; ``layout`` names the log streams
+    that should exist (a view exists for each, reported or not).
+    """
+
+    def __init__(self, servers: ServerDirectory, layout: LayoutCache) -> None:
+        """Start with no reports."""
+        self.servers = servers
+        self.layout = layout
+        self._lock = threading.Lock()
+        # server -> {LsKey: ReplicaInfo}; replaced whole by each report of that server.
+        self._reports: dict[str, dict[LsKey, obrpc_pb2.ReplicaInfo]] = {}
+
+    def report(self, server: ServerStatus, replicas: Sequence[obrpc_pb2.ReplicaInfo]) -> None:
+        """Record the replica report of an accepted heartbeat of ``server`` (called on the
+        heartbeat path, under the whitelist lock: cheap, no I/O) and set its ``leader_cnt``."""
+        s = server
+        if not replicas:
+            s.leader_cnt = 0
+            # Keep an empty report (not none) for a server that had replicas: the meta sync
+            # must see that it reports and has dropped them.
+            if self._reports.get(s.key):
+                with self._lock:
+                    self._reports[s.key] = {}
+            return
+        table = {(r.tenant_id, r.ls_id): r for r in replicas}
+        s.leader_cnt = sum(1 for r in replicas if r.role == obrpc_pb2.LEADER)
+        with self._lock:
+            self._reports[s.key] = table
+
+    def forget_server(self, key: str) -> None:
+        """Drop what ``key`` reported (it left the whitelist)."""
+        with self._lock:
+            self._reports.pop(key, None)
+
+    def reports(self) -> dict[str, dict[LsKey, obrpc_pb2.ReplicaInfo]]:
+        """A shallow copy of the latest reports by server."""
+        with self._lock:
+            return dict(self._reports)
+
+    def clear(self) -> None:
+        """Forget every report (the RS steps down)."""
+        with self._lock:
+            self._reports.clear()
+
+    def views(self) -> dict[LsKey, LsView]:
+        """Every LS that the layout names or some server reports, with its current leader.
+        Raises ``ObError(OB_ERR_SYS)`` when the layout cannot be read."""
+        topo = self.layout.topology()
+        out: dict[LsKey, LsView] = {k: LsView(k) for k in topo.plans}
+        for server, table in self.reports().items():
+            s = self.servers.get(server)
+            alive = s is not None and s.is_alive()
+            for k, r in table.items():
+                v = out.setdefault(k, LsView(k))
+                v.replicas[server] = r
+                if alive and r.role == obrpc_pb2.LEADER and r.term >= v.term:
+                    v.leader, v.term = server, r.term
+                v.term = max(v.term, r.term)
+        for v in out.values():
+            if v.leader is not None and v.replicas[v.leader].term != v.term:
+                v.leader = None  # a newer term exists: that leader was deposed
+        return out

@@ -1,0 +1,49 @@
+"""TenantManager built from its collaborators, without a RootService (SPEC.md section 7;
+rootservice.tenants.ddl): the gate, the layout version and the plain-value statements."""
+
+from __future__ import annotations
+
+import pytest
+
+from obcommon.errors import ObError
+from rootservice.tenants.ddl_requests import NewPool, NewTenant, NewUnitConfig
+from tests.support.tenant_parts import Layer, make_tenant
+
+
+def test_every_statement_passes_the_gate(layer: Layer) -> None:
+    layer.term.close_service()
+    for call in (
+        lambda: layer.ddl.create_unit_config(NewUnitConfig("u", (("max_cpu", 1),))),
+        lambda: layer.ddl.drop_unit_config("u"),
+        lambda: layer.ddl.create_pool(NewPool("p", "u", 1, None)),
+        lambda: layer.ddl.drop_pool("p"),
+        lambda: layer.ddl.create_tenant(NewTenant("t", ("p",))),
+        lambda: layer.ddl.drop_tenant("t"),
+    ):
+        with pytest.raises(ObError) as e:
+            call()
+        assert e.value.name == "OB_RS_NOT_MASTER"
+
+
+def test_committed_statements_bump_the_layout_version(layer: Layer) -> None:
+    v0 = layer.version.version
+    tid = make_tenant(layer, ls_count=1)
+    assert layer.version.version == v0 + 3
+    # refused or IF [NOT] EXISTS no-ops change nothing
+    assert layer.ddl.create_pool(NewPool("p1", "u1", 1, None, if_not_exists=True)) == []
+    assert not layer.ddl.drop_unit_config("nope", if_exists=True)
+    assert layer.ddl.create_tenant(NewTenant("t1", ("p1",), if_not_exists=True)) == (0, 0)
+    assert layer.version.version == v0 + 3
+    assert layer.ddl.drop_tenant("t1", force=True) == tid
+    assert layer.ddl.drop_pool("p1") and layer.ddl.drop_unit_config("u1")
+    assert layer.version.version == v0 + 6
+    assert layer.ddl.drop_tenant("t1", if_exists=True) == 0
+
+
+def test_a_pool_without_zone_list_covers_every_zone(layer: Layer) -> None:
+    layer.ddl.create_unit_config(NewUnitConfig("u1", (("max_cpu", 1), ("memory_size", "2G"))))
+    units = layer.ddl.create_pool(NewPool("p1", "u1", 1, None))
+    assert len(units) == 3
+    with pytest.raises(ObError) as e:
+        layer.ddl.create_pool(NewPool("p2", "u1", 1, ()))
+    assert e.value.name == "OB_INVALID_ARGUMENT"

@@ -1,0 +1,75 @@
+"""The ``ls_reconciler`` task (SPEC.md sections 4, 7 and 9; rootservice.tenants.reconciler),
+with in-memory agents and no RootService."""
+
+from __future__ import annotations
+
+from rootservice.servers.status import HeartbeatStatus
+from tests.support.tenant_parts import A, B, C, D, Layer, heartbeat, make_tenant
+
+
+def test_a_round_does_nothing_while_not_in_service(layer: Layer) -> None:
+    make_tenant(layer, ls_count=1)
+    layer.agents.replicas.clear()
+    layer.reports.clear()
+    layer.term.close_service()
+    assert layer.reconciler.run_once() == 0
+    assert layer.agents.replicas == {}
+    assert layer.reconciler.name == "ls_reconciler"
+
+
+def test_missing_replicas_are_created_and_a_leader_elected(layer: Layer) -> None:
+    tid = make_tenant(layer, ls_count=1)
+    key = (tid, 1001)
+    layer.agents.replicas.clear()  # the agents lost everything
+    for s in (A, B, C, D):
+        heartbeat(layer, s)
+    assert layer.reports.views()[key].leader is None
+    assert layer.reconciler.run_once() > 0
+    assert layer.reports.views()[key].leader in (A, D)
+    assert layer.reconciler.run_once() == 0  # settled
+
+
+def test_replicas_of_a_dropped_ls_are_dropped_on_alive_servers(layer: Layer) -> None:
+    tid = make_tenant(layer, ls_count=1)
+    stray = (tid, 4242)
+    spec = layer.applier.spec(layer.layout.topology().plans[(tid, 1001)], B, B, 1)
+    spec.ls_id = 4242
+    layer.applier.apply(B, [spec])
+    assert stray in layer.agents.replicas[B]
+    assert layer.reconciler.reconcile(only={stray}) == 1
+    assert stray not in layer.agents.replicas[B]
+
+
+def test_a_migration_completes_with_a_member_change(layer: Layer) -> None:
+    tid = make_tenant(layer, ls_count=1)
+    key = (tid, 1001)
+    plan = layer.layout.topology().plans[key]
+    old = next(m for m in plan.members if m in (A, D))
+    new = D if old == A else A
+    view = layer.reports.views()[key]
+    # The unit moves from old to new: new builds a copy; then the layout names new.
+    layer.applier.apply(new, [layer.applier.copy_spec(plan, view, new, B)])
+    with layer.store.txn() as conn:
+        ip, port = new.rsplit(":", 1)
+        conn.exec_driver_sql(
+            f"UPDATE __all_unit SET svr_ip = '{ip}', svr_port = {port} "
+            f"WHERE unit_id = {plan.members[old][1]}"
+        )
+    layer.version.changed()
+    layer.reconciler.run_once()  # the leader moves off the leaving replica first
+    layer.reconciler.run_once()  # then the member list changes and old's replica goes
+    members = sorted(layer.agents.replicas[B][key].member_list)
+    assert members == sorted([new, B, C])
+    assert key not in layer.agents.replicas[old]
+    changes = [e for e in layer.events.events if e.event == "change_member_list"]
+    assert dict(changes[-1].values)["removed"] == old
+
+
+def test_a_dead_planned_member_gets_no_replica(layer: Layer) -> None:
+    tid = make_tenant(layer, ls_count=1)
+    layer.agents.replicas.clear()
+    layer.reports.clear()
+    layer.servers.get(C).hb_status = HeartbeatStatus.LEASE_EXPIRED
+    layer.reconciler.run_once()
+    assert C not in layer.agents.replicas
+    assert (tid, 1001) in layer.agents.replicas[B]

@@ -1,0 +1,62 @@
+"""Replica specs and ApplyReplicas (SPEC.md sections 4 and 9;
+rootservice.tenants.replica_specs), with in-memory agents and no RootService."""
+
+from __future__ import annotations
+
+import pytest
+
+from obcommon.errors import ObError, error_to_proto
+from obcommon.proto import obrpc_pb2
+from rootservice.tenants.reports import LsView
+from rootservice.tenants.topology import LsPlan
+from tests.support.tenant_parts import A, B, C, D, Layer
+
+KEY = (1002, 1001)
+PLAN = LsPlan(KEY, {A: ("z1", 11), B: ("z2", 12), C: ("z3", 13)}, {"z1": 0}, "z1")
+
+
+def test_apply_stamps_the_epoch_and_adopts_the_answer(layer: Layer) -> None:
+    spec = layer.applier.spec(PLAN, A, A, 1)
+    assert (spec.unit_id, list(spec.member_list), spec.replica_type) == (11, [A, B, C], "FULL")
+    assert spec.paxos_replica_number == 3
+    layer.applier.apply(A, [spec])
+    server, req = layer.agents.calls[-1]
+    assert server == A and req.rs_epoch == layer.store.epoch > 0
+    assert layer.servers.get(A).leader_cnt == 1
+    assert KEY in layer.reports.reports()[A]
+    layer.applier.apply(A, drop=[KEY])
+    assert layer.servers.get(A).leader_cnt == 0 and layer.reports.reports()[A] == {}
+
+
+def test_the_agents_refusal_is_raised_after_adopting(layer: Layer) -> None:
+    refused = obrpc_pb2.ApplyReplicasResponse()
+    error_to_proto(ObError("OB_NOT_SUPPORTED", "x"), refused.error)
+    layer.agents.apply_replicas = lambda server, request, timeout_us=None: refused  # type: ignore[method-assign]
+    with pytest.raises(ObError) as e:
+        layer.applier.apply(A, [layer.applier.spec(PLAN, A, A, 1)])
+    assert e.value.name == "OB_NOT_SUPPORTED"
+
+
+def test_apply_many_returns_the_failures(layer: Layer) -> None:
+    layer.agents.down = {B}
+    work = {s: [layer.applier.spec(PLAN, s, A, 1)] for s in (A, B, C)}
+    failures = layer.applier.apply_many(work, {D: [KEY]})
+    assert list(failures) == [B] and failures[B].name == "OB_SERVER_CONNECTION_ERROR"
+    # D answered with an empty report: it never had replicas, so none is kept for it
+    assert sorted(layer.reports.reports()) == [A, C]
+    assert layer.applier.apply_many({}) == {}
+
+
+def test_a_leaving_replica_keeps_its_reported_unit_and_copies_follow_the_leader(
+    layer: Layer,
+) -> None:
+    # D is not planned (its unit moved): its spec keeps the unit id it reported.
+    layer.applier.apply(D, [layer.applier.spec(PLAN, D, A, 1, members=[A, B, D])])
+    layer.agents.replicas[D][KEY].unit_id = 77
+    layer.applier.apply(D)
+    assert layer.applier.spec(PLAN, D, A, 2).unit_id == 77
+    view = LsView(KEY, leader=A, term=4)
+    view.replicas[A] = layer.agents.replicas[D][KEY]
+    copy = layer.applier.copy_spec(PLAN, view, C, B)
+    assert (copy.copy_from, copy.leader, copy.term) == (B, A, 4)
+    assert list(copy.member_list) == [A, B, D]  # the leader's list: C is not a member yet

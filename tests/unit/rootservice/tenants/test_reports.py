@@ -1,0 +1,63 @@
+"""Replica reports, views, effective members and log sync (SPEC.md sections 4 and 9;
+rootservice.tenants.reports), built without a RootService."""
+
+from __future__ import annotations
+
+from obcommon.proto import obrpc_pb2
+from rootservice.servers.status import HeartbeatStatus
+from rootservice.tenants.reports import LsView, effective_members, in_sync
+from rootservice.tenants.topology import LsPlan
+from tests.support.tenant_parts import A, B, C, D, Layer
+from tests.support.tenants import replica
+
+KEY = (1002, 1001)
+
+
+def _report(layer: Layer, server: str, replicas: list[obrpc_pb2.ReplicaInfo]) -> None:
+    layer.servers.with_server(server, lambda s: layer.reports.report(s, replicas))
+
+
+def test_report_sets_leader_cnt_and_keeps_an_empty_report(layer: Layer) -> None:
+    members = [A, B, C]
+    _report(layer, A, [replica(KEY, A, members, me=A), replica((1002, 1002), A, members, me=A)])
+    _report(layer, B, [replica(KEY, A, members, me=B)])
+    assert layer.servers.get(A).leader_cnt == 2 and layer.servers.get(B).leader_cnt == 0
+    _report(layer, A, [])
+    assert layer.servers.get(A).leader_cnt == 0
+    assert layer.reports.reports()[A] == {}  # it reports, and has dropped them
+    _report(layer, D, [])
+    assert D not in layer.reports.reports()  # never had any: nothing kept
+    layer.reports.forget_server(B)
+    assert B not in layer.reports.reports()
+    layer.reports.clear()
+    assert layer.reports.reports() == {}
+
+
+def test_views_take_the_alive_leader_at_the_highest_term(layer: Layer) -> None:
+    members = [A, B, C]
+    _report(layer, A, [replica(KEY, A, members, me=A, term=3)])
+    _report(layer, B, [replica(KEY, A, members, me=B, term=3)])
+    assert layer.reports.views()[KEY].leader == A
+    # B leads at a newer term: A is deposed
+    _report(layer, B, [replica(KEY, B, members, me=B, term=4)])
+    view = layer.reports.views()[KEY]
+    assert (view.leader, view.term) == (B, 4)
+    # a leader that is not alive leads nothing; the term stays known
+    layer.servers.get(B).hb_status = HeartbeatStatus.LEASE_EXPIRED
+    view = layer.reports.views()[KEY]
+    assert (view.leader, view.term) == (None, 4)
+
+
+def test_effective_members_and_log_sync() -> None:
+    plan = LsPlan(KEY, {A: ("z1", 1), B: ("z2", 2), D: ("z1", 3)}, {"z1": 0}, "z1")
+    view = LsView(KEY)
+    assert effective_members(plan, view) == sorted([A, B, D])  # nothing reported yet
+    view.replicas = {
+        A: replica(KEY, A, [A, B, C], me=A, end_ts=10_000_000),
+        B: replica(KEY, A, [A, B, C], me=B, end_ts=9_000_000),
+    }
+    assert effective_members(plan, view) == [A, B, C]  # no leader: the highest term's list
+    view.leader = A
+    assert in_sync(view, A, 0)
+    assert in_sync(view, B, 1_000_000) and not in_sync(view, B, 999_999)
+    assert not in_sync(view, C, 10**12)  # no replica reported
