@@ -215,7 +215,6 @@ class RootService:
         )
         self.server_rooms = ServerRooms(self.whitelist, self.zones)
         self.tenants = TenantManager(
-            term=self.term,
             store=self.store,
             clock=self.clock,
             zones=self.zones,

@@ -25,7 +25,6 @@ from rootservice.db.ls_repo import LsStatus
 from rootservice.db.tenant_repo import Tenant
 from rootservice.db.unit_repo import ResourcePool, Unit, UnitConfig
 from rootservice.ha.store import MetaStore
-from rootservice.ha.term import Term
 from rootservice.tenants.ddl_requests import NewPool, NewTenant, NewUnitConfig
 from rootservice.tenants.log_streams import TenantReplicas
 from rootservice.tenants.placement import UnitRequest, place_units
@@ -51,14 +50,13 @@ class TenantManager:
     ``rooms`` gives the servers as placement candidates (capacities and health);
     ``replicas`` creates and drops a tenant's replicas on the agents; ``layout`` is bumped
     after every committed change. Statements are serialised by one lock: two pools created at
-    once must not both count the same free memory. Every statement first passes
-    ``term.check()`` (raises OB_RS_NOT_MASTER when this RS may not act).
+    once must not both count the same free memory. Statement dispatch passes the
+    term's gate before calling in; a deposed term's writes are refused by the fenced store.
     """
 
     def __init__(
         self,
         *,
-        term: Term,
         store: MetaStore,
         clock: Clock,
         zones: ZoneDirectory,
@@ -67,7 +65,6 @@ class TenantManager:
         replicas: TenantReplicas,
     ) -> None:
         """Wire the collaborators; ``term`` is the gate every statement passes first."""
-        self.term = term
         self.store = store
         self.clock = clock
         self.zones = zones
@@ -87,7 +84,6 @@ class TenantManager:
         Raises OB_INVALID_ARGUMENT (bad name, option twice, bad value, MIN_CPU > MAX_CPU,
         MIN_IOPS > MAX_IOPS), OB_INVALID_RESOURCE_UNIT (below OceanBase's minimum: 1 CPU, 1G
         memory, 2G log disk), OB_RESOURCE_UNIT_EXIST."""
-        self.term.check()
         name = check_name("resource unit", st.name)
         res = unit_resources(st.options)
         with self._lock, self.store.txn() as conn:
@@ -123,7 +119,6 @@ class TenantManager:
     def drop_unit_config(self, name: str, *, if_exists: bool = False) -> bool:
         """DROP RESOURCE UNIT. Returns False when IF EXISTS found none. Raises
         OB_RESOURCE_UNIT_NOT_EXIST, OB_RESOURCE_UNIT_IS_REFERENCED (a pool uses it)."""
-        self.term.check()
         name = name.lower()
         with self._lock, self.store.txn() as conn:
             c = unit_repo.load_unit_configs(conn).get(name)
@@ -159,7 +154,6 @@ class TenantManager:
         OB_RESOURCE_POOL_EXIST, OB_ZONE_SERVER_NOT_ENOUGH (fewer usable servers than UNIT_NUM
         in a zone), OB_ZONE_RESOURCE_NOT_ENOUGH (servers without room; the message names the
         resource short)."""
-        self.term.check()
         name = check_name("resource pool", st.name)
         if st.unit is None:
             raise ObError("OB_INVALID_ARGUMENT", "resource pool", detail="UNIT is required")
@@ -236,7 +230,6 @@ class TenantManager:
     def drop_pool(self, name: str, *, if_exists: bool = False) -> bool:
         """DROP RESOURCE POOL with its units. Returns False when IF EXISTS found none. Raises
         OB_RESOURCE_POOL_NOT_EXIST, OB_RESOURCE_POOL_ALREADY_GRANTED (a tenant uses it)."""
-        self.term.check()
         name = name.lower()
         with self._lock, self.store.txn() as conn:
             pool = unit_repo.load_pools(conn).get(name)
@@ -269,7 +262,6 @@ class TenantManager:
         OB_RESOURCE_POOL_NOT_EXIST, OB_RESOURCE_POOL_ALREADY_GRANTED, OB_TENANT_EXIST,
         OB_PRIMARY_ZONE_NOT_IN_ZONE_LIST, and OB_TIMEOUT when the tenant was created but some
         log stream has no leader yet (the reconciler keeps working on it)."""
-        self.term.check()
         name = check_name("tenant", st.name)
         if not st.pools:
             raise ObError("OB_EMPTY_RESOURCE_POOL_LIST")
@@ -366,7 +358,6 @@ class TenantManager:
 
         OceanBase without FORCE may keep a dropped tenant in the recycle bin; there is no
         recycle bin here, so both forms drop at once."""
-        self.term.check()
         name = name.lower()
         with self._lock, self.store.txn() as conn:
             t = tenant_repo.load_tenants(conn).get(name)

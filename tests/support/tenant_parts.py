@@ -302,7 +302,6 @@ def build_layer(
     )
     rooms = ServerRooms(fs, zones)
     ddl = TenantManager(
-        term=term,
         store=store,
         clock=clock,
         zones=zones,

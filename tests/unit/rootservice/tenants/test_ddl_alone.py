@@ -10,19 +10,21 @@ from rootservice.tenants.ddl_requests import NewPool, NewTenant, NewUnitConfig
 from tests.support.tenant_parts import Layer, make_tenant
 
 
-def test_every_statement_passes_the_gate(layer: Layer) -> None:
-    layer.term.close_service()
+def test_a_deposed_term_changes_nothing(layer: Layer) -> None:
+    # The gate is statement dispatch's; what a deposed term still tries is fenced.
+    tid = make_tenant(layer, ls_count=1)
+    v0 = layer.version.version
+    layer.term.request_step_down("test")
     for call in (
-        lambda: layer.ddl.create_unit_config(NewUnitConfig("u", (("max_cpu", 1),))),
-        lambda: layer.ddl.drop_unit_config("u"),
-        lambda: layer.ddl.create_pool(NewPool("p", "u", 1, None)),
-        lambda: layer.ddl.drop_pool("p"),
-        lambda: layer.ddl.create_tenant(NewTenant("t", ("p",))),
-        lambda: layer.ddl.drop_tenant("t"),
+        lambda: layer.ddl.create_unit_config(
+            NewUnitConfig("u9", (("max_cpu", 1), ("memory_size", "4G")))
+        ),
+        lambda: layer.ddl.drop_tenant("t1", force=True),
     ):
         with pytest.raises(ObError) as e:
             call()
         assert e.value.name == "OB_RS_NOT_MASTER"
+    assert layer.version.version == v0 and tid
 
 
 def test_committed_statements_bump_the_layout_version(layer: Layer) -> None:
