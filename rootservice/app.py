@@ -1,13 +1,15 @@
-"""The RootService application: wiring, state, bootstrap, taking office and parameters.
+"""The RootService application: the composition root and the process's life cycle.
 
-``RootService`` owns the components (store, server layer, checkers, scheduler) and the
-RS state (SPEC.md section 8): ``WAIT_BOOTSTRAP`` on an empty database, ``BOOTSTRAPPING``
-while BOOTSTRAP waits for the rs_list servers, ``IN_SERVICE`` while taking office and
-``FULL_SERVICE`` once the timers run; ``NOT_MASTER`` for a standby and after stepping
-down. Leadership comes from :class:`rootservice.ha.election.Election` (issue 5): the round that
-wins the lease calls :meth:`RootService._take_office`; a step-down stops the timers of
-:meth:`RootService._tasks` and runs the ``on_step_down`` callbacks that drop in-memory
-state. gRPC servers are created by :mod:`rootservice.api.grpc_server`.
+``RootService`` builds every component in dependency order, passing each its collaborators
+(docs/ARCHITECTURE.md), lists the leader's background tasks in one place
+(:meth:`RootService.leader_tasks`), and runs the process: open the database, start the
+election, shut down. The RS state (SPEC.md section 8) lives in the term
+(:class:`rootservice.ha.term.Term`); BOOTSTRAP is :mod:`rootservice.bootstrap`, parameters
+:mod:`rootservice.parameters`. Leadership comes from :class:`rootservice.ha.election.Election` (issue 5): the round that
+wins the lease calls :meth:`rootservice.office.Office.take_office`; a step-down stops the
+timers of :meth:`RootService.leader_tasks` and drops in-memory state
+(:meth:`rootservice.office.Office.step_down`). gRPC servers are created by
+:mod:`rootservice.api.grpc_server`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from typing import Any
 import sqlalchemy as sa
 
 from obcommon.clock import Clock, SystemClock
-from obcommon.errors import ObError
 from rootservice.balancer.copy_tasks import CopyTasks
 from rootservice.balancer.job_progress import DeleteJobProgress
 from rootservice.balancer.lost_replica_checker import LostReplicaChecker
@@ -32,14 +33,14 @@ from rootservice.balancer.unit_moves import UnitMoves
 from rootservice.bootstrap import Bootstrap
 from rootservice.config import RsSettings
 from rootservice.db import engine as dbengine
-from rootservice.db import event_repo, param_repo
+from rootservice.db import param_repo
 from rootservice.db.engine import db_error_summary
-from rootservice.db.event_repo import Event
 from rootservice.db.select_repo import Catalog
-from rootservice.ha.election import Election, merge_rs_list
+from rootservice.ha.election import Election
 from rootservice.ha.store import MetaStore
 from rootservice.ha.term import RsState, Term, lease_timings
 from rootservice.metrics import Metrics, track_gc_pauses
+from rootservice.office import Office
 from rootservice.parameters import Parameters
 from rootservice.servers.admin import ServerAdmin
 from rootservice.servers.agent_client import AgentClient
@@ -54,21 +55,9 @@ from rootservice.servers.persist_queue import PersistQueue
 from rootservice.servers.ports import Background
 from rootservice.servers.whitelist import Whitelist
 from rootservice.servers.zones import ZoneManager
-from rootservice.tasks import FnTask, make_scheduler, register_tasks, reschedule, wake
-from rootservice.tenants.balancer_view import BalancerView
-from rootservice.tenants.ddl import TenantManager
-from rootservice.tenants.host_health import HostHealth
-from rootservice.tenants.leaders import LeaderCoordinator
-from rootservice.tenants.log_streams import TenantReplicas
-from rootservice.tenants.meta_sync import LsMetaSync
-from rootservice.tenants.once_log import OnceLog
-from rootservice.tenants.pre_checks import ServerPreChecks
-from rootservice.tenants.reconciler import LsReconciler
-from rootservice.tenants.replica_specs import ReplicaApplier
-from rootservice.tenants.reports import ReplicaReports
-from rootservice.tenants.rooms import ServerRooms
-from rootservice.tenants.server_probes import ServerProbes
-from rootservice.tenants.topology import LayoutCache, LayoutVersion
+from rootservice.tasks import FnTask
+from rootservice.tenants.layer import build_tenant_layer
+from rootservice.timers import Schedule, Timers
 
 log = logging.getLogger(__name__)
 
@@ -107,9 +96,12 @@ class RootService:
         self.metrics = Metrics()
         track_gc_pauses(self.metrics)
         self.engine: sa.Engine | None = None
-        # The election and its watchdog run on a scheduler of their own, so that the leader's
-        # timers can be stopped and started without touching them.
-        self.election_scheduler = make_scheduler()
+        # The election's rounds and the leader's tasks on timers of their own, so that the
+        # leader's can be stopped and started without touching the election's.
+        self.election_timers = Timers(
+            self.clock, self.metrics, enabled=start_scheduler, phase_step_us=0
+        )
+        self.timers = Timers(self.clock, self.metrics, enabled=start_scheduler)
         self.term = Term(
             self.clock,
             address=lambda: self.rpc_addr,
@@ -123,21 +115,8 @@ class RootService:
             self.term,
             idle_timeout_us=lambda: self.settings.lease_time,
         )
-        # Callbacks that drop in-memory state when this RS steps down (issue 5); components
-        # holding leader-only state append theirs. Each runs in the election thread.
-        self.on_step_down: list[Callable[[], None]] = [self._drop_server_state]
-        self.election = Election(
-            self.store,
-            self.term,
-            self.clock,
-            lease_time=lambda: self.settings.lease_time,
-            on_elected=self._take_office,
-            on_step_down=self._step_down,
-            metrics=self.metrics,
-        )
         self.agents = AgentClient(settings.rpc_timeout)
         self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rs-bg")
-        self.scheduler = make_scheduler()
         self.background: Background = background or self._background
         # The server layer (SPEC.md sections 2-9), built in dependency order: the whitelist
         # and what only needs it, then the tenant layer (which reads the whitelist), then the
@@ -164,104 +143,34 @@ class RootService:
         )
         # The tenant layer (rootservice.tenants), one object per concern, reading the
         # whitelist through consumer protocols.
-        self.layout_version = LayoutVersion()
-        self.layout = LayoutCache(self.store, self.layout_version)
-        self.ls_reports = ReplicaReports(self.whitelist, self.layout)
-        self.host_health = HostHealth(self.whitelist, self.zones)
-        self.replica_applier = ReplicaApplier(
-            self.store, self.agents, self.whitelist, self.ls_reports
-        )
-        self.ls_meta_sync = LsMetaSync(
-            self.term, self.store, self.clock, self.whitelist, self.layout, self.ls_reports
-        )
-        ls_warnings = OnceLog()
-        self.leaders = LeaderCoordinator(
+        self.tenant_layer = tl = build_tenant_layer(
+            store=self.store,
+            agents=self.agents,
             servers=self.whitelist,
-            health=self.host_health,
-            layout=self.layout,
-            reports=self.ls_reports,
-            applier=self.replica_applier,
+            zones=self.zones,
             events=self.persist,
             heartbeats=self.heartbeat_requester,
-            meta_sync=self.ls_meta_sync,
-            clock=self.clock,
-            settings=settings,
-            metrics=self.metrics,
-            sleep=sleep,
-            warnings=ls_warnings,
-        )
-        self.ls_reconciler = LsReconciler(
             term=self.term,
-            health=self.host_health,
-            layout=self.layout,
-            reports=self.ls_reports,
-            applier=self.replica_applier,
-            leaders=self.leaders,
-            events=self.persist,
             clock=self.clock,
             settings=settings,
             metrics=self.metrics,
-            warnings=ls_warnings,
-        )
-        self.tenant_replicas = TenantReplicas(
-            layout=self.layout,
-            reports=self.ls_reports,
-            applier=self.replica_applier,
-            leaders=self.leaders,
-            reconciler=self.ls_reconciler,
-            clock=self.clock,
-            settings=settings,
             sleep=sleep,
-        )
-        self.server_rooms = ServerRooms(self.whitelist, self.zones)
-        self.tenants = TenantManager(
-            store=self.store,
-            clock=self.clock,
-            zones=self.zones,
-            rooms=self.server_rooms,
-            layout=self.layout_version,
-            replicas=self.tenant_replicas,
-        )
-        self.server_pre_checks = ServerPreChecks(
-            store=self.store,
-            servers=self.whitelist,
-            zones=self.zones,
-            heartbeats=self.heartbeat_requester,
-            health=self.host_health,
-            rooms=self.server_rooms,
-            layout=self.layout,
-            reports=self.ls_reports,
-            clock=self.clock,
-            settings=settings,
-            sleep=sleep,
-        )
-        self.server_probes = ServerProbes(
-            self.store, self.layout, self.ls_reports, self.ls_meta_sync
-        )
-        # The balancer's one view of the tenant layer.
-        self.ls = BalancerView(
-            layout=self.layout,
-            reports=self.ls_reports,
-            applier=self.replica_applier,
-            leaders=self.leaders,
-            reconciler=self.ls_reconciler,
-            meta_sync=self.ls_meta_sync,
         )
         # Emptying servers (SPEC.md section 9): plans by Spark unless a planner is given
         # (the fake-clock tests pass the pandas one); the SparkSession starts on first use.
         self.planner: Planner = planner or LazySparkPlanner(settings)
         self.unit_moves = UnitMoves(
             servers=self.whitelist,
-            ls=self.ls,
-            layout=self.layout_version,
+            ls=tl.balancer_view,
+            layout=tl.version,
             store=self.store,
             clock=self.clock,
             metrics=self.metrics,
-            wake=self.wake,
+            wake=self.timers.wake,
         )
         self.copy_tasks = CopyTasks(
             servers=self.whitelist,
-            ls=self.ls,
+            ls=tl.balancer_view,
             events=self.persist,
             clock=self.clock,
             settings=settings,
@@ -269,7 +178,7 @@ class RootService:
         )
         self.delete_jobs = DeleteJobProgress(
             servers=self.whitelist,
-            ls=self.ls,
+            ls=tl.balancer_view,
             events=self.persist,
             store=self.store,
             clock=self.clock,
@@ -279,7 +188,7 @@ class RootService:
         )
         self.migration = RootBalancer(
             servers=self.whitelist,
-            ls=self.ls,
+            ls=tl.balancer_view,
             planner=self.planner,
             term=self.term,
             units=self.unit_moves,
@@ -288,19 +197,13 @@ class RootService:
         )
         self.lost_replica_checker = LostReplicaChecker(
             servers=self.whitelist,
-            ls=self.ls,
+            ls=tl.balancer_view,
             planner=self.planner,
             term=self.term,
             store=self.store,
-            wake=self.wake,
+            wake=self.timers.wake,
             metrics=self.metrics,
         )
-        # A deposed RS forgets replica reports, the cached layout and migration tasks; the
-        # next term rebuilds them from the tables and fresh heartbeats.
-        self.on_step_down.append(self.ls_reports.clear)
-        self.on_step_down.append(self.layout.clear)
-        self.on_step_down.append(self.ls_meta_sync.forget_meta)
-        self.on_step_down.append(self.migration.clear)
         self.server_admin = ServerAdmin(
             self.whitelist,
             self.zones,
@@ -308,11 +211,11 @@ class RootService:
             self.clock,
             settings,
             self.agents,
-            checks=self.server_pre_checks,
-            leaders=self.leaders,
+            checks=tl.pre_checks,
+            leaders=tl.leaders,
             cancel_listener=self.migration,
             heartbeats=self.heartbeat_requester,
-            wake=self.wake,
+            wake=self.timers.wake,
             background=self.background,
         )
         self.heartbeats = HeartbeatIntake(
@@ -325,9 +228,9 @@ class RootService:
             self.store,
             self.clock,
             settings,
-            replicas=self.ls_reports,
+            replicas=tl.reports,
             server_ops=self.server_admin,
-            wake=self.wake,
+            wake=self.timers.wake,
             background=self.background,
         )
         self.lease_checker = LeaseChecker(
@@ -338,7 +241,7 @@ class RootService:
             self.clock,
             settings,
             self.metrics,
-            self.wake,
+            self.timers.wake,
         )
         self.check_all_server = CheckAllServerTask(
             self.whitelist,
@@ -355,8 +258,8 @@ class RootService:
             self.store,
             self.clock,
             self.agents,
-            contents=self.server_probes,
-            removal=self.server_probes,
+            contents=tl.probes,
+            removal=tl.probes,
             jobs=self.delete_jobs,
         )
         # Table and column names for SELECT, read from the database on first use.
@@ -369,6 +272,32 @@ class RootService:
             self.clock,
             listener=self,
         )
+        self.office = Office(
+            term=self.term,
+            store=self.store,
+            clock=self.clock,
+            metrics=self.metrics,
+            parameters=self.parameters,
+            identity=self.identity,
+            loader=self.server_loader,
+            whitelist=self.whitelist,
+            zones=self.zones,
+            persist=self.persist,
+            grace=self.take_office_grace,
+            heartbeats=self.heartbeat_requester,
+            background=self.background,
+            timers=self.timers,
+            tasks=self,
+            # A deposed RS forgets replica reports, the cached layout and migration tasks;
+            # the next term rebuilds them from the tables and fresh heartbeats.
+            forget=[
+                tl.reports.clear,
+                tl.layout.clear,
+                tl.meta_sync.forget_meta,
+                self.migration.clear,
+            ],
+            address=lambda: self.rpc_addr,
+        )
         self.bootstrap = Bootstrap(
             term=self.term,
             store=self.store,
@@ -380,11 +309,19 @@ class RootService:
             identity=self.identity,
             grace=self.take_office_grace,
             heartbeats=self.heartbeat_requester,
-            office=self,
+            office=self.office,
             address=lambda: self.rpc_addr,
             sleep=sleep,
         )
-        self._registered: set[str] = set()
+        self.election = Election(
+            self.store,
+            self.term,
+            self.clock,
+            lease_time=lambda: self.settings.lease_time,
+            on_elected=self.office.take_office,
+            on_step_down=self.office.step_down,
+            metrics=self.metrics,
+        )
         # Counted by the lease servicer on the event-loop thread (see rootservice.api.grpc_server).
         self.heartbeats_total = 0
         self.heartbeats_refused_total = 0
@@ -419,13 +356,13 @@ class RootService:
             self.parameters.apply_table(params)
         except ValueError as e:
             raise StartupError(str(e)) from e
-        self.bootstrap.bootstrapped = param_repo.PARAM_BOOTSTRAP_TIME in params
+        self.identity.bootstrapped = param_repo.PARAM_BOOTSTRAP_TIME in params
         self.identity.cluster_id = params.get(param_repo.PARAM_CLUSTER_ID, "")
         self.identity.self_server = self.settings.self_server
 
     def start(self) -> None:
         """Run the first election round at once (taking office when the lease is free, see
-        :meth:`_take_office`), else stand by; then start the periodic rounds.
+        :meth:`rootservice.office.Office.take_office`), else stand by; then start the periodic rounds.
 
         SQLite mode is single-RS: raises :class:`StartupError` when another RS holds a live
         lease on the same file, instead of running as a second leader or a standby."""
@@ -446,100 +383,21 @@ class RootService:
             log.info("standing by: the leader is %s", leader or "unknown")
         self._start_election()
 
-    def _take_office(self, epoch: int) -> None:
-        """Take office with ``epoch``, just won by the election (SPEC.md section 8): re-read
-        ``__all_sys_parameter`` (a former leader may have changed it), then do_restart when
-        bootstrapped, else wait for BOOTSTRAP. Raises ``ObError`` (the election then steps
-        down again)."""
-        started = self.clock.monotonic_us()
-        if self.term.epoch != epoch:
-            raise ObError("OB_RS_NOT_MASTER", detail=f"epoch {epoch} lost while taking office")
-        with self.store.read() as conn:
-            params = param_repo.load_params(conn)
-        try:
-            self.parameters.apply_table(params)
-        except ValueError as e:
-            raise ObError("OB_ERR_SYS", detail=str(e)) from e
-        self.bootstrap.bootstrapped = param_repo.PARAM_BOOTSTRAP_TIME in params
-        log.info("root service at %s took office with epoch %d", self.rpc_addr, epoch)
-        self.metrics.inc("rs_take_office_total")
-        if self.bootstrap.bootstrapped:
-            self.do_restart()
-        else:
-            self.term.state = RsState.WAIT_BOOTSTRAP
-            log.info("the cluster is not bootstrapped: waiting for ALTER SYSTEM BOOTSTRAP")
-        self.metrics.window("take_office_us").record(self.clock.monotonic_us() - started)
-
-    def do_restart(self) -> None:
-        """SPEC.md section 8: load_server_manager, request heartbeats from servers that are
-        not alive, start the timers, FULL_SERVICE."""
-        self.term.state = RsState.IN_SERVICE
-        with self.store.read() as conn:
-            params = param_repo.load_params(conn)
-        self.identity.cluster_id = params.get(param_repo.PARAM_CLUSTER_ID, "")
-        stored_rs_list = params.get(param_repo.PARAM_RS_LIST, "")
-        self.identity.rs_list = merge_rs_list(stored_rs_list, self.rpc_addr)
-        self.server_loader.load(take_office=True)
-        self.term.open_service()
-        now = self.clock.now_us()
-        with self.store.txn() as conn:
-            if ";".join(self.identity.rs_list) != stored_rs_list:
-                param_repo.set_param(
-                    conn,
-                    param_repo.PARAM_RS_LIST,
-                    ";".join(self.identity.rs_list),
-                    now,
-                    "root service list",
-                )
-            event_repo.insert_events(
-                conn,
-                [
-                    Event(
-                        now,
-                        "root_service",
-                        "rs_take_office",
-                        (("epoch", self.store.epoch), ("rs", self.rpc_addr)),
-                    )
-                ],
-                self.store.rs_addr,
-            )
-        self._start_timers()
-        not_alive = self.whitelist.not_alive_servers()
-        self.background(lambda: self.heartbeat_requester.request_heartbeats(not_alive))
-        self.term.state = RsState.FULL_SERVICE
-        log.info(
-            "root service is in FULL_SERVICE with %d servers", self.whitelist.counts()["servers"]
-        )
-
-    def _tasks(self) -> list[tuple[Any, int]]:
+    def leader_tasks(self) -> Schedule:
+        """The one place that lists the leader's background tasks with their periods
+        (``(task, interval_us)``; :class:`rootservice.office.LeaderTasks`)."""
         s = self.settings
+        tl = self.tenant_layer
         return [
             (self.lease_checker, s.heartbeat_check_interval),
             (self.persist, s.persist_interval),
             (self.check_all_server, s.server_check_interval),
             (self.empty_server_checker, s.empty_server_check_interval),
-            (self.ls_reconciler, s.ls_check_interval),
-            (self.ls_meta_sync, s.ls_check_interval),
+            (tl.reconciler, s.ls_check_interval),
+            (tl.meta_sync, s.ls_check_interval),
             (self.migration, s.balancer_interval),
             (self.lost_replica_checker, s.lost_replica_check_interval),
         ]
-
-    def _start_timers(self) -> None:
-        if not self.start_scheduler:
-            return
-        tasks = self._tasks()
-        register_tasks(self.scheduler, tasks, self.metrics, self.clock)
-        self._registered = {task.name for task, _ in tasks}
-        if not self.scheduler.running:
-            self.scheduler.start()
-
-    def wake(self, name: str) -> None:
-        """Run a checker now (no-op for components not registered, e.g. the balancer that
-        arrives with unit migration)."""
-        # Called on the heartbeat path for every transition: a name with no job (the
-        # balancer, until unit migration exists) must cost nothing.
-        if name in self._registered and self.scheduler.running:
-            wake(self.scheduler, self.clock, name)
 
     def _background(self, fn: Callable[[], object]) -> None:
         try:
@@ -547,58 +405,22 @@ class RootService:
         except RuntimeError:
             log.warning("background task dropped: the RS is shutting down")
 
-    def _step_down(self, reason: str) -> None:
-        """Election thread: stop the leader's timers and jobs, drop in-memory state (the
-        ``on_step_down`` callbacks) and stand by; a later term loads everything afresh."""
-        self._stop_timers()
-        for drop in list(self.on_step_down):
-            try:
-                drop()
-            except Exception:
-                log.exception("dropping in-memory state failed")
-        self.term.state = RsState.NOT_MASTER
-        log.warning("stepped down (%s); standing by", reason)
-
-    def _drop_server_state(self) -> None:
-        self.term.close_service()
-        dropped = self.persist.clear()
-        if dropped:
-            log.warning("dropped %d queued table changes of the finished term", dropped)
-        self.take_office_grace.clear()
-        self.whitelist.clear()
-        self.zones.replace_all({})
-
-    def _stop_timers(self) -> None:
-        names, self._registered = self._registered, set()
-        for name in names:
-            try:
-                self.scheduler.remove_job(name)
-            except Exception:  # JobLookupError, or the scheduler is shut down
-                log.debug("no job %s to remove", name)
+    def election_tasks(self) -> Schedule:
+        """The election's round and its lease watchdog with their periods."""
+        s = self.settings
+        return [
+            (self.election, lease_timings(s.lease_time)[0]),
+            (FnTask("rs_lease_watchdog", self.election.check_lease), s.heartbeat_check_interval),
+        ]
 
     def _start_election(self) -> None:
         if not self.start_scheduler:
             return
-        s = self.settings
-        register_tasks(
-            self.election_scheduler,
-            [
-                (self.election, lease_timings(s.lease_time)[0]),
-                (
-                    FnTask("rs_lease_watchdog", self.election.check_lease),
-                    s.heartbeat_check_interval,
-                ),
-            ],
-            self.metrics,
-            self.clock,
-            phase_step_us=0,
-        )
+        self.election_timers.start(self.election_tasks())
         self.term.supervise()
-        self.election_scheduler.start()
 
     def _wake_election(self) -> None:
-        if self.election_scheduler.running:
-            wake(self.election_scheduler, self.clock, Election.name)
+        self.election_timers.wake(Election.name)
 
     def leader_hint(self) -> str:
         """The leader's ``ip:port`` for OB_RS_NOT_MASTER answers ("" when unknown or this
@@ -609,10 +431,8 @@ class RootService:
     def shutdown(self) -> None:
         """Stop the election and the timers, flush queued table changes (best effort), give
         the lease up so a standby takes office at once, release resources."""
-        if self.election_scheduler.running:
-            self.election_scheduler.shutdown(wait=True)
-        if self.scheduler.running:
-            self.scheduler.shutdown(wait=True)
+        self.election_timers.shutdown()
+        self.timers.shutdown()
         if self.term.in_service:
             self.persist.run_once()
         self.election.release()
@@ -633,13 +453,8 @@ class RootService:
         self.agents.timeout_us = self.settings.rpc_timeout
         if "server_permanent_offline_time" in names:
             self.lease_checker.resort_offline_deadlines()
-        if self.scheduler.running:
-            for task, interval in self._tasks():
-                reschedule(self.scheduler, task.name, interval)
-        if self.election_scheduler.running:
-            s = self.settings
-            reschedule(self.election_scheduler, Election.name, lease_timings(s.lease_time)[0])
-            reschedule(self.election_scheduler, "rs_lease_watchdog", s.heartbeat_check_interval)
+        self.timers.reschedule(self.leader_tasks())
+        self.election_timers.reschedule(self.election_tasks())
 
     def metrics_snapshot(self) -> dict[str, Any]:
         """Counters, latency windows, server counts, state and epoch (for GetMetrics)."""

@@ -74,8 +74,8 @@ class HeartbeatRequests(Protocol):
 
 
 class Bootstrap:
-    """ALTER SYSTEM BOOTSTRAP of one RS. :attr:`bootstrapped` tells whether the cluster is
-    (``bootstrap_time`` in ``__all_sys_parameter``); ``address()`` is this RS's ``ip:port``
+    """ALTER SYSTEM BOOTSTRAP of one RS. ``identity.bootstrapped`` tells whether the cluster
+    is (``bootstrap_time`` in ``__all_sys_parameter``); ``address()`` is this RS's ``ip:port``
     (the first rs_list entry); ``sleep`` waits (seconds; tests advance a fake clock)."""
 
     def __init__(
@@ -95,7 +95,7 @@ class Bootstrap:
         address: Callable[[], str],
         sleep: Callable[[float], None],
     ) -> None:
-        """Not bootstrapped until told (from the table) or until :meth:`run` succeeds."""
+        """Nothing is checked or written until :meth:`run`."""
         self.term = term
         self.store = store
         self.clock = clock
@@ -109,7 +109,6 @@ class Bootstrap:
         self.office = office
         self.address = address
         self.sleep = sleep
-        self.bootstrapped = False
         self._running = threading.Lock()
 
     def run(self, items: Sequence[BootstrapItem]) -> None:
@@ -123,7 +122,7 @@ class Bootstrap:
         if not self._running.acquire(blocking=False):
             raise ObError("OB_INIT_TWICE", detail="a bootstrap is already running")
         try:
-            if self.bootstrapped:
+            if self.identity.bootstrapped:
                 raise ObError("OB_INIT_TWICE", detail="the cluster is already bootstrapped")
             keys, zones = self._check(items)
             self._run(keys, zones)
@@ -187,7 +186,7 @@ class Bootstrap:
             self.zones.replace_all({})
             self.term.state = RsState.WAIT_BOOTSTRAP
             raise
-        self.bootstrapped = True
+        self.identity.bootstrapped = True
         log.info("bootstrap finished: %s", ", ".join(keys))
         self.office.do_restart()
 

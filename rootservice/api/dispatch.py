@@ -107,17 +107,19 @@ def _show_parameters(rs: RootService, st: ast.ShowParameters) -> Result:
 
 
 def _create_unit(rs: RootService, st: ast.CreateResourceUnit) -> Result:
-    created = rs.tenants.create_unit_config(NewUnitConfig(st.name, st.options, st.if_not_exists))
+    created = rs.tenant_layer.ddl.create_unit_config(
+        NewUnitConfig(st.name, st.options, st.if_not_exists)
+    )
     return Result(affected_rows=int(created), info="" if created else "resource unit exists")
 
 
 def _drop_unit(rs: RootService, st: ast.DropResourceUnit) -> Result:
-    dropped = rs.tenants.drop_unit_config(st.name, if_exists=st.if_exists)
+    dropped = rs.tenant_layer.ddl.drop_unit_config(st.name, if_exists=st.if_exists)
     return Result(affected_rows=int(dropped), info="" if dropped else "resource unit not exist")
 
 
 def _create_pool(rs: RootService, st: ast.CreateResourcePool) -> Result:
-    units = rs.tenants.create_pool(
+    units = rs.tenant_layer.ddl.create_pool(
         NewPool(st.name, st.unit, st.unit_num, st.zone_list, st.if_not_exists)
     )
     info = f"unit(s) {', '.join(map(str, units))}" if units else "resource pool exists"
@@ -125,12 +127,12 @@ def _create_pool(rs: RootService, st: ast.CreateResourcePool) -> Result:
 
 
 def _drop_pool(rs: RootService, st: ast.DropResourcePool) -> Result:
-    dropped = rs.tenants.drop_pool(st.name, if_exists=st.if_exists)
+    dropped = rs.tenant_layer.ddl.drop_pool(st.name, if_exists=st.if_exists)
     return Result(affected_rows=int(dropped), info="" if dropped else "resource pool not exist")
 
 
 def _create_tenant(rs: RootService, st: ast.CreateTenant) -> Result:
-    tenant_id, ls_count = rs.tenants.create_tenant(
+    tenant_id, ls_count = rs.tenant_layer.ddl.create_tenant(
         NewTenant(st.name, st.pools, st.primary_zone, st.ls_count, st.if_not_exists)
     )
     if not tenant_id:
@@ -139,7 +141,7 @@ def _create_tenant(rs: RootService, st: ast.CreateTenant) -> Result:
 
 
 def _drop_tenant(rs: RootService, st: ast.DropTenant) -> Result:
-    tenant_id = rs.tenants.drop_tenant(st.name, force=st.force, if_exists=st.if_exists)
+    tenant_id = rs.tenant_layer.ddl.drop_tenant(st.name, force=st.force, if_exists=st.if_exists)
     return Result(
         affected_rows=int(bool(tenant_id)),
         info=f"tenant {tenant_id} dropped" if tenant_id else "tenant not exist",
@@ -147,12 +149,14 @@ def _drop_tenant(rs: RootService, st: ast.DropTenant) -> Result:
 
 
 def _switch_leader(rs: RootService, st: ast.SwitchLeader) -> Result:
-    topo = rs.layout.topology(force=True)
+    topo = rs.tenant_layer.layout.topology(force=True)
     tenant = next((t for t in topo.tenants.values() if t.tenant_name == st.tenant.lower()), None)
     if tenant is None:
         raise ObError("OB_TENANT_NOT_EXIST", st.tenant.lower())
     ip, port = parse_server(st.server)
-    rs.leaders.switch_leader((tenant.tenant_id, st.ls_id), format_server(ip, port), "manual")
+    rs.tenant_layer.leaders.switch_leader(
+        (tenant.tenant_id, st.ls_id), format_server(ip, port), "manual"
+    )
     return Result(affected_rows=1)
 
 

@@ -16,8 +16,10 @@ class ClusterIdentity:
     """``cluster_id``: ``__all_sys_parameter.cluster_id`` ("" before BOOTSTRAP: any agent's
     cluster id is accepted); ``rs_list``: the 'ip:port' of the root services, sent in every
     lease response; ``self_server``: the 'ip:port' of the observer co-located with this RS
-    (its ``with_rootserver`` is 1), or ""."""
+    (its ``with_rootserver`` is 1), or ""; ``bootstrapped``: ``bootstrap_time`` is in
+    ``__all_sys_parameter`` (ALTER SYSTEM BOOTSTRAP succeeded once)."""
 
     cluster_id: str = ""
     rs_list: list[str] = field(default_factory=list)
     self_server: str = ""
+    bootstrapped: bool = False

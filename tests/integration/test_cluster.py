@@ -333,7 +333,7 @@ def test_database_outage_steps_the_leader_down_until_it_takes_office_again(
     epoch and a fresh load: what was acknowledged before the outage is kept, the server that
     died meanwhile becomes INACTIVE after the take-office grace (event ``lease_expire``), the
     live one is ACTIVE, and statements work again."""
-    from pgserver import PgServer
+    from tests.support.pgserver import PgServer
 
     pg = PgServer()
     try:

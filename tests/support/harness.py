@@ -55,8 +55,8 @@ def make_rs(db_url: str, tmp_path: Path, *, seed: bool = True, **overrides: Any)
     rs.start()
     if seed:
         seed_cluster(rs)
-        rs.bootstrap.bootstrapped = True
-        rs.do_restart()
+        rs.identity.bootstrapped = True
+        rs.office.do_restart()
     return rs
 
 

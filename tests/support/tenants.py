@@ -122,7 +122,9 @@ def make_tenant(rs: RootService, ls_count: int = 2, primary: str = "z1") -> int:
 
 def members_of(rs: RootService, tenant_id: int, ls_id: int) -> list[str]:
     """The planned members of one LS (re-read)."""
-    return sorted(rs.ls.topology(force=True).plans[(tenant_id, ls_id)].members)
+    return sorted(
+        rs.tenant_layer.balancer_view.topology(force=True).plans[(tenant_id, ls_id)].members
+    )
 
 
 def report_all(
@@ -134,7 +136,7 @@ def report_all(
 ) -> None:
     """Every member reports every LS; ``leader`` by ls_id (default the z1 member), ``lag``
     microseconds behind the leader's log by server."""
-    plans = rs.ls.topology(force=True).plans
+    plans = rs.tenant_layer.balancer_view.topology(force=True).plans
     now = rs.clock.now_us()
     per_server: dict[str, list[obrpc_pb2.ReplicaInfo]] = {}
     for (t, ls), plan in plans.items():

@@ -54,7 +54,7 @@ def test_bootstrap_refusals(db_url: str, tmp_path: Path) -> None:
             error_name(rs.bootstrap.run, (BootstrapItem(None, "z1", "127.0.0.1:1"),))
             == "OB_SERVER_CONNECTION_ERROR"
         )
-        assert not rs.bootstrap.bootstrapped and rs.term.state.value == "WAIT_BOOTSTRAP"
+        assert not rs.identity.bootstrapped and rs.term.state.value == "WAIT_BOOTSTRAP"
         assert rs.whitelist.counts()["servers"] == 0 and rs.zones.all() == []
     finally:
         rs.shutdown()
@@ -72,8 +72,8 @@ def test_a_newer_epoch_deposes_the_old_rs(db_url: str, tmp_path: Path) -> None:
     old = make_rs(db_url, tmp_path / "a")
     new = make_rs(db_url, tmp_path / "b", seed=False)
     try:
-        new.bootstrap.bootstrapped = True
-        new.do_restart()
+        new.identity.bootstrapped = True
+        new.office.do_restart()
         assert new.store.epoch == old.store.epoch + 1
         assert error_name(old.server_admin.delete_servers, [A], None) == "OB_RS_NOT_MASTER"
         assert old.term.state.value == "NOT_MASTER"

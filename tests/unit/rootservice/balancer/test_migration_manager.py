@@ -66,7 +66,7 @@ def job_row(rs: RootService) -> dict[str, Any]:
 def test_delete_moves_the_unit_reports_progress_and_a_stall(rs: RootService) -> None:
     tid = make_tenant(rs, ls_count=2)
     report_all(rs, tid)
-    rs.ls_meta_sync.sync_meta()
+    rs.tenant_layer.meta_sync.sync_meta()
     gone = z1_member(rs, tid)
     other = D if gone == A else A
     rs.server_admin.delete_servers([gone], None)
@@ -86,7 +86,9 @@ def test_delete_moves_the_unit_reports_progress_and_a_stall(rs: RootService) -> 
     # nothing moves for migration_stall_time: the job says so, once, with a reason
     rs.clock.advance(30 * S)
     for s in (A, B, C, D):
-        rs.heartbeats.receive_hb(lease(s, list(rs.ls.reports().get(s, {}).values())))
+        rs.heartbeats.receive_hb(
+            lease(s, list(rs.tenant_layer.balancer_view.reports().get(s, {}).values()))
+        )
     rs.delete_jobs.update_jobs()
     info = json.loads(job_row(rs)["extra_info"])
     assert info["stalled"], info
@@ -134,14 +136,14 @@ def test_a_unit_finishes_once_no_replica_is_left_on_its_source(rs: RootService) 
     other = D if gone == A else A
     rs.server_admin.delete_servers([gone], None)
     rs.unit_moves.apply_unit_plan(unit_plan(rs))
-    rs.ls_meta_sync.sync_meta()
+    rs.tenant_layer.meta_sync.sync_meta()
     assert rs.unit_moves.finish_units() == 0  # the source still reports its replica
     # the replica moved: the new member list excludes the source, which dropped it
     members = sorted([other, B, C])
     for s in members:
         rs.heartbeats.receive_hb(lease(s, [replica((tid, 1001), other, members, me=s)]))
     rs.heartbeats.receive_hb(lease(gone, []))
-    rs.ls_meta_sync.sync_meta()
+    rs.tenant_layer.meta_sync.sync_meta()
     assert rs.unit_moves.finish_units() == 1
     unit = rows(rs, "SELECT * FROM __all_unit WHERE zone = 'z1'")[0]
     assert unit["migrate_from_svr_ip"] == ""
@@ -154,19 +156,21 @@ def test_a_unit_finishes_once_no_replica_is_left_on_its_source(rs: RootService) 
 def test_lost_replicas_on_a_permanently_offline_server_are_deleted(rs: RootService) -> None:
     tid = make_tenant(rs, ls_count=1)
     report_all(rs, tid)
-    rs.ls_meta_sync.sync_meta()
+    rs.tenant_layer.meta_sync.sync_meta()
     # C reports its replica out of service, then falls silent for good
     members = members_of(rs, tid, 1001)
     leader = z1_member(rs, tid)
     rs.heartbeats.receive_hb(
         lease(C, [replica((tid, 1001), leader, members, me=C, in_service=False)])
     )
-    rs.ls_meta_sync.sync_meta()
+    rs.tenant_layer.meta_sync.sync_meta()
     assert rs.lost_replica_checker.run_once() == 0  # C is alive: nothing is lost
     for _ in range(7):
         rs.clock.advance(10 * S)
         for s in (A, B, D):
-            rs.heartbeats.receive_hb(lease(s, list(rs.ls.reports().get(s, {}).values())))
+            rs.heartbeats.receive_hb(
+                lease(s, list(rs.tenant_layer.balancer_view.reports().get(s, {}).values()))
+            )
         rs.lease_checker.run_once()
     assert rs.whitelist.get(C).hb_status.value == "permanent_offline"
     assert rs.lost_replica_checker.run_once() == 1

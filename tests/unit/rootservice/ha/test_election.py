@@ -428,17 +428,17 @@ def test_step_down_drops_state_stops_timers_and_a_new_term_loads_afresh(
     db_url: str, tmp_path: Path
 ) -> None:
     rs = make_rs(db_url, tmp_path)
-    rs.start_scheduler = True
-    rs.scheduler.start(paused=True)  # jobs are registered but never run
+    rs.timers.enabled = True
+    rs.timers.scheduler.start(paused=True)  # jobs are registered but never run
     try:
-        rs._start_timers()
-        term_jobs = {j.id for j in rs.scheduler.get_jobs()}
+        rs.timers.start(rs.leader_tasks())
+        term_jobs = {j.id for j in rs.timers.scheduler.get_jobs()}
         assert {"heartbeat_checker", "persist_queue", "check_all_server"} <= term_jobs
         heartbeat_all(rs)
         flush(rs)
         rs.persist.add_event(event_repo.Event(rs.clock.now_us(), "test", "queued_by_term_1"))
         dropped: list[str] = []
-        rs.on_step_down.append(lambda: dropped.append("component"))
+        rs.office.forget.append(lambda: dropped.append("component"))
 
         assert rs.term.request_step_down("test")
         # At once: a follower that writes nothing.
@@ -458,7 +458,7 @@ def test_step_down_drops_state_stops_timers_and_a_new_term_loads_afresh(
         assert rs.store.epoch == 2 and rs.term.state is RsState.FULL_SERVICE
         counts = rs.whitelist.counts()
         assert counts["servers"] == len(SEEDED) and counts["alive"] == 0
-        assert {j.id for j in rs.scheduler.get_jobs()} == term_jobs
+        assert {j.id for j in rs.timers.scheduler.get_jobs()} == term_jobs
         flush(rs)
         assert event_rows(rs, "queued_by_term_1") == []
         assert [e["value1"] for e in event_rows(rs, "rs_take_office")] == ["1", "2"]

@@ -64,8 +64,8 @@ def test_load_turns_old_offline_rows_permanent_offline(db_url: str, tmp_path: Pa
     rs2 = make_rs(db_url, tmp_path / "x", seed=False)
     try:
         rs2.clock.set(now)
-        rs2.bootstrap.bootstrapped = True
-        rs2.do_restart()
+        rs2.identity.bootstrapped = True
+        rs2.office.do_restart()
         assert status(rs2, A) is HeartbeatStatus.PERMANENT_OFFLINE
         assert status(rs2, B) is HeartbeatStatus.LEASE_EXPIRED
         assert rs2.whitelist.get(C).admin_status is AdminStatus.DELETING

@@ -19,13 +19,13 @@ from tests.support.tenants import ZONE, B, lease, make_tenant, members_of, repor
 def test_reports_fill_ls_meta_table_leader_cnt_and_space_usage(rs: RootService) -> None:
     tid = make_tenant(rs)
     report_all(rs, tid)
-    views = rs.ls.views()
+    views = rs.tenant_layer.balancer_view.views()
     leader = next(m for m in members_of(rs, tid, 1001) if ZONE[m] == "z1")
     assert views[(tid, 1001)].leader == leader and views[(tid, 1002)].leader == leader
     assert rs.whitelist.get(leader).leader_cnt == 2
     assert rs.whitelist.get(B).leader_cnt == 0
-    assert rs.ls_meta_sync.sync_meta() > 0
-    assert rs.ls_meta_sync.sync_meta() == 0  # nothing changed: nothing written
+    assert rs.tenant_layer.meta_sync.sync_meta() > 0
+    assert rs.tenant_layer.meta_sync.sync_meta() == 0  # nothing changed: nothing written
     locs = rows(rs, "SELECT * FROM dba_ob_ls_locations ORDER BY ls_id, svr_port")
     locs = [{k.upper(): v for k, v in r.items()} for r in locs]
     assert len(locs) == 6
@@ -35,7 +35,7 @@ def test_reports_fill_ls_meta_table_leader_cnt_and_space_usage(rs: RootService) 
     assert len(usage) == 3 and all(u["data_size"] == 2 << 20 for u in usage)
     # A replica dropped by its server disappears from the table at the next sync.
     rs.heartbeats.receive_hb(lease(B, []))
-    rs.ls_meta_sync.sync_meta()
+    rs.tenant_layer.meta_sync.sync_meta()
     assert not [r for r in rows(rs, "SELECT * FROM __all_ls_meta_table") if r["svr_port"] == 3002]
 
 

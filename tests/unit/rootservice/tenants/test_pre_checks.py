@@ -50,12 +50,12 @@ def test_stop_checks_log_sync_at_the_threshold_boundary(rs: RootService) -> None
     threshold = rs.settings.ls_log_sync_threshold
     # B lags exactly the threshold: in sync (inclusive), so stopping C keeps 2 in sync.
     report_all(rs, tid, lag={B: threshold})
-    problem = rs.server_pre_checks.stop_problem({C}, check_sync=True, refresh=False)
+    problem = rs.tenant_layer.pre_checks.stop_problem({C}, check_sync=True, refresh=False)
     assert problem == ""
     report_all(rs, tid, lag={B: threshold + 1})
-    problem = rs.server_pre_checks.stop_problem({C}, check_sync=True, refresh=False)
+    problem = rs.tenant_layer.pre_checks.stop_problem({C}, check_sync=True, refresh=False)
     assert "1 of 3 remaining members with the log in sync" in problem and B in problem
-    assert rs.server_pre_checks.stop_problem({C}, check_sync=False, refresh=False) == ""
+    assert rs.tenant_layer.pre_checks.stop_problem({C}, check_sync=False, refresh=False) == ""
 
 
 def test_stop_retries_then_names_the_lagging_ls(rs: RootService) -> None:
@@ -83,7 +83,7 @@ def test_isolate_refused_for_the_last_zone_of_the_primary_region(rs: RootService
     assert e.name == "OB_OP_NOT_ALLOW" and "primary region r1" in str(e)
     sql(rs, "ALTER SYSTEM START ZONE 'z2'")
     # z2 running again: isolating z1's servers is allowed (region r1 keeps z2).
-    rs.server_pre_checks.check_isolate([rs.whitelist.get(A), rs.whitelist.get(D)])
+    rs.tenant_layer.pre_checks.check_isolate([rs.whitelist.get(A), rs.whitelist.get(D)])
 
 
 def test_delete_refused_without_room_and_accepted_with_room(rs: RootService) -> None:
@@ -116,7 +116,7 @@ def test_delete_refused_for_memory_with_the_resource_named(rs: RootService) -> N
 def test_delete_refused_while_an_ls_has_no_leader(rs: RootService) -> None:
     tid = make_tenant(rs, ls_count=1)
     report_all(rs, tid, leader={1001: "none"})
-    assert rs.ls.views()[(tid, 1001)].leader is None
+    assert rs.tenant_layer.balancer_view.views()[(tid, 1001)].leader is None
     z1_member = next(m for m in members_of(rs, tid, 1001) if ZONE[m] == "z1")
     e = err(rs.server_admin.delete_servers, [z1_member], None)
     assert e.name == "OB_OP_NOT_ALLOW" and "no leader" in str(e)

@@ -1,0 +1,166 @@
+"""Building the tenant layer: every object of :mod:`rootservice.tenants` from the server
+layer's objects (as the consumer protocols of :mod:`rootservice.tenants.ports`), in
+dependency order, kept together in one :class:`TenantLayer`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from obcommon.clock import Clock
+from rootservice.config import RsSettings
+from rootservice.ha.store import MetaStore
+from rootservice.ha.term import Term
+from rootservice.metrics import Metrics
+from rootservice.tenants.balancer_view import BalancerView
+from rootservice.tenants.ddl import TenantManager
+from rootservice.tenants.host_health import HostHealth
+from rootservice.tenants.leaders import LeaderCoordinator
+from rootservice.tenants.log_streams import TenantReplicas
+from rootservice.tenants.meta_sync import LsMetaSync
+from rootservice.tenants.once_log import OnceLog
+from rootservice.tenants.ports import (
+    EventSink,
+    HeartbeatRequester,
+    ReplicaAgents,
+    ServerDirectory,
+    Sleep,
+    ZoneDirectory,
+)
+from rootservice.tenants.pre_checks import ServerPreChecks
+from rootservice.tenants.reconciler import LsReconciler
+from rootservice.tenants.replica_specs import ReplicaApplier
+from rootservice.tenants.reports import ReplicaReports
+from rootservice.tenants.rooms import ServerRooms
+from rootservice.tenants.server_probes import ServerProbes
+from rootservice.tenants.topology import LayoutCache, LayoutVersion
+
+
+@dataclass(frozen=True)
+class TenantLayer:
+    """The tenant layer's objects, one per concern (see each class)."""
+
+    version: LayoutVersion
+    layout: LayoutCache
+    reports: ReplicaReports
+    health: HostHealth
+    applier: ReplicaApplier
+    meta_sync: LsMetaSync
+    leaders: LeaderCoordinator
+    reconciler: LsReconciler
+    replicas: TenantReplicas
+    rooms: ServerRooms
+    ddl: TenantManager
+    pre_checks: ServerPreChecks
+    probes: ServerProbes
+    balancer_view: BalancerView
+
+
+def build_tenant_layer(
+    *,
+    store: MetaStore,
+    agents: ReplicaAgents,
+    servers: ServerDirectory,
+    zones: ZoneDirectory,
+    events: EventSink,
+    heartbeats: HeartbeatRequester,
+    term: Term,
+    clock: Clock,
+    settings: RsSettings,
+    metrics: Metrics,
+    sleep: Sleep,
+) -> TenantLayer:
+    """Every tenant-layer object, wired: ``servers`` is the whitelist, ``events`` the
+    persistence queue's event sink, ``heartbeats`` the RS -> agent heartbeat requester."""
+    version = LayoutVersion()
+    layout = LayoutCache(store, version)
+    reports = ReplicaReports(servers, layout)
+    health = HostHealth(servers, zones)
+    applier = ReplicaApplier(store, agents, servers, reports)
+    meta_sync = LsMetaSync(term, store, clock, servers, layout, reports)
+    ls_warnings = OnceLog()
+    leaders = LeaderCoordinator(
+        servers=servers,
+        health=health,
+        layout=layout,
+        reports=reports,
+        applier=applier,
+        events=events,
+        heartbeats=heartbeats,
+        meta_sync=meta_sync,
+        clock=clock,
+        settings=settings,
+        metrics=metrics,
+        sleep=sleep,
+        warnings=ls_warnings,
+    )
+    reconciler = LsReconciler(
+        term=term,
+        health=health,
+        layout=layout,
+        reports=reports,
+        applier=applier,
+        leaders=leaders,
+        events=events,
+        clock=clock,
+        settings=settings,
+        metrics=metrics,
+        warnings=ls_warnings,
+    )
+    replicas = TenantReplicas(
+        layout=layout,
+        reports=reports,
+        applier=applier,
+        leaders=leaders,
+        reconciler=reconciler,
+        clock=clock,
+        settings=settings,
+        sleep=sleep,
+    )
+    rooms = ServerRooms(servers, zones)
+    ddl = TenantManager(
+        store=store,
+        clock=clock,
+        zones=zones,
+        rooms=rooms,
+        layout=version,
+        replicas=replicas,
+    )
+    pre_checks = ServerPreChecks(
+        store=store,
+        servers=servers,
+        zones=zones,
+        heartbeats=heartbeats,
+        health=health,
+        rooms=rooms,
+        layout=layout,
+        reports=reports,
+        clock=clock,
+        settings=settings,
+        sleep=sleep,
+    )
+    probes = ServerProbes(store, layout, reports, meta_sync)
+    # The balancer's one view of the tenant layer.
+    balancer_view = BalancerView(
+        layout=layout,
+        reports=reports,
+        applier=applier,
+        leaders=leaders,
+        reconciler=reconciler,
+        meta_sync=meta_sync,
+    )
+    return TenantLayer(
+        version=version,
+        layout=layout,
+        reports=reports,
+        health=health,
+        applier=applier,
+        meta_sync=meta_sync,
+        leaders=leaders,
+        reconciler=reconciler,
+        replicas=replicas,
+        rooms=rooms,
+        ddl=ddl,
+        pre_checks=pre_checks,
+        probes=probes,
+        balancer_view=balancer_view,
+    )
