@@ -57,25 +57,26 @@ from rootservice.balancer.spark.replica_plan import replica_migration_plan  # no
 from rootservice.balancer.spark.session import SparkSessionManager  # noqa: E402
 from rootservice.balancer.spark.unit_plan import unit_migration_plan  # noqa: E402
 from rootservice.db.engine import make_engine, upgrade  # noqa: E402
+from tests.support import sql_plans as Q  # noqa: E402
 from tests.support.pgserver import PgServer  # noqa: E402
 
 PLANS: dict[str, tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any], S.Layout]] = {
     "unit migration": (
         unit_migration_plan,
         R.pandas_unit_migration_plan,
-        R.sql_unit_migration_plan,
+        Q.sql_unit_migration_plan,
         S.UNIT_PLAN_SCHEMA,
     ),
     "replica migration": (
         replica_migration_plan,
         R.pandas_replica_migration_plan,
-        R.sql_replica_migration_plan,
+        Q.sql_replica_migration_plan,
         S.REPLICA_PLAN_SCHEMA,
     ),
     "lost replicas": (
         lost_replicas,
         R.pandas_lost_replicas,
-        R.sql_lost_replicas,
+        Q.sql_lost_replicas,
         S.LOST_REPLICAS_SCHEMA,
     ),
 }
@@ -228,7 +229,7 @@ def run_size(
             plans[name]["spark_first_s"] = first
             plans[name]["spark_warm_s"] = warm
             plans[name]["rows"] = len(df)
-            digests[name]["spark"] = R.plan_digest(df, layout)
+            digests[name]["spark"] = Q.plan_digest(df, layout)
             log(
                 f"{human(n)}: Spark {name}: {len(df):,} rows, first {first:.2f} s, warm {warm:.2f} s"
             )
@@ -248,7 +249,7 @@ def run_size(
                 df, t = timed(lambda pd_job=pd_job, p=p: pd_job(p))
                 best = min(best, t)
             plans[name]["pandas_s"] = best
-            digests[name]["pandas"] = R.plan_digest(df, layout)
+            digests[name]["pandas"] = Q.plan_digest(df, layout)
             log(f"{human(n)}: pandas {name}: {len(df):,} rows in {best:.2f} s")
         del p
     out["pandas_python_peak_rss"] = sampler.peak(f"pandas-{n}", "python")
@@ -262,7 +263,7 @@ def run_size(
                 df, t = timed(lambda sql_job=sql_job: sql_job(conn))
                 best = min(best, t)
             plans[name]["sql_s"] = best
-            digests[name]["sql"] = R.plan_digest(df, layout)
+            digests[name]["sql"] = Q.plan_digest(df, layout)
             log(f"{human(n)}: SQL {name}: {len(df):,} rows in {best:.2f} s")
     out["postgres_backend_peak_rss"] = sampler.peak(f"sql-{n}", "postgres_backend")
     pg.drop_database(db)

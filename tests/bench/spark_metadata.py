@@ -35,8 +35,8 @@ import sqlalchemy as sa
 from pyarrow import csv
 
 from rootservice.balancer.spark import schema as S
-from rootservice.balancer.spark.reference import load_servers_table
 from rootservice.balancer.spark.schema import PandasInputs
+from tests.support.sql_plans import load_servers_table
 
 GIB = 1 << 30
 ZONES = ("z1", "z2", "z3")

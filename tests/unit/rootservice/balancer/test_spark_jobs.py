@@ -36,6 +36,7 @@ from rootservice.balancer.spark.schema import PandasInputs
 from rootservice.balancer.spark.session import SparkSessionManager, SparkStartError
 from rootservice.balancer.spark.unit_plan import unit_migration_plan
 from rootservice.db.engine import make_engine, upgrade
+from tests.support import sql_plans as Q
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 import spark_metadata as gen  # noqa: E402
@@ -192,13 +193,13 @@ UNIT: Job = (unit_migration_plan, R.pandas_unit_migration_plan, S.UNIT_PLAN_SCHE
 REPLICA: Job = (replica_migration_plan, R.pandas_replica_migration_plan, S.REPLICA_PLAN_SCHEMA)
 LOST: Job = (lost_replicas, R.pandas_lost_replicas, S.LOST_REPLICAS_SCHEMA)
 SQL_JOBS = {
-    "unit": (R.sql_unit_migration_plan, R.pandas_unit_migration_plan, S.UNIT_PLAN_SCHEMA),
+    "unit": (Q.sql_unit_migration_plan, R.pandas_unit_migration_plan, S.UNIT_PLAN_SCHEMA),
     "replica": (
-        R.sql_replica_migration_plan,
+        Q.sql_replica_migration_plan,
         R.pandas_replica_migration_plan,
         S.REPLICA_PLAN_SCHEMA,
     ),
-    "lost": (R.sql_lost_replicas, R.pandas_lost_replicas, S.LOST_REPLICAS_SCHEMA),
+    "lost": (Q.sql_lost_replicas, R.pandas_lost_replicas, S.LOST_REPLICAS_SCHEMA),
 }
 
 
@@ -208,7 +209,7 @@ def run(spark: Any, job: Job, p: PandasInputs) -> list[tuple[Any, ...]]:
     spark_job, pandas_job, layout = job
     got = spark_job(inputs_from_pandas(spark, p)).toPandas()
     ref = pandas_job(p)
-    assert R.plan_digest(got, layout) == R.plan_digest(ref, layout), (got, ref)
+    assert Q.plan_digest(got, layout) == Q.plan_digest(ref, layout), (got, ref)
     norm = S.conform_pandas(got, layout, nullable=True).astype(object)
     norm = norm.where(norm.notna(), None)
     cols = [c for c in S.columns(layout) if not c.endswith("_port")]
@@ -578,7 +579,7 @@ def test_spark_and_pandas_agree_on_a_generated_cluster(
             got = spark_job(inputs).toPandas()
             ref = pandas_job(p)
             assert len(ref) > 0
-            assert R.plan_digest(got, layout) == R.plan_digest(ref, layout), spark_job.__name__
+            assert Q.plan_digest(got, layout) == Q.plan_digest(ref, layout), spark_job.__name__
     finally:
         inputs.unpersist()
 
@@ -634,10 +635,10 @@ def test_sql_in_postgresql_agrees_with_pandas(
                     with conn.cursor().copy(f"COPY {table} ({cols}) FROM STDIN") as copy:
                         for row in df.itertuples(index=False):
                             copy.write_row(tuple(row))
-                R.load_servers_table(conn, p.servers)
+                Q.load_servers_table(conn, p.servers)
             for name, (sql_job, pandas_job, layout) in SQL_JOBS.items():
                 got = sql_job(conn)
-                assert R.plan_digest(got, layout) == R.plan_digest(pandas_job(p), layout), (
+                assert Q.plan_digest(got, layout) == Q.plan_digest(pandas_job(p), layout), (
                     make,
                     name,
                     got,
@@ -650,7 +651,7 @@ def test_sql_in_postgresql_agrees_with_pandas(
         for name, (sql_job, pandas_job, layout) in SQL_JOBS.items():
             ref = pandas_job(p)
             assert len(ref) > 0
-            assert R.plan_digest(sql_job(conn), layout) == R.plan_digest(ref, layout), name
+            assert Q.plan_digest(sql_job(conn), layout) == Q.plan_digest(ref, layout), name
 
 
 # --- readers ------------------------------------------------------------------------------------
@@ -683,8 +684,8 @@ def test_read_inputs_from_the_database(spark: Any, db_url: str) -> None:
     finally:
         inputs.unpersist()
     ref = R.pandas_replica_migration_plan(expected)
-    digest = R.plan_digest(ref, S.REPLICA_PLAN_SCHEMA)
-    assert R.plan_digest(got_plan, S.REPLICA_PLAN_SCHEMA) == digest
+    digest = Q.plan_digest(ref, S.REPLICA_PLAN_SCHEMA)
+    assert Q.plan_digest(got_plan, S.REPLICA_PLAN_SCHEMA) == digest
     # the pandas reader (COPY for PostgreSQL) reads the same tables
     p = read_pandas_inputs(db_url, servers=cluster.servers)
     for name, layout in S.INPUT_LAYOUTS.items():
