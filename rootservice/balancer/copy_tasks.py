@@ -8,7 +8,7 @@ destination agent as an ApplyReplicas upsert with ``copy_from``. At most
 ``migration_concurrency_per_server`` copies run per destination; a copy that failed
 (``build_error``) or whose destination forgot it (agent restart) is sent again, from another
 healthy member when there is one. The member change that completes a move is the LS
-manager's (:meth:`rootservice.tenants.log_streams.LsManager.reconcile`).
+reconciler's (:meth:`rootservice.tenants.reconciler.LsReconciler.reconcile`).
 
 Times are microseconds since the epoch.
 """

@@ -26,7 +26,8 @@ log = logging.getLogger(__name__)
 
 
 class ServerContents(Protocol):
-    """What a server still holds (the tenant layer's ``LsManager``)."""
+    """What a server still holds (the tenant layer's
+    :class:`rootservice.tenants.server_probes.ServerProbes`)."""
 
     def has_units(self, server: str, /) -> bool:
         """``server`` hosts a unit, or a unit is migrating away from it."""

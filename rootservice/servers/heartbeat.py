@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 class ReplicaSink(Protocol):
     """Where the replica report of each accepted heartbeat goes (the tenant layer's
-    ``LsManager``). Called under the whitelist lock on the heartbeat path: it must be cheap and
+    :class:`rootservice.tenants.reports.ReplicaReports`). Called under the whitelist lock on the heartbeat path: it must be cheap and
     must not do I/O."""
 
     def report(self, server: ServerStatus, replicas: Sequence[obrpc_pb2.ReplicaInfo], /) -> None:

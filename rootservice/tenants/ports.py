@@ -1,9 +1,9 @@
 """What the tenant layer needs from the layers below it, as consumer protocols.
 
-The servers package provides them (today one ``ServerManager`` gives the server directory and
-the heartbeat requester, ``manager.zones`` the zone directory and ``manager.persist`` the
-event sink); the tenant classes take them at construction and never the whole manager, so the
-server package can be split freely. ``Sleep`` is the wait of the polling loops (seconds; tests
+The servers package provides them (the ``Whitelist`` is the server directory, the
+``HeartbeatRequester`` the heartbeat requester, the ``ZoneManager`` the zone directory and
+the ``PersistQueue`` the event sink; see :mod:`rootservice.tenants.layer`); the tenant classes
+take only what they use, at construction. ``Sleep`` is the wait of the polling loops (seconds; tests
 pass one that advances a FakeClock).
 """
 

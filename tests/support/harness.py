@@ -20,7 +20,7 @@ from rootservice.app import RootService
 from rootservice.config import RsSettings
 from rootservice.db import param_repo, server_repo, zone_repo
 from rootservice.db.zone_repo import ZoneInfo
-from rootservice.servers.status import ServerStatus
+from rootservice.servers.status import HeartbeatStatus, ServerStatus
 
 S = 1_000_000
 LEASE = 10 * S
@@ -33,6 +33,7 @@ SEEDED = [
     ("127.0.0.1:3003", "z3"),
     ("127.0.0.1:3004", "z1"),
 ]
+(A, ZA), (B, ZB), (C, ZC), (D, ZD) = SEEDED  # A and D in z1, B in z2, C in z3
 
 
 def make_rs(db_url: str, tmp_path: Path, *, seed: bool = True, **overrides: Any) -> RootService:
@@ -151,3 +152,10 @@ def jobs(rs: RootService) -> list[dict[str, Any]]:
 def flush(rs: RootService) -> None:
     rs.persist.run_once()
     assert rs.persist.depth() == 0
+
+
+def hb_status(rs: RootService, server: str) -> HeartbeatStatus:
+    """The heartbeat status of ``server`` in the whitelist (it must be whitelisted)."""
+    s = rs.whitelist.get(server)
+    assert s is not None
+    return s.hb_status

@@ -28,10 +28,10 @@ from rootservice.tenants.balancer_view import BalancerView
 from rootservice.tenants.ddl import TenantManager
 from rootservice.tenants.ddl_requests import NewPool, NewTenant, NewUnitConfig
 from rootservice.tenants.host_health import HostHealth
+from rootservice.tenants.layer import build_tenant_layer
 from rootservice.tenants.leaders import LeaderCoordinator
 from rootservice.tenants.log_streams import TenantReplicas
 from rootservice.tenants.meta_sync import LsMetaSync
-from rootservice.tenants.once_log import OnceLog
 from rootservice.tenants.pre_checks import ServerPreChecks
 from rootservice.tenants.reconciler import LsReconciler
 from rootservice.tenants.replica_specs import ReplicaApplier
@@ -255,86 +255,23 @@ def build_layer(
     def sleep(seconds: float) -> None:
         clock.advance(int(seconds * S))
 
-    version = LayoutVersion()
-    layout = LayoutCache(store, version)
-    reports = ReplicaReports(fs, layout)
-    health = HostHealth(fs, zones)
-    applier = ReplicaApplier(store, agents, fs, reports)
-    meta_sync = LsMetaSync(term, store, clock, fs, layout, reports)
-    warnings = OnceLog()
-    leaders = LeaderCoordinator(
+    tl = build_tenant_layer(
+        store=store,
+        agents=agents,
         servers=fs,
-        health=health,
-        layout=layout,
-        reports=reports,
-        applier=applier,
+        zones=zones,
         events=events,
         heartbeats=heartbeats,
-        meta_sync=meta_sync,
-        clock=clock,
-        settings=settings,
-        metrics=metrics,
-        sleep=sleep,
-        warnings=warnings,
-    )
-    reconciler = LsReconciler(
         term=term,
-        health=health,
-        layout=layout,
-        reports=reports,
-        applier=applier,
-        leaders=leaders,
-        events=events,
         clock=clock,
         settings=settings,
         metrics=metrics,
-        warnings=warnings,
-    )
-    replicas = TenantReplicas(
-        layout=layout,
-        reports=reports,
-        applier=applier,
-        leaders=leaders,
-        reconciler=reconciler,
-        clock=clock,
-        settings=settings,
         sleep=sleep,
-    )
-    rooms = ServerRooms(fs, zones)
-    ddl = TenantManager(
-        store=store,
-        clock=clock,
-        zones=zones,
-        rooms=rooms,
-        layout=version,
-        replicas=replicas,
-    )
-    pre_checks = ServerPreChecks(
-        store=store,
-        servers=fs,
-        zones=zones,
-        heartbeats=heartbeats,
-        health=health,
-        rooms=rooms,
-        layout=layout,
-        reports=reports,
-        clock=clock,
-        settings=settings,
-        sleep=sleep,
-    )
-    probes = ServerProbes(store, layout, reports, meta_sync)
-    view = BalancerView(
-        layout=layout,
-        reports=reports,
-        applier=applier,
-        leaders=leaders,
-        reconciler=reconciler,
-        meta_sync=meta_sync,
     )
     return Layer(
-        clock, term, store, settings, fs, zones, events, heartbeats, agents, version, layout,
-        reports, health, applier, meta_sync, leaders, reconciler, replicas, rooms, ddl,
-        pre_checks, probes, view,
+        clock, term, store, settings, fs, zones, events, heartbeats, agents, tl.version,
+        tl.layout, tl.reports, tl.health, tl.applier, tl.meta_sync, tl.leaders, tl.reconciler,
+        tl.replicas, tl.rooms, tl.ddl, tl.pre_checks, tl.probes, tl.balancer_view,
     )  # fmt: skip
 
 

@@ -6,7 +6,7 @@ server into unit-plan rows by calling :func:`rootservice.tenants.placement.place
 balancer decides exactly as the DELETE SERVER pre-check and CREATE RESOURCE POOL do
 (OceanBase's ``ObUnitManager::choose_server_for_unit``: capacity, anti-affinity, least load
 after placement, ties by address). Units are placed in ``unit_id`` order, the order in which
-the DELETE pre-check (``LsManager.check_delete``) tried them, so a delete that the pre-check
+the DELETE pre-check (``ServerPreChecks.check_delete``) tried them, so a delete that the pre-check
 allowed finds the same room here.
 
 This module imports only pandas and :mod:`rootservice.tenants.placement`; both are shipped to Spark
@@ -64,7 +64,7 @@ REQUESTS_LAYOUT: Layout = (
 
 def affinity_key(tenant_id: int, resource_pool_id: int) -> str:
     """Anti-affinity key of a unit: ``tenant:<id>`` once its pool is granted, else
-    ``pool:<id>`` (as :func:`rootservice.tenants.ddl.affinity_of`)."""
+    ``pool:<id>`` (as :func:`rootservice.tenants.vocabulary.affinity_of`)."""
     if tenant_id != UNGRANTED_TENANT:
         return f"tenant:{tenant_id}"
     return f"pool:{resource_pool_id}"

@@ -15,6 +15,11 @@ from rootservice.servers.ports import inline
 from rootservice.servers.status import AdminStatus, HeartbeatStatus
 from tests.support.harness import (
     SEEDED,
+    ZD,
+    A,
+    B,
+    C,
+    D,
     error_name,
     events,
     flush,
@@ -24,17 +29,6 @@ from tests.support.harness import (
     server_row,
 )
 from tests.support.server_parts import Parts, make_parts, seed
-
-A, ZA = SEEDED[0]  # 127.0.0.1:3001 in z1
-B, ZB = SEEDED[1]  # z2
-C, ZC = SEEDED[2]  # z3
-D, ZD = SEEDED[3]  # z1
-
-
-def status(rs: RootService, server: str) -> HeartbeatStatus:
-    s = rs.whitelist.get(server)
-    assert s is not None
-    return s.hb_status
 
 
 def test_delete_server_write_through_then_empty_checker_removes_it(rs: RootService) -> None:

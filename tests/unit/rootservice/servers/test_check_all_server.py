@@ -11,16 +11,15 @@ from rootservice.app import RootService
 from rootservice.servers.check_all_server import CheckAllServerTask
 from tests.support.harness import (
     SEEDED,
+    ZB,
+    A,
+    B,
+    C,
     flush,
     heartbeat_all,
     server_row,
 )
 from tests.support.server_parts import make_parts, seed
-
-A, ZA = SEEDED[0]  # 127.0.0.1:3001 in z1
-B, ZB = SEEDED[1]  # z2
-C, ZC = SEEDED[2]  # z3
-D, ZD = SEEDED[3]  # z1
 
 
 def test_check_all_server_repairs_the_table(rs: RootService) -> None:

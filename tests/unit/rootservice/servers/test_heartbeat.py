@@ -15,26 +15,20 @@ from rootservice.servers.status import HeartbeatStatus, StopMode
 from tests.support.harness import (
     LEASE,
     SEEDED,
+    ZA,
+    ZB,
+    A,
+    B,
     error_name,
     events,
     flush,
     hb,
+    hb_status,
     heartbeat_all,
     make_rs,
     server_row,
 )
 from tests.support.server_parts import Parts, make_parts, seed
-
-A, ZA = SEEDED[0]  # 127.0.0.1:3001 in z1
-B, ZB = SEEDED[1]  # z2
-C, ZC = SEEDED[2]  # z3
-D, ZD = SEEDED[3]  # z1
-
-
-def status(rs: RootService, server: str) -> HeartbeatStatus:
-    s = rs.whitelist.get(server)
-    assert s is not None
-    return s.hb_status
 
 
 def test_first_heartbeat_makes_server_alive_and_active(rs: RootService) -> None:
@@ -103,7 +97,9 @@ def test_force_stop_hb_stops_lease_extension(rs: RootService) -> None:
     rs.clock.set(last + LEASE)
     assert rs.lease_checker.run_once() == 1
     rs.heartbeats.receive_hb(hb(A, ZA))
-    assert status(rs, A) is HeartbeatStatus.LEASE_EXPIRED  # a force_stop_hb server is not revived
+    assert (
+        hb_status(rs, A) is HeartbeatStatus.LEASE_EXPIRED
+    )  # a force_stop_hb server is not revived
 
 
 def test_start_service_time_build_version_and_sql_port_are_persisted(rs: RootService) -> None:

@@ -14,24 +14,16 @@ from tests.support.harness import (
     LEASE,
     OFFLINE,
     SEEDED,
+    ZA,
+    A,
     events,
     flush,
     hb,
+    hb_status,
     make_rs,
     server_row,
 )
 from tests.support.server_parts import make_parts, seed
-
-A, ZA = SEEDED[0]  # 127.0.0.1:3001 in z1
-B, ZB = SEEDED[1]  # z2
-C, ZC = SEEDED[2]  # z3
-D, ZD = SEEDED[3]  # z1
-
-
-def status(rs: RootService, server: str) -> HeartbeatStatus:
-    s = rs.whitelist.get(server)
-    assert s is not None
-    return s.hb_status
 
 
 def test_lease_expiry_is_inclusive_and_persisted(rs: RootService) -> None:
@@ -40,7 +32,7 @@ def test_lease_expiry_is_inclusive_and_persisted(rs: RootService) -> None:
     last = rs.clock.now_us()
     rs.clock.advance(LEASE - 1)
     assert rs.lease_checker.run_once() == 0
-    assert status(rs, A) is HeartbeatStatus.ALIVE
+    assert hb_status(rs, A) is HeartbeatStatus.ALIVE
     rs.clock.advance(1)  # now - last_hb_time == lease_time: expired
     assert rs.lease_checker.run_once() == 1
     s = rs.whitelist.get(A)
@@ -64,13 +56,13 @@ def test_permanent_offline_is_inclusive_and_heartbeat_revives(rs: RootService) -
     rs.lease_checker.run_once()
     rs.clock.set(last + OFFLINE - 1)
     rs.lease_checker.run_once()
-    assert status(rs, A) is HeartbeatStatus.LEASE_EXPIRED
+    assert hb_status(rs, A) is HeartbeatStatus.LEASE_EXPIRED
     rs.clock.set(last + OFFLINE)
     assert rs.lease_checker.run_once() >= 1
-    assert status(rs, A) is HeartbeatStatus.PERMANENT_OFFLINE
+    assert hb_status(rs, A) is HeartbeatStatus.PERMANENT_OFFLINE
     assert rs.whitelist.get(A).display_status().value == "INACTIVE"
     rs.heartbeats.receive_hb(hb(A, ZA))
-    assert status(rs, A) is HeartbeatStatus.ALIVE
+    assert hb_status(rs, A) is HeartbeatStatus.ALIVE
     flush(rs)
     assert [e["value1"] for e in events(rs, "permanent_offline")].count(A) == 1
     assert server_row(rs, A)["status"] == "ACTIVE"
@@ -86,7 +78,7 @@ def test_take_office_grace_delays_every_expiry(db_url: str, tmp_path: Path) -> N
         assert rs.lease_checker.run_once() == 0
         rs.clock.set(t0 + LEASE)
         assert rs.lease_checker.run_once() == 1
-        assert status(rs, A) is HeartbeatStatus.LEASE_EXPIRED
+        assert hb_status(rs, A) is HeartbeatStatus.LEASE_EXPIRED
     finally:
         rs.shutdown()
 

@@ -15,28 +15,23 @@ from tests.support.harness import (
     LEASE,
     OFFLINE,
     SEEDED,
+    ZA,
+    A,
+    B,
+    C,
+    D,
     flush,
+    hb_status,
     heartbeat_all,
     make_rs,
     server_row,
 )
 from tests.support.server_parts import make_parts, seed
 
-A, ZA = SEEDED[0]  # 127.0.0.1:3001 in z1
-B, ZB = SEEDED[1]  # z2
-C, ZC = SEEDED[2]  # z3
-D, ZD = SEEDED[3]  # z1
-
-
-def status(rs: RootService, server: str) -> HeartbeatStatus:
-    s = rs.whitelist.get(server)
-    assert s is not None
-    return s.hb_status
-
 
 def test_load_never_makes_a_server_alive(rs: RootService) -> None:
     for server, _ in SEEDED:
-        assert status(rs, server) is HeartbeatStatus.LEASE_EXPIRED
+        assert hb_status(rs, server) is HeartbeatStatus.LEASE_EXPIRED
     assert rs.whitelist.counts()["alive"] == 0
     flush(rs)
     assert server_row(rs, A)["status"] == "INACTIVE"
@@ -66,8 +61,8 @@ def test_load_turns_old_offline_rows_permanent_offline(db_url: str, tmp_path: Pa
         rs2.clock.set(now)
         rs2.identity.bootstrapped = True
         rs2.office.do_restart()
-        assert status(rs2, A) is HeartbeatStatus.PERMANENT_OFFLINE
-        assert status(rs2, B) is HeartbeatStatus.LEASE_EXPIRED
+        assert hb_status(rs2, A) is HeartbeatStatus.PERMANENT_OFFLINE
+        assert hb_status(rs2, B) is HeartbeatStatus.LEASE_EXPIRED
         assert rs2.whitelist.get(C).admin_status is AdminStatus.DELETING
         assert rs2.whitelist.get(C).display_status().value == "DELETING"
     finally:

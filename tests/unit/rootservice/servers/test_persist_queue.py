@@ -14,6 +14,9 @@ from rootservice.servers.status import AdminStatus
 from tests.support.harness import (
     LEASE,
     SEEDED,
+    ZA,
+    A,
+    B,
     error_name,
     events,
     flush,
@@ -22,11 +25,6 @@ from tests.support.harness import (
     server_row,
 )
 from tests.support.server_parts import RS_ADDR, make_parts, seed
-
-A, ZA = SEEDED[0]  # 127.0.0.1:3001 in z1
-B, ZB = SEEDED[1]  # z2
-C, ZC = SEEDED[2]  # z3
-D, ZD = SEEDED[3]  # z1
 
 
 def test_database_outage_heartbeats_continue_queue_catches_up(

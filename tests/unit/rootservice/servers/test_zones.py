@@ -8,23 +8,11 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from rootservice.app import RootService
-from rootservice.servers.status import HeartbeatStatus
 from tests.support.harness import (
-    SEEDED,
+    ZA,
     error_name,
 )
 from tests.support.server_parts import make_parts, seed
-
-A, ZA = SEEDED[0]  # 127.0.0.1:3001 in z1
-B, ZB = SEEDED[1]  # z2
-C, ZC = SEEDED[2]  # z3
-D, ZD = SEEDED[3]  # z1
-
-
-def status(rs: RootService, server: str) -> HeartbeatStatus:
-    s = rs.whitelist.get(server)
-    assert s is not None
-    return s.hb_status
 
 
 def test_zone_operations(rs: RootService) -> None:
