@@ -55,7 +55,7 @@ class LostReplicaChecker:
         row sits on a server that is gone or permanently offline (no Spark job otherwise), and
         only while the RS is in service. Raises ``ObError`` when a transaction fails (the
         batches before it stay deleted)."""
-        if not self.term.in_service:
+        if not self.term.may_act():
             return 0
         with self.store.read() as conn:
             servers = {f"{ip}:{port}" for ip, port in ls_repo.replica_servers(conn)}

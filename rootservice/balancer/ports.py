@@ -86,9 +86,9 @@ class Waker(Protocol):
 class Gate(Protocol):
     """The term's answer to "may a background round act now" (SPEC.md section 8)."""
 
-    @property
-    def in_service(self) -> bool:
-        """The whitelist is loaded and served by this leader."""
+    def may_act(self) -> bool:
+        """This RS is the leader, its lease safely held and its whitelist in service
+        (:meth:`rootservice.ha.term.Term.may_act`)."""
         ...
 
 

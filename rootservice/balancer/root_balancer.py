@@ -75,7 +75,7 @@ class RootBalancer:
         nothing (and never starts Spark) while no server is being emptied and no unit or
         copy is in flight, or while the RS is not in service. Raises ``ObError`` when a
         transaction fails (the task registry logs it; the next round starts afresh)."""
-        if not self.term.in_service:
+        if not self.term.may_act():
             return 0
         with self._lock:
             # Cheap checks first: with no tenant and no server to empty (the common case,

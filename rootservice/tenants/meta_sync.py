@@ -76,7 +76,7 @@ class LsMetaSync:
         fenced transaction. A server that is not alive keeps its rows, shown as FOLLOWER
         (it leads nothing while it does not heartbeat). Returns the rows written (0 while
         not in service). Raises ``ObError`` (OB_RS_NOT_MASTER, OB_ERR_SYS) from the store."""
-        if not self.term.in_service:
+        if not self.term.may_act():
             return 0
         if self._meta is None or self._space is None:
             with self.store.read() as conn:

@@ -72,7 +72,7 @@ class LsReconciler:
         longer exist, and elect or move leaders (only the log streams in ``only`` when
         given). Returns the number of actions taken. Does nothing while not in service.
         Raises ``ObError(OB_ERR_SYS)`` when the layout cannot be read."""
-        if not self.term.in_service:
+        if not self.term.may_act():
             return 0
         topo = self.layout.topology()
         views = self.reports.views()

@@ -98,6 +98,9 @@ class FakeWaker:
 class FakeGate:
     in_service: bool = True
 
+    def may_act(self) -> bool:
+        return self.in_service
+
 
 @dataclass
 class FakeLayout:
