@@ -88,7 +88,7 @@ class HeartbeatIntake:
         wake: Wake,
         background: Background,
     ) -> None:
-        """Serve heartbeats from ``whitelist``; ``store.epoch`` is sent in every response."""
+        """Serve heartbeats from ``whitelist``; the term's epoch is sent in every response."""
         self.whitelist = whitelist
         self.zones = zones
         self.persist = persist
@@ -218,7 +218,7 @@ class HeartbeatIntake:
             heartbeat_expire_time=expire,
             server_id=s.id,
             rs_server_status=obrpc_pb2.IS_STOPPED if stopped else obrpc_pb2.IS_WORKING,
-            rs_epoch=self.store.epoch,
+            rs_epoch=self.term.epoch,
             rs_list=self.identity.rs_list,
             cluster_id=self.identity.cluster_id,
             seq=seq,

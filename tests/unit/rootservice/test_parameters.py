@@ -1,0 +1,96 @@
+"""Parameters built from their collaborators, without a RootService (SPEC.md section 11;
+rootservice.parameters): the precedence of sources, ALTER SYSTEM SET and SHOW PARAMETERS."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from obcommon.clock import FakeClock
+from obcommon.errors import ObError
+from rootservice.config import RsSettings
+from rootservice.db import param_repo
+from rootservice.parameters import Parameters, sql_like
+from tests.support.tenant_parts import take_office
+
+S = 1_000_000
+
+
+class Listener:
+    def __init__(self) -> None:
+        self.heard: list[set[str]] = []
+
+    def parameters_changed(self, names: set[str]) -> None:
+        self.heard.append(set(names))
+
+
+def make(engine: sa.Engine, tmp_path: Path, **flags: str) -> tuple[Parameters, Listener]:
+    clock = FakeClock()
+    term, store = take_office(engine, clock)
+    settings = RsSettings(data_dir=tmp_path, db_url="sqlite://", **flags)  # type: ignore[arg-type]
+    listener = Listener()
+    return Parameters(settings, flags, term, store, clock, listener), listener
+
+
+def test_flags_win_over_the_table_which_wins_over_defaults(
+    engine: sa.Engine, tmp_path: Path
+) -> None:
+    p, listener = make(engine, tmp_path, lease_time="20s")
+    p.apply_table({"lease_time": "30s", "server_check_interval": "45s", "rpc_timeout": "soon"})
+    assert p.settings.lease_time == 20 * S  # the flag
+    assert p.settings.server_check_interval == 45 * S  # the table
+    assert p.settings.rpc_timeout == 2 * S  # a bad table value is ignored: the default
+    assert p.sources["lease_time"] == "command line"
+    assert p.sources["server_check_interval"] == "__all_sys_parameter"
+    assert p.sources["rpc_timeout"] == "default"
+    assert listener.heard and "server_check_interval" in listener.heard[-1]
+
+
+def test_a_table_that_breaks_an_invariant_changes_nothing(
+    engine: sa.Engine, tmp_path: Path
+) -> None:
+    p, _ = make(engine, tmp_path)
+    with pytest.raises(ValueError, match="invalid"):
+        p.apply_table({"lease_time": "1m", "server_permanent_offline_time": "30s"})
+    assert p.settings.lease_time == 10 * S
+
+
+def test_set_writes_applies_and_tells_the_listener(engine: sa.Engine, tmp_path: Path) -> None:
+    p, listener = make(engine, tmp_path)
+    p.set((("heartbeat_check_interval", "200ms"), ("LEASE_TIME", "12s")))
+    assert (p.settings.heartbeat_check_interval, p.settings.lease_time) == (200_000, 12 * S)
+    assert listener.heard[-1] == {"heartbeat_check_interval", "lease_time"}
+    with engine.connect() as conn:
+        params = param_repo.load_params(conn)
+    assert (params["lease_time"], params["heartbeat_check_interval"]) == ("12s", "200ms")
+    rows = {r[0]: r for r in p.show("%interval")}
+    assert rows["heartbeat_check_interval"][1:5] == (
+        "200ms",
+        "100ms",
+        "[10ms, 10s]",
+        "__all_sys_parameter",
+    )
+    assert "lease_time" not in rows
+
+
+def test_a_refused_set_changes_nothing(engine: sa.Engine, tmp_path: Path) -> None:
+    p, listener = make(engine, tmp_path)
+    for items, code in (
+        ((("lease_time", "12s"), ("no_such", "1s")), "OB_ERR_SYS_CONFIG_UNKNOWN"),
+        ((("lease_time", "1s"),), "OB_INVALID_ARGUMENT"),  # not > heartbeat_interval
+        ((("lease_time", 1.5),), "OB_INVALID_ARGUMENT"),
+    ):
+        with pytest.raises(ObError) as e:
+            p.set(items)
+        assert e.value.name == code
+    assert p.settings.lease_time == 10 * S and listener.heard == []
+    with engine.connect() as conn:
+        assert "lease_time" not in param_repo.load_params(conn)
+
+
+def test_sql_like() -> None:
+    assert sql_like("lease_time", "LEASE%") and sql_like("lease_time", "lease_tim_")
+    assert not sql_like("lease_time", "lease") and sql_like("a*b", "a*b")
+    assert not sql_like("axb", "a*b")
