@@ -104,5 +104,5 @@ proto:
 
 clean:
 	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -print0 | xargs -0 rm -rf
-	rm -rf .pytest_cache .mypy_cache .ruff_cache build
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build
 	rm -rf demo_data rs_data .bench
