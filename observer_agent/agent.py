@@ -280,10 +280,6 @@ class Agent:
         disk probe fails."""
         return self.disk.server_status
 
-    def set_disk_status(self, reason: str | None) -> None:
-        """Record a probe result (None = healthy) and log transitions."""
-        self.disk.set_status(reason)
-
     def probe_disk_now(self) -> bool:
         """Run one disk probe in the calling thread; True when healthy (tests, start-up)."""
         return self.disk.probe_now()

@@ -142,11 +142,6 @@ class Whitelist:
         self.alive[s.key] = None
         self.alive.move_to_end(s.key)
 
-    def push_offline(self, deadline: int, key: str) -> None:
-        """Queue ``key`` to turn permanently offline at ``deadline`` (microseconds since the
-        epoch). Caller holds ``lock``."""
-        heapq.heappush(self.offline_heap, (deadline, key))
-
     def rebuild_offline_heap(self, offline: int) -> None:
         """Recompute every lease-expired server's permanent-offline deadline as
         ``last_hb_time + offline`` (microseconds)."""
