@@ -112,3 +112,13 @@ def db_error_summary(exc: BaseException) -> str:
     orig = getattr(exc, "orig", None) or exc
     text = str(orig).strip().splitlines()
     return (text[0] if text else type(orig).__name__)[:300]
+
+
+def set_local(conn: sa.Connection, settings: dict[str, str]) -> None:
+    """Set PostgreSQL run-time parameters (``name -> value``, e.g. ``lock_timeout`` in ms) for
+    the current transaction only (``set_config(name, value, true)``, i.e. ``SET LOCAL``).
+    A no-op on other databases. Raises SQLAlchemy errors."""
+    if conn.dialect.name != "postgresql":
+        return
+    for name, value in settings.items():
+        conn.execute(sa.text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})

@@ -40,7 +40,7 @@ import sqlalchemy as sa
 from obcommon.addresses import parse_server
 from obcommon.clock import Clock
 from rootservice.db import lease_repo
-from rootservice.db.engine import db_error_summary
+from rootservice.db.engine import db_error_summary, set_local
 from rootservice.ha.store import MetaStore
 from rootservice.ha.term import Term, lease_timings
 from rootservice.metrics import Metrics
@@ -156,12 +156,10 @@ class Election:
         # round of ours must not hold the row for ever if this process is paused between its
         # UPDATE and COMMIT: the server ends the session once it has been idle that long
         # (MetaStore does the same for fenced transactions).
-        if conn.dialect.name != "postgresql":
-            return
         renew, _ = lease_timings(self.lease_time())
         ms = str(max(MIN_ROUND_TIMEOUT_US, renew) // 1000)
-        for name in ("lock_timeout", "statement_timeout", "idle_in_transaction_session_timeout"):
-            conn.execute(sa.text("SELECT set_config(:n, :v, true)"), {"n": name, "v": ms})
+        names = ("lock_timeout", "statement_timeout", "idle_in_transaction_session_timeout")
+        set_local(conn, dict.fromkeys(names, ms))
 
     def _me(self) -> tuple[str, tuple[str, int]]:
         addr = self.term.address()

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from obcommon.errors import ObError
 from rootservice.db import lease_repo
-from rootservice.db.engine import db_error_summary
+from rootservice.db.engine import db_error_summary, set_local
 from rootservice.ha.term import Term
 
 log = logging.getLogger(__name__)
@@ -92,13 +92,10 @@ class MetaStore:
     def _limit_idle(self, conn: sa.Connection) -> None:
         # A transaction of a paused (SIGSTOP) RS holds the lease row FOR SHARE until its
         # session dies; the server ends it after this long idle instead of never.
-        if self.idle_timeout_us is None or conn.dialect.name != "postgresql":
+        if self.idle_timeout_us is None:
             return
         ms = max(1, self.idle_timeout_us() // 1000)
-        conn.execute(
-            sa.text("SELECT set_config('idle_in_transaction_session_timeout', :v, true)"),
-            {"v": str(ms)},
-        )
+        set_local(conn, {"idle_in_transaction_session_timeout": str(ms)})
 
     @contextmanager
     def read(self) -> Iterator[sa.Connection]:
