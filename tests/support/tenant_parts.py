@@ -8,7 +8,7 @@ test from these, the way ``rootservice.app`` wires them.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -25,20 +25,8 @@ from rootservice.ha.term import RsState, Term
 from rootservice.metrics import Metrics
 from rootservice.servers.status import HeartbeatStatus, ServerStatus
 from rootservice.tenants.balancer_view import BalancerView
-from rootservice.tenants.ddl import TenantManager
 from rootservice.tenants.ddl_requests import NewPool, NewTenant, NewUnitConfig
-from rootservice.tenants.host_health import HostHealth
-from rootservice.tenants.layer import build_tenant_layer
-from rootservice.tenants.leaders import LeaderCoordinator
-from rootservice.tenants.log_streams import TenantReplicas
-from rootservice.tenants.meta_sync import LsMetaSync
-from rootservice.tenants.pre_checks import ServerPreChecks
-from rootservice.tenants.reconciler import LsReconciler
-from rootservice.tenants.replica_specs import ReplicaApplier
-from rootservice.tenants.reports import ReplicaReports
-from rootservice.tenants.rooms import ServerRooms
-from rootservice.tenants.server_probes import ServerProbes
-from rootservice.tenants.topology import LayoutCache, LayoutVersion
+from rootservice.tenants.layer import TenantLayer, build_tenant_layer
 from rootservice.tenants.vocabulary import LsKey
 
 S = 1_000_000
@@ -192,9 +180,10 @@ class FakeAgents:
         return obrpc_pb2.ApplyReplicasResponse(replicas=list(table.values()))
 
 
-@dataclass
-class Layer:
-    """Every class of the tenant layer wired as ``rootservice.app`` wires them."""
+@dataclass(frozen=True)
+class Layer(TenantLayer):
+    """The tenant layer as :func:`build_tenant_layer` wires it (``rootservice.app`` builds it
+    the same way), with the fakes and the term it runs on."""
 
     clock: FakeClock
     term: Term
@@ -205,20 +194,11 @@ class Layer:
     events: EventList
     heartbeats: HeartbeatLog
     agents: FakeAgents
-    version: LayoutVersion
-    layout: LayoutCache
-    reports: ReplicaReports
-    health: HostHealth
-    applier: ReplicaApplier
-    meta_sync: LsMetaSync
-    leaders: LeaderCoordinator
-    reconciler: LsReconciler
-    replicas: TenantReplicas
-    rooms: ServerRooms
-    ddl: TenantManager
-    pre_checks: ServerPreChecks
-    probes: ServerProbes
-    view: BalancerView
+
+    @property
+    def view(self) -> BalancerView:
+        """The balancer's view of the layer."""
+        return self.balancer_view
 
 
 # (server, zone): two servers in z1, one in z2, one in z3 (as tests.support.harness.SEEDED).
@@ -269,10 +249,17 @@ def build_layer(
         sleep=sleep,
     )
     return Layer(
-        clock, term, store, settings, fs, zones, events, heartbeats, agents, tl.version,
-        tl.layout, tl.reports, tl.health, tl.applier, tl.meta_sync, tl.leaders, tl.reconciler,
-        tl.replicas, tl.rooms, tl.ddl, tl.pre_checks, tl.probes, tl.balancer_view,
-    )  # fmt: skip
+        **{f.name: getattr(tl, f.name) for f in fields(TenantLayer)},
+        clock=clock,
+        term=term,
+        store=store,
+        settings=settings,
+        servers=fs,
+        zones=zones,
+        events=events,
+        heartbeats=heartbeats,
+        agents=agents,
+    )
 
 
 A, B, C, D = (k for k, _ in SERVERS)
