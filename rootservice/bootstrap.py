@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -38,6 +38,7 @@ from rootservice.ha.term import RsState, Term
 from rootservice.servers.agent_client import AgentClient
 from rootservice.servers.identity import ClusterIdentity
 from rootservice.servers.loader import TakeOfficeGrace
+from rootservice.servers.ports import HeartbeatRequests
 from rootservice.servers.status import ServerStatus, check_zone_name
 from rootservice.servers.whitelist import Whitelist
 from rootservice.servers.zones import ZoneManager
@@ -62,14 +63,6 @@ class Office(Protocol):
 
     def do_restart(self) -> None:
         """Load the whitelist from the tables, start the timers, FULL_SERVICE."""
-        ...
-
-
-class HeartbeatRequests(Protocol):
-    """RS -> agent heartbeat requests (their answers go through the heartbeat intake)."""
-
-    def request_heartbeats(self, servers: Iterable[str], /) -> int:
-        """Ask each server for a heartbeat; returns how many answered."""
         ...
 
 

@@ -23,7 +23,7 @@ changes, the whitelist, the zones and every other piece of leader-only state (th
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from obcommon.clock import Clock
@@ -38,7 +38,7 @@ from rootservice.parameters import Parameters
 from rootservice.servers.identity import ClusterIdentity
 from rootservice.servers.loader import ServerLoader, TakeOfficeGrace
 from rootservice.servers.persist_queue import PersistQueue
-from rootservice.servers.ports import Background
+from rootservice.servers.ports import Background, HeartbeatRequests
 from rootservice.servers.whitelist import Whitelist
 from rootservice.servers.zones import ZoneManager
 from rootservice.timers import Schedule, Timers
@@ -52,14 +52,6 @@ class LeaderTasks(Protocol):
 
     def leader_tasks(self) -> Schedule:
         """``(task, interval_us)`` pairs."""
-        ...
-
-
-class HeartbeatRequests(Protocol):
-    """RS -> agent heartbeat requests."""
-
-    def request_heartbeats(self, servers: Iterable[str], /) -> int:
-        """Ask each server for a heartbeat; returns how many answered."""
         ...
 
 

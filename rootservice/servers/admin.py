@@ -23,7 +23,7 @@ from rootservice.db import event_repo, job_repo, param_repo, server_repo
 from rootservice.ha.store import MetaStore
 from rootservice.servers.agent_client import AgentClient
 from rootservice.servers.events import server_event
-from rootservice.servers.ports import Background, Wake
+from rootservice.servers.ports import Background, HeartbeatRequests, Wake
 from rootservice.servers.status import (
     AdminStatus,
     ServerStatus,
@@ -62,15 +62,6 @@ class DeleteCancelListener(Protocol):
 
     def cancel_server(self, server: str, /) -> int:
         """Stop emptying ``server`` ('ip:port'); returns how many migrations were undone."""
-        ...
-
-
-class HeartbeatRequests(Protocol):
-    """RS -> agent heartbeat requests (:class:`rootservice.servers.heartbeat_requester.
-    HeartbeatRequester`)."""
-
-    def request_heartbeats(self, servers: Iterable[str], /) -> int:
-        """Ask ``servers`` for a heartbeat now; returns how many answered."""
         ...
 
 

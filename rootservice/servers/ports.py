@@ -1,13 +1,17 @@
-"""Collaborators every part of the server layer is given at construction and that exist before
-any of them: the task registry's "run this task now" and the background executor.
+"""Collaborators the server layer's parts, and the root service's own bootstrap and take-office
+paths, are given at construction: the task registry's "run this task now", the background
+executor and the RS -> agent heartbeat requests.
 
-Both are plain typed callables (``RootService.wake`` and ``RootService._background`` in
-production; tests pass no-ops or run the work inline).
+``Wake`` and ``Background`` are plain typed callables (``Timers.wake`` and
+``RootService._background`` in production; tests pass no-ops or run the work inline);
+:class:`HeartbeatRequests` is met by
+:class:`rootservice.servers.heartbeat_requester.HeartbeatRequester`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Protocol
 
 Wake = Callable[[str], None]
 """``wake(name)``: run the registered task ``name`` now (``"balancer"``,
@@ -18,6 +22,14 @@ Background = Callable[[Callable[[], object]], None]
 """``background(fn)``: run ``fn`` off the calling thread (the RS thread pool), e.g. the
 automatic STOP / START of a server whose data disk fails / recovers, or the heartbeat request
 after ADD SERVER. Exceptions of ``fn`` are the executor's to log."""
+
+
+class HeartbeatRequests(Protocol):
+    """RS -> agent heartbeat requests, whose answers go through the heartbeat intake."""
+
+    def request_heartbeats(self, servers: Iterable[str], /) -> int:
+        """Ask ``servers`` for a heartbeat now; returns how many answered."""
+        ...
 
 
 def inline(fn: Callable[[], object]) -> None:
