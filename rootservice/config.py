@@ -173,6 +173,11 @@ class RsSettings(BaseSettings):
     grpc_max_pending_requests: int = Field(default=50_000, ge=100)
     # Statements above this size are refused (MySQL's max_allowed_packet), in bytes.
     max_statement_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    # Trust boundary (issue 10): the directory of ca.crt, rs.crt/rs.key (and client certs),
+    # or ``insecure`` for plaintext with no authentication (everyone is root). The command
+    # line refuses to start with neither.
+    certs_dir: Path | None = None
+    insecure: bool = False
 
     @model_validator(mode="after")
     def _check(self) -> RsSettings:
