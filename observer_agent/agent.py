@@ -27,6 +27,9 @@ from typing import Any
 from obcommon.clock import Clock
 from obcommon.errors import ObError
 from obcommon.proto import obrpc_pb2
+from obcommon.security.certs import Role
+from obcommon.security.gate import PeerGate
+from obcommon.security.tls import TransportSecurity
 from observer_agent.address import AgentAddress
 from observer_agent.agent_log import AgentLog
 from observer_agent.background import is_set, sleep_unless_stopped
@@ -119,6 +122,9 @@ class Agent:
         self.disk = DiskHealth(self.data_dir, self.log, disk_probe, disk_probe_timeout_us)
         self.resources = ResourceMonitor(settings, self.log, resource_timeout_us)
         self.rs = RsAddresses(settings.rs_list, self.log)
+        # One per process, shared by every channel, so a rotation is seen everywhere.
+        self.security = TransportSecurity.for_dir(settings.certs_dir, Role.NODE)
+        self.peer_gate = PeerGate(self.security.insecure)
         self.replicas = ReplicaManager(
             self.data_dir,
             settings,
@@ -127,6 +133,7 @@ class Agent:
             self.log,
             log_keep=replica_log_keep,
             copy_chunk_size=copy_chunk_size,
+            security=self.security,
         )
         self.lease = LeaseClient(
             settings,
@@ -139,6 +146,7 @@ class Agent:
             self.rs,
             rng or random.Random(),
             self.log,
+            self.security,
         )
         self._stop: asyncio.Event | None = None
         self.health: Any = None  # the gRPC health servicer, set by create_server

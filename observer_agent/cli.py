@@ -61,6 +61,8 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 
 from obcommon.clock import SystemClock
+from obcommon.security.certs import Role
+from obcommon.security.tls import SecurityConfigError, TransportSecurity
 from observer_agent.agent import Agent
 from observer_agent.identity import IdentityError
 from observer_agent.service import start_server, stop_server
@@ -102,6 +104,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--disk-probe-interval", help="data-disk probe period, e.g. 5s")
     p.add_argument("--resource-refresh-interval", help="resource refresh period, e.g. 10s")
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR")
+    p.add_argument(
+        "--certs-dir", help="ca.crt and node.crt / node.key (CN = --rpc-addr): mutual TLS"
+    )
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        default=None,
+        help="plaintext gRPC without authentication",
+    )
     p.add_argument("--replica-size", help="bytes of each LS replica's data file, e.g. 4M")
     p.add_argument("--log-interval", help="a leader replica appends a log entry this often")
     p.add_argument("--cpu-count", help="CPU cores to report as cpu_total (default: the machine's)")
@@ -209,7 +220,14 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_SETTINGS
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else EXIT_BAD_SETTINGS
+    try:
+        security = TransportSecurity.from_flags(settings.certs_dir, settings.insecure, Role.NODE)
+    except SecurityConfigError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
     setup_logging(settings)
+    if security.insecure:
+        logging.getLogger("observer_agent.cli").warning("running INSECURE: %s", security.describe())
     return asyncio.run(serve(settings))
 
 

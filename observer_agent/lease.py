@@ -28,6 +28,8 @@ from obcommon.addresses import parse_host_port
 from obcommon.clock import Clock
 from obcommon.errors import ObError, error_from_proto
 from obcommon.proto import obrpc_pb2
+from obcommon.security.certs import Role
+from obcommon.security.tls import TransportSecurity
 from observer_agent.address import LocalServer
 from observer_agent.background import describe_exception, is_set, sleep_unless_stopped
 from observer_agent.identity import ClusterIdentity, write_identity
@@ -106,8 +108,11 @@ class LeaseClient:
         rs: RsChoice,
         rng: random.Random,
         log: logging.Logger | logging.LoggerAdapter,  # type: ignore[type-arg]
+        security: TransportSecurity | None = None,
     ) -> None:
-        """Unregistered and not serving."""
+        """Unregistered and not serving; lease streams are opened through ``security``
+        (default: what ``settings.certs_dir`` says)."""
+        self.security = security or TransportSecurity.for_dir(settings.certs_dir, Role.NODE)
         self.settings = settings
         self.clock = clock
         self.data_dir = Path(settings.data_dir)
@@ -355,7 +360,7 @@ class LeaseClient:
             await self.close_stream()
             conn = None
         if conn is None:
-            conn = self._conn = LeaseStream(addr)
+            conn = self._conn = LeaseStream(addr, self.security)
         loop = asyncio.get_running_loop()
         renewed = False
         while not is_set(self._stop):

@@ -9,6 +9,7 @@ import contextlib
 import grpc
 
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
+from obcommon.security.tls import TransportSecurity
 
 #: Bound on closing a gRPC channel, so a wedged connection cannot block the loop.
 CLOSE_TIMEOUT_S = 1.0
@@ -26,11 +27,11 @@ class LeaseStream:
     must be closed.
     """
 
-    def __init__(self, addr: str) -> None:
-        """Open a channel and the stream to the RS at ``addr`` (``ip:port``); nothing is sent
-        yet."""
+    def __init__(self, addr: str, security: TransportSecurity) -> None:
+        """Open a channel (secured by ``security``: the agent's node certificate) and the
+        stream to the RS at ``addr`` (``ip:port``); nothing is sent yet."""
         self.addr = addr
-        self._channel = grpc.aio.insecure_channel(addr)
+        self._channel = security.aio_channel(addr)
         self._call = obrpc_pb2_grpc.RootServiceStub(self._channel).LeaseStream()
         self.broken = False
 

@@ -8,6 +8,11 @@ leader's ``ReplicaService.FetchLog``; an agent building a replica by copy (repli
 streams the data file from a member with ``ReplicaService.FetchData``. The health
 service (``grpc.health.v1.Health``) reports SERVING for ``""`` and for
 ``oceanbase.rs.ObserverService`` while the server runs, NOT_SERVING while it shuts down.
+
+Who may call (issue 10, ``agent.peer_gate``): ``ObserverService`` answers RS certificates
+only; ``ReplicaService`` answers the RS and node certificates, and ``FetchLog`` only for the
+node its ``follower`` names. Refusals are ``UNAUTHENTICATED`` / ``PERMISSION_DENIED`` and
+change nothing.
 """
 
 from __future__ import annotations
@@ -20,7 +25,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
+from obcommon.security.certs import Role
 from observer_agent.agent import Agent
+
+#: Who may call ``ObserverService``: the root services.
+RS_ONLY = frozenset({Role.RS})
+#: Who may call ``ReplicaService``: the root services and the other nodes.
+RS_OR_NODE = frozenset({Role.RS, Role.NODE})
 
 #: The health-service name of the agent's own service.
 OBSERVER_SERVICE_NAME = obrpc_pb2.DESCRIPTOR.services_by_name["ObserverService"].full_name
@@ -41,6 +52,7 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
         The RS feeds the answer through its receive_hb (SPEC.md section 5); the request's
         ``rs_epoch`` is not checked here.
         """
+        await self.agent.peer_gate.admit(context, "ObserverService.RequestHeartbeat", RS_ONLY)
         return self.agent.build_lease_request()
 
     async def CheckServerEmpty(
@@ -51,6 +63,7 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
         ``is_empty`` = no identity file (an unreadable one counts as not empty); zone, server,
         cluster_id, server_id as kept (SPEC.md section 7).
         """
+        await self.agent.peer_gate.admit(context, "ObserverService.CheckServerEmpty", RS_ONLY)
         return self.agent.check_server_empty()
 
     async def ApplyReplicas(
@@ -87,6 +100,7 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
         Requests are applied one at a time; a request the RS stops waiting for is still
         applied to the end.
         """
+        await self.agent.peer_gate.admit(context, "ObserverService.ApplyReplicas", RS_ONLY)
         budget = context.time_remaining() if context is not None else None
         return await self.agent.replicas.apply(request, self.agent.highest_epoch, budget)
 
@@ -102,7 +116,13 @@ class ReplicaServicer(obrpc_pb2_grpc.ReplicaServiceServicer):
         self, request: obrpc_pb2.FetchLogRequest, context: Any
     ) -> obrpc_pb2.FetchLogResponse:
         """``ReplicaService.FetchLog``: see :meth:`ReplicaManager.fetch_log
-        <observer_agent.replicas.manager.ReplicaManager.fetch_log>`; errors in-band."""
+        <observer_agent.replicas.manager.ReplicaManager.fetch_log>`; errors in-band.
+        A node may only fetch for itself (``follower`` = its certificate's name)."""
+        ident = await self.agent.peer_gate.admit(context, "ReplicaService.FetchLog", RS_OR_NODE)
+        if ident is not None and ident.role is Role.NODE and request.follower != ident.name:
+            await self.agent.peer_gate.admit(
+                context, "ReplicaService.FetchLog", RS_OR_NODE, name=request.follower
+            )
         return self.agent.replicas.fetch_log(request)
 
     async def FetchData(
@@ -111,6 +131,7 @@ class ReplicaServicer(obrpc_pb2_grpc.ReplicaServiceServicer):
         """``ReplicaService.FetchData``: the data file of a replica, streamed to a member
         building it by copy; see :meth:`ReplicaManager.fetch_data
         <observer_agent.replicas.manager.ReplicaManager.fetch_data>`; errors in-band (one chunk)."""
+        await self.agent.peer_gate.admit(context, "ReplicaService.FetchData", RS_OR_NODE)
         async for chunk in self.agent.replicas.fetch_data(request):
             yield chunk
 
@@ -129,7 +150,7 @@ async def create_server(agent: Agent, addr: str) -> tuple[Any, int]:
     obrpc_pb2_grpc.add_ReplicaServiceServicer_to_server(ReplicaServicer(agent), server)
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    port = server.add_insecure_port(addr)
+    port = agent.security.add_port(server, addr)
     if not port:
         raise OSError(f"cannot bind the agent's gRPC server to {addr}")
     agent.bind_port(port)

@@ -110,6 +110,10 @@ class AgentSettings(BaseSettings):
     disk_probe_interval: Duration = 5 * US_PER_S
     resource_refresh_interval: Duration = 10 * US_PER_S
     log_level: str = "INFO"
+    # Trust boundary (issue 10): ca.crt and node.crt / node.key, or plaintext with
+    # ``insecure``; the command line insists on exactly one.
+    certs_dir: Path | None = None
+    insecure: bool = False
 
     @field_validator("rs_list")
     @classmethod

@@ -43,6 +43,9 @@ from rootservice.metrics import Metrics, track_gc_pauses
 from rootservice.office import Office
 from rootservice.parameters import Parameters
 from rootservice.servers.admin import ServerAdmin
+from obcommon.security.certs import Role
+from obcommon.security.gate import PeerGate
+from obcommon.security.tls import TransportSecurity
 from rootservice.servers.agent_client import AgentClient
 from rootservice.servers.check_all_server import CheckAllServerTask
 from rootservice.servers.empty_server_checker import EmptyServerChecker
@@ -115,7 +118,18 @@ class RootService:
             self.term,
             idle_timeout_us=lambda: self.settings.lease_time,
         )
-        self.agents = AgentClient(settings.rpc_timeout)
+        # Transport security: mutual TLS with rs.crt when a certificates directory is given,
+        # else plaintext. The command line insists on one of --certs-dir / --insecure;
+        # in-process tests that give neither get plaintext.
+        self.security = (
+            TransportSecurity(settings.certs_dir, Role.RS)
+            if settings.certs_dir is not None
+            else TransportSecurity.insecure_mode(Role.RS)
+        )
+        self.peer_gate = PeerGate(
+            self.security.insecure, count=lambda kind: self.metrics.inc(f"peer_refused_{kind}_total")
+        )
+        self.agents = AgentClient(settings.rpc_timeout, self.security)
         self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rs-bg")
         self.background: Background = background or self._background
         # The server layer (SPEC.md sections 2-9), built in dependency order: the whitelist

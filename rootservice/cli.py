@@ -1,4 +1,9 @@
-"""``rootservice`` command line: ``serve`` and ``db upgrade | downgrade | current``.
+"""``rootservice`` command line: ``serve``, ``db upgrade | downgrade | current`` and ``cert
+create-ca | create-rs | create-node | create-client | list`` (:mod:`rootservice.cert_commands`).
+
+``serve`` needs exactly one of ``--certs-dir DIR`` (mutual TLS with ``DIR/rs.crt``) and
+``--insecure`` (plaintext, no authentication, logged as a warning); with neither it refuses
+to start, naming both (issue 10, as CockroachDB).
 
 Flags override ``__all_sys_parameter``, which overrides the defaults (SPEC.md section 11).
 Exit codes: 0 after a clean stop (SIGTERM / SIGINT), 1 when the RS cannot start (database
@@ -19,6 +24,9 @@ import sqlalchemy as sa
 from pydantic import ValidationError
 
 from obcommon.errors import ObError
+from obcommon.security.certs import Role
+from obcommon.security.tls import SecurityConfigError, TransportSecurity
+from rootservice import cert_commands
 from rootservice.app import RootService, StartupError
 from rootservice.config import RsSettings
 from rootservice.db import engine as dbengine
@@ -79,7 +87,17 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         help="replica copies building at once on one destination (default 2)",
     )
+    s.add_argument(
+        "--certs-dir", help="ca.crt and rs.crt / rs.key: serve and dial with mutual TLS"
+    )
+    s.add_argument(
+        "--insecure",
+        action="store_true",
+        default=None,
+        help="plaintext gRPC without authentication (every client is root)",
+    )
     s.add_argument("--log-level", default="INFO")
+    cert_commands.add_parsers(sub)
     d = sub.add_parser("db", help="schema migrations")
     d.add_argument("action", choices=["upgrade", "downgrade", "current"])
     d.add_argument("--db", dest="db_url", required=True)
@@ -98,6 +116,8 @@ def _settings(args: argparse.Namespace) -> RsSettings:
         "spark_master",
         "spark_conf",
         "migration_concurrency_per_server",
+        "certs_dir",
+        "insecure",
     ):
         v = getattr(args, key)
         if v is not None:
@@ -152,6 +172,8 @@ def tune_gc() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``rootservice`` console script; returns the exit code."""
     args = _parser().parse_args(argv)
+    if args.command == "cert":
+        return cert_commands.run(args)
     if args.command == "db":
         logging.basicConfig(
             level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -181,6 +203,15 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
         return 2
+    try:
+        security = TransportSecurity.from_flags(settings.certs_dir, settings.insecure, Role.RS)
+    except SecurityConfigError as e:
+        print(f"rootservice: {e}", file=sys.stderr)
+        return 2
+    if security.insecure:
+        log.warning("running INSECURE: %s", security.describe())
+    else:
+        log.info("%s", security.describe())
     tune_gc()
     rs = RootService(settings)
     try:

@@ -19,6 +19,8 @@ from pathlib import Path
 from obcommon.clock import Clock
 from obcommon.errors import ObError, error_to_proto
 from obcommon.proto import obrpc_pb2
+from obcommon.security.certs import Role
+from obcommon.security.tls import TransportSecurity
 from observer_agent.address import LocalServer
 from observer_agent.replicas.apply import SpecApplier
 from observer_agent.replicas.copy import ReplicaCopier
@@ -66,6 +68,7 @@ class ReplicaManager:
         *,
         log_keep: int = LOG_KEEP_ENTRIES,
         copy_chunk_size: int = DATA_CHUNK_DEFAULT,
+        security: TransportSecurity | None = None,
     ) -> None:
         """Nothing is read until :meth:`load`; ``log_keep`` = entries kept by compaction,
         ``copy_chunk_size`` = bytes per chunk a copy asks its source for."""
@@ -75,7 +78,9 @@ class ReplicaManager:
         self.log: logging.Logger | logging.LoggerAdapter = log or _logger  # type: ignore[type-arg]
         self._log_keep = log_keep
         self._hosted = HostedReplicas()
-        self._peers = PeerChannels()
+        self._peers = PeerChannels(
+            security or TransportSecurity.for_dir(settings.certs_dir, Role.NODE)
+        )
         self._tasks = TaskSet()
         self._faults = FaultSwitches(self.paths.data_dir, poll_interval_s(settings), self.log)
         self._replication = LogReplication(

@@ -9,6 +9,7 @@ import contextlib
 import grpc
 
 from obcommon.proto import obrpc_pb2_grpc
+from obcommon.security.tls import TransportSecurity
 from observer_agent.replicas.tasks import CLOSE_TIMEOUT_S
 
 
@@ -16,15 +17,28 @@ class PeerChannels:
     """One gRPC channel per peer ``ip:port``, opened on first use and kept until
     :meth:`close`. No HTTP proxy: peers are addressed directly."""
 
-    def __init__(self) -> None:
-        """No channel yet."""
+    def __init__(self, security: TransportSecurity) -> None:
+        """No channel yet; channels are opened through ``security`` (the node certificate)."""
+        self.security = security
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._generation = security.generation()
+        self._closing: set[asyncio.Task[None]] = set()
 
     def stub(self, peer: str) -> obrpc_pb2_grpc.ReplicaServiceStub:
-        """A ``ReplicaService`` stub to ``peer`` (``ip:port``). Must run on the event loop."""
+        """A ``ReplicaService`` stub to ``peer`` (``ip:port``). Must run on the event loop.
+        After a certificate rotation, channels are reopened (the old ones closed in the
+        background) so that new connections present the new pair."""
+        generation = self.security.generation()
+        if generation != self._generation:
+            self._generation = generation
+            stale, self._channels = list(self._channels.values()), {}
+            for old in stale:
+                task = asyncio.get_running_loop().create_task(old.close(grace=None))
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
         ch = self._channels.get(peer)
         if ch is None:
-            ch = grpc.aio.insecure_channel(peer, options=[("grpc.enable_http_proxy", 0)])
+            ch = self.security.aio_channel(peer)
             self._channels[peer] = ch
         return obrpc_pb2_grpc.ReplicaServiceStub(ch)
 

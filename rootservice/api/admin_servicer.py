@@ -12,8 +12,12 @@ import json
 import grpc
 
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
+from obcommon.security.certs import Role
 from rootservice.api.dispatch import execute_sql
 from rootservice.app import RootService
+
+#: Who may call the admin service: client certificates (a node or RS certificate may not).
+CLIENTS = frozenset({Role.CLIENT})
 
 #: Refusals that mean "ask the leader" and carry ``leader_hint``.
 NOT_MASTER_NAMES = frozenset({"OB_RS_NOT_MASTER", "OB_NOT_MASTER"})
@@ -36,6 +40,7 @@ class AdminServicer(obrpc_pb2_grpc.AdminServiceServicer):
         section 7), is carried in the response's ``error``, never as a gRPC status. A
         not-master refusal carries the leader's address in ``leader_hint`` (issue 5).
         """
+        await self.rs.peer_gate.admit(context, "AdminService.ExecuteSql", CLIENTS)
         loop = asyncio.get_running_loop()
         resp = await loop.run_in_executor(self.rs.executor, execute_sql, self.rs, request.statement)
         if resp.error.name in NOT_MASTER_NAMES and not resp.leader_hint:
@@ -50,6 +55,7 @@ class AdminServicer(obrpc_pb2_grpc.AdminServiceServicer):
         The response's ``json`` holds counters, latency-window summaries (microseconds), server
         counts, RS state and epoch, with sorted keys.
         """
+        await self.rs.peer_gate.admit(context, "AdminService.GetMetrics", CLIENTS)
         return obrpc_pb2.MetricsResponse(
             json=json.dumps(self.rs.metrics_snapshot(), sort_keys=True)
         )

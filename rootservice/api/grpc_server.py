@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 async def create_server(rs: RootService, addr: str | None = None) -> tuple[grpc.aio.Server, int]:
     """Build the RS's gRPC server bound to ``addr`` (default ``rs.settings.rpc_addr``) with
     the lease, admin and standard health services; returns it unstarted with its port.
+    It listens with mutual TLS (``rs.security``; clients must present a certificate of the
+    cluster's CA) or, in insecure mode, in plaintext.
 
     ``grpc.server.max_pending_requests`` is raised because gRPC's default (1,000 calls
     waiting to be accepted) drops calls in a reconnect storm of thousands of agents.
@@ -42,7 +44,7 @@ async def create_server(rs: RootService, addr: str | None = None) -> tuple[grpc.
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     bind = addr or rs.settings.rpc_addr
-    port = server.add_insecure_port(bind)
+    port = rs.security.add_port(server, bind)
     if port == 0:
         raise RuntimeError(f"cannot bind {bind}")
     rs.set_rpc_port(port)

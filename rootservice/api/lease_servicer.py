@@ -6,6 +6,11 @@ bidirectional stream per agent, refusals in-band so the stream survives them) an
 
 A standby, or a leader whose own lease is no longer safely held, answers every lease
 request with ``OB_RS_NOT_MASTER`` and the leader's address as ``leader_hint`` (issue 5).
+
+Only a node certificate naming the request's ``server`` may renew that server's lease
+(issue 10: a node may only speak for itself, as Kubernetes' NodeRestriction); anything else
+is refused by ``rs.peer_gate`` before the request is looked at, so a forged renewal or disk
+error bit changes nothing.
 """
 
 from __future__ import annotations
@@ -17,7 +22,11 @@ import grpc
 
 from obcommon.errors import ObError, error_to_proto
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
+from obcommon.security.certs import Role
 from rootservice.app import RootService
+
+#: Who may renew a lease: the agents, each for its own server only.
+NODES = frozenset({Role.NODE})
 
 
 class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
@@ -58,6 +67,9 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
         the call with the error's gRPC status, message ``"<OB name>: <message>"`` and trailing
         metadata ``ob-code`` / ``ob-name``.
         """
+        await self.rs.peer_gate.admit(
+            context, "RootService.RenewLease", NODES, name=request.server
+        )
         resp = self._handle(request)
         if resp.error.code:
             context.set_trailing_metadata(
@@ -82,7 +94,12 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
 
         Each request goes through ``HeartbeatIntake.receive_hb`` (SPEC.md section 5); a refusal
         is carried in-band in the response's ``error`` (with this RS's epoch), so the stream
-        stays open.
+        stays open. The peer's certificate is read once per stream; a request for any server
+        but the one it names ends the stream with ``PERMISSION_DENIED``.
         """
+        gate = self.rs.peer_gate
+        ident = await gate.admit(context, "RootService.LeaseStream", NODES)
         async for req in request_iterator:
+            if ident is not None and req.server != ident.name:
+                await gate.admit(context, "RootService.LeaseStream", NODES, name=req.server)
             yield self._handle(req)

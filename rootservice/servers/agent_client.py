@@ -2,7 +2,9 @@
 replicas.
 
 Called from admin-operation threads, so it uses grpc's synchronous API with one cached
-channel per agent address. Every call has a deadline of ``rpc_timeout``; a failure becomes
+channel per agent address, secured by the RS's :class:`TransportSecurity` (mutual TLS with
+``rs.crt``: the agents serve these calls to RS certificates only); the cache is dropped when
+the certificates are rotated. Every call has a deadline of ``rpc_timeout``; a failure becomes
 ``ObError(OB_SERVER_CONNECTION_ERROR)`` naming the server (SPEC.md section 7, ADD SERVER).
 """
 
@@ -15,6 +17,7 @@ import grpc
 
 from obcommon.errors import ObError
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
+from obcommon.security.tls import TransportSecurity
 
 
 @dataclass(frozen=True)
@@ -31,18 +34,29 @@ class EmptyCheck:
 class AgentClient:
     """Synchronous client of the agents' ``ObserverService``; ``timeout_us`` per call."""
 
-    def __init__(self, timeout_us: int) -> None:
-        """No channel is opened yet; ``timeout_us`` (microseconds) is the deadline of every call."""
+    def __init__(self, timeout_us: int, security: TransportSecurity) -> None:
+        """No channel is opened yet; ``timeout_us`` (microseconds) is the deadline of every
+        call; channels are opened through ``security``."""
         self.timeout_us = timeout_us
+        self.security = security
         self._channels: dict[str, grpc.Channel] = {}
+        self._generation = security.generation()
         self._lock = threading.Lock()
 
     def _stub(self, server: str) -> obrpc_pb2_grpc.ObserverServiceStub:
+        generation = self.security.generation()
+        stale: list[grpc.Channel] = []
         with self._lock:
+            if generation != self._generation:
+                # Rotated certificates: new connections must present the new pair.
+                stale, self._channels = list(self._channels.values()), {}
+                self._generation = generation
             ch = self._channels.get(server)
             if ch is None:
-                ch = grpc.insecure_channel(server, options=[("grpc.enable_http_proxy", 0)])
+                ch = self.security.channel(server)
                 self._channels[server] = ch
+        for old in stale:
+            old.close()
         return obrpc_pb2_grpc.ObserverServiceStub(ch)
 
     def check_server_empty(self, server: str, epoch: int) -> EmptyCheck:

@@ -59,7 +59,14 @@ class HeartbeatRequester:
 
         def one(key: str) -> bool:
             try:
-                intake.receive_hb(self.agents.request_heartbeat(key, self.store.epoch))
+                req = self.agents.request_heartbeat(key, self.store.epoch)
+                if req.server != key:
+                    # Whoever answers at X's address speaks for X only (issue 10).
+                    raise ObError(
+                        "OB_INVALID_ARGUMENT",
+                        f"heartbeat requested from '{key}' answered for '{req.server[:64]}'",
+                    )
+                intake.receive_hb(req)
                 return True
             except ObError as e:
                 failed.append(f"{key} ({e.name})")

@@ -24,6 +24,9 @@ from typing import Any, TypeVar
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from obcommon.security.certs import Role
+from tests.support import pki
+
 T = TypeVar("T")
 
 _registry: list[Proc] = []
@@ -79,8 +82,22 @@ def _flag_args(flags: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def _security_flags(role: Role, rpc_addr: str, flags: dict[str, Any]) -> dict[str, Any]:
+    # Secure by default, as in production: the session's PKI names the process by its
+    # address. ``insecure=True`` runs it plaintext (and health checks follow).
+    if flags.get("insecure"):
+        pki.INSECURE_ADDRS.add(rpc_addr)
+        return flags
+    if "certs_dir" not in flags:
+        flags = {**flags, "certs_dir": pki.certs_dir(role, rpc_addr)}
+    return flags
+
+
 def rs_cmd(db_url: str, rpc_addr: str, data_dir: str | Path, **flags: Any) -> list[str]:
-    """Command line of ``rootservice serve`` (run with this interpreter, as a module)."""
+    """Command line of ``rootservice serve`` (run with this interpreter, as a module), with
+    ``--certs-dir`` of the test PKI for ``rpc_addr`` unless ``insecure=True`` or a
+    ``certs_dir`` is given."""
+    flags = _security_flags(Role.RS, rpc_addr, flags)
     return [
         sys.executable,
         "-m",
@@ -104,7 +121,9 @@ def agent_cmd(
     data_dir: str | Path,
     **flags: Any,
 ) -> list[str]:
-    """Command line of the observer agent; ``rs_list`` may be a list of ``host:port``."""
+    """Command line of the observer agent; ``rs_list`` may be a list of ``host:port``.
+    Secured like :func:`rs_cmd` (a node certificate for ``rpc_addr``)."""
+    flags = _security_flags(Role.NODE, rpc_addr, flags)
     if not isinstance(rs_list, str):
         rs_list = ",".join(rs_list)
     return [
@@ -128,8 +147,7 @@ def agent_cmd(
 def health_status(addr: str, timeout_s: float = 1.0) -> int:
     """One standard health check (service ``""``) of ``addr``: a
     ``health_pb2.HealthCheckResponse`` status. Raises ``grpc.RpcError`` when unreachable."""
-    # grpc honours http_proxy; a CI proxy must never see loopback test traffic.
-    with grpc.insecure_channel(addr, options=[("grpc.enable_http_proxy", 0)]) as channel:
+    with pki.channel(addr) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         resp = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout_s)
         return int(resp.status)

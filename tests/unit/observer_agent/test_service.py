@@ -25,6 +25,8 @@ from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from observer_agent.agent import Agent
 from observer_agent.service import OBSERVER_SERVICE_NAME, create_server, start_server, stop_server
 from observer_agent.settings import AgentSettings
+from obcommon.security.certs import Role
+from tests.support import pki
 from tests.support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[3]
@@ -235,6 +237,8 @@ def test_observer_agent_process_busy_loops_and_exits_0_on_sigterm(tmp_path: Path
         "100ms",
         "--rpc-timeout",
         "1s",
+        "--certs-dir",
+        str(pki.certs_dir(Role.NODE, f"127.0.0.1:{rpc_port}")),
     ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("OB_AGENT_")}
     proc = subprocess.Popen(
@@ -248,8 +252,17 @@ def test_observer_agent_process_busy_loops_and_exits_0_on_sigterm(tmp_path: Path
         assert ok, "no connection failures logged:\n" + "".join(reader.lines)
         assert proc.poll() is None  # still busy looping
 
-        # Its gRPC server is up meanwhile: the RS could ADD SERVER it.
-        with grpc.insecure_channel(f"127.0.0.1:{rpc_port}") as ch:
+        # Its gRPC server is up meanwhile (mutual TLS): a client certificate may not ask it...
+        with pki.channel(f"127.0.0.1:{rpc_port}", Role.CLIENT, "root") as ch:
+            with pytest.raises(grpc.RpcError) as refused:
+                obrpc_pb2_grpc.ObserverServiceStub(ch).CheckServerEmpty(
+                    obrpc_pb2.CheckServerEmptyRequest(), timeout=5
+                )
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "needs a rs certificate" in (refused.value.details() or "")
+        assert "client 'root'" in (refused.value.details() or "")
+        # ...the RS could ADD SERVER it.
+        with pki.channel(f"127.0.0.1:{rpc_port}", Role.RS, rs) as ch:
             empty = obrpc_pb2_grpc.ObserverServiceStub(ch).CheckServerEmpty(
                 obrpc_pb2.CheckServerEmptyRequest(), timeout=5
             )
@@ -317,6 +330,7 @@ def test_observer_agent_refuses_to_start_on_a_corrupt_identity(tmp_path: Path) -
             "z1",
             "--data-dir",
             str(tmp_path),
+            "--insecure",
         ],
         cwd=REPO,
         capture_output=True,
@@ -325,3 +339,32 @@ def test_observer_agent_refuses_to_start_on_a_corrupt_identity(tmp_path: Path) -
     )
     assert r.returncode == 1
     assert "malformed identity file" in r.stderr
+
+
+def test_observer_agent_refuses_to_start_without_certs_dir_or_insecure(tmp_path: Path) -> None:
+    base = [
+        *_agent_cmd(),
+        "--rs-list",
+        "127.0.0.1:2882",
+        "--rpc-addr",
+        f"127.0.0.1:{free_port()}",
+        "--sql-port",
+        "2881",
+        "--zone",
+        "z1",
+        "--data-dir",
+        str(tmp_path),
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OB_AGENT_")}
+    r = subprocess.run(base, cwd=REPO, env=env, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    assert "--certs-dir" in r.stderr and "--insecure" in r.stderr
+    both = [*base, "--insecure", "--certs-dir", str(tmp_path)]
+    r = subprocess.run(both, cwd=REPO, env=env, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "exclude each other" in r.stderr
+    empty = tmp_path / "no-certs"
+    empty.mkdir()
+    r = subprocess.run(
+        [*base, "--certs-dir", str(empty)], cwd=REPO, env=env, capture_output=True, text=True, timeout=30
+    )
+    assert r.returncode == 2 and "cannot read" in r.stderr and "ca.crt" in r.stderr

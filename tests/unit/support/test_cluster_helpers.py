@@ -16,6 +16,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2
 
+from obcommon.security.certs import Role
+from tests.support import pki
 from tests.support.cluster import Proc, ProcSet, agent_cmd, health_status, rs_cmd, wait_until
 from tests.support.ports import free_port
 
@@ -76,6 +78,7 @@ def _health_server(
     script.write_text(HEALTH_SERVER)
     port = free_port()
     args = [sys.executable, str(script), str(port), str(gate) if gate else "-", mode]
+    pki.INSECURE_ADDRS.add(f"127.0.0.1:{port}")  # a plaintext server: health checks follow
     return Proc(args, tmp_path / "logs", name="health"), f"127.0.0.1:{port}"
 
 
@@ -212,7 +215,10 @@ def test_rs_cmd_and_agent_cmd() -> None:
         "--lease-time",
         "2s",
         "--allow-short-timings",
+        "--certs-dir",
+        str(pki.certs_dir(Role.RS, "127.0.0.1:2882")),
     ]
+    assert (pki.certs_dir(Role.RS, "127.0.0.1:2882") / "rs.crt").exists()
     cmd = agent_cmd(
         ["127.0.0.1:2882", "127.0.0.1:2883"],
         "127.0.0.1:2890",
@@ -237,7 +243,12 @@ def test_rs_cmd_and_agent_cmd() -> None:
         "/tmp/a",
         "--heartbeat-interval",
         "100ms",
+        "--certs-dir",
+        str(pki.certs_dir(Role.NODE, "127.0.0.1:2890")),
     ]
+    insecure = agent_cmd("127.0.0.1:2882", "127.0.0.1:2891", 2881, "z1", "/tmp/b", insecure=True)
+    assert insecure[-1] == "--insecure" and "--certs-dir" not in insecure
+    assert "127.0.0.1:2891" in pki.INSECURE_ADDRS
 
 
 INNER_TESTS = textwrap.dedent(

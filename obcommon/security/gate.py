@@ -1,0 +1,145 @@
+"""The one check of "may this peer make this call" on the gRPC servers of the RS and the
+agents (issue 10, item 3; Kubernetes' NodeRestriction: a node may only speak for itself).
+
+Each servicer method asks :meth:`PeerGate.admit` with the roles it serves and, where the
+request names a server, the name the peer's certificate must carry. A refusal aborts the
+call with ``UNAUTHENTICATED`` (no certificate of this cluster) or ``PERMISSION_DENIED``
+(the wrong role or name), the message naming what was expected and what was presented; it
+is counted, and logged at most once per :data:`LOG_EVERY_S` per kind of refusal, so that a
+flood of forged calls cannot flood the log. Nothing else happens for a refused call.
+In insecure mode every call is admitted (there are no identities).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Collection
+from typing import Any
+
+import grpc
+
+from obcommon.security.certs import Role
+from obcommon.security.identity import PeerIdentity, peer_identity
+
+log = logging.getLogger(__name__)
+
+#: At most one log line per kind of refusal in this many seconds (the rest are counted).
+LOG_EVERY_S = 10.0
+
+
+class PeerRefused(Exception):
+    """A call the peer may not make: ``code`` is the gRPC status, ``message`` names the
+    expected and the presented identity, ``kind`` is the counter's label."""
+
+    def __init__(self, code: grpc.StatusCode, kind: str, message: str) -> None:
+        """Keep the status code, the counter label and the message."""
+        super().__init__(message)
+        self.code = code
+        self.kind = kind
+        self.message = message
+
+
+def _describe(roles: Collection[Role]) -> str:
+    return " or ".join(f"{r.value}" for r in sorted(roles, key=lambda r: r.value))
+
+
+class PeerGate:
+    """Admits or refuses gRPC calls by the peer's verified certificate.
+
+    ``insecure``: admit everything. ``count(kind)`` is called once per refusal (e.g. the RS's
+    metrics); :attr:`refused_total` keeps the same counts per kind.
+    """
+
+    def __init__(self, insecure: bool, count: Callable[[str], None] | None = None) -> None:
+        """``insecure`` True admits every call; ``count`` receives each refusal's kind."""
+        self.insecure = insecure
+        self._count = count
+        self.refused_total: dict[str, int] = {}
+        self._last_log: dict[str, float] = {}
+        self._suppressed: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def check(
+        self,
+        context: Any,
+        method: str,
+        roles: Collection[Role],
+        *,
+        name: str | None = None,
+        names: Collection[str] | None = None,
+    ) -> PeerIdentity | None:
+        """The peer's identity when it may call ``method``; raises :class:`PeerRefused`.
+
+        ``roles``: the certificate roles served. ``name``: the identity the certificate must
+        carry (a lease for server X needs node X). ``names``: for node certificates only,
+        the identities allowed (an LS's members); RS certificates pass ``names``.
+        Returns None in insecure mode.
+        """
+        if self.insecure:
+            return None
+        ident = peer_identity(context)
+        if ident is None:
+            raise self._refuse(
+                grpc.StatusCode.UNAUTHENTICATED,
+                "no_certificate",
+                f"{method} needs a certificate of this cluster ({_describe(roles)}); "
+                f"the peer {context.peer()} presented none",
+            )
+        if ident.role not in roles:
+            raise self._refuse(
+                grpc.StatusCode.PERMISSION_DENIED,
+                "wrong_role",
+                f"{method} needs a {_describe(roles)} certificate; {context.peer()} presented {ident}",
+            )
+        if name is not None and ident.name != name:
+            raise self._refuse(
+                grpc.StatusCode.PERMISSION_DENIED,
+                "wrong_name",
+                f"{method} for '{name}' needs {ident.role.value} '{name}'; "
+                f"{context.peer()} presented {ident}",
+            )
+        if names is not None and ident.role is Role.NODE and ident.name not in names:
+            shown = ", ".join(sorted(names)[:8]) or "none"
+            raise self._refuse(
+                grpc.StatusCode.PERMISSION_DENIED,
+                "not_member",
+                f"{method} needs the rs or a member ({shown}); {context.peer()} presented {ident}",
+            )
+        return ident
+
+    async def admit(
+        self,
+        context: grpc.aio.ServicerContext,
+        method: str,
+        roles: Collection[Role],
+        *,
+        name: str | None = None,
+        names: Collection[str] | None = None,
+    ) -> PeerIdentity | None:
+        """:meth:`check`, aborting the call (``context.abort``) with the refusal's status and
+        message instead of raising :class:`PeerRefused`."""
+        try:
+            return self.check(context, method, roles, name=name, names=names)
+        except PeerRefused as e:
+            await context.abort(e.code, e.message)
+            raise  # unreachable: abort raises
+
+    def _refuse(self, code: grpc.StatusCode, kind: str, message: str) -> PeerRefused:
+        now = time.monotonic()
+        with self._lock:
+            self.refused_total[kind] = self.refused_total.get(kind, 0) + 1
+            last = self._last_log.get(kind)
+            if last is None or now - last >= LOG_EVERY_S:
+                self._last_log[kind] = now
+                suppressed, self._suppressed[kind] = self._suppressed.get(kind, 0), 0
+            else:
+                self._suppressed[kind] = self._suppressed.get(kind, 0) + 1
+                suppressed = -1
+        if suppressed >= 0:
+            more = f" ({suppressed} more like it not logged)" if suppressed else ""
+            log.warning("refused: %s%s", message, more)
+        if self._count is not None:
+            self._count(kind)
+        return PeerRefused(code, kind, message)

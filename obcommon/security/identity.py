@@ -1,0 +1,90 @@
+"""Who is on the other end of a gRPC call: the role and name of the peer's verified
+certificate (issue 10, item 3).
+
+gRPC has already verified the chain against ``ca.crt`` when a servicer runs; this module
+only reads the verified leaf out of ``context.auth_context()`` and names it. Parsing is
+cached by the certificate's bytes, because a unary lease renewal asks on every call.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+
+from obcommon.security.certs import ORGANIZATION, Role
+
+_CACHE_SIZE = 4096
+
+
+@dataclass(frozen=True)
+class PeerIdentity:
+    """A verified peer: ``role`` (the subject's OU) and ``name`` (its CN: ``ip:port`` for RS
+    and node certificates, the user for client certificates)."""
+
+    role: Role
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.role.value} '{self.name}'"
+
+
+class _Cache:
+    def __init__(self) -> None:
+        self._items: OrderedDict[bytes, PeerIdentity | None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, pem: bytes) -> tuple[bool, PeerIdentity | None]:
+        with self._lock:
+            if pem in self._items:
+                self._items.move_to_end(pem)
+                return True, self._items[pem]
+        return False, None
+
+    def put(self, pem: bytes, ident: PeerIdentity | None) -> None:
+        with self._lock:
+            self._items[pem] = ident
+            while len(self._items) > _CACHE_SIZE:
+                self._items.popitem(last=False)
+
+
+_cache = _Cache()
+
+
+def identity_of_pem(pem: bytes) -> PeerIdentity | None:
+    """The identity a PEM certificate claims, or None when it is not one of ours (no
+    ``O=ob-rootservice``, no or unknown OU, no CN). Does not verify the chain: call it only
+    on certificates TLS has verified."""
+    hit, ident = _cache.get(pem)
+    if hit:
+        return ident
+    ident = None
+    try:
+        subject = x509.load_pem_x509_certificate(pem).subject
+        org = subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)
+        ou = subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)
+        cn = subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+        if org and org[0].value == ORGANIZATION and len(ou) == 1 and len(cn) == 1:
+            role = Role(str(ou[0].value))
+            ident = PeerIdentity(role, str(cn[0].value))
+    except ValueError:
+        ident = None
+    _cache.put(pem, ident)
+    return ident
+
+
+def peer_identity(context: Any) -> PeerIdentity | None:
+    """The verified identity of a gRPC call's peer (``grpc.ServicerContext`` or its aio
+    twin), or None when the connection is plaintext or the certificate is not one of ours."""
+    try:
+        auth = context.auth_context()
+    except Exception:
+        return None
+    pems = auth.get("x509_pem_cert") if auth else None
+    if not pems:
+        return None
+    return identity_of_pem(pems[0])

@@ -1,0 +1,231 @@
+"""Mutual TLS for every gRPC channel of the cluster, or an explicit ``--insecure`` (issue 10,
+item 2; CockroachDB's ``--certs-dir`` / ``--insecure``).
+
+One :class:`TransportSecurity` per process says how it listens and how it dials:
+
+- secure: it serves with its own certificate (``rs.crt``, ``node.crt``) and *requires* a
+  client certificate signed by ``ca.crt``; it dials with ``ca.crt`` as the only root and
+  presents its own certificate (a client presents ``client.USER.crt``).
+- insecure: plaintext both ways, no authentication; the process logs a warning at start.
+
+Certificates are re-read when their files change (checked at most every
+:data:`RELOAD_CHECK_S`): a server takes the new pair at its next handshake
+(``grpc.dynamic_ssl_server_credentials``); channels opened after the change use it, and
+:meth:`TransportSecurity.generation` tells channel caches to reopen theirs. A pair that does
+not match (a rotation caught between writing the key and the certificate) is ignored until
+it does.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from obcommon.security.certs import CA_CERT, Role, cert_file, key_file
+
+log = logging.getLogger(__name__)
+
+#: How often, at most, the certificate files are stat'ed for changes (seconds).
+RELOAD_CHECK_S = 0.5
+
+
+class SecurityConfigError(Exception):
+    """Neither ``--certs-dir`` nor ``--insecure`` given, both given, or the certificates
+    directory lacks a file or holds a broken pair; the message says which."""
+
+
+@dataclass(frozen=True)
+class _Material:
+    ca: bytes
+    cert: bytes
+    key: bytes
+    stamp: tuple[Any, ...]
+
+
+def _stamp(paths: list[Path]) -> tuple[Any, ...]:
+    out: list[Any] = []
+    for p in paths:
+        try:
+            st = p.stat()
+            out.append((st.st_mtime_ns, st.st_size, st.st_ino))
+        except OSError:
+            out.append(None)
+    return tuple(out)
+
+
+@dataclass
+class TransportSecurity:
+    """How one process secures its gRPC channels.
+
+    ``role`` / ``user`` pick the process's own pair in ``certs_dir``: ``rs.crt``,
+    ``node.crt`` or ``client.<user>.crt``. Build it with :meth:`from_flags` (which enforces
+    "exactly one of --certs-dir and --insecure") or :meth:`insecure_mode`.
+    """
+
+    certs_dir: Path | None
+    role: Role
+    user: str = ""
+    _material: _Material | None = field(default=None, init=False, repr=False)
+    _generation: int = field(default=0, init=False, repr=False)
+    _checked_at: float = field(default=0.0, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    @classmethod
+    def from_flags(
+        cls, certs_dir: Path | str | None, insecure: bool, role: Role, user: str = ""
+    ) -> TransportSecurity:
+        """The process's security from its two flags. Raises :class:`SecurityConfigError`
+        naming both flags when neither or both are given, and when the certificates cannot
+        be read (secure mode reads them once here, so a bad directory stops the start)."""
+        if insecure and certs_dir:
+            raise SecurityConfigError("--certs-dir and --insecure exclude each other")
+        if not insecure and not certs_dir:
+            raise SecurityConfigError(
+                "no --certs-dir given: pass --certs-dir DIR (mutual TLS; create the files with "
+                "'rootservice cert create-ca' and 'create-rs' / 'create-node' / 'create-client') "
+                "or --insecure (plaintext, no authentication: every client is root)"
+            )
+        if insecure:
+            return cls.insecure_mode(role)
+        sec = cls(Path(str(certs_dir)), role, user)
+        sec._load()
+        return sec
+
+    @classmethod
+    def for_dir(cls, certs_dir: Path | None, role: Role, user: str = "") -> TransportSecurity:
+        """Mutual TLS from ``certs_dir`` (read lazily, at first use), or plaintext when it
+        is None: for in-process components whose process already checked its flags."""
+        return cls.insecure_mode(role) if certs_dir is None else cls(Path(certs_dir), role, user)
+
+    @classmethod
+    def insecure_mode(cls, role: Role) -> TransportSecurity:
+        """Plaintext, no authentication (``--insecure``)."""
+        return cls(None, role)
+
+    @property
+    def insecure(self) -> bool:
+        """True for plaintext (``--insecure``)."""
+        return self.certs_dir is None
+
+    def _paths(self) -> list[Path]:
+        assert self.certs_dir is not None
+        d = self.certs_dir
+        return [d / CA_CERT, d / cert_file(self.role, self.user), d / key_file(self.role, self.user)]
+
+    def _read(self) -> _Material:
+        paths = self._paths()
+        stamp = _stamp(paths)
+        try:
+            ca, cert, key = (p.read_bytes() for p in paths)
+        except OSError as e:
+            raise SecurityConfigError(f"cannot read {e.filename}: {e.strerror}") from None
+        try:
+            pub = x509.load_pem_x509_certificate(cert).public_key()
+            priv = serialization.load_pem_private_key(key, password=None)
+            x509.load_pem_x509_certificates(ca)
+        except ValueError as e:
+            raise SecurityConfigError(f"unreadable certificate or key in {self.certs_dir}: {e}") from None
+        fmt = serialization.PublicFormat.SubjectPublicKeyInfo
+        enc = serialization.Encoding.DER
+        if pub.public_bytes(enc, fmt) != priv.public_key().public_bytes(enc, fmt):
+            raise SecurityConfigError(f"{paths[2]} is not the key of {paths[1]}")
+        return _Material(ca, cert, key, stamp)
+
+    def _load(self) -> _Material:
+        with self._lock:
+            if self._material is None:
+                self._material = self._read()
+            return self._material
+
+    def refresh(self) -> bool:
+        """Re-read the files if they changed since the last look (at most every
+        :data:`RELOAD_CHECK_S`); returns True when a new, consistent pair was taken. A broken
+        pair is logged and ignored (the previous one stays in use)."""
+        if self.insecure:
+            return False
+        now = time.monotonic()
+        with self._lock:
+            if now - self._checked_at < RELOAD_CHECK_S and self._material is not None:
+                return False
+            self._checked_at = now
+            current = self._material
+        if current is not None and _stamp(self._paths()) == current.stamp:
+            return False
+        try:
+            fresh = self._read()
+        except SecurityConfigError as e:
+            log.warning("certificates in %s changed but cannot be used yet: %s", self.certs_dir, e)
+            return False
+        with self._lock:
+            self._material = fresh
+            self._generation += 1
+        log.info("certificates reloaded from %s", self.certs_dir)
+        return True
+
+    def generation(self) -> int:
+        """A number that changes whenever a new pair was taken: channel caches compare it and
+        reopen their channels (after calling :meth:`refresh`)."""
+        self.refresh()
+        return self._generation
+
+    # ------------------------------------------------------------------ server side
+
+    def _server_config(self) -> Any:
+        m = self._load()
+        return grpc.ssl_server_certificate_configuration([(m.key, m.cert)], root_certificates=m.ca)
+
+    def add_port(self, server: Any, addr: str) -> int:
+        """Bind ``server`` (sync or aio) to ``addr``: TLS requiring a client certificate of
+        this CA, or plaintext when insecure. Returns the bound port (0 = failed)."""
+        if self.insecure:
+            return int(server.add_insecure_port(addr))
+        initial = self._server_config()
+
+        def fetch() -> Any:
+            # Called by gRPC at each new handshake; None keeps the current configuration.
+            return self._server_config() if self.refresh() else None
+
+        creds = grpc.dynamic_ssl_server_credentials(
+            initial, fetch, require_client_authentication=True
+        )
+        return int(server.add_secure_port(addr, creds))
+
+    # ------------------------------------------------------------------ client side
+
+    def channel_credentials(self) -> grpc.ChannelCredentials:
+        """``ca.crt`` as the only root and this process's pair as the client certificate."""
+        self.refresh()
+        m = self._load()
+        return grpc.ssl_channel_credentials(
+            root_certificates=m.ca, private_key=m.key, certificate_chain=m.cert
+        )
+
+    def channel(self, addr: str, options: list[tuple[str, Any]] | None = None) -> grpc.Channel:
+        """A synchronous channel to ``addr`` (``host:port``), secured as configured."""
+        opts = [("grpc.enable_http_proxy", 0), *(options or [])]
+        if self.insecure:
+            return grpc.insecure_channel(addr, options=opts)
+        return grpc.secure_channel(addr, self.channel_credentials(), options=opts)
+
+    def aio_channel(
+        self, addr: str, options: list[tuple[str, Any]] | None = None
+    ) -> grpc.aio.Channel:
+        """An asyncio channel to ``addr`` (``host:port``), secured as configured."""
+        opts = [("grpc.enable_http_proxy", 0), *(options or [])]
+        if self.insecure:
+            return grpc.aio.insecure_channel(addr, options=opts)
+        return grpc.aio.secure_channel(addr, self.channel_credentials(), options=opts)
+
+    def describe(self) -> str:
+        """One line for the start-up log."""
+        if self.insecure:
+            return "INSECURE: plaintext gRPC, no authentication (every client is root)"
+        return f"mutual TLS with certificates from {self.certs_dir}"

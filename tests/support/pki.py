@@ -1,0 +1,84 @@
+"""The test session's PKI: one CA (in a temporary directory, removed at exit) and one
+certificates directory per identity, made on first use, so that the real processes of the
+integration tests run with mutual TLS as in production (issue 10).
+
+``certs_dir(Role.NODE, "127.0.0.1:4001")`` holds ``ca.crt`` and ``node.crt`` / ``node.key``;
+``certs_dir(Role.CLIENT, "root")`` holds ``ca.crt`` and ``client.root.crt`` / ``.key``.
+Addresses started with ``insecure=True`` are remembered in :data:`INSECURE_ADDRS` so that
+health checks talk plaintext to them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import grpc
+
+from obcommon.security.certs import CA_CERT, Role, Validity, create_ca, create_cert
+from obcommon.security.tls import TransportSecurity
+
+_lock = threading.Lock()
+_root: Path | None = None
+#: Plaintext addresses (processes started with ``--insecure``).
+INSECURE_ADDRS: set[str] = set()
+LIFETIME_S = 7 * 86400
+
+
+def root() -> Path:
+    """The session's PKI directory: ``ca.key`` and ``ca/ca.crt``, created on first call."""
+    global _root
+    with _lock:
+        if _root is None:
+            d = Path(tempfile.mkdtemp(prefix="ob-test-pki-"))
+            create_ca(d / "ca", d / "ca.key", Validity.starting(int(time.time()), LIFETIME_S))
+            atexit.register(shutil.rmtree, d, True)
+            _root = d
+        return _root
+
+
+def ca_key() -> Path:
+    """The CA's private key (for tests that sign certificates of their own)."""
+    return root() / "ca.key"
+
+
+def certs_dir(role: Role, name: str) -> Path:
+    """A directory with ``ca.crt`` and ``role``'s pair for ``name`` (``ip:port`` or a user)."""
+    base = root()
+    d = base / f"{role.value}-{name.replace(':', '_')}"
+    with _lock:
+        if not d.exists():
+            tmp = base / f".{d.name}.tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+            shutil.copy(base / "ca" / CA_CERT, tmp / CA_CERT)
+            create_cert(tmp, base / "ca.key", role, name, Validity.starting(int(time.time()), LIFETIME_S))
+            tmp.rename(d)
+    return d
+
+
+def client_certs() -> Path:
+    """``certs_dir(Role.CLIENT, "root")``: what obadmin is given in the tests."""
+    return certs_dir(Role.CLIENT, "root")
+
+
+def security(role: Role = Role.CLIENT, name: str = "root") -> TransportSecurity:
+    """A :class:`TransportSecurity` presenting ``role``'s certificate for ``name``."""
+    return TransportSecurity(certs_dir(role, name), role, name if role is Role.CLIENT else "")
+
+
+def channel(addr: str, role: Role = Role.CLIENT, name: str = "root") -> grpc.Channel:
+    """A synchronous channel to ``addr``: plaintext when it was started insecure, else mutual
+    TLS presenting ``role``'s certificate for ``name`` (default: the root client)."""
+    if addr in INSECURE_ADDRS:
+        return grpc.insecure_channel(addr, options=[("grpc.enable_http_proxy", 0)])
+    return security(role, name).channel(addr)
+
+
+def obadmin_flags(user: str = "root") -> list[str]:
+    """The obadmin flags of a test client: ``--certs-dir`` with ``client.<user>.crt``."""
+    return ["--certs-dir", str(certs_dir(Role.CLIENT, user))]
