@@ -17,7 +17,9 @@ import grpc
 
 @dataclass(frozen=True)
 class ErrorDef:
-    """One row of SPEC.md section 12: ``code`` is negative, as in ``ob_errno.def``."""
+    """One row of SPEC.md section 12: ``code`` is negative, as in ``ob_errno.def``, except
+    the MySQL errors of users and privileges (issue 10), which keep MySQL's positive codes
+    (1045, 1227...)."""
 
     name: str
     code: int
@@ -241,6 +243,36 @@ ERRORS: dict[str, ErrorDef] = {
             "08S01",
             "Got a packet bigger than 'max_allowed_packet' bytes",
             grpc.StatusCode.INVALID_ARGUMENT,
+        ),
+        # Users and privileges (issue 10): MySQL's own errors, with MySQL's positive codes.
+        ErrorDef(
+            "ER_ACCESS_DENIED_ERROR",
+            1045,
+            "28000",
+            "Access denied for user '%s'@'%s' (using password: %s)",
+            grpc.StatusCode.UNAUTHENTICATED,
+        ),
+        ErrorDef(
+            "ER_NONEXISTING_GRANT",
+            1141,
+            "42000",
+            "There is no such grant defined for user '%s' on host '%s'",
+            grpc.StatusCode.NOT_FOUND,
+        ),
+        ErrorDef(
+            "ER_SPECIFIC_ACCESS_DENIED_ERROR",
+            1227,
+            "42000",
+            "Access denied; you need (at least one of) the %s privilege(s) for this operation",
+            grpc.StatusCode.PERMISSION_DENIED,
+        ),
+        ErrorDef("ER_CANNOT_USER", 1396, "HY000", "Operation %s failed for %s", _FP),
+        ErrorDef(
+            "ER_CANT_CREATE_USER_WITH_GRANT",
+            1410,
+            "42000",
+            "You are not allowed to create a user with GRANT",
+            grpc.StatusCode.NOT_FOUND,
         ),
         # An unreachable or failing system-table database. OceanBase has no code for the RS's
         # own meta database; OB_ERR_SYS is its generic "system error".

@@ -23,6 +23,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from obcommon.clock import Clock, SystemClock
+from rootservice.auth.audit import Audit
+from rootservice.auth.users import Users
 from rootservice.balancer.copy_tasks import CopyTasks
 from rootservice.balancer.job_progress import DeleteJobProgress
 from rootservice.balancer.lost_replica_checker import LostReplicaChecker
@@ -276,6 +278,9 @@ class RootService:
             removal=tl.probes,
             jobs=self.delete_jobs,
         )
+        # Users, privileges and the audit trail of statements (issue 10).
+        self.users = Users(self.store, self.clock, settings)
+        self.audit = Audit(self.store, self.clock)
         # Table and column names for SELECT, read from the database on first use.
         self.catalog = Catalog()
         self.parameters = Parameters(

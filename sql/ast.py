@@ -262,6 +262,69 @@ class Select:
     offset: int = 0
 
 
+# --- users and privileges (issue 10) -------------------------------------------------------
+
+PRIVILEGES = ("SELECT", "ALTER SYSTEM", "CREATE USER")
+"""The global privileges, in the order SHOW GRANTS lists them; ``ALL [PRIVILEGES]`` is all
+of them."""
+
+
+@dataclass(frozen=True)
+class CreateUser:
+    """CREATE USER [IF NOT EXISTS] 'u'[@'host'] IDENTIFIED BY 'pw' (the host is ignored)."""
+
+    user: str
+    password: str
+    if_not_exists: bool = False
+
+    def __repr__(self) -> str:
+        # Never the password, even in a debug log.
+        return f"CreateUser(user={self.user!r}, password='***', if_not_exists={self.if_not_exists})"
+
+
+@dataclass(frozen=True)
+class DropUser:
+    """DROP USER [IF EXISTS] 'u'[@'host']"""
+
+    user: str
+    if_exists: bool = False
+
+
+@dataclass(frozen=True)
+class AlterUser:
+    """ALTER USER 'u'[@'host'] IDENTIFIED BY 'pw'"""
+
+    user: str
+    password: str
+
+    def __repr__(self) -> str:
+        return f"AlterUser(user={self.user!r}, password='***')"
+
+
+@dataclass(frozen=True)
+class Grant:
+    """GRANT priv [, priv ...] ON *.* TO 'u'[@'host']; ``privileges`` are names of
+    :data:`PRIVILEGES` (``ALL`` expanded), without repeats, in that order."""
+
+    privileges: tuple[str, ...]
+    user: str
+
+
+@dataclass(frozen=True)
+class Revoke:
+    """REVOKE priv [, priv ...] ON *.* FROM 'u'[@'host'] (``privileges`` as :class:`Grant`'s)."""
+
+    privileges: tuple[str, ...]
+    user: str
+
+
+@dataclass(frozen=True)
+class ShowGrants:
+    """SHOW GRANTS [FOR 'u'[@'host']]; ``user`` None means the caller."""
+
+    user: str | None = None
+
+
 Statement = (
     Bootstrap
     | ServerOp
@@ -277,4 +340,10 @@ Statement = (
     | CreateTenant
     | DropTenant
     | SwitchLeader
+    | CreateUser
+    | DropUser
+    | AlterUser
+    | Grant
+    | Revoke
+    | ShowGrants
 )

@@ -127,6 +127,13 @@ def _to_int64(token: Token, negative: bool = False) -> int:
     return value
 
 
+def _privileges(groups: list[tuple[str, ...]]) -> tuple[str, ...]:
+    """The privileges named (each group one privilege, or all for ALL), once each, in the
+    order of :data:`sql.ast.PRIVILEGES`."""
+    named = {p for group in groups for p in group}
+    return tuple(p for p in ast.PRIVILEGES if p in named)
+
+
 def _options(options: tuple[_Option, ...]) -> dict[str, Any]:
     """Pool or tenant options by lower-cased keyword; an option given twice is a syntax error
     at its second occurrence rather than silently one of the two values."""
@@ -281,6 +288,46 @@ class ToAst(Transformer[Token, Any]):
 
     if_exists = if_not_exists
     force = if_not_exists
+
+    # --- users and privileges ---------------------------------------------------------
+
+    def create_user(self, if_not_exists: bool | None, user: str, password: str) -> ast.CreateUser:
+        return ast.CreateUser(user=user, password=password, if_not_exists=bool(if_not_exists))
+
+    def drop_user(self, if_exists: bool | None, user: str) -> ast.DropUser:
+        return ast.DropUser(user=user, if_exists=bool(if_exists))
+
+    def alter_user(self, user: str, password: str) -> ast.AlterUser:
+        return ast.AlterUser(user=user, password=password)
+
+    def grant(self, *children: Any) -> ast.Grant:
+        *privileges, user = children
+        return ast.Grant(privileges=_privileges(privileges), user=user)
+
+    def revoke(self, *children: Any) -> ast.Revoke:
+        *privileges, user = children
+        return ast.Revoke(privileges=_privileges(privileges), user=user)
+
+    def show_grants(self, user: str | None = None) -> ast.ShowGrants:
+        return ast.ShowGrants(user=user)
+
+    def privilege(self, *words: Token) -> tuple[str, ...]:
+        spelled = " ".join(w.upper() for w in words)
+        if spelled in ("ALL", "ALL PRIVILEGES"):
+            return ast.PRIVILEGES
+        if spelled in ast.PRIVILEGES:
+            return (spelled,)
+        raise ObError(
+            "OB_NOT_SUPPORTED",
+            f"privilege '{spelled[:64]}'",
+            detail="the privileges are SELECT, ALTER SYSTEM, CREATE USER and ALL [PRIVILEGES]",
+        )
+
+    def user(self, name: str, host: str | None = None) -> str:
+        # The host of 'u'@'host' is ignored: a user is the same from every host.
+        if not name:
+            raise ObError("OB_INVALID_ARGUMENT", "user name", detail="it must not be empty")
+        return name
 
     # --- SELECT -----------------------------------------------------------------------
 

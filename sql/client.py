@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import grpc
 
@@ -22,6 +23,36 @@ NOT_MASTER_CODES = frozenset({ERRORS["OB_RS_NOT_MASTER"].code, ERRORS["OB_NOT_MA
 
 
 Value = int | float | str | None
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Who obadmin logs in as (issue 10): ``user`` and ``password`` (None when not given),
+    sent as the gRPC metadata ``ob-user`` / ``ob-password`` of every call. The password is
+    never printed (not even by ``repr``)."""
+
+    user: str | None = None
+    password: str | None = None
+
+    def __repr__(self) -> str:
+        shown = None if self.password is None else "***"
+        return f"Credentials(user={self.user!r}, password={shown!r})"
+
+    def metadata(self) -> list[tuple[str, str | bytes]]:
+        """The call metadata: a value that is not printable ASCII (which gRPC metadata cannot
+        carry) goes as UTF-8 under the ``-bin`` key."""
+        out: list[tuple[str, str | bytes]] = []
+        for key, value in (("ob-user", self.user), ("ob-password", self.password)):
+            if value is None:
+                continue
+            if value.isascii() and value.isprintable():
+                out.append((key, value))
+            else:
+                out.append((key + "-bin", value.encode("utf-8", "surrogatepass")))
+        return out
+
+
+NO_CREDENTIALS = Credentials()
 
 
 class RsUnreachableError(Exception):
@@ -78,12 +109,16 @@ def _rpc_error_response(e: grpc.RpcError) -> obrpc_pb2.SqlResponse:
     return _error_response(ObError("OB_ERR_UNEXPECTED", detail=f"{code}: {details}"))
 
 
-def _call(addr: str, statement: str, timeout_s: float) -> obrpc_pb2.SqlResponse:
+def _call(
+    addr: str, statement: str, timeout_s: float, credentials: Credentials
+) -> obrpc_pb2.SqlResponse:
     with grpc.insecure_channel(addr) as channel:
         stub = obrpc_pb2_grpc.AdminServiceStub(channel)
         try:
             response: obrpc_pb2.SqlResponse = stub.ExecuteSql(
-                obrpc_pb2.SqlRequest(statement=statement), timeout=timeout_s
+                obrpc_pb2.SqlRequest(statement=statement),
+                timeout=timeout_s,
+                metadata=credentials.metadata(),
             )
         except grpc.RpcError as e:
             if isinstance(e, grpc.Call) and e.code() == grpc.StatusCode.UNAVAILABLE:
@@ -92,9 +127,14 @@ def _call(addr: str, statement: str, timeout_s: float) -> obrpc_pb2.SqlResponse:
     return response
 
 
-def execute(rs_addrs: Sequence[str], statement: str, timeout_s: float) -> obrpc_pb2.SqlResponse:
-    """Run ``statement`` on the leader RS and return its ``SqlResponse`` (which may carry an
-    error: check ``error.code``).
+def execute(
+    rs_addrs: Sequence[str],
+    statement: str,
+    timeout_s: float,
+    credentials: Credentials = NO_CREDENTIALS,
+) -> obrpc_pb2.SqlResponse:
+    """Run ``statement`` on the leader RS as ``credentials`` and return its ``SqlResponse``
+    (which may carry an error: check ``error.code``; a refused login is MySQL's 1045).
 
     The addresses (``"host:port"``) are tried in order; an address is skipped when it refuses
     the connection (gRPC ``UNAVAILABLE``) or answers ``OB_RS_NOT_MASTER`` / ``OB_NOT_MASTER``.
@@ -120,7 +160,7 @@ def execute(rs_addrs: Sequence[str], statement: str, timeout_s: float) -> obrpc_
         if remaining <= 0:
             return _error_response(ObError("OB_TIMEOUT"))
         try:
-            response = _call(addr, statement, remaining)
+            response = _call(addr, statement, remaining, credentials)
         except _Unavailable as e:
             unreachable = RsUnreachableError(addr, e.detail)
             continue

@@ -2,7 +2,8 @@
 
 ::
 
-    obadmin --rs HOST:PORT[,HOST:PORT...] [-e STATEMENT] [--format table|json|csv] [--timeout S]
+    obadmin --rs HOST:PORT[,HOST:PORT...] [-u USER] [-p PASSWORD | --password-file F]
+            [-e STATEMENT] [--format table|json|csv] [--timeout S]
 
 Statements travel verbatim through ``AdminService.ExecuteSql`` (obcommon/proto/obrpc.proto);
 the RS parses and executes them, the client only splits its input at ``;`` and prints the
@@ -13,6 +14,11 @@ Output follows the mysql client: a ``+---+`` bordered table and ``N rows in set`
 for result sets, ``Query OK, N rows affected`` otherwise, and ``ERROR <code> (<state>): ...`` on
 stderr with exit status 1 for errors (SPEC.md sections 7 and 12).
 
+The user (issue 10) is ``-u``; its password ``-p PASSWORD``, else the first line of
+``--password-file F``, else the environment variable ``OB_PASSWORD``; both travel as gRPC
+metadata on every call and the password is never printed. With no password, the client
+certificate names the user.
+
 The parts: :mod:`sql.client` (talking to the RS), :mod:`sql.shell` (input),
 :mod:`sql.formatting` (output), :mod:`sql.wait_job` (``--wait-job``).
 """
@@ -20,9 +26,11 @@ The parts: :mod:`sql.client` (talking to the RS), :mod:`sql.shell` (input),
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 
-from sql.client import DEFAULT_TIMEOUT_S
+from sql.client import DEFAULT_TIMEOUT_S, Credentials
 from sql.formatting import FORMATS
 from sql.shell import Shell
 from sql.wait_job import wait_job
@@ -38,6 +46,20 @@ def _build_arg_parser() -> argparse.ArgumentParser:
         required=True,
         metavar="HOST:PORT[,HOST:PORT...]",
         help="RootService addresses, tried in order until the leader answers",
+    )
+    parser.add_argument("-u", "--user", metavar="USER", help="log in as USER")
+    parser.add_argument(
+        "-p",
+        "--password",
+        metavar="PASSWORD",
+        help="the user's password (visible to other local users in the process list: "
+        "prefer --password-file or OB_PASSWORD)",
+    )
+    parser.add_argument(
+        "--password-file",
+        type=Path,
+        metavar="FILE",
+        help="read the password from the first line of FILE",
     )
     parser.add_argument(
         "-e", "--execute", metavar="STATEMENT", help="run these statements and exit"
@@ -66,6 +88,27 @@ def _build_arg_parser() -> argparse.ArgumentParser:
     return parser
 
 
+PASSWORD_ENV = "OB_PASSWORD"
+
+
+def credentials(
+    args: argparse.Namespace, parser: argparse.ArgumentParser, environ: dict[str, str]
+) -> Credentials:
+    """The user and password of the command line: the password from ``-p``, else the first
+    line of ``--password-file`` (its line end removed), else ``OB_PASSWORD`` (an empty value
+    counts as none). An unreadable password file is a usage error (exit 2)."""
+    password: str | None = args.password
+    if password is None and args.password_file is not None:
+        try:
+            with args.password_file.open(encoding="utf-8") as f:
+                password = f.readline().rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as e:
+            parser.error(f"cannot read --password-file {args.password_file}: {e}")
+    if password is None:
+        password = environ.get(PASSWORD_ENV) or None
+    return Credentials(user=args.user, password=password)
+
+
 def main(argv: list[str] | None = None) -> int:
     """The ``obadmin`` console script. Returns the exit status: 0 when every statement
     succeeded, 1 after an error (printed on stderr as ``ERROR <code> (<state>): ...``), 2 for
@@ -77,11 +120,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--rs needs at least one HOST:PORT")
     if not args.timeout > 0:
         parser.error("--timeout must be positive")
+    creds = credentials(args, parser, dict(os.environ))
     if args.wait_job is not None:
         return wait_job(
-            rs_addrs, args.wait_job, args.timeout, sys.stdout, deadline_s=args.wait_timeout
+            rs_addrs,
+            args.wait_job,
+            args.timeout,
+            sys.stdout,
+            deadline_s=args.wait_timeout,
+            credentials=creds,
         )
-    client = Shell(rs_addrs, args.format, args.timeout, sys.stdout, sys.stderr)
+    client = Shell(rs_addrs, args.format, args.timeout, sys.stdout, sys.stderr, creds)
     if args.execute is not None:
         return client.run_script(args.execute)
     if sys.stdin.isatty():

@@ -9,7 +9,7 @@ import contextlib
 import os
 from typing import TextIO
 
-from sql.client import RsUnreachableError, execute
+from sql.client import NO_CREDENTIALS, Credentials, RsUnreachableError, execute
 from sql.formatting import format_response
 
 PROMPT = "obadmin> "
@@ -95,12 +95,19 @@ def is_exit_command(line: str) -> bool:
 class Shell:
     """Runs statements against ``rs_addrs`` (``ip:port`` of every RS) and prints the answers
     in ``fmt`` (``table`` / ``json`` / ``csv``) on ``out``, errors on ``err``; ``timeout_s``
-    bounds each statement (seconds)."""
+    bounds each statement (seconds); every statement is sent with ``credentials``."""
 
     def __init__(
-        self, rs_addrs: list[str], fmt: str, timeout_s: float, out: TextIO, err: TextIO
+        self,
+        rs_addrs: list[str],
+        fmt: str,
+        timeout_s: float,
+        out: TextIO,
+        err: TextIO,
+        credentials: Credentials = NO_CREDENTIALS,
     ) -> None:
         self.rs_addrs = rs_addrs
+        self.credentials = credentials
         self.fmt = fmt
         self.timeout_s = timeout_s
         self.out = out
@@ -109,7 +116,7 @@ class Shell:
     def run_one(self, statement: str) -> bool:
         """Send one statement and print the answer; False when it failed."""
         try:
-            response = execute(self.rs_addrs, statement, self.timeout_s)
+            response = execute(self.rs_addrs, statement, self.timeout_s, self.credentials)
         except RsUnreachableError as e:
             print(e.to_sql_text(), file=self.err, flush=True)
             return False

@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
-from sql.client import execute, result_rows
+from sql.client import NO_CREDENTIALS, Credentials, execute, result_rows
 from sql.formatting import format_response
 
 
@@ -44,11 +44,12 @@ def wait_job(
     out: TextIO,
     poll_s: float = 0.5,
     deadline_s: float = 3600.0,
+    credentials: Credentials = NO_CREDENTIALS,
 ) -> int:
     """Poll ``DBA_OB_ROOTSERVICE_JOBS`` for ``job_id`` until it leaves INPROGRESS, drawing a
     progress bar on ``out`` (redrawn in place on a terminal, one line per change otherwise).
     Returns 0 for SUCCESS, 1 for CANCELED / FAILED / an unknown job / an error, 3 when
-    ``deadline_s`` seconds pass first."""
+    ``deadline_s`` seconds pass first. Every poll is sent with ``credentials``."""
     tty = out.isatty()
     last = ""
     for _ in range(int(deadline_s / poll_s) + 1):
@@ -57,6 +58,7 @@ def wait_job(
             "SELECT job_status, progress, extra_info FROM DBA_OB_ROOTSERVICE_JOBS "
             f"WHERE job_id = {int(job_id)}",
             timeout_s,
+            credentials,
         )
         if resp.error.code:
             out.write(f"\n{format_response(resp)}\n")

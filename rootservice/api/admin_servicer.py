@@ -1,7 +1,8 @@
-"""``obadmin``'s entry point, ``AdminService``: ``ExecuteSql`` parses and executes one
-statement on a worker thread (so that neither parsing nor database I/O ever blocks
-heartbeats) and answers MySQL-style errors in-band (SPEC.md section 7); ``GetMetrics``
-returns the RS's counters as JSON.
+"""``obadmin``'s entry point, ``AdminService``: ``ExecuteSql`` authenticates the caller
+(gRPC metadata ``ob-user`` / ``ob-password``, the client certificate; issue 10), then parses
+and executes one statement, all on a worker thread (so that neither password hashing,
+parsing nor database I/O ever blocks heartbeats), and answers MySQL-style errors in-band
+(SPEC.md section 7); ``GetMetrics`` returns the RS's counters as JSON.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 
 import grpc
 
+from obcommon.errors import ObError, error_to_proto
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from obcommon.security.certs import Role
 from rootservice.api.dispatch import execute_sql
@@ -19,8 +21,58 @@ from rootservice.app import RootService
 #: Who may call the admin service: client certificates (a node or RS certificate may not).
 CLIENTS = frozenset({Role.CLIENT})
 
+USER_KEY = "ob-user"
+PASSWORD_KEY = "ob-password"
+"""gRPC metadata of the caller's user name and password (absent = None). A value that is
+not printable ASCII travels as UTF-8 under the same key with gRPC's ``-bin`` suffix."""
+
 #: Refusals that mean "ask the leader" and carry ``leader_hint``.
 NOT_MASTER_NAMES = frozenset({"OB_RS_NOT_MASTER", "OB_NOT_MASTER"})
+
+
+def client_addr(peer: str) -> str:
+    """gRPC's ``context.peer()`` (``ipv4:10.0.0.5:51234``, ``ipv6:[::1]:51234``) ->
+    ``10.0.0.5:51234`` / ``[::1]:51234``; other forms (``unix:...``) are kept as they are."""
+    scheme, sep, rest = peer.partition(":")
+    return rest if sep and scheme in ("ipv4", "ipv6") else peer
+
+
+def metadata_value(metadata: object, key: str) -> str | None:
+    """The value of ``key`` (or of ``key-bin``, UTF-8) in gRPC invocation metadata, None when
+    absent or not UTF-8."""
+    for item in metadata or ():  # type: ignore[attr-defined]
+        k, v = item[0], item[1]
+        if k == key and isinstance(v, str):
+            return v
+        if k == key + "-bin" and isinstance(v, bytes):
+            try:
+                return v.decode("utf-8")
+            except UnicodeDecodeError:
+                return None
+    return None
+
+
+def authenticated_execute(
+    rs: RootService,
+    statement: str,
+    user: str | None,
+    password: str | None,
+    cert_user: str | None,
+    addr: str,
+) -> obrpc_pb2.SqlResponse:
+    """Authenticate (:meth:`rootservice.auth.users.Users.authenticate`), then
+    :func:`rootservice.api.dispatch.execute_sql`. A refused login answers MySQL's 1045
+    in-band, and is audited (event ``login``) and counted (``logins_refused_total``)."""
+    try:
+        principal = rs.users.authenticate(user, password, cert_user, addr)
+    except ObError as e:
+        resp = obrpc_pb2.SqlResponse()
+        error_to_proto(e, resp.error)
+        if e.name == "ER_ACCESS_DENIED_ERROR":
+            rs.metrics.inc("logins_refused_total")
+            rs.audit.record(user or cert_user or "", addr, statement, e.name, event="login")
+        return resp
+    return execute_sql(rs, statement, principal)
 
 
 class AdminServicer(obrpc_pb2_grpc.AdminServiceServicer):
@@ -33,16 +85,30 @@ class AdminServicer(obrpc_pb2_grpc.AdminServiceServicer):
     async def ExecuteSql(
         self, request: obrpc_pb2.SqlRequest, context: grpc.aio.ServicerContext
     ) -> obrpc_pb2.SqlResponse:  # type: ignore[override]  # noqa: N802
-        """``AdminService.ExecuteSql`` of obrpc.proto: parse and run one SQL statement.
+        """``AdminService.ExecuteSql`` of obrpc.proto: authenticate the caller (metadata
+        ``ob-user`` / ``ob-password``, the client certificate; issue 10), then parse and run
+        one SQL statement.
 
         Runs :func:`rootservice.api.dispatch.execute_sql` on ``rs.executor`` so the event loop (and the
         heartbeats) never wait for parsing or the database; every error, MySQL-style (SPEC.md
         section 7), is carried in the response's ``error``, never as a gRPC status. A
         not-master refusal carries the leader's address in ``leader_hint`` (issue 5).
         """
-        await self.rs.peer_gate.admit(context, "AdminService.ExecuteSql", CLIENTS)
+        # Only a client certificate may call; its CN names the user when no password is
+        # given (None in insecure mode, where there are no certificates).
+        ident = await self.rs.peer_gate.admit(context, "AdminService.ExecuteSql", CLIENTS)
+        metadata = context.invocation_metadata()
         loop = asyncio.get_running_loop()
-        resp = await loop.run_in_executor(self.rs.executor, execute_sql, self.rs, request.statement)
+        resp = await loop.run_in_executor(
+            self.rs.executor,
+            authenticated_execute,
+            self.rs,
+            request.statement,
+            metadata_value(metadata, USER_KEY) or None,
+            metadata_value(metadata, PASSWORD_KEY),
+            ident.name if ident is not None else None,
+            client_addr(context.peer() or ""),
+        )
         if resp.error.name in NOT_MASTER_NAMES and not resp.leader_hint:
             resp.leader_hint = self.rs.leader_hint()
         return resp

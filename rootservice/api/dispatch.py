@@ -1,8 +1,10 @@
 """One executor per statement of the admin language (SPEC.md section 7).
 
-:func:`execute_sql` parses a statement (``sql.parser``), runs the executor registered for
-its AST class and turns the outcome into an ``SqlResponse``; every refusal is an
-``ObError`` and is returned in-band with its OceanBase code. Executors validate, then call
+:func:`execute_sql` parses a statement (``sql.parser``), checks that the caller has the
+privilege it needs (:mod:`rootservice.auth.privileges`, issue 10), passes the term's gate,
+runs the executor registered for its AST class, turns the outcome into an ``SqlResponse``
+and audits it (:mod:`rootservice.auth.audit`); every refusal is an ``ObError`` and is
+returned in-band with its OceanBase (or MySQL) code. Executors validate, then call
 the RS; they never touch tables themselves except SELECT, which reads through
 :mod:`rootservice.db.select_repo`.
 """
@@ -10,6 +12,7 @@ the RS; they never touch tables themselves except SELECT, which reads through
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +21,8 @@ from obcommon.addresses import format_server, parse_server
 from obcommon.errors import ObError, error_to_proto
 from obcommon.proto import obrpc_pb2
 from rootservice.app import RootService
+from rootservice.auth.audit import redact
+from rootservice.auth.principal import Principal
 from rootservice.bootstrap import BootstrapItem
 from rootservice.db import select_repo
 from rootservice.tenants.ddl_requests import NewPool, NewTenant, NewUnitConfig
@@ -168,6 +173,41 @@ def _select(rs: RootService, st: ast.Select) -> Result:
     )
 
 
+def _create_user(rs: RootService, st: ast.CreateUser) -> Result:
+    created = rs.users.create_user(st.user, st.password, if_not_exists=st.if_not_exists)
+    return Result(affected_rows=int(created), info="" if created else "user exists")
+
+
+def _drop_user(rs: RootService, st: ast.DropUser) -> Result:
+    dropped = rs.users.drop_user(st.user, if_exists=st.if_exists)
+    return Result(affected_rows=int(dropped), info="" if dropped else "user not exist")
+
+
+def _alter_user(rs: RootService, st: ast.AlterUser) -> Result:
+    rs.users.alter_password(st.user, st.password)
+    return Result()
+
+
+def _grant(rs: RootService, st: ast.Grant) -> Result:
+    rs.users.grant(st.user, st.privileges)
+    return Result()
+
+
+def _revoke(rs: RootService, st: ast.Revoke) -> Result:
+    rs.users.revoke(st.user, st.privileges)
+    return Result()
+
+
+def _show_grants(rs: RootService, st: ast.ShowGrants) -> Result:
+    # execute() has put the caller's name in a SHOW GRANTS without FOR.
+    user = st.user or ""
+    return Result(
+        columns=[f"Grants for {user}@%"],
+        rows=[(line,) for line in rs.users.show_grants(user)],
+        is_result_set=True,
+    )
+
+
 EXECUTORS: dict[type, Callable[[RootService, Any], Result]] = {
     ast.Bootstrap: _bootstrap,
     ast.ServerOp: _server_op,
@@ -183,24 +223,65 @@ EXECUTORS: dict[type, Callable[[RootService, Any], Result]] = {
     ast.CreateTenant: _create_tenant,
     ast.DropTenant: _drop_tenant,
     ast.SwitchLeader: _switch_leader,
+    ast.CreateUser: _create_user,
+    ast.DropUser: _drop_user,
+    ast.AlterUser: _alter_user,
+    ast.Grant: _grant,
+    ast.Revoke: _revoke,
+    ast.ShowGrants: _show_grants,
 }
 
 
 # What each statement needs of the term, the one gate (rootservice.ha.term.Term.check),
 # asked once per statement here and nowhere below: the leader with its whitelist in service
 # (every statement not listed), the leader only (BOOTSTRAP and SET run before there is a
-# whitelist), or nothing (SELECT and SHOW only read the database: standbys answer them).
-LEADER_ONLY = frozenset({ast.Bootstrap, ast.SetParameters})
-UNGATED = frozenset({ast.Select, ast.ShowParameters})
+# whitelist; the user statements need no whitelist), or nothing (SELECT and SHOW only read
+# the database: standbys answer them).
+LEADER_ONLY = frozenset(
+    {
+        ast.Bootstrap,
+        ast.SetParameters,
+        ast.CreateUser,
+        ast.DropUser,
+        ast.AlterUser,
+        ast.Grant,
+        ast.Revoke,
+    }
+)
+UNGATED = frozenset({ast.Select, ast.ShowParameters, ast.ShowGrants})
+
+READS = frozenset({ast.Select, ast.ShowParameters, ast.ShowGrants})
+"""Statements not audited (unless refused for want of a login or a privilege)."""
+
+ACCESS_REFUSALS = frozenset({"ER_ACCESS_DENIED_ERROR", "ER_SPECIFIC_ACCESS_DENIED_ERROR"})
+"""Outcomes audited whatever the statement."""
+
+_READ_WORD = re.compile(r"\s*(?:SELECT|SHOW)\b", re.IGNORECASE)
 
 
-def execute(rs: RootService, statement: ast.Statement) -> Result:
-    """Pass the term's gate (see :data:`LEADER_ONLY`, :data:`UNGATED`), then run one parsed
-    statement. Raises ``ObError`` (OB_RS_NOT_MASTER from the gate)."""
+def execute(rs: RootService, statement: ast.Statement, principal: Principal) -> Result:
+    """Check ``principal``'s privilege (:meth:`rootservice.auth.users.Users.check`), pass the
+    term's gate (see :data:`LEADER_ONLY`, :data:`UNGATED`), then run one parsed statement.
+    Raises ``ObError`` (ER_SPECIFIC_ACCESS_DENIED_ERROR from the check, OB_RS_NOT_MASTER
+    from the gate)."""
+    rs.users.check(principal, statement)
+    if isinstance(statement, ast.ShowGrants) and statement.user is None:
+        statement = ast.ShowGrants(user=principal.user)
     kind = type(statement)
     if kind not in UNGATED:
         rs.term.check(need_service=kind not in LEADER_ONLY)
     return EXECUTORS[kind](rs, statement)
+
+
+def audited(statement: ast.Statement | None, text: str, outcome: str) -> bool:
+    """Whether a statement gets an audit record (issue 10): every one but the reads
+    (:data:`READS`; a statement that did not parse counts as a read when it starts with
+    SELECT or SHOW), and any refused for want of a login or a privilege."""
+    if outcome in ACCESS_REFUSALS:
+        return True
+    if statement is None:
+        return not _READ_WORD.match(text)
+    return type(statement) not in READS
 
 
 def _cell(value: Any) -> obrpc_pb2.Cell:
@@ -228,21 +309,27 @@ def to_response(result: Result) -> obrpc_pb2.SqlResponse:
     return resp
 
 
-def execute_sql(rs: RootService, text: str) -> obrpc_pb2.SqlResponse:
-    """Parse and execute ``text``; every outcome, including an internal error, becomes a
-    response (never an exception), with ``leader_hint`` on OB_RS_NOT_MASTER."""
+def execute_sql(rs: RootService, text: str, principal: Principal) -> obrpc_pb2.SqlResponse:
+    """Parse, check and execute ``text`` for ``principal``; every outcome, including an
+    internal error, becomes a response (never an exception), with ``leader_hint`` on
+    OB_RS_NOT_MASTER. Statements that are not reads, and refusals for a missing privilege,
+    are audited (:func:`audited`; the audit never changes the outcome)."""
+    statement: ast.Statement | None = None
     try:
         statement = parse(text, max_bytes=rs.settings.max_statement_bytes)
-        resp = to_response(execute(rs, statement))
+        resp = to_response(execute(rs, statement, principal))
         rs.metrics.inc("statements_total")
-        return resp
+        outcome = "OK"
     except ObError as e:
         rs.metrics.inc("statements_refused_total")
         resp = obrpc_pb2.SqlResponse()
         error_to_proto(e, resp.error)
-        return resp
+        outcome = e.name
     except Exception:
-        log.exception("statement failed unexpectedly: %.200s", text)
+        log.exception("statement failed unexpectedly: %s", redact(text, 200))
         resp = obrpc_pb2.SqlResponse()
         error_to_proto(ObError("OB_ERR_UNEXPECTED", detail="see the root service log"), resp.error)
-        return resp
+        outcome = "OB_ERR_UNEXPECTED"
+    if audited(statement, text, outcome):
+        rs.audit.record(principal.user, principal.client_addr, text, outcome)
+    return resp

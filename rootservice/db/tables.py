@@ -280,3 +280,20 @@ SYSTEM_VIEWS = (
     "dba_ob_ls_locations",
     "dba_ob_rootservice_jobs",
 )
+
+
+# --- users and privileges (issue 10; OceanBase's __all_user, migration 0004) ---------------
+
+all_user = sa.Table(
+    "__all_user",
+    metadata,
+    sa.Column("user_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("user_name", sa.String(64), nullable=False, unique=True),
+    # The argon2 hash (salt and parameters included); '' = no password (certificate only).
+    sa.Column("passwd", sa.String(512), nullable=False, server_default=""),
+    # One column per global privilege: 1 granted, 0 not.
+    sa.Column("priv_select", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("priv_alter_system", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("priv_create_user", sa.Integer, nullable=False, server_default="0"),
+    *_gmt(),
+)

@@ -17,6 +17,7 @@ from obcommon.clock import FakeClock
 from obcommon.errors import ObError
 from obcommon.proto import obrpc_pb2
 from rootservice.app import RootService
+from rootservice.auth.principal import Principal
 from rootservice.config import RsSettings
 from rootservice.db import param_repo, server_repo, zone_repo
 from rootservice.db.zone_repo import ZoneInfo
@@ -34,6 +35,9 @@ SEEDED = [
     ("127.0.0.1:3004", "z1"),
 ]
 (A, ZA), (B, ZB), (C, ZC), (D, ZD) = SEEDED  # A and D in z1, B in z2, C in z3
+
+ROOT = Principal("root", "127.0.0.1:40000")
+"""The principal statements run as in tests that are not about privileges."""
 
 
 def make_rs(db_url: str, tmp_path: Path, *, seed: bool = True, **overrides: Any) -> RootService:

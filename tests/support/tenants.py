@@ -18,7 +18,7 @@ from obcommon.errors import ObError
 from obcommon.proto import obrpc_pb2
 from rootservice.api.dispatch import execute_sql
 from rootservice.app import RootService
-from tests.support.harness import make_rs
+from tests.support.harness import ROOT, make_rs
 
 GIB = 1 << 30
 A, B, C, D = "127.0.0.1:3001", "127.0.0.1:3002", "127.0.0.1:3003", "127.0.0.1:3004"
@@ -77,7 +77,7 @@ def replica(
 
 def sql(rs: RootService, text: str) -> Any:
     """Run a statement; raise its refusal as ``ObError``."""
-    resp = execute_sql(rs, text)
+    resp = execute_sql(rs, text, ROOT)
     if resp.error.code:
         raise ObError(resp.error.name, detail=resp.error.message)
     return resp

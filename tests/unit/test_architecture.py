@@ -22,6 +22,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("rootservice.cli", "rootservice.demo", "rootservice.cert_commands"),
     ("rootservice.api",),
     ("rootservice.app",),
+    # Users, privileges and audit (issue 10): used by api/ (and built by app), uses db/.
+    ("rootservice.auth",),
     ("rootservice.bootstrap", "rootservice.office", "rootservice.parameters"),
     ("rootservice.balancer",),
     ("rootservice.tenants",),

@@ -9,7 +9,7 @@ import pytest
 
 from rootservice.api.dispatch import LEADER_ONLY, UNGATED, execute_sql
 from sql import ast
-from tests.support.harness import SEEDED, make_rs
+from tests.support.harness import ROOT, SEEDED, make_rs
 
 SERVER = SEEDED[0][0]
 NEEDS_SERVICE = [
@@ -29,12 +29,20 @@ UNGATED_STATEMENTS = ["SELECT * FROM __all_server", "SHOW PARAMETERS LIKE 'lease
 
 
 def error(rs: object, statement: str) -> str:
-    return execute_sql(rs, statement).error.name  # type: ignore[arg-type]
+    return execute_sql(rs, statement, ROOT).error.name  # type: ignore[arg-type]
 
 
 def test_the_gate_table_names_statements() -> None:
-    assert {ast.Bootstrap, ast.SetParameters} == LEADER_ONLY
-    assert {ast.Select, ast.ShowParameters} == UNGATED
+    assert {
+        ast.Bootstrap,
+        ast.SetParameters,
+        ast.CreateUser,
+        ast.DropUser,
+        ast.AlterUser,
+        ast.Grant,
+        ast.Revoke,
+    } == LEADER_ONLY
+    assert {ast.Select, ast.ShowParameters, ast.ShowGrants} == UNGATED
 
 
 @pytest.mark.parametrize("statement", NEEDS_SERVICE)

@@ -21,7 +21,16 @@ from rootservice.ha.election import Election, merge_rs_list
 from rootservice.ha.store import MetaStore
 from rootservice.ha.term import RsState, Term, lease_timings
 from tests.support.harness import LEASE as HB_LEASE
-from tests.support.harness import SEEDED, error_name, flush, hb, heartbeat_all, make_rs, server_row
+from tests.support.harness import (
+    ROOT,
+    SEEDED,
+    error_name,
+    flush,
+    hb,
+    heartbeat_all,
+    make_rs,
+    server_row,
+)
 from tests.support.harness import events as event_rows
 
 S = 1_000_000
@@ -448,7 +457,7 @@ def test_step_down_drops_state_stops_timers_and_a_new_term_loads_afresh(
             f"ALTER SYSTEM START SERVER '{SEEDED[0][0]}'",
             "ALTER SYSTEM SET lease_time = '9s'",
         ):
-            assert execute_sql(rs, statement).error.name == "OB_RS_NOT_MASTER"
+            assert execute_sql(rs, statement, ROOT).error.name == "OB_RS_NOT_MASTER"
         assert dropped == []
 
         # The election round cleans up (timers, memory, queue), then - the lease row naming

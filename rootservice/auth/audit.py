@@ -1,0 +1,77 @@
+"""The audit trail of admin statements (issue 10): one log line on the ``rootservice.audit``
+logger and one ``__all_rootservice_event_history`` row (module ``audit``) per statement that
+is not a read, and per refused login or privilege, with the user, the client address, the
+statement (passwords masked, truncated) and the outcome (``OK`` or the error's name).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+
+from obcommon.clock import Clock
+from rootservice.db import event_repo
+from rootservice.db.event_repo import Event
+from rootservice.ha.store import MetaStore
+
+log = logging.getLogger("rootservice.audit")
+
+MAX_STATEMENT_CHARS = 512
+"""How much of a statement an audit record keeps."""
+
+# IDENTIFIED BY followed by a quoted string (MySQL escapes and doubled quotes), an
+# unterminated one (masked to the end), or a bare word.
+_PASSWORD = re.compile(
+    r"""(IDENTIFIED\s+BY\s+)(?:'(?:[^'\\]|\\[\s\S]|'')*'|"(?:[^"\\]|\\[\s\S]|"")*"|['"][\s\S]*|\S+)""",
+    re.IGNORECASE,
+)
+
+
+def redact(statement: str, limit: int = MAX_STATEMENT_CHARS) -> str:
+    """``statement`` with every password after ``IDENTIFIED BY`` replaced by ``'***'`` and
+    cut to ``limit`` characters (masked first, so a cut never reveals half a password)."""
+    masked = _PASSWORD.sub(r"\1'***'", statement)
+    return masked if len(masked) <= limit else masked[:limit] + "..."
+
+
+class Audit:
+    """Writes audit records through ``store`` (an unfenced transaction of its own: a standby
+    records the statements it refuses too) stamped by ``clock``."""
+
+    def __init__(self, store: MetaStore, clock: Clock) -> None:
+        """Record into ``store``'s event history, at ``clock``'s time."""
+        self.store = store
+        self.clock = clock
+        self.failures = 0
+
+    def record(
+        self, user: str, client_addr: str, statement: str, outcome: str, event: str = "statement"
+    ) -> None:
+        """Log and store one record. ``outcome`` is ``"OK"`` or an error name
+        (``ER_ACCESS_DENIED_ERROR``...); ``event`` is ``statement`` or ``login`` (a refused
+        login). Never raises: a failed event write is logged (and counted in
+        :attr:`failures`) and the statement's own outcome stands."""
+        text = redact(statement)
+        log.info("user=%r client=%s outcome=%s statement=%r", user, client_addr, outcome, text)
+        try:
+            with self.store.txn(fenced=False) as conn:
+                event_repo.insert_events(
+                    conn,
+                    [
+                        Event(
+                            self.clock.now_us(),
+                            "audit",
+                            event,
+                            (
+                                ("user", user),
+                                ("client_addr", client_addr),
+                                ("outcome", outcome),
+                                ("statement", text),
+                            ),
+                        )
+                    ],
+                    self.store.rs_addr,
+                )
+        except Exception:  # noqa: BLE001 - auditing must not fail the statement
+            self.failures += 1
+            log.exception("audit record not written to the event history (user=%r)", user)
