@@ -23,6 +23,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from obcommon.clock import Clock, SystemClock
+from obcommon.security.certs import Role
+from obcommon.security.gate import PeerGate
+from obcommon.security.tls import TransportSecurity
 from rootservice.auth.audit import Audit
 from rootservice.auth.users import Users
 from rootservice.balancer.copy_tasks import CopyTasks
@@ -45,9 +48,6 @@ from rootservice.metrics import Metrics, track_gc_pauses
 from rootservice.office import Office
 from rootservice.parameters import Parameters
 from rootservice.servers.admin import ServerAdmin
-from obcommon.security.certs import Role
-from obcommon.security.gate import PeerGate
-from obcommon.security.tls import TransportSecurity
 from rootservice.servers.agent_client import AgentClient
 from rootservice.servers.check_all_server import CheckAllServerTask
 from rootservice.servers.empty_server_checker import EmptyServerChecker
@@ -129,7 +129,8 @@ class RootService:
             else TransportSecurity.insecure_mode(Role.RS)
         )
         self.peer_gate = PeerGate(
-            self.security.insecure, count=lambda kind: self.metrics.inc(f"peer_refused_{kind}_total")
+            self.security.insecure,
+            count=lambda kind: self.metrics.inc(f"peer_refused_{kind}_total"),
         )
         self.agents = AgentClient(settings.rpc_timeout, self.security)
         self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rs-bg")

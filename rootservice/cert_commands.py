@@ -44,7 +44,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     csub = cert.add_subparsers(dest="cert_command", required=True)
 
     def common(p: argparse.ArgumentParser, default_lifetime_s: int) -> None:
-        p.add_argument("--certs-dir", required=True, type=Path, help="where ca.crt and the pairs live")
+        p.add_argument(
+            "--certs-dir", required=True, type=Path, help="where ca.crt and the pairs live"
+        )
         p.add_argument("--ca-key", required=True, type=Path, help="the CA's private key")
         p.add_argument(
             "--lifetime",
@@ -53,14 +55,20 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
         )
         p.add_argument("--overwrite", action="store_true", help="replace existing files")
 
-    common(csub.add_parser("create-ca", help="a new CA (ca.crt and its key)"), DEFAULT_CA_LIFETIME_S)
+    common(
+        csub.add_parser("create-ca", help="a new CA (ca.crt and its key)"), DEFAULT_CA_LIFETIME_S
+    )
     for command, role in _CREATE.items():
         p = csub.add_parser(command, help=f"a {role.value} certificate and key")
         if role is Role.CLIENT:
             p.add_argument("name", metavar="USER", help="the user the certificate logs in as")
         else:
-            p.add_argument("name", metavar="IP:PORT", help=f"the {role.value}'s RPC address, its identity")
-            p.add_argument("hosts", nargs="*", metavar="HOST", help="more names for the subjectAltName")
+            p.add_argument(
+                "name", metavar="IP:PORT", help=f"the {role.value}'s RPC address, its identity"
+            )
+            p.add_argument(
+                "hosts", nargs="*", metavar="HOST", help="more names for the subjectAltName"
+            )
         common(p, DEFAULT_CERT_LIFETIME_S)
     ls = csub.add_parser("list", help="the certificates in a directory")
     ls.add_argument("--certs-dir", required=True, type=Path)
@@ -85,12 +93,20 @@ def run(args: argparse.Namespace, clock: Clock | None = None) -> int:
         role = _CREATE[args.cert_command]
         hosts = list(getattr(args, "hosts", []) or [])
         cert = create_cert(
-            args.certs_dir, args.ca_key, role, args.name, validity, hosts=hosts, overwrite=args.overwrite
+            args.certs_dir,
+            args.ca_key,
+            role,
+            args.name,
+            validity,
+            hosts=hosts,
+            overwrite=args.overwrite,
         )
     except CertError as e:
         print(f"rootservice cert: {e}", file=sys.stderr)
         return 1
-    print(f"wrote {role.value} certificate for '{args.name}' in {args.certs_dir}, valid until {_until(cert)}")
+    print(
+        f"wrote {role.value} certificate for '{args.name}' in {args.certs_dir}, valid until {_until(cert)}"
+    )
     return 0
 
 
@@ -112,7 +128,9 @@ def _list(certs_dir: Path, now_s: int) -> int:
             print(f"{f.name}\tunreadable: {e}")
             continue
         ident = identity_of_pem(pem)
-        who = f"{ident.role.value}\t{ident.name}" if ident else f"ca\t{cert.subject.rfc4514_string()}"
+        who = (
+            f"{ident.role.value}\t{ident.name}" if ident else f"ca\t{cert.subject.rfc4514_string()}"
+        )
         state = "EXPIRED" if cert.not_valid_after_utc < now else "valid"
         print(f"{f.name}\t{who}\t{state} until {_until(cert)}")
     return 0

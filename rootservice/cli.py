@@ -87,9 +87,7 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         help="replica copies building at once on one destination (default 2)",
     )
-    s.add_argument(
-        "--certs-dir", help="ca.crt and rs.crt / rs.key: serve and dial with mutual TLS"
-    )
+    s.add_argument("--certs-dir", help="ca.crt and rs.crt / rs.key: serve and dial with mutual TLS")
     s.add_argument(
         "--insecure",
         action="store_true",

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
 
 from obcommon.errors import ERRORS, ObError, RemoteObError, error_to_proto
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
+from obcommon.security.certs import Role, cert_file
+from obcommon.security.tls import SecurityConfigError, TransportSecurity
 
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -28,11 +31,13 @@ Value = int | float | str | None
 @dataclass(frozen=True)
 class Credentials:
     """Who obadmin logs in as (issue 10): ``user`` and ``password`` (None when not given),
-    sent as the gRPC metadata ``ob-user`` / ``ob-password`` of every call. The password is
-    never printed (not even by ``repr``)."""
+    sent as the gRPC metadata ``ob-user`` / ``ob-password`` of every call, and ``security``,
+    the client certificate presented over mutual TLS (None: plaintext, ``--insecure``). The
+    password is never printed (not even by ``repr``)."""
 
     user: str | None = None
     password: str | None = None
+    security: TransportSecurity | None = field(default=None, compare=False)
 
     def __repr__(self) -> str:
         shown = None if self.password is None else "***"
@@ -53,6 +58,28 @@ class Credentials:
 
 
 NO_CREDENTIALS = Credentials()
+
+
+def client_security(certs_dir: Path, user: str | None) -> TransportSecurity:
+    """The client certificate obadmin presents from ``certs_dir``: ``client.<user>.crt``
+    (``user`` default ``root``, as CockroachDB) or, when there is none and another user's is
+    there, the only other one (every call needs *a* client certificate of the cluster; a
+    password then says who logs in). Raises ``SecurityConfigError`` naming the files looked
+    for, or when the pair cannot be read."""
+    wanted = user or "root"
+    if (certs_dir / cert_file(Role.CLIENT, wanted)).exists():
+        name = wanted
+    else:
+        others = sorted(certs_dir.glob("client.*.crt"))
+        if len(others) != 1:
+            found = ", ".join(p.name for p in others) or "none"
+            raise SecurityConfigError(
+                f"no {cert_file(Role.CLIENT, wanted)} in {certs_dir} (client certificates found: "
+                f"{found}); create one with 'rootservice cert create-client {wanted}'"
+            )
+        name = others[0].name.removeprefix("client.").removesuffix(".crt")
+    sec = TransportSecurity.from_flags(certs_dir, False, Role.CLIENT, name)
+    return sec
 
 
 class RsUnreachableError(Exception):
@@ -90,6 +117,9 @@ def _rpc_error_response(e: grpc.RpcError) -> obrpc_pb2.SqlResponse:
     details = (e.details() if isinstance(e, grpc.Call) else None) or str(e)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return _error_response(ObError("OB_TIMEOUT"))
+    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        # The RS's peer gate: this certificate may not use the admin service at all.
+        return _error_response(ObError("ER_ACCESS_DENIED_ERROR", detail=details))
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         # gRPC refuses a message above the RS's receive limit before the RS sees it: for the
         # operator that is MySQL's max_allowed_packet error.
@@ -112,7 +142,8 @@ def _rpc_error_response(e: grpc.RpcError) -> obrpc_pb2.SqlResponse:
 def _call(
     addr: str, statement: str, timeout_s: float, credentials: Credentials
 ) -> obrpc_pb2.SqlResponse:
-    with grpc.insecure_channel(addr) as channel:
+    sec = credentials.security or TransportSecurity.insecure_mode(Role.CLIENT)
+    with sec.channel(addr) as channel:
         stub = obrpc_pb2_grpc.AdminServiceStub(channel)
         try:
             response: obrpc_pb2.SqlResponse = stub.ExecuteSql(

@@ -2,8 +2,8 @@
 
 ::
 
-    obadmin --rs HOST:PORT[,HOST:PORT...] [-u USER] [-p PASSWORD | --password-file F]
-            [-e STATEMENT] [--format table|json|csv] [--timeout S]
+    obadmin --rs HOST:PORT[,HOST:PORT...] (--certs-dir DIR | --insecure)
+            [-u USER] [-p PASSWORD | --password-file F] [-e STATEMENT] [--format table|json|csv] [--timeout S]
 
 Statements travel verbatim through ``AdminService.ExecuteSql`` (obcommon/proto/obrpc.proto);
 the RS parses and executes them, the client only splits its input at ``;`` and prints the
@@ -16,8 +16,10 @@ stderr with exit status 1 for errors (SPEC.md sections 7 and 12).
 
 The user (issue 10) is ``-u``; its password ``-p PASSWORD``, else the first line of
 ``--password-file F``, else the environment variable ``OB_PASSWORD``; both travel as gRPC
-metadata on every call and the password is never printed. With no password, the client
-certificate names the user.
+metadata on every call and the password is never printed. Every call is mutual TLS with
+``DIR/ca.crt`` and ``DIR/client.USER.crt`` (USER default root; the only client certificate
+in DIR when that one is missing); with no password, the certificate names the user.
+``--insecure`` talks plaintext to a cluster run with ``--insecure``.
 
 The parts: :mod:`sql.client` (talking to the RS), :mod:`sql.shell` (input),
 :mod:`sql.formatting` (output), :mod:`sql.wait_job` (``--wait-job``).
@@ -30,7 +32,8 @@ import os
 import sys
 from pathlib import Path
 
-from sql.client import DEFAULT_TIMEOUT_S, Credentials
+from obcommon.security.tls import SecurityConfigError
+from sql.client import DEFAULT_TIMEOUT_S, Credentials, client_security
 from sql.formatting import FORMATS
 from sql.shell import Shell
 from sql.wait_job import wait_job
@@ -46,6 +49,17 @@ def _build_arg_parser() -> argparse.ArgumentParser:
         required=True,
         metavar="HOST:PORT[,HOST:PORT...]",
         help="RootService addresses, tried in order until the leader answers",
+    )
+    parser.add_argument(
+        "--certs-dir",
+        type=Path,
+        metavar="DIR",
+        help=f"ca.crt and client.USER.crt / .key: mutual TLS (env {CERTS_DIR_ENV})",
+    )
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help="plaintext, for a cluster run with --insecure (no authentication)",
     )
     parser.add_argument("-u", "--user", metavar="USER", help="log in as USER")
     parser.add_argument(
@@ -89,6 +103,7 @@ def _build_arg_parser() -> argparse.ArgumentParser:
 
 
 PASSWORD_ENV = "OB_PASSWORD"
+CERTS_DIR_ENV = "OB_CERTS_DIR"
 
 
 def credentials(
@@ -106,7 +121,23 @@ def credentials(
             parser.error(f"cannot read --password-file {args.password_file}: {e}")
     if password is None:
         password = environ.get(PASSWORD_ENV) or None
-    return Credentials(user=args.user, password=password)
+    certs_dir = args.certs_dir or (
+        Path(environ[CERTS_DIR_ENV]) if environ.get(CERTS_DIR_ENV) else None
+    )
+    if args.insecure and args.certs_dir:
+        parser.error("--certs-dir and --insecure exclude each other")
+    security = None
+    if not args.insecure:
+        if certs_dir is None:
+            parser.error(
+                f"pass --certs-dir DIR (or {CERTS_DIR_ENV}) with ca.crt and a client certificate, "
+                "or --insecure for a cluster run without TLS"
+            )
+        try:
+            security = client_security(certs_dir, args.user)
+        except SecurityConfigError as e:
+            parser.error(str(e))
+    return Credentials(user=args.user, password=password, security=security)
 
 
 def main(argv: list[str] | None = None) -> int:

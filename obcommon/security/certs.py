@@ -152,7 +152,12 @@ def create_ca(
             if p.exists():
                 raise CertError(f"{p} exists (pass --overwrite to replace the CA)")
     _write(ca_key, _key_pem(key), private=True, overwrite=True)
-    _write(certs_dir / CA_CERT, cert.public_bytes(serialization.Encoding.PEM), private=False, overwrite=True)
+    _write(
+        certs_dir / CA_CERT,
+        cert.public_bytes(serialization.Encoding.PEM),
+        private=False,
+        overwrite=True,
+    )
     return cert
 
 

@@ -118,7 +118,11 @@ class TransportSecurity:
     def _paths(self) -> list[Path]:
         assert self.certs_dir is not None
         d = self.certs_dir
-        return [d / CA_CERT, d / cert_file(self.role, self.user), d / key_file(self.role, self.user)]
+        return [
+            d / CA_CERT,
+            d / cert_file(self.role, self.user),
+            d / key_file(self.role, self.user),
+        ]
 
     def _read(self) -> _Material:
         paths = self._paths()
@@ -132,7 +136,9 @@ class TransportSecurity:
             priv = serialization.load_pem_private_key(key, password=None)
             x509.load_pem_x509_certificates(ca)
         except ValueError as e:
-            raise SecurityConfigError(f"unreadable certificate or key in {self.certs_dir}: {e}") from None
+            raise SecurityConfigError(
+                f"unreadable certificate or key in {self.certs_dir}: {e}"
+            ) from None
         fmt = serialization.PublicFormat.SubjectPublicKeyInfo
         enc = serialization.Encoding.DER
         if pub.public_bytes(enc, fmt) != priv.public_key().public_bytes(enc, fmt):

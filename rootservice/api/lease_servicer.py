@@ -67,9 +67,7 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
         the call with the error's gRPC status, message ``"<OB name>: <message>"`` and trailing
         metadata ``ob-code`` / ``ob-name``.
         """
-        await self.rs.peer_gate.admit(
-            context, "RootService.RenewLease", NODES, name=request.server
-        )
+        await self.rs.peer_gate.admit(context, "RootService.RenewLease", NODES, name=request.server)
         resp = self._handle(request)
         if resp.error.code:
             context.set_trailing_metadata(

@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from sql.client import execute, result_rows
+from tests.support import pki
 from tests.support.cluster import Proc, ProcSet, agent_cmd, rs_cmd, wait_until
 from tests.support.ports import free_port
 
@@ -85,7 +85,7 @@ class Cluster:
         }
 
     def metrics(self) -> dict[str, Any]:
-        with grpc.insecure_channel(self.rs_addr) as ch:
+        with pki.channel(self.rs_addr) as ch:
             resp = obrpc_pb2_grpc.AdminServiceStub(ch).GetMetrics(
                 obrpc_pb2.MetricsRequest(), timeout=5
             )
@@ -289,7 +289,7 @@ def run(args: list[str]) -> subprocess.CompletedProcess[str]:
 
 
 def obadmin(rs_addr: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return run([sys.executable, "-m", "sql.obadmin", "--rs", rs_addr, *args])
+    return run([sys.executable, "-m", "sql.obadmin", *pki.obadmin_flags(), "--rs", rs_addr, *args])
 
 
 def test_obadmin_cli_against_a_real_rs(cluster: Cluster) -> None:

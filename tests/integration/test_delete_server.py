@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.integration.test_tenants import RS_FLAGS, TenantCluster, replica_report
+from tests.support import pki
 from tests.support.cluster import ProcSet, wait_until
 
 pytestmark = pytest.mark.integration
@@ -114,7 +115,7 @@ def test_delete_life_cycle_cancel_and_permanent_offline_rebuild(tc: TenantCluste
     assert progress["status"] == "INPROGRESS" and progress["info"]["units_total"] == 1
     # obadmin follows the job with a progress bar until it ends.
     waited = subprocess.run(
-        [sys.executable, "-m", "sql.obadmin", "--rs", c.rs_addr, "--wait-job", str(progress["id"]),
+        [sys.executable, "-m", "sql.obadmin", *pki.obadmin_flags(), "--rs", c.rs_addr, "--wait-job", str(progress["id"]),
          "--wait-timeout", "180"],
         capture_output=True, text=True, timeout=240,
     )  # fmt: skip

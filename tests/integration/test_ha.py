@@ -25,7 +25,9 @@ import pytest
 import sqlalchemy as sa
 
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
+from obcommon.security.certs import Role
 from sql.client import execute, result_rows
+from tests.support import pki
 from tests.support.cluster import Proc, ProcSet, agent_cmd, rs_cmd, wait_until
 from tests.support.pgserver import PgServer
 from tests.support.ports import free_port
@@ -48,7 +50,7 @@ LEADER_STATES = ("WAIT_BOOTSTRAP", "BOOTSTRAPPING", "IN_SERVICE", "FULL_SERVICE"
 def metrics(addr: str, timeout_s: float = 1.0) -> dict[str, Any] | None:
     """``GetMetrics`` of the RS at ``addr``, or None when it does not answer in time."""
     try:
-        with grpc.insecure_channel(addr, options=[("grpc.enable_http_proxy", 0)]) as ch:
+        with pki.channel(addr) as ch:
             resp = obrpc_pb2_grpc.AdminServiceStub(ch).GetMetrics(
                 obrpc_pb2.MetricsRequest(), timeout=timeout_s
             )
@@ -59,7 +61,7 @@ def metrics(addr: str, timeout_s: float = 1.0) -> dict[str, Any] | None:
 
 def execute_on(addr: str, statement: str, timeout_s: float = 10.0) -> obrpc_pb2.SqlResponse:
     """One ``ExecuteSql`` on exactly this RS (no hint following, unlike obadmin)."""
-    with grpc.insecure_channel(addr, options=[("grpc.enable_http_proxy", 0)]) as ch:
+    with pki.channel(addr) as ch:
         return obrpc_pb2_grpc.AdminServiceStub(ch).ExecuteSql(  # type: ignore[no-any-return]
             obrpc_pb2.SqlRequest(statement=statement), timeout=timeout_s
         )
@@ -247,7 +249,7 @@ def test_two_rs_started_together_elect_exactly_one(
     # The standby refuses admin statements and leases, naming the leader...
     resp = execute_on(standby, "ALTER SYSTEM ADD ZONE 'z9'")
     assert resp.error.name == "OB_RS_NOT_MASTER" and resp.leader_hint == leader
-    with grpc.insecure_channel(standby, options=[("grpc.enable_http_proxy", 0)]) as ch:
+    with pki.channel(standby, Role.NODE, "127.0.0.1:1") as ch:
         lease = obrpc_pb2_grpc.RootServiceStub(ch).LeaseStream(
             iter([obrpc_pb2.LeaseRequest(server="127.0.0.1:1", zone="z1", sql_port=1, seq=7)]),
             timeout=5,
@@ -256,7 +258,7 @@ def test_two_rs_started_together_elect_exactly_one(
     assert answer.error.name == "OB_RS_NOT_MASTER" and answer.leader_hint == leader
     # ...and obadmin, given only the standby, follows the hint (CLI and library).
     cli = subprocess.run(
-        [sys.executable, "-m", "sql.obadmin", "--rs", standby, "--format", "json", "-e",
+        [sys.executable, "-m", "sql.obadmin", *pki.obadmin_flags(), "--rs", standby, "--format", "json", "-e",
          "SHOW PARAMETERS LIKE 'lease_time'"],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip

@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 
 from sql.obadmin import main
+from tests.support import pki
 from tests.support.cluster import ProcSet, rs_cmd
 from tests.support.ports import free_port
 
 
 def csv_rows(rs_addr: str, statement: str, capsys: pytest.CaptureFixture[str]) -> list[str]:
     """Run ``statement`` through obadmin --format csv; its output lines (header first)."""
-    assert main(["--rs", rs_addr, "--format", "csv", "-e", statement]) == 0
+    assert main([*pki.obadmin_flags(), "--rs", rs_addr, "--format", "csv", "-e", statement]) == 0
     return capsys.readouterr().out.splitlines()
 
 
@@ -31,7 +32,7 @@ def rs_addr(procs: ProcSet, tmp_path: Path) -> Iterator[str]:
 
 
 def test_show_parameters_table(rs_addr: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--rs", rs_addr, "-e", "SHOW PARAMETERS LIKE 'lease%'"]) == 0
+    assert main([*pki.obadmin_flags(), "--rs", rs_addr, "-e", "SHOW PARAMETERS LIKE 'lease%'"]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[0].startswith("+") and "| name" in lines[1] and "| value" in lines[1]
@@ -41,7 +42,17 @@ def test_show_parameters_table(rs_addr: str, capsys: pytest.CaptureFixture[str])
 
 def test_select_json_and_csv(rs_addr: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert (
-        main(["--rs", rs_addr, "--format", "json", "-e", "SELECT name FROM __all_service_epoch"])
+        main(
+            [
+                *pki.obadmin_flags(),
+                "--rs",
+                rs_addr,
+                "--format",
+                "json",
+                "-e",
+                "SELECT name FROM __all_service_epoch",
+            ]
+        )
         == 0
     )
     assert json.loads(capsys.readouterr().out) == [{"name": "rootservice_epoch"}]
@@ -54,12 +65,15 @@ def test_select_json_and_csv(rs_addr: str, capsys: pytest.CaptureFixture[str]) -
 def test_refusals_print_the_mysql_error_line(
     rs_addr: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["--rs", rs_addr, "-e", "SELECT * FROM nope"]) == 1
+    assert main([*pki.obadmin_flags(), "--rs", rs_addr, "-e", "SELECT * FROM nope"]) == 1
     assert (
         capsys.readouterr().err
         == "ERROR 5019 (42S02): OB_TABLE_NOT_EXIST: Table 'oceanbase.nope' doesn't exist\n"
     )
-    assert main(["--rs", rs_addr, "-e", "ALTER SYSTEM SET lease_time = '1s'"]) == 1
+    assert (
+        main([*pki.obadmin_flags(), "--rs", rs_addr, "-e", "ALTER SYSTEM SET lease_time = '1s'"])
+        == 1
+    )
     assert capsys.readouterr().err.startswith(
         "ERROR 4002 (HY000): OB_INVALID_ARGUMENT: Incorrect arguments to lease_time"
     )
@@ -96,6 +110,6 @@ def test_stdin_script_and_a_dead_first_address(
         ),
     )
     dead = f"127.0.0.1:{free_port()}"
-    assert main(["--rs", f"{dead},{rs_addr}", "--format", "json"]) == 0
+    assert main([*pki.obadmin_flags(), "--rs", f"{dead},{rs_addr}", "--format", "json"]) == 0
     out = capsys.readouterr().out
     assert '"name": "rpc_timeout"' in out and '"name": "rootservice_epoch"' in out

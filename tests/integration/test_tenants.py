@@ -8,11 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
+from obcommon.security.certs import Role
 from tests.integration.test_cluster import AGENT_FLAGS, Cluster
+from tests.support import pki
 from tests.support.cluster import ProcSet, agent_cmd, wait_until
 from tests.support.ports import free_port
 
@@ -93,7 +94,8 @@ class TenantCluster(Cluster):
 
 def replica_report(agent: str) -> dict[tuple[int, int], Any]:
     """The agent's own replica report, asked over ObserverService.RequestHeartbeat."""
-    with grpc.insecure_channel(agent) as ch:
+    # ObserverService answers RS certificates only.
+    with pki.channel(agent, Role.RS, "127.0.0.1:1") as ch:
         req = obrpc_pb2_grpc.ObserverServiceStub(ch).RequestHeartbeat(
             obrpc_pb2.RequestHeartbeatRequest(), timeout=5
         )

@@ -56,7 +56,9 @@ def certs_dir(role: Role, name: str) -> Path:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()
             shutil.copy(base / "ca" / CA_CERT, tmp / CA_CERT)
-            create_cert(tmp, base / "ca.key", role, name, Validity.starting(int(time.time()), LIFETIME_S))
+            create_cert(
+                tmp, base / "ca.key", role, name, Validity.starting(int(time.time()), LIFETIME_S)
+            )
             tmp.rename(d)
     return d
 

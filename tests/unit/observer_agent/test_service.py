@@ -22,10 +22,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from obcommon.clock import FakeClock, SystemClock
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
+from obcommon.security.certs import Role
 from observer_agent.agent import Agent
 from observer_agent.service import OBSERVER_SERVICE_NAME, create_server, start_server, stop_server
 from observer_agent.settings import AgentSettings
-from obcommon.security.certs import Role
 from tests.support import pki
 from tests.support.ports import free_port
 
@@ -253,11 +253,13 @@ def test_observer_agent_process_busy_loops_and_exits_0_on_sigterm(tmp_path: Path
         assert proc.poll() is None  # still busy looping
 
         # Its gRPC server is up meanwhile (mutual TLS): a client certificate may not ask it...
-        with pki.channel(f"127.0.0.1:{rpc_port}", Role.CLIENT, "root") as ch:
-            with pytest.raises(grpc.RpcError) as refused:
-                obrpc_pb2_grpc.ObserverServiceStub(ch).CheckServerEmpty(
-                    obrpc_pb2.CheckServerEmptyRequest(), timeout=5
-                )
+        with (
+            pki.channel(f"127.0.0.1:{rpc_port}", Role.CLIENT, "root") as ch,
+            pytest.raises(grpc.RpcError) as refused,
+        ):
+            obrpc_pb2_grpc.ObserverServiceStub(ch).CheckServerEmpty(
+                obrpc_pb2.CheckServerEmptyRequest(), timeout=5
+            )
         assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
         assert "needs a rs certificate" in (refused.value.details() or "")
         assert "client 'root'" in (refused.value.details() or "")
@@ -365,6 +367,11 @@ def test_observer_agent_refuses_to_start_without_certs_dir_or_insecure(tmp_path:
     empty = tmp_path / "no-certs"
     empty.mkdir()
     r = subprocess.run(
-        [*base, "--certs-dir", str(empty)], cwd=REPO, env=env, capture_output=True, text=True, timeout=30
+        [*base, "--certs-dir", str(empty)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert r.returncode == 2 and "cannot read" in r.stderr and "ca.crt" in r.stderr

@@ -203,7 +203,7 @@ def test_exit_commands() -> None:
 
 def test_no_rs_listening_prints_error_2003_and_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     addr = f"127.0.0.1:{free_port()}"
-    assert main(["--rs", addr, "-e", "ALTER SYSTEM RELOAD SERVER"]) == 1
+    assert main(["--insecure", "--rs", addr, "-e", "ALTER SYSTEM RELOAD SERVER"]) == 1
     out, err = capsys.readouterr()
     assert out == ""
     assert err.startswith(f"ERROR 2003 (HY000): Can't connect to RootService on '{addr}' (")
@@ -221,7 +221,9 @@ def test_execute_raises_when_no_rs_is_reachable() -> None:
 
 def test_statement_is_sent_verbatim_and_result_printed(capsys: pytest.CaptureFixture[str]) -> None:
     with fake_rs(lambda s: result_set(["name"], [["lease_time"]])) as (addr, rs):
-        assert main(["--rs", addr, "-e", "show /* c */ PARAMETERS like 'lease%';"]) == 0
+        assert (
+            main(["--insecure", "--rs", addr, "-e", "show /* c */ PARAMETERS like 'lease%';"]) == 0
+        )
     assert rs.received == ["show /* c */ PARAMETERS like 'lease%'"]
     out, err = capsys.readouterr()
     assert err == ""
@@ -231,7 +233,9 @@ def test_statement_is_sent_verbatim_and_result_printed(capsys: pytest.CaptureFix
 def test_unreachable_rs_is_skipped_for_the_next_one(capsys: pytest.CaptureFixture[str]) -> None:
     down = f"127.0.0.1:{free_port()}"
     with fake_rs(lambda s: ok(1)) as (addr, rs):
-        assert main(["--rs", f"{down}, {addr}", "-e", "ALTER SYSTEM RELOAD SERVER"]) == 0
+        assert (
+            main(["--insecure", "--rs", f"{down}, {addr}", "-e", "ALTER SYSTEM RELOAD SERVER"]) == 0
+        )
     assert rs.received == ["ALTER SYSTEM RELOAD SERVER"]
     assert capsys.readouterr().out == "Query OK, 1 row affected\n"
 
@@ -259,7 +263,7 @@ def test_second_hint_is_not_followed_and_not_master_is_reported(
         fake_rs(lambda s: error_response(NOT_MASTER, leader_hint=third)) as (second, _),
         fake_rs(lambda s: error_response(NOT_MASTER, leader_hint=second)) as (first, _),
     ):
-        assert main(["--rs", first, "-e", "ALTER SYSTEM RELOAD SERVER"]) == 1
+        assert main(["--insecure", "--rs", first, "-e", "ALTER SYSTEM RELOAD SERVER"]) == 1
     assert third_rs.received == []
     assert capsys.readouterr().err == (
         "ERROR 4638 (HY000): OB_RS_NOT_MASTER: The RootServer is not the master\n"
@@ -315,7 +319,7 @@ def test_statements_from_a_non_tty_stdin(
     )
     monkeypatch.setattr("sys.stdin", io.StringIO(script))
     with fake_rs(lambda s: result_set(["svr_ip"], [["10.0.0.1"]])) as (addr, rs):
-        assert main(["--rs", addr, "--format", "json"]) == 0
+        assert main(["--insecure", "--rs", addr, "--format", "json"]) == 0
     assert rs.received == [
         "-- a script, as with mysql < file\nSELECT svr_ip FROM __all_server\n  WHERE zone = 'z;1'",
         "ALTER SYSTEM RELOAD SERVER",
@@ -348,7 +352,7 @@ def test_interactive_shell(
         return result_set(["name"], [])
 
     with fake_rs(answer) as (addr, rs):
-        assert main(["--rs", addr]) == 0  # errors do not end the shell
+        assert main(["--insecure", "--rs", addr]) == 0  # errors do not end the shell
     assert rs.received == ["SHOW PARAMETERS\nLIKE 'lease%'", "bogus"]
     assert prompts == [shell.PROMPT, shell.CONTINUATION_PROMPT, shell.PROMPT, shell.PROMPT]
     out, err = capsys.readouterr()
@@ -359,7 +363,7 @@ def test_interactive_shell(
 
 def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
-        main(["--rs", " , ", "-e", "SHOW PARAMETERS"])
+        main(["--insecure", "--rs", " , ", "-e", "SHOW PARAMETERS"])
     assert info.value.code == 2
     assert "--rs" in capsys.readouterr().err
 

@@ -109,7 +109,7 @@ def run(argv: list[str], monkeypatch: pytest.MonkeyPatch, env: str | None = None
     else:
         monkeypatch.setenv("OB_PASSWORD", env)
     with recording_rs() as (addr, servicer):
-        assert main(["--rs", addr, *argv, "-e", "SELECT 1 FROM t; SHOW GRANTS"]) == 0
+        assert main(["--insecure", "--rs", addr, *argv, "-e", "SELECT 1 FROM t; SHOW GRANTS"]) == 0
     return servicer.metadata
 
 
@@ -152,6 +152,16 @@ def test_unreadable_password_file_is_a_usage_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as e:
-        main(["--rs", "127.0.0.1:1", "--password-file", str(tmp_path / "missing"), "-e", "x"])
+        main(
+            [
+                "--insecure",
+                "--rs",
+                "127.0.0.1:1",
+                "--password-file",
+                str(tmp_path / "missing"),
+                "-e",
+                "x",
+            ]
+        )
     assert e.value.code == 2
     assert "--password-file" in capsys.readouterr().err
