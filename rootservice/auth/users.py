@@ -128,7 +128,9 @@ class Users:
             return Principal(name, client_addr)
         if cert_user is None or (user is not None and user != cert_user):
             raise access_denied(user if user is not None else "", client_addr, False)
-        if self._get(cert_user) is None:
+        # root always exists: its certificate needs no table read, so that during a
+        # database outage it is still told OB_RS_NOT_MASTER (and the leader) by the gate.
+        if cert_user != ROOT_USER and self._get(cert_user) is None:
             raise access_denied(cert_user, client_addr, False)
         return Principal(cert_user, client_addr)
 

@@ -294,6 +294,9 @@ class Chaos:
                 rpc_timeout="500ms",
                 empty_server_check_interval="1h",
                 allow_short_timings=True,
+                # Failover under load, not the trust boundary: the simulated agents of
+                # tests/bench/loadgen.py speak plaintext.
+                insecure=True,
             ),
             self.tmp / "logs",
             name=f"rs-{port}-{self.starts}",

@@ -66,7 +66,7 @@ class Cluster:
         return self.tmp / f"agent-{addr.rsplit(':', 1)[1]}"
 
     def sql(self, statement: str) -> obrpc_pb2.SqlResponse:
-        return execute([self.rs_addr], statement, timeout_s=60)
+        return execute([self.rs_addr], statement, timeout_s=60, credentials=pki.credentials())
 
     def ok(self, statement: str) -> list[list[Any]]:
         resp = self.sql(statement)

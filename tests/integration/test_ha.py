@@ -147,7 +147,9 @@ class HaCluster:
     # --- statements and tables -----------------------------------------------------------
 
     def ok(self, statement: str, addrs: list[str] | None = None) -> list[list[Any]]:
-        resp = execute(addrs or self.rs_addrs, statement, timeout_s=30)
+        resp = execute(
+            addrs or self.rs_addrs, statement, timeout_s=30, credentials=pki.credentials()
+        )
         assert resp.error.code == 0, f"{statement}: {resp.error.name} {resp.error.message}"
         return result_rows(resp)
 
@@ -470,7 +472,10 @@ def test_postgresql_restart_under_load(
                     tried.append(n)
                     try:
                         resp = execute(
-                            c.rs_addrs, f"ALTER SYSTEM SET server_check_interval = '{n}s'", 5
+                            c.rs_addrs,
+                            f"ALTER SYSTEM SET server_check_interval = '{n}s'",
+                            5,
+                            credentials=pki.credentials(),
                         )
                     except Exception:
                         continue

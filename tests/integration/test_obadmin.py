@@ -82,6 +82,7 @@ def test_refusals_print_the_mysql_error_line(
 def test_script_stops_at_the_first_error(rs_addr: str, capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(
         [
+            *pki.obadmin_flags(),
             "--rs",
             rs_addr,
             "-e",

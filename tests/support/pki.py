@@ -21,6 +21,7 @@ import grpc
 
 from obcommon.security.certs import CA_CERT, Role, Validity, create_ca, create_cert
 from obcommon.security.tls import TransportSecurity
+from sql.client import Credentials
 
 _lock = threading.Lock()
 _root: Path | None = None
@@ -84,3 +85,13 @@ def channel(addr: str, role: Role = Role.CLIENT, name: str = "root") -> grpc.Cha
 def obadmin_flags(user: str = "root") -> list[str]:
     """The obadmin flags of a test client: ``--certs-dir`` with ``client.<user>.crt``."""
     return ["--certs-dir", str(certs_dir(Role.CLIENT, user))]
+
+
+def credentials(user: str = "root", password: str | None = None) -> Credentials:
+    """What ``sql.client.execute`` needs to log in as ``user`` over mutual TLS: the client
+    certificate of ``user`` (made on first use) and, if given, the password."""
+    return Credentials(
+        user=user if password is not None else None,
+        password=password,
+        security=security(Role.CLIENT, user),
+    )
