@@ -16,6 +16,12 @@ copies are dropped); an agent killed past ``server_permanent_offline_time`` (low
 whose replicas are rebuilt on another server of its zone and whose lost rows are cleaned; a
 few refused statements with their errors, and the event history. Every statement goes through ``obadmin``. Every process it starts is stopped
 at the end; exit code 0 on success.
+
+It runs secure, as production does (issue 10): ``rootservice cert create-*`` writes a CA,
+the RS's, one node certificate per agent and the root client's into ``ROOT/certs``; every
+gRPC channel is mutual TLS. A user with only the SELECT privilege is refused ALTER SYSTEM
+(1227), a wrong password is refused (1045), and an agent's certificate cannot renew
+another server's lease.
 """
 
 from __future__ import annotations
@@ -31,9 +37,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sql.client import execute, result_rows
+import grpc
+
+from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
+from obcommon.security.certs import CA_CERT, Role
+from obcommon.security.tls import TransportSecurity
+from rootservice import cert_commands
+from sql.client import Credentials, client_security, execute, result_rows
 
 ROOT = Path.cwd() / "demo_data"
+CERTS = ROOT / "certs"
+CA_KEY = CERTS / "ca.key"
 LEASE = "3s"
 DEADLINE_S = 300.0
 PERMANENT_OFFLINE = "8s"
@@ -55,6 +69,37 @@ class Demo:
         self.rs_addr = f"127.0.0.1:{free_port()}"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.agents: dict[str, tuple[str, str, int]] = {}  # name -> (addr, zone, sql_port)
+        self.credentials = Credentials()
+
+    # --- certificates --------------------------------------------------------------------
+
+    def certs(self, who: str) -> Path:
+        """``CERTS/<who>``: the certificates directory of one process (``rs``, an agent's
+        name, ``client``), with a copy of ``ca.crt``."""
+        d = CERTS / who
+        if not d.exists():
+            d.mkdir(parents=True)
+            shutil.copy(CERTS / "ca" / CA_CERT, d / CA_CERT)
+        return d
+
+    def cert(self, command: str, name: str, who: str) -> None:
+        """``rootservice cert <command> <name> --certs-dir CERTS/<who> --ca-key CERTS/ca.key``
+        (run in-process through the same code as the command), echoed."""
+        argv = ["cert", command, name, "--certs-dir", str(self.certs(who)), "--ca-key", str(CA_KEY)]
+        print("$ rootservice " + " ".join(argv), flush=True)
+        if cert_commands.run(_cert_args(argv)) != 0:
+            raise SystemExit(f"demo failed: rootservice {' '.join(argv)}")
+
+    def create_ca(self) -> None:
+        """``rootservice cert create-ca``, the RS's and the root client's certificates."""
+        argv = ["cert", "create-ca", "--certs-dir", str(CERTS / "ca"), "--ca-key", str(CA_KEY)]
+        print("$ rootservice " + " ".join(argv), flush=True)
+        if cert_commands.run(_cert_args(argv)) != 0:
+            raise SystemExit("demo failed: rootservice cert create-ca")
+        self.cert("create-rs", self.rs_addr, "rs")
+        self.cert("create-client", "root", "client")
+        self.credentials = Credentials(security=client_security(self.certs("client"), None))
+        print()
 
     # --- processes ---------------------------------------------------------------------
 
@@ -84,6 +129,7 @@ class Demo:
                 "--ls-check-interval", "500ms", "--balancer-interval", "1s",
                 "--lost-replica-check-interval", "1s", "--spark-master", "local[1]",
                 "--server-permanent-offline-time", PERMANENT_OFFLINE, "--allow-short-timings",
+                "--certs-dir", str(self.certs("rs")),
             ],
         )  # fmt: skip
 
@@ -94,13 +140,16 @@ class Demo:
         its replicas' data files are 1M and leaders append a log entry every 200 ms.
         """
         addr, zone, sql_port = self.agents[name]
+        if not (self.certs(name) / "node.crt").exists():
+            self.cert("create-node", addr, name)
         self.spawn(
             name,
             [
                 sys.executable, "-m", "observer_agent.cli", "--rs-list", self.rs_addr,
                 "--rpc-addr", addr, "--sql-port", str(sql_port), "--zone", zone,
                 "--data-dir", str(ROOT / name), "--heartbeat-interval", "1s", "--log-level", "WARNING",
-                "--replica-size", "1M", "--log-interval", "200ms", *extra,
+                "--replica-size", "1M", "--log-interval", "200ms",
+                "--certs-dir", str(self.certs(name)), *extra,
             ],
         )  # fmt: skip
 
@@ -126,11 +175,15 @@ class Demo:
 
     # --- statements ------------------------------------------------------------------------
 
-    def obadmin(self, statement: str) -> int:
-        """Run one statement through the obadmin command, echoing it and its output."""
-        print(f"obadmin> {statement}", flush=True)
+    def obadmin(self, statement: str, *login: str) -> int:
+        """Run one statement through the obadmin command (mutual TLS with the client
+        certificates of ``CERTS/client``; ``login`` e.g. ``-u ops -p ...``), echoing it and its
+        output."""
+        shown = " ".join("***" if i and login[i - 1] == "-p" else a for i, a in enumerate(login))
+        print(f"obadmin {shown}> {statement}" if login else f"obadmin> {statement}", flush=True)
         r = subprocess.run(
-            [sys.executable, "-m", "sql.obadmin", "--rs", self.rs_addr, "-e", statement],
+            [sys.executable, "-m", "sql.obadmin", "--rs", self.rs_addr,
+             "--certs-dir", str(self.certs("client")), *login, "-e", statement],
             capture_output=True,
             text=True,
             timeout=60,
@@ -154,7 +207,7 @@ class Demo:
 
         Raises ``RuntimeError`` with the OceanBase error name and message when the RS refuses it.
         """
-        resp = execute([self.rs_addr], statement, timeout_s=30)
+        resp = execute([self.rs_addr], statement, timeout_s=30, credentials=self.credentials)
         if resp.error.code:
             raise RuntimeError(f"{resp.error.name}: {resp.error.message}")
         return result_rows(resp)
@@ -229,6 +282,7 @@ class Demo:
         print(f"obadmin --wait-job {job_id}", flush=True)
         r = subprocess.run(
             [sys.executable, "-m", "sql.obadmin", "--rs", self.rs_addr, "--wait-job", str(job_id),
+             "--certs-dir", str(self.certs("client")),
              "--wait-timeout", "200"],
             timeout=240,
         )  # fmt: skip
@@ -267,6 +321,30 @@ def step(title: str) -> None:
     print(f"==== {title} " + "=" * max(0, 76 - len(title)), flush=True)
 
 
+def _cert_args(argv: list[str]) -> Any:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="rootservice")
+    cert_commands.add_parsers(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(argv)
+
+
+def forged_lease(d: Demo, holder: str, victim: str) -> None:
+    """Renew ``victim``'s lease with ``holder``'s (valid) node certificate: the RS refuses it
+    (a node may only speak for itself) and ``victim``'s row does not change."""
+    name = next(n for n, v in d.agents.items() if v[0] == holder)
+    sec = TransportSecurity.for_dir(d.certs(name), Role.NODE)
+    req = obrpc_pb2.LeaseRequest(server=victim, zone="z1", sql_port=1, build_version="forged")
+    print(f"RenewLease for {victim} with the certificate of {holder}:", flush=True)
+    with sec.channel(d.rs_addr) as ch:
+        try:
+            obrpc_pb2_grpc.RootServiceStub(ch).RenewLease(req, timeout=5)
+        except grpc.RpcError as e:
+            print(f"  refused: {e.code().name}: {e.details()}\n", flush=True)  # type: ignore[attr-defined]
+            return
+    raise SystemExit("demo failed: a forged lease was accepted")
+
+
 def run(d: Demo) -> None:
     """Drive the whole scenario of the module docstring against the processes of ``d``.
 
@@ -276,6 +354,8 @@ def run(d: Demo) -> None:
         f"agent{i}": (f"127.0.0.1:{free_port()}", zone, free_port())
         for i, zone in enumerate(["z1", "z2", "z3", "z1"], start=1)
     }
+    step(f"the cluster's certificates ({CERTS}): a CA, the RS, one per agent, the root client")
+    d.create_ca()
     step(f"start one RS on SQLite ({ROOT / 'rs'}) and four agents in zones z1, z2, z3, z1")
     d.start_rs()
     for name in d.agents:
@@ -398,6 +478,18 @@ def run(d: Demo) -> None:
     )
     d.show_locations()
     d.show_servers()
+
+    step("users and privileges: SELECT only, a wrong password, a forged lease")
+    d.must("CREATE USER 'ops' IDENTIFIED BY 'ops-secret'")
+    d.must("GRANT SELECT ON *.* TO 'ops'")
+    d.must("SHOW GRANTS FOR 'ops'")
+    if d.obadmin("SELECT svr_ip, svr_port, status FROM __all_server", "-u", "ops", "-p", "ops-secret"):
+        raise SystemExit("demo failed: ops could not SELECT")
+    if not d.obadmin(f"ALTER SYSTEM STOP SERVER '{a['agent1']}'", "-u", "ops", "-p", "ops-secret"):
+        raise SystemExit("demo failed: ops without ALTER SYSTEM was allowed to STOP SERVER")
+    if not d.obadmin("SELECT 1 FROM __all_server", "-u", "ops", "-p", "wrong"):
+        raise SystemExit("demo failed: a wrong password was accepted")
+    forged_lease(d, a["agent2"], a["agent1"])
 
     step("refused statements change nothing")
     d.refused("ALTER SYSTEM ADD SERVER '1.2.3.4:99999' ZONE 'z1'")
