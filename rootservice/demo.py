@@ -182,8 +182,18 @@ class Demo:
         shown = " ".join("***" if i and login[i - 1] == "-p" else a for i, a in enumerate(login))
         print(f"obadmin {shown}> {statement}" if login else f"obadmin> {statement}", flush=True)
         r = subprocess.run(
-            [sys.executable, "-m", "sql.obadmin", "--rs", self.rs_addr,
-             "--certs-dir", str(self.certs("client")), *login, "-e", statement],
+            [
+                sys.executable,
+                "-m",
+                "sql.obadmin",
+                "--rs",
+                self.rs_addr,
+                "--certs-dir",
+                str(self.certs("client")),
+                *login,
+                "-e",
+                statement,
+            ],
             capture_output=True,
             text=True,
             timeout=60,
@@ -483,13 +493,15 @@ def run(d: Demo) -> None:
     d.must("CREATE USER 'ops' IDENTIFIED BY 'ops-secret'")
     d.must("GRANT SELECT ON *.* TO 'ops'")
     d.must("SHOW GRANTS FOR 'ops'")
-    if d.obadmin("SELECT svr_ip, svr_port, status FROM __all_server", "-u", "ops", "-p", "ops-secret"):
+    if d.obadmin(
+        "SELECT svr_ip, svr_port, status FROM __all_server", "-u", "ops", "-p", "ops-secret"
+    ):
         raise SystemExit("demo failed: ops could not SELECT")
-    if not d.obadmin(f"ALTER SYSTEM STOP SERVER '{a['agent1']}'", "-u", "ops", "-p", "ops-secret"):
+    if not d.obadmin(f"ALTER SYSTEM STOP SERVER '{a['agent2']}'", "-u", "ops", "-p", "ops-secret"):
         raise SystemExit("demo failed: ops without ALTER SYSTEM was allowed to STOP SERVER")
     if not d.obadmin("SELECT 1 FROM __all_server", "-u", "ops", "-p", "wrong"):
         raise SystemExit("demo failed: a wrong password was accepted")
-    forged_lease(d, a["agent2"], a["agent1"])
+    forged_lease(d, a["agent2"], a["agent3"])
 
     step("refused statements change nothing")
     d.refused("ALTER SYSTEM ADD SERVER '1.2.3.4:99999' ZONE 'z1'")
