@@ -242,6 +242,22 @@ ERRORS: dict[str, ErrorDef] = {
             "Got a packet bigger than 'max_allowed_packet' bytes",
             grpc.StatusCode.INVALID_ARGUMENT,
         ),
+        # Admission of admin statements (issue 10 item 5): MySQL's errors for too many
+        # connections in all and of one user; the RS counts statements admitted at once.
+        ErrorDef(
+            "ER_CON_COUNT_ERROR",
+            -1040,
+            "08004",
+            "Too many connections",
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+        ),
+        ErrorDef(
+            "ER_TOO_MANY_USER_CONNECTIONS",
+            -1203,
+            "42000",
+            "User %s already has more than 'max_user_connections' active connections",
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+        ),
         # An unreachable or failing system-table database. OceanBase has no code for the RS's
         # own meta database; OB_ERR_SYS is its generic "system error".
         ErrorDef("OB_ERR_SYS", -4015, "HY000", "System error", grpc.StatusCode.UNAVAILABLE),

@@ -6,12 +6,14 @@ returns the RS's counters as JSON.
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import json
 
 import grpc
 
+from obcommon.errors import ObError, error_to_proto
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
+from rootservice.api.admission import DEFAULT_USER, Admission
 from rootservice.api.dispatch import execute_sql
 from rootservice.app import RootService
 
@@ -19,25 +21,47 @@ from rootservice.app import RootService
 NOT_MASTER_NAMES = frozenset({"OB_RS_NOT_MASTER", "OB_NOT_MASTER"})
 
 
+def metadata_user(context: grpc.aio.ServicerContext) -> str:
+    """The user a call names in its ``ob-user`` metadata, else ``root`` (until the users of
+    issue 10 item 4 authenticate it; admission only counts by it)."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "ob-user" and isinstance(value, str) and value:
+            return value
+    return DEFAULT_USER
+
+
 class AdminServicer(obrpc_pb2_grpc.AdminServiceServicer):
     """``obadmin``'s entry point: one SQL statement per call (SPEC.md section 7)."""
 
     def __init__(self, rs: RootService) -> None:
-        """Serve admin calls for ``rs``; statements run on ``rs.executor``."""
+        """Serve admin calls for ``rs``; statements run on the threads of ``admission``
+        (``admin_workers``, ``admin_queue_limit``, ``admin_per_user_limit``; issue 10)."""
         self.rs = rs
+        st = rs.settings
+        self.admission = Admission(st.admin_workers, st.admin_queue_limit, st.admin_per_user_limit)
 
     async def ExecuteSql(
         self, request: obrpc_pb2.SqlRequest, context: grpc.aio.ServicerContext
     ) -> obrpc_pb2.SqlResponse:  # type: ignore[override]  # noqa: N802
         """``AdminService.ExecuteSql`` of obrpc.proto: parse and run one SQL statement.
 
-        Runs :func:`rootservice.api.dispatch.execute_sql` on ``rs.executor`` so the event loop (and the
-        heartbeats) never wait for parsing or the database; every error, MySQL-style (SPEC.md
+        Runs :func:`rootservice.api.dispatch.execute_sql` on the admin threads of
+        :class:`rootservice.api.admission.Admission` for the user of :func:`metadata_user`, so
+        the event loop (and the heartbeats) never wait for parsing or the database and
+        background work never waits behind statements; a statement over the admission
+        limits gets ``ER_CON_COUNT_ERROR`` / ``ER_TOO_MANY_USER_CONNECTIONS`` at once; every error, MySQL-style (SPEC.md
         section 7), is carried in the response's ``error``, never as a gRPC status. A
         not-master refusal carries the leader's address in ``leader_hint`` (issue 5).
         """
-        loop = asyncio.get_running_loop()
-        resp = await loop.run_in_executor(self.rs.executor, execute_sql, self.rs, request.statement)
+        user = metadata_user(context)
+        try:
+            resp = await self.admission.run(
+                user, functools.partial(execute_sql, self.rs, request.statement)
+            )
+        except ObError as e:  # refused by admission: nothing ran
+            self.rs.metrics.inc("statements_throttled_total")
+            resp = obrpc_pb2.SqlResponse()
+            error_to_proto(e, resp.error)
         if resp.error.name in NOT_MASTER_NAMES and not resp.leader_hint:
             resp.leader_hint = self.rs.leader_hint()
         return resp

@@ -17,6 +17,7 @@ from typing import Any
 from obcommon.addresses import format_server, parse_server
 from obcommon.errors import ObError, error_to_proto
 from obcommon.proto import obrpc_pb2
+from rootservice.api.admission import check_tokens
 from rootservice.app import RootService
 from rootservice.bootstrap import BootstrapItem
 from rootservice.db import select_repo
@@ -232,6 +233,8 @@ def execute_sql(rs: RootService, text: str) -> obrpc_pb2.SqlResponse:
     """Parse and execute ``text``; every outcome, including an internal error, becomes a
     response (never an exception), with ``leader_hint`` on OB_RS_NOT_MASTER."""
     try:
+        if len(text) <= rs.settings.max_statement_bytes:  # longer: parse refuses its size
+            check_tokens(text, rs.settings.max_statement_tokens)  # before lark (issue 10)
         statement = parse(text, max_bytes=rs.settings.max_statement_bytes)
         resp = to_response(execute(rs, statement))
         rs.metrics.inc("statements_total")
