@@ -47,6 +47,15 @@ _DURATION_FLAGS = {
 }
 
 
+# Admission of admin statements (issue 10, rootservice/api/admission.py).
+_ADMISSION_FLAGS = {
+    "--admin-workers": "threads running admin statements (default 4)",
+    "--admin-queue-limit": "admin statements admitted at once in all (default 64)",
+    "--admin-per-user-limit": "admin statements admitted at once per user (default 4)",
+    "--max-statement-tokens": "tokens a statement may have (default 100000)",
+}
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rootservice", description="OceanBase-style RootService server manager"
@@ -79,6 +88,8 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         help="replica copies building at once on one destination (default 2)",
     )
+    for flag, what in _ADMISSION_FLAGS.items():
+        s.add_argument(flag, type=int, help=what)
     s.add_argument("--log-level", default="INFO")
     d = sub.add_parser("db", help="schema migrations")
     d.add_argument("action", choices=["upgrade", "downgrade", "current"])
@@ -98,6 +109,7 @@ def _settings(args: argparse.Namespace) -> RsSettings:
         "spark_master",
         "spark_conf",
         "migration_concurrency_per_server",
+        *(f.lstrip("-").replace("-", "_") for f in _ADMISSION_FLAGS),
     ):
         v = getattr(args, key)
         if v is not None:
