@@ -141,7 +141,7 @@ class HeartbeatIntake:
                     "OB_SERVER_ZONE_NOT_MATCH",
                     detail=f"server '{key}' is in zone '{s.zone}', not '{req.zone}'",
                 )
-            self._check_cluster_id(req.cluster_id, s)
+            self._check_cluster_id(req, s)
             now = self.clock.now_us()
             changed = False
             if not s.force_stop_hb:
@@ -190,18 +190,21 @@ class HeartbeatIntake:
             return None
         return ResourceInfo.from_proto(req.resource_info)
 
-    def _check_cluster_id(self, got: str, s: ServerStatus) -> None:
+    def _check_cluster_id(self, req: obrpc_pb2.LeaseRequest, s: ServerStatus) -> None:
         """Refuse another cluster's ``cluster_id`` and, once the cluster is bootstrapped, an
-        empty one from a server that joined already (issue 10 item 5).
+        empty one from a server that has joined (issue 10 item 5).
 
-        An empty ``cluster_id`` is what an agent sends before it has an identity: only the
-        first heartbeats of a server after ADD SERVER or BOOTSTRAP, whose record still has
-        ``sql_port`` 0 (both write ``inner_port`` 0 and every accepted heartbeat sets it to
-        1..65535, persisted in ``__all_server``), may omit it: the agent learns the cluster
-        id from that response. The refusal never names this cluster's id, and a refused
-        request gets no ``cluster_id`` in its response (``LeaseServicer``). Raises
+        An empty ``cluster_id`` is what an agent sends before it has an identity, and such
+        an agent has not started service (``observer_agent.lease``: it sets
+        ``start_service_time`` only once its identity is written). So an empty one is
+        accepted only with ``start_service_time`` 0 in the request and in the record (not
+        in service): the first heartbeats after ADD SERVER or BOOTSTRAP, whose response
+        teaches the agent the cluster id. (The record alone cannot tell: the heartbeat
+        requested by ADD SERVER is accepted without its response reaching the agent.) The
+        refusal never names this cluster's id, and a refused request gets no
+        ``cluster_id`` in its response (``LeaseServicer``). Raises
         ``ObError(OB_INVALID_ARGUMENT)``."""
-        cluster_id = self.identity.cluster_id
+        got, cluster_id = req.cluster_id, self.identity.cluster_id
         if got == cluster_id or not cluster_id:
             return
         if got:
@@ -209,11 +212,11 @@ class HeartbeatIntake:
                 "OB_INVALID_ARGUMENT",
                 f"lease request field cluster_id = {quote(got)} (not this cluster's)",
             )
-        if self.identity.bootstrapped and s.sql_port != 0:
+        if self.identity.bootstrapped and (req.start_service_time or s.start_service_time):
             raise ObError(
                 "OB_INVALID_ARGUMENT",
-                f"lease request field cluster_id = '' (required: server '{s.key}' has joined "
-                "the cluster)",
+                f"lease request field cluster_id = '' (required: server '{s.key}' is in "
+                "service in this cluster)",
             )
 
     def _lease_response(self, s: ServerStatus, seq: int) -> obrpc_pb2.LeaseResponse:

@@ -250,8 +250,8 @@ def test_a_refused_lease_changes_nothing(rs: RootService) -> None:
 
 
 def test_cluster_id_is_required_once_the_server_joined(rs: RootService) -> None:
-    """The seeded servers joined (their rows have an inner_port): an empty or another
-    cluster id is refused and the refusal does not tell this cluster's."""
+    """A server reporting a start_service_time has an identity: an empty or another cluster
+    id is refused and the refusal does not tell this cluster's."""
     for cid in ("", "another"):
         with pytest.raises(ObError) as e:
             rs.heartbeats.receive_hb(hb(A, ZA, cluster_id=cid))
@@ -265,14 +265,18 @@ def test_cluster_id_is_required_once_the_server_joined(rs: RootService) -> None:
     assert rs.heartbeats.receive_hb(hb(A, ZA)).cluster_id == "c0ffee"
 
 
-def test_a_server_added_and_never_heartbeated_learns_the_cluster_id(rs: RootService) -> None:
-    """ADD SERVER leaves inner_port 0: the agent's first heartbeats carry no cluster id and
-    get it back; once that heartbeat set its sql_port, an empty cluster id is refused."""
-    rs.whitelist.records[A].sql_port = 0  # as ADD SERVER / BOOTSTRAP write it
+def test_a_server_not_in_service_learns_the_cluster_id(rs: RootService) -> None:
+    """An agent without identity sends no cluster id and start_service_time 0 (it starts
+    service only once it has an identity): accepted, and the response teaches it the
+    cluster id. An empty cluster id with a start_service_time, or for a server whose record
+    is in service, is refused."""
     resp = rs.heartbeats.receive_hb(hb(A, ZA, cluster_id="", start_service_time=0))
     assert resp.cluster_id == "c0ffee" and resp.server_id == 1
     with pytest.raises(ObError):
         rs.heartbeats.receive_hb(hb(A, ZA, cluster_id=""))
+    rs.heartbeats.receive_hb(hb(A, ZA))  # in service now
+    with pytest.raises(ObError):
+        rs.heartbeats.receive_hb(hb(A, ZA, cluster_id="", start_service_time=0))
     # Before BOOTSTRAP nothing is required.
     rs.identity.bootstrapped = False
     assert rs.heartbeats.receive_hb(hb(A, ZA, cluster_id="")).cluster_id == "c0ffee"
