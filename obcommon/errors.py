@@ -17,9 +17,9 @@ import grpc
 
 @dataclass(frozen=True)
 class ErrorDef:
-    """One row of SPEC.md section 12: ``code`` is negative, as in ``ob_errno.def``, except
-    the MySQL errors of users and privileges (issue 10), which keep MySQL's positive codes
-    (1045, 1227...)."""
+    """One row of SPEC.md section 12: ``code`` is negative, as in ``ob_errno.def``; MySQL's
+    own errors (``ER_*``: 1045, 1227, 1064...) too, and are printed with MySQL's positive
+    number."""
 
     name: str
     code: int
@@ -244,35 +244,52 @@ ERRORS: dict[str, ErrorDef] = {
             "Got a packet bigger than 'max_allowed_packet' bytes",
             grpc.StatusCode.INVALID_ARGUMENT,
         ),
-        # Users and privileges (issue 10): MySQL's own errors, with MySQL's positive codes.
+        # Users and privileges (issue 10): MySQL's own errors, negative like every code of
+        # this table (``to_sql_text`` prints the absolute value, as for ER_PARSE_ERROR).
         ErrorDef(
             "ER_ACCESS_DENIED_ERROR",
-            1045,
+            -1045,
             "28000",
             "Access denied for user '%s'@'%s' (using password: %s)",
             grpc.StatusCode.UNAUTHENTICATED,
         ),
         ErrorDef(
             "ER_NONEXISTING_GRANT",
-            1141,
+            -1141,
             "42000",
             "There is no such grant defined for user '%s' on host '%s'",
             grpc.StatusCode.NOT_FOUND,
         ),
         ErrorDef(
             "ER_SPECIFIC_ACCESS_DENIED_ERROR",
-            1227,
+            -1227,
             "42000",
             "Access denied; you need (at least one of) the %s privilege(s) for this operation",
             grpc.StatusCode.PERMISSION_DENIED,
         ),
-        ErrorDef("ER_CANNOT_USER", 1396, "HY000", "Operation %s failed for %s", _FP),
+        ErrorDef("ER_CANNOT_USER", -1396, "HY000", "Operation %s failed for %s", _FP),
         ErrorDef(
             "ER_CANT_CREATE_USER_WITH_GRANT",
-            1410,
+            -1410,
             "42000",
             "You are not allowed to create a user with GRANT",
             grpc.StatusCode.NOT_FOUND,
+        ),
+        # Admission of admin statements (issue 10 item 5): MySQL's errors for too many
+        # connections in all and of one user; the RS counts statements admitted at once.
+        ErrorDef(
+            "ER_CON_COUNT_ERROR",
+            -1040,
+            "08004",
+            "Too many connections",
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+        ),
+        ErrorDef(
+            "ER_TOO_MANY_USER_CONNECTIONS",
+            -1203,
+            "42000",
+            "User %s already has more than 'max_user_connections' active connections",
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
         ),
         # An unreachable or failing system-table database. OceanBase has no code for the RS's
         # own meta database; OB_ERR_SYS is its generic "system error".

@@ -55,6 +55,15 @@ _DURATION_FLAGS = {
 }
 
 
+# Admission of admin statements (issue 10, rootservice/api/admission.py).
+_ADMISSION_FLAGS = {
+    "--admin-workers": "threads running admin statements (default 4)",
+    "--admin-queue-limit": "admin statements admitted at once in all (default 64)",
+    "--admin-per-user-limit": "admin statements admitted at once per user (default 4)",
+    "--max-statement-tokens": "tokens a statement may have (default 100000)",
+}
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rootservice", description="OceanBase-style RootService server manager"
@@ -94,6 +103,8 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="plaintext gRPC without authentication (every client is root)",
     )
+    for flag, what in _ADMISSION_FLAGS.items():
+        s.add_argument(flag, type=int, help=what)
     s.add_argument("--log-level", default="INFO")
     cert_commands.add_parsers(sub)
     d = sub.add_parser("db", help="schema migrations")
@@ -116,6 +127,7 @@ def _settings(args: argparse.Namespace) -> RsSettings:
         "migration_concurrency_per_server",
         "certs_dir",
         "insecure",
+        *(f.lstrip("-").replace("-", "_") for f in _ADMISSION_FLAGS),
     ):
         v = getattr(args, key)
         if v is not None:

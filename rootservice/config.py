@@ -173,6 +173,13 @@ class RsSettings(BaseSettings):
     grpc_max_pending_requests: int = Field(default=50_000, ge=100)
     # Statements above this size are refused (MySQL's max_allowed_packet), in bytes.
     max_statement_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    # Admission of admin statements (issue 10 item 5, rootservice/api/admission.py): their
+    # own threads, the statements admitted at once (running or waiting) in all and per
+    # user, and the tokens a statement may have before the parser sees it.
+    admin_workers: int = Field(default=4, ge=1, le=64)
+    admin_queue_limit: int = Field(default=64, ge=1, le=100_000)
+    admin_per_user_limit: int = Field(default=4, ge=1, le=100_000)
+    max_statement_tokens: int = Field(default=100_000, ge=100)
     # Trust boundary (issue 10): the directory of ca.crt, rs.crt/rs.key (and client certs),
     # or ``insecure`` for plaintext with no authentication (everyone is root). The command
     # line refuses to start with neither.

@@ -108,8 +108,8 @@ class CopyFaults(Protocol):
 class ReplicaCopier:
     """The builds of replicas by copy on one agent (see the module doc).
 
-    ``settings`` gives ``rpc_timeout`` (per chunk) and ``max_concurrent_copies``; ``me`` this
-    agent's ``ip:port``; ``paths`` where replicas live; ``hosted`` the replicas (a build
+    ``settings`` gives ``rpc_timeout`` (per chunk), ``max_concurrent_copies`` and
+    ``replica_size`` (the most bytes a source may announce); ``me`` this agent's ``ip:port``; ``paths`` where replicas live; ``hosted`` the replicas (a build
     whose replica was dropped or replaced stops); ``peers`` the channels to sources and
     leaders; ``faults`` the copy and replication switches; ``replication`` pulls the log in
     step 3; ``tasks`` keeps the build tasks (cancelled at stop); ``log`` the agent's logger.
@@ -275,7 +275,9 @@ class ReplicaCopier:
         )
         # No deadline on the whole stream (a copy may take long): each chunk has one instead.
         call = self._peers.stub(src).FetchData(req)
-        return await receive_data_file(call, src, tmp, b, timeout_s, self._faults)
+        return await receive_data_file(
+            call, src, tmp, b, timeout_s, self._faults, self.settings.replica_size
+        )
 
     async def _install(self, rep: Replica, b: Build, tmp: Path, first: obrpc_pb2.DataChunk) -> bool:
         """Move the copied file into place, create the log right before the source's first

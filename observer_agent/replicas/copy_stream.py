@@ -40,9 +40,15 @@ async def receive_data_file(
     b: Build,
     timeout_s: float,
     faults: CopySlowdown,
+    max_size: int,
 ) -> obrpc_pb2.DataChunk:
     """Read the ``FetchData`` stream ``call`` from ``src`` (``ip:port``) into ``tmp`` (created,
     fsynced and closed); returns the first chunk (size, checksum, log indexes).
+
+    The first chunk's announced ``total_size`` must be within ``[0, max_size]`` bytes (the
+    expected replica size: a source announcing more is refused before anything is written,
+    issue 10: an attacker's source made an agent copy 64 MiB), and no chunk may reach past
+    it (more bytes than announced are refused at the chunk that brings them).
 
     Progress goes to ``b.total_size`` / ``b.bytes_copied`` (bytes). Each chunk must come
     within ``timeout_s`` seconds; ``faults`` may ask for a pause after each. The call is
@@ -75,8 +81,11 @@ async def receive_data_file(
             if err is not None:
                 raise CopyFailed(f"{src} answered {err.name}: {err.message}")
             if first is None:
-                if chunk.total_size < 0:
-                    raise CopyFailed(f"{src} announced {chunk.total_size} bytes")
+                if not 0 <= chunk.total_size <= max_size:
+                    raise CopyFailed(
+                        f"{src} announced {chunk.total_size} bytes, expected 0..{max_size} "
+                        "(the replica size)"
+                    )
                 first = chunk
                 b.total_size = chunk.total_size
             end = chunk.offset + len(chunk.data)

@@ -16,6 +16,7 @@ import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from obcommon.bounds import check_term
 from obcommon.clock import Clock
 from obcommon.errors import ObError, error_to_proto
 from obcommon.proto import obrpc_pb2
@@ -311,6 +312,15 @@ class ReplicaManager:
         end if the caller cancels, so a retry finds it done. Never raises.
         """
         resp = obrpc_pb2.ApplyReplicasResponse()
+        # An epoch jumping absurdly above the highest seen is forged or corrupt (issue 10):
+        # refused before anything, like a lower one.
+        why = check_term("rs_epoch", request.rs_epoch, highest_epoch)
+        if why:
+            err = ObError("OB_INVALID_ARGUMENT", f"ApplyReplicas: {why}")
+            self.log.warning("ApplyReplicas refused: %s", err.message)
+            error_to_proto(err, resp.error)
+            resp.replicas.extend(self.report())
+            return resp
         if request.rs_epoch < highest_epoch:
             err = ObError(
                 "OB_RS_NOT_MASTER",
@@ -346,6 +356,9 @@ class ReplicaManager:
     ) -> list[ObError]:
         errors: list[ObError] = []
         async with self._hosted.lock():
+            refused = self._absurd_terms(request)
+            if refused is not None:
+                return [refused]
             self._ensure_started()
             for spec in request.upsert:
                 try:
@@ -369,6 +382,21 @@ class ReplicaManager:
                 except ObError as e:
                     errors.append(e)
         return errors
+
+    def _absurd_terms(self, request: obrpc_pb2.ApplyReplicasRequest) -> ObError | None:
+        """``OB_INVALID_ARGUMENT`` naming the first spec whose ``term`` jumps more than
+        :data:`~obcommon.bounds.MAX_TERM_JUMP` above the term kept for its replica (0 for
+        an absent one) or exceeds 2^53, else None. Checked for the whole request before any
+        spec is applied, so such a request changes nothing (issue 10: one ApplyReplicas with
+        term 2^63-1 broke the RS's LS reconciler until restart). Call under the lock."""
+        for spec in request.upsert:
+            key = (spec.tenant_id, spec.ls_id)
+            rep = self._hosted.find(key)
+            why = check_term("term", spec.term, rep.meta.term if rep is not None else 0)
+            if why:
+                self.log.warning("ApplyReplicas refused: %s: %s", describe_ls(key), why)
+                return ObError("OB_INVALID_ARGUMENT", f"ReplicaSpec of {describe_ls(key)}: {why}")
+        return None
 
     # -- ReplicaService (answering peers)
 

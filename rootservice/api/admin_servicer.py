@@ -7,7 +7,7 @@ parsing nor database I/O ever blocks heartbeats), and answers MySQL-style errors
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import json
 
 import grpc
@@ -15,6 +15,7 @@ import grpc
 from obcommon.errors import ObError, error_to_proto
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from obcommon.security.certs import Role
+from rootservice.api.admission import DEFAULT_USER, Admission
 from rootservice.api.dispatch import execute_sql
 from rootservice.app import RootService
 
@@ -79,8 +80,11 @@ class AdminServicer(obrpc_pb2_grpc.AdminServiceServicer):
     """``obadmin``'s entry point: one SQL statement per call (SPEC.md section 7)."""
 
     def __init__(self, rs: RootService) -> None:
-        """Serve admin calls for ``rs``; statements run on ``rs.executor``."""
+        """Serve admin calls for ``rs``; statements run on the threads of ``admission``
+        (``admin_workers``, ``admin_queue_limit``, ``admin_per_user_limit``; issue 10)."""
         self.rs = rs
+        st = rs.settings
+        self.admission = Admission(st.admin_workers, st.admin_queue_limit, st.admin_per_user_limit)
 
     async def ExecuteSql(
         self, request: obrpc_pb2.SqlRequest, context: grpc.aio.ServicerContext
@@ -89,8 +93,11 @@ class AdminServicer(obrpc_pb2_grpc.AdminServiceServicer):
         ``ob-user`` / ``ob-password``, the client certificate; issue 10), then parse and run
         one SQL statement.
 
-        Runs :func:`rootservice.api.dispatch.execute_sql` on ``rs.executor`` so the event loop (and the
-        heartbeats) never wait for parsing or the database; every error, MySQL-style (SPEC.md
+        Runs :func:`rootservice.api.dispatch.execute_sql` on the admin threads of
+        :class:`rootservice.api.admission.Admission` for the user of :func:`metadata_user`, so
+        the event loop (and the heartbeats) never wait for parsing or the database and
+        background work never waits behind statements; a statement over the admission
+        limits gets ``ER_CON_COUNT_ERROR`` / ``ER_TOO_MANY_USER_CONNECTIONS`` at once; every error, MySQL-style (SPEC.md
         section 7), is carried in the response's ``error``, never as a gRPC status. A
         not-master refusal carries the leader's address in ``leader_hint`` (issue 5).
         """
@@ -98,17 +105,25 @@ class AdminServicer(obrpc_pb2_grpc.AdminServiceServicer):
         # given (None in insecure mode, where there are no certificates).
         ident = await self.rs.peer_gate.admit(context, "AdminService.ExecuteSql", CLIENTS)
         metadata = context.invocation_metadata()
-        loop = asyncio.get_running_loop()
-        resp = await loop.run_in_executor(
-            self.rs.executor,
+        user = metadata_value(metadata, USER_KEY) or None
+        cert_user = ident.name if ident is not None else None
+        work = functools.partial(
             authenticated_execute,
             self.rs,
             request.statement,
-            metadata_value(metadata, USER_KEY) or None,
+            user,
             metadata_value(metadata, PASSWORD_KEY),
-            ident.name if ident is not None else None,
+            cert_user,
             client_addr(context.peer() or ""),
         )
+        try:
+            # Admitted by the user it claims (logins are checked inside, on the admin
+            # threads, so that password hashing is bounded by admission too).
+            resp = await self.admission.run(user or cert_user or DEFAULT_USER, work)
+        except ObError as e:  # refused by admission: nothing ran
+            self.rs.metrics.inc("statements_throttled_total")
+            resp = obrpc_pb2.SqlResponse()
+            error_to_proto(e, resp.error)
         if resp.error.name in NOT_MASTER_NAMES and not resp.leader_hint:
             resp.leader_hint = self.rs.leader_hint()
         return resp

@@ -20,6 +20,7 @@ from typing import Any
 from obcommon.addresses import format_server, parse_server
 from obcommon.errors import ObError, error_to_proto
 from obcommon.proto import obrpc_pb2
+from rootservice.api.admission import check_tokens
 from rootservice.app import RootService
 from rootservice.auth.audit import redact
 from rootservice.auth.principal import Principal
@@ -316,6 +317,8 @@ def execute_sql(rs: RootService, text: str, principal: Principal) -> obrpc_pb2.S
     are audited (:func:`audited`; the audit never changes the outcome)."""
     statement: ast.Statement | None = None
     try:
+        if len(text) <= rs.settings.max_statement_bytes:  # longer: parse refuses its size
+            check_tokens(text, rs.settings.max_statement_tokens)  # before lark (issue 10)
         statement = parse(text, max_bytes=rs.settings.max_statement_bytes)
         resp = to_response(execute(rs, statement, principal))
         rs.metrics.inc("statements_total")

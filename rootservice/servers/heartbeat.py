@@ -14,6 +14,7 @@ import logging
 from collections.abc import Sequence
 from typing import Protocol
 
+from obcommon.bounds import quote
 from obcommon.clock import Clock
 from obcommon.errors import ObError
 from obcommon.proto import obrpc_pb2
@@ -22,6 +23,7 @@ from rootservice.ha.store import MetaStore
 from rootservice.ha.term import Term
 from rootservice.servers.events import server_event
 from rootservice.servers.identity import ClusterIdentity
+from rootservice.servers.lease_bounds import check_lease_request
 from rootservice.servers.loader import TakeOfficeGrace
 from rootservice.servers.persist_queue import PersistQueue
 from rootservice.servers.ports import Background, Wake
@@ -118,6 +120,8 @@ class HeartbeatIntake:
         """
         if not self.term.in_service:
             self.term.check()
+        # Every field within its bounds before anything is looked up or changed (issue 10).
+        check_lease_request(req, self.clock.now_us())
         key = req.server
         with self._lock:
             s = self._servers.get(key)
@@ -127,7 +131,7 @@ class HeartbeatIntake:
                 key = self.whitelist.resolve_key(req.server)
                 s = self._servers.get(key)
             raw = req.resource_info.SerializeToString()
-            resources = self._validate_hb(req, None if s is None else s.resource_raw, raw)
+            resources = self._changed_resources(req, None if s is None else s.resource_raw, raw)
             if not self.zones.exists(req.zone):
                 raise ObError("OB_ZONE_INFO_NOT_EXIST", req.zone[:128])
             if s is None:
@@ -137,13 +141,7 @@ class HeartbeatIntake:
                     "OB_SERVER_ZONE_NOT_MATCH",
                     detail=f"server '{key}' is in zone '{s.zone}', not '{req.zone}'",
                 )
-            cluster_id = self.identity.cluster_id
-            if req.cluster_id and cluster_id and req.cluster_id != cluster_id:
-                raise ObError(
-                    "OB_INVALID_ARGUMENT",
-                    f"cluster_id '{req.cluster_id[:64]}'",
-                    detail=f"this cluster is '{cluster_id}'",
-                )
+            self._check_cluster_id(req, s)
             now = self.clock.now_us()
             changed = False
             if not s.force_stop_hb:
@@ -181,29 +179,45 @@ class HeartbeatIntake:
                 self.persist.mark(key)
             return self._lease_response(s, req.seq)
 
-    def _validate_hb(
+    def _changed_resources(
         self, req: obrpc_pb2.LeaseRequest, last_raw: bytes | None, raw: bytes
     ) -> ResourceInfo | None:
-        """Raise OB_INVALID_ARGUMENT naming the first bad field; returns the resources."""
+        """The request's resources when they changed (None: the same bytes as last time).
+        Their bounds were checked by :func:`check_lease_request`."""
         # Agents resend the same resource info most of the time: compare the bytes and only
-        # convert and check it when it changed (None: unchanged).
-        resources = None
-        if raw != last_raw:
-            resources = ResourceInfo.from_proto(req.resource_info)
-        bad = ""
-        if not req.zone or len(req.zone) > 128:
-            bad = "zone"
-        elif not 1 <= req.sql_port <= 65535:
-            bad = "sql_port"
-        elif req.start_service_time < 0 or req.current_server_time < 0:
-            bad = "start_service_time" if req.start_service_time < 0 else "current_server_time"
-        elif req.server_status < 0 or len(req.build_version) > 256:
-            bad = "server_status" if req.server_status < 0 else "build_version"
-        elif resources is not None and not resources.is_valid():
-            bad = "resource_info"
-        if bad:
-            raise ObError("OB_INVALID_ARGUMENT", f"lease request field {bad}")
-        return resources
+        # convert it when it changed.
+        if raw == last_raw:
+            return None
+        return ResourceInfo.from_proto(req.resource_info)
+
+    def _check_cluster_id(self, req: obrpc_pb2.LeaseRequest, s: ServerStatus) -> None:
+        """Refuse another cluster's ``cluster_id`` and, once the cluster is bootstrapped, an
+        empty one from a server that has joined (issue 10 item 5).
+
+        An empty ``cluster_id`` is what an agent sends before it has an identity, and such
+        an agent has not started service (``observer_agent.lease``: it sets
+        ``start_service_time`` only once its identity is written). So an empty one is
+        accepted only with ``start_service_time`` 0 in the request and in the record (not
+        in service): the first heartbeats after ADD SERVER or BOOTSTRAP, whose response
+        teaches the agent the cluster id. (The record alone cannot tell: the heartbeat
+        requested by ADD SERVER is accepted without its response reaching the agent.) The
+        refusal never names this cluster's id, and a refused request gets no
+        ``cluster_id`` in its response (``LeaseServicer``). Raises
+        ``ObError(OB_INVALID_ARGUMENT)``."""
+        got, cluster_id = req.cluster_id, self.identity.cluster_id
+        if got == cluster_id or not cluster_id:
+            return
+        if got:
+            raise ObError(
+                "OB_INVALID_ARGUMENT",
+                f"lease request field cluster_id = {quote(got)} (not this cluster's)",
+            )
+        if self.identity.bootstrapped and (req.start_service_time or s.start_service_time):
+            raise ObError(
+                "OB_INVALID_ARGUMENT",
+                f"lease request field cluster_id = '' (required: server '{s.key}' is in "
+                "service in this cluster)",
+            )
 
     def _lease_response(self, s: ServerStatus, seq: int) -> obrpc_pb2.LeaseResponse:
         """The answer to an accepted request: the lease runs ``lease_time`` from now (from

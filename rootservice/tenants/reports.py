@@ -14,6 +14,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from obcommon.bounds import MAX_TERM
 from obcommon.proto import obrpc_pb2
 from rootservice.servers.status import ServerStatus
 from rootservice.tenants.ports import ServerDirectory
@@ -24,7 +25,9 @@ from rootservice.tenants.vocabulary import LsKey
 @dataclass
 class LsView:
     """One LS as the reports show it: ``replicas`` by server, the current ``leader`` (an
-    alive server reporting LEADER at the highest term, or None) and that ``term``."""
+    alive server reporting LEADER at the highest term, or None) and that ``term``. A
+    replica reporting a term above 2^53 (``obcommon.bounds.MAX_TERM``) is listed but
+    counts for neither."""
 
     key: LsKey
     replicas: dict[str, obrpc_pb2.ReplicaInfo] = field(default_factory=dict)
@@ -114,6 +117,12 @@ class ReplicaReports:
             for k, r in table.items():
                 v = out.setdefault(k, LsView(k))
                 v.replicas[server] = r
+                if r.term > MAX_TERM:
+                    # Forged or corrupt (lease requests refuse it since issue 10, a report
+                    # kept from before may still hold it): it neither leads nor sets the
+                    # term, or `term + 1` of the next switch would overflow the protocol's
+                    # int64 on every reconciler round.
+                    continue
                 if alive and r.role == obrpc_pb2.LEADER and r.term >= v.term:
                     v.leader, v.term = server, r.term
                 v.term = max(v.term, r.term)

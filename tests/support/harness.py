@@ -24,6 +24,8 @@ from rootservice.db.zone_repo import ZoneInfo
 from rootservice.servers.status import HeartbeatStatus, ServerStatus
 
 S = 1_000_000
+# Where every FakeClock starts (2026-01-01): the times of the lease requests built here.
+FAKE_START_US = FakeClock().now_us()
 LEASE = 10 * S
 OFFLINE = 3600 * S
 
@@ -92,8 +94,10 @@ def hb(server: str, zone: str, **fields: Any) -> obrpc_pb2.LeaseRequest:
         server=server,
         sql_port=port + 1000,
         build_version="4.2.0.0-test",
-        start_service_time=1,
-        current_server_time=1,
+        # FakeClock's start: the RS refuses times before 2000 or over a day ahead (issue 10).
+        start_service_time=FAKE_START_US,
+        current_server_time=FAKE_START_US,
+        cluster_id="c0ffee",
     )
     req.resource_info.cpu_total = 2
     req.resource_info.mem_total = 8 << 30

@@ -300,7 +300,13 @@ def test_script_stops_at_the_first_error(capsys: pytest.CaptureFixture[str]) -> 
 
     with fake_rs(answer) as (addr, rs):
         rc = main(
-            ["--rs", addr, "-e", "ALTER SYSTEM RELOAD SERVER; bad; ALTER SYSTEM RELOAD SERVER"]
+            [
+                "--insecure",
+                "--rs",
+                addr,
+                "-e",
+                "ALTER SYSTEM RELOAD SERVER; bad; ALTER SYSTEM RELOAD SERVER",
+            ]
         )
     assert rc == 1
     assert rs.received == ["ALTER SYSTEM RELOAD SERVER", "bad"]

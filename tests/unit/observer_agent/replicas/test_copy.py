@@ -11,14 +11,18 @@ import shutil
 import zlib
 from pathlib import Path
 
+import grpc
+
 from obcommon.clock import SystemClock
 from obcommon.proto import obrpc_pb2
 from observer_agent.agent import Agent
+from observer_agent.replicas.copy_stream import CopyFailed, receive_data_file
 from observer_agent.replicas.faults import (
     FAULT_COPY_SLOW_FILE,
     FAULT_REPLICATION_STOP_FILE,
     FAULT_SERVE_DATA_ERROR_FILE,
 )
+from observer_agent.replicas.replica import Build
 from tests.support.ports import free_port
 from tests.unit.observer_agent.helpers import run, wait_until
 from tests.unit.observer_agent.replicas.helpers import (
@@ -379,5 +383,95 @@ def test_max_concurrent_copies(tmp_path: Path) -> None:
                 assert most == 2 and saw_waiting
             finally:
                 await c.stop()
+
+    run(scenario())
+
+
+def test_a_source_announcing_more_than_the_replica_size_is_refused(tmp_path: Path) -> None:
+    """Issue 10: the destination expects at most its ``replica_size``; a source announcing
+    more (here one configured with twice the size) is refused before any byte is written:
+    ``build_error`` names the sizes and no partial copy stays. At the bound it succeeds."""
+
+    async def scenario() -> None:
+        async with copy_nodes(tmp_path, 1) as (a,):
+            small = await start_copy_node(tmp_path / "small", replica_size=f"{SIZE // 2 // 1024}K")
+            same = await start_copy_node(tmp_path / "same")
+            try:
+                members = await lead(a)
+                resp = await small.apply(
+                    copy_upsert(copy_spec(members, a.addr, 1, copy_from=a.addr))
+                )
+                assert resp.error.code == 0, resp.error
+                await wait_until(
+                    lambda: (small.info() or obrpc_pb2.ReplicaInfo()).build_error != "",
+                    "the oversized copy to fail",
+                )
+                info = small.info()
+                assert info is not None and not info.in_service
+                assert f"announced {SIZE} bytes, expected 0..{SIZE // 2}" in info.build_error
+                assert leftovers(small) == [] and not (small.rdir() / "data").exists()
+
+                # Exactly the replica size: accepted.
+                resp = await same.apply(
+                    copy_upsert(copy_spec(members, a.addr, 1, copy_from=a.addr))
+                )
+                assert resp.error.code == 0, resp.error
+                await wait_until(lambda: same.in_service(), "the copy at the bound")
+            finally:
+                await small.stop()
+                await same.stop()
+
+    run(scenario())
+
+
+class _ScriptedCall:
+    """A stand-in for grpc's stream call object (a library class, not ours): the chunks a
+    misbehaving source sends."""
+
+    def __init__(self, chunks: list[obrpc_pb2.DataChunk]) -> None:
+        self.chunks = chunks
+        self.cancelled = False
+
+    async def read(self) -> object:
+        return self.chunks.pop(0) if self.chunks else grpc.aio.EOF
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+def test_receive_refuses_an_oversized_announcement_and_bytes_past_it(tmp_path: Path) -> None:
+    """Both sides of both bounds of receive_data_file: total_size == max_size accepted and
+    max_size + 1 refused; bytes up to the announced size accepted, one more refused."""
+
+    class NoSlowdown:
+        def copy_delay_s(self) -> float:
+            return 0.0
+
+    data = b"x" * 64
+
+    def stream(total: int, payload: bytes) -> _ScriptedCall:
+        crc = zlib.crc32(payload)
+        return _ScriptedCall(
+            [
+                obrpc_pb2.DataChunk(offset=0, data=payload[:32], total_size=total, checksum=crc),
+                obrpc_pb2.DataChunk(offset=32, data=payload[32:]),
+            ]
+        )
+
+    async def receive(call: _ScriptedCall, max_size: int) -> str:
+        b = Build(source="src")
+        try:
+            await receive_data_file(call, "src", tmp_path / "tmp", b, 1.0, NoSlowdown(), max_size)
+        except CopyFailed as e:
+            return str(e)
+        finally:
+            assert call.cancelled
+        return ""
+
+    async def scenario() -> None:
+        assert await receive(stream(64, data), 64) == ""
+        assert "announced 64 bytes, expected 0..63" in await receive(stream(64, data), 63)
+        # Announces 63, sends 64: the chunk bringing the 64th byte is refused.
+        assert "sent bytes [32, 64) of 63" in await receive(stream(63, data), 64)
 
     run(scenario())

@@ -13,6 +13,7 @@ from rootservice.servers.heartbeat import HeartbeatIntake
 from rootservice.servers.ports import inline
 from rootservice.servers.status import HeartbeatStatus, StopMode
 from tests.support.harness import (
+    FAKE_START_US,
     LEASE,
     SEEDED,
     ZA,
@@ -106,10 +107,17 @@ def test_start_service_time_build_version_and_sql_port_are_persisted(rs: RootSer
     rs.heartbeats.receive_hb(hb(A, ZA, start_service_time=0))
     flush(rs)
     assert server_row(rs, A)["start_service_time"] == 0
-    rs.heartbeats.receive_hb(hb(A, ZA, start_service_time=123, build_version="v2", sql_port=5555))
+    started = FAKE_START_US + 123
+    rs.heartbeats.receive_hb(
+        hb(A, ZA, start_service_time=started, build_version="v2", sql_port=5555)
+    )
     flush(rs)
     row = server_row(rs, A)
-    assert (row["start_service_time"], row["build_version"], row["inner_port"]) == (123, "v2", 5555)
+    assert (row["start_service_time"], row["build_version"], row["inner_port"]) == (
+        started,
+        "v2",
+        5555,
+    )
 
 
 def test_stopped_server_and_stopped_zone_answer_is_stopped(rs: RootService) -> None:

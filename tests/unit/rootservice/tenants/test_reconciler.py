@@ -3,6 +3,7 @@ with in-memory agents and no RootService."""
 
 from __future__ import annotations
 
+from obcommon.proto import obrpc_pb2
 from rootservice.servers.status import HeartbeatStatus
 from tests.support.tenant_parts import A, B, C, D, Layer, heartbeat, make_tenant
 
@@ -73,3 +74,27 @@ def test_a_dead_planned_member_gets_no_replica(layer: Layer) -> None:
     layer.reconciler.run_once()
     assert C not in layer.agents.replicas
     assert (tid, 1001) in layer.agents.replicas[B]
+
+
+def test_a_stored_report_with_a_huge_term_does_not_break_the_rounds(layer: Layer) -> None:
+    """Issue 10: one replica reported LEADER at term 2^63-1 (a report kept from before the
+    lease bounds refused it) made every round fail (term + 1 overflows the int64 of the
+    protocol) and showed two leaders. It is now ignored for leadership: rounds succeed, the
+    real leader stays the only one, and SWITCH LEADER works."""
+    tid = make_tenant(layer, ls_count=1)
+    key = (tid, 1001)
+    real = layer.reports.views()[key].leader
+    assert real is not None
+    forger = next(s for s in layer.reports.views()[key].replicas if s != real)
+    forged = layer.agents.replicas[forger][key].__class__()
+    forged.CopyFrom(layer.agents.replicas[forger][key])
+    forged.role, forged.term, forged.leader = obrpc_pb2.LEADER, 2**63 - 1, forger
+    layer.servers.with_server(forger, lambda s: layer.reports.report(s, [forged]))
+    for _ in range(3):
+        layer.reconciler.run_once()
+    view = layer.reports.views()[key]
+    assert view.leader == real and view.term < 2**53
+    layer.leaders.switch_leader(key, forger, "test")
+    heartbeat(layer)
+    view = layer.reports.views()[key]
+    assert view.leader == forger and view.term < 2**53

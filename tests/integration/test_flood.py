@@ -1,0 +1,101 @@
+"""A flood of large admin statements against a real RS while real agents heartbeat (issue 10
+item 5): before admission, 8 statements of 4 MiB made the admin path unusable for about
+270 s and caused 6 step-downs. Now the leader never steps down (``rs_step_down_total`` and
+the epoch unchanged), the servers stay ACTIVE, the admin path answers a small statement in
+time, and the surplus of statements is refused at once by the admission limits."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import grpc
+import pytest
+
+from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
+from tests.integration.test_cluster import Cluster
+from tests.support.cluster import ProcSet
+
+pytestmark = pytest.mark.integration
+
+MIB = 1 << 20
+FLOOD_S = 8.0  # four lease times of the cluster (LEASE = 2 s)
+
+
+def big_statements() -> list[str]:
+    """Statements just under max_statement_bytes (4 MiB): one with a 4 MiB string literal
+    (few tokens: parsed and executed) and one with about 700,000 tokens (refused by the
+    token bound before the parser)."""
+    literal = "SELECT svr_ip FROM __all_server WHERE svr_ip = '" + "x" * (4 * MIB - 100) + "'"
+    many = "SELECT svr_ip FROM __all_server WHERE svr_ip IN (" + "'a'," * (MIB - 30) + "'a')"
+    assert len(literal) < 4 * MIB and len(many) < 4 * MIB
+    return [literal, many]
+
+
+def test_flood_of_large_statements_causes_no_step_down(
+    procs: ProcSet, tmp_path: Path, db_url: str
+) -> None:
+    c = Cluster(procs, tmp_path, db_url)
+    # Default workers (4) and queue; a per-user limit of 2 so that the five clients sharing
+    # a user exceed it.
+    c.start_rs(admin_per_user_limit=2)
+    addrs = c.bootstrap(3)
+    before = c.metrics()
+    statements = big_statements()
+    outcomes: Counter[str] = Counter()
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def flood(i: int) -> None:
+        # Half the clients share one user (over its limit), half have their own; the
+        # checks below run as root, which keeps its own quota.
+        user = "flood" if i % 2 == 0 else f"user{i}"
+        with grpc.insecure_channel(
+            c.rs_addr, options=[("grpc.max_send_message_length", 8 * MIB)]
+        ) as ch:
+            stub = obrpc_pb2_grpc.AdminServiceStub(ch)
+            k = 0
+            while not stop.is_set():
+                stmt = statements[(i + k) % len(statements)]
+                k += 1
+                try:
+                    resp = stub.ExecuteSql(
+                        obrpc_pb2.SqlRequest(statement=stmt),
+                        timeout=30,
+                        metadata=(("ob-user", user),),
+                    )
+                    name = resp.error.name or "OK"
+                except grpc.RpcError as e:
+                    name = f"grpc:{e.code().name}"  # type: ignore[attr-defined]
+                with lock:
+                    outcomes[name] += 1
+
+    threads = [threading.Thread(target=flood, args=(i,), daemon=True) for i in range(10)]
+    for t in threads:
+        t.start()
+    small_latencies: list[float] = []
+    deadline = time.monotonic() + FLOOD_S
+    try:
+        while time.monotonic() < deadline:
+            t0 = time.monotonic()
+            rows = c.ok("SELECT svr_ip, svr_port, status FROM __all_server")
+            small_latencies.append(time.monotonic() - t0)
+            assert len(rows) == 3
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    after = c.metrics()
+    statuses = c.statuses()
+    assert all(statuses[a] == "ACTIVE" for a in addrs), statuses
+    assert after.get("rs_step_down_total", 0) == before.get("rs_step_down_total", 0), after
+    assert after["epoch"] == before["epoch"] and after["state"] == before["state"]
+    # The statements really flooded in, and the surplus was refused, not queued.
+    assert outcomes["OK"] > 0 and outcomes["OB_NOT_SUPPORTED"] > 0, outcomes
+    assert outcomes["ER_TOO_MANY_USER_CONNECTIONS"] > 0, outcomes
+    assert not [k for k in outcomes if k.startswith("grpc:")], outcomes
+    # The admin path stayed usable: a small statement never waited a lease time.
+    assert max(small_latencies) < 2.0, small_latencies

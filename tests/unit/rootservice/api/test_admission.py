@@ -1,0 +1,147 @@
+"""Admission of admin statements (issue 10 item 5, rootservice/api/admission.py): the
+per-user and the total limits refuse at once and admit again once the others finish, the
+statements run on the admission's own threads, the token bound of a statement (both sides)
+and its error through ``execute_sql``, and the ``ob-user`` metadata."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from obcommon.errors import ObError
+from rootservice.api.admin_servicer import metadata_user
+from rootservice.api.admission import Admission, check_tokens
+from rootservice.api.dispatch import execute_sql
+from tests.support.harness import make_rs
+
+
+class Gate:
+    """Statements that block until the test opens the gate, recording their thread."""
+
+    def __init__(self) -> None:
+        self.open = threading.Event()
+        self.started = threading.Semaphore(0)
+        self.threads: list[str] = []
+
+    def work(self, value: int) -> int:
+        self.threads.append(threading.current_thread().name)
+        self.started.release()
+        assert self.open.wait(10)
+        return value
+
+
+async def _refusal(adm: Admission, user: str) -> str:
+    try:
+        await adm.run(user, lambda: 0)
+    except ObError as e:
+        return e.name
+    raise AssertionError("admitted")
+
+
+def test_limits_refuse_at_once_and_admit_again_once_the_others_finish() -> None:
+    adm = Admission(workers=2, queue_limit=3, per_user_limit=2)
+    gate = Gate()
+
+    async def scenario() -> None:
+        a = [asyncio.ensure_future(adm.run("alice", lambda i=i: gate.work(i))) for i in range(2)]
+        for _ in range(2):
+            assert await asyncio.to_thread(gate.started.acquire, True, 5)
+        assert adm.admitted("alice") == 2 and adm.admitted() == 2
+        # Per-user limit (2): alice's third is refused at once; bob still gets in.
+        t0 = time.monotonic()
+        assert await _refusal(adm, "alice") == "ER_TOO_MANY_USER_CONNECTIONS"
+        assert time.monotonic() - t0 < 1
+        b = asyncio.ensure_future(adm.run("bob", lambda: gate.work(7)))
+        await asyncio.sleep(0.05)
+        assert adm.admitted() == 3  # bob's waits for a thread (both are busy)
+        # Total limit (3): carol is refused though she has nothing running.
+        assert await _refusal(adm, "carol") == "ER_CON_COUNT_ERROR"
+        assert adm.refused_total == 2
+        gate.open.set()
+        assert await asyncio.gather(*a, b) == [0, 1, 7]
+        assert adm.admitted() == 0 and adm.admitted("alice") == 0
+        # Admitted again now that the others finished.
+        assert await adm.run("alice", lambda: 42) == 42
+        assert await adm.run("carol", lambda: 43) == 43
+
+    asyncio.run(scenario())
+    assert set(gate.threads) <= {"rs-admin_0", "rs-admin_1"}
+    adm.shutdown()
+
+
+def test_a_failing_or_abandoned_statement_releases_its_slot() -> None:
+    adm = Admission(workers=1, queue_limit=1, per_user_limit=1)
+    gate = Gate()
+
+    def boom() -> None:
+        raise ObError("OB_ERR_UNEXPECTED")
+
+    async def scenario() -> None:
+        with pytest.raises(ObError):
+            await adm.run("u", boom)
+        assert adm.admitted() == 0
+        # The caller gives up; the slot stays taken until the work ends.
+        task = asyncio.ensure_future(adm.run("u", lambda: gate.work(1)))
+        assert await asyncio.to_thread(gate.started.acquire, True, 5)
+        task.cancel()
+        await asyncio.sleep(0.05)
+        assert adm.admitted("u") == 1
+        assert await _refusal(adm, "u") == "ER_TOO_MANY_USER_CONNECTIONS"
+        gate.open.set()
+        for _ in range(100):
+            if adm.admitted() == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert await adm.run("u", lambda: 5) == 5
+
+    asyncio.run(scenario())
+    adm.shutdown()
+
+
+def test_token_bound_both_sides() -> None:
+    # 5 tokens each: SHOW, PARAMETERS, LIKE, 'a b ''c', ;
+    stmt = "SHOW PARAMETERS LIKE 'a b ''c';"
+    check_tokens(stmt, 5)
+    with pytest.raises(ObError) as e:
+        check_tokens(stmt, 4)
+    assert e.value.name == "OB_NOT_SUPPORTED" and "more than 4 tokens" in e.value.message
+    # A huge statement is counted only up to the limit (cheap).
+    big = "x," * 2_000_000
+    t0 = time.perf_counter()
+    with pytest.raises(ObError):
+        check_tokens(big, 100_000)
+    assert time.perf_counter() - t0 < 2
+
+
+def test_execute_sql_refuses_too_many_tokens_before_parsing(db_url: str, tmp_path: Path) -> None:
+    rs = make_rs(db_url, tmp_path, seed=False, max_statement_tokens=100)
+    try:
+        names = ", ".join(f"'127.0.0.1:{4000 + i}'" for i in range(49))  # 98 tokens + 4
+        resp = execute_sql(rs, f"ALTER SYSTEM ADD SERVER {names}")
+        assert resp.error.name == "OB_NOT_SUPPORTED" and "100 tokens" in resp.error.message
+        ok = execute_sql(rs, "SHOW PARAMETERS LIKE 'lease_time'")
+        assert ok.error.code == 0 and len(ok.rows) == 1
+        # Over max_statement_bytes: the size error, as before.
+        huge = execute_sql(rs, "SELECT " + "x" * rs.settings.max_statement_bytes)
+        assert huge.error.name == "ER_NET_PACKET_TOO_LARGE"
+    finally:
+        rs.shutdown()
+
+
+class _Context:
+    def __init__(self, md: Any) -> None:
+        self.md = md
+
+    def invocation_metadata(self) -> Any:
+        return self.md
+
+
+def test_the_user_comes_from_ob_user_metadata() -> None:
+    assert metadata_user(_Context((("ob-user", "alice"),))) == "alice"  # type: ignore[arg-type]
+    assert metadata_user(_Context((("x", "y"),))) == "root"  # type: ignore[arg-type]
+    assert metadata_user(_Context(None)) == "root"  # type: ignore[arg-type]

@@ -1,0 +1,282 @@
+"""Lease request bounds (issue 10 item 5, rootservice/servers/lease_bounds.py): both sides of
+every bound (the extreme accepted, one past it refused with OB_INVALID_ARGUMENT naming the
+field), then on an RS on SQLite and PostgreSQL: a refused lease changes nothing (record,
+row, events), ``cluster_id`` is required once a server joined, and a refusal carries no
+cluster id."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from obcommon.bounds import MAX_TERM
+from obcommon.errors import ObError
+from obcommon.proto import obrpc_pb2
+from rootservice.api.lease_servicer import LeaseServicer
+from rootservice.app import RootService
+from rootservice.servers.lease_bounds import (
+    MAX_ADDR_CHARS,
+    MAX_BUILD_VERSION_CHARS,
+    MAX_CLUSTER_ID_CHARS,
+    MAX_CPU,
+    MAX_FUTURE_US,
+    MAX_ID,
+    MAX_MEMBERS,
+    MAX_REPLICAS,
+    MAX_SIZE_BYTES,
+    MAX_ZONE_CHARS,
+    MIN_TIME_US,
+    check_lease_request,
+)
+from rootservice.servers.status import HeartbeatStatus
+from tests.support.harness import FAKE_START_US, ZA, A, events, flush, hb, server_row
+
+NOW = FAKE_START_US
+Edit = Callable[[obrpc_pb2.LeaseRequest], Any]
+
+
+def replica(**fields: Any) -> obrpc_pb2.ReplicaInfo:
+    """A valid report of one replica of LS (1001, 1) led by A (fields override)."""
+    r = obrpc_pb2.ReplicaInfo(
+        tenant_id=1001,
+        ls_id=1,
+        unit_id=1,
+        role=obrpc_pb2.LEADER,
+        member_list=[A],
+        replica_type="FULL",
+        paxos_replica_number=1,
+        term=3,
+        leader=A,
+        log_end_index=10,
+        log_end_ts=NOW,
+        data_size=1 << 20,
+        required_size=2 << 20,
+        in_service=True,
+        data_checksum=0xFFFFFFFF,
+    )
+    for k, v in fields.items():
+        if k == "member_list":
+            del r.member_list[:]
+            r.member_list.extend(v)
+        else:
+            setattr(r, k, v)
+    return r
+
+
+def request(edit: Edit | None = None) -> obrpc_pb2.LeaseRequest:
+    req = hb(A, ZA)
+    req.replicas.append(replica())
+    if edit is not None:
+        edit(req)
+    return req
+
+
+def setter(field: str, value: Any) -> Edit:
+    def edit(req: obrpc_pb2.LeaseRequest) -> None:
+        target: Any = req
+        *path, last = field.split(".")
+        for p in path:
+            target = req.replicas[0] if p == "replica" else getattr(target, p)
+        setattr(target, last, value)
+
+    return edit
+
+
+def members(n: int) -> Edit:
+    def edit(req: obrpc_pb2.LeaseRequest) -> None:
+        del req.replicas[0].member_list[:]
+        req.replicas[0].member_list.extend(f"10.0.0.{i}:2882" for i in range(n))
+
+    return edit
+
+
+def replicas(n: int) -> Edit:
+    def edit(req: obrpc_pb2.LeaseRequest) -> None:
+        del req.replicas[:]
+        req.replicas.extend(replica(ls_id=i + 1) for i in range(n))
+
+    return edit
+
+
+# (label, accepted edit at the bound, refused edit one past it, field named in the refusal)
+BOUNDS: list[tuple[str, Edit, Edit, str]] = [
+    ("zone", setter("zone", "z" * MAX_ZONE_CHARS), setter("zone", "z" * (MAX_ZONE_CHARS + 1)), "zone"),
+    ("zone empty", setter("zone", "z"), setter("zone", ""), "zone"),
+    ("zone NUL", setter("zone", "z1"), setter("zone", "z\x001"), "zone"),
+    ("server", setter("server", A), setter("server", "1" * (MAX_ADDR_CHARS + 1)), "server"),
+    ("server NUL", setter("server", A), setter("server", A + "\x00"), "server"),
+    (
+        "cluster_id",
+        setter("cluster_id", "c" * MAX_CLUSTER_ID_CHARS),
+        setter("cluster_id", "c" * (MAX_CLUSTER_ID_CHARS + 1)),
+        "cluster_id",
+    ),
+    ("cluster_id NUL", setter("cluster_id", ""), setter("cluster_id", "c0\x00ffee"), "cluster_id"),
+    ("sql_port low", setter("sql_port", 1), setter("sql_port", 0), "sql_port"),
+    ("sql_port high", setter("sql_port", 65535), setter("sql_port", 65536), "sql_port"),
+    (
+        "build_version",
+        setter("build_version", "v" * MAX_BUILD_VERSION_CHARS),
+        setter("build_version", "v" * (MAX_BUILD_VERSION_CHARS + 1)),
+        "build_version",
+    ),
+    ("build_version ASCII", setter("build_version", "4.2 ~"), setter("build_version", "4.2é"), "build_version"),
+    ("build_version control", setter("build_version", "4.2"), setter("build_version", "4.2\n"), "build_version"),
+    (
+        "start_service_time future",
+        setter("start_service_time", NOW + MAX_FUTURE_US),
+        setter("start_service_time", NOW + MAX_FUTURE_US + 1),
+        "start_service_time",
+    ),
+    (
+        "start_service_time past",
+        setter("start_service_time", MIN_TIME_US),
+        setter("start_service_time", MIN_TIME_US - 1),
+        "start_service_time",
+    ),
+    ("start_service_time zero", setter("start_service_time", 0), setter("start_service_time", -1), "start_service_time"),
+    (
+        "current_server_time future",
+        setter("current_server_time", NOW + MAX_FUTURE_US),
+        setter("current_server_time", NOW + MAX_FUTURE_US + 1),
+        "current_server_time",
+    ),
+    (
+        "current_server_time past",
+        setter("current_server_time", MIN_TIME_US),
+        setter("current_server_time", 0),
+        "current_server_time",
+    ),
+    ("server_status", setter("server_status", 1), setter("server_status", 2), "server_status"),
+    ("server_status negative", setter("server_status", 0), setter("server_status", -1), "server_status"),
+    ("rs_epoch", setter("rs_epoch", MAX_TERM), setter("rs_epoch", MAX_TERM + 1), "rs_epoch"),
+    ("seq", setter("seq", 0), setter("seq", -1), "seq"),
+    (
+        "cpu_total",
+        setter("resource_info.cpu_total", MAX_CPU),
+        setter("resource_info.cpu_total", math.nextafter(MAX_CPU, math.inf)),
+        "cpu_total",
+    ),
+    ("cpu_total inf", setter("resource_info.cpu_total", 0.0), setter("resource_info.cpu_total", math.inf), "cpu_total"),
+    ("cpu_assigned NaN", setter("resource_info.cpu_assigned", 0.5), setter("resource_info.cpu_assigned", math.nan), "cpu_assigned"),
+    ("cpu negative", setter("resource_info.cpu_assigned", 0.0), setter("resource_info.cpu_assigned", -0.5), "cpu_assigned"),
+    (
+        "mem_total",
+        setter("resource_info.mem_total", MAX_SIZE_BYTES),
+        setter("resource_info.mem_total", MAX_SIZE_BYTES + 1),
+        "mem_total",
+    ),
+    (
+        "data_disk_in_use",
+        setter("resource_info.data_disk_in_use", 0),
+        setter("resource_info.data_disk_in_use", 2**63 - 1),
+        "data_disk_in_use",
+    ),
+    ("log_disk_total negative", setter("resource_info.log_disk_total", 0), setter("resource_info.log_disk_total", -1), "log_disk_total"),
+    ("replica count", replicas(MAX_REPLICAS), replicas(MAX_REPLICAS + 1), "replicas"),
+    ("replica term", setter("replica.term", MAX_TERM), setter("replica.term", MAX_TERM + 1), "term"),
+    ("replica term int64", setter("replica.term", 0), setter("replica.term", 2**63 - 1), "term"),
+    ("replica tenant_id", setter("replica.tenant_id", MAX_ID), setter("replica.tenant_id", 0), "tenant_id"),
+    ("replica ls_id", setter("replica.ls_id", MAX_ID), setter("replica.ls_id", MAX_ID + 1), "ls_id"),
+    ("replica role", setter("replica.role", 2), setter("replica.role", 3), "role"),
+    ("replica members", members(MAX_MEMBERS), members(MAX_MEMBERS + 1), "member_list"),
+    ("replica member NUL", members(1), setter("replica.leader", "1.2.3.4:5\x00"), "leader"),
+    (
+        "replica data_size",
+        setter("replica.data_size", MAX_SIZE_BYTES),
+        setter("replica.data_size", MAX_SIZE_BYTES + 1),
+        "data_size",
+    ),
+    (
+        "replica log_end_index",
+        setter("replica.log_end_index", MAX_ID),
+        setter("replica.log_end_index", -1),
+        "log_end_index",
+    ),
+    (
+        "replica log_end_ts",
+        setter("replica.log_end_ts", NOW + MAX_FUTURE_US),
+        setter("replica.log_end_ts", NOW + MAX_FUTURE_US + 1),
+        "log_end_ts",
+    ),
+    ("replica checksum", setter("replica.data_checksum", 0), setter("replica.data_checksum", 2**32), "data_checksum"),
+    (
+        "replica paxos number",
+        setter("replica.paxos_replica_number", MAX_MEMBERS),
+        setter("replica.paxos_replica_number", MAX_MEMBERS + 1),
+        "paxos_replica_number",
+    ),
+    ("replica build_error", setter("replica.build_error", "x" * 4096), setter("replica.build_error", "x\x00"), "build_error"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("ok", "bad", "field"), [b[1:] for b in BOUNDS], ids=[b[0] for b in BOUNDS]
+)
+def test_each_bound_accepts_its_extreme_and_refuses_one_past_it(
+    ok: Edit, bad: Edit, field: str
+) -> None:
+    check_lease_request(request(ok), NOW)
+    with pytest.raises(ObError) as e:
+        check_lease_request(request(bad), NOW)
+    assert e.value.name == "OB_INVALID_ARGUMENT"
+    assert field in e.value.message and "lease request field" in e.value.message
+
+
+def test_the_refusal_quotes_a_long_value_truncated() -> None:
+    with pytest.raises(ObError) as e:
+        check_lease_request(request(setter("build_version", "v" * 100_000)), NOW)
+    assert "at most 256 characters, got 100000" in e.value.message
+    assert len(e.value.message) < 300
+
+
+def test_a_refused_lease_changes_nothing(rs: RootService) -> None:
+    """Every refused field leaves the record, the row and the events as they were (SQLite
+    and PostgreSQL: the `rs` fixture runs on both)."""
+    rs.heartbeats.receive_hb(hb(A, ZA))
+    flush(rs)
+    # A refused renewal must not extend the lease either (an accepted one sets it to now).
+    rs.whitelist.records[A].last_hb_time -= 1
+    record, row, n_events = rs.whitelist.get(A), server_row(rs, A), len(events(rs))
+    for _, _, bad, _ in BOUNDS:
+        with pytest.raises(ObError):
+            rs.heartbeats.receive_hb(request(bad))
+    flush(rs)
+    assert rs.whitelist.get(A) == record and server_row(rs, A) == row
+    assert len(events(rs)) == n_events
+
+
+def test_cluster_id_is_required_once_the_server_joined(rs: RootService) -> None:
+    """A server reporting a start_service_time has an identity: an empty or another cluster
+    id is refused and the refusal does not tell this cluster's."""
+    for cid in ("", "another"):
+        with pytest.raises(ObError) as e:
+            rs.heartbeats.receive_hb(hb(A, ZA, cluster_id=cid))
+        assert e.value.name == "OB_INVALID_ARGUMENT" and "c0ffee" not in e.value.message
+    s = rs.whitelist.get(A)
+    assert s is not None and s.hb_status is HeartbeatStatus.LEASE_EXPIRED
+    # Through the servicer: the refused response hands out no cluster id.
+    resp = LeaseServicer(rs)._handle(hb(A, ZA, cluster_id=""))
+    assert resp.error.name == "OB_INVALID_ARGUMENT" and resp.cluster_id == ""
+    assert resp.lease_expire_time == 0 and list(resp.rs_list) == []
+    assert rs.heartbeats.receive_hb(hb(A, ZA)).cluster_id == "c0ffee"
+
+
+def test_a_server_not_in_service_learns_the_cluster_id(rs: RootService) -> None:
+    """An agent without identity sends no cluster id and start_service_time 0 (it starts
+    service only once it has an identity): accepted, and the response teaches it the
+    cluster id. An empty cluster id with a start_service_time, or for a server whose record
+    is in service, is refused."""
+    resp = rs.heartbeats.receive_hb(hb(A, ZA, cluster_id="", start_service_time=0))
+    assert resp.cluster_id == "c0ffee" and resp.server_id == 1
+    with pytest.raises(ObError):
+        rs.heartbeats.receive_hb(hb(A, ZA, cluster_id=""))
+    rs.heartbeats.receive_hb(hb(A, ZA))  # in service now
+    with pytest.raises(ObError):
+        rs.heartbeats.receive_hb(hb(A, ZA, cluster_id="", start_service_time=0))
+    # Before BOOTSTRAP nothing is required.
+    rs.identity.bootstrapped = False
+    assert rs.heartbeats.receive_hb(hb(A, ZA, cluster_id="")).cluster_id == "c0ffee"
