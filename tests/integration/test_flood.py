@@ -15,7 +15,9 @@ import grpc
 import pytest
 
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
+from obcommon.security.certs import Role
 from tests.integration.test_cluster import Cluster
+from tests.support import pki
 from tests.support.cluster import ProcSet
 
 pytestmark = pytest.mark.integration
@@ -42,6 +44,11 @@ def test_flood_of_large_statements_causes_no_step_down(
     # a user exceed it.
     c.start_rs(admin_per_user_limit=2)
     addrs = c.bootstrap(3)
+    # Each flooding client logs in with its own user's client certificate (mutual TLS).
+    users = ["flood" if i % 2 == 0 else f"user{i}" for i in range(10)]
+    for user in sorted(set(users)):
+        c.ok(f"CREATE USER '{user}' IDENTIFIED BY ''")
+        c.ok(f"GRANT SELECT ON *.* TO '{user}'")
     before = c.metrics()
     statements = big_statements()
     outcomes: Counter[str] = Counter()
@@ -51,8 +58,8 @@ def test_flood_of_large_statements_causes_no_step_down(
     def flood(i: int) -> None:
         # Half the clients share one user (over its limit), half have their own; the
         # checks below run as root, which keeps its own quota.
-        user = "flood" if i % 2 == 0 else f"user{i}"
-        with grpc.insecure_channel(
+        user = users[i]
+        with pki.security(Role.CLIENT, user).channel(
             c.rs_addr, options=[("grpc.max_send_message_length", 8 * MIB)]
         ) as ch:
             stub = obrpc_pb2_grpc.AdminServiceStub(ch)
@@ -64,7 +71,6 @@ def test_flood_of_large_statements_causes_no_step_down(
                     resp = stub.ExecuteSql(
                         obrpc_pb2.SqlRequest(statement=stmt),
                         timeout=30,
-                        metadata=(("ob-user", user),),
                     )
                     name = resp.error.name or "OK"
                 except grpc.RpcError as e:
