@@ -9,15 +9,14 @@ import asyncio
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from obcommon.errors import ObError
-from rootservice.api.admin_servicer import metadata_user
+from rootservice.api.admin_servicer import metadata_value
 from rootservice.api.admission import Admission, check_tokens
 from rootservice.api.dispatch import execute_sql
-from tests.support.harness import make_rs
+from tests.support.harness import ROOT, make_rs
 
 
 class Gate:
@@ -122,26 +121,20 @@ def test_execute_sql_refuses_too_many_tokens_before_parsing(db_url: str, tmp_pat
     rs = make_rs(db_url, tmp_path, seed=False, max_statement_tokens=100)
     try:
         names = ", ".join(f"'127.0.0.1:{4000 + i}'" for i in range(49))  # 98 tokens + 4
-        resp = execute_sql(rs, f"ALTER SYSTEM ADD SERVER {names}")
+        resp = execute_sql(rs, f"ALTER SYSTEM ADD SERVER {names}", ROOT)
         assert resp.error.name == "OB_NOT_SUPPORTED" and "100 tokens" in resp.error.message
-        ok = execute_sql(rs, "SHOW PARAMETERS LIKE 'lease_time'")
+        ok = execute_sql(rs, "SHOW PARAMETERS LIKE 'lease_time'", ROOT)
         assert ok.error.code == 0 and len(ok.rows) == 1
         # Over max_statement_bytes: the size error, as before.
-        huge = execute_sql(rs, "SELECT " + "x" * rs.settings.max_statement_bytes)
+        huge = execute_sql(rs, "SELECT " + "x" * rs.settings.max_statement_bytes, ROOT)
         assert huge.error.name == "ER_NET_PACKET_TOO_LARGE"
     finally:
         rs.shutdown()
 
 
-class _Context:
-    def __init__(self, md: Any) -> None:
-        self.md = md
-
-    def invocation_metadata(self) -> Any:
-        return self.md
-
-
-def test_the_user_comes_from_ob_user_metadata() -> None:
-    assert metadata_user(_Context((("ob-user", "alice"),))) == "alice"  # type: ignore[arg-type]
-    assert metadata_user(_Context((("x", "y"),))) == "root"  # type: ignore[arg-type]
-    assert metadata_user(_Context(None)) == "root"  # type: ignore[arg-type]
+def test_the_claimed_user_comes_from_ob_user_metadata() -> None:
+    # The admission key of a call: its ob-user (else the certificate's user, else root).
+    assert metadata_value((("ob-user", "alice"),), "ob-user") == "alice"
+    assert metadata_value((("x", "y"),), "ob-user") is None
+    assert metadata_value(None, "ob-user") is None
+    assert metadata_value((("ob-user-bin", "é".encode()),), "ob-user") == "é"
