@@ -16,7 +16,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from obcommon.security import tls
 from obcommon.security.certs import CA_CERT, Role, create_cert
 from obcommon.security.tls import SecurityConfigError, TransportSecurity
-from tests.unit.obcommon.security.helpers import VALID, make_ca, presented_cert
+from tests.support.pki import presented_cert
+from tests.unit.obcommon.security.helpers import VALID, make_ca
 
 
 @pytest.fixture(autouse=True)
