@@ -60,6 +60,10 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield c
     finally:
         errors = procs.stop_all()
+        # The rotation test re-issued these under another CA: the session PKI makes them
+        # afresh should a later test get one of these ports again.
+        for role, name in [(Role.RS, c.rs_addr), *((Role.NODE, a) for a in c.agents)]:
+            shutil.rmtree(pki.certs_dir(role, name), ignore_errors=True)
         assert not errors, errors
 
 
@@ -455,3 +459,126 @@ def test_wrong_password_missing_privilege_grant_and_audit(
         "GRANT SELECT ON *.* TO 'u'",
         "GRANT ALTER SYSTEM ON *.* TO 'u'",
     ]
+
+
+# --------------------------------------------------------------------------- rotation (last)
+
+
+def _serial_at(addr: str, client: Path) -> int:
+    return pki.presented_cert(addr, client, Role.CLIENT, "root").serial_number
+
+
+def _stays_active(creds: Credentials, c: Cluster, seconds: float) -> None:
+    """Every server ACTIVE at every look for ``seconds`` (longer than a lease, so renewals
+    made after the change are what keeps them ACTIVE)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        resp = execute([c.rs_addr], "SELECT svr_port, status FROM __all_server", 10, creds)
+        assert resp.error.code == 0, resp.error.message
+        assert {r[1] for r in result_rows(resp)} == {"ACTIVE"}, result_rows(resp)
+        time.sleep(0.25)
+
+
+def test_certificate_rotation_without_restart(
+    shared: Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    c = shared
+    a1, a2 = sorted(c.agents)
+    rs_dir = pki.certs_dir(Role.RS, c.rs_addr)
+    node_dirs = {a: pki.certs_dir(Role.NODE, a) for a in (a1, a2)}
+    old_client = pki.client_certs()
+    v = Validity.starting(_now_s(), 86400)
+
+    # 1. New pairs from the same CA: new keys and serials, picked up by new connections.
+    old_rs, old_a1 = _serial_at(c.rs_addr, old_client), _serial_at(a1, old_client)
+    new_rs = create_cert(rs_dir, pki.ca_key(), Role.RS, c.rs_addr, v, overwrite=True)
+    new_a1 = create_cert(node_dirs[a1], pki.ca_key(), Role.NODE, a1, v, overwrite=True)
+    assert (new_rs.serial_number, new_a1.serial_number) != (old_rs, old_a1)
+    wait_until(
+        lambda: _serial_at(c.rs_addr, old_client) == new_rs.serial_number,
+        10,
+        message="RS presents its new certificate",
+    )
+    wait_until(
+        lambda: _serial_at(a1, old_client) == new_a1.serial_number,
+        10,
+        message="agent presents its new certificate",
+    )
+    _stays_active(pki.credentials(), c, LEASE_S + 0.5)
+    capsys.readouterr()
+    assert (
+        obadmin(
+            [*pki.obadmin_flags(), "--rs", c.rs_addr, "-e", "SHOW PARAMETERS LIKE 'lease_time'"]
+        )
+        == 0
+    )
+    assert "lease_time" in capsys.readouterr().out
+
+    # 2. A new CA. First every process trusts both (new first), then every pair is
+    # re-issued by the new CA, then the old CA is dropped: no restart at any step.
+    new_ca_dir, new_key = tmp_path / "new-ca", tmp_path / "new-ca.key"
+    new_ca = create_ca(new_ca_dir, new_key, v)
+    new_pem, old_pem = (
+        (new_ca_dir / CA_CERT).read_bytes(),
+        (pki.root() / "ca" / CA_CERT).read_bytes(),
+    )
+    dirs = [(rs_dir, Role.RS, c.rs_addr), *((d, Role.NODE, a) for a, d in node_dirs.items())]
+    for d, _, _ in dirs:
+        (d / CA_CERT).write_bytes(new_pem + old_pem)
+    # A client of the new CA gets through a handshake once the process re-read its ca.crt;
+    # only then may a pair of the new CA appear anywhere.
+    new_client = _certs(tmp_path, new_ca_dir, new_key, Role.CLIENT, "root", v)
+    both = tmp_path / "both-client"
+    shutil.copytree(new_client, both)
+    (both / CA_CERT).write_bytes(new_pem + old_pem)
+    for addr in (c.rs_addr, a1, a2):
+        wait_until(
+            lambda addr=addr: pki.presented_cert(addr, both, Role.CLIENT, "root"),
+            10,
+            interval_s=0.25,
+            message=f"{addr} trusts the new CA",
+            ignore=(OSError,),
+        )
+    for d, role, name in dirs:
+        create_cert(d, new_key, role, name, v, overwrite=True)
+    wait_until(
+        lambda: (
+            pki.presented_cert(c.rs_addr, new_client, Role.CLIENT, "root").issuer == new_ca.subject
+            and all(
+                pki.presented_cert(a, new_client, Role.CLIENT, "root").issuer == new_ca.subject
+                for a in (a1, a2)
+            )
+        ),
+        10,
+        interval_s=0.25,
+        message="RS and agents present certificates of the new CA",
+        ignore=(OSError,),
+    )
+    pki.presented_cert(c.rs_addr, new_client, Role.CLIENT, "root").verify_directly_issued_by(new_ca)
+
+    for d, _, _ in dirs:
+        (d / CA_CERT).write_bytes(new_pem)
+    new_creds = Credentials(security=TransportSecurity(new_client, Role.CLIENT, "root"))
+
+    def old_refused() -> bool:
+        try:
+            execute([c.rs_addr], "SELECT 1 FROM __all_server", 5, pki.credentials())
+        except RsUnreachableError:
+            return True
+        return False
+
+    wait_until(old_refused, 10, interval_s=0.25, message="the old CA's client refused")
+    _stays_active(new_creds, c, LEASE_S + 0.5)
+    capsys.readouterr()
+    rc = obadmin(
+        [
+            "--certs-dir",
+            str(new_client),
+            "--rs",
+            c.rs_addr,
+            "-e",
+            "SHOW PARAMETERS LIKE 'lease_time'",
+        ]
+    )
+    assert rc == 0 and "lease_time" in capsys.readouterr().out
+    assert all(p.alive for p in [*c.agents.values(), c.rs] if p is not None)

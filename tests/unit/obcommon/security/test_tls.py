@@ -123,6 +123,12 @@ def test_a_server_presents_a_rotated_certificate_without_restart(tmp_path: Path)
         addr = f"127.0.0.1:{port}"
         try:
             before = await asyncio.to_thread(presented_cert, addr, certs, Role.CLIENT, "root")
+            # A client of another CA: the server refuses it (the helper sees the refusal).
+            other, other_key = make_ca(tmp_path, "other")
+            create_cert(other, other_key, Role.CLIENT, "root", VALID)
+            shutil.copy(certs / CA_CERT, other / CA_CERT)  # trusts the server, is not trusted
+            with pytest.raises(OSError):
+                await asyncio.to_thread(presented_cert, addr, other, Role.CLIENT, "root")
             create_cert(certs, key, Role.RS, "127.0.0.1:1", VALID, overwrite=True)
             after = await asyncio.to_thread(presented_cert, addr, certs, Role.CLIENT, "root")
             async with client_sec.aio_channel(addr) as ch:
