@@ -10,6 +10,7 @@ last.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from cryptography import x509
 
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from obcommon.security.certs import (
@@ -531,9 +533,13 @@ def test_certificate_rotation_without_restart(
     both = tmp_path / "both-client"
     shutil.copytree(new_client, both)
     (both / CA_CERT).write_bytes(new_pem + old_pem)
+
+    def trusts_new_ca(addr: str) -> x509.Certificate:
+        return pki.presented_cert(addr, both, Role.CLIENT, "root")
+
     for addr in (c.rs_addr, a1, a2):
         wait_until(
-            lambda addr=addr: pki.presented_cert(addr, both, Role.CLIENT, "root"),
+            functools.partial(trusts_new_ca, addr),
             10,
             interval_s=0.25,
             message=f"{addr} trusts the new CA",
