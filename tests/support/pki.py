@@ -12,14 +12,25 @@ from __future__ import annotations
 
 import atexit
 import shutil
+import socket
+import ssl
 import tempfile
 import threading
 import time
 from pathlib import Path
 
 import grpc
+from cryptography import x509
 
-from obcommon.security.certs import CA_CERT, Role, Validity, create_ca, create_cert
+from obcommon.security.certs import (
+    CA_CERT,
+    Role,
+    Validity,
+    cert_file,
+    create_ca,
+    create_cert,
+    key_file,
+)
 from obcommon.security.tls import TransportSecurity
 from sql.client import Credentials
 
@@ -95,3 +106,29 @@ def credentials(user: str = "root", password: str | None = None) -> Credentials:
         password=password,
         security=security(Role.CLIENT, user),
     )
+
+
+def presented_cert(addr: str, certs: Path, role: Role, name: str) -> x509.Certificate:
+    """Open a new TLS connection to ``addr`` (``host:port``) presenting ``role``'s pair for
+    ``name`` from the directory ``certs`` (as gRPC peers do, ALPN ``h2``; ``ca.crt`` there is
+    the only trusted root) and return the certificate the server presented, once the server
+    has accepted ours. Raises ``ssl.SSLError`` / ``OSError`` when either side refuses."""
+    ctx = ssl.create_default_context(cafile=str(certs / CA_CERT))
+    ctx.check_hostname = False
+    user = name if role is Role.CLIENT else ""
+    ctx.load_cert_chain(certs / cert_file(role, user), certs / key_file(role, user))
+    ctx.set_alpn_protocols(["h2"])
+    host, port = addr.rsplit(":", 1)
+    with (
+        socket.create_connection((host, int(port)), timeout=5) as raw,
+        ctx.wrap_socket(raw, server_hostname=host) as conn,
+    ):
+        der = conn.getpeercert(binary_form=True)
+        # With TLS 1.3 the server judges the client's certificate after the client's side
+        # of the handshake is done: only an answer to the HTTP/2 preface (the server's
+        # SETTINGS) shows it was accepted; a refusal arrives here as an SSL alert.
+        conn.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        if not conn.recv(9):
+            raise ConnectionResetError(f"{addr} closed the connection after the handshake")
+    assert der is not None
+    return x509.load_der_x509_certificate(der)

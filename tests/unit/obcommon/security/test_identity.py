@@ -1,0 +1,90 @@
+"""obcommon.security.identity: the identity a verified certificate names (issue 10, item 3).
+Only ``O=ob-rootservice`` certificates with one known OU and one CN are ours."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from obcommon.security.certs import CA_CERT, Role, create_cert
+from obcommon.security.identity import PeerIdentity, identity_of_pem, peer_identity
+from tests.unit.obcommon.security.helpers import VALID, make_ca
+
+
+def _self_signed(attrs: list[x509.NameAttribute]) -> bytes:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name(attrs)
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + dt.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def test_our_certificates_name_role_and_identity(tmp_path: Path) -> None:
+    certs, key = make_ca(tmp_path)
+    for role, name in ((Role.RS, "127.0.0.1:1"), (Role.NODE, "127.0.0.1:2"), (Role.CLIENT, "bob")):
+        pem = create_cert(certs, key, role, name, VALID).public_bytes(serialization.Encoding.PEM)
+        assert identity_of_pem(pem) == PeerIdentity(role, name)
+        assert identity_of_pem(pem) == PeerIdentity(role, name)  # cached: same answer
+    assert str(PeerIdentity(Role.NODE, "127.0.0.1:2")) == "node '127.0.0.1:2'"
+
+
+def test_the_ca_is_no_identity(tmp_path: Path) -> None:
+    certs, _ = make_ca(tmp_path)
+    assert identity_of_pem((certs / CA_CERT).read_bytes()) is None
+
+
+def test_foreign_and_malformed_subjects_are_no_identity() -> None:
+    o, ou, cn = NameOID.ORGANIZATION_NAME, NameOID.ORGANIZATIONAL_UNIT_NAME, NameOID.COMMON_NAME
+    A = x509.NameAttribute  # noqa: N806
+    cases = {
+        "another organization": [A(o, "evil corp"), A(ou, "node"), A(cn, "127.0.0.1:2")],
+        "no organization": [A(ou, "rs"), A(cn, "127.0.0.1:1")],
+        "unknown role": [A(o, "ob-rootservice"), A(ou, "admin"), A(cn, "root")],
+        "two roles": [A(o, "ob-rootservice"), A(ou, "rs"), A(ou, "client"), A(cn, "x")],
+        "no name": [A(o, "ob-rootservice"), A(ou, "client")],
+    }
+    for why, attrs in cases.items():
+        assert identity_of_pem(_self_signed(attrs)) is None, why
+    assert (
+        identity_of_pem(b"-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n") is None
+    )
+    assert identity_of_pem(b"garbage") is None
+
+
+class _Context:
+    """The two methods of a gRPC servicer context that peer_identity reads (grpc's own
+    context cannot be built outside a call)."""
+
+    def __init__(self, auth: dict[str, list[bytes]] | Exception) -> None:
+        self._auth = auth
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        if isinstance(self._auth, Exception):
+            raise self._auth
+        return self._auth
+
+
+def test_peer_identity_reads_the_verified_leaf(tmp_path: Path) -> None:
+    certs, key = make_ca(tmp_path)
+    pem = create_cert(certs, key, Role.CLIENT, "carol", VALID).public_bytes(
+        serialization.Encoding.PEM
+    )
+    assert peer_identity(_Context({"x509_pem_cert": [pem]})) == PeerIdentity(Role.CLIENT, "carol")
+    # Plaintext: no x509 entries; a context that cannot answer counts as no identity.
+    assert peer_identity(_Context({"transport_security_type": [b"insecure"]})) is None
+    assert peer_identity(_Context({})) is None
+    assert peer_identity(_Context(RuntimeError("closed"))) is None
