@@ -124,7 +124,7 @@ class Agent:
         self.rs = RsAddresses(settings.rs_list, self.log)
         # One per process, shared by every channel, so a rotation is seen everywhere.
         self.security = TransportSecurity.for_dir(settings.certs_dir, Role.NODE)
-        self.peer_gate = PeerGate(self.security.insecure)
+        self.peer_gate = PeerGate(self.security.insecure, clock=clock)
         self.replicas = ReplicaManager(
             self.data_dir,
             settings,

@@ -131,6 +131,7 @@ class RootService:
         self.peer_gate = PeerGate(
             self.security.insecure,
             count=lambda kind: self.metrics.inc(f"peer_refused_{kind}_total"),
+            clock=self.clock,
         )
         self.agents = AgentClient(settings.rpc_timeout, self.security)
         self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rs-bg")

@@ -5,7 +5,7 @@ Each servicer method asks :meth:`PeerGate.admit` with the roles it serves and, w
 request names a server, the name the peer's certificate must carry. A refusal aborts the
 call with ``UNAUTHENTICATED`` (no certificate of this cluster) or ``PERMISSION_DENIED``
 (the wrong role or name), the message naming what was expected and what was presented; it
-is counted, and logged at most once per :data:`LOG_EVERY_S` per kind of refusal, so that a
+is counted, and logged at most once per :data:`LOG_EVERY_US` per kind of refusal, so that a
 flood of forged calls cannot flood the log. Nothing else happens for a refused call.
 In insecure mode every call is admitted (there are no identities).
 """
@@ -14,19 +14,19 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Collection
 from typing import Any
 
 import grpc
 
+from obcommon.clock import Clock, SystemClock
 from obcommon.security.certs import Role
 from obcommon.security.identity import PeerIdentity, peer_identity
 
 log = logging.getLogger(__name__)
 
-#: At most one log line per kind of refusal in this many seconds (the rest are counted).
-LOG_EVERY_S = 10.0
+#: At most one log line per kind of refusal in this many microseconds (the rest are counted).
+LOG_EVERY_US = 10_000_000
 
 
 class PeerRefused(Exception):
@@ -49,15 +49,22 @@ class PeerGate:
     """Admits or refuses gRPC calls by the peer's verified certificate.
 
     ``insecure``: admit everything. ``count(kind)`` is called once per refusal (e.g. the RS's
-    metrics); :attr:`refused_total` keeps the same counts per kind.
+    metrics); :attr:`refused_total` keeps the same counts per kind. ``clock`` paces the log
+    (its monotonic time).
     """
 
-    def __init__(self, insecure: bool, count: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        insecure: bool,
+        count: Callable[[str], None] | None = None,
+        clock: Clock | None = None,
+    ) -> None:
         """``insecure`` True admits every call; ``count`` receives each refusal's kind."""
         self.insecure = insecure
         self._count = count
+        self._clock = clock or SystemClock()
         self.refused_total: dict[str, int] = {}
-        self._last_log: dict[str, float] = {}
+        self._last_log: dict[str, int] = {}
         self._suppressed: dict[str, int] = {}
         self._lock = threading.Lock()
 
@@ -127,11 +134,11 @@ class PeerGate:
             raise  # unreachable: abort raises
 
     def _refuse(self, code: grpc.StatusCode, kind: str, message: str) -> PeerRefused:
-        now = time.monotonic()
+        now = self._clock.monotonic_us()
         with self._lock:
             self.refused_total[kind] = self.refused_total.get(kind, 0) + 1
             last = self._last_log.get(kind)
-            if last is None or now - last >= LOG_EVERY_S:
+            if last is None or now - last >= LOG_EVERY_US:
                 self._last_log[kind] = now
                 suppressed, self._suppressed[kind] = self._suppressed.get(kind, 0), 0
             else:

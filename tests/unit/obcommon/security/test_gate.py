@@ -9,12 +9,12 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import grpc
 import pytest
 
+from obcommon.clock import FakeClock
 from obcommon.security import gate as gate_mod
 from obcommon.security.certs import Role, create_cert
 from obcommon.security.gate import PeerGate, PeerRefused
@@ -221,17 +221,14 @@ class _Context:
 
 
 def test_log_is_rate_limited_per_kind_and_counts_stay_exact(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    now = [1000.0]
-    # The gate reads time.monotonic through its module; a settable stand-in moves time
-    # without sleeping.
-    monkeypatch.setattr(gate_mod, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    clock = FakeClock()
     pki = Pki(tmp_path)
     client = (pki.security(Role.CLIENT, "eve").certs_dir or tmp_path) / "client.eve.crt"
     wrong_role = _Context(client.read_bytes())
     counted: list[str] = []
-    gate = PeerGate(False, counted.append)
+    gate = PeerGate(False, counted.append, clock)
 
     def refuse(ctx: _Context, **kw: Any) -> PeerRefused:
         with pytest.raises(PeerRefused) as e:
@@ -245,20 +242,20 @@ def test_log_is_rate_limited_per_kind_and_counts_stay_exact(
         for _ in range(3):
             assert refuse(wrong_role).kind == "wrong_role"
         assert len(lines()) == 1 and "more like it" not in lines()[0]
-        now[0] += 5.0
+        clock.advance(5_000_000)
         refuse(wrong_role)
         e = refuse(_Context(None))  # another kind has its own budget
         assert e.code == grpc.StatusCode.UNAUTHENTICATED
         assert len(lines()) == 2
-        now[0] += 4.9  # 9.9 s after the first line: still quiet
+        clock.advance(4_900_000)  # 9.9 s after the first line: still quiet
         refuse(wrong_role)
         assert len(lines()) == 2
-        now[0] += 0.1  # 10 s: one line with the suppressed count
+        clock.advance(100_000)  # 10 s: one line with the suppressed count
         refuse(wrong_role)
         assert len(lines()) == 3
         assert "(4 more like it not logged)" in lines()[2]
         assert "RootService.RenewLease needs a node certificate" in lines()[2]
-        now[0] += 10.0  # nothing suppressed since: no count shown
+        clock.advance(10_000_000)  # nothing suppressed since: no count shown
         refuse(wrong_role)
         assert len(lines()) == 4 and "more like it" not in lines()[3]
 
