@@ -317,34 +317,9 @@ def test_observer_agent_console_script_refuses_bad_flags(tmp_path: Path) -> None
     assert r.stderr.count("\n") == 1
 
 
-def test_observer_agent_refuses_to_start_on_a_corrupt_identity(tmp_path: Path) -> None:
-    (tmp_path / "identity.json").write_text("{")
-    r = subprocess.run(
-        [
-            *_agent_cmd(),
-            "--rs-list",
-            "127.0.0.1:2882",
-            "--rpc-addr",
-            f"127.0.0.1:{free_port()}",
-            "--sql-port",
-            "2881",
-            "--zone",
-            "z1",
-            "--data-dir",
-            str(tmp_path),
-            "--insecure",
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert r.returncode == 1
-    assert "malformed identity file" in r.stderr
-
-
-def test_observer_agent_refuses_to_start_without_certs_dir_or_insecure(tmp_path: Path) -> None:
-    base = [
+def _offline_agent_args(data_dir: Path) -> list[str]:
+    """An agent command line with no RS behind it and no security flag yet."""
+    return [
         *_agent_cmd(),
         "--rs-list",
         "127.0.0.1:2882",
@@ -355,8 +330,25 @@ def test_observer_agent_refuses_to_start_without_certs_dir_or_insecure(tmp_path:
         "--zone",
         "z1",
         "--data-dir",
-        str(tmp_path),
+        str(data_dir),
     ]
+
+
+def test_observer_agent_refuses_to_start_on_a_corrupt_identity(tmp_path: Path) -> None:
+    (tmp_path / "identity.json").write_text("{")
+    r = subprocess.run(
+        [*_offline_agent_args(tmp_path), "--insecure"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert r.returncode == 1
+    assert "malformed identity file" in r.stderr
+
+
+def test_observer_agent_refuses_to_start_without_certs_dir_or_insecure(tmp_path: Path) -> None:
+    base = _offline_agent_args(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OB_AGENT_")}
     r = subprocess.run(base, cwd=REPO, env=env, capture_output=True, text=True, timeout=30)
     assert r.returncode == 2
