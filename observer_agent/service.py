@@ -10,8 +10,9 @@ service (``grpc.health.v1.Health``) reports SERVING for ``""`` and for
 ``oceanbase.rs.ObserverService`` while the server runs, NOT_SERVING while it shuts down.
 
 Who may call (issue 10, ``agent.peer_gate``): ``ObserverService`` answers RS certificates
-only; ``ReplicaService`` answers the RS and node certificates, and ``FetchLog`` only for the
-node its ``follower`` names. Refusals are ``UNAUTHENTICATED`` / ``PERMISSION_DENIED`` and
+only; ``ReplicaService`` answers the RS and the node certificates of the LS's members and
+learners (copies the RS announced), and ``FetchLog`` only for the node its ``follower``
+names. Refusals are ``UNAUTHENTICATED`` / ``PERMISSION_DENIED`` and
 change nothing.
 """
 
@@ -118,7 +119,10 @@ class ReplicaServicer(obrpc_pb2_grpc.ReplicaServiceServicer):
         """``ReplicaService.FetchLog``: see :meth:`ReplicaManager.fetch_log
         <observer_agent.replicas.manager.ReplicaManager.fetch_log>`; errors in-band.
         A node may only fetch for itself (``follower`` = its certificate's name)."""
-        ident = await self.agent.peer_gate.admit(context, "ReplicaService.FetchLog", RS_OR_NODE)
+        allowed = self.agent.replicas.allowed_peers(request.tenant_id, request.ls_id)
+        ident = await self.agent.peer_gate.admit(
+            context, "ReplicaService.FetchLog", RS_OR_NODE, names=allowed
+        )
         if ident is not None and ident.role is Role.NODE and request.follower != ident.name:
             await self.agent.peer_gate.admit(
                 context, "ReplicaService.FetchLog", RS_OR_NODE, name=request.follower
@@ -131,7 +135,10 @@ class ReplicaServicer(obrpc_pb2_grpc.ReplicaServiceServicer):
         """``ReplicaService.FetchData``: the data file of a replica, streamed to a member
         building it by copy; see :meth:`ReplicaManager.fetch_data
         <observer_agent.replicas.manager.ReplicaManager.fetch_data>`; errors in-band (one chunk)."""
-        await self.agent.peer_gate.admit(context, "ReplicaService.FetchData", RS_OR_NODE)
+        allowed = self.agent.replicas.allowed_peers(request.tenant_id, request.ls_id)
+        await self.agent.peer_gate.admit(
+            context, "ReplicaService.FetchData", RS_OR_NODE, names=allowed
+        )
         async for chunk in self.agent.replicas.fetch_data(request):
             yield chunk
 

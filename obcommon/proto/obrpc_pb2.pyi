@@ -370,6 +370,7 @@ class ReplicaSpec(_message.Message):
     CATCH_UP_INDEX_FIELD_NUMBER: _builtins.int
     CATCH_UP_FROM_FIELD_NUMBER: _builtins.int
     COPY_FROM_FIELD_NUMBER: _builtins.int
+    LEARNER_LIST_FIELD_NUMBER: _builtins.int
     tenant_id: _builtins.int
     ls_id: _builtins.int
     unit_id: _builtins.int
@@ -392,6 +393,13 @@ class ReplicaSpec(_message.Message):
     """
     @_builtins.property
     def member_list(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def learner_list(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Servers building (or catching up) a replica of this LS by copy, not yet members
+        (OceanBase's learners): besides the RS and the members, only they may FetchData /
+        FetchLog this replica (issue 10). Replaces the list kept; empty = members only.
+        """
+
     def __init__(
         self,
         *,
@@ -406,10 +414,11 @@ class ReplicaSpec(_message.Message):
         catch_up_index: _builtins.int = ...,
         catch_up_from: _builtins.str = ...,
         copy_from: _builtins.str = ...,
+        learner_list: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["catch_up_from", b"catch_up_from", "catch_up_index", b"catch_up_index", "copy_from", b"copy_from", "leader", b"leader", "ls_id", b"ls_id", "member_list", b"member_list", "paxos_replica_number", b"paxos_replica_number", "replica_type", b"replica_type", "tenant_id", b"tenant_id", "term", b"term", "unit_id", b"unit_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["catch_up_from", b"catch_up_from", "catch_up_index", b"catch_up_index", "copy_from", b"copy_from", "leader", b"leader", "learner_list", b"learner_list", "ls_id", b"ls_id", "member_list", b"member_list", "paxos_replica_number", b"paxos_replica_number", "replica_type", b"replica_type", "tenant_id", b"tenant_id", "term", b"term", "unit_id", b"unit_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -150,6 +150,11 @@ class SpecApplier:
             replica_type=spec.replica_type or rep.meta.replica_type,
         )
         old = rep.meta
+        # Memory only: after a restart the RS announces a copy's learner again before it
+        # retries the copy.
+        rep.learners = frozenset(
+            _addresses(spec.learner_list, lambda why: ObError("OB_INVALID_ARGUMENT", why))
+        )
         rep.busy = True
         try:
             becomes_leader = spec.leader == me and (old.leader, old.term) != (me, spec.term)
@@ -276,6 +281,7 @@ def check_spec(spec: obrpc_pb2.ReplicaSpec) -> tuple[str, ...]:
         raise bad("term, paxos_replica_number and catch_up_index must be >= 0")
     members = _addresses(spec.member_list, bad)
     _addresses([a for a in (spec.leader, spec.catch_up_from, spec.copy_from) if a.strip()], bad)
+    _addresses(spec.learner_list, bad)
     return members
 
 

@@ -116,6 +116,14 @@ class ReplicaManager:
 
     # -- state
 
+    def allowed_peers(self, tenant_id: int, ls_id: int) -> frozenset[str]:
+        """The nodes that may fetch this LS's data and log here (issue 10): its members and
+        learners; none when this agent hosts no replica of it."""
+        rep = self.get(tenant_id, ls_id)
+        if rep is None:
+            return frozenset()
+        return frozenset(rep.meta.member_list) | rep.learners
+
     def get(self, tenant_id: int, ls_id: int) -> Replica | None:
         """The hosted replica of ``(tenant_id, ls_id)``, or None."""
         return self._hosted.find((tenant_id, ls_id))

@@ -71,6 +71,9 @@ class Replica:
         self.dir = directory
         self.log = log
         self.in_service = False
+        # Non-members the RS said are copying this LS (issue 10): with the members, the only
+        # nodes this replica serves FetchData / FetchLog to.
+        self.learners: frozenset[str] = frozenset()
         self.busy = False
         self.generation = 0
         self.need_verify = True

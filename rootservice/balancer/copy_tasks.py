@@ -148,6 +148,8 @@ class CopyTasks:
                 continue
             spec = self.ls.copy_spec(plan, view, dest, src)
             try:
+                # The source and the leader serve a copy only to a learner (issue 10).
+                self.ls.announce_copy(plan, view, dest, src)
                 self.ls.apply(dest, [spec])
             except ObError as e:
                 log.warning("handing the copy of LS %s to %s failed: %s", key, dest, e)

@@ -147,6 +147,11 @@ class ReplicaWork(LsLayout, ReplicaReports, Protocol):
         """The spec that makes ``dest`` build its replica by copying from ``src``."""
         ...
 
+    def announce_copy(self, plan: LsPlan, view: LsView, dest: str, src: str) -> None:
+        """Make ``dest`` a learner on ``src`` and the leader before it copies; raises
+        ``ObError``."""
+        ...
+
     def apply(
         self, server: str, upsert: Iterable[obrpc_pb2.ReplicaSpec] = (), drop: Iterable[LsKey] = ()
     ) -> Any:

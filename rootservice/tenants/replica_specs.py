@@ -50,10 +50,14 @@ class ReplicaApplier:
         *,
         members: Sequence[str] | None = None,
         copy_from: str = "",
+        learners: Iterable[str] | None = None,
     ) -> obrpc_pb2.ReplicaSpec:
         """The spec of the replica of ``plan`` on ``server``: FULL, following ``leader`` at
-        ``term``, with ``members`` (default the planned ones) as its member list."""
+        ``term``, with ``members`` (default the planned ones) as its member list and
+        ``learners`` (default :meth:`learners`) as the non-members it serves."""
         members = sorted(members if members is not None else plan.members)
+        if learners is None:
+            learners = self.learners(plan.key, members)
         unit_id = plan.members[server][1] if server in plan.members else 0
         if not unit_id:
             # A replica leaving (its unit moved): keep the unit id it reported.
@@ -71,7 +75,43 @@ class ReplicaApplier:
             catch_up_index=catch_up_index,
             catch_up_from=catch_up_from,
             copy_from=copy_from,
+            learner_list=sorted(set(learners) - {server}),
         )
+
+    def learners(self, key: LsKey, members: Sequence[str]) -> list[str]:
+        """The servers reporting a replica of ``key`` that are not in ``members``: copies
+        being built or catching up (issue 10: the members serve FetchData / FetchLog only to
+        the RS, the members and these; a spec that left them out would cut their copy off)."""
+        inside = set(members)
+        return sorted(
+            server
+            for server, table in self.reports.reports().items()
+            if key in table and server not in inside
+        )
+
+    def announce_copy(self, plan: LsPlan, view: LsView, dest: str, src: str) -> None:
+        """Before ``dest`` copies its replica of the LS from ``src``: tell ``src`` and the
+        leader (who serve the data and the log) that ``dest`` is a learner, in specs that
+        change nothing else (current members, leader and term). Raises ``ObError`` when one
+        of them cannot be told (the copy would be refused)."""
+        members = effective_members(plan, view)
+        learners = {*self.learners(plan.key, members), dest}
+        for server in sorted({src, view.leader or src}):
+            if server not in view.replicas:
+                continue
+            self.apply(
+                server,
+                [
+                    self.spec(
+                        plan,
+                        server,
+                        view.leader or "",
+                        view.term,
+                        members=members,
+                        learners=learners,
+                    )
+                ],
+            )
 
     def copy_spec(self, plan: LsPlan, view: LsView, dest: str, src: str) -> obrpc_pb2.ReplicaSpec:
         """The spec that makes ``dest`` build its replica of the LS by copying from ``src``:

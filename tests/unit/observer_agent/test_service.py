@@ -367,3 +367,94 @@ def test_observer_agent_refuses_to_start_without_certs_dir_or_insecure(tmp_path:
         timeout=30,
     )
     assert r.returncode == 2 and "cannot read" in r.stderr and "ca.crt" in r.stderr
+
+
+def test_replica_data_and_log_are_served_to_members_and_announced_learners(
+    tmp_path: Path,
+) -> None:
+    """Issue 10: FetchData / FetchLog answer the RS, the LS's members and the learners the RS
+    announced (copies in flight), no other node: a learner taken off the list is refused
+    again."""
+    port = free_port()
+    me, other = f"127.0.0.1:{port}", f"127.0.0.1:{free_port()}"
+    agent = in_process_agent(
+        tmp_path,
+        SystemClock(),
+        rpc_addr=me,
+        certs_dir=pki.certs_dir(Role.NODE, me),
+        replica_size=64 * 1024,
+    )
+
+    def spec(learners: list[str]) -> obrpc_pb2.ApplyReplicasRequest:
+        return obrpc_pb2.ApplyReplicasRequest(
+            rs_epoch=1,
+            upsert=[
+                obrpc_pb2.ReplicaSpec(
+                    tenant_id=1001,
+                    ls_id=1,
+                    unit_id=1,
+                    replica_type="FULL",
+                    member_list=[me],
+                    paxos_replica_number=1,
+                    leader=me,
+                    term=1,
+                    learner_list=learners,
+                )
+            ],
+        )
+
+    async def fetch_data(role: Role, name: str) -> grpc.StatusCode | int:
+        sec = pki.security(role, name)
+        async with sec.aio_channel(me) as ch:
+            try:
+                call = obrpc_pb2_grpc.ReplicaServiceStub(ch).FetchData(
+                    obrpc_pb2.FetchDataRequest(tenant_id=1001, ls_id=1), timeout=5
+                )
+                first = await call.read()
+                return int(first.total_size)
+            except grpc.aio.AioRpcError as e:
+                return e.code()
+
+    async def fetch_log(name: str) -> grpc.StatusCode | int:
+        async with pki.security(Role.NODE, name).aio_channel(me) as ch:
+            try:
+                resp = await obrpc_pb2_grpc.ReplicaServiceStub(ch).FetchLog(
+                    obrpc_pb2.FetchLogRequest(
+                        tenant_id=1001, ls_id=1, from_index=1, max_entries=1, follower=name
+                    ),
+                    timeout=5,
+                )
+                return int(resp.error.code)
+            except grpc.aio.AioRpcError as e:
+                return e.code()
+
+    async def scenario() -> None:
+        server, _ = await create_server(agent, me)
+        await server.start()
+        agent.mark_serving()
+        try:
+            async with pki.security(Role.RS, "127.0.0.1:1").aio_channel(me) as ch:
+                rs = obrpc_pb2_grpc.ObserverServiceStub(ch)
+                assert not (await rs.ApplyReplicas(spec([]), timeout=10)).error.code
+                denied = grpc.StatusCode.PERMISSION_DENIED
+                # not a member, not announced: refused; the RS is always served
+                assert await fetch_data(Role.NODE, other) == denied
+                assert await fetch_log(other) == denied
+                assert await fetch_data(Role.RS, "127.0.0.1:1") == 64 * 1024
+                # announced as a learner: served
+                assert not (await rs.ApplyReplicas(spec([other]), timeout=10)).error.code
+                assert agent.replicas.allowed_peers(1001, 1) == {me, other}
+                assert await fetch_data(Role.NODE, other) == 64 * 1024
+                assert await fetch_log(other) == 0
+                # taken off the list (the copy ended or was cancelled): refused again
+                assert not (await rs.ApplyReplicas(spec([]), timeout=10)).error.code
+                assert await fetch_data(Role.NODE, other) == denied
+                # a bad learner address is refused like a bad member
+                bad = await rs.ApplyReplicas(spec(["not-an-address"]), timeout=10)
+                assert bad.error.name == "OB_INVALID_ARGUMENT"
+                assert agent.replicas.allowed_peers(1001, 1) == {me}
+            assert agent.peer_gate.refused_total == {"not_member": 3}
+        finally:
+            await stop_server(agent, server)
+
+    asyncio.run(scenario())

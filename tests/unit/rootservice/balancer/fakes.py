@@ -151,6 +151,7 @@ class FakeLs:
         self.dropped: dict[str, list[LsKey]] = {}
         self.refuse: set[str] = set()
         self.forgotten = 0
+        self.announced: list[tuple[LsKey, str, str]] = []
 
     def topology(self) -> Topology:
         return Topology(version=0, plans=dict(self.plans))
@@ -182,6 +183,11 @@ class FakeLs:
             term=view.term,
             copy_from=src,
         )
+
+    def announce_copy(self, plan: LsPlan, view: LsView, dest: str, src: str) -> None:
+        if src in self.refuse:
+            raise ObError("OB_TIMEOUT", detail=f"{src} refused")
+        self.announced.append((plan.key, dest, src))
 
     def apply(
         self, srv: str, upsert: Iterable[obrpc_pb2.ReplicaSpec] = (), drop: Iterable[LsKey] = ()

@@ -82,6 +82,8 @@ def test_at_most_the_concurrency_limit_builds_on_one_destination() -> None:
     w = World(KEYS)
     assert w.copies.hand_out([row(k, B, D) for k in KEYS]) == 2
     assert [spec.copy_from for _, [spec] in w.ls.applied] == [B, B]
+    # each destination was made a learner on its source first (issue 10)
+    assert w.ls.announced == [(KEYS[0], D, B), (KEYS[1], D, B)]
     assert len(w.copies) == 2 and len(w.events.named("migrate_replica")) == 2
     assert w.metrics.get("replica_tasks_total") == 2
     # both build on D: the third waits
@@ -101,6 +103,7 @@ def test_a_failed_copy_is_sent_again_from_another_healthy_member() -> None:
     w.report_on_d(k, in_service=False, copy_from=B, build_error="checksum mismatch")
     assert w.copies.hand_out([row(k, B, D)]) == 1
     assert w.ls.applied[-1][1][0].copy_from == C  # A is offline for good, B failed
+    assert w.ls.announced[-1] == (k, D, C)
     task = w.copies.tasks[(k, D)]
     assert (task.src, task.attempts, task.tried) == (C, 2, {B})
     assert len(w.events.named("migrate_replica")) == 1
@@ -160,3 +163,14 @@ def test_clear_forgets_every_copy() -> None:
     w.copies.hand_out([row(KEYS[0], B, D)])
     w.copies.clear()
     assert len(w.copies) == 0
+
+
+def test_a_copy_whose_source_cannot_be_told_is_not_sent() -> None:
+    # The source would refuse the learner's FetchData: the copy waits for the next round.
+    w = World(KEYS[:1])
+    w.ls.refuse.add(B)
+    assert w.copies.hand_out([row(KEYS[0], B, D)]) == 0
+    assert w.ls.applied == [] and len(w.copies) == 0
+    w.ls.refuse.clear()
+    assert w.copies.hand_out([row(KEYS[0], B, D)]) == 1
+    assert w.ls.announced == [(KEYS[0], D, B)]

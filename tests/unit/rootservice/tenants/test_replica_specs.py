@@ -60,3 +60,32 @@ def test_a_leaving_replica_keeps_its_reported_unit_and_copies_follow_the_leader(
     copy = layer.applier.copy_spec(PLAN, view, C, B)
     assert (copy.copy_from, copy.leader, copy.term) == (B, A, 4)
     assert list(copy.member_list) == [A, B, D]  # the leader's list: C is not a member yet
+
+
+def test_copies_are_announced_as_learners_and_specs_keep_them(layer: Layer) -> None:
+    # Issue 10: the source and the leader serve a copy only to a learner they were told of.
+    for s in (A, B, C):
+        layer.applier.apply(s, [layer.applier.spec(PLAN, s, A, 3)])
+    assert list(layer.applier.spec(PLAN, B, A, 3).learner_list) == []
+    view = LsView(KEY, leader=A, term=3)
+    for s in (A, B, C):
+        view.replicas[s] = layer.agents.replicas[s][KEY]
+    layer.agents.calls.clear()
+    layer.applier.announce_copy(PLAN, view, D, B)
+    # the source and the leader, each told once, nothing else changed (members, term)
+    told = {server: req.upsert[0] for server, req in layer.agents.calls}
+    assert sorted(told) == [A, B]
+    for server, spec in told.items():
+        assert list(spec.learner_list) == [D]
+        assert (list(spec.member_list), spec.leader, spec.term) == ([A, B, C], A, 3), server
+    # D now reports its replica being built: every later spec (a leader switch, a member
+    # change) keeps it a learner until it is a member
+    layer.applier.apply(D, [layer.applier.copy_spec(PLAN, view, D, B)])
+    assert list(layer.applier.spec(PLAN, C, A, 4).learner_list) == [D]
+    assert list(layer.applier.spec(PLAN, C, A, 4, members=[A, B, D]).learner_list) == []
+    assert list(layer.applier.spec(PLAN, D, A, 4).learner_list) == []  # never itself
+    # an unreachable source: the announcement fails and says so
+    layer.agents.down = {B}
+    with pytest.raises(ObError) as e:
+        layer.applier.announce_copy(PLAN, view, D, B)
+    assert e.value.name == "OB_SERVER_CONNECTION_ERROR"
