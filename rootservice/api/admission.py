@@ -36,8 +36,9 @@ __all__ = ["DEFAULT_USER", "Admission", "check_tokens"]
 T = TypeVar("T")
 
 DEFAULT_USER = "root"
-"""The user of a call that names none (``ob-user`` metadata absent): until authentication
-(issue 10 item 4) everyone is root, as CockroachDB's ``--insecure``."""
+"""The admission key of a call that names no user (no ``ob-user`` metadata) and presents no
+client certificate: only in insecure mode, where everyone is root (CockroachDB's
+``--insecure``)."""
 
 # One token: a quoted string or identifier (with backslash escapes and doubled quotes), a run
 # of word characters (keyword, name, number), or any other single non-blank character. An
