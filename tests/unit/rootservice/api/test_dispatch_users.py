@@ -204,6 +204,12 @@ def test_redaction_and_peer_parsing() -> None:
         "CREATE USER u IDENTIFIED BY '***'"
     )
     assert redact("x" * 600).endswith("...") and len(redact("x" * 600)) == 515
+    # A 4 MiB password: masked whole (no byte of it kept), only the kept part is scanned.
+    huge = redact("CREATE USER u IDENTIFIED BY '" + "p" * (4 << 20) + "'")
+    assert huge == "CREATE USER u IDENTIFIED BY '***'"
+    # Cut after the limit, a second password starting before the cut is masked too.
+    two = redact("ALTER USER a IDENTIFIED BY 'x'" + " " * 480 + "IDENTIFIED BY 'secret-tail'")
+    assert "secret" not in two and two.endswith("...")
     assert client_addr("ipv4:10.0.0.5:51234") == "10.0.0.5:51234"
     assert client_addr("ipv6:[::1]:51234") == "[::1]:51234"
     assert client_addr("unix:/tmp/s") == "unix:/tmp/s"
