@@ -1039,7 +1039,8 @@ def main(argv: list[str] | None = None) -> int:
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, on_term)
+    # Restored on return, so that a caller (a test) keeps its own handler.
+    previous = signal.signal(signal.SIGTERM, on_term)
     results: list[dict[str, Any]] = []
     status = 0
     pki_info: dict[str, Any] = {}
@@ -1073,6 +1074,7 @@ def main(argv: list[str] | None = None) -> int:
         status = 1
     finally:
         shutil.rmtree(pki_tmp, ignore_errors=True)
+        signal.signal(signal.SIGTERM, previous)
     if results:
         print(report(results))
         out = Path(args.out)
