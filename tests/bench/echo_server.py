@@ -51,6 +51,13 @@ class EchoLease(obrpc_pb2_grpc.RootServiceServicer):
         async for req in request_iterator:
             yield response(seq=req.seq, lease_expire_time=int(time.time() * 1e6) + lease)
 
+    async def RenewLease(  # type: ignore[override]  # noqa: N802
+        self, request: obrpc_pb2.LeaseRequest, context: grpc.aio.ServicerContext
+    ) -> obrpc_pb2.LeaseResponse:
+        return obrpc_pb2.LeaseResponse(
+            seq=request.seq, lease_expire_time=int(time.time() * 1e6) + self.lease_time_us
+        )
+
 
 async def serve(addr: str, lease_time_us: int, certs_dir: str = "") -> int:
     # The same server options as rootservice/api/grpc_server.py create_server (pending-call limit).
