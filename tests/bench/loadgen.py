@@ -46,8 +46,9 @@ stdin commands:
   in flight.
 - ``quit`` (or EOF): exit.
 
-Spontaneously prints ``{"event": "ready", ...}`` once every agent has had one answer (or
-after ``--ready-timeout`` more seconds, with how many had none). Unanswered requests are
+Spontaneously prints ``{"event": "loaded", ...}`` once the agents (and their TLS contexts)
+are built, then ``{"event": "ready", ...}`` once every agent has had one answer (or after
+period + ``--connect-spread`` + ``--ready-timeout`` seconds, with how many had none). Unanswered requests are
 counted as timeouts after ``--timeout`` seconds by a sweeper (no ``asyncio.wait_for``).
 """
 
@@ -292,7 +293,9 @@ class LoadGen:
                         self.stats.timeouts += 1
 
     async def wait_ready(self) -> None:
-        deadline = self.loop.time() + self.args.period + self.args.ready_timeout
+        deadline = (
+            self.loop.time() + self.args.period + self.args.connect_spread + self.args.ready_timeout
+        )
         while self.answered < len(self.agents) and self.loop.time() < deadline:
             await asyncio.sleep(0.1)
         emit(
@@ -381,6 +384,8 @@ class LoadGen:
             loop.call_soon_threadsafe(quit_event.set)
 
         threading.Thread(target=read_stdin, daemon=True).start()
+        # The TLS material is loaded (in __init__): the parent times "ready" from here.
+        emit({"event": "loaded", "tls_load": self.tls_load, "rss_mib": rss_mib()})
         tasks = await self.start_agents()
         tasks.append(asyncio.ensure_future(self.sweeper()))
         tasks.append(asyncio.ensure_future(self.wait_ready()))
