@@ -686,6 +686,7 @@ def expiry(client: RsClient, gens: list[Child], n: int, args: argparse.Namespace
     polls = 0
     poll_ms: list[float] = []
     m = base
+    failed_polls = 0
     max_polls = int((lease_s + 5 + 2 * args.period) / POLL_S) + 100
     for _ in range(max_polls):
         polls += 1
@@ -693,8 +694,9 @@ def expiry(client: RsClient, gens: list[Child], n: int, args: argparse.Namespace
         try:
             m = client.metrics(timeout=2.0)
         except grpc.RpcError as e:
+            # Keep the last answer: an empty one would count as -(everything) detected.
             log(f"GetMetrics failed: {e.code()}")
-            m = {}
+            failed_polls += 1
         poll_ms.append((time.perf_counter() - t) * 1000)
         now = time.time()
         got = m.get("lease_expired", 0) - base_expired
@@ -717,6 +719,7 @@ def expiry(client: RsClient, gens: list[Child], n: int, args: argparse.Namespace
         "rs_expire_detect_lag_us": lag,
         "rs_expire_detect_lag_count": lag.get("count", 0) - base_lag_count,
         "polls": polls,
+        "failed_polls": failed_polls,
         "getmetrics_poll_ms": {
             "p50": poll_ms[len(poll_ms) // 2] if poll_ms else 0,
             "max": poll_ms[-1] if poll_ms else 0,
