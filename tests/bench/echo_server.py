@@ -8,6 +8,12 @@ ratio to the cost of gRPC itself.
 Usage (heartbeat_bench.py starts it)::
 
     .venv/bin/python tests/bench/echo_server.py [--addr 127.0.0.1:0] [--lease-time-us 10000000]
+        [--certs-dir DIR]
+
+With ``--certs-dir DIR`` (``ca.crt``, ``rs.crt``, ``rs.key``) it serves mutual TLS through
+the RS's own ``TransportSecurity.add_port`` (a client certificate of the CA required,
+certificates re-read on change), so that the benchmark's "echo over TLS" row is the cost
+of gRPC's TLS alone; it does not look at the peer's identity (the RS does, once per stream).
 
 Prints ``READY <port>`` on stdout once serving; stops on SIGTERM / SIGINT or when stdin
 closes (so it never outlives the benchmark).
@@ -27,6 +33,8 @@ from collections.abc import AsyncIterator
 import grpc
 
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
+from obcommon.security.certs import Role
+from obcommon.security.tls import TransportSecurity
 
 
 class EchoLease(obrpc_pb2_grpc.RootServiceServicer):
@@ -43,8 +51,15 @@ class EchoLease(obrpc_pb2_grpc.RootServiceServicer):
         async for req in request_iterator:
             yield response(seq=req.seq, lease_expire_time=int(time.time() * 1e6) + lease)
 
+    async def RenewLease(  # type: ignore[override]  # noqa: N802
+        self, request: obrpc_pb2.LeaseRequest, context: grpc.aio.ServicerContext
+    ) -> obrpc_pb2.LeaseResponse:
+        return obrpc_pb2.LeaseResponse(
+            seq=request.seq, lease_expire_time=int(time.time() * 1e6) + self.lease_time_us
+        )
 
-async def serve(addr: str, lease_time_us: int) -> int:
+
+async def serve(addr: str, lease_time_us: int, certs_dir: str = "") -> int:
     # The same server options as rootservice/api/grpc_server.py create_server (pending-call limit).
     limit = 50_000
     server = grpc.aio.server(
@@ -57,7 +72,8 @@ async def serve(addr: str, lease_time_us: int) -> int:
         ]
     )
     obrpc_pb2_grpc.add_RootServiceServicer_to_server(EchoLease(lease_time_us), server)
-    port = server.add_insecure_port(addr)
+    security = TransportSecurity.from_flags(certs_dir or None, not certs_dir, Role.RS)
+    port = security.add_port(server, addr)
     if port == 0:
         print(f"echo_server: cannot bind {addr}", file=sys.stderr)
         return 1
@@ -85,8 +101,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--addr", default="127.0.0.1:0")
     p.add_argument("--lease-time-us", type=int, default=10_000_000)
+    p.add_argument("--certs-dir", default="", help="ca.crt, rs.crt, rs.key: mutual TLS")
     args = p.parse_args()
-    return asyncio.run(serve(args.addr, args.lease_time_us))
+    return asyncio.run(serve(args.addr, args.lease_time_us, args.certs_dir))
 
 
 if __name__ == "__main__":

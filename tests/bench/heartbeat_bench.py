@@ -1,6 +1,18 @@
 """Heartbeat benchmark (``make bench``): N simulated agents against a real RS on loopback.
 
-For each N, it
+Each N is run in up to four configurations (``--servers``, all by default; issue 10,
+"Benchmark"): ``rs-tls`` (the RS over mutual TLS, ``--certs-dir``: every agent has its own
+connection and its own node certificate, as the RS accepts a lease for server X only from
+node certificate X), ``rs`` (the RS in plaintext, ``--insecure``), ``echo`` (the bare echo
+server, plaintext) and ``echo-tls`` (the echo server over the same mutual TLS). The
+certificates - one CA, one node certificate per agent, an ``rs.crt`` and a
+``client.root.crt`` per server - are written once per run into its temp dir by
+tests/bench/bench_pki.py (obcommon.security.certs). By default every configuration uses one
+connection per agent (``--streams-per-channel 1``, what real agents do), so that the
+TLS / plaintext ratios compare the same traffic; the connections are opened at random
+offsets over ``--connect-spread`` seconds (default max(period, N / 250)).
+
+For each N and configuration, it
 
 1. seeds a SQLite database in a temp dir with 3 zones and N servers (127.0.0.1:20000+i) as a
    restarted RS finds them (whitelisted, never alive until they heartbeat), plus the
@@ -25,24 +37,34 @@ For each N, it
 7. runs the same load against a bare ``grpc.aio`` echo server (tests/bench/echo_server.py)
    so the RS's CPU and p99 are also given as a ratio to gRPC's own cost.
 
-Prints one table row per (server, N) and writes everything to ``.bench/heartbeat.json``.
+Reported per configuration: the server's CPU per heartbeat (microseconds of CPU time per
+answered heartbeat in the window), heartbeats/s, latency p50/p99/max, the server's RSS,
+errors; the CPU the server and the load generators spent while the agents connected (the
+TLS handshakes are paid there, once per stream); the load generators' CPU and RSS, and for
+TLS the seconds, CPU and memory it took them to load one SSLContext (or one set of channel
+credentials) per agent. Ratios per N: TLS / plaintext (RS and echo) and RS / echo (plaintext
+and TLS) of the CPU per heartbeat and of p99.
+
+Prints one table row per (configuration, N) and writes everything to ``.bench/heartbeat.json``.
 Every process is stopped (SIGTERM, then SIGKILL) and every temp dir removed, also on Ctrl-C.
 No figure is asserted: this is a benchmark, not a test.
 
 Usage::
 
-    .venv/bin/python tests/bench/heartbeat_bench.py                 # N = 1,000 and 10,000
-    .venv/bin/python tests/bench/heartbeat_bench.py --quick         # smoke run: N=200, 5 s
-    .venv/bin/python tests/bench/heartbeat_bench.py --agents 5000 --duration 30 --servers rs
+    .venv/bin/python -m tests.bench.heartbeat_bench                 # N = 1,000 and 10,000
+    .venv/bin/python -m tests.bench.heartbeat_bench --quick         # smoke run: N=200, 5 s
+    .venv/bin/python -m tests.bench.heartbeat_bench --agents 5000 --duration 30 --servers rs-tls
 
 Options: ``--agents`` (comma-separated N, default 1000,10000), ``--duration`` (steady-state
 seconds, 20; 30 or more always includes one CheckAllServerTask run), ``--warmup`` (5),
 ``--period`` (heartbeat period, 2 s), ``--procs`` (load generator processes, 2),
 ``--lease-time`` (passed to the RS, 10s), ``--streams-per-channel`` (lease streams sharing
-one TCP connection in a load generator, 100), ``--client`` (``raw``: the load generators'
+one TCP connection in a plaintext load generator, 1; TLS is always 1), ``--connect-spread``
+(seconds), ``--client`` (``raw``: the load generators'
 minimal HTTP/2 client, ~0.05 ms of CPU per heartbeat, default; ``grpc``: grpc.aio like
 observer_agent, ~0.4 ms, which saturates a 2-core machine before the server does),
-``--servers`` (``rs,echo`` by default; ``rs`` or ``echo`` alone), ``--out`` (JSON path).
+``--servers`` (comma-separated of ``rs-tls,rs,echo,echo-tls``, all by default),
+``--out`` (JSON path).
 Client-side latency includes the load generators' own scheduling delay; when the machine
 is saturated or other processes use it, the output says so.
 """
@@ -74,11 +96,14 @@ from tabulate import tabulate
 
 from obcommon.durations import parse_duration
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
+from obcommon.security.certs import CertError, Role
+from obcommon.security.tls import SecurityConfigError, TransportSecurity
 from rootservice.db import engine as dbengine
 from rootservice.db import param_repo, timestamps, zone_repo
 from rootservice.db.tables import all_server
 from rootservice.db.zone_repo import ZoneInfo
 from rootservice.servers.status import ServerStatus
+from tests.bench.bench_pki import BenchPki
 from tests.support.ports import free_port
 
 HERE = Path(__file__).resolve().parent
@@ -90,7 +115,10 @@ CLUSTER_ID = "c0ffee"  # loadgen.py sends it
 SQL_PORT = 2881
 PORT_BASE = 20000
 POLL_S = 0.02
-READY_TIMEOUT_S = 240.0  # for every agent's first answer
+#: The configurations, in the order they run for each N.
+CONFIGS = ("rs-tls", "rs", "echo", "echo-tls")
+READY_TIMEOUT_S = 240.0  # for every agent's first answer (after the connect spread)
+LOAD_TIMEOUT_S = 60.0  # plus 50 ms per agent, for the load generators to build their agents
 TAKE_OFFICE_WAIT_S = 300.0  # for the RS's take-office heartbeat requests to drain
 QUIET_LOG_WAIT_S = 30.0  # the same when the RS logs nothing about them
 
@@ -262,8 +290,12 @@ class Children:
 
 
 class RsClient:
-    def __init__(self, addr: str) -> None:
-        self.channel = grpc.insecure_channel(addr, options=[("grpc.enable_http_proxy", 0)])
+    """The benchmark's admin channel to the RS: plaintext, or mutual TLS as ``root`` with
+    ``certs_dir/client.root.crt`` (GetMetrics needs a client certificate)."""
+
+    def __init__(self, addr: str, certs_dir: Path | None = None) -> None:
+        security = TransportSecurity.for_dir(certs_dir, Role.CLIENT, "root")
+        self.channel = security.channel(addr)
         self.admin = obrpc_pb2_grpc.AdminServiceStub(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)
 
@@ -308,9 +340,27 @@ class RsClient:
 # --- one run -------------------------------------------------------------------------------------
 
 
+def connect_spread(n: int, args: argparse.Namespace) -> float:
+    """Seconds over which the agents' connections are opened: ``--connect-spread``, or
+    max(period, N / 250), so that ~250 connects a second reach the server: a TLS connect and
+    first heartbeat cost the RS ~5 ms of CPU (measured at N=4,000), and 10,000 agents
+    connecting within 10 s kept it saturated long enough for gRPC to cancel queued calls."""
+    if args.connect_spread is not None:
+        return float(args.connect_spread)
+    return max(args.period, n / 250)
+
+
 def start_loadgens(
-    children: Children, target: str, n: int, args: argparse.Namespace, tmp: Path, tag: str
+    children: Children,
+    target: str,
+    n: int,
+    args: argparse.Namespace,
+    tmp: Path,
+    tag: str,
+    node_certs: Path | None = None,
 ) -> list[Child]:
+    """``--procs`` load generators for agents 0..n-1 against ``target``; with
+    ``node_certs`` (bench_pki's nodes dir) each agent connects over mutual TLS."""
     procs = max(1, min(args.procs, n))
     gens = []
     first = 0
@@ -337,7 +387,11 @@ def start_loadgens(
             args.client,
             "--ready-timeout",
             str(READY_TIMEOUT_S),
+            "--connect-spread",
+            str(connect_spread(n, args)),
         ]
+        if node_certs is not None:
+            argv += ["--node-certs", str(node_certs)]
         gens.append(children.start(f"loadgen{p}", argv, tmp / f"{tag}-loadgen{p}.log", True))
         first += count
     return gens
@@ -364,17 +418,43 @@ def stalls(slow: list[tuple[float, int]], gap_s: float = 0.25) -> list[dict[str,
 def wait_ready(gens: list[Child], n: int, args: argparse.Namespace) -> dict[str, Any]:
     """Wait until every simulated agent has had its first answer (bounded)."""
     t0 = time.monotonic()
-    ready = [g.expect("ready", args.period + READY_TIMEOUT_S + 15) for g in gens]
+    # Loading one TLS context per agent takes ~5 ms each on a busy machine: bounded apart.
+    for g in gens:
+        g.expect("loaded", LOAD_TIMEOUT_S + 0.05 * n)
+    log(f"load generators built their agents after {time.monotonic() - t0:.1f}s")
+    t1 = time.monotonic()
+    wait_s = args.period + connect_spread(n, args) + READY_TIMEOUT_S + 15
+    ready = [g.expect("ready", wait_s) for g in gens]
     unanswered = sum(r["agents"] - r["answered"] for r in ready)
     if unanswered:
         log(f"warning: {unanswered} agents had no answer within {READY_TIMEOUT_S:.0f}s")
-    secs = time.monotonic() - t0
+    secs = time.monotonic() - t1
     log(f"{n - unanswered} agents answered after {secs:.1f}s")
+    tls_load = [r.get("tls_load") or {} for r in ready]
     return {
         "all_answered_s": secs,
         "unanswered": unanswered,
         "connections": sum(r["channels"] for r in ready),
+        "connect_failures": sum(r.get("connect_failures", 0) for r in ready),
+        "spread_s": connect_spread(n, args),
+        # Per load generator: loading one TLS context per agent (empty in plaintext).
+        "loadgen_tls_load": tls_load,
+        "loadgen_rss_mib_ready": [r.get("rss_mib", 0.0) for r in ready],
     }
+
+
+def connect_phase(
+    server: Child, gens: list[Child], n: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    """:func:`wait_ready` plus the CPU seconds the server and the load generators spent from
+    the generators' start until every agent had its first answer: connects, TLS handshakes
+    (once per stream) and the first heartbeats."""
+    s0 = cpu_s(server.ps)
+    g0 = [cpu_s(g.ps) for g in gens]  # the generators started a moment ago
+    ready = wait_ready(gens, n, args)
+    ready["server_cpu_s"] = cpu_s(server.ps) - s0
+    ready["loadgen_cpu_s"] = [cpu_s(g.ps) - c for g, c in zip(gens, g0, strict=True)]
+    return ready
 
 
 def wait_take_office_requests(rs: Child, n: int) -> dict[str, Any]:
@@ -447,12 +527,21 @@ def measure(
     except psutil.Error:
         rss = 0
     gen_cpu = [(b - a) / wall for a, b in zip(cpu0[1], cpu1[1], strict=True)]
+    gen_rss = []
+    for g in gens:
+        try:
+            gen_rss.append(g.ps.memory_info().rss / (1 << 20))
+        except psutil.Error:
+            gen_rss.append(0.0)
     server_cpu = (cpu1[0] - cpu0[0]) / wall
+    hb_per_s = sum(w["responses"] / w["seconds"] for w in windows)
     busy = (cpu1[2][0] - cpu0[2][0]) / wall
     out = {
         "agents": n,
         "expected_hb_per_s": n / args.period,
-        "hb_per_s": sum(w["responses"] / w["seconds"] for w in windows),
+        "hb_per_s": hb_per_s,
+        # Microseconds of server CPU per answered heartbeat.
+        "server_cpu_us_per_hb": server_cpu / hb_per_s * 1e6 if hb_per_s > 0 else None,
         "responses": sum(w["responses"] for w in windows),
         "window_s": wall,
         "latency_ms": {
@@ -470,6 +559,7 @@ def measure(
         "server_cpu_cores": server_cpu,
         "server_rss_mib": rss / (1 << 20),
         "loadgen_cpu_cores": gen_cpu,
+        "loadgen_rss_mib": gen_rss,
         "machine_busy_cores": busy,
         # Whatever else ran on the machine meanwhile (the parent, other users).
         "other_cpu_cores": max(0.0, busy - server_cpu - sum(gen_cpu)),
@@ -478,8 +568,11 @@ def measure(
     return out, before, after
 
 
-def run_rs(n: int, args: argparse.Namespace) -> dict[str, Any]:
-    tmp = Path(tempfile.mkdtemp(prefix=f"hbbench-rs-{n}-"))
+def run_rs(n: int, args: argparse.Namespace, pki: BenchPki | None = None) -> dict[str, Any]:
+    """One RS run with ``n`` agents: over mutual TLS with ``pki`` (its node certificates
+    must cover the n agents' ports), else plaintext (``--insecure``)."""
+    tls = pki is not None
+    tmp = Path(tempfile.mkdtemp(prefix=f"hbbench-rs{'-tls' if tls else ''}-{n}-"))
     children = Children()
     client: RsClient | None = None
     try:
@@ -505,16 +598,22 @@ def run_rs(n: int, args: argparse.Namespace) -> dict[str, Any]:
             "--log-level",
             "WARNING",
         ]
+        certs_dir = pki.server_dir(tmp / "certs", addr) if pki is not None else None
+        argv += ["--certs-dir", str(certs_dir)] if certs_dir is not None else ["--insecure"]
         t0 = time.monotonic()
         rs = children.start("rs", argv, tmp / "rs.log", False)
-        client = RsClient(addr)
+        client = RsClient(addr, certs_dir)
         client.wait_serving(rs, 30)
         client.wait_state(rs, "FULL_SERVICE", 120)
         startup_s = time.monotonic() - t0
         in_service_wall = time.time()
-        log(f"RS in FULL_SERVICE after {startup_s:.1f}s; starting {args.procs} load generators")
-        gens = start_loadgens(children, addr, n, args, tmp, "rs")
-        ready = wait_ready(gens, n, args)
+        log(
+            f"RS ({'mutual TLS' if tls else 'plaintext'}) in FULL_SERVICE after "
+            f"{startup_s:.1f}s; starting {args.procs} load generators"
+        )
+        nodes = pki.nodes_dir if pki is not None else None
+        gens = start_loadgens(children, addr, n, args, tmp, "rs", nodes)
+        ready = connect_phase(rs, gens, n, args)
         take_office = wait_take_office_requests(rs, n)
         rs_client = client
         calls: list[float] = []
@@ -528,6 +627,8 @@ def run_rs(n: int, args: argparse.Namespace) -> dict[str, Any]:
         res, before, after = measure(rs, gens, n, args, snap)
         res["getmetrics_ms"] = max(calls)
         res["server"] = "rs"
+        res["tls"] = tls
+        res["config"] = "rs-tls" if tls else "rs"
         res["rs_startup_s"] = startup_s
         for e in res["stalls"]:
             # The RS's periodic tasks start with FULL_SERVICE: this dates a stall by them.
@@ -585,6 +686,7 @@ def expiry(client: RsClient, gens: list[Child], n: int, args: argparse.Namespace
     polls = 0
     poll_ms: list[float] = []
     m = base
+    failed_polls = 0
     max_polls = int((lease_s + 5 + 2 * args.period) / POLL_S) + 100
     for _ in range(max_polls):
         polls += 1
@@ -592,8 +694,9 @@ def expiry(client: RsClient, gens: list[Child], n: int, args: argparse.Namespace
         try:
             m = client.metrics(timeout=2.0)
         except grpc.RpcError as e:
+            # Keep the last answer: an empty one would count as -(everything) detected.
             log(f"GetMetrics failed: {e.code()}")
-            m = {}
+            failed_polls += 1
         poll_ms.append((time.perf_counter() - t) * 1000)
         now = time.time()
         got = m.get("lease_expired", 0) - base_expired
@@ -616,6 +719,7 @@ def expiry(client: RsClient, gens: list[Child], n: int, args: argparse.Namespace
         "rs_expire_detect_lag_us": lag,
         "rs_expire_detect_lag_count": lag.get("count", 0) - base_lag_count,
         "polls": polls,
+        "failed_polls": failed_polls,
         "getmetrics_poll_ms": {
             "p50": poll_ms[len(poll_ms) // 2] if poll_ms else 0,
             "max": poll_ms[-1] if poll_ms else 0,
@@ -628,12 +732,18 @@ def expiry(client: RsClient, gens: list[Child], n: int, args: argparse.Namespace
     return out
 
 
-def run_echo(n: int, args: argparse.Namespace) -> dict[str, Any]:
-    tmp = Path(tempfile.mkdtemp(prefix=f"hbbench-echo-{n}-"))
+def run_echo(n: int, args: argparse.Namespace, pki: BenchPki | None = None) -> dict[str, Any]:
+    """One echo-server run with ``n`` agents: mutual TLS with ``pki``, else plaintext."""
+    tls = pki is not None
+    tmp = Path(tempfile.mkdtemp(prefix=f"hbbench-echo{'-tls' if tls else ''}-{n}-"))
     children = Children()
     try:
         lease_us = parse_duration(args.lease_time)
-        argv = [sys.executable, str(ECHO), "--lease-time-us", str(lease_us)]
+        # A fixed port: the server certificate names its address.
+        addr = f"127.0.0.1:{free_port()}"
+        argv = [sys.executable, str(ECHO), "--lease-time-us", str(lease_us), "--addr", addr]
+        if pki is not None:
+            argv += ["--certs-dir", str(pki.server_dir(tmp / "certs", addr))]
         echo = children.start("echo", argv, tmp / "echo.log", True)
         port = 0
         deadline = time.monotonic() + 30
@@ -649,11 +759,17 @@ def run_echo(n: int, args: argparse.Namespace) -> dict[str, Any]:
                 break
         if not port:
             raise RuntimeError(f"the echo server did not start:\n{echo.tail()}")
-        log(f"echo server, N={n}, on port {port}; starting {args.procs} load generators")
-        gens = start_loadgens(children, f"127.0.0.1:{port}", n, args, tmp, "echo")
-        ready = wait_ready(gens, n, args)
+        log(
+            f"echo server ({'mutual TLS' if tls else 'plaintext'}), N={n}, on port {port}; "
+            f"starting {args.procs} load generators"
+        )
+        nodes = pki.nodes_dir if pki is not None else None
+        gens = start_loadgens(children, f"127.0.0.1:{port}", n, args, tmp, "echo", nodes)
+        ready = connect_phase(echo, gens, n, args)
         res, _, _ = measure(echo, gens, n, args)
         res["server"] = "echo"
+        res["tls"] = tls
+        res["config"] = "echo-tls" if tls else "echo"
         res["connect"] = ready
         return res
     finally:
@@ -678,7 +794,41 @@ def fmt(v: Any, nd: int = 1) -> str:
     return str(v)
 
 
+def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per N: the ratios of CPU per heartbeat and of p50 / p99 latency between the
+    configurations that ran - TLS / plaintext for the RS and the echo server, RS / echo in
+    plaintext and over TLS. A ratio is None when one side is missing or zero."""
+    out = []
+    for n in sorted({r["agents"] for r in results}):
+        by = {r["config"]: r for r in results if r["agents"] == n}
+        row: dict[str, Any] = {"agents": n}
+        for label, a, b in (
+            ("rs_tls/rs", "rs-tls", "rs"),
+            ("echo_tls/echo", "echo-tls", "echo"),
+            ("rs/echo", "rs", "echo"),
+            ("rs_tls/echo_tls", "rs-tls", "echo-tls"),
+        ):
+            ra, rb = by.get(a), by.get(b)
+            if ra is None or rb is None:
+                continue
+
+            def div(x: float | None, y: float | None) -> float | None:
+                return x / y if x is not None and y else None
+
+            row[label] = {
+                "cpu_per_hb": div(ra["server_cpu_us_per_hb"], rb["server_cpu_us_per_hb"]),
+                "p50": div(ra["latency_ms"]["p50"], rb["latency_ms"]["p50"]),
+                "p99": div(ra["latency_ms"]["p99"], rb["latency_ms"]["p99"]),
+                "rss": div(ra["server_rss_mib"], rb["server_rss_mib"]),
+            }
+        if len(row) > 1:
+            out.append(row)
+    return out
+
+
 def report(results: list[dict[str, Any]]) -> str:
+    """The printed tables (per run, the TLS loading of the load generators, the ratios)
+    and the notes on disturbed runs."""
     rows = []
     for r in results:
         lat = r["latency_ms"]
@@ -694,18 +844,22 @@ def report(results: list[dict[str, Any]]) -> str:
         handle = r.get("rs_hb_handle_us", {})
         ex = r.get("expiry", {})
         lag = ex.get("rs_expire_detect_lag_us", {})
+        conn = r.get("connect", {})
         rows.append(
             [
-                r["server"],
+                r["config"],
                 fmt(r["agents"]),
                 fmt(r["hb_per_s"], 0) + f" / {r['expected_hb_per_s']:,.0f}",
+                fmt(r["server_cpu_us_per_hb"], 0),
                 fmt(lat["p50"], 2),
                 fmt(lat["p99"], 2),
                 fmt(lat["max"], 1),
                 fmt(errs),
                 fmt(r["server_cpu_cores"], 2),
                 fmt(r["server_rss_mib"], 0),
+                f"{conn.get('server_cpu_s', 0):.1f}/{sum(conn.get('loadgen_cpu_s', [])):.1f}",
                 "+".join(f"{c:.2f}" for c in r["loadgen_cpu_cores"]),
+                "+".join(f"{m:.0f}" for m in r.get("loadgen_rss_mib", [])),
                 f"{r['machine_busy_cores']:.2f}/{r['machine_cores']}",
                 fmt(r["other_cpu_cores"], 2),
                 fmt(r.get("rs_alive")) if is_rs else "-",
@@ -720,16 +874,19 @@ def report(results: list[dict[str, Any]]) -> str:
             ]
         )
     headers = [
-        "server",
+        "config",
         "N",
         "hb/s (got/expected)",
+        "CPU us/hb",
         "p50 ms",
         "p99 ms",
         "max ms",
         "errors",
         "server CPU",
         "RSS MiB",
+        "connect CPU s srv/gen",
         "loadgen CPU",
+        "loadgen RSS MiB",
         "machine busy",
         "other CPU",
         "alive",
@@ -739,32 +896,60 @@ def report(results: list[dict[str, Any]]) -> str:
         "RS expire lag ms p50/p99/max",
     ]
     out = [tabulate(rows, headers=headers, disable_numparse=True)]
-    ratio_rows = []
-    for n in sorted({r["agents"] for r in results}):
-        rs = next((r for r in results if r["agents"] == n and r["server"] == "rs"), None)
-        echo = next((r for r in results if r["agents"] == n and r["server"] == "echo"), None)
-        if rs is None or echo is None:
-            continue
-
-        def ratio(a: float, b: float) -> str:
-            return f"{a / b:.2f}" if b > 0 else "-"
-
-        ratio_rows.append(
-            [
-                fmt(n),
-                ratio(rs["server_cpu_cores"], echo["server_cpu_cores"]),
-                ratio(rs["latency_ms"]["p99"], echo["latency_ms"]["p99"]),
-                ratio(rs["latency_ms"]["p50"], echo["latency_ms"]["p50"]),
-                f"{rs['server_cpu_cores'] / max(rs['hb_per_s'], 1e-9) * 1e6:.0f} / "
-                f"{echo['server_cpu_cores'] / max(echo['hb_per_s'], 1e-9) * 1e6:.0f}",
-            ]
-        )
-    if ratio_rows:
+    tls_rows = []
+    for r in results:
+        loads = [x for x in r.get("connect", {}).get("loadgen_tls_load", []) if x]
+        if loads:
+            tls_rows.append(
+                [
+                    r["config"],
+                    fmt(r["agents"]),
+                    fmt(sum(x.get("contexts", 0) for x in loads)),
+                    "+".join(f"{x['seconds']:.2f}" for x in loads),
+                    "+".join(f"{x['cpu_s']:.2f}" for x in loads),
+                    "+".join(f"{x['rss_mib_added']:.0f}" for x in loads),
+                    fmt(r["connect"].get("all_answered_s"), 1),
+                    fmt(r["connect"].get("connect_failures", 0)),
+                ]
+            )
+    if tls_rows:
         out.append("")
         out.append(
             tabulate(
+                tls_rows,
+                headers=[
+                    "TLS config",
+                    "N",
+                    "contexts",
+                    "load s per gen",
+                    "load CPU s per gen",
+                    "load MiB per gen",
+                    "all answered s",
+                    "connect failures",
+                ],
+                disable_numparse=True,
+            )
+        )
+
+    def rt(row: dict[str, Any], label: str, key: str) -> str:
+        v = (row.get(label) or {}).get(key)
+        return f"{v:.2f}" if v is not None else "-"
+
+    ratio_rows = [
+        [fmt(row["agents"])]
+        + [
+            f"{rt(row, label, 'cpu_per_hb')} / {rt(row, label, 'p99')}"
+            for label in ("rs_tls/rs", "echo_tls/echo", "rs/echo", "rs_tls/echo_tls")
+        ]
+        for row in ratios(results)
+    ]
+    if ratio_rows:
+        out.append("")
+        out.append("ratios of CPU per heartbeat / of p99 latency:")
+        out.append(
+            tabulate(
                 ratio_rows,
-                headers=["N", "CPU RS/echo", "p99 RS/echo", "p50 RS/echo", "CPU us/hb RS / echo"],
+                headers=["N", "rs-tls/rs", "echo-tls/echo", "rs/echo", "rs-tls/echo-tls"],
                 disable_numparse=True,
             )
         )
@@ -776,14 +961,14 @@ def report(results: list[dict[str, Any]]) -> str:
             or max(r["loadgen_cpu_cores"], default=0) >= 0.85
         ):
             notes.append(
-                f"note: {r['server']} N={r['agents']:,}: the machine was saturated "
+                f"note: {r['config']} N={r['agents']:,}: the machine was saturated "
                 f"({r['machine_busy_cores']:.2f} of {r['machine_cores']} cores busy, load "
                 f"generators {gen:.2f}): client-side latency includes the generators' own "
                 f"queueing (their send lag p99 {r['loadgen_send_lag_ms']['p99']:.1f} ms)"
             )
         if r["other_cpu_cores"] >= 0.2:
             notes.append(
-                f"note: {r['server']} N={r['agents']:,}: other processes used "
+                f"note: {r['config']} N={r['agents']:,}: other processes used "
                 f"{r['other_cpu_cores']:.2f} cores during the window (figures disturbed)"
             )
         if r["server"] == "rs" and not (r.get("rs_checker_tick_us") or {}).get("count"):
@@ -803,7 +988,7 @@ def report(results: list[dict[str, Any]]) -> str:
                 for e in sorted(worst, key=lambda e: e["start"])
             )
             notes.append(
-                f"{r['server']} N={r['agents']:,}: {len(r['stalls'])} episodes of responses "
+                f"{r['config']} N={r['agents']:,}: {len(r['stalls'])} episodes of responses "
                 f"over 50 ms; worst: {shown}"
             )
     if notes:
@@ -820,14 +1005,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--period", type=float, default=2.0, help="heartbeat period (s)")
     p.add_argument("--procs", type=int, default=2, help="load generator processes")
     p.add_argument("--lease-time", default="10s", help="the RS's lease_time")
-    p.add_argument("--streams-per-channel", type=int, default=100)
+    p.add_argument(
+        "--streams-per-channel",
+        type=int,
+        default=1,
+        help="plaintext lease streams per connection (1, as real agents; TLS is always 1)",
+    )
+    p.add_argument(
+        "--connect-spread",
+        type=float,
+        default=None,
+        help="seconds over which the agents connect (default max(period, N/250))",
+    )
     p.add_argument(
         "--client",
         choices=["raw", "grpc"],
         default="raw",
         help="load generators' client: raw HTTP/2 (cheap, default) or grpc.aio",
     )
-    p.add_argument("--servers", default="rs,echo", help="rs,echo (default), rs or echo")
+    p.add_argument(
+        "--servers",
+        default=",".join(CONFIGS),
+        help=f"comma-separated configurations of {','.join(CONFIGS)} (default: all)",
+    )
     p.add_argument("--quick", action="store_true", help="smoke run: N=200, 5 s, 2 s warm-up")
     p.add_argument("--out", default=str(ROOT / ".bench" / "heartbeat.json"))
     args = p.parse_args(argv)
@@ -843,31 +1043,62 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--procs, --duration and --period must be positive")
     parse_duration(args.lease_time)
     servers = {x.strip() for x in args.servers.split(",") if x.strip()}
-    if not servers or servers - {"rs", "echo"}:
-        p.error("--servers takes rs, echo or rs,echo")
+    if not servers or servers - set(CONFIGS):
+        p.error(f"--servers takes a comma-separated subset of {','.join(CONFIGS)}")
+    if args.streams_per_channel < 1:
+        p.error("--streams-per-channel must be at least 1")
 
     def on_term(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, on_term)
+    # Restored on return, so that a caller (a test) keeps its own handler.
+    previous = signal.signal(signal.SIGTERM, on_term)
     results: list[dict[str, Any]] = []
     status = 0
+    pki_info: dict[str, Any] = {}
+    failures: list[dict[str, Any]] = []
+    pki_tmp = Path(tempfile.mkdtemp(prefix="hbbench-pki-"))
     try:
+        pki: BenchPki | None = None
+        if servers & {"rs-tls", "echo-tls"}:
+            # Once per run, for the largest N; the smaller runs use a prefix of them.
+            t0 = time.perf_counter()
+            pki = BenchPki.create(pki_tmp)
+            top = max(ns)
+            secs = pki.add_nodes(range(PORT_BASE, PORT_BASE + top))
+            pki_info = {"node_certificates": top, "seconds": time.perf_counter() - t0}
+            log(f"wrote a CA and {top:,} node certificates in {secs:.1f}s")
         for n in ns:
-            if "rs" in servers:
-                results.append(run_rs(n, args))
-            if "echo" in servers:
-                results.append(run_echo(n, args))
+            for config in CONFIGS:
+                if config not in servers:
+                    continue
+                tls_pki = pki if config.endswith("-tls") else None
+                try:
+                    if config.startswith("rs"):
+                        results.append(run_rs(n, args, tls_pki))
+                    else:
+                        results.append(run_echo(n, args, tls_pki))
+                except (RuntimeError, OSError, grpc.RpcError) as e:
+                    # One configuration failing must not lose the others of a long run.
+                    detail = e.details() if isinstance(e, grpc.RpcError) else e  # type: ignore[attr-defined]
+                    log(f"{config} N={n} failed: {type(e).__name__}: {detail}")
+                    failures.append({"config": config, "agents": n, "error": str(detail)[:2000]})
+                    status = 1
     except KeyboardInterrupt:
         log("interrupted: processes stopped, temp dirs removed")
         status = 130
-    except (RuntimeError, OSError, grpc.RpcError) as e:
+    except (RuntimeError, OSError, grpc.RpcError, CertError, SecurityConfigError) as e:
         # A Ctrl-C from a terminal reaches the children too: the RS may be gone first.
         detail = e.details() if isinstance(e, grpc.RpcError) and hasattr(e, "details") else e
         log(f"failed: {type(e).__name__}: {detail}; processes stopped, temp dirs removed")
         status = 1
-    if results:
+    finally:
+        shutil.rmtree(pki_tmp, ignore_errors=True)
+        signal.signal(signal.SIGTERM, previous)
+    if results or failures:
         print(report(results))
+        for f in failures:
+            print(f"FAILED: {f['config']} N={f['agents']:,}: {f['error'][:300]}")
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         doc = {
@@ -875,7 +1106,11 @@ def main(argv: list[str] | None = None) -> int:
             "machine": {"cpus": psutil.cpu_count(), "python": sys.version.split()[0]},
             "args": {k: v for k, v in vars(args).items() if k != "out"},
             "pid": os.getpid(),
+            "load_average": os.getloadavg(),
+            "certificates": pki_info,
             "results": results,
+            "ratios": ratios(results),
+            "failures": failures,
         }
         out.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
         log(f"results written to {out}")

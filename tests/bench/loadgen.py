@@ -18,6 +18,18 @@ Two clients speak the same bytes on the wire:
 - ``--client grpc``: ``grpc.aio`` stream calls, like observer_agent. About 0.4 ms of CPU per
   heartbeat, so on a small machine the generators saturate before the server does.
 
+Mutual TLS (issue 10, "Benchmark"): with ``--node-certs DIR`` every simulated agent has its
+own connection (``--streams-per-channel`` is forced to 1) presenting its own node
+certificate ``DIR/<port>/node.crt`` / ``node.key`` (CN ``127.0.0.1:<port>``, written by
+tests/bench/bench_pki.py), with ``DIR/ca.crt`` as the only root, as a real agent does:
+the RS accepts a lease for server X only from node certificate X. The raw client wraps its
+sockets with the stdlib ``ssl`` module (one ``SSLContext`` per agent, ALPN ``h2``, server
+name 127.0.0.1); the grpc client opens one ``grpc.aio.secure_channel`` per agent with
+``grpc.ssl_channel_credentials(ca, key, cert)``. No crypto of our own. The time and memory
+spent loading the contexts are reported in the ``ready`` event. ``--connect-spread S``
+opens the connections at random offsets over S seconds, so that the handshakes (and, in
+plaintext, the connects) do not all arrive at once.
+
 Usage (heartbeat_bench.py starts it; commands on stdin, one JSON line per answer on stdout)::
 
     .venv/bin/python tests/bench/loadgen.py --target 127.0.0.1:PORT --first 0 --count 5000
@@ -34,8 +46,9 @@ stdin commands:
   in flight.
 - ``quit`` (or EOF): exit.
 
-Spontaneously prints ``{"event": "ready", ...}`` once every agent has had one answer (or
-after ``--ready-timeout`` more seconds, with how many had none). Unanswered requests are
+Spontaneously prints ``{"event": "loaded", ...}`` once the agents (and their TLS contexts)
+are built, then ``{"event": "ready", ...}`` once every agent has had one answer (or after
+period + ``--connect-spread`` + ``--ready-timeout`` seconds, with how many had none). Unanswered requests are
 counted as timeouts after ``--timeout`` seconds by a sweeper (no ``asyncio.wait_for``).
 """
 
@@ -46,6 +59,8 @@ import asyncio
 import contextlib
 import json
 import random
+import resource
+import ssl
 import struct
 import sys
 import threading
@@ -72,6 +87,40 @@ def emit(obj: dict[str, object]) -> None:
 
 def warn(msg: str) -> None:
     print(f"loadgen: {msg}"[:400], file=sys.stderr, flush=True)
+
+
+def rss_mib() -> float:
+    """This process's current resident set (MiB), from /proc (Linux); 0.0 elsewhere."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return pages * resource.getpagesize() / (1 << 20)
+
+
+def cpu_s() -> float:
+    """User + system CPU seconds of this process so far."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def node_cert_paths(certs: str, port: int) -> tuple[str, str]:
+    """(certificate, key) of the agent serving ``port`` under ``--node-certs``: the layout
+    tests/bench/bench_pki.py writes."""
+    d = f"{certs}/{port}"
+    return f"{d}/node.crt", f"{d}/node.key"
+
+
+def client_ssl_context(ca: str, cert: str, key: str) -> ssl.SSLContext:
+    """A TLS client context for one agent: ``ca`` (a file) as the only root, the agent's
+    certificate chain and key, ALPN ``h2`` (gRPC's HTTP/2), host name checks on."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies the peer and its host name
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_verify_locations(cafile=ca)
+    ctx.load_cert_chain(cert, key)
+    ctx.set_alpn_protocols(["h2"])
+    return ctx
 
 
 def make_request(index: int, port_base: int, start_time_us: int) -> obrpc_pb2.LeaseRequest:
@@ -174,7 +223,12 @@ class LoadGen:
             SimAgent(i, make_request(i, args.port_base, now_us))
             for i in range(args.first, args.first + args.count)
         ]
-        self.n_conns = max(1, -(-args.count // args.streams_per_channel))
+        self.tls = bool(args.node_certs)
+        per = 1 if self.tls else args.streams_per_channel  # TLS: one identity per connection
+        self.n_conns = max(1, -(-args.count // per))
+        # Filled by subclasses that load per-agent TLS material (seconds, CPU s, MiB).
+        self.tls_load: dict[str, float] = {}
+        self.connect_failures = 0
 
     # --- shared per-response bookkeeping ----------------------------------------------------
 
@@ -239,7 +293,9 @@ class LoadGen:
                         self.stats.timeouts += 1
 
     async def wait_ready(self) -> None:
-        deadline = self.loop.time() + self.args.period + self.args.ready_timeout
+        deadline = (
+            self.loop.time() + self.args.period + self.args.connect_spread + self.args.ready_timeout
+        )
         while self.answered < len(self.agents) and self.loop.time() < deadline:
             await asyncio.sleep(0.1)
         emit(
@@ -249,6 +305,11 @@ class LoadGen:
                 "answered": self.answered,
                 "channels": self.n_conns,
                 "client": self.args.client,
+                "tls": self.tls,
+                "tls_load": self.tls_load,
+                "connect_failures": self.connect_failures,
+                "rss_mib": rss_mib(),
+                "cpu_s": cpu_s(),
             }
         )
 
@@ -323,6 +384,8 @@ class LoadGen:
             loop.call_soon_threadsafe(quit_event.set)
 
         threading.Thread(target=read_stdin, daemon=True).start()
+        # The TLS material is loaded (in __init__): the parent times "ready" from here.
+        emit({"event": "loaded", "tls_load": self.tls_load, "rss_mib": rss_mib()})
         tasks = await self.start_agents()
         tasks.append(asyncio.ensure_future(self.sweeper()))
         tasks.append(asyncio.ensure_future(self.wait_ready()))
@@ -350,10 +413,32 @@ class GrpcLoadGen(LoadGen):
             ("grpc.enable_http_proxy", 0),
             ("grpc.keepalive_time_ms", 60_000),
         ]
-        self.channels = [
-            grpc.aio.insecure_channel(args.target, options=options) for _ in range(self.n_conns)
-        ]
+        if self.tls:
+            self.channels = self.secure_channels(options)
+        else:
+            self.channels = [
+                grpc.aio.insecure_channel(args.target, options=options) for _ in range(self.n_conns)
+            ]
         self.stubs = [obrpc_pb2_grpc.RootServiceStub(ch) for ch in self.channels]
+
+    def secure_channels(self, options: list[tuple[str, int]]) -> list[grpc.aio.Channel]:
+        """One ``grpc.aio.secure_channel`` per agent with its own node certificate."""
+        t0, c0, m0 = time.perf_counter(), cpu_s(), rss_mib()
+        with open(f"{self.args.node_certs}/ca.crt", "rb") as f:
+            ca = f.read()
+        channels = []
+        for a in self.agents:
+            cert, key = node_cert_paths(self.args.node_certs, self.args.port_base + a.index)
+            with open(cert, "rb") as fc, open(key, "rb") as fk:
+                creds = grpc.ssl_channel_credentials(ca, fk.read(), fc.read())
+            channels.append(grpc.aio.secure_channel(self.args.target, creds, options=options))
+        self.tls_load = {
+            "seconds": time.perf_counter() - t0,
+            "cpu_s": cpu_s() - c0,
+            "rss_mib_added": rss_mib() - m0,
+            "contexts": len(channels),
+        }
+        return channels
 
     def pause_agent(self, a: SimAgent) -> None:
         pass  # run_agent sees the flag after its current exchange
@@ -361,7 +446,7 @@ class GrpcLoadGen(LoadGen):
     async def run_agent(self, a: SimAgent, stub: obrpc_pb2_grpc.RootServiceStub) -> None:
         loop = self.loop
         period = self.args.period
-        await asyncio.sleep(a.rng.uniform(0.0, period))
+        await asyncio.sleep(a.rng.uniform(0.0, max(period, self.args.connect_spread)))
         stats = self.stats
         perf = time.perf_counter
         eof = grpc.aio.EOF
@@ -445,13 +530,13 @@ def hpack_str(s: str) -> bytes:
     return hpack_int(len(b), 7, 0) + b
 
 
-def request_headers(authority: str) -> bytes:
+def request_headers(authority: str, tls: bool = False) -> bytes:
     """HPACK block of a LeaseStream call: static-table entries and literals without
-    indexing, so no dynamic table is ever involved."""
+    indexing, so no dynamic table is ever involved. ``tls``: ``:scheme https``."""
     return b"".join(
         [
             b"\x83",  # :method POST
-            b"\x86",  # :scheme http
+            b"\x87" if tls else b"\x86",  # :scheme https / http
             hpack_int(4, 4, 0) + hpack_str(LEASE_PATH),  # :path
             hpack_int(1, 4, 0) + hpack_str(authority),  # :authority
             hpack_int(31, 4, 0) + hpack_str("application/grpc"),  # content-type
@@ -665,8 +750,25 @@ class RawLoadGen(LoadGen):
         super().__init__(args)
         self.host, _, port = args.target.rpartition(":")
         self.port = int(port)
-        self.header_block = request_headers(args.target)
+        self.header_block = request_headers(args.target, self.tls)
         self.conns: list[H2Conn] = []
+        self.contexts: dict[int, ssl.SSLContext] = {}  # agent index -> its TLS context
+        if self.tls:
+            self.load_contexts()
+
+    def load_contexts(self) -> None:
+        """One ``SSLContext`` per agent (its own node certificate), timed and sized."""
+        t0, c0, m0 = time.perf_counter(), cpu_s(), rss_mib()
+        ca = f"{self.args.node_certs}/ca.crt"
+        for a in self.agents:
+            cert, key = node_cert_paths(self.args.node_certs, self.args.port_base + a.index)
+            self.contexts[a.index] = client_ssl_context(ca, cert, key)
+        self.tls_load = {
+            "seconds": time.perf_counter() - t0,
+            "cpu_s": cpu_s() - c0,
+            "rss_mib_added": rss_mib() - m0,
+            "contexts": len(self.contexts),
+        }
 
     async def connect(self, agents: list[SimAgent], delay: float) -> None:
         if delay:
@@ -676,9 +778,21 @@ class RawLoadGen(LoadGen):
                 return
             conn = H2Conn(self, agents)
             try:
-                await self.loop.create_connection(lambda c=conn: c, self.host, self.port)  # type: ignore[misc]
-            except OSError as e:
-                warn(f"connect to {self.args.target} failed ({attempt}): {e}")
+                if self.tls:
+                    # TLS: one agent per connection, presenting its own certificate.
+                    await self.loop.create_connection(
+                        lambda c=conn: c,  # type: ignore[misc]
+                        self.host,
+                        self.port,
+                        ssl=self.contexts[agents[0].index],
+                        server_hostname=self.host,
+                        ssl_handshake_timeout=30.0,
+                    )
+                else:
+                    await self.loop.create_connection(lambda c=conn: c, self.host, self.port)  # type: ignore[misc]
+            except (OSError, ssl.SSLError, TimeoutError) as e:
+                self.connect_failures += 1
+                warn(f"connect to {self.args.target} failed ({attempt}): {e!r}")
                 await asyncio.sleep(min(2.0, 0.2 * attempt))
                 continue
             self.conns.append(conn)
@@ -784,7 +898,9 @@ class RawLoadGen(LoadGen):
     async def start_agents(self) -> list[asyncio.Future[None]]:
         n = self.n_conns
         groups = [self.agents[i::n] for i in range(n)]
-        return [asyncio.ensure_future(self.connect(g, 0.0)) for g in groups]
+        spread = self.args.connect_spread
+        rng = random.Random(self.args.first)
+        return [asyncio.ensure_future(self.connect(g, rng.uniform(0.0, spread))) for g in groups]
 
     async def close(self) -> None:
         for conn in list(self.conns):
@@ -804,6 +920,17 @@ def main() -> int:
     p.add_argument("--streams-per-channel", type=int, default=100)
     p.add_argument("--ready-timeout", type=float, default=30.0)
     p.add_argument("--client", choices=["raw", "grpc"], default="raw")
+    p.add_argument(
+        "--node-certs",
+        default="",
+        help="mutual TLS: DIR/ca.crt and DIR/<port>/node.crt|key per agent (one connection each)",
+    )
+    p.add_argument(
+        "--connect-spread",
+        type=float,
+        default=0.0,
+        help="open the connections at random offsets over this many seconds",
+    )
     args = p.parse_args()
 
     async def run() -> None:
