@@ -378,7 +378,8 @@ def test_agent_serves_only_the_rs_and_members(shared: Cluster) -> None:
                 assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED, name
                 assert "needs a rs certificate" in (e.value.details() or "")
                 assert f"presented {role.value} '{name}'" in (e.value.details() or "")
-    # FetchLog naming another follower than the certificate's node.
+    # FetchLog naming another follower than the certificate's node, and FetchData, from a
+    # node that is neither a member nor a learner of the LS (a1 hosts no such LS).
     with pki.channel(a1, Role.NODE, a2) as ch:
         with pytest.raises(grpc.RpcError) as e:
             obrpc_pb2_grpc.ReplicaServiceStub(ch).FetchLog(
@@ -386,7 +387,15 @@ def test_agent_serves_only_the_rs_and_members(shared: Cluster) -> None:
                 timeout=5,
             )
         assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
-        assert a1 in (e.value.details() or "") and a2 in (e.value.details() or "")
+        assert "needs the rs or a member" in (e.value.details() or "")
+        assert f"presented node '{a2}'" in (e.value.details() or "")
+        with pytest.raises(grpc.RpcError) as e:
+            list(
+                obrpc_pb2_grpc.ReplicaServiceStub(ch).FetchData(
+                    obrpc_pb2.FetchDataRequest(tenant_id=1, ls_id=1), timeout=5
+                )
+            )
+        assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
     # A client certificate may not read data at all.
     with pki.channel(a1, Role.CLIENT, "root") as ch:
         with pytest.raises(grpc.RpcError) as e:

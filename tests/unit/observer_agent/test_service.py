@@ -415,12 +415,16 @@ def test_replica_data_and_log_are_served_to_members_and_announced_learners(
             except grpc.aio.AioRpcError as e:
                 return e.code()
 
-    async def fetch_log(name: str) -> grpc.StatusCode | int:
+    async def fetch_log(name: str, follower: str | None = None) -> grpc.StatusCode | int:
         async with pki.security(Role.NODE, name).aio_channel(me) as ch:
             try:
                 resp = await obrpc_pb2_grpc.ReplicaServiceStub(ch).FetchLog(
                     obrpc_pb2.FetchLogRequest(
-                        tenant_id=1001, ls_id=1, from_index=1, max_entries=1, follower=name
+                        tenant_id=1001,
+                        ls_id=1,
+                        from_index=1,
+                        max_entries=1,
+                        follower=follower or name,
                     ),
                     timeout=5,
                 )
@@ -446,6 +450,8 @@ def test_replica_data_and_log_are_served_to_members_and_announced_learners(
                 assert agent.replicas.allowed_peers(1001, 1) == {me, other}
                 assert await fetch_data(Role.NODE, other) == 64 * 1024
                 assert await fetch_log(other) == 0
+                # ...for itself only: a learner fetching in another node's name is refused
+                assert await fetch_log(other, follower=me) == denied
                 # taken off the list (the copy ended or was cancelled): refused again
                 assert not (await rs.ApplyReplicas(spec([]), timeout=10)).error.code
                 assert await fetch_data(Role.NODE, other) == denied
@@ -453,7 +459,7 @@ def test_replica_data_and_log_are_served_to_members_and_announced_learners(
                 bad = await rs.ApplyReplicas(spec(["not-an-address"]), timeout=10)
                 assert bad.error.name == "OB_INVALID_ARGUMENT"
                 assert agent.replicas.allowed_peers(1001, 1) == {me}
-            assert agent.peer_gate.refused_total == {"not_member": 3}
+            assert agent.peer_gate.refused_total == {"not_member": 3, "wrong_name": 1}
         finally:
             await stop_server(agent, server)
 
