@@ -76,6 +76,14 @@ def authenticated_execute(
     return execute_sql(rs, statement, principal)
 
 
+def admission_key(cert_user: str | None, user: str | None) -> str:
+    """Whom a call counts against in :class:`rootservice.api.admission.Admission`: the
+    verified client certificate's user when there is one, not the name the caller claims
+    (claiming ``root`` must not use up root's slots); else the claimed user (insecure mode:
+    no certificates), else ``root``."""
+    return cert_user or user or DEFAULT_USER
+
+
 class AdminServicer(obrpc_pb2_grpc.AdminServiceServicer):
     """``obadmin``'s entry point: one SQL statement per call (SPEC.md section 7)."""
 
@@ -94,7 +102,7 @@ class AdminServicer(obrpc_pb2_grpc.AdminServiceServicer):
         one SQL statement.
 
         Runs :func:`rootservice.api.dispatch.execute_sql` on the admin threads of
-        :class:`rootservice.api.admission.Admission` for the user of :func:`metadata_user`, so
+        :class:`rootservice.api.admission.Admission` for :func:`admission_key`, so
         the event loop (and the heartbeats) never wait for parsing or the database and
         background work never waits behind statements; a statement over the admission
         limits gets ``ER_CON_COUNT_ERROR`` / ``ER_TOO_MANY_USER_CONNECTIONS`` at once; every error, MySQL-style (SPEC.md
@@ -117,9 +125,9 @@ class AdminServicer(obrpc_pb2_grpc.AdminServiceServicer):
             client_addr(context.peer() or ""),
         )
         try:
-            # Admitted by the user it claims (logins are checked inside, on the admin
-            # threads, so that password hashing is bounded by admission too).
-            resp = await self.admission.run(user or cert_user or DEFAULT_USER, work)
+            # Logins are checked inside, on the admin threads, so that password hashing is
+            # bounded by admission too.
+            resp = await self.admission.run(admission_key(cert_user, user), work)
         except ObError as e:  # refused by admission: nothing ran
             self.rs.metrics.inc("statements_throttled_total")
             resp = obrpc_pb2.SqlResponse()

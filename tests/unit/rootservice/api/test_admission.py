@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from obcommon.errors import ObError
-from rootservice.api.admin_servicer import metadata_value
+from rootservice.api.admin_servicer import admission_key, metadata_value
 from rootservice.api.admission import Admission, check_tokens
 from rootservice.api.dispatch import execute_sql
 from tests.support.harness import ROOT, make_rs
@@ -138,3 +138,9 @@ def test_the_claimed_user_comes_from_ob_user_metadata() -> None:
     assert metadata_value((("x", "y"),), "ob-user") is None
     assert metadata_value(None, "ob-user") is None
     assert metadata_value((("ob-user-bin", "é".encode()),), "ob-user") == "é"
+
+
+def test_calls_count_against_the_certificates_user_not_the_claimed_one() -> None:
+    assert admission_key("alice", "root") == "alice"  # claiming root spends alice's slots
+    assert admission_key(None, "bob") == "bob"  # insecure mode: no certificate
+    assert admission_key(None, None) == "root"
