@@ -161,8 +161,50 @@ def check_lease_request(req: obrpc_pb2.LeaseRequest, now_us: int) -> None:
     n = len(req.replicas)
     if n > MAX_REPLICAS:
         raise _refuse("replicas", f"{n} replicas", f"at most {MAX_REPLICAS}")
+    hi_time = now_us + MAX_FUTURE_US
     for i, r in enumerate(req.replicas):
-        _check_replica(f"replicas[{i}]", r, now_us)
+        # The heartbeat path: a quick test of the whole replica first (about 2 µs against
+        # about 10 µs for the field-by-field check that names the refused field).
+        if not _replica_ok(r, hi_time):
+            _check_replica(f"replicas[{i}]", r, now_us)
+
+
+_ROLES = frozenset({obrpc_pb2.ROLE_INVALID, obrpc_pb2.LEADER, obrpc_pb2.FOLLOWER})
+
+
+def _short_ascii(value: str, max_chars: int) -> bool:
+    # "" is printable and ASCII: the optional fields pass empty.
+    return len(value) <= max_chars and value.isascii() and value.isprintable()
+
+
+def _replica_ok(r: obrpc_pb2.ReplicaInfo, hi_time: int) -> bool:
+    """True only when :func:`_check_replica` accepts ``r`` (the same bounds, without naming
+    a field); ``hi_time`` is ``now + MAX_FUTURE_US``. When False, :func:`_check_replica`
+    decides and names the field."""
+    members = r.member_list
+    build_error = r.build_error
+    log_end_ts = r.log_end_ts
+    return (
+        0 < r.tenant_id <= MAX_ID
+        and 0 < r.ls_id <= MAX_ID
+        and 0 <= r.unit_id <= MAX_ID
+        and r.role in _ROLES
+        and len(members) <= MAX_MEMBERS
+        and all(m and _short_ascii(m, MAX_ADDR_CHARS) for m in members)
+        and _short_ascii(r.leader, MAX_ADDR_CHARS)
+        and _short_ascii(r.copy_from, MAX_ADDR_CHARS)
+        and _short_ascii(r.replica_type, MAX_REPLICA_TYPE_CHARS)
+        and len(build_error) <= MAX_BUILD_ERROR_CHARS
+        and build_error.isprintable()
+        and 0 <= r.paxos_replica_number <= MAX_MEMBERS
+        and 0 <= r.term <= MAX_TERM
+        and 0 <= r.log_end_index <= MAX_ID
+        and (log_end_ts == 0 or MIN_TIME_US <= log_end_ts <= hi_time)
+        and 0 <= r.data_size <= MAX_SIZE_BYTES
+        and 0 <= r.required_size <= MAX_SIZE_BYTES
+        and 0 <= r.bytes_copied <= MAX_SIZE_BYTES
+        and 0 <= r.data_checksum <= MAX_CHECKSUM
+    )
 
 
 def _check_replica(at: str, r: obrpc_pb2.ReplicaInfo, now_us: int) -> None:
