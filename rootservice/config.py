@@ -141,7 +141,7 @@ class RsSettings(BaseSettings):
 
     data_dir: Path = Path("rs_data")
     db_url: str = ""
-    rpc_addr: str = "127.0.0.1:2881"
+    rpc_addr: str = "127.0.0.1:2882"
     lease_time: Duration = 10 * S
     server_permanent_offline_time: Duration = 3600 * S
     heartbeat_interval: Duration = 2 * S

@@ -36,13 +36,18 @@ log = logging.getLogger(__name__)
 @dataclass
 class Result:
     """What a statement returns: a result set (``columns`` + ``rows``) or an OK packet
-    (``affected_rows`` and ``info``)."""
+    (``affected_rows`` and ``info``).
+
+    ``types`` is None or one MySQL column type name per column (``BIGINT``, ``DOUBLE``,
+    ``DECIMAL``, ``VARCHAR``, ``DATETIME``, ...) for front ends that declare types (the MySQL
+    endpoint); None lets a front end infer them from the values."""
 
     columns: list[str] = field(default_factory=list)
     rows: list[tuple[Any, ...]] = field(default_factory=list)
     affected_rows: int = 0
     info: str = ""
     is_result_set: bool = False
+    types: list[str] | None = None
 
 
 def _bootstrap(rs: RootService, st: ast.Bootstrap) -> Result:
@@ -310,29 +315,43 @@ def to_response(result: Result) -> obrpc_pb2.SqlResponse:
     return resp
 
 
-def execute_sql(rs: RootService, text: str, principal: Principal) -> obrpc_pb2.SqlResponse:
-    """Parse, check and execute ``text`` for ``principal``; every outcome, including an
-    internal error, becomes a response (never an exception), with ``leader_hint`` on
-    OB_RS_NOT_MASTER. Statements that are not reads, and refusals for a missing privilege,
-    are audited (:func:`audited`; the audit never changes the outcome)."""
+def run_statement(rs: RootService, text: str, principal: Principal) -> Result:
+    """Bound, parse, check and execute ``text`` for ``principal``: the one path every front
+    end (gRPC ``ExecuteSql``, the MySQL endpoint) runs a statement through. Counts the
+    outcome (``statements_total`` / ``statements_refused_total``) and audits it
+    (:func:`audited`; the audit never changes the outcome).
+
+    Raises ``ObError`` for every refusal; an unexpected failure is logged and raised as
+    ``OB_ERR_UNEXPECTED``."""
     statement: ast.Statement | None = None
     try:
         if len(text) <= rs.settings.max_statement_bytes:  # longer: parse refuses its size
             check_tokens(text, rs.settings.max_statement_tokens)  # before lark (issue 10)
         statement = parse(text, max_bytes=rs.settings.max_statement_bytes)
-        resp = to_response(execute(rs, statement, principal))
-        rs.metrics.inc("statements_total")
-        outcome = "OK"
+        result = execute(rs, statement, principal)
     except ObError as e:
         rs.metrics.inc("statements_refused_total")
-        resp = obrpc_pb2.SqlResponse()
-        error_to_proto(e, resp.error)
-        outcome = e.name
+        if audited(statement, text, e.name):
+            rs.audit.record(principal.user, principal.client_addr, text, e.name)
+        raise
     except Exception:
         log.exception("statement failed unexpectedly: %s", redact(text, 200))
+        rs.metrics.inc("statements_refused_total")
+        if audited(statement, text, "OB_ERR_UNEXPECTED"):
+            rs.audit.record(principal.user, principal.client_addr, text, "OB_ERR_UNEXPECTED")
+        raise ObError("OB_ERR_UNEXPECTED", detail="see the root service log") from None
+    rs.metrics.inc("statements_total")
+    if audited(statement, text, "OK"):
+        rs.audit.record(principal.user, principal.client_addr, text, "OK")
+    return result
+
+
+def execute_sql(rs: RootService, text: str, principal: Principal) -> obrpc_pb2.SqlResponse:
+    """:func:`run_statement` as gRPC's ``SqlResponse``: every outcome, including an internal
+    error, becomes a response (never an exception), the error in-band."""
+    try:
+        return to_response(run_statement(rs, text, principal))
+    except ObError as e:
         resp = obrpc_pb2.SqlResponse()
-        error_to_proto(ObError("OB_ERR_UNEXPECTED", detail="see the root service log"), resp.error)
-        outcome = "OB_ERR_UNEXPECTED"
-    if audited(statement, text, outcome):
-        rs.audit.record(principal.user, principal.client_addr, text, outcome)
-    return resp
+        error_to_proto(e, resp.error)
+        return resp
