@@ -1,6 +1,7 @@
-"""How ``obadmin`` prints answers, as the mysql client does: a ``+---+`` bordered table and
-``N rows in set`` / ``Empty set`` for result sets, ``Query OK, N rows affected`` otherwise;
-JSON and CSV for scripts (SPEC.md section 7).
+"""How ``obadmin`` prints answers, as the mysql client does: a ``+---+`` bordered table (or the
+vertical ``*** 1. row ***`` form of a ``\\G`` statement) and ``N rows in set`` / ``Empty set``
+for result sets, ``Query OK, N rows affected`` otherwise; JSON (one document per statement,
+for every kind of reply: issue 11) and CSV for scripts (SPEC.md section 7).
 """
 
 from __future__ import annotations
@@ -56,11 +57,37 @@ def format_table(columns: Sequence[str], rows: Sequence[Sequence[Value]]) -> str
     return f"{table}\n{_plural(len(rows), 'row')} in set"
 
 
+def format_vertical(columns: Sequence[str], rows: Sequence[Sequence[Value]]) -> str:
+    """A result set as the mysql client prints a ``\\G`` statement: for each row a
+    ``*************************** N. row ***************************`` line, then one
+    ``name: value`` line per column with the names right-aligned; ``N rows in set`` after;
+    ``Empty set`` when there are no rows."""
+    if not rows:
+        return "Empty set"
+    width = max((len(c) for c in columns), default=0)
+    lines: list[str] = []
+    for n, row in enumerate(rows, start=1):
+        lines.append(f"{'*' * 27} {n}. row {'*' * 27}")
+        for name, value in zip(columns, row, strict=False):
+            lines.append(f"{name.rjust(width)}: {'NULL' if value is None else _text(value)}")
+    lines.append(f"{_plural(len(rows), 'row')} in set")
+    return "\n".join(lines)
+
+
 def format_json(columns: Sequence[str], rows: Sequence[Sequence[Value]]) -> str:
     """A result set as a JSON array of objects, column -> value (ints stay ints, NULL is
-    null)."""
+    null), on one line: with ``--format json`` every statement prints one JSON document per
+    line (JSON lines)."""
     objects = [dict(zip(columns, row, strict=False)) for row in rows]
-    return json.dumps(objects, ensure_ascii=False, indent=2)
+    return json.dumps(objects, ensure_ascii=False)
+
+
+def error_json(code: int, sqlstate: str, name: str, message: str) -> str:
+    """An error as one JSON line: ``{"error": {"code": 4630, "sqlstate": "HY000", "name":
+    "OB_SERVER_NOT_IN_WHITE_LIST", "message": "..."}}``; ``code`` is the number the mysql
+    client shows (positive)."""
+    doc = {"error": {"code": abs(code), "sqlstate": sqlstate, "name": name, "message": message}}
+    return json.dumps(doc, ensure_ascii=False)
 
 
 def format_csv(columns: Sequence[str], rows: Sequence[Sequence[Value]]) -> str:
@@ -80,23 +107,33 @@ def format_ok(resp: obrpc_pb2.SqlResponse) -> str:
     return f"{text}\n{resp.info}" if resp.info else text
 
 
-def format_response(resp: obrpc_pb2.SqlResponse, fmt: str = "table") -> str:
+def format_response(resp: obrpc_pb2.SqlResponse, fmt: str = "table", vertical: bool = False) -> str:
     """The text obadmin prints for one response, without a trailing newline.
 
-    An error gives its ``ObError.to_sql_text()`` line (to go to stderr); a result set is
-    rendered as ``fmt`` (``table``, ``json`` or ``csv``); anything else is ``Query OK...``.
+    With ``fmt`` ``json`` every reply is one JSON line: a result set an array of objects
+    (:func:`format_json`), an OK reply ``{"affected_rows": N, "info": "..."}``, an error
+    :func:`error_json`. Otherwise an error gives its ``ObError.to_sql_text()`` line (to go to
+    stderr), a result set is rendered as ``fmt`` (``table``, or the vertical form when
+    ``vertical``: a ``\\G`` statement; ``csv``), anything else is ``Query OK...``.
     Raises ``ValueError`` for an unknown ``fmt``.
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}, expected one of {', '.join(FORMATS)}")
     err = error_from_proto(resp.error)
     if err is not None:
+        if fmt == "json":
+            return error_json(err.code, err.sqlstate, err.name, err.message)
         return err.to_sql_text()
     if not resp.is_result_set:
+        if fmt == "json":
+            doc = {"affected_rows": resp.affected_rows, "info": resp.info}
+            return json.dumps(doc, ensure_ascii=False)
         return format_ok(resp)
     columns, rows = list(resp.columns), result_rows(resp)
     if fmt == "json":
         return format_json(columns, rows)
     if fmt == "csv":
         return format_csv(columns, rows)
+    if vertical:
+        return format_vertical(columns, rows)
     return format_table(columns, rows)

@@ -2,13 +2,16 @@
 
 ::
 
-    obadmin --rs HOST:PORT[,HOST:PORT...] (--certs-dir DIR | --insecure)
+    obadmin [--rs HOST:PORT[,HOST:PORT...]] (--certs-dir DIR | --insecure)
             [-u USER] [-p PASSWORD | --password-file F] [-e STATEMENT] [--format table|json|csv] [--timeout S]
+            [--wait-job N [--interval S] [--wait-timeout S]]
 
 Statements travel verbatim through ``AdminService.ExecuteSql`` (obcommon/proto/obrpc.proto);
 the RS parses and executes them, the client only splits its input at ``;`` and prints the
 answer. With ``-e`` it runs the given statements; otherwise it reads stdin: an interactive
-shell on a terminal, a script (stopping at the first error, like ``mysql < file``) when not.
+shell on a terminal (:mod:`sql.shell`: completion, history, ``help``), a script (stopping at
+the first error, like ``mysql < file``) when not. A statement ended by ``\\G`` prints its
+rows vertically. ``--rs`` defaults to ``OB_RS`` and ``-u`` to ``OB_USER`` (issue 11).
 
 Output follows the mysql client: a ``+---+`` bordered table and ``N rows in set`` / ``Empty set``
 for result sets, ``Query OK, N rows affected`` otherwise, and ``ERROR <code> (<state>): ...`` on
@@ -36,7 +39,7 @@ from obcommon.security.tls import SecurityConfigError
 from sql.client import DEFAULT_TIMEOUT_S, Credentials, client_security
 from sql.formatting import FORMATS
 from sql.shell import Shell
-from sql.wait_job import wait_job
+from sql.wait_job import DEFAULT_INTERVAL_S, wait_job
 
 
 def _build_arg_parser() -> argparse.ArgumentParser:
@@ -46,9 +49,8 @@ def _build_arg_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--rs",
-        required=True,
         metavar="HOST:PORT[,HOST:PORT...]",
-        help="RootService addresses, tried in order until the leader answers",
+        help=f"RootService addresses, tried in order until the leader answers (env {RS_ENV})",
     )
     parser.add_argument(
         "--certs-dir",
@@ -61,7 +63,7 @@ def _build_arg_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="plaintext, for a cluster run with --insecure (no authentication)",
     )
-    parser.add_argument("-u", "--user", metavar="USER", help="log in as USER")
+    parser.add_argument("-u", "--user", metavar="USER", help=f"log in as USER (env {USER_ENV})")
     parser.add_argument(
         "-p",
         "--password",
@@ -78,7 +80,12 @@ def _build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "-e", "--execute", metavar="STATEMENT", help="run these statements and exit"
     )
-    parser.add_argument("--format", choices=FORMATS, default="table", help="result set format")
+    parser.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="table",
+        help="output format; json: one JSON document per statement, errors included",
+    )
     parser.add_argument(
         "--timeout",
         type=float,
@@ -99,9 +106,18 @@ def _build_arg_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="give up --wait-job after this long (exit 3; default: %(default)s)",
     )
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=DEFAULT_INTERVAL_S,
+        metavar="SECONDS",
+        help="--wait-job refreshes this often (default: %(default)s)",
+    )
     return parser
 
 
+RS_ENV = "OB_RS"
+USER_ENV = "OB_USER"
 PASSWORD_ENV = "OB_PASSWORD"
 CERTS_DIR_ENV = "OB_CERTS_DIR"
 
@@ -111,7 +127,9 @@ def credentials(
 ) -> Credentials:
     """The user and password of the command line: the password from ``-p``, else the first
     line of ``--password-file`` (its line end removed), else ``OB_PASSWORD`` (an empty value
-    counts as none). An unreadable password file is a usage error (exit 2)."""
+    counts as none). The user is ``-u``, else ``OB_USER``. An unreadable password file is a
+    usage error (exit 2)."""
+    user: str | None = args.user or environ.get(USER_ENV) or None
     password: str | None = args.password
     if password is None and args.password_file is not None:
         try:
@@ -134,30 +152,35 @@ def credentials(
                 "or --insecure for a cluster run without TLS"
             )
         try:
-            security = client_security(certs_dir, args.user)
+            security = client_security(certs_dir, user)
         except SecurityConfigError as e:
             parser.error(str(e))
-    return Credentials(user=args.user, password=password, security=security)
+    return Credentials(user=user, password=password, security=security)
 
 
 def main(argv: list[str] | None = None) -> int:
     """The ``obadmin`` console script. Returns the exit status: 0 when every statement
     succeeded, 1 after an error (printed on stderr as ``ERROR <code> (<state>): ...``), 2 for
-    bad command-line arguments (argparse)."""
+    bad command-line arguments (argparse). ``--rs`` defaults to ``OB_RS``."""
     parser = _build_arg_parser()
     args = parser.parse_args(argv)
-    rs_addrs = [a.strip() for a in args.rs.split(",") if a.strip()]
+    environ = dict(os.environ)
+    rs_list = args.rs if args.rs is not None else environ.get(RS_ENV, "")
+    rs_addrs = [a.strip() for a in rs_list.split(",") if a.strip()]
     if not rs_addrs:
-        parser.error("--rs needs at least one HOST:PORT")
+        parser.error(f"--rs (or {RS_ENV}) needs at least one HOST:PORT")
     if not args.timeout > 0:
         parser.error("--timeout must be positive")
-    creds = credentials(args, parser, dict(os.environ))
+    if not args.interval > 0:
+        parser.error("--interval must be positive")
+    creds = credentials(args, parser, environ)
     if args.wait_job is not None:
         return wait_job(
             rs_addrs,
             args.wait_job,
             args.timeout,
             sys.stdout,
+            interval_s=args.interval,
             deadline_s=args.wait_timeout,
             credentials=creds,
         )

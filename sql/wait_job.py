@@ -1,16 +1,28 @@
 """``obadmin --wait-job N``: follow a root-service job (``DBA_OB_ROOTSERVICE_JOBS``) with a
-progress bar until it ends (SPEC.md section 9).
+progress bar until it ends (SPEC.md section 9), through RS failover and transient errors
+(issue 11 item 4).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from sql.client import NO_CREDENTIALS, Credentials, execute, result_rows
+from obcommon.clock import Clock, SystemClock
+from obcommon.errors import ERRORS, error_from_proto
+from sql.client import NO_CREDENTIALS, Credentials, RsUnreachableError, execute, result_rows
 from sql.formatting import format_response
+
+TRANSIENT_CODES = frozenset(
+    ERRORS[name].code for name in ("OB_RS_NOT_MASTER", "OB_NOT_MASTER", "OB_TIMEOUT")
+)
+"""Answers after which ``--wait-job`` keeps polling: no leader yet (failover in progress) or a
+poll that ran out of time (gRPC ``DEADLINE_EXCEEDED``). gRPC ``UNAVAILABLE`` from every
+address arrives as :class:`RsUnreachableError`."""
+
+DEFAULT_INTERVAL_S = 1.0
 
 
 def progress_line(job_id: int, status: str, progress: int, extra: str, width: int = 30) -> str:
@@ -42,41 +54,84 @@ def wait_job(
     job_id: int,
     timeout_s: float,
     out: TextIO,
-    poll_s: float = 0.5,
+    interval_s: float = DEFAULT_INTERVAL_S,
     deadline_s: float = 3600.0,
     credentials: Credentials = NO_CREDENTIALS,
+    clock: Clock | None = None,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> int:
-    """Poll ``DBA_OB_ROOTSERVICE_JOBS`` for ``job_id`` until it leaves INPROGRESS, drawing a
-    progress bar on ``out`` (redrawn in place on a terminal, one line per change otherwise).
-    Returns 0 for SUCCESS, 1 for CANCELED / FAILED / an unknown job / an error, 3 when
-    ``deadline_s`` seconds pass first. Every poll is sent with ``credentials``."""
+    """Poll ``DBA_OB_ROOTSERVICE_JOBS`` for ``job_id`` every ``interval_s`` seconds until it
+    leaves INPROGRESS, drawing a progress bar on ``out`` (redrawn in place on a terminal, one
+    line per change otherwise). Every poll tries each address of ``rs_addrs`` (a new
+    connection each time, following leader hints: :func:`sql.client.execute`), bounded by
+    ``timeout_s``, the time left and ``max(2 * interval_s, 2)`` seconds.
+
+    When no RS answers, or the answer is transient (:data:`TRANSIENT_CODES`), one line says
+    the RS is lost and polling goes on; one line says when an RS answers again.
+
+    Returns 0 for SUCCESS, 1 for CANCELED / FAILED / an unknown job / any other error, 3 when
+    ``deadline_s`` seconds (on ``clock``'s monotonic time; ``sleep`` waits, both injected so
+    tests need not wait) pass first. Every poll is sent with ``credentials``.
+    """
+    clock = clock or SystemClock()
+    start_us = clock.monotonic_us()
+    deadline_us = start_us + int(deadline_s * 1_000_000)
     tty = out.isatty()
     last = ""
-    for _ in range(int(deadline_s / poll_s) + 1):
-        resp = execute(
-            rs_addrs,
-            "SELECT job_status, progress, extra_info FROM DBA_OB_ROOTSERVICE_JOBS "
-            f"WHERE job_id = {int(job_id)}",
-            timeout_s,
-            credentials,
-        )
-        if resp.error.code:
-            out.write(f"\n{format_response(resp)}\n")
-            return 1
-        rows = result_rows(resp)
-        if not rows:
-            out.write(f"no job {job_id}\n")
-            return 1
-        status, progress, extra = rows[0]
-        line = progress_line(job_id, str(status), int(progress or 0), str(extra or ""))
-        if line != last:
-            out.write(("\r" + line + "\033[K") if tty else line + "\n")
-            out.flush()
-            last = line
-        if status != "INPROGRESS":
-            if tty:
-                out.write("\n")
-            return 0 if status == "SUCCESS" else 1
-        time.sleep(poll_s)
-    out.write(f"\njob {job_id} still INPROGRESS after {deadline_s:.0f} s\n")
+    lost = False
+    statement = (
+        "SELECT job_status, progress, extra_info FROM DBA_OB_ROOTSERVICE_JOBS "
+        f"WHERE job_id = {int(job_id)}"
+    )
+
+    def say(line: str) -> None:
+        # A message between progress redraws gets a line of its own.
+        out.write(("\n" if tty and last else "") + line + "\n")
+        out.flush()
+
+    while True:
+        poll_us = clock.monotonic_us()
+        left_s = (deadline_us - poll_us) / 1_000_000
+        if left_s <= 0:
+            break
+        per_poll_s = min(timeout_s, left_s, max(2 * interval_s, 2.0))
+        problem = ""
+        try:
+            resp = execute(rs_addrs, statement, per_poll_s, credentials)
+        except RsUnreachableError as e:
+            problem = e.to_sql_text()
+        else:
+            err = error_from_proto(resp.error)
+            if err is not None and err.code in TRANSIENT_CODES:
+                problem = err.to_sql_text()
+            elif err is not None:
+                say(format_response(resp))
+                return 1
+        if problem:
+            if not lost:
+                say(f"lost the RootService, retrying every {interval_s:g} s: {problem}")
+                lost = True
+        else:
+            if lost:
+                say("RootService answers again")
+                lost = False
+                last = ""  # redraw the bar
+            rows = result_rows(resp)
+            if not rows:
+                say(f"no job {job_id}")
+                return 1
+            status, progress, extra = rows[0]
+            line = progress_line(job_id, str(status), int(progress or 0), str(extra or ""))
+            if line != last:
+                out.write(("\r" + line + "\033[K") if tty else line + "\n")
+                out.flush()
+                last = line
+            if status != "INPROGRESS":
+                if tty:
+                    out.write("\n")
+                return 0 if status == "SUCCESS" else 1
+        # The next poll starts one interval after this one started (never in the past).
+        spent_s = (clock.monotonic_us() - poll_us) / 1_000_000
+        sleep(max(0.0, min(interval_s - spent_s, (deadline_us - clock.monotonic_us()) / 1e6)))
+    say(f"job {job_id} still INPROGRESS after {deadline_s:g} s")
     return 3

@@ -6,6 +6,12 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -114,3 +120,83 @@ def test_stdin_script_and_a_dead_first_address(
     assert main([*pki.obadmin_flags(), "--rs", f"{dead},{rs_addr}", "--format", "json"]) == 0
     out = capsys.readouterr().out
     assert '"name": "rpc_timeout"' in out and '"name": "rootservice_epoch"' in out
+
+
+def test_help_vertical_output_and_json_errors(
+    rs_addr: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    flags = [*pki.obadmin_flags(), "--rs", rs_addr]
+    assert main([*flags, "-e", "help; SHOW PARAMETERS LIKE 'lease_time'\\G"]) == 0
+    out = capsys.readouterr().out
+    assert "  ALTER SYSTEM BOOTSTRAP " in out and "  SHOW PARAMETERS " in out
+    assert "*************************** 1. row ***************************\n" in out
+    assert " value: 10s\n" in out and out.endswith("1 row in set\n")
+    assert main([*flags, "--format", "json", "-e", "SELECT * FROM nope"]) == 1
+    assert json.loads(capsys.readouterr().out) == {
+        "error": {
+            "code": 5019,
+            "sqlstate": "42S02",
+            "name": "OB_TABLE_NOT_EXIST",
+            "message": "Table 'oceanbase.nope' doesn't exist",
+        }
+    }
+
+
+def read_until(fd: int, wanted: bytes, then_prompt: bool = False, timeout_s: float = 30.0) -> bytes:
+    """What the pty shows until ``wanted`` appears, and the next prompt after it with
+    ``then_prompt`` (AssertionError after ``timeout_s``)."""
+    seen = b""
+    end = time.monotonic() + timeout_s
+
+    def done() -> bool:
+        before, found, after = seen.partition(wanted)
+        return bool(found) and (not then_prompt or b"obadmin>" in after)
+
+    while not done():
+        left = end - time.monotonic()
+        assert left > 0, f"{wanted!r} never came; got {seen[-2000:]!r}"
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            try:
+                seen += os.read(fd, 65536)
+            except OSError:  # the child closed the terminal
+                break
+    return seen
+
+
+def test_interactive_obadmin_in_a_terminal(rs_addr: str, tmp_path: Path) -> None:
+    """The real console script on a pseudo-terminal: a statement typed over two lines and
+    ended by \\G, help, then Ctrl-D; the statement is one history entry."""
+    master, slave = pty.openpty()
+    env = {**os.environ, "HOME": str(tmp_path), "OB_RS": rs_addr, "PROMPT_TOOLKIT_NO_CPR": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sql.obadmin", *pki.obadmin_flags()],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+        close_fds=True,
+    )
+    os.close(slave)
+    try:
+        read_until(master, b"obadmin>")
+        os.write(master, b"SHOW PARAMETERS\r")
+        os.write(master, b"LIKE 'lease_time'\\G\r")
+        shown = read_until(master, b"1 row in set", then_prompt=True)
+        assert b"1. row" in shown and b"value: 10s" in shown
+        os.write(master, b"help alter system set\r")
+        assert b"ALTER SYSTEM SET name = value" in read_until(
+            master, b"name = value", then_prompt=True
+        )
+        # Only once the prompt is up (the terminal in raw mode): in cooked mode the line
+        # discipline would take Ctrl-D as end of file itself.
+        os.write(master, b"\x04")
+        read_until(master, b"Bye")
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    history = (tmp_path / ".obadmin_history").read_text()
+    assert "+SHOW PARAMETERS\n+LIKE 'lease_time'\\G\n" in history

@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -20,7 +19,6 @@ import pytest
 
 from obcommon.errors import ObError, error_to_proto
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
-from sql import shell
 from sql.client import RsUnreachableError, cell_value, execute
 from sql.formatting import format_response
 from sql.obadmin import main
@@ -139,15 +137,52 @@ def test_csv_format() -> None:
 
 def test_ok_format() -> None:
     assert format_response(ok(0), "table") == "Query OK, 0 rows affected"
-    assert format_response(ok(1), "json") == "Query OK, 1 row affected"
     assert format_response(ok(3, "Servers: 3"), "csv") == "Query OK, 3 rows affected\nServers: 3"
+
+
+def test_json_for_every_reply_is_one_line_each() -> None:
+    assert json.loads(format_response(ok(1, "Servers: 3"), "json")) == {
+        "affected_rows": 1,
+        "info": "Servers: 3",
+    }
+    err = format_response(error_response(ObError("OB_SERVER_NOT_IN_WHITE_LIST")), "json")
+    assert "\n" not in err
+    assert json.loads(err) == {
+        "error": {
+            "code": 4630,
+            "sqlstate": "HY000",
+            "name": "OB_SERVER_NOT_IN_WHITE_LIST",
+            "message": "server not in server white list",
+        }
+    }
+    rows = format_response(result_set(["a", "b"], [[1, None], [2, "x"]]), "json")
+    assert "\n" not in rows
+    assert json.loads(rows) == [{"a": 1, "b": None}, {"a": 2, "b": "x"}]
+
+
+def test_vertical_format_is_the_mysql_clients_backslash_g() -> None:
+    resp = result_set(["svr_ip", "port", "stop_time"], [["10.0.0.1", 2882, None], ["b", 1, "t"]])
+    assert format_response(resp, "table", vertical=True) == (
+        "*************************** 1. row ***************************\n"
+        "   svr_ip: 10.0.0.1\n"
+        "     port: 2882\n"
+        "stop_time: NULL\n"
+        "*************************** 2. row ***************************\n"
+        "   svr_ip: b\n"
+        "     port: 1\n"
+        "stop_time: t\n"
+        "2 rows in set"
+    )
+    assert format_response(result_set(["a"], []), "table", vertical=True) == "Empty set"
+    # OK replies and the machine formats ignore \G
+    assert format_response(ok(1), "table", vertical=True) == "Query OK, 1 row affected"
+    assert format_response(resp, "csv", vertical=True).startswith("svr_ip,port,stop_time\n")
 
 
 def test_error_format_is_the_mysql_error_line() -> None:
     resp = error_response(ObError("OB_SERVER_NOT_IN_WHITE_LIST"))
     expected = "ERROR 4630 (HY000): OB_SERVER_NOT_IN_WHITE_LIST: server not in server white list"
     assert format_response(resp, "table") == expected
-    assert format_response(resp, "json") == expected
     parse_error = error_response(ObError("ER_PARSE_ERROR", "near 'x' at line 1"))
     assert format_response(parse_error) == (
         "ERROR 1064 (42000): You have an error in your SQL syntax; near 'x' at line 1"
@@ -332,39 +367,6 @@ def test_statements_from_a_non_tty_stdin(
     ]
     out = capsys.readouterr().out
     assert out.count('"svr_ip": "10.0.0.1"') == 2
-
-
-def test_interactive_shell(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    class Tty(io.StringIO):
-        def isatty(self) -> bool:
-            return True
-
-    lines = iter(["SHOW PARAMETERS", "LIKE 'lease%';", "bogus;", "quit"])
-    prompts: list[str] = []
-
-    def fake_input(prompt: str = "") -> str:
-        prompts.append(prompt)
-        return next(lines)
-
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.setattr("sys.stdin", Tty())
-    monkeypatch.setattr("builtins.input", fake_input)
-
-    def answer(statement: str) -> obrpc_pb2.SqlResponse:
-        if statement == "bogus":
-            return error_response(ObError("ER_PARSE_ERROR", "near 'bogus' at line 1"))
-        return result_set(["name"], [])
-
-    with fake_rs(answer) as (addr, rs):
-        assert main(["--insecure", "--rs", addr]) == 0  # errors do not end the shell
-    assert rs.received == ["SHOW PARAMETERS\nLIKE 'lease%'", "bogus"]
-    assert prompts == [shell.PROMPT, shell.CONTINUATION_PROMPT, shell.PROMPT, shell.PROMPT]
-    out, err = capsys.readouterr()
-    assert "Empty set" in out
-    assert "ERROR 1064 (42000)" in err
-    assert (tmp_path / ".obadmin_history").exists()
 
 
 def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
