@@ -35,7 +35,7 @@ $(VENV)/bin/python:
 
 # Reinstall only when pyproject.toml changed since the last install.
 $(STAMP): pyproject.toml | $(VENV)/bin/python
-	$(VENV)/bin/python -m pip install --disable-pip-version-check -q -e '.[dev]'
+	$(VENV)/bin/python -m pip install --disable-pip-version-check -q -e '.[dev,spark]'
 	touch $@
 
 # The test suite runs every database test on PostgreSQL too (tests/support/pgserver.py starts a
