@@ -12,12 +12,12 @@ PG_BIN_GLOB ?= /usr/lib/postgresql/*/bin
 APT_GET ?= apt-get
 PYTEST_ARGS ?=
 
-.PHONY: setup pg-binaries test demo bench bench-spark chaos lint proto clean
+.PHONY: setup pg-binaries mysql-clients test demo bench bench-spark chaos lint proto clean
 
 # The Spark jobs (rootservice/jobs) read PostgreSQL through JDBC with Debian's driver jar.
 PG_JDBC_JAR ?= /usr/share/java/postgresql.jar
 
-setup: $(STAMP) pg-binaries
+setup: $(STAMP) pg-binaries mysql-clients
 	@if [ ! -f $(PG_JDBC_JAR) ]; then \
 	    if [ "$$(id -u)" != 0 ] || ! command -v $(firstword $(APT_GET)) >/dev/null 2>&1; then \
 	        echo "$(PG_JDBC_JAR) (the PostgreSQL JDBC driver of the Spark jobs) not found: install Debian's libpostgresql-jdbc-java, e.g. 'sudo apt-get install libpostgresql-jdbc-java', or run 'make setup' as root." >&2; \
@@ -30,12 +30,32 @@ setup: $(STAMP) pg-binaries
 	    [ -f $(PG_JDBC_JAR) ] || { echo "libpostgresql-jdbc-java installed but $(PG_JDBC_JAR) is missing" >&2; exit 1; }; \
 	fi
 
+# The MySQL-protocol tests (issue 11) drive the RS with real clients: Debian's mariadb
+# command-line client, MariaDB Connector/J (a tiny Java program compiled with javac at test
+# time) and so a JDK. Missing ones are installed with apt-get when run as root.
+MARIADB_JAR ?= /usr/share/java/mariadb-java-client.jar
+mysql-clients:
+	@missing=""; \
+	command -v mariadb >/dev/null 2>&1 || command -v mysql >/dev/null 2>&1 || missing="$$missing mariadb-client"; \
+	[ -f $(MARIADB_JAR) ] || missing="$$missing libmariadb-java"; \
+	command -v javac >/dev/null 2>&1 || missing="$$missing default-jdk-headless"; \
+	[ -z "$$missing" ] && exit 0; \
+	if [ "$$(id -u)" != 0 ] || ! command -v $(firstword $(APT_GET)) >/dev/null 2>&1; then \
+	    echo "The MySQL-client tests need:$$missing (Debian packages): install them, e.g. 'sudo apt-get install$$missing', or run 'make setup' as root." >&2; \
+	    exit 1; \
+	fi; \
+	echo "Installing$$missing with apt-get (the MySQL-client tests)"; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	$(APT_GET) install -y -q --no-install-recommends $$missing </dev/null || \
+	{ $(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends $$missing </dev/null; } || exit 1; \
+	[ -f $(MARIADB_JAR) ] || { echo "libmariadb-java installed but $(MARIADB_JAR) is missing" >&2; exit 1; }
+
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 
 # Reinstall only when pyproject.toml changed since the last install.
 $(STAMP): pyproject.toml | $(VENV)/bin/python
-	$(VENV)/bin/python -m pip install --disable-pip-version-check -q -e '.[dev]'
+	$(VENV)/bin/python -m pip install --disable-pip-version-check -q -e '.[dev,spark]'
 	touch $@
 
 # The test suite runs every database test on PostgreSQL too (tests/support/pgserver.py starts a

@@ -44,6 +44,7 @@ _DURATION_FLAGS = {
     "--rpc-timeout": "rpc_timeout",
     "--bootstrap-timeout": "bootstrap_timeout",
     "--bootstrap-in-service-timeout": "bootstrap_in_service_timeout",
+    "--forward-timeout": "forward_timeout",
     "--ls-check-interval": "ls_check_interval",
     "--ls-log-sync-threshold": "ls_log_sync_threshold",
     "--stop-server-check-timeout": "stop_server_check_timeout",
@@ -143,10 +144,13 @@ def _settings(args: argparse.Namespace) -> RsSettings:
 
 
 async def _serve(rs: RootService) -> int:
+    from rootservice.api.forwarding import forwarder_for
     from rootservice.api.grpc_server import create_server
 
+    # One forwarder for every front end (issue 11 item 3); None in insecure mode.
+    forwarder = forwarder_for(rs)
     try:
-        server, port = await create_server(rs)
+        server, port = await create_server(rs, forwarder=forwarder)
     except RuntimeError as e:
         log.error("%s", e)
         return 1
@@ -167,6 +171,8 @@ async def _serve(rs: RootService) -> int:
     log.info("stopping")
     await server.stop(1.0)
     await asyncio.to_thread(rs.shutdown)
+    if forwarder is not None:
+        forwarder.close()
     return 0
 
 

@@ -167,6 +167,9 @@ class RsSettings(BaseSettings):
     persist_interval: Duration = 100_000
     bootstrap_timeout: Duration = 60 * S
     bootstrap_in_service_timeout: Duration = 40 * S
+    # How long a standby waits for the leader's answer to a statement it forwarded (issue 11
+    # item 3); connecting to the leader is bounded by rpc_timeout.
+    forward_timeout: Duration = 60 * S
     allow_short_timings: bool = False
     # 'ip:port' of the observer co-located with this RS (its with_rootserver is 1), or "".
     self_server: str = ""

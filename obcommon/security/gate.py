@@ -133,6 +133,16 @@ class PeerGate:
             await context.abort(e.code, e.message)
             raise  # unreachable: abort raises
 
+    async def refuse(
+        self, context: grpc.aio.ServicerContext, code: grpc.StatusCode, kind: str, message: str
+    ) -> None:
+        """Refuse an admitted call for a reason of the servicer's own (e.g. an RS certificate
+        calling the admin service without forwarding a client): counted and logged as the
+        gate's refusals are, then the call is aborted with ``code`` (``context.abort``
+        raises)."""
+        e = self._refuse(code, kind, message)
+        await context.abort(e.code, e.message)
+
     def _refuse(self, code: grpc.StatusCode, kind: str, message: str) -> PeerRefused:
         now = self._clock.monotonic_us()
         with self._lock:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 
 import grpc
 
@@ -16,11 +17,17 @@ from obcommon.errors import ObError, error_to_proto
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from obcommon.security.certs import Role
 from rootservice.api.admission import DEFAULT_USER, Admission
-from rootservice.api.dispatch import execute_sql
+from rootservice.api.dispatch import Forwarder, execute_sql
+from rootservice.api.forwarding import FORWARDED_ADDR_KEY, FORWARDED_USER_KEY
 from rootservice.app import RootService
+from rootservice.auth.principal import Principal, client_host
+from rootservice.auth.users import MAX_USER_NAME_CHARS
 
-#: Who may call the admin service: client certificates (a node or RS certificate may not).
+#: Who may call the admin service: client certificates (a node certificate may not), and RS
+#: certificates only to forward a client's statement (issue 11 item 3, see
+#: :meth:`AdminServicer.ExecuteSql`). GetMetrics serves clients only.
 CLIENTS = frozenset({Role.CLIENT})
+CALLERS = frozenset({Role.CLIENT, Role.RS})
 
 USER_KEY = "ob-user"
 PASSWORD_KEY = "ob-password"
@@ -60,10 +67,12 @@ def authenticated_execute(
     password: str | None,
     cert_user: str | None,
     addr: str,
+    forwarder: Forwarder | None = None,
 ) -> obrpc_pb2.SqlResponse:
     """Authenticate (:meth:`rootservice.auth.users.Users.authenticate`), then
-    :func:`rootservice.api.dispatch.execute_sql`. A refused login answers MySQL's 1045
-    in-band, and is audited (event ``login``) and counted (``logins_refused_total``)."""
+    :func:`rootservice.api.dispatch.execute_sql` (with ``forwarder``: a standby forwards a
+    statement that needs the leader). A refused login answers MySQL's 1045 in-band, and is
+    audited (event ``login``) and counted (``logins_refused_total``)."""
     try:
         principal = rs.users.authenticate(user, password, cert_user, addr)
     except ObError as e:
@@ -73,7 +82,37 @@ def authenticated_execute(
             rs.metrics.inc("logins_refused_total")
             rs.audit.record(user or cert_user or "", addr, statement, e.name, event="login")
         return resp
-    return execute_sql(rs, statement, principal)
+    return execute_sql(rs, statement, principal, forwarder=forwarder)
+
+
+def forwarded_execute(
+    rs: RootService, statement: str, principal: Principal, forwarded_by: str
+) -> obrpc_pb2.SqlResponse:
+    """Run a statement a standby RS forwarded for ``principal`` (the client it
+    authenticated; the standby vouches with its RS certificate, as Doris's followers do for
+    the master), audited with ``forwarded_by`` (the standby's ``ip:port``). It is never
+    forwarded again: a leader that stepped down answers OB_RS_NOT_MASTER."""
+    return execute_sql(rs, statement, principal, forwarded_by=forwarded_by)
+
+
+def refuse_forwarded_identity(
+    rs: RootService, statement: str, user: str, addr: str, why: str
+) -> obrpc_pb2.SqlResponse:
+    """MySQL's 1045 for forwarded-identity metadata from a caller that cannot vouch (a client
+    certificate, or anyone in insecure mode), audited (event ``login``) and counted
+    (``logins_refused_total``) as a refused login."""
+    e = ObError(
+        "ER_ACCESS_DENIED_ERROR",
+        user.replace("'", "''")[:MAX_USER_NAME_CHARS],
+        client_host(addr),
+        "NO",
+        detail=why,
+    )
+    resp = obrpc_pb2.SqlResponse()
+    error_to_proto(e, resp.error)
+    rs.metrics.inc("logins_refused_total")
+    rs.audit.record(user, addr, statement, e.name, event="login")
+    return resp
 
 
 def admission_key(cert_user: str | None, user: str | None) -> str:
@@ -87,10 +126,12 @@ def admission_key(cert_user: str | None, user: str | None) -> str:
 class AdminServicer(obrpc_pb2_grpc.AdminServiceServicer):
     """``obadmin``'s entry point: one SQL statement per call (SPEC.md section 7)."""
 
-    def __init__(self, rs: RootService) -> None:
+    def __init__(self, rs: RootService, forwarder: Forwarder | None = None) -> None:
         """Serve admin calls for ``rs``; statements run on the threads of ``admission``
-        (``admin_workers``, ``admin_queue_limit``, ``admin_per_user_limit``; issue 10)."""
+        (``admin_workers``, ``admin_queue_limit``, ``admin_per_user_limit``; issue 10).
+        With ``forwarder`` a standby forwards statements that need the leader (issue 11)."""
         self.rs = rs
+        self.forwarder = forwarder
         st = rs.settings
         self.admission = Admission(st.admin_workers, st.admin_queue_limit, st.admin_per_user_limit)
 
@@ -108,26 +149,71 @@ class AdminServicer(obrpc_pb2_grpc.AdminServiceServicer):
         limits gets ``ER_CON_COUNT_ERROR`` / ``ER_TOO_MANY_USER_CONNECTIONS`` at once; every error, MySQL-style (SPEC.md
         section 7), is carried in the response's ``error``, never as a gRPC status. A
         not-master refusal carries the leader's address in ``leader_hint`` (issue 5).
+
+        Forwarding (issue 11 item 3): with a forwarder, a standby sends a statement that needs
+        the leader on to it and answers what the leader answered. An RS certificate may call
+        only with :data:`rootservice.api.forwarding.FORWARDED_USER_KEY` and
+        ``FORWARDED_ADDR_KEY`` (else ``PERMISSION_DENIED``): the principal is built from them
+        without a password, the caller vouching for it, and the statement is not forwarded
+        again. The same metadata from a client certificate, or in insecure mode, is refused
+        with 1045 (nothing vouches for it).
         """
-        # Only a client certificate may call; its CN names the user when no password is
-        # given (None in insecure mode, where there are no certificates).
-        ident = await self.rs.peer_gate.admit(context, "AdminService.ExecuteSql", CLIENTS)
+        # A client certificate may call (its CN names the user when no password is given); an
+        # RS certificate only to forward a client's statement; no certificate in insecure mode.
+        ident = await self.rs.peer_gate.admit(context, "AdminService.ExecuteSql", CALLERS)
         metadata = context.invocation_metadata()
         user = metadata_value(metadata, USER_KEY) or None
-        cert_user = ident.name if ident is not None else None
-        work = functools.partial(
-            authenticated_execute,
-            self.rs,
-            request.statement,
-            user,
-            metadata_value(metadata, PASSWORD_KEY),
-            cert_user,
-            client_addr(context.peer() or ""),
-        )
+        addr = client_addr(context.peer() or "")
+        fwd_user = metadata_value(metadata, FORWARDED_USER_KEY)
+        fwd_addr = metadata_value(metadata, FORWARDED_ADDR_KEY)
+        work: Callable[[], obrpc_pb2.SqlResponse]
+        if ident is not None and ident.role is Role.RS:
+            if not fwd_user or fwd_addr is None:
+                await self.rs.peer_gate.refuse(
+                    context,
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    "wrong_role",
+                    f"AdminService.ExecuteSql from {ident} must name the client it forwards "
+                    f"({FORWARDED_USER_KEY}, {FORWARDED_ADDR_KEY}); {context.peer()} named none",
+                )
+            assert fwd_user and fwd_addr is not None  # refuse() aborted otherwise
+            key = fwd_user
+            work = functools.partial(
+                forwarded_execute,
+                self.rs,
+                request.statement,
+                Principal(fwd_user, fwd_addr),
+                ident.name,
+            )
+        elif fwd_user is not None or fwd_addr is not None:
+            # Only an RS certificate vouches for a forwarded identity: a client claiming one
+            # (or anyone in insecure mode, where nothing can vouch) is refused, not believed.
+            key = admission_key(ident.name if ident is not None else None, user)
+            work = functools.partial(
+                refuse_forwarded_identity,
+                self.rs,
+                request.statement,
+                fwd_user or "",
+                addr,
+                "forwarded identities are accepted from root service certificates only",
+            )
+        else:
+            cert_user = ident.name if ident is not None else None
+            key = admission_key(cert_user, user)
+            work = functools.partial(
+                authenticated_execute,
+                self.rs,
+                request.statement,
+                user,
+                metadata_value(metadata, PASSWORD_KEY),
+                cert_user,
+                addr,
+                self.forwarder,
+            )
         try:
             # Logins are checked inside, on the admin threads, so that password hashing is
             # bounded by admission too.
-            resp = await self.admission.run(admission_key(cert_user, user), work)
+            resp = await self.admission.run(key, work)
         except ObError as e:  # refused by admission: nothing ran
             self.rs.metrics.inc("statements_throttled_total")
             resp = obrpc_pb2.SqlResponse()

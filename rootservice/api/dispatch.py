@@ -15,10 +15,10 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from obcommon.addresses import format_server, parse_server
-from obcommon.errors import ObError, error_to_proto
+from obcommon.errors import ObError, RemoteObError, error_to_proto
 from obcommon.proto import obrpc_pb2
 from rootservice.api.admission import check_tokens
 from rootservice.app import RootService
@@ -48,6 +48,32 @@ class Result:
     info: str = ""
     is_result_set: bool = False
     types: list[str] | None = None
+
+
+@dataclass
+class ForwardedResult(Result):
+    """A :class:`Result` the leader returned for a forwarded statement; ``leader`` is its
+    ``ip:port``."""
+
+    leader: str = ""
+
+
+class LeaderRefusal(RemoteObError):
+    """The leader's refusal of a forwarded statement, raised on the standby as its own
+    answer (code, name, SQLSTATE and message as the leader sent them)."""
+
+
+class Forwarder(Protocol):
+    """Runs a statement on the leader for a standby (issue 11 item 3, as Doris FE followers
+    forward to the master); :class:`rootservice.api.forwarding.GrpcForwarder` is the one
+    implementation."""
+
+    def forward(self, leader: str, text: str, principal: Principal) -> ForwardedResult:
+        """Run ``text`` on the RS at ``leader`` (``ip:port``) as ``principal`` and return its
+        result. The leader's refusal is raised as :class:`LeaderRefusal`; a leader that
+        cannot be reached raises ``ObError("OB_RS_NOT_MASTER")`` (nothing ran there), one that does
+        not answer in time once reached ``ObError("OB_TIMEOUT")``."""
+        ...
 
 
 def _bootstrap(rs: RootService, st: ast.Bootstrap) -> Result:
@@ -265,17 +291,33 @@ ACCESS_REFUSALS = frozenset({"ER_ACCESS_DENIED_ERROR", "ER_SPECIFIC_ACCESS_DENIE
 _READ_WORD = re.compile(r"\s*(?:SELECT|SHOW)\b", re.IGNORECASE)
 
 
-def execute(rs: RootService, statement: ast.Statement, principal: Principal) -> Result:
+def execute(
+    rs: RootService,
+    statement: ast.Statement,
+    principal: Principal,
+    *,
+    forward: Callable[[], Result | None] | None = None,
+) -> Result:
     """Check ``principal``'s privilege (:meth:`rootservice.auth.users.Users.check`), pass the
     term's gate (see :data:`LEADER_ONLY`, :data:`UNGATED`), then run one parsed statement.
-    Raises ``ObError`` (ER_SPECIFIC_ACCESS_DENIED_ERROR from the check, OB_RS_NOT_MASTER
-    from the gate)."""
+
+    When the gate answers OB_RS_NOT_MASTER and ``forward`` is given, its result (the
+    leader's answer) is returned instead, unless it returns None (no leader known). Only a
+    refusal by the gate is forwarded: nothing has run here then, so the leader runs the
+    statement at most once. Raises ``ObError`` (ER_SPECIFIC_ACCESS_DENIED_ERROR from the
+    check, OB_RS_NOT_MASTER from the gate, or what ``forward`` raises)."""
     rs.users.check(principal, statement)
     if isinstance(statement, ast.ShowGrants) and statement.user is None:
         statement = ast.ShowGrants(user=principal.user)
     kind = type(statement)
     if kind not in UNGATED:
-        rs.term.check(need_service=kind not in LEADER_ONLY)
+        try:
+            rs.term.check(need_service=kind not in LEADER_ONLY)
+        except ObError as e:
+            answer = forward() if forward is not None and e.name == "OB_RS_NOT_MASTER" else None
+            if answer is None:
+                raise
+            return answer
     return EXECUTORS[kind](rs, statement)
 
 
@@ -315,42 +357,92 @@ def to_response(result: Result) -> obrpc_pb2.SqlResponse:
     return resp
 
 
-def run_statement(rs: RootService, text: str, principal: Principal) -> Result:
+def run_statement(
+    rs: RootService,
+    text: str,
+    principal: Principal,
+    *,
+    forwarder: Forwarder | None = None,
+    forwarded_by: str = "",
+) -> Result:
     """Bound, parse, check and execute ``text`` for ``principal``: the one path every front
     end (gRPC ``ExecuteSql``, the MySQL endpoint) runs a statement through. Counts the
     outcome (``statements_total`` / ``statements_refused_total``) and audits it
     (:func:`audited`; the audit never changes the outcome).
 
+    Any RS answers (issue 11 item 3): with a ``forwarder``, a statement this RS may not run
+    because it is not the leader (the gate's OB_RS_NOT_MASTER) is sent to the leader it knows
+    (:meth:`RootService.leader_hint`) with ``principal``, and the leader's answer, result or
+    error, is returned or raised as this RS's own. The leader counts and audits it; here it
+    counts as ``statements_forwarded_total``. ``forwarded_by`` is set on the leader: the
+    address of the RS that forwarded ``text`` (recorded in the audit); such a statement is
+    never forwarded again (the loop guard: an RS that is no longer the leader answers
+    OB_RS_NOT_MASTER).
+
     Raises ``ObError`` for every refusal; an unexpected failure is logged and raised as
     ``OB_ERR_UNEXPECTED``."""
     statement: ast.Statement | None = None
+    to_leader = None if forwarded_by else forwarder
+
+    def forward() -> Result | None:
+        leader = rs.leader_hint()
+        if to_leader is None or not leader:
+            return None
+        return to_leader.forward(leader, text, principal)
+
     try:
         if len(text) <= rs.settings.max_statement_bytes:  # longer: parse refuses its size
             check_tokens(text, rs.settings.max_statement_tokens)  # before lark (issue 10)
         statement = parse(text, max_bytes=rs.settings.max_statement_bytes)
-        result = execute(rs, statement, principal)
+        result = execute(rs, statement, principal, forward=forward)
+    except LeaderRefusal:
+        # The leader's refusal of a forwarded statement: the leader counted and audited it.
+        rs.metrics.inc("statements_forwarded_total")
+        raise
     except ObError as e:
         rs.metrics.inc("statements_refused_total")
         if audited(statement, text, e.name):
-            rs.audit.record(principal.user, principal.client_addr, text, e.name)
+            rs.audit.record(
+                principal.user, principal.client_addr, text, e.name, forwarded_by=forwarded_by
+            )
         raise
     except Exception:
         log.exception("statement failed unexpectedly: %s", redact(text, 200))
         rs.metrics.inc("statements_refused_total")
         if audited(statement, text, "OB_ERR_UNEXPECTED"):
-            rs.audit.record(principal.user, principal.client_addr, text, "OB_ERR_UNEXPECTED")
+            rs.audit.record(
+                principal.user,
+                principal.client_addr,
+                text,
+                "OB_ERR_UNEXPECTED",
+                forwarded_by=forwarded_by,
+            )
         raise ObError("OB_ERR_UNEXPECTED", detail="see the root service log") from None
+    if isinstance(result, ForwardedResult):
+        rs.metrics.inc("statements_forwarded_total")
+        return result
     rs.metrics.inc("statements_total")
     if audited(statement, text, "OK"):
-        rs.audit.record(principal.user, principal.client_addr, text, "OK")
+        rs.audit.record(
+            principal.user, principal.client_addr, text, "OK", forwarded_by=forwarded_by
+        )
     return result
 
 
-def execute_sql(rs: RootService, text: str, principal: Principal) -> obrpc_pb2.SqlResponse:
+def execute_sql(
+    rs: RootService,
+    text: str,
+    principal: Principal,
+    *,
+    forwarder: Forwarder | None = None,
+    forwarded_by: str = "",
+) -> obrpc_pb2.SqlResponse:
     """:func:`run_statement` as gRPC's ``SqlResponse``: every outcome, including an internal
     error, becomes a response (never an exception), the error in-band."""
     try:
-        return to_response(run_statement(rs, text, principal))
+        return to_response(
+            run_statement(rs, text, principal, forwarder=forwarder, forwarded_by=forwarded_by)
+        )
     except ObError as e:
         resp = obrpc_pb2.SqlResponse()
         error_to_proto(e, resp.error)

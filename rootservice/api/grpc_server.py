@@ -13,15 +13,20 @@ from grpc_health.v1.health import aio as health_aio
 
 from obcommon.proto import obrpc_pb2_grpc
 from rootservice.api.admin_servicer import AdminServicer
+from rootservice.api.dispatch import Forwarder
 from rootservice.api.lease_servicer import LeaseServicer
 from rootservice.app import RootService
 
 log = logging.getLogger(__name__)
 
 
-async def create_server(rs: RootService, addr: str | None = None) -> tuple[grpc.aio.Server, int]:
+async def create_server(
+    rs: RootService, addr: str | None = None, *, forwarder: Forwarder | None = None
+) -> tuple[grpc.aio.Server, int]:
     """Build the RS's gRPC server bound to ``addr`` (default ``rs.settings.rpc_addr``) with
     the lease, admin and standard health services; returns it unstarted with its port.
+    ``forwarder`` lets a standby's admin service forward statements to the leader
+    (:mod:`rootservice.api.forwarding`; None: it answers OB_RS_NOT_MASTER).
     It listens with mutual TLS (``rs.security``; clients must present a certificate of the
     cluster's CA) or, in insecure mode, in plaintext.
 
@@ -40,7 +45,7 @@ async def create_server(rs: RootService, addr: str | None = None) -> tuple[grpc.
     ]
     server = grpc.aio.server(options=options)
     obrpc_pb2_grpc.add_RootServiceServicer_to_server(LeaseServicer(rs), server)
-    obrpc_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(rs), server)
+    obrpc_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(rs, forwarder), server)
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     bind = addr or rs.settings.rpc_addr

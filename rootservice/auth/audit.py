@@ -50,14 +50,26 @@ class Audit:
         self.failures = 0
 
     def record(
-        self, user: str, client_addr: str, statement: str, outcome: str, event: str = "statement"
+        self,
+        user: str,
+        client_addr: str,
+        statement: str,
+        outcome: str,
+        event: str = "statement",
+        *,
+        forwarded_by: str = "",
     ) -> None:
         """Log and store one record. ``outcome`` is ``"OK"`` or an error name
         (``ER_ACCESS_DENIED_ERROR``...); ``event`` is ``statement`` or ``login`` (a refused
-        login). Never raises: a failed event write is logged (and counted in
+        login); ``forwarded_by`` is the ``ip:port`` of the standby RS that forwarded the
+        statement for the client (issue 11 item 3; a fifth pair ``forwarded_by``), "" when the
+        client called this RS itself. Never raises: a failed event write is logged (and counted in
         :attr:`failures`) and the statement's own outcome stands."""
         text = redact(statement)
-        log.info("user=%r client=%s outcome=%s statement=%r", user, client_addr, outcome, text)
+        via = f" forwarded_by={forwarded_by}" if forwarded_by else ""
+        log.info(
+            "user=%r client=%s%s outcome=%s statement=%r", user, client_addr, via, outcome, text
+        )
         try:
             with self.store.txn(fenced=False) as conn:
                 event_repo.insert_events(
@@ -72,6 +84,7 @@ class Audit:
                                 ("client_addr", client_addr),
                                 ("outcome", outcome),
                                 ("statement", text),
+                                *((("forwarded_by", forwarded_by),) if forwarded_by else ()),
                             ),
                         )
                     ],

@@ -248,7 +248,8 @@ def test_two_rs_started_together_elect_exactly_one(
     assert c.lease() == (1, leader)
     assert "standing by: the leader is " + leader in c.rs[standby].log_text()
 
-    # The standby refuses admin statements and leases, naming the leader...
+    # The standby forwards admin statements to the leader (issue 11), which refuses this one
+    # before BOOTSTRAP (not in service); it refuses leases, naming the leader...
     resp = execute_on(standby, "ALTER SYSTEM ADD ZONE 'z9'")
     assert resp.error.name == "OB_RS_NOT_MASTER" and resp.leader_hint == leader
     with pki.channel(standby, Role.NODE, "127.0.0.1:1") as ch:
@@ -285,6 +286,53 @@ def test_two_rs_started_together_elect_exactly_one(
         c2.close()
     finally:
         pg_server.drop_database(name)
+
+
+# --- any RS answers (issue 11 item 3) ---------------------------------------------------------
+
+
+def obadmin_on(addr: str, statement: str) -> subprocess.CompletedProcess[str]:
+    """obadmin given only ``addr`` (no other RS to follow a hint to)."""
+    return subprocess.run(
+        [sys.executable, "-m", "sql.obadmin", *pki.obadmin_flags(), "--rs", addr, "-e", statement],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def test_obadmin_pointed_at_the_standby_gets_the_leaders_answer(ha: HaCluster) -> None:
+    c = ha
+    c.start_all_rs()
+    leader = c.wait_leader()
+    standby = next(a for a in c.rs_addrs if a != leader)
+    c.wait_state(standby, "NOT_MASTER", 10)
+    c.bootstrap(1)
+    c.wait_full_service(leader)
+    agent = c.start_agent("z1")
+    before = metrics(standby)
+    assert before is not None
+    forwarded_before = before.get("statements_forwarded_total", 0)
+
+    added = obadmin_on(standby, f"ALTER SYSTEM ADD SERVER '{agent}' ZONE 'z1'")
+    assert added.returncode == 0, added.stderr
+    assert agent in c.statuses()
+    # A refusal by the leader reaches the client through the standby with its number.
+    refused = obadmin_on(standby, "ALTER SYSTEM ADD SERVER '127.0.0.1:1' ZONE 'z_nope'")
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("ERROR 4530 (HY000): OB_ZONE_INFO_NOT_EXIST"), refused.stderr
+    # The standby answered both (it forwarded them; obadmin had no hint to follow)...
+    m = metrics(standby)
+    assert m is not None and m["statements_forwarded_total"] == forwarded_before + 2
+    # ...and the leader audited them with the client and the forwarding RS.
+    rows = c.db(
+        "SELECT value2, value3, value5, rs_svr_port FROM __all_rootservice_event_history "
+        "WHERE module = 'audit' AND name5 = 'forwarded_by' AND value4 LIKE '%ADD SERVER%' "
+        "ORDER BY id"
+    )
+    assert [(r[1], r[2], int(r[3])) for r in rows] == [
+        ("OK", standby, int(leader.rsplit(":", 1)[1])),
+        ("OB_ZONE_INFO_NOT_EXIST", standby, int(leader.rsplit(":", 1)[1])),
+    ]
+    assert all(r[0].startswith("127.0.0.1:") for r in rows)
 
 
 # --- kill -9 of the leader ----------------------------------------------------------------------
