@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-import threading
 from typing import Any
 
 import sqlalchemy as sa
 
 from obcommon.errors import ObError
+from rootservice.db.catalog import Catalog
 from rootservice.db.engine import db_error_summary
-from rootservice.db.tables import SYSTEM_TABLES, SYSTEM_VIEWS
 from sql import ast
 
 MAX_ROWS = 100_000
@@ -50,39 +49,6 @@ DEFAULT_ORDER = {
     "dba_ob_ls_locations": ("tenant_id", "ls_id", "svr_ip", "svr_port"),
     "dba_ob_rootservice_jobs": ("job_id",),
 }
-
-
-class Catalog:
-    """Lower-case table name -> (actual name, lower column -> actual column), read once
-    from the database with SQLAlchemy's inspector."""
-
-    def __init__(self) -> None:
-        """Empty until the first :meth:`get`, which reads the whole catalog."""
-        self._tables: dict[str, tuple[str, dict[str, str]]] | None = None
-        self._lock = threading.Lock()
-
-    def get(self, conn: sa.Connection, table: str) -> tuple[str, dict[str, str]]:
-        """``(actual table name, lower column -> actual column)`` of lower-case ``table``.
-
-        The first call inspects the database through ``conn`` and caches the system tables and
-        views it finds (later schema changes are not seen). Raises ``ObError(OB_TABLE_NOT_EXIST)``
-        (MySQL's "Table ... doesn't exist") when ``table`` is not one of them.
-        """
-        with self._lock:
-            if self._tables is None:
-                insp = sa.inspect(conn)
-                names = {n.lower(): n for n in [*insp.get_table_names(), *insp.get_view_names()]}
-                tables = {}
-                for wanted in (*SYSTEM_TABLES, *SYSTEM_VIEWS):
-                    actual = names.get(wanted)
-                    if actual is not None:
-                        cols = [c["name"] for c in insp.get_columns(actual)]
-                        tables[wanted] = (actual, {c.lower(): c for c in cols})
-                self._tables = tables
-            found = self._tables.get(table)
-        if found is None:
-            raise ObError("OB_TABLE_NOT_EXIST", f"oceanbase.{table[:64]}")
-        return found
 
 
 def _col(cols: dict[str, str], name: str, where: str) -> sa.ColumnClause[Any]:
@@ -138,7 +104,9 @@ def run_select(
 
     Raises OB_TABLE_NOT_EXIST, OB_ERR_BAD_FIELD_ERROR, OB_INVALID_ARGUMENT (a comparison
     the database cannot evaluate, e.g. a string against an integer column on PostgreSQL)."""
-    actual, cols = catalog.get(conn, st.table)
+    info = catalog.get(conn, st.table)
+    actual = info.db_name
+    cols = {c.db_name.lower(): c.db_name for c in info.columns}
     all_cols = list(cols.values())
     upper = st.table.startswith("dba_")
     if st.columns is None:
