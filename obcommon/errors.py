@@ -234,6 +234,18 @@ ERRORS: dict[str, ErrorDef] = {
             "You have an error in your SQL syntax; %s",
             grpc.StatusCode.INVALID_ARGUMENT,
         ),
+        # A statement shape or function the read-only SELECT refuses (issue 11 item 2):
+        # MySQL's "This version of MySQL doesn't yet support '%s'".
+        ErrorDef(
+            "ER_NOT_SUPPORTED_YET",
+            -1235,
+            "42000",
+            "This version of OceanBase doesn't yet support '%s'",
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
+        ErrorDef(
+            "ER_BAD_DB_ERROR", -1049, "42000", "Unknown database '%s'", grpc.StatusCode.NOT_FOUND
+        ),
         ErrorDef(
             "ER_EMPTY_QUERY", -1065, "42000", "Query was empty", grpc.StatusCode.INVALID_ARGUMENT
         ),

@@ -39,8 +39,8 @@ from rootservice.bootstrap import Bootstrap
 from rootservice.config import RsSettings
 from rootservice.db import engine as dbengine
 from rootservice.db import param_repo
+from rootservice.db.catalog import Catalog
 from rootservice.db.engine import db_error_summary
-from rootservice.db.select_repo import Catalog
 from rootservice.ha.election import Election
 from rootservice.ha.store import MetaStore
 from rootservice.ha.term import RsState, Term, lease_timings

@@ -117,6 +117,13 @@ PARAMETERS: dict[str, ParamDef] = {
             10_000,
         ),
         ParamDef(
+            "select_timeout",
+            100_000,
+            3600 * S,
+            "statement timeout of a read-only SELECT (issue 11)",
+            1_000,
+        ),
+        ParamDef(
             "tenant_create_timeout",
             1 * S,
             3600 * S,
@@ -155,6 +162,10 @@ class RsSettings(BaseSettings):
     stop_server_check_timeout: Duration = 30 * S
     leader_switch_timeout: Duration = 30 * S
     tenant_create_timeout: Duration = 30 * S
+    # A read-only SELECT (issue 11): its statement timeout, and the rows it returns at most
+    # (more are cut, with info "result truncated").
+    select_timeout: Duration = 10 * S
+    select_max_rows: int = Field(default=100_000, ge=1, le=10_000_000)
     migration_stall_time: Duration = 60 * S
     balancer_interval: Duration = 10 * S
     lost_replica_check_interval: Duration = 10 * S

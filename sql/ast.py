@@ -8,10 +8,8 @@ the executors' job so that a well-formed statement with a bad value gets the Oce
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
-
-Literal_ = str | int | float | None  # a SQL literal; None is NULL
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 ServerOpKind = Literal["ADD", "DELETE", "CANCEL_DELETE", "START", "STOP", "FORCE_STOP", "ISOLATE"]
 ZoneOpKind = Literal["ADD", "START", "STOP", "FORCE_STOP", "DELETE"]
@@ -167,99 +165,49 @@ class SwitchLeader:
     tenant: str
 
 
-# --- SELECT -----------------------------------------------------------------------------
+# --- reads (issue 11 item 2; parsed and checked by sql.reads with sqlglot) ------------------
 
 
 @dataclass(frozen=True)
-class Compare:
-    """column op literal; op is one of = != <> < > <= >=  (<> is normalised to !=)."""
+class Query:
+    """A checked read-only SELECT (also WITH, UNION, a parenthesised SELECT) in MySQL syntax.
 
-    column: str
-    op: Literal["=", "!=", "<", ">", "<=", ">="]
-    value: Literal_
+    ``tree`` is the sqlglot expression (``sqlglot.exp.Query``) that :func:`sql.reads.parse_read`
+    checked: only reads, only allowed functions, tables in no schema or ``oceanbase``. The
+    executor copies it before changing it. Equality is on the tree's SQL text."""
 
+    tree: Any = field(compare=False)
+    text: str = ""
 
-@dataclass(frozen=True)
-class In:
-    """``column [NOT] IN (literal, ...)``; ``negated`` for NOT IN."""
-
-    column: str
-    values: tuple[Literal_, ...]
-    negated: bool = False
-
-
-@dataclass(frozen=True)
-class Like:
-    """``column [NOT] LIKE 'pattern'`` with MySQL's ``%`` / ``_`` wildcards.
-
-    An escaped ``%`` or ``_`` in the quoted pattern keeps its backslash so it matches a
-    literal ``%`` / ``_``. The executor compares case-insensitively, as MySQL's default
-    collation does.
-    """
-
-    column: str
-    pattern: str
-    negated: bool = False
+    def __post_init__(self) -> None:
+        """Keep the canonical MySQL text for equality and logs."""
+        if not self.text:
+            object.__setattr__(self, "text", self.tree.sql("mysql"))
 
 
 @dataclass(frozen=True)
-class IsNull:
-    """``column IS [NOT] NULL``; ``negated`` for IS NOT NULL."""
+class ShowTables:
+    """SHOW [FULL] TABLES [FROM oceanbase] [LIKE 'pattern']"""
 
-    column: str
-    negated: bool = False  # IS NOT NULL
-
-
-@dataclass(frozen=True)
-class And:
-    """``left AND right``."""
-
-    left: Expr
-    right: Expr
+    full: bool = False
+    like: str | None = None
 
 
 @dataclass(frozen=True)
-class Or:
-    """``left OR right``."""
+class ShowDatabases:
+    """SHOW {DATABASES | SCHEMAS} [LIKE 'pattern']"""
 
-    left: Expr
-    right: Expr
-
-
-@dataclass(frozen=True)
-class Not:
-    """``NOT operand``."""
-
-    operand: Expr
-
-
-Expr = Compare | In | Like | IsNull | And | Or | Not
+    like: str | None = None
 
 
 @dataclass(frozen=True)
-class OrderItem:
-    """One ``ORDER BY`` key: ``column`` as written, ``descending`` for DESC (ASC by default)."""
+class Describe:
+    """DESC | DESCRIBE t, SHOW [FULL] {COLUMNS | FIELDS} FROM t [FROM oceanbase] [LIKE 'p'];
+    ``table`` as written (the executor resolves it case-insensitively)."""
 
-    column: str
-    descending: bool = False
-
-
-@dataclass(frozen=True)
-class Select:
-    """SELECT {* | col [, col ...]} FROM [oceanbase.]table [WHERE expr]
-    [ORDER BY col [ASC|DESC] [, ...]] [LIMIT n [OFFSET m] | LIMIT m, n].
-
-    ``table`` is lower-cased and has the ``oceanbase.`` prefix removed (another schema is kept,
-    ``mysql.user``, for the executor to refuse); ``columns`` is None
-    for ``*`` and otherwise the names as written (case kept, for the result header).
-    """
-
-    columns: tuple[str, ...] | None
     table: str
-    where: Expr | None = None
-    order_by: tuple[OrderItem, ...] = ()
-    limit: int | None = None
-    offset: int = 0
+    full: bool = False
+    like: str | None = None
 
 
 # --- users and privileges (issue 10) -------------------------------------------------------
@@ -332,7 +280,10 @@ Statement = (
     | ZoneOp
     | SetParameters
     | ShowParameters
-    | Select
+    | Query
+    | ShowTables
+    | ShowDatabases
+    | Describe
     | CreateResourceUnit
     | DropResourceUnit
     | CreateResourcePool

@@ -42,26 +42,6 @@ _UNESCAPE = {
 }
 
 
-MAX_EXPR_DEPTH = 200
-"""Deepest WHERE expression accepted. The executors evaluate the tree recursively; this keeps
-them far below Python's recursion limit (MySQL likewise refuses over-deep expressions)."""
-
-
-def expr_depth(root: ast.Expr) -> int:
-    """Depth of an expression tree, computed without recursion (the tree may be deep)."""
-    deepest = 0
-    stack: list[tuple[ast.Expr, int]] = [(root, 1)]
-    while stack:
-        node, depth = stack.pop()
-        deepest = max(deepest, depth)
-        if isinstance(node, ast.And | ast.Or):
-            stack.append((node.left, depth + 1))
-            stack.append((node.right, depth + 1))
-        elif isinstance(node, ast.Not):
-            stack.append((node.operand, depth + 1))
-    return deepest
-
-
 class BadToken(Exception):
     """A token that lexes and parses but cannot be a value (int64 overflow, infinite float,
     empty `` identifier); reported as a syntax error at that token."""
@@ -86,22 +66,6 @@ class _Option:
 
     keyword: Token
     value: Any
-
-
-@dataclass(frozen=True)
-class _Where:
-    expr: ast.Expr
-
-
-@dataclass(frozen=True)
-class _OrderBy:
-    items: tuple[ast.OrderItem, ...]
-
-
-@dataclass(frozen=True)
-class _Limit:
-    limit: int
-    offset: int
 
 
 def _unescape_string(token: Token) -> str:
@@ -329,102 +293,7 @@ class ToAst(Transformer[Token, Any]):
             raise ObError("OB_INVALID_ARGUMENT", "user name", detail="it must not be empty")
         return name
 
-    # --- SELECT -----------------------------------------------------------------------
-
-    def select(self, columns: tuple[str, ...] | None, table: str, *clauses: Any) -> ast.Select:
-        where = next((c.expr for c in clauses if isinstance(c, _Where)), None)
-        order = next((c.items for c in clauses if isinstance(c, _OrderBy)), ())
-        limit = next((c for c in clauses if isinstance(c, _Limit)), None)
-        return ast.Select(
-            columns=columns,
-            table=table,
-            where=where,
-            order_by=order,
-            limit=limit.limit if limit else None,
-            offset=limit.offset if limit else 0,
-        )
-
-    def star(self) -> None:
-        return None
-
-    def column_list(self, *columns: str) -> tuple[str, ...]:
-        return tuple(columns)
-
-    def table_ref(self, first: str, second: str | None = None) -> str:
-        if second is None:
-            return first.lower()
-        if first.lower() == "oceanbase":
-            return second.lower()
-        # Another schema: keep it, so the executor answers "Table 'x.y' doesn't exist".
-        return f"{first}.{second}".lower()
-
-    def where_clause(self, expr: ast.Expr) -> _Where:
-        if expr_depth(expr) > MAX_EXPR_DEPTH:
-            raise ObError("OB_NOT_SUPPORTED", f"WHERE nested deeper than {MAX_EXPR_DEPTH} levels")
-        return _Where(expr)
-
-    def or_(self, left: ast.Expr, right: ast.Expr) -> ast.Or:
-        return ast.Or(left, right)
-
-    def and_(self, left: ast.Expr, right: ast.Expr) -> ast.And:
-        return ast.And(left, right)
-
-    def not_(self, operand: ast.Expr) -> ast.Not:
-        return ast.Not(operand)
-
-    def compare(self, column: str, op: Any, value: ast.Literal_) -> ast.Compare:
-        return ast.Compare(column=column, op=op, value=value)
-
-    def comp_op(self, token: Token) -> str:
-        return "!=" if token == "<>" else str(token)
-
-    def in_(self, column: str, *values: ast.Literal_) -> ast.In:
-        return ast.In(column=column, values=tuple(values))
-
-    def not_in(self, column: str, *values: ast.Literal_) -> ast.In:
-        return ast.In(column=column, values=tuple(values), negated=True)
-
-    def like(self, column: str, pattern: str) -> ast.Like:
-        return ast.Like(column=column, pattern=pattern)
-
-    def not_like(self, column: str, pattern: str) -> ast.Like:
-        return ast.Like(column=column, pattern=pattern, negated=True)
-
-    def is_null(self, column: str) -> ast.IsNull:
-        return ast.IsNull(column=column)
-
-    def is_not_null(self, column: str) -> ast.IsNull:
-        return ast.IsNull(column=column, negated=True)
-
-    def order_clause(self, *items: ast.OrderItem) -> _OrderBy:
-        return _OrderBy(tuple(items))
-
-    def order_asc(self, column: str) -> ast.OrderItem:
-        return ast.OrderItem(column=column)
-
-    def order_desc(self, column: str) -> ast.OrderItem:
-        return ast.OrderItem(column=column, descending=True)
-
-    def limit(self, count: Token) -> _Limit:
-        return _Limit(_to_int64(count), 0)
-
-    def limit_offset(self, count: Token, offset: Token) -> _Limit:
-        return _Limit(_to_int64(count), _to_int64(offset))
-
-    def limit_comma(self, offset: Token, count: Token) -> _Limit:
-        # MySQL's LIMIT offset, row_count
-        return _Limit(_to_int64(count), _to_int64(offset))
-
     # --- literals and names -------------------------------------------------------------
-
-    def null(self) -> None:
-        return None
-
-    def true(self) -> int:
-        return 1  # MySQL: TRUE is the integer 1
-
-    def false(self) -> int:
-        return 0
 
     def number(self, *tokens: Token) -> int | float:
         negative = len(tokens) == 2

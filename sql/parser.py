@@ -9,7 +9,10 @@ Every refusal is an :class:`~obcommon.errors.ObError`, worded like MySQL's:
 * ``ER_PARSE_ERROR`` (1064) ``... near '<the text from the offending token on>' at line N``
 * ``ER_EMPTY_QUERY`` (1065) for a statement of only blanks, comments and ``;``
 * ``ER_NET_PACKET_TOO_LARGE`` (1153) for a statement longer than ``max_bytes`` UTF-8 bytes
-* ``OB_NOT_SUPPORTED`` for a WHERE clause nested deeper than :data:`MAX_EXPR_DEPTH`
+
+The read statements (SELECT, WITH, SHOW TABLES / DATABASES / COLUMNS, DESC) are handed to
+:func:`sql.reads.parse_read` (sqlglot), which refuses with the same 1064 wording plus its own
+refusals of anything that is not a read.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from lark.exceptions import (
 from obcommon.errors import ObError
 from sql import ast
 from sql.ast_builder import BadToken, ToAst
+from sql.reads import is_read, parse_read
 
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 """MySQL's default ``max_allowed_packet`` (4 MiB)."""
@@ -120,13 +124,16 @@ def parse(text: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ast.Statement:
     ``ER_NET_PACKET_TOO_LARGE`` when ``text`` is over ``max_bytes`` UTF-8 bytes (checked first),
     ``ER_EMPTY_QUERY`` when it holds no statement, ``ER_PARSE_ERROR`` (MySQL's 1064 text,
     ``near '<rest of the text>' at line N``) for a syntax error, several statements, or a
-    number that does not fit an int64, and ``OB_NOT_SUPPORTED`` for a WHERE clause nested
-    deeper than :data:`MAX_EXPR_DEPTH`.
+    number that does not fit an int64, and for a read statement what
+    :func:`sql.reads.parse_read` raises.
     """
     if _too_large(text, max_bytes):
         raise ObError("ER_NET_PACKET_TOO_LARGE")
     if _is_blank(text):
         raise ObError("ER_EMPTY_QUERY")
+    if is_read(text):
+        # SELECT / SHOW TABLES / DESC ...: MySQL's full read syntax, through sqlglot.
+        return parse_read(text)
     try:
         # The transformer runs inside the parser, so the result is already the AST node.
         statement = cast(ast.Statement, _PARSER.parse(text))

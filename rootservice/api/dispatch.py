@@ -5,8 +5,8 @@ privilege it needs (:mod:`rootservice.auth.privileges`, issue 10), passes the te
 runs the executor registered for its AST class, turns the outcome into an ``SqlResponse``
 and audits it (:mod:`rootservice.auth.audit`); every refusal is an ``ObError`` and is
 returned in-band with its OceanBase (or MySQL) code. Executors validate, then call
-the RS; they never touch tables themselves except SELECT, which reads through
-:mod:`rootservice.db.select_repo`.
+the RS; they never touch tables themselves except the reads (SELECT, SHOW TABLES, DESC; issue 11),
+which read through :mod:`rootservice.db.query_repo` and the catalog.
 """
 
 from __future__ import annotations
@@ -25,10 +25,12 @@ from rootservice.app import RootService
 from rootservice.auth.audit import redact
 from rootservice.auth.principal import Principal
 from rootservice.bootstrap import BootstrapItem
-from rootservice.db import select_repo
+from rootservice.db import query_repo
+from rootservice.parameters import sql_like
 from rootservice.tenants.ddl_requests import NewPool, NewTenant, NewUnitConfig
 from sql import ast
 from sql.parser import parse
+from sql.reads import SCHEMA, is_read
 
 log = logging.getLogger(__name__)
 
@@ -197,11 +199,62 @@ def _switch_leader(rs: RootService, st: ast.SwitchLeader) -> Result:
     return Result(affected_rows=1)
 
 
-def _select(rs: RootService, st: ast.Select) -> Result:
+def _query(rs: RootService, st: ast.Query) -> Result:
     with rs.store.read() as conn:
-        columns, rows, truncated = select_repo.run_select(conn, rs.catalog, st)
+        r = query_repo.run_query(
+            conn,
+            rs.catalog,
+            st,
+            timeout_us=rs.settings.select_timeout,
+            max_rows=rs.settings.select_max_rows,
+        )
     return Result(
-        columns=columns, rows=rows, is_result_set=True, info="result truncated" if truncated else ""
+        columns=r.columns,
+        rows=r.rows,
+        types=r.types,
+        is_result_set=True,
+        info="result truncated" if r.truncated else "",
+    )
+
+
+def _show_tables(rs: RootService, st: ast.ShowTables) -> Result:
+    with rs.store.read() as conn:
+        tables = rs.catalog.tables(conn)
+    rows = [
+        (t.name, t.kind) if st.full else (t.name,)
+        for t in tables
+        if st.like is None or sql_like(t.name, st.like)
+    ]
+    header = f"Tables_in_{SCHEMA}" + (f" ({st.like})" if st.like is not None else "")
+    return Result(
+        columns=[header, "Table_type"] if st.full else [header],
+        rows=rows,
+        types=["VARCHAR", "VARCHAR"] if st.full else ["VARCHAR"],
+        is_result_set=True,
+    )
+
+
+def _show_databases(rs: RootService, st: ast.ShowDatabases) -> Result:
+    names = [n for n in ("information_schema", SCHEMA) if st.like is None or sql_like(n, st.like)]
+    header = "Database" + (f" ({st.like})" if st.like is not None else "")
+    return Result(
+        columns=[header], rows=[(n,) for n in names], types=["VARCHAR"], is_result_set=True
+    )
+
+
+def _describe(rs: RootService, st: ast.Describe) -> Result:
+    with rs.store.read() as conn:
+        info = rs.catalog.get(conn, st.table)
+    rows = [
+        (c.name, c.mysql_type, "YES" if c.nullable else "NO", c.key, c.default, "")
+        for c in info.columns
+        if st.like is None or sql_like(c.name, st.like)
+    ]
+    return Result(
+        columns=["Field", "Type", "Null", "Key", "Default", "Extra"],
+        rows=rows,
+        types=["VARCHAR"] * 6,
+        is_result_set=True,
     )
 
 
@@ -247,7 +300,10 @@ EXECUTORS: dict[type, Callable[[RootService, Any], Result]] = {
     ast.ZoneOp: _zone_op,
     ast.SetParameters: _set,
     ast.ShowParameters: _show_parameters,
-    ast.Select: _select,
+    ast.Query: _query,
+    ast.ShowTables: _show_tables,
+    ast.ShowDatabases: _show_databases,
+    ast.Describe: _describe,
     ast.CreateResourceUnit: _create_unit,
     ast.DropResourceUnit: _drop_unit,
     ast.CreateResourcePool: _create_pool,
@@ -280,9 +336,17 @@ LEADER_ONLY = frozenset(
         ast.Revoke,
     }
 )
-UNGATED = frozenset({ast.Select, ast.ShowParameters, ast.ShowGrants})
+_READ_KINDS = (
+    ast.Query,
+    ast.ShowTables,
+    ast.ShowDatabases,
+    ast.Describe,
+    ast.ShowParameters,
+    ast.ShowGrants,
+)
+UNGATED = frozenset(_READ_KINDS)
 
-READS = frozenset({ast.Select, ast.ShowParameters, ast.ShowGrants})
+READS = frozenset(_READ_KINDS)
 """Statements not audited (unless refused for want of a login or a privilege)."""
 
 ACCESS_REFUSALS = frozenset({"ER_ACCESS_DENIED_ERROR", "ER_SPECIFIC_ACCESS_DENIED_ERROR"})
@@ -328,7 +392,7 @@ def audited(statement: ast.Statement | None, text: str, outcome: str) -> bool:
     if outcome in ACCESS_REFUSALS:
         return True
     if statement is None:
-        return not _READ_WORD.match(text)
+        return not (_READ_WORD.match(text) or is_read(text))
     return type(statement) not in READS
 
 

@@ -16,7 +16,10 @@ ALL_PRIVILEGES: tuple[str, ...] = ast.PRIVILEGES
 
 REQUIRED: dict[type, str] = {
     # Reading the system tables and the parameters.
-    ast.Select: SELECT,
+    ast.Query: SELECT,
+    ast.ShowTables: SELECT,
+    ast.ShowDatabases: SELECT,
+    ast.Describe: SELECT,
     ast.ShowParameters: SELECT,
     # Everything that changes the cluster.
     ast.Bootstrap: ALTER_SYSTEM,

@@ -42,7 +42,14 @@ def test_the_gate_table_names_statements() -> None:
         ast.Grant,
         ast.Revoke,
     } == LEADER_ONLY
-    assert {ast.Select, ast.ShowParameters, ast.ShowGrants} == UNGATED
+    assert {
+        ast.Query,
+        ast.ShowTables,
+        ast.ShowDatabases,
+        ast.Describe,
+        ast.ShowParameters,
+        ast.ShowGrants,
+    } == UNGATED
 
 
 @pytest.mark.parametrize("statement", NEEDS_SERVICE)

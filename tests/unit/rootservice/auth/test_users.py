@@ -170,7 +170,10 @@ def test_user_writes_are_leader_only(db_url: str, tmp_path: Path) -> None:
 
 
 _EXAMPLES = {
-    ast.Select: "SELECT * FROM __all_server",
+    ast.Query: "SELECT * FROM __all_server",
+    ast.ShowTables: "SHOW TABLES",
+    ast.ShowDatabases: "SHOW DATABASES",
+    ast.Describe: "DESC __all_server",
     ast.ShowParameters: "SHOW PARAMETERS",
     ast.Bootstrap: "ALTER SYSTEM BOOTSTRAP ZONE 'z1' SERVER '1.1.1.1:1'",
     ast.ServerOp: "ALTER SYSTEM ADD SERVER '1.1.1.1:1'",
@@ -203,7 +206,13 @@ def test_the_privilege_table_covers_every_statement() -> None:
     kinds = set(ast.Statement.__args__)  # type: ignore[attr-defined]
     assert set(REQUIRED) == kinds == set(_EXAMPLES)
     needs = {kind: required_privilege(parse_any(kind), "me") for kind in kinds}
-    assert {k for k, p in needs.items() if p == "SELECT"} == {ast.Select, ast.ShowParameters}
+    assert {k for k, p in needs.items() if p == "SELECT"} == {
+        ast.Query,
+        ast.ShowTables,
+        ast.ShowDatabases,
+        ast.Describe,
+        ast.ShowParameters,
+    }
     assert {k for k, p in needs.items() if p == "CREATE USER"} == {
         ast.CreateUser,
         ast.DropUser,
