@@ -73,7 +73,14 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--db", dest="db_url", help="SQLAlchemy URL (default: SQLite file in --data-dir)"
     )
-    s.add_argument("--rpc-addr", help="gRPC listen address host:port (default 127.0.0.1:2882, OceanBase's RPC port)")
+    s.add_argument(
+        "--rpc-addr",
+        help="gRPC listen address host:port (default 127.0.0.1:2882, OceanBase's RPC port)",
+    )
+    s.add_argument(
+        "--mysql-addr",
+        help="MySQL-protocol listen address host:port (default 127.0.0.1:2881, OceanBase's SQL port)",
+    )
     s.add_argument("--data-dir", help="directory for the SQLite file (default ./rs_data)")
     for flag in _DURATION_FLAGS:
         s.add_argument(flag, metavar="DURATION")
@@ -119,6 +126,7 @@ def _settings(args: argparse.Namespace) -> RsSettings:
     for key in (
         "db_url",
         "rpc_addr",
+        "mysql_addr",
         "data_dir",
         "self_server",
         "allow_short_timings",
@@ -140,12 +148,23 @@ def _settings(args: argparse.Namespace) -> RsSettings:
 
 
 async def _serve(rs: RootService) -> int:
+    from rootservice.api.admission import Admission
     from rootservice.api.grpc_server import create_server
+    from rootservice.api.mysql_server import start_mysql_server
 
+    # One admission for both front ends: a user's statements count against the same limits
+    # whether they come over gRPC or the MySQL protocol (issue 10 item 5, issue 11).
+    st = rs.settings
+    admission = Admission(st.admin_workers, st.admin_queue_limit, st.admin_per_user_limit)
     try:
-        server, port = await create_server(rs)
+        server, port = await create_server(rs, admission=admission)
     except RuntimeError as e:
         log.error("%s", e)
+        return 1
+    try:
+        mysql = await start_mysql_server(rs, admission)
+    except (OSError, RuntimeError) as e:
+        log.error("cannot listen for MySQL clients on %s: %s", st.mysql_addr, e)
         return 1
     await server.start()
     stop = asyncio.Event()
@@ -157,11 +176,18 @@ async def _serve(rs: RootService) -> int:
     except (ObError, StartupError) as e:
         log.error("cannot start the root service: %s", e)
         await server.stop(0)
+        mysql.close()
         rs.shutdown()
         return 1
-    log.info("root service listening on %s (state %s)", rs.rpc_addr, rs.term.state.value)
+    log.info(
+        "root service listening on %s, MySQL clients on %s (state %s)",
+        rs.rpc_addr,
+        rs.mysql_addr,
+        rs.term.state.value,
+    )
     await stop.wait()
     log.info("stopping")
+    mysql.close()
     await server.stop(1.0)
     await asyncio.to_thread(rs.shutdown)
     return 0
