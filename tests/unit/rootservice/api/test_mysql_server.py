@@ -98,14 +98,14 @@ def test_column_types_declared_or_inferred() -> None:
     assert column_type(None, [None, 5]) is ColumnType.LONGLONG
     assert column_type(None, [1.5]) is ColumnType.DOUBLE
     assert column_type(None, [Decimal("1.2")]) is ColumnType.NEWDECIMAL
-    assert column_type(None, [dt.datetime(2026, 1, 2, 3, 4, 5)]) is ColumnType.DATETIME
+    assert column_type(None, [dt.datetime(2026, 1, 2, 3, 4, 5)]) is ColumnType.DATETIME  # noqa: DTZ001 - naive as the tables
     assert column_type(None, ["a"]) is ColumnType.VAR_STRING
     assert column_type(None, [True]) is ColumnType.TINY
     assert column_type(None, [None]) is ColumnType.NULL
     rs = result_set(
         Result(
             columns=["n", "t", "s"],
-            rows=[(1, dt.datetime(2026, 1, 2, 3, 4, 5), None)],
+            rows=[(1, dt.datetime(2026, 1, 2, 3, 4, 5), None)],  # noqa: DTZ001
             is_result_set=True,
             types=["BIGINT", "DATETIME", "VARCHAR"],
         )
