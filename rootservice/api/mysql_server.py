@@ -48,7 +48,7 @@ from mysql_mimic.errors import ErrorCode, MysqlError, get_sqlstate
 from mysql_mimic.results import ensure_result_set
 from mysql_mimic.session import Session
 from mysql_mimic.stream import ConnectionClosed, MysqlStream
-from mysql_mimic.types import ColumnType, str_fixed, uint_1, uint_2
+from mysql_mimic.types import ColumnType, str_fixed, str_len, uint_1, uint_2
 from mysql_mimic.variables import SYSTEM_VARIABLES, GlobalVariables, SessionVariables
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
@@ -201,12 +201,13 @@ def error_packet(
 def ok_packet(capabilities: Any, status_flags: Any, affected_rows: int, info: str) -> bytes:
     """An OK packet with ``affected_rows`` and ``info`` (the text ``mysql`` prints after
     "Query OK"). mysql-mimic's ``make_ok`` has no info field: its packet is extended with
-    the ``string<EOF>`` info that follows when CLIENT_SESSION_TRACK is off (it is not among
-    the endpoint's capabilities)."""
+    the info as a length-encoded string, as MySQL's ``net_send_ok`` writes it
+    (``net_store_data``) and MariaDB's client reads it (a bare ``string<EOF>`` makes the
+    ``mariadb`` CLI fail with 2027 "malformed packet")."""
     ok = packets.make_ok(
         capabilities=capabilities, status_flags=status_flags, affected_rows=affected_rows
     )
-    return ok + info.encode("utf-8", "replace") if info else ok
+    return ok + str_len(info.encode("utf-8", "replace")) if info else ok
 
 
 # --------------------------------------------------------------------------- results

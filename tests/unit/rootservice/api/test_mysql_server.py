@@ -87,7 +87,7 @@ def test_ok_packet_has_affected_rows_and_info() -> None:
     pkt = ok_packet(P41, st, 2, "server id(s) 3, 4")
     assert pkt[0] == 0 and pkt[1] == 2 and pkt.endswith(b"server id(s) 3, 4")
     bare = ok_packet(P41, st, 0, "")
-    assert pkt[len(bare) :] == b"server id(s) 3, 4" and len(bare) == 7
+    assert pkt[len(bare) :] == bytes([17]) + b"server id(s) 3, 4" and len(bare) == 7
 
 
 def test_column_types_declared_or_inferred() -> None:
