@@ -303,6 +303,19 @@ ERRORS: dict[str, ErrorDef] = {
             "User %s already has more than 'max_user_connections' active connections",
             grpc.StatusCode.RESOURCE_EXHAUSTED,
         ),
+        # The MySQL endpoint (issue 11): MySQL's refusals of a plaintext connection when
+        # TLS is required (require_secure_transport=ON) and of a database other than ours.
+        ErrorDef(
+            "ER_SECURE_TRANSPORT_REQUIRED",
+            -3159,
+            "HY000",
+            "Connections using insecure transport are prohibited while "
+            "--require_secure_transport=ON.",
+            grpc.StatusCode.FAILED_PRECONDITION,
+        ),
+        ErrorDef(
+            "ER_BAD_DB_ERROR", -1049, "42000", "Unknown database '%s'", grpc.StatusCode.NOT_FOUND
+        ),
         # An unreachable or failing system-table database. OceanBase has no code for the RS's
         # own meta database; OB_ERR_SYS is its generic "system error".
         ErrorDef("OB_ERR_SYS", -4015, "HY000", "System error", grpc.StatusCode.UNAVAILABLE),

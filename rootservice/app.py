@@ -98,6 +98,8 @@ class RootService:
         self.start_scheduler = start_scheduler
         host, _, port = settings.rpc_addr.rpartition(":")
         self.rpc_addr = settings.rpc_addr
+        # Where MySQL clients connect (issue 11); the port actually bound once listening.
+        self.mysql_addr = settings.mysql_addr
         self.metrics = Metrics()
         track_gc_pauses(self.metrics)
         self.engine: sa.Engine | None = None
@@ -354,6 +356,11 @@ class RootService:
         host = self.settings.rpc_addr.rpartition(":")[0]
         self.rpc_addr = f"{host}:{port}"
         self.store.rs_addr = (host, port)
+
+    def set_mysql_port(self, port: int) -> None:
+        """Record the MySQL endpoint's port actually bound (tests bind port 0)."""
+        host = self.settings.mysql_addr.rpartition(":")[0]
+        self.mysql_addr = f"{host}:{port}"
 
     def open(self) -> None:
         """Connect to the database, apply migrations and read ``__all_sys_parameter``.

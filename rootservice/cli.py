@@ -78,6 +78,10 @@ def _parser() -> argparse.ArgumentParser:
         "--rpc-addr",
         help="gRPC listen address host:port (default 127.0.0.1:2882, OceanBase's RPC port)",
     )
+    s.add_argument(
+        "--mysql-addr",
+        help="MySQL-protocol listen address host:port (default 127.0.0.1:2881, OceanBase's SQL port)",
+    )
     s.add_argument("--data-dir", help="directory for the SQLite file (default ./rs_data)")
     for flag in _DURATION_FLAGS:
         s.add_argument(flag, metavar="DURATION")
@@ -123,6 +127,7 @@ def _settings(args: argparse.Namespace) -> RsSettings:
     for key in (
         "db_url",
         "rpc_addr",
+        "mysql_addr",
         "data_dir",
         "self_server",
         "allow_short_timings",
@@ -144,15 +149,26 @@ def _settings(args: argparse.Namespace) -> RsSettings:
 
 
 async def _serve(rs: RootService) -> int:
+    from rootservice.api.admission import Admission
     from rootservice.api.forwarding import forwarder_for
     from rootservice.api.grpc_server import create_server
+    from rootservice.api.mysql_server import start_mysql_server
 
     # One forwarder for every front end (issue 11 item 3); None in insecure mode.
     forwarder = forwarder_for(rs)
+    # One admission for both front ends: a user's statements count against the same limits
+    # whether they come over gRPC or the MySQL protocol (issue 10 item 5, issue 11).
+    st = rs.settings
+    admission = Admission(st.admin_workers, st.admin_queue_limit, st.admin_per_user_limit)
     try:
-        server, port = await create_server(rs, forwarder=forwarder)
+        server, port = await create_server(rs, forwarder=forwarder, admission=admission)
     except RuntimeError as e:
         log.error("%s", e)
+        return 1
+    try:
+        mysql = await start_mysql_server(rs, admission, forwarder=forwarder)
+    except (OSError, RuntimeError) as e:
+        log.error("cannot listen for MySQL clients on %s: %s", st.mysql_addr, e)
         return 1
     await server.start()
     stop = asyncio.Event()
@@ -164,11 +180,18 @@ async def _serve(rs: RootService) -> int:
     except (ObError, StartupError) as e:
         log.error("cannot start the root service: %s", e)
         await server.stop(0)
+        mysql.close()
         rs.shutdown()
         return 1
-    log.info("root service listening on %s (state %s)", rs.rpc_addr, rs.term.state.value)
+    log.info(
+        "root service listening on %s, MySQL clients on %s (state %s)",
+        rs.rpc_addr,
+        rs.mysql_addr,
+        rs.term.state.value,
+    )
     await stop.wait()
     log.info("stopping")
+    mysql.close()
     await server.stop(1.0)
     await asyncio.to_thread(rs.shutdown)
     if forwarder is not None:

@@ -149,6 +149,8 @@ class RsSettings(BaseSettings):
     data_dir: Path = Path("rs_data")
     db_url: str = ""
     rpc_addr: str = "127.0.0.1:2882"
+    # The MySQL-protocol endpoint (issue 11; OceanBase's SQL port 2881), "host:port".
+    mysql_addr: str = "127.0.0.1:2881"
     lease_time: Duration = 10 * S
     server_permanent_offline_time: Duration = 3600 * S
     heartbeat_interval: Duration = 2 * S
@@ -211,9 +213,11 @@ class RsSettings(BaseSettings):
             )
         if self.server_permanent_offline_time <= self.lease_time:
             raise ValueError("server_permanent_offline_time must be greater than lease_time")
-        host, _, port = self.rpc_addr.rpartition(":")
-        if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-            raise ValueError(f"rpc_addr must be host:port, got {self.rpc_addr!r}")
+        for name in ("rpc_addr", "mysql_addr"):
+            addr = getattr(self, name)
+            host, _, port = addr.rpartition(":")
+            if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+                raise ValueError(f"{name} must be host:port, got {addr!r}")
         return self
 
     def effective_db_url(self) -> str:

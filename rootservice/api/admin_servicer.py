@@ -126,14 +126,22 @@ def admission_key(cert_user: str | None, user: str | None) -> str:
 class AdminServicer(obrpc_pb2_grpc.AdminServiceServicer):
     """``obadmin``'s entry point: one SQL statement per call (SPEC.md section 7)."""
 
-    def __init__(self, rs: RootService, forwarder: Forwarder | None = None) -> None:
+    def __init__(
+        self,
+        rs: RootService,
+        forwarder: Forwarder | None = None,
+        admission: Admission | None = None,
+    ) -> None:
         """Serve admin calls for ``rs``; statements run on the threads of ``admission``
-        (``admin_workers``, ``admin_queue_limit``, ``admin_per_user_limit``; issue 10).
+        (default: a new one of ``admin_workers``, ``admin_queue_limit``,
+        ``admin_per_user_limit``; issue 10), which the MySQL endpoint shares (issue 11).
         With ``forwarder`` a standby forwards statements that need the leader (issue 11)."""
         self.rs = rs
         self.forwarder = forwarder
         st = rs.settings
-        self.admission = Admission(st.admin_workers, st.admin_queue_limit, st.admin_per_user_limit)
+        self.admission = admission or Admission(
+            st.admin_workers, st.admin_queue_limit, st.admin_per_user_limit
+        )
 
     async def ExecuteSql(
         self, request: obrpc_pb2.SqlRequest, context: grpc.aio.ServicerContext

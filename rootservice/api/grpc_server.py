@@ -13,6 +13,7 @@ from grpc_health.v1.health import aio as health_aio
 
 from obcommon.proto import obrpc_pb2_grpc
 from rootservice.api.admin_servicer import AdminServicer
+from rootservice.api.admission import Admission
 from rootservice.api.dispatch import Forwarder
 from rootservice.api.lease_servicer import LeaseServicer
 from rootservice.app import RootService
@@ -21,14 +22,19 @@ log = logging.getLogger(__name__)
 
 
 async def create_server(
-    rs: RootService, addr: str | None = None, *, forwarder: Forwarder | None = None
+    rs: RootService,
+    addr: str | None = None,
+    *,
+    forwarder: Forwarder | None = None,
+    admission: Admission | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """Build the RS's gRPC server bound to ``addr`` (default ``rs.settings.rpc_addr``) with
     the lease, admin and standard health services; returns it unstarted with its port.
     ``forwarder`` lets a standby's admin service forward statements to the leader
     (:mod:`rootservice.api.forwarding`; None: it answers OB_RS_NOT_MASTER).
     It listens with mutual TLS (``rs.security``; clients must present a certificate of the
-    cluster's CA) or, in insecure mode, in plaintext.
+    cluster's CA) or, in insecure mode, in plaintext. ``admission`` is the statements'
+    admission shared with the MySQL endpoint (default: one of the admin service's own).
 
     ``grpc.server.max_pending_requests`` is raised because gRPC's default (1,000 calls
     waiting to be accepted) drops calls in a reconnect storm of thousands of agents.
@@ -45,7 +51,9 @@ async def create_server(
     ]
     server = grpc.aio.server(options=options)
     obrpc_pb2_grpc.add_RootServiceServicer_to_server(LeaseServicer(rs), server)
-    obrpc_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(rs, forwarder), server)
+    obrpc_pb2_grpc.add_AdminServiceServicer_to_server(
+        AdminServicer(rs, forwarder, admission), server
+    )
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     bind = addr or rs.settings.rpc_addr

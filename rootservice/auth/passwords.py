@@ -44,6 +44,16 @@ def verify_password(stored: str, password: str) -> bool:
         return False
 
 
+def native_verifier(password: str) -> str | None:
+    """mysql_native_password's stored verifier of ``password``: hex ``SHA1(SHA1(password))``
+    (MySQL's ``authentication_string`` without its ``*``), None for the empty password (no
+    password login). SHA1 is MySQL's protocol, not a choice: the scramble the client sends
+    can only be checked against this value (issue 11)."""
+    if password == "":
+        return None
+    return hashlib.sha1(hashlib.sha1(password.encode("utf-8")).digest()).hexdigest()
+
+
 _DUMMY_HASH: str | None = None
 
 

@@ -95,6 +95,12 @@ class Users:
         with self.store.read() as conn:
             return user_repo.get_user(conn, user)
 
+    def get(self, user: str) -> UserRow | None:
+        """The ``__all_user`` row of ``user`` (None when unknown), read from the database:
+        the MySQL endpoint's plugins check scrambles against it (issue 11). Raises
+        ``ObError("OB_ERR_SYS")`` when the table cannot be read."""
+        return self._get(user)
+
     def authenticate(
         self,
         user: str | None,
@@ -157,17 +163,19 @@ class Users:
     # --- the user statements (executed by rootservice.api.dispatch) ----------------------
 
     def create_user(self, user: str, password: str, *, if_not_exists: bool = False) -> bool:
-        """CREATE USER: a user with no privilege (MySQL's USAGE). Returns False when it
+        """CREATE USER: a user with no privilege (MySQL's USAGE), with its argon2 hash and
+        mysql_native_password verifier (issue 11). Returns False when it
         exists and ``if_not_exists``. Raises ER_CANNOT_USER (1396) when it exists,
         OB_INVALID_ARGUMENT for a bad name, OB_RS_NOT_MASTER / OB_ERR_SYS from the store."""
         _check_name(user)
         hashed = passwords.hash_password(password)  # slow: before taking the write lock
+        native = passwords.native_verifier(password)
         with self.store.txn() as conn:
             if user_repo.get_user(conn, user) is not None:
                 if if_not_exists:
                     return False
                 raise _cannot("CREATE USER", user)
-            user_repo.insert_user(conn, user, hashed, self.clock.now_us())
+            user_repo.insert_user(conn, user, hashed, self.clock.now_us(), native)
         return True
 
     def drop_user(self, user: str, *, if_exists: bool = False) -> bool:
@@ -183,11 +191,13 @@ class Users:
         return dropped
 
     def alter_password(self, user: str, password: str) -> None:
-        """ALTER USER ... IDENTIFIED BY: a new hash ('' = no password, certificate only).
+        """ALTER USER ... IDENTIFIED BY: a new hash ('' = no password, certificate only) and
+        mysql_native_password verifier (:func:`rootservice.auth.passwords.native_verifier`).
         Raises ER_CANNOT_USER (1396) for an unknown user."""
         hashed = passwords.hash_password(password)
+        native = passwords.native_verifier(password)
         with self.store.txn() as conn:
-            changed = user_repo.set_password(conn, user, hashed, self.clock.now_us())
+            changed = user_repo.set_password(conn, user, hashed, self.clock.now_us(), native)
         self.cache.forget(user)
         if not changed:
             raise _cannot("ALTER USER", user)

@@ -36,18 +36,28 @@ PRIVILEGE_COLUMNS: dict[str, str] = {
 @dataclass(frozen=True)
 class UserRow:
     """One ``__all_user`` row: ``passwd`` is the argon2 hash ('' = no password),
-    ``privileges`` the names of :data:`PRIVILEGE_COLUMNS` granted."""
+    ``privileges`` the names of :data:`PRIVILEGE_COLUMNS` granted, ``native_passwd`` the
+    hex ``SHA1(SHA1(password))`` of mysql_native_password (None: no password, or a user
+    created before migration 0005)."""
 
     user_id: int
     user_name: str
     passwd: str
     privileges: frozenset[str]
+    native_passwd: str | None = None
 
 
 def _row(r: sa.Row[tuple[object, ...]]) -> UserRow:
     m = r._mapping
     privs = frozenset(name for name, col in PRIVILEGE_COLUMNS.items() if m[col])
-    return UserRow(int(m["user_id"]), str(m["user_name"]), str(m["passwd"]), privs)
+    native = m["native_passwd"]
+    return UserRow(
+        int(m["user_id"]),
+        str(m["user_name"]),
+        str(m["passwd"]),
+        privs,
+        str(native) if native else None,
+    )
 
 
 def get_user(conn: sa.Connection, user_name: str) -> UserRow | None:
@@ -61,10 +71,17 @@ def list_users(conn: sa.Connection) -> list[UserRow]:
     return [_row(r) for r in conn.execute(sa.select(all_user).order_by(all_user.c.user_id))]
 
 
-def insert_user(conn: sa.Connection, user_name: str, passwd: str, now_us: int) -> int:
-    """Add ``user_name`` with hash ``passwd`` and no privilege; returns its new user_id
-    (allocated from :data:`PARAM_MAX_USER_ID`). The caller checks it does not exist; a
-    concurrent insert of the same name fails on the unique index."""
+def insert_user(
+    conn: sa.Connection,
+    user_name: str,
+    passwd: str,
+    now_us: int,
+    native_passwd: str | None = None,
+) -> int:
+    """Add ``user_name`` with hash ``passwd`` (and mysql_native_password verifier
+    ``native_passwd``, hex, or None) and no privilege; returns its new user_id (allocated
+    from :data:`PARAM_MAX_USER_ID`). The caller checks it does not exist; a concurrent
+    insert of the same name fails on the unique index."""
     user_id = param_repo.next_counter(conn, PARAM_MAX_USER_ID, now_us, at_least=ROOT_USER_ID)
     ts = us_to_datetime(now_us)
     conn.execute(
@@ -72,6 +89,7 @@ def insert_user(conn: sa.Connection, user_name: str, passwd: str, now_us: int) -
             user_id=user_id,
             user_name=user_name,
             passwd=passwd,
+            native_passwd=native_passwd,
             priv_select=0,
             priv_alter_system=0,
             priv_create_user=0,
@@ -82,14 +100,21 @@ def insert_user(conn: sa.Connection, user_name: str, passwd: str, now_us: int) -
     return user_id
 
 
-def set_password(conn: sa.Connection, user_name: str, passwd: str, now_us: int) -> bool:
-    """Replace the hash of ``user_name``; False when there is no such user."""
+def set_password(
+    conn: sa.Connection,
+    user_name: str,
+    passwd: str,
+    now_us: int,
+    native_passwd: str | None = None,
+) -> bool:
+    """Replace the hash of ``user_name`` and its mysql_native_password verifier
+    (``native_passwd``, hex, or None); False when there is no such user."""
     t = all_user
     return bool(
         conn.execute(
             t.update()
             .where(t.c.user_name == user_name)
-            .values(passwd=passwd, gmt_modified=us_to_datetime(now_us))
+            .values(passwd=passwd, native_passwd=native_passwd, gmt_modified=us_to_datetime(now_us))
         ).rowcount
     )
 
