@@ -303,8 +303,8 @@ ERRORS: dict[str, ErrorDef] = {
             "User %s already has more than 'max_user_connections' active connections",
             grpc.StatusCode.RESOURCE_EXHAUSTED,
         ),
-        # The MySQL endpoint (issue 11): MySQL's refusals of a plaintext connection when
-        # TLS is required (require_secure_transport=ON) and of a database other than ours.
+        # The MySQL endpoint (issue 11): MySQL's refusal of a plaintext connection when
+        # TLS is required (require_secure_transport=ON); ER_BAD_DB_ERROR is above.
         ErrorDef(
             "ER_SECURE_TRANSPORT_REQUIRED",
             -3159,
@@ -312,9 +312,6 @@ ERRORS: dict[str, ErrorDef] = {
             "Connections using insecure transport are prohibited while "
             "--require_secure_transport=ON.",
             grpc.StatusCode.FAILED_PRECONDITION,
-        ),
-        ErrorDef(
-            "ER_BAD_DB_ERROR", -1049, "42000", "Unknown database '%s'", grpc.StatusCode.NOT_FOUND
         ),
         # An unreachable or failing system-table database. OceanBase has no code for the RS's
         # own meta database; OB_ERR_SYS is its generic "system error".
