@@ -45,6 +45,7 @@ from mysql_mimic.connection import Connection
 from mysql_mimic.constants import KillKind
 from mysql_mimic.control import TooManyConnections
 from mysql_mimic.errors import ErrorCode, MysqlError, get_sqlstate
+from mysql_mimic.intercept import value_to_expression
 from mysql_mimic.results import ensure_result_set
 from mysql_mimic.session import Session
 from mysql_mimic.stream import ConnectionClosed, MysqlStream
@@ -52,6 +53,7 @@ from mysql_mimic.types import ColumnType, str_fixed, str_len, uint_1, uint_2
 from mysql_mimic.variables import SYSTEM_VARIABLES, GlobalVariables, SessionVariables
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
+from sqlglot.executor import execute as sqlglot_execute
 
 from obcommon.errors import ObError
 from obcommon.security.certs import CA_CERT, Role, cert_file, key_file
@@ -371,6 +373,25 @@ class RsSession(Session):
                 self.rs.metrics.inc("statements_throttled_total")
             raise
 
+    def _set_variable(self, setitem: exp.SetItem) -> None:
+        # mysql-mimic takes only literals on the right of SET; drivers send expressions
+        # (MariaDB Connector/J connects with `sql_mode = concat(@@sql_mode, ',STRICT...')`).
+        # Its first middleware has already replaced the @@ variables by their values, so
+        # sqlglot's own Python executor can fold what is left into one value.
+        right = setitem.this.right if isinstance(setitem.this, exp.EQ) else None
+        if right is not None and not isinstance(
+            right, (exp.Literal, exp.Boolean, exp.Null, exp.Column, exp.Identifier, exp.Var)
+        ):
+            try:
+                value = sqlglot_execute(exp.select(right.copy())).rows[0][0]
+            except (SqlglotError, Exception) as e:  # noqa: BLE001 - any failure is the user's
+                raise MysqlError(
+                    f"cannot evaluate the value of SET: {e}"[:200],
+                    code=ErrorCode.WRONG_VALUE_FOR_VAR,
+                ) from None
+            right.replace(value_to_expression(value))
+        super()._set_variable(setitem)
+
     async def use(self, database: str) -> None:
         """USE: only ``oceanbase`` (and ``information_schema``); else MySQL's 1049."""
         if database.lower() not in ALLOWED_DATABASES:
@@ -435,6 +456,15 @@ class RsConnection(Connection):
         return self.session
 
     # --- errors and OK packets ------------------------------------------------------------
+
+    def ok_or_eof(
+        self, affected_rows: int = 0, last_insert_id: int = 0, warnings: int = 0, flags: int = 0
+    ) -> bytes:
+        """The packet that ends a result set, with 0 affected rows whatever mysql-mimic
+        counted: MySQL servers send 0 there, and MariaDB Connector/J 2.x reads the field as a
+        length-encoded string, so a row count of 1..250 made it read past the packet
+        (ArrayIndexOutOfBoundsException on its first query)."""
+        return super().ok_or_eof(0, last_insert_id, warnings, flags)
 
     def error(self, **kwargs: Any) -> bytes:
         """mysql-mimic's error hook: an ``ObError`` message goes out with its own code and

@@ -291,12 +291,12 @@ all_user = sa.Table(
     sa.Column("user_name", sa.String(64), nullable=False, unique=True),
     # The argon2 hash (salt and parameters included); '' = no password (certificate only).
     sa.Column("passwd", sa.String(512), nullable=False, server_default=""),
-    # mysql_native_password's verifier, hex SHA1(SHA1(password)) (40 chars; migration 0005,
-    # issue 11); NULL for no password and for users created before 0005.
-    sa.Column("native_passwd", sa.String(40), nullable=True),
     # One column per global privilege: 1 granted, 0 not.
     sa.Column("priv_select", sa.Integer, nullable=False, server_default="0"),
     sa.Column("priv_alter_system", sa.Integer, nullable=False, server_default="0"),
     sa.Column("priv_create_user", sa.Integer, nullable=False, server_default="0"),
     *_gmt(),
+    # mysql_native_password's verifier, hex SHA1(SHA1(password)) (40 chars; issue 11), last
+    # as migration 0005 appended it; NULL for no password and for users created before 0005.
+    sa.Column("native_passwd", sa.String(40), nullable=True),
 )
