@@ -26,6 +26,7 @@ a shape or a function that is not a read, ``OB_TABLE_NOT_EXIST`` (1146) for anot
 
 from __future__ import annotations
 
+import functools
 import re
 
 import sqlglot
@@ -307,10 +308,28 @@ def _show(show: exp.Show) -> ast.Statement:
 _FIELDS = re.compile(r"^(\s*SHOW\s+(?:FULL\s+)?)FIELDS\b", re.IGNORECASE)
 
 
+CACHED_TEXT_CHARS = 4096
+"""Reads up to this long are remembered (:func:`parse_read`): dashboards send the same few
+texts again and again, and sqlglot's parse costs milliseconds. Longer ones are parsed every
+time, so the cache (256 entries) stays under about 1 MiB of text."""
+
+
 def parse_read(text: str) -> ast.Statement:
     """Parse and check one read statement (:func:`is_read` is true of it) into an
     :class:`ast.Query`, :class:`ast.ShowTables`, :class:`ast.ShowDatabases` or
-    :class:`ast.Describe`. Raises ``ObError`` as the module docstring says."""
+    :class:`ast.Describe`. Raises ``ObError`` as the module docstring says. The result is
+    shared between callers (the executor copies a Query's tree before changing it)."""
+    if len(text) <= CACHED_TEXT_CHARS:
+        return _parse_read_cached(text)
+    return _parse_read(text)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_read_cached(text: str) -> ast.Statement:
+    return _parse_read(text)
+
+
+def _parse_read(text: str) -> ast.Statement:
     # sqlglot knows SHOW COLUMNS only; FIELDS is MySQL's synonym.
     text = _FIELDS.sub(r"\1COLUMNS", text, count=1)
     try:
