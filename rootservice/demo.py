@@ -67,6 +67,7 @@ class Demo:
         """Pick a free RPC address for the RS; no process is started yet."""
         self.started = time.monotonic()
         self.rs_addr = f"127.0.0.1:{free_port()}"
+        self.mysql_port = free_port()
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.agents: dict[str, tuple[str, str, int]] = {}  # name -> (addr, zone, sql_port)
         self.credentials = Credentials()
@@ -124,6 +125,7 @@ class Demo:
             [
                 sys.executable, "-m", "rootservice.cli", "serve",
                 "--data-dir", str(ROOT / "rs"), "--rpc-addr", self.rs_addr,
+                "--mysql-addr", f"127.0.0.1:{self.mysql_port}",
                 "--lease-time", LEASE, "--heartbeat-interval", "1s",
                 "--empty-server-check-interval", "2s", "--log-level", "WARNING",
                 "--ls-check-interval", "500ms", "--balancer-interval", "1s",
@@ -355,6 +357,47 @@ def forged_lease(d: Demo, holder: str, victim: str) -> None:
     raise SystemExit("demo failed: a forged lease was accepted")
 
 
+def mysql_dashboard(d: Demo) -> None:
+    """What a dashboard does over the MySQL endpoint (issue 11): log in as ``ops`` with its
+    password over TLS, run a GROUP BY and a join, and be refused ALTER SYSTEM (1227)."""
+    import pymysql  # a dev dependency: make demo installs it
+    from tabulate import tabulate
+
+    conn = pymysql.connect(
+        host="127.0.0.1",
+        port=d.mysql_port,
+        user="ops",
+        password="ops-secret",
+        database="oceanbase",
+        ssl={"ca": str(d.certs("client") / CA_CERT)},
+        connect_timeout=10,
+    )
+    try:
+        with conn.cursor() as cur:
+            for sql in (
+                "SELECT zone, status, count(*) AS servers FROM DBA_OB_SERVERS "
+                "GROUP BY zone, status ORDER BY zone",
+                "SELECT s.svr_port, z.zone, z.status AS zone_status, "
+                "(SELECT count(*) FROM DBA_OB_UNITS u WHERE u.svr_port = s.svr_port) AS units "
+                "FROM __all_server s JOIN DBA_OB_ZONES z ON z.zone = s.zone ORDER BY s.svr_port",
+            ):
+                print(f"mysql> {sql}")
+                cur.execute(sql)
+                print(tabulate(cur.fetchall(), [c[0] for c in cur.description], "psql"))
+            sql = f"ALTER SYSTEM STOP SERVER '{d.agents['agent2'][0]}'"
+            print(f"mysql> {sql}")
+            try:
+                cur.execute(sql)
+            except pymysql.MySQLError as e:
+                print(f"ERROR {e.args[0]}: {e.args[1]}")
+                if e.args[0] != 1227:
+                    raise SystemExit(f"demo failed: expected 1227, got {e.args[0]}") from None
+            else:
+                raise SystemExit("demo failed: ops could STOP SERVER over the MySQL protocol")
+    finally:
+        conn.close()
+
+
 def run(d: Demo) -> None:
     """Drive the whole scenario of the module docstring against the processes of ``d``.
 
@@ -502,6 +545,9 @@ def run(d: Demo) -> None:
     if not d.obadmin("SELECT 1 FROM __all_server", "-u", "ops", "-p", "wrong"):
         raise SystemExit("demo failed: a wrong password was accepted")
     forged_lease(d, a["agent2"], a["agent3"])
+
+    step("the MySQL protocol: a dashboard's GROUP BY and a join as 'ops', over TLS (PyMySQL)")
+    mysql_dashboard(d)
 
     step("refused statements change nothing")
     d.refused("ALTER SYSTEM ADD SERVER '1.2.3.4:99999' ZONE 'z1'")

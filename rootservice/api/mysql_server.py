@@ -106,6 +106,13 @@ _LOCAL_SHOW = frozenset({"VARIABLES", "STATUS", "WARNINGS", "ERRORS"})
 _COMMENT = re.compile(r"\s+|/\*.*?\*/|(?:--\s|#)[^\n]*(?:\n|$)", re.S)
 _WORD = re.compile(r"[A-Za-z_@]+")
 _INFO_SCHEMA = re.compile(r"\binformation_schema\b", re.I)
+# What only the session can answer in a SELECT: @@ variables and mysql-mimic's information
+# functions (mysql_mimic.session.mysql_function_mapping).
+_SESSION_VALUE = re.compile(
+    r"@@|\b(?:DATABASE|SCHEMA|CURRENT_SCHEMA|USER|CURRENT_USER|SESSION_USER|SYSTEM_USER"
+    r"|CONNECTION_ID|VERSION|CURRENT_VERSION)\s*\(",
+    re.I,
+)
 
 LOCAL = "local"
 RS = "rs"
@@ -128,8 +135,8 @@ def _words(sql: str, n: int) -> list[str]:
 
 def route(sql: str, database: str | None = None) -> str:
     """Who answers ``sql``: :data:`LOCAL` (mysql-mimic's session: SET, USE, transactions,
-    KILL, ``SHOW [SESSION|GLOBAL] VARIABLES|STATUS|WARNINGS|ERRORS``, a SELECT that reads no
-    table, ``information_schema`` queries) or :data:`RS` (everything else, including what
+    KILL, ``SHOW [SESSION|GLOBAL] VARIABLES|STATUS|WARNINGS|ERRORS``, a SELECT of @@
+    variables or session functions such as ``DATABASE()``, ``information_schema`` queries) or :data:`RS` (everything else, including what
     does not parse: the RS's parser answers with its own error). ``database`` is the
     session's current database."""
     words = _words(sql, 3)
@@ -147,6 +154,11 @@ def route(sql: str, database: str | None = None) -> str:
         return LOCAL if _INFO_SCHEMA.search(sql) else RS
     if first not in ("SELECT", "WITH", "("):
         return RS
+    if not _INFO_SCHEMA.search(sql) and (database or "").lower() != "information_schema":
+        # The common case needs no parse: a SELECT is the session's only when it asks for
+        # what the session knows (@@ variables, DATABASE(), USER()...); any other, with or
+        # without a table, is the RS's, whose checker refuses what it must (pg_sleep...).
+        return LOCAL if _SESSION_VALUE.search(sql) else RS
     try:
         parsed = sqlglot.parse_one(sql, read="mysql")
     except SqlglotError:

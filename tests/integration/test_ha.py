@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pymysql
 import pytest
 import sqlalchemy as sa
 
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
-from obcommon.security.certs import Role
+from obcommon.security.certs import CA_CERT, Role, cert_file, key_file
 from sql.client import execute, result_rows
 from tests.support import pki
 from tests.support.cluster import Proc, ProcSet, agent_cmd, rs_cmd, wait_until
@@ -301,7 +302,11 @@ def obadmin_on(addr: str, statement: str) -> subprocess.CompletedProcess[str]:
 
 def test_obadmin_pointed_at_the_standby_gets_the_leaders_answer(ha: HaCluster) -> None:
     c = ha
-    c.start_all_rs()
+    mysql_ports = {a: free_port() for a in c.rs_addrs}
+    for a in c.rs_addrs:
+        c.spawn_rs(a, mysql_addr=f"127.0.0.1:{mysql_ports[a]}")
+    for a in c.rs_addrs:
+        c.rs[a].wait_healthy(a, timeout_s=30)
     leader = c.wait_leader()
     standby = next(a for a in c.rs_addrs if a != leader)
     c.wait_state(standby, "NOT_MASTER", 10)
@@ -333,6 +338,36 @@ def test_obadmin_pointed_at_the_standby_gets_the_leaders_answer(ha: HaCluster) -
         ("OB_ZONE_INFO_NOT_EXIST", standby, int(leader.rsplit(":", 1)[1])),
     ]
     assert all(r[0].startswith("127.0.0.1:") for r in rows)
+
+    # A MySQL client (PyMySQL, root's client certificate) pointed at the standby only: the
+    # leader runs its statement, the refusal keeps its number, and reads come from any RS.
+    d = pki.client_certs()
+    conn = pymysql.connect(
+        host="127.0.0.1",
+        port=mysql_ports[standby],
+        user="root",
+        password="",
+        ssl={
+            "ca": str(d / CA_CERT),
+            "cert": str(d / cert_file(Role.CLIENT, "root")),
+            "key": str(d / key_file(Role.CLIENT, "root")),
+        },
+        connect_timeout=10,
+    )
+    try:
+        with conn.cursor() as cur:
+            second = c.start_agent("z1")
+            assert cur.execute(f"ALTER SYSTEM ADD SERVER '{second}' ZONE 'z1'") == 1
+            assert second in c.statuses()
+            with pytest.raises(pymysql.MySQLError) as e:
+                cur.execute("ALTER SYSTEM ADD SERVER '127.0.0.1:1' ZONE 'z_nope'")
+            assert e.value.args[0] == 4530
+            cur.execute("SELECT count(*) FROM __all_server")
+            assert cur.fetchall() == ((3,),)
+    finally:
+        conn.close()
+    m = metrics(standby)
+    assert m is not None and m["statements_forwarded_total"] == forwarded_before + 4
 
 
 # --- kill -9 of the leader ----------------------------------------------------------------------

@@ -299,6 +299,75 @@ def test_group_by_join_show_tables_desc_with_connector_python(c: MyCluster) -> N
         conn.close()
 
 
+FORBIDDEN = [
+    # (statement, MySQL error number the client must report)
+    ("SELECT pg_sleep(5)", 1235),
+    ("SELECT sleep(5)", 1235),
+    ("SELECT load_extension('/tmp/x.so')", 1235),
+    ("SELECT set_config('statement_timeout', '0', false)", 1235),
+    ("SELECT benchmark(100000000, md5('x'))", 1235),
+    ("SELECT * FROM sqlite_master", 5019),
+    ("SELECT * FROM pg_catalog.pg_user", 5019),  # OB_TABLE_NOT_EXIST, MySQL's 1146
+    ("SELECT * FROM mysql.user", 5019),
+    ("SELECT * FROM __all_user", 5019),
+    ("SELECT 1; DROP TABLE __all_server", 1064),
+    ("WITH d AS (DELETE FROM __all_server RETURNING *) SELECT * FROM d", 1235),
+    ("SELECT * FROM __all_server FOR UPDATE", 1235),
+    ("SELECT * FROM __all_server INTO OUTFILE '/tmp/x'", 1064),
+    ("INSERT INTO __all_zone SELECT * FROM __all_zone", 1064),
+    ("UPDATE __all_server SET status = 'ACTIVE'", 1064),
+    ("DELETE FROM __all_server", 1064),
+    ("DROP TABLE __all_server", 1064),
+]
+
+
+def _table_counts(c: MyCluster) -> dict[str, int]:
+    import sqlite3
+
+    db = sqlite3.connect(str(c.tmp / "rs.db"))
+    try:
+        names = [
+            r[0]
+            for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        ]
+        return {n: db.execute(f'SELECT count(*) FROM "{n}"').fetchone()[0] for n in names}
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("user,pw", [(OPS, OPS_PW), ("root", None)])
+def test_every_forbidden_select_shape_is_refused_and_changes_nothing(
+    c: MyCluster, user: str, pw: str | None
+) -> None:
+    before = _table_counts(c)
+    servers = whitelist(c)
+    got = {}
+    if pw is None:  # root: every privilege, certificate login
+        d = pki.client_certs()
+        ssl = {
+            "ca": str(d / CA_CERT),
+            "cert": str(d / cert_file(Role.CLIENT, "root")),
+            "key": str(d / key_file(Role.CLIENT, "root")),
+        }
+        conn = pymysql_conn(c, "root", "", ssl=ssl)
+    else:
+        conn = pymysql_conn(c, user, pw)
+    with conn, conn.cursor() as cur:
+        for sql, _ in FORBIDDEN:
+            try:
+                cur.execute(sql)
+                got[sql] = 0
+            except pymysql.MySQLError as e:
+                got[sql] = int(e.args[0])
+    assert got == dict(FORBIDDEN)
+    audit = [k for k in before if "event_history" in k]  # refusals may be audited
+    after = _table_counts(c)
+    assert {k: v for k, v in after.items() if k not in audit} == {
+        k: v for k, v in before.items() if k not in audit
+    }
+    assert whitelist(c) == servers
+
+
 def test_bootstrap_over_the_mysql_protocol(tmp_path: Path) -> None:
     """A fresh RS bootstrapped by the mariadb CLI (root's client certificate, TLS)."""
     procs = ProcSet(tmp_path / "logs")

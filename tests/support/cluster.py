@@ -26,6 +26,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from obcommon.security.certs import Role
 from tests.support import pki
+from tests.support.ports import free_port
 
 T = TypeVar("T")
 
@@ -96,8 +97,11 @@ def _security_flags(role: Role, rpc_addr: str, flags: dict[str, Any]) -> dict[st
 def rs_cmd(db_url: str, rpc_addr: str, data_dir: str | Path, **flags: Any) -> list[str]:
     """Command line of ``rootservice serve`` (run with this interpreter, as a module), with
     ``--certs-dir`` of the test PKI for ``rpc_addr`` unless ``insecure=True`` or a
-    ``certs_dir`` is given."""
+    ``certs_dir`` is given, and ``--mysql-addr`` on a free port unless ``mysql_addr`` is."""
     flags = _security_flags(Role.RS, rpc_addr, flags)
+    # Every test RS gets its own MySQL port: the default (2881) would be shared by the RS
+    # processes of one test and by concurrent tests.
+    flags = {"mysql_addr": f"127.0.0.1:{free_port()}", **flags}
     return [
         sys.executable,
         "-m",
