@@ -263,11 +263,49 @@ def _check_schema(table: exp.Table) -> None:
     raise ObError("OB_TABLE_NOT_EXIST", f"{db[:64]}.{table.name[:64]}")
 
 
-def _check_query(tree: exp.Expr) -> ast.Query:
+def _check_query(tree: exp.Expr, text: str) -> ast.Query:
     _check_bounds(tree)
     for node in tree.walk():
         _check_node(node)
+    if isinstance(tree, exp.Query):
+        for p in tree.selects:
+            typed = typed_text(text, p)
+            if typed is not None:
+                p.meta[TYPED] = typed
     return ast.Query(tree)
+
+
+TYPED = "typed"
+"""``meta`` key of an outer projection's text as the user typed it (:func:`typed_text`)."""
+
+
+def typed_text(text: str, node: exp.Expr) -> str | None:
+    """The slice of ``text`` that ``node`` was parsed from, for MySQL's result headers (MySQL
+    names an unaliased expression column by its text as typed: ``count(*)``, not
+    ``COUNT(*)``). sqlglot records where identifiers, literals and function names start
+    and end, not keywords nor closing parentheses: the span runs from the first to the last
+    recorded token, is extended over the parentheses it leaves open, and is kept only when
+    it parses back to the same expression (else None: the caller prints sqlglot's SQL)."""
+    spans = [(n.meta["start"], n.meta["end"]) for n in node.walk() if "start" in n.meta]
+    if not spans or isinstance(node, (exp.Alias, exp.Column, exp.Star)):
+        return None
+    start = min(a for a, _ in spans)
+    end = max(b for _, b in spans) + 1
+    depth = text.count("(", start, end) - text.count(")", start, end)
+    for _ in range(len(text)):
+        if depth <= 0 or end >= len(text):
+            break
+        ch = text[end]
+        end += 1
+        depth += 1 if ch == "(" else -1 if ch == ")" else 0
+    typed = text[start:end].strip()
+    try:
+        again = sqlglot.parse_one(f"SELECT {typed}", read="mysql")
+    except (ParseError, TokenError, RecursionError, ValueError):
+        return None
+    if not isinstance(again, exp.Select) or len(again.selects) != 1:
+        return None
+    return typed if again.selects[0] == node else None
 
 
 def _like(show: exp.Show) -> str | None:
@@ -359,4 +397,4 @@ def _parse_read(text: str) -> ast.Statement:
         return ast.Describe(table=table.name)
     if not isinstance(tree, exp.Query):
         raise _refuse(type(tree).__name__.upper())
-    return _check_query(tree)
+    return _check_query(tree, text)

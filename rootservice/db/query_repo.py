@@ -38,7 +38,7 @@ from sqlglot.optimizer.qualify import qualify
 from obcommon.errors import ObError
 from rootservice.db.catalog import Catalog, TableInfo
 from rootservice.db.engine import db_error_summary
-from sql import ast
+from sql import ast, reads
 
 # Rows come back in a stable order when the statement has no ORDER BY, as InnoDB returns
 # them in primary-key order.
@@ -168,6 +168,8 @@ def _headers(tree: exp.Query) -> list[str | None]:
             out.append(p.alias)
         elif isinstance(p, exp.Column):
             out.append(p.name)
+        elif p.meta.get(reads.TYPED):
+            out.append(p.meta[reads.TYPED])
         elif isinstance(p, exp.CurrentSchema):
             out.append("DATABASE()")
         else:

@@ -64,6 +64,18 @@ def test_names_case_insensitive_and_headers_as_written(rs: RootService) -> None:
     assert {row[1] for row in r.rows} == {"z1"}
 
 
+def test_expression_headers_are_the_text_as_typed(rs: RootService) -> None:
+    # MySQL names an unaliased expression column by its text as typed.
+    r = q(
+        rs,
+        "SELECT count(*), max( svr_port )+1, upper(zone), zone = 'z1', "
+        "CASE WHEN zone = 'z1' THEN 1 ELSE 0 END FROM __all_server GROUP BY zone",
+    )
+    assert r.columns[:4] == ["count(*)", "max( svr_port )+1", "upper(zone)", "zone = 'z1'"]
+    # A CASE's keywords carry no position in sqlglot: its canonical SQL is the header.
+    assert r.columns[4] == "CASE WHEN zone = 'z1' THEN 1 ELSE 0 END"
+
+
 def test_aggregates_group_by_having_order_limit(rs: RootService) -> None:
     r = q(
         rs,
