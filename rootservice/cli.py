@@ -73,7 +73,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--db", dest="db_url", help="SQLAlchemy URL (default: SQLite file in --data-dir)"
     )
-    s.add_argument("--rpc-addr", help="gRPC listen address host:port (default 127.0.0.1:2882, OceanBase's RPC port)")
+    s.add_argument(
+        "--rpc-addr",
+        help="gRPC listen address host:port (default 127.0.0.1:2882, OceanBase's RPC port)",
+    )
     s.add_argument("--data-dir", help="directory for the SQLite file (default ./rs_data)")
     for flag in _DURATION_FLAGS:
         s.add_argument(flag, metavar="DURATION")

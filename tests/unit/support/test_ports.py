@@ -19,8 +19,8 @@ ROOT = Path(__file__).resolve().parents[3]
 # A range far from the default allocator's, so these tests never hand out a port a parallel
 # worker's default allocator could.
 LOW = 60000 if ephemeral_low() > 61000 else 9000
-# The tests below use fixed ports of that range: one worker runs them all (--dist loadgroup).
-pytestmark = pytest.mark.xdist_group("fixed-ports-9000")
+# The tests below use fixed ports of that range: one xdist worker runs them all, in turn
+# (tests/support/xdist_sched.py).
 
 
 def _holder_code(lock_dir: Path, low: int, high: int, block: int, count: int) -> str:
