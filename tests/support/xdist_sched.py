@@ -23,8 +23,14 @@ from xdist.scheduler import LoadGroupScheduling
 
 #: Test file (path from the repository root, as in node ids) -> group; one worker per group.
 FILE_GROUPS: dict[str, str] = {
-    # One SparkSession (a JVM, ~15 s to start) per session: once, not once per worker.
-    "tests/unit/rootservice/balancer/test_spark_jobs.py": "spark",
+    # "cpu": one at a time, what needs the CPU or times itself against the wall clock. Under
+    # 4 workers on 2 cores (and a loaded machine) two RS Spark plans side by side missed
+    # test_delete_server's 120 s wait for a copy (the SparkSession alone took 45-62 s to
+    # start), and test_flood's "a small statement answers in under 2 s" measured 2.07 s and
+    # 2.37 s beside them. The session fixture of test_spark_jobs (a JVM) starts once, too.
+    "tests/unit/rootservice/balancer/test_spark_jobs.py": "cpu",
+    "tests/integration/test_delete_server.py": "cpu",
+    "tests/integration/test_flood.py": "cpu",
     # The module-scoped secure cluster would otherwise start on every worker.
     "tests/integration/test_trust_boundary.py": "trust_boundary",
     # These tests bind fixed ports of their own range; run them in turn, never side by side.
