@@ -11,6 +11,13 @@ STAMP := $(VENV)/.installed
 PG_BIN_GLOB ?= /usr/lib/postgresql/*/bin
 APT_GET ?= apt-get
 PYTEST_ARGS ?=
+# pytest-xdist workers for `make test`. Most of the suite's time is real processes waiting on
+# leases and timers, not CPU, so 4 workers pay off even on 2 cores; PYTEST_WORKERS=0 runs it
+# serially in one process. --dist loadgroup keeps the files of tests/support/xdist_sched.py's
+# FILE_GROUPS on one worker each (one SparkSession, a module's shared cluster);
+# --no-loadscope-reorder keeps the longest-first order it gives (xdist would put groups
+# first, by size).
+PYTEST_WORKERS ?= 4
 
 .PHONY: setup pg-binaries mysql-clients test demo bench bench-spark chaos lint proto clean
 
@@ -91,7 +98,7 @@ pg-binaries:
 	fi
 
 test: setup
-	$(VENV)/bin/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 demo: setup
 	$(VENV)/bin/python -m rootservice.demo

@@ -42,6 +42,25 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGTERM, _terminate_as_interrupt)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On a pytest-xdist worker (``make test``), longest work first: see
+    tests/support/xdist_sched.py. A serial run keeps the file order."""
+    if hasattr(config, "workerinput"):  # set on xdist workers only
+        from tests.support.xdist_sched import rank
+
+        items.sort(key=rank)  # stable: collection order within a rank
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, which may not be installed
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadgroup`` groups by tests/support/xdist_sched.py's ``FILE_GROUPS``."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from tests.support.xdist_sched import FileGroupScheduling
+
+    return FileGroupScheduling(config, log)  # type: ignore[arg-type]
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
     """One PostgreSQL 15 server on 127.0.0.1 for the whole session, started on first use."""

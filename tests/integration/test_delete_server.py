@@ -18,7 +18,9 @@ from tests.integration.test_tenants import RS_FLAGS, TenantCluster, replica_repo
 from tests.support import pki
 from tests.support.cluster import ProcSet, wait_until
 
-pytestmark = pytest.mark.integration
+# slow: over 3 minutes per backend (throttled replica copies), so under xdist their group
+# (with the other Spark user; tests/support/xdist_sched.py) starts first.
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 MIGRATION_FLAGS = {
     **RS_FLAGS,

@@ -20,6 +20,8 @@ from tests.integration.test_cluster import Cluster
 from tests.support import pki
 from tests.support.cluster import ProcSet
 
+# One xdist worker runs it, never beside the Spark tests (tests/support/xdist_sched.py):
+# its latency bound is a wall-clock one.
 pytestmark = pytest.mark.integration
 
 MIB = 1 << 20

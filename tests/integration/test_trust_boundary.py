@@ -41,6 +41,8 @@ from tests.support import pki
 from tests.support.cluster import ProcSet, rs_cmd, wait_until
 from tests.support.ports import free_port
 
+# One xdist worker runs the whole module (tests/support/xdist_sched.py): its tests share the
+# module-scoped cluster below, which would otherwise start once per worker.
 pytestmark = pytest.mark.integration
 
 LEASE_S = 2.0

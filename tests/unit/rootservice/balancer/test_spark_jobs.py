@@ -41,6 +41,9 @@ from tests.support import sql_plans as Q
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "bench"))
 import spark_metadata as gen  # noqa: E402
 
+# One xdist worker runs every test here (tests/support/xdist_sched.py), so the session's
+# SparkSession (a JVM, ~15 s to start) starts once, not once per worker.
+
 GIB = 1 << 30
 PORT = 2882
 

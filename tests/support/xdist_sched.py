@@ -1,0 +1,65 @@
+"""How ``make test`` spreads the suite over pytest-xdist workers (``-n N --dist loadgroup``).
+
+Two rules:
+
+- :data:`FILE_GROUPS`: every test of such a file runs on one worker, one after the other
+  (a session- or module-scoped fixture that is costly to start, or fixed ports). xdist's own
+  ``xdist_group`` mark cannot do it here: with pytest 9.2 the worker's group suffix on the
+  node id no longer takes effect and grouped tests are silently spread out
+  (pytest-dev/pytest-xdist#1386), so :class:`FileGroupScheduling` (installed by
+  tests/conftest.py through xdist's ``pytest_xdist_make_scheduler`` hook) groups by this
+  table, and still honours ``@group`` suffixes should xdist put them back.
+- :func:`rank`: workers hand out the longest work first, so that no worker ends the run alone
+  with a test of minutes: ``slow``-marked tests, then grouped files, then the other
+  integration tests, then the rest (collection order within a rank; every worker computes
+  the same order, as xdist requires). ``--no-loadscope-reorder`` keeps xdist from putting
+  the groups first by size instead.
+"""
+
+from __future__ import annotations
+
+import pytest
+from xdist.scheduler import LoadGroupScheduling
+
+#: Test file (path from the repository root, as in node ids) -> group; one worker per group.
+FILE_GROUPS: dict[str, str] = {
+    # "cpu": one at a time, what needs the CPU or times itself against the wall clock. Under
+    # 4 workers on 2 cores (and a loaded machine) two RS Spark plans side by side missed
+    # test_delete_server's 120 s wait for a copy (the SparkSession alone took 45-62 s to
+    # start), and test_flood's "a small statement answers in under 2 s" measured 2.07 s and
+    # 2.37 s beside them. The session fixture of test_spark_jobs (a JVM) starts once, too.
+    "tests/unit/rootservice/balancer/test_spark_jobs.py": "cpu",
+    "tests/integration/test_delete_server.py": "cpu",
+    "tests/integration/test_flood.py": "cpu",
+    # The module-scoped secure cluster would otherwise start on every worker.
+    "tests/integration/test_trust_boundary.py": "trust_boundary",
+    # These tests bind fixed ports of their own range; run them in turn, never side by side.
+    "tests/unit/support/test_ports.py": "fixed_ports",
+}
+
+
+def file_group(nodeid: str) -> str | None:
+    """The :data:`FILE_GROUPS` group of the test ``nodeid`` (``path::name[params]``), if any."""
+    return FILE_GROUPS.get(nodeid.split("::", 1)[0])
+
+
+class FileGroupScheduling(LoadGroupScheduling):
+    """xdist's ``loadgroup`` scheduler with :data:`FILE_GROUPS` as groups: a work unit is a
+    whole group, any other test is a unit of its own. Units go to workers in collection order
+    (after :func:`rank`), each worker keeping about two queued."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        group = file_group(nodeid)
+        return f"group:{group}" if group is not None else super()._split_scope(nodeid)
+
+
+def rank(item: pytest.Item) -> int:
+    """Sort key of ``item`` under xdist: 0 ``slow``, 1 in a file group, 2 ``integration``, 3
+    the rest."""
+    if item.get_closest_marker("slow") is not None:
+        return 0
+    if file_group(item.nodeid) is not None:
+        return 1
+    if item.get_closest_marker("integration") is not None:
+        return 2
+    return 3
