@@ -33,6 +33,7 @@ FILE_GROUPS: dict[str, str] = {
     "tests/integration/test_flood.py": "cpu",
     # The module-scoped secure cluster would otherwise start on every worker.
     "tests/integration/test_trust_boundary.py": "trust_boundary",
+    "tests/integration/test_mysql_clients.py": "mysql_clients",
     # These tests bind fixed ports of their own range; run them in turn, never side by side.
     "tests/unit/support/test_ports.py": "fixed_ports",
 }
