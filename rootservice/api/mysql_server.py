@@ -300,11 +300,28 @@ def result_set(result: Result) -> ResultSet:
     n = len(result.columns)
     types = result.types if result.types and len(result.types) == n else [None] * n
     columns = [
-        ResultColumn(name, column_type(types[i], [r[i] for r in result.rows]))
+        ResultColumn(
+            name,
+            column_type(types[i], () if _known(types[i]) else [r[i] for r in result.rows]),
+        )
         for i, name in enumerate(result.columns)
     ]
-    rows = [tuple(_text(v) for v in r) for r in result.rows]
-    return ResultSet(rows=rows, columns=columns)
+    return ResultSet(rows=[_text_row(r) for r in result.rows], columns=columns)
+
+
+def _known(type_name: str | None) -> bool:
+    return bool(type_name) and type_name.split("(", 1)[0].strip().upper() in _TYPE_NAMES  # type: ignore[union-attr]
+
+
+_PLAIN = frozenset({int, float, str, type(None)})
+
+
+def _text_row(r: tuple[Any, ...]) -> tuple[Any, ...]:
+    # Most rows are plain values already: convert only a row holding a bool or datetime.
+    for v in r:
+        if type(v) not in _PLAIN:
+            return tuple(_text(x) for x in r)
+    return r
 
 
 # --------------------------------------------------------------------------- session
