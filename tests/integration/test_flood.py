@@ -105,5 +105,8 @@ def test_flood_of_large_statements_causes_no_step_down(
     assert outcomes["OK"] > 0 and outcomes["OB_NOT_SUPPORTED"] > 0, outcomes
     assert outcomes["ER_TOO_MANY_USER_CONNECTIONS"] > 0, outcomes
     assert not [k for k in outcomes if k.startswith("grpc:")], outcomes
-    # The admin path stayed usable: a small statement never waited a lease time.
-    assert max(small_latencies) < 2.0, small_latencies
+    # The admin path stayed usable: before admission a small statement waited ~270 s. The
+    # bound is generous (5 lease times) because this is a liveness check, not a latency
+    # target: the suite runs on 4 xdist workers on 2 cores, where 2.1-3.5 s were seen beside
+    # other tests (the flood alone answers in well under a lease time).
+    assert max(small_latencies) < 5 * 2.0, small_latencies

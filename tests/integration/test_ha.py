@@ -488,9 +488,17 @@ def test_paused_leader_is_deposed_and_commits_nothing_after_resuming(
     assert stop_time[0][0] > 0
     assert c.lease()[1] == new
     wait_until(lambda: set(c.statuses().values()) == {"ACTIVE"}, 20, message="all ACTIVE")
-    # The old leader now answers as a follower, naming the new one.
+    # The old leader now acts as a standby: it runs nothing itself and forwards a statement
+    # that needs the leader to the new one (issue 11), which runs and audits it.
+    forwarded = (metrics(old) or {}).get("statements_forwarded_total", 0)
     resp = execute_on(old, f"ALTER SYSTEM START SERVER '{a2}'")
-    assert resp.error.name == "OB_RS_NOT_MASTER" and resp.leader_hint == new
+    assert resp.error.name == "", resp.error
+    assert (metrics(old) or {}).get("statements_forwarded_total", 0) == forwarded + 1
+    ran = c.db(
+        "SELECT rs_svr_port FROM __all_rootservice_event_history WHERE module = 'audit' "
+        "AND value4 LIKE '%START SERVER%' ORDER BY id DESC LIMIT 1"
+    )
+    assert ran and int(ran[0][0]) == int(new.rsplit(":", 1)[1]), ran
     assert c.states() == {old: "NOT_MASTER", new: "FULL_SERVICE"}
 
 

@@ -201,6 +201,9 @@ def test_rs_cmd_and_agent_cmd() -> None:
         verbose=False,
         config=None,
     )
+    # Every test RS gets a MySQL port of its own unless the test names one.
+    mysql_addr = cmd[cmd.index("--mysql-addr") + 1]
+    assert mysql_addr.startswith("127.0.0.1:") and mysql_addr != "127.0.0.1:2881"
     assert cmd == [
         sys.executable,
         "-m",
@@ -212,6 +215,8 @@ def test_rs_cmd_and_agent_cmd() -> None:
         "127.0.0.1:2882",
         "--data-dir",
         "/tmp/rs",
+        "--mysql-addr",
+        mysql_addr,
         "--lease-time",
         "2s",
         "--allow-short-timings",
@@ -219,6 +224,9 @@ def test_rs_cmd_and_agent_cmd() -> None:
         str(pki.certs_dir(Role.RS, "127.0.0.1:2882")),
     ]
     assert (pki.certs_dir(Role.RS, "127.0.0.1:2882") / "rs.crt").exists()
+    named = rs_cmd("sqlite://", "127.0.0.1:2882", Path("/tmp/rs"), mysql_addr="127.0.0.1:9")
+    assert named[named.index("--mysql-addr") + 1] == "127.0.0.1:9"
+    assert named.count("--mysql-addr") == 1
     cmd = agent_cmd(
         ["127.0.0.1:2882", "127.0.0.1:2883"],
         "127.0.0.1:2890",
