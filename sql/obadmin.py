@@ -11,7 +11,8 @@ the RS parses and executes them, the client only splits its input at ``;`` and p
 answer. With ``-e`` it runs the given statements; otherwise it reads stdin: an interactive
 shell on a terminal (:mod:`sql.shell`: completion, history, ``help``), a script (stopping at
 the first error, like ``mysql < file``) when not. A statement ended by ``\\G`` prints its
-rows vertically. ``--rs`` defaults to ``OB_RS`` and ``-u`` to ``OB_USER`` (issue 11).
+rows vertically. ``--rs`` defaults to ``OB_RS`` (then 127.0.0.1:2882) and ``-u`` to
+``OB_USER`` (issue 11).
 
 Output follows the mysql client: a ``+---+`` bordered table and ``N rows in set`` / ``Empty set``
 for result sets, ``Query OK, N rows affected`` otherwise, and ``ERROR <code> (<state>): ...`` on
@@ -50,7 +51,8 @@ def _build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--rs",
         metavar="HOST:PORT[,HOST:PORT...]",
-        help=f"RootService addresses, tried in order until the leader answers (env {RS_ENV})",
+        help="RootService addresses, tried in order until the leader answers "
+        f"(env {RS_ENV}; default {DEFAULT_RS})",
     )
     parser.add_argument(
         "--certs-dir",
@@ -117,9 +119,19 @@ def _build_arg_parser() -> argparse.ArgumentParser:
 
 
 RS_ENV = "OB_RS"
+DEFAULT_RS = "127.0.0.1:2882"
+"""Where ``obadmin`` looks without ``--rs`` or ``OB_RS``: the RS's default ``--rpc-addr``
+(as the mysql client defaults to localhost)."""
 USER_ENV = "OB_USER"
 PASSWORD_ENV = "OB_PASSWORD"
 CERTS_DIR_ENV = "OB_CERTS_DIR"
+
+
+def rs_addresses(flag: str | None, environ: dict[str, str]) -> list[str]:
+    """The RS addresses to try, in order: ``--rs`` when given, else ``OB_RS``, else
+    :data:`DEFAULT_RS`; a comma list, blanks dropped (empty when the value holds none)."""
+    value = flag if flag is not None else environ.get(RS_ENV, DEFAULT_RS)
+    return [a.strip() for a in value.split(",") if a.strip()]
 
 
 def credentials(
@@ -161,12 +173,12 @@ def credentials(
 def main(argv: list[str] | None = None) -> int:
     """The ``obadmin`` console script. Returns the exit status: 0 when every statement
     succeeded, 1 after an error (printed on stderr as ``ERROR <code> (<state>): ...``), 2 for
-    bad command-line arguments (argparse). ``--rs`` defaults to ``OB_RS``."""
+    bad command-line arguments (argparse). ``--rs`` defaults to ``OB_RS``, then
+    :data:`DEFAULT_RS`."""
     parser = _build_arg_parser()
     args = parser.parse_args(argv)
     environ = dict(os.environ)
-    rs_list = args.rs if args.rs is not None else environ.get(RS_ENV, "")
-    rs_addrs = [a.strip() for a in rs_list.split(",") if a.strip()]
+    rs_addrs = rs_addresses(args.rs, environ)
     if not rs_addrs:
         parser.error(f"--rs (or {RS_ENV}) needs at least one HOST:PORT")
     if not args.timeout > 0:

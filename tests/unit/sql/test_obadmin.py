@@ -393,3 +393,13 @@ def test_progress_line_shows_bar_counts_eta_and_stall() -> None:
     assert progress_line(8, "SUCCESS", 100, "", width=4) == "job 8 [####] 100% SUCCESS"
     # a malformed extra_info is shown without details, not an error
     assert progress_line(9, "INPROGRESS", 0, "{oops", width=2) == "job 9 [..]   0% INPROGRESS"
+
+
+def test_rs_addresses_flag_then_environment_then_the_default() -> None:
+    from sql.obadmin import DEFAULT_RS, rs_addresses
+
+    env = {"OB_RS": "10.0.0.1:2882, 10.0.0.2:2882"}
+    assert rs_addresses("10.0.0.9:1", env) == ["10.0.0.9:1"]
+    assert rs_addresses(None, env) == ["10.0.0.1:2882", "10.0.0.2:2882"]
+    assert rs_addresses(None, {}) == [DEFAULT_RS] == ["127.0.0.1:2882"]
+    assert rs_addresses(" , ", {}) == []  # given but empty: main refuses it

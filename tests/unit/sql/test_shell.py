@@ -283,10 +283,20 @@ def test_rs_and_user_from_the_environment(
     assert creds.user == "bob"  # -u wins
 
 
-def test_no_rs_anywhere_is_a_usage_error(
+def test_no_rs_anywhere_means_the_default_address(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # Nothing listens on 127.0.0.1:2882 in the tests (every test RS has a port of its own).
     monkeypatch.delenv("OB_RS", raising=False)
+    assert main(["--insecure", "--timeout", "2", "-e", "SELECT 1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ERROR 2003") and "127.0.0.1:2882" in err, err
+
+
+def test_an_empty_rs_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("OB_RS", " , ")
     with pytest.raises(SystemExit) as info:
         main(["--insecure", "-e", "SELECT 1"])
     assert info.value.code == 2
