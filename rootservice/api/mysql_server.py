@@ -683,6 +683,16 @@ class RsConnection(Connection):
             return result_set(outcome) if outcome.is_result_set else ResultSet([], [])
         return await ensure_result_set(outcome)
 
+    async def handle_stmt_execute(self, data: bytes) -> None:
+        """COM_STMT_EXECUTE: mysql-mimic's, except that a refused statement is answered
+        without its ERROR log line (mysql-mimic logs every error at ERROR; a refusal is
+        the client's error, counted and audited by run_statement, not the server's)."""
+        try:
+            await super().handle_stmt_execute(data)
+        except _ObMysqlError as e:
+            assert isinstance(e.msg, ObError)
+            await self.write_ob_error(e.msg)
+
     async def handle_query(self, data: bytes) -> None:
         """COM_QUERY: the RS's answer (a result set, or OK with affected rows and info),
         mysql-mimic's for local statements, an ERR packet for every ``ObError``."""

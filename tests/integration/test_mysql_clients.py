@@ -368,6 +368,34 @@ def test_every_forbidden_select_shape_is_refused_and_changes_nothing(
     assert whitelist(c) == servers
 
 
+def test_prepared_statements_with_connector_python(c: MyCluster) -> None:
+    """COM_STMT_PREPARE / EXECUTE: parameters bound, refusals with their numbers, and no
+    ERROR line in the RS log for a refused statement (it is the client's error)."""
+    conn = mysql.connector.connect(
+        host="127.0.0.1",
+        port=c.mysql_port,
+        user=OPS,
+        password=OPS_PW,
+        ssl_ca=ca(),
+        database="oceanbase",
+        connection_timeout=10,
+    )
+    try:
+        cur = conn.cursor(prepared=True)
+        cur.execute("SELECT count(*) FROM __all_server WHERE zone = ?", ("z1",))
+        (n,) = cur.fetchone()
+        assert n == dict(expected_reads(c)[0]).get("z1", 0) > 0
+        with pytest.raises(mysql.connector.Error) as e:
+            cur.execute("ALTER SYSTEM DELETE SERVER '127.0.0.9:1'")
+        assert e.value.errno == 4630
+        with pytest.raises(mysql.connector.Error) as e:
+            cur.execute("SELECT sleep(1) FROM __all_server")
+        assert e.value.errno == 1235
+    finally:
+        conn.close()
+    assert "ERROR [rs] mysql_mimic" not in c.rs.log_text()
+
+
 def test_bootstrap_over_the_mysql_protocol(tmp_path: Path) -> None:
     """A fresh RS bootstrapped by the mariadb CLI (root's client certificate, TLS)."""
     procs = ProcSet(tmp_path / "logs")
