@@ -26,6 +26,9 @@ class ErrorDef:
     sqlstate: str
     template: str
     grpc_code: grpc.StatusCode
+    #: ``M1`` of ``ob_errno.def``: the MySQL error number OceanBase puts in the MySQL error
+    #: packet (``ER_NO_SUCH_TABLE`` 1146 for OB_TABLE_NOT_EXIST); None: the code itself.
+    mysql_errno: int | None = None
 
 
 _FP = grpc.StatusCode.FAILED_PRECONDITION
@@ -39,10 +42,16 @@ ERRORS: dict[str, ErrorDef] = {
             "HY000",
             "Incorrect arguments to %s",
             grpc.StatusCode.INVALID_ARGUMENT,
+            mysql_errno=1210,  # ER_WRONG_ARGUMENTS
         ),
         ErrorDef("OB_INIT_TWICE", -4005, "HY000", "The object is initialized twice", _FP),
         ErrorDef(
-            "OB_NOT_SUPPORTED", -4007, "0A000", "%s not supported", grpc.StatusCode.UNIMPLEMENTED
+            "OB_NOT_SUPPORTED",
+            -4007,
+            "0A000",
+            "%s not supported",
+            grpc.StatusCode.UNIMPLEMENTED,
+            mysql_errno=1235,  # ER_NOT_SUPPORTED_YET
         ),
         ErrorDef("OB_TIMEOUT", -4012, "HY000", "Timeout", grpc.StatusCode.DEADLINE_EXCEEDED),
         ErrorDef("OB_ENTRY_EXIST", -4017, "HY000", "%s", grpc.StatusCode.ALREADY_EXISTS),
@@ -323,6 +332,7 @@ ERRORS: dict[str, ErrorDef] = {
             "42S02",
             "Table '%s' doesn't exist",
             grpc.StatusCode.NOT_FOUND,
+            mysql_errno=1146,  # ER_NO_SUCH_TABLE
         ),
         ErrorDef(
             "OB_ERR_BAD_FIELD_ERROR",
@@ -330,6 +340,7 @@ ERRORS: dict[str, ErrorDef] = {
             "42S22",
             "Unknown column '%s' in '%s'",
             grpc.StatusCode.INVALID_ARGUMENT,
+            mysql_errno=1054,  # ER_BAD_FIELD_ERROR
         ),
         ErrorDef(
             "OB_ERR_SYS_CONFIG_UNKNOWN",
@@ -373,6 +384,15 @@ class ObError(Exception):
     def code(self) -> int:
         """Negative OceanBase code, e.g. -4630."""
         return self.definition.code
+
+    @property
+    def mysql_errno(self) -> int:
+        """The error number of the MySQL error packet, as OceanBase encodes it
+        (``ob_errno.def``: "mysql errno used in error packet encoding"): the row's MySQL
+        mapping when it has one (``OB_TABLE_NOT_EXIST`` -> 1146), else the code made positive
+        (``OB_TIMEOUT`` -> 4012, ``ER_ACCESS_DENIED_ERROR`` -> 1045)."""
+        mapped = self.definition.mysql_errno
+        return mapped if mapped is not None else abs(self.code)
 
     @property
     def sqlstate(self) -> str:

@@ -13,8 +13,10 @@ Where mysql-mimic falls short, its classes are subclassed (never raw packets for
 writes itself):
 
 - errors: mysql-mimic maps a code to a SQLSTATE from a fixed table; :class:`RsConnection`
-  sends each ``ObError`` with its own code (positive, as OceanBase prints ``ERROR 4630
-  (HY000)``) and SQLSTATE (:func:`error_packet`).
+  sends each ``ObError`` with OceanBase's MySQL error number (``ObError.mysql_errno``: the
+  MySQL mapping of ``ob_errno.def`` where there is one, ``ERROR 1146 (42S02)`` for
+  OB_TABLE_NOT_EXIST, else the positive OB code, ``ERROR 4630 (HY000)``) and its SQLSTATE
+  (:func:`error_packet`).
 - OK packets: mysql-mimic sends a bare OK; :func:`ok_packet` adds ``affected_rows`` and the
   ``info`` text of :class:`rootservice.api.dispatch.Result`.
 - logins: :mod:`rootservice.api.mysql_auth`; a refused login closes the connection (mysql-
@@ -175,10 +177,6 @@ def route(sql: str, database: str | None = None) -> str:
 # --------------------------------------------------------------------------- packets
 
 
-def _wire_code(code: int) -> int:
-    # OceanBase prints OB errors with the positive code (ERROR 4012), MySQL's are positive.
-    return abs(code)
-
 
 def error_message(err: ObError) -> str:
     """The message of ``err``'s error packet: :meth:`ObError.to_sql_text` without its
@@ -195,7 +193,7 @@ def error_packet(
     sqlstate: str = "",
     msg: str = "",
 ) -> bytes:
-    """An ERR packet with ``err``'s positive code, SQLSTATE and :func:`error_message` (or
+    """An ERR packet with ``err``'s MySQL error number (``ObError.mysql_errno``), SQLSTATE and :func:`error_message` (or
     the given ``code`` / ``sqlstate`` / ``msg``), cut to :data:`MAX_ERROR_MESSAGE_BYTES`.
 
     Built here because mysql-mimic's ``make_error`` takes the SQLSTATE from a fixed table of
@@ -203,7 +201,7 @@ def error_packet(
     42000); the layout is the same (0xFF, code, ``#`` + SQLSTATE with CLIENT_PROTOCOL_41,
     message)."""
     if err is not None:
-        code, sqlstate, msg = _wire_code(err.code), err.sqlstate, error_message(err)
+        code, sqlstate, msg = err.mysql_errno, err.sqlstate, error_message(err)
     parts = [uint_1(0xFF), uint_2(code)]
     if packets.Capabilities.CLIENT_PROTOCOL_41 in capabilities:
         parts.append(str_fixed(1, b"#"))

@@ -306,10 +306,10 @@ FORBIDDEN = [
     ("SELECT load_extension('/tmp/x.so')", 1235),
     ("SELECT set_config('statement_timeout', '0', false)", 1235),
     ("SELECT benchmark(100000000, md5('x'))", 1235),
-    ("SELECT * FROM sqlite_master", 5019),
-    ("SELECT * FROM pg_catalog.pg_user", 5019),  # OB_TABLE_NOT_EXIST, MySQL's 1146
-    ("SELECT * FROM mysql.user", 5019),
-    ("SELECT * FROM __all_user", 5019),
+    ("SELECT * FROM sqlite_master", 1146),
+    ("SELECT * FROM pg_catalog.pg_user", 1146),  # OB_TABLE_NOT_EXIST: ER_NO_SUCH_TABLE
+    ("SELECT * FROM mysql.user", 1146),
+    ("SELECT * FROM __all_user", 1146),
     ("SELECT 1; DROP TABLE __all_server", 1064),
     ("WITH d AS (DELETE FROM __all_server RETURNING *) SELECT * FROM d", 1235),
     ("SELECT * FROM __all_server FOR UPDATE", 1235),

@@ -82,6 +82,19 @@ def test_error_packet_carries_the_obs_code_and_sqlstate() -> None:
     pkt = error_packet(P41, denied)
     assert int.from_bytes(pkt[1:3], "little") == 1227 and pkt[3:9] == b"#42000"
     assert pkt[9:].decode().startswith("Access denied; you need")  # MySQL's: no name
+    # ob_errno.def's MySQL mapping where it has one (what clients test for: 1146 ...).
+    for name, args, errno, state in [
+        ("OB_TABLE_NOT_EXIST", ("oceanbase.t",), 1146, b"#42S02"),
+        ("OB_ERR_BAD_FIELD_ERROR", ("x", "field list"), 1054, b"#42S22"),
+        ("OB_INVALID_ARGUMENT", ("zone",), 1210, b"#HY000"),
+        ("OB_NOT_SUPPORTED", ("x",), 1235, b"#0A000"),
+        ("OB_TIMEOUT", (), 4012, b"#HY000"),  # no mapping: the OB code
+    ]:
+        e = ObError(name, *args)
+        assert e.mysql_errno == errno
+        pkt = error_packet(P41, e)
+        assert (int.from_bytes(pkt[1:3], "little"), pkt[3:9]) == (errno, state), name
+        assert e.code < 0 and abs(e.code) != errno or name == "OB_TIMEOUT"
     tls = error_packet(P41, ObError("ER_SECURE_TRANSPORT_REQUIRED"))
     assert int.from_bytes(tls[1:3], "little") == 3159 and tls[3:9] == b"#HY000"
     # Without CLIENT_PROTOCOL_41 there is no SQLSTATE; long messages are cut at 512 bytes.
