@@ -177,7 +177,6 @@ def route(sql: str, database: str | None = None) -> str:
 # --------------------------------------------------------------------------- packets
 
 
-
 def error_message(err: ObError) -> str:
     """The message of ``err``'s error packet: :meth:`ObError.to_sql_text` without its
     ``ERROR n (SQLSTATE): `` prefix (an OB error keeps its name, as obadmin prints it)."""
