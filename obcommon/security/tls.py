@@ -235,3 +235,48 @@ class TransportSecurity:
         if self.insecure:
             return "INSECURE: plaintext gRPC, no authentication (every client is root)"
         return f"mutual TLS with certificates from {self.certs_dir}"
+
+
+class ChannelCache:
+    """One synchronous channel per ``host:port``, opened through a :class:`TransportSecurity`
+    on first use and reopened after a certificate rotation (``generation()`` changed: new
+    connections must present the new pair). Thread-safe; channels are closed outside the
+    lock. Used by the RS's clients of the agents and of the leader."""
+
+    def __init__(self, security: TransportSecurity) -> None:
+        """No channel is opened yet."""
+        self.security = security
+        self._channels: dict[str, grpc.Channel] = {}
+        self._generation = security.generation()
+        self._lock = threading.Lock()
+
+    def get(self, addr: str) -> grpc.Channel:
+        """The channel to ``addr``, opened if needed (closing every channel of older
+        certificates first)."""
+        generation = self.security.generation()
+        stale: list[grpc.Channel] = []
+        with self._lock:
+            if generation != self._generation:
+                stale, self._channels = list(self._channels.values()), {}
+                self._generation = generation
+            ch = self._channels.get(addr)
+            if ch is None:
+                ch = self._channels[addr] = self.security.channel(addr)
+        for old in stale:
+            old.close()
+        return ch
+
+    def forget(self, addr: str) -> None:
+        """Close the channel to ``addr`` (a failed or departed peer); the next :meth:`get`
+        opens a new one."""
+        with self._lock:
+            ch = self._channels.pop(addr, None)
+        if ch is not None:
+            ch.close()
+
+    def close(self) -> None:
+        """Close every channel; later calls of :meth:`get` open new ones."""
+        with self._lock:
+            channels, self._channels = list(self._channels.values()), {}
+        for ch in channels:
+            ch.close()

@@ -16,7 +16,6 @@ answer is OB_RS_NOT_MASTER with the hint), the statement itself by ``forward_tim
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +23,7 @@ import grpc
 
 from obcommon.errors import ObError
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
-from obcommon.security.tls import TransportSecurity
+from obcommon.security.tls import ChannelCache, TransportSecurity
 from rootservice.api.dispatch import ForwardedResult, LeaderRefusal
 from rootservice.app import RootService
 from rootservice.auth.principal import Principal
@@ -93,23 +92,7 @@ class GrpcForwarder:
         self.security = security
         self.connect_timeout_us = connect_timeout_us
         self.timeout_us = timeout_us
-        self._channels: dict[str, grpc.Channel] = {}
-        self._generation = security.generation()
-        self._lock = threading.Lock()
-
-    def _channel(self, leader: str) -> grpc.Channel:
-        generation = self.security.generation()
-        stale: list[grpc.Channel] = []
-        with self._lock:
-            if generation != self._generation:
-                stale, self._channels = list(self._channels.values()), {}
-                self._generation = generation
-            ch = self._channels.get(leader)
-            if ch is None:
-                ch = self._channels[leader] = self.security.channel(leader)
-        for old in stale:
-            old.close()
-        return ch
+        self._channels = ChannelCache(security)
 
     def forward(self, leader: str, text: str, principal: Principal) -> ForwardedResult:
         """:meth:`rootservice.api.dispatch.Forwarder.forward`: ``ExecuteSql`` on ``leader``
@@ -118,7 +101,7 @@ class GrpcForwarder:
         ``connect_timeout_us`` or the call fails before reaching the leader, and
         ``ObError("OB_TIMEOUT")`` when the leader took the call but did not answer within
         ``timeout_us``."""
-        ch = self._channel(leader)
+        ch = self._channels.get(leader)
         try:
             grpc.channel_ready_future(ch).result(timeout=self.connect_timeout_us() / 1e6)
         except grpc.FutureTimeoutError:
@@ -151,17 +134,11 @@ class GrpcForwarder:
 
     def forget(self, leader: str) -> None:
         """Close the cached channel to ``leader`` (a failed or stale leader)."""
-        with self._lock:
-            ch = self._channels.pop(leader, None)
-        if ch is not None:
-            ch.close()
+        self._channels.forget(leader)
 
     def close(self) -> None:
         """Close every cached channel."""
-        with self._lock:
-            channels, self._channels = list(self._channels.values()), {}
-        for ch in channels:
-            ch.close()
+        self._channels.close()
 
 
 def forwarder_for(rs: RootService) -> GrpcForwarder | None:

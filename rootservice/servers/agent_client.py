@@ -10,14 +10,13 @@ the certificates are rotated. Every call has a deadline of ``rpc_timeout``; a fa
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
 import grpc
 
 from obcommon.errors import ObError
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
-from obcommon.security.tls import TransportSecurity
+from obcommon.security.tls import ChannelCache, TransportSecurity
 
 
 @dataclass(frozen=True)
@@ -39,25 +38,10 @@ class AgentClient:
         call; channels are opened through ``security``."""
         self.timeout_us = timeout_us
         self.security = security
-        self._channels: dict[str, grpc.Channel] = {}
-        self._generation = security.generation()
-        self._lock = threading.Lock()
+        self._channels = ChannelCache(security)
 
     def _stub(self, server: str) -> obrpc_pb2_grpc.ObserverServiceStub:
-        generation = self.security.generation()
-        stale: list[grpc.Channel] = []
-        with self._lock:
-            if generation != self._generation:
-                # Rotated certificates: new connections must present the new pair.
-                stale, self._channels = list(self._channels.values()), {}
-                self._generation = generation
-            ch = self._channels.get(server)
-            if ch is None:
-                ch = self.security.channel(server)
-                self._channels[server] = ch
-        for old in stale:
-            old.close()
-        return obrpc_pb2_grpc.ObserverServiceStub(ch)
+        return obrpc_pb2_grpc.ObserverServiceStub(self._channels.get(server))
 
     def check_server_empty(self, server: str, epoch: int) -> EmptyCheck:
         """Ask ``server`` ('ip:port') whether it is empty. Raises
@@ -101,17 +85,11 @@ class AgentClient:
 
     def forget(self, server: str) -> None:
         """Close the cached channel of a server that left the whitelist."""
-        with self._lock:
-            ch = self._channels.pop(server, None)
-        if ch is not None:
-            ch.close()
+        self._channels.forget(server)
 
     def close(self) -> None:
         """Close every cached channel; later calls open new ones."""
-        with self._lock:
-            channels, self._channels = list(self._channels.values()), {}
-        for ch in channels:
-            ch.close()
+        self._channels.close()
 
 
 def _rpc_detail(e: grpc.RpcError) -> str:

@@ -144,3 +144,27 @@ def test_a_server_presents_a_rotated_certificate_without_restart(tmp_path: Path)
     assert before != after
     assert after == x509.load_pem_x509_certificate((certs / "rs.crt").read_bytes()).serial_number
     assert gen == 1
+
+
+def test_channel_cache_reuses_and_reopens_after_rotation_or_forget(tmp_path: Path) -> None:
+    certs, key = _node_dir(tmp_path)
+    sec = TransportSecurity.from_flags(certs, False, Role.NODE)
+    cache = tls.ChannelCache(sec)
+    a = cache.get("127.0.0.1:1")
+    assert cache.get("127.0.0.1:1") is a and cache.get("127.0.0.1:2") is not a
+    cache.forget("127.0.0.1:1")
+    b = cache.get("127.0.0.1:1")
+    assert b is not a
+    # A new pair: every channel of the old one is replaced.
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    shutil.copy(certs / CA_CERT, scratch / CA_CERT)
+    create_cert(scratch, key, Role.NODE, "127.0.0.1:2882", VALID)
+    shutil.copy(scratch / "node.key", certs / "node.key")
+    shutil.copy(scratch / "node.crt", certs / "node.crt")
+    assert sec.refresh() is True
+    c = cache.get("127.0.0.1:1")
+    assert c is not b and cache.get("127.0.0.1:1") is c
+    cache.close()
+    assert cache.get("127.0.0.1:1") is not c
+    cache.close()
