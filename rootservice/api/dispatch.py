@@ -448,6 +448,12 @@ def run_statement(
     statement: ast.Statement | None = None
     to_leader = None if forwarded_by else forwarder
 
+    def record(outcome: str) -> None:
+        if audited(statement, text, outcome):
+            rs.audit.record(
+                principal.user, principal.client_addr, text, outcome, forwarded_by=forwarded_by
+            )
+
     def forward() -> Result | None:
         leader = rs.leader_hint()
         if to_leader is None or not leader:
@@ -465,31 +471,18 @@ def run_statement(
         raise
     except ObError as e:
         rs.metrics.inc("statements_refused_total")
-        if audited(statement, text, e.name):
-            rs.audit.record(
-                principal.user, principal.client_addr, text, e.name, forwarded_by=forwarded_by
-            )
+        record(e.name)
         raise
     except Exception:
         log.exception("statement failed unexpectedly: %s", redact(text, 200))
         rs.metrics.inc("statements_refused_total")
-        if audited(statement, text, "OB_ERR_UNEXPECTED"):
-            rs.audit.record(
-                principal.user,
-                principal.client_addr,
-                text,
-                "OB_ERR_UNEXPECTED",
-                forwarded_by=forwarded_by,
-            )
+        record("OB_ERR_UNEXPECTED")
         raise ObError("OB_ERR_UNEXPECTED", detail="see the root service log") from None
     if isinstance(result, ForwardedResult):
         rs.metrics.inc("statements_forwarded_total")
         return result
     rs.metrics.inc("statements_total")
-    if audited(statement, text, "OK"):
-        rs.audit.record(
-            principal.user, principal.client_addr, text, "OK", forwarded_by=forwarded_by
-        )
+    record("OK")
     return result
 
 
