@@ -741,15 +741,59 @@ class RsMysqlStream:
     ``SSLProtocol`` as ``loop.start_tls`` does and feeds it the bytes left in the reader's
     buffer first (asyncio's private SSLProtocol of Python 3.11; pinned by requires-python)."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Wrap a mysql-mimic stream over ``reader`` / ``writer``."""
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        max_payload_bytes: int = 4 * 1024 * 1024,
+    ) -> None:
+        """Wrap a mysql-mimic stream over ``reader`` / ``writer``; a client payload over
+        ``max_payload_bytes`` closes the connection (:meth:`read`)."""
         self.inner = MysqlStream(reader, writer)
         self.reader = reader
         self.writer = writer
+        self.max_payload_bytes = max_payload_bytes
 
     def __getattr__(self, name: str) -> Any:
-        # Everything but start_tls is mysql-mimic's.
+        # Everything but read and start_tls is mysql-mimic's.
         return getattr(self.inner, name)
+
+    async def read(self) -> bytes:
+        """One client payload (its packets joined), as mysql-mimic's ``read`` but bounded:
+        mysql-mimic has no ``max_allowed_packet`` and joins packets of any total size, so
+        anyone, before logging in, could make the RS hold gigabytes. A payload announced
+        over ``max_payload_bytes`` is refused by its header, before its body is read, and
+        the connection closed (MySQL answers 1153 and closes too). Raises mysql-mimic's
+        ``ConnectionClosed`` for that and for a connection that ends, ``MysqlError`` for a
+        packet out of sequence."""
+        data = bytearray()
+        for _ in range(self.max_payload_bytes // 0xFFFFFF + 2):
+            try:
+                header = await self.reader.readexactly(4)
+            except asyncio.IncompleteReadError:
+                raise ConnectionClosed() from None
+            word = int.from_bytes(header, "little")
+            length, sequence_id = word & 0xFFFFFF, word >> 24
+            expected = next(self.inner.seq)
+            if sequence_id != expected:
+                raise MysqlError(
+                    f"Expected seq({expected}) got seq({sequence_id})",
+                    ErrorCode.MALFORMED_PACKET,
+                )
+            if len(data) + length > self.max_payload_bytes:
+                log.info(
+                    "MySQL client sent a packet over %d bytes: connection closed",
+                    self.max_payload_bytes,
+                )
+                raise ConnectionClosed()
+            if length:
+                try:
+                    data += await self.reader.readexactly(length)
+                except asyncio.IncompleteReadError:
+                    raise ConnectionClosed() from None
+            if length < 0xFFFFFF:
+                return bytes(data)
+        raise ConnectionClosed()  # pragma: no cover - the size check ends the loop first
 
     async def start_tls(self, ssl_context: ssl.SSLContext) -> None:
         """Upgrade the connection to TLS as the server side (see the class docstring)."""
@@ -839,7 +883,8 @@ class RsMysqlServer(MysqlServer):
     ) -> None:
         # mysql-mimic's callback builds its own Connection class; this one builds ours, with
         # a login provider per connection (the plugins need the connection's TLS facts).
-        stream = RsMysqlStream(reader, writer)
+        # The statement bound plus room for the command byte and query attributes.
+        stream = RsMysqlStream(reader, writer, self.rs.settings.max_statement_bytes + 64 * 1024)
         facts = LoginFacts()
         session = RsSession(self.rs, self.admission, self.variables, self.forwarder)
         provider = RsIdentityProvider(self.rs, self.admission, self.sha2_cache, facts)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
+from typing import Any
 
+import pytest
 from mysql_mimic.types import Capabilities, ColumnType, ServerStatus
 
 from obcommon.errors import ObError
@@ -136,3 +138,37 @@ def test_column_types_declared_or_inferred() -> None:
         ColumnType.VAR_STRING,
     ]
     assert list(rs.rows) == [(1, "2026-01-02 03:04:05", None)]
+
+
+def _stream_with(data: bytes, max_payload_bytes: int) -> Any:
+    import asyncio
+
+    from rootservice.api.mysql_server import RsMysqlStream
+
+    reader = asyncio.StreamReader()
+    reader.feed_data(data)
+    reader.feed_eof()
+    return RsMysqlStream(reader, None, max_payload_bytes)  # type: ignore[arg-type]
+
+
+def _packet(seq: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "little") + bytes([seq]) + payload
+
+
+def test_stream_reads_payloads_up_to_the_bound_and_closes_past_it() -> None:
+    import asyncio
+
+    from mysql_mimic.stream import ConnectionClosed
+
+    async def read(data: bytes, bound: int) -> bytes:
+        return await _stream_with(data, bound).read()  # type: ignore[no-any-return]
+
+    body = b"\x03SELECT 1"
+    assert asyncio.run(read(_packet(0, body), len(body))) == body  # at the bound
+    with pytest.raises(ConnectionClosed):  # one byte past it: refused by the header
+        asyncio.run(read(_packet(0, body), len(body) - 1))
+    # A header announcing 16 MiB is refused before its body is read (none is sent here).
+    with pytest.raises(ConnectionClosed):
+        asyncio.run(read(b"\xff\xff\xff\x00", 4 * 1024 * 1024))
+    with pytest.raises(ConnectionClosed):  # a connection that ends mid-packet
+        asyncio.run(read(_packet(0, body)[:6], 1024))
