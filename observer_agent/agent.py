@@ -46,6 +46,7 @@ from observer_agent.identity import (
     load_identity,
 )
 from observer_agent.lease import LeaseClient
+from observer_agent.metrics import AgentMetrics
 from observer_agent.replicas.log import LOG_KEEP_ENTRIES
 from observer_agent.replicas.manager import ReplicaManager
 from observer_agent.replicas.serving import DATA_CHUNK_DEFAULT
@@ -104,6 +105,7 @@ class Agent:
         self.data_dir = Path(settings.data_dir)
         self.address = AgentAddress(settings)
         self.log = AgentLog(self.address)
+        self.metrics = AgentMetrics()
 
         self.data_dir.mkdir(parents=True, exist_ok=True)
         identity: ClusterIdentity | None = load_identity(self.data_dir)

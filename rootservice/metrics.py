@@ -7,6 +7,8 @@ import threading
 from collections import deque
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 
 class LatencyWindow:
     """The last ``size`` samples (microseconds) with nearest-rank percentiles."""
@@ -51,6 +53,8 @@ class Metrics:
         self._counters: dict[str, int] = {}
         self._lock = threading.Lock()
         self.windows: dict[str, LatencyWindow] = {}
+        # The Prometheus collectors of this process (issue 12), served at /metrics.
+        self.registry = CollectorRegistry()
 
     def inc(self, name: str, n: int = 1) -> None:
         """Add ``n`` to counter ``name``, creating it at 0 first if needed."""
