@@ -19,12 +19,12 @@ PYTEST_ARGS ?=
 # first, by size).
 PYTEST_WORKERS ?= 4
 
-.PHONY: setup pg-binaries mysql-clients test demo bench bench-mysql bench-spark chaos lint proto clean
+.PHONY: setup pg-binaries mysql-clients browser test demo bench bench-mysql bench-spark chaos lint proto clean
 
 # The Spark jobs (rootservice/jobs) read PostgreSQL through JDBC with Debian's driver jar.
 PG_JDBC_JAR ?= /usr/share/java/postgresql.jar
 
-setup: $(STAMP) pg-binaries mysql-clients
+setup: $(STAMP) pg-binaries mysql-clients browser
 	@if [ ! -f $(PG_JDBC_JAR) ]; then \
 	    if [ "$$(id -u)" != 0 ] || ! command -v $(firstword $(APT_GET)) >/dev/null 2>&1; then \
 	        echo "$(PG_JDBC_JAR) (the PostgreSQL JDBC driver of the Spark jobs) not found: install Debian's libpostgresql-jdbc-java, e.g. 'sudo apt-get install libpostgresql-jdbc-java', or run 'make setup' as root." >&2; \
@@ -56,6 +56,26 @@ mysql-clients:
 	$(APT_GET) install -y -q --no-install-recommends $$missing </dev/null || \
 	{ $(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends $$missing </dev/null; } || exit 1; \
 	[ -f $(MARIADB_JAR) ] || { echo "libmariadb-java installed but $(MARIADB_JAR) is missing" >&2; exit 1; }
+
+# The dashboard test (issue 12, item 4) drives Debian's headless Chromium through selenium
+# and Debian's chromedriver (selenium is never let to download a browser: CI has no internet).
+# Missing ones are installed with apt-get when run as root.
+CHROMIUM ?= /usr/bin/chromium
+CHROMEDRIVER ?= /usr/bin/chromedriver
+browser:
+	@missing=""; \
+	[ -x $(CHROMIUM) ] || missing="$$missing chromium"; \
+	[ -x $(CHROMEDRIVER) ] || missing="$$missing chromium-driver"; \
+	[ -z "$$missing" ] && exit 0; \
+	if [ "$$(id -u)" != 0 ] || ! command -v $(firstword $(APT_GET)) >/dev/null 2>&1; then \
+	    echo "The dashboard test needs:$$missing (Debian packages): install them, e.g. 'sudo apt-get install$$missing', or run 'make setup' as root." >&2; \
+	    exit 1; \
+	fi; \
+	echo "Installing$$missing with apt-get (the dashboard test's headless browser)"; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	$(APT_GET) install -y -q --no-install-recommends $$missing </dev/null || \
+	{ $(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends $$missing </dev/null; } || exit 1; \
+	[ -x $(CHROMIUM) ] && [ -x $(CHROMEDRIVER) ] || { echo "chromium / chromium-driver installed but $(CHROMIUM) or $(CHROMEDRIVER) is missing" >&2; exit 1; }
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -138,4 +158,4 @@ proto:
 clean:
 	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -print0 | xargs -0 rm -rf
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build
-	rm -rf demo_data rs_data .bench
+	rm -rf demo_data rs_data .bench .test-artifacts
