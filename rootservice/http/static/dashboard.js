@@ -9,7 +9,11 @@
 "use strict";
 
 (function () {
-  const API = "/api/v1/cluster";
+  // Resolved against the origin, not the document's URL: a page opened as
+  // https://user:pw@host/ would otherwise pass the credentials on to the fetch() URL, which
+  // fetch refuses ("Request cannot be constructed from a URL that includes credentials").
+  // The browser's HTTP authentication cache supplies them instead.
+  const API = new URL("/api/v1/cluster", window.location.origin).href;
   const POLL_MS = 1000;
   // A poll that hangs must not hold the next one back for long: the page must notice a lost
   // RS within about two polls.
