@@ -27,8 +27,9 @@ def test_every_static_file_is_package_data() -> None:
 def test_the_page_loads_only_its_own_files() -> None:
     html = (STATIC / "index.html").read_text(encoding="utf-8")
     refs = re.findall(r'(?:src|href)="([^"]*)"', html)
-    assert sorted(refs) == ["dashboard.css", "dashboard.js", "data:,"]
-    assert all((STATIC / r).is_file() for r in refs if r != "data:,")
+    # Served by the RS's add_static("/static/", ...) (rootservice/http/server.py).
+    assert sorted(refs) == ["/static/dashboard.css", "/static/dashboard.js", "data:,"]
+    assert all((STATIC / r.removeprefix("/static/")).is_file() for r in refs if r != "data:,")
     css = (STATIC / "dashboard.css").read_text(encoding="utf-8")
     assert "@import" not in css and "url(" not in css
 
