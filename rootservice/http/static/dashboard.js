@@ -286,6 +286,8 @@
         try {
           const body = await resp.json();
           if (body && body.error) msg += ` ${body.error}`;
+          // A standby answers 503 with the leader's gRPC address: say where to look.
+          if (body && body.leader) msg += ` (leader: ${body.leader})`;
         } catch (_) {
           // Not JSON (a proxy's error page): the status alone says enough.
         }
