@@ -34,6 +34,9 @@ FILE_GROUPS: dict[str, str] = {
     # The module-scoped secure cluster would otherwise start on every worker.
     "tests/integration/test_trust_boundary.py": "trust_boundary",
     "tests/integration/test_mysql_clients.py": "mysql_clients",
+    # A headless Chromium (several processes, ~300 MB) beside each cluster: its SQLite and
+    # PostgreSQL runs go one after the other rather than two browsers side by side.
+    "tests/integration/test_dashboard.py": "browser",
     # These tests bind fixed ports of their own range; run them in turn, never side by side.
     "tests/unit/support/test_ports.py": "fixed_ports",
 }
