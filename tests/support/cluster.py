@@ -129,8 +129,11 @@ def agent_cmd(
     **flags: Any,
 ) -> list[str]:
     """Command line of the observer agent; ``rs_list`` may be a list of ``host:port``.
-    Secured like :func:`rs_cmd` (a node certificate for ``rpc_addr``)."""
+    Secured like :func:`rs_cmd` (a node certificate for ``rpc_addr``); ``--http-addr`` on a
+    free port unless ``http_addr`` is given."""
     flags = _security_flags(Role.NODE, rpc_addr, flags)
+    # Its own HTTP port (issue 12; the default 8088 would be shared by every agent).
+    flags = {"http_addr": f"127.0.0.1:{free_port()}", **flags}
     if not isinstance(rs_list, str):
         rs_list = ",".join(rs_list)
     return [
