@@ -234,6 +234,10 @@ def test_dashboard_shows_a_killed_agent_inactive_without_a_reload(
             message="the statement with markup among the events, as text",
         )
         assert driver.execute_script("return document.getElementById('ob-xss')") is None
+        # No script errors, no failed loads while the RS was up (a 401 answered with the
+        # credentials is not logged).
+        severe = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
+        assert not severe, severe
         shot = _save_screenshot(driver, f"dashboard-{backend}.png", tmp_path)
         assert shot.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
 

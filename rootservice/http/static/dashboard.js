@@ -232,6 +232,18 @@
     document.getElementById("jobs-body").replaceChildren(...rows);
   }
 
+  // One "name=value" of an event. Event values are strings (value1..value6 of
+  // __all_rootservice_event_history); a "*_time" one holding microseconds since the epoch
+  // (e.g. lease_expire's last_hb_time) is shown as a time, the raw number in its tooltip.
+  function eventValue(k, v) {
+    const isTime = /_time$/.test(k) && /^[0-9]{15,17}$/.test(v);
+    return el("span", { className: "kv", title: isTime ? v : null }, [
+      el("b", { text: k }),
+      "=",
+      isTime ? fmtTime(Number(v)) : v,
+    ]);
+  }
+
   function drawEvents(snap) {
     const events = snap.events || [];
     const rows = events.map((e) =>
@@ -242,9 +254,7 @@
         el(
           "td",
           { className: "values" },
-          Object.entries(e.values || {}).map(([k, v]) =>
-            el("span", { className: "kv" }, [el("b", { text: k }), "=", String(v)])
-          )
+          Object.entries(e.values || {}).map(([k, v]) => eventValue(k, String(v)))
         ),
         el("td", { className: "mono", text: e.rs || "" }),
       ])
