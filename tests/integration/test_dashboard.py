@@ -25,7 +25,7 @@ How the browser gets in:
   networking, component updates and sync are off.
 
 Screenshots: ``dashboard-<backend>.png`` (after the kill and the job, i.e. an INACTIVE row and
-a job row) both in the test's ``tmp_path`` and in ``.test-artifacts/`` at the repository root
+a job row) and ``dashboard-lost-<backend>.png`` (the RS stopped) both in the test's ``tmp_path`` and in ``.test-artifacts/`` at the repository root
 (ignored by git), the stable place to look at after a run.
 
 Skipped, with the reason, only when Chromium or chromedriver is missing (``make browser``,
@@ -251,6 +251,7 @@ def test_dashboard_shows_a_killed_agent_inactive_without_a_reload(
         )
         banner = driver.find_element("id", "connection").text
         assert banner.startswith("connection lost since "), banner
+        _save_screenshot(driver, f"dashboard-lost-{backend}.png", tmp_path)
         c.start_rs(http_addr=http_addr)
         wait_until(
             lambda: _body(driver, "data-connection") == "ok",
