@@ -194,10 +194,17 @@ class TransportSecurity:
         if self.insecure:
             return int(server.add_insecure_port(addr))
         initial = self._server_config()
+        served = [self._generation]
 
         def fetch() -> Any:
             # Called by gRPC at each new handshake; None keeps the current configuration.
-            return self._server_config() if self.refresh() else None
+            # Compared with the generation last served, not with refresh()'s answer: another
+            # reader (the MySQL / HTTP endpoints' TLS contexts) may have taken the change.
+            gen = self.generation()
+            if gen == served[0]:
+                return None
+            served[0] = gen
+            return self._server_config()
 
         creds = grpc.dynamic_ssl_server_credentials(
             initial, fetch, require_client_authentication=True
