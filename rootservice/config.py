@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from obcommon.durations import Duration, format_duration, parse_duration
 from obcommon.errors import ObError
+from obcommon.logs import check_log_format
 
 
 @dataclass(frozen=True)
@@ -201,6 +202,13 @@ class RsSettings(BaseSettings):
     # line refuses to start with neither.
     certs_dir: Path | None = None
     insecure: bool = False
+    # The log lines' format (issue 12 item 5, obcommon/logs.py): "text" or "json".
+    log_format: str = "text"
+
+    @field_validator("log_format")
+    @classmethod
+    def _check_log_format(cls, value: str) -> str:
+        return check_log_format(value)
 
     @model_validator(mode="after")
     def _check(self) -> RsSettings:
