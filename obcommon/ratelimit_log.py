@@ -84,6 +84,12 @@ class RateLimitedLog:
             self._last.pop(key, None)
             self._suppressed.pop(key, None)
 
+    def clear(self) -> None:
+        """Forget every key (:meth:`reset` of all)."""
+        with self._lock:
+            self._last.clear()
+            self._suppressed.clear()
+
     def suppressed(self, key: str) -> int:
         """Lines of ``key`` not logged since its last logged line."""
         with self._lock:

@@ -105,7 +105,8 @@ class LeaseClient:
     Public state (read it, do not write it): ``identity``, ``highest_epoch``,
     ``lease_expire_time``, ``server_id``, ``rs_server_status``, ``start_service_time``,
     ``serving``, ``registered``, ``accepted_count``, ``refused_count``,
-    ``last_accepted_rs``, ``last_refusal``.
+    ``last_accepted_rs``, ``last_refusal``, ``refusals_in_row``, ``repeat_log`` (the rate
+    limiter of repeated warnings: keys ``refused`` and ``unreachable <ip:port>``).
     """
 
     def __init__(
@@ -153,7 +154,7 @@ class LeaseClient:
         # Refusals in a row that back off (reset by an accepted lease), and the rate limiter
         # of the warnings that would repeat every round.
         self.refusals_in_row = 0
-        self._repeat_log = RateLimitedLog(log, clock, REPEAT_LOG_US)
+        self.repeat_log = RateLimitedLog(log, clock, REPEAT_LOG_US)
         self._heartbeat_now = False
         self._lease_lapse_logged = False
         self._stop: asyncio.Event | None = None
@@ -294,8 +295,7 @@ class LeaseClient:
         if self.refusals_in_row:
             self.log.info("lease accepted by %s after %d refusals", rs_addr, self.refusals_in_row)
         self.refusals_in_row = 0
-        self._repeat_log.reset("refused")
-        self._repeat_log.reset("unreachable")
+        self.repeat_log.clear()
         self.registered = True
         self.accepted_count += 1
         self.last_accepted_rs = rs_addr
@@ -312,7 +312,7 @@ class LeaseClient:
         self.last_refusal = err
         if err.name not in _NO_BACKOFF:
             self.refusals_in_row += 1
-        self._repeat_log.warning(
+        self.repeat_log.warning(
             "refused",
             "lease refused by %s: %s",
             rs_addr,
@@ -427,8 +427,8 @@ class LeaseClient:
                     )
                     self.rs.prefer(addr)
                     return jitter
-                self._repeat_log.warning(
-                    "unreachable",
+                self.repeat_log.warning(
+                    f"unreachable {addr}",
                     "cannot get a lease from %s: %s",
                     addr,
                     describe_exception(e),
