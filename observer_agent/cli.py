@@ -6,6 +6,7 @@ Usage::
         --sql-port 2881 --zone z1 --data-dir /data/ob [--heartbeat-interval 2s] \\
         [--rpc-timeout 2s] [--build-version S] [--log-disk-size SIZE] \\
         [--disk-probe-interval 5s] [--resource-refresh-interval 10s] [--log-level INFO] \\
+        [--log-format text|json] \\
         [--replica-size 4M] [--log-interval 500ms] [--cpu-count N] [--memory-limit SIZE] \\
         [--max-concurrent-copies 2] [--http-addr 127.0.0.1:8088]
 
@@ -62,6 +63,7 @@ from typing import Any, NoReturn
 
 from pydantic import ValidationError
 
+from obcommon import logs
 from obcommon.clock import SystemClock
 from obcommon.security.certs import Role
 from obcommon.security.tls import SecurityConfigError, TransportSecurity
@@ -75,9 +77,6 @@ PROG = "observer-agent"
 EXIT_OK = 0
 EXIT_START_FAILED = 1
 EXIT_BAD_SETTINGS = 2
-
-LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)s [%(ob_server)s] %(name)s: %(message)s"
-LOG_DATEFMT = "%Y-%m-%d %H:%M:%S"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -107,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--disk-probe-interval", help="data-disk probe period, e.g. 5s")
     p.add_argument("--resource-refresh-interval", help="resource refresh period, e.g. 10s")
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR")
+    p.add_argument("--log-format", help="text (default) or json: one JSON object per line")
     p.add_argument(
         "--certs-dir", help="ca.crt and node.crt / node.key (CN = --rpc-addr): mutual TLS"
     )
@@ -158,23 +158,10 @@ def load_settings(argv: list[str] | None) -> AgentSettings:
     return AgentSettings(**given)
 
 
-class _ServerField(logging.Filter):
-    def __init__(self, server: str) -> None:
-        super().__init__()
-        self.server = server
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if not hasattr(record, "ob_server"):
-            record.ob_server = self.server
-        return True
-
-
 def setup_logging(settings: AgentSettings) -> None:
-    """Log to stderr with timestamps and the server address, at ``settings.log_level``."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.addFilter(_ServerField(settings.rpc_addr))
-    handler.setFormatter(logging.Formatter(LOG_FORMAT, LOG_DATEFMT))
-    logging.basicConfig(level=settings.log_level, handlers=[handler], force=True)
+    """Log to stderr in the format of the RS (:mod:`obcommon.logs`, component ``agent``, the
+    agent's ``rpc_addr``), at ``settings.log_level``, as ``settings.log_format``."""
+    logs.setup_logging("agent", settings.rpc_addr, settings.log_level, settings.log_format)
 
 
 async def serve(settings: AgentSettings) -> int:

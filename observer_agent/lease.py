@@ -28,6 +28,7 @@ from obcommon.addresses import parse_host_port
 from obcommon.clock import Clock
 from obcommon.errors import ObError, error_from_proto
 from obcommon.proto import obrpc_pb2
+from obcommon.ratelimit_log import RateLimitedLog
 from obcommon.security.certs import Role
 from obcommon.security.tls import TransportSecurity
 from observer_agent.address import LocalServer
@@ -37,6 +38,17 @@ from observer_agent.lease_stream import LeaseStream
 from observer_agent.settings import AgentSettings
 
 LEASE_REQUEST_VERSION = 1
+
+#: Longest wait, in microseconds, between lease requests an RS keeps refusing (issue 12 item 5:
+#: a deleted server's agent asked every 2 s forever and logged each refusal).
+MAX_REFUSAL_BACKOFF_US = 60_000_000
+
+#: A repeated lease warning (the same refusal, an unreachable RS) is logged at most this often.
+REPEAT_LOG_US = 60_000_000
+
+# Refusals that do not back off: a standby or an RS waiting for BOOTSTRAP answers NOT_MASTER,
+# and the agent must find the leader (and join a bootstrap) within a heartbeat or two.
+_NO_BACKOFF = frozenset({"OB_RS_NOT_MASTER"})
 
 
 class ServerStatus(Protocol):
@@ -93,7 +105,8 @@ class LeaseClient:
     Public state (read it, do not write it): ``identity``, ``highest_epoch``,
     ``lease_expire_time``, ``server_id``, ``rs_server_status``, ``start_service_time``,
     ``serving``, ``registered``, ``accepted_count``, ``refused_count``,
-    ``last_accepted_rs``, ``last_refusal``.
+    ``last_accepted_rs``, ``last_refusal``, ``refusals_in_row``, ``repeat_log`` (the rate
+    limiter of repeated warnings: keys ``refused`` and ``unreachable <ip:port>``).
     """
 
     def __init__(
@@ -138,6 +151,10 @@ class LeaseClient:
         self.last_refusal: ObError | None = None
 
         self._seq = 0
+        # Refusals in a row that back off (reset by an accepted lease), and the rate limiter
+        # of the warnings that would repeat every round.
+        self.refusals_in_row = 0
+        self.repeat_log = RateLimitedLog(log, clock, REPEAT_LOG_US)
         self._heartbeat_now = False
         self._lease_lapse_logged = False
         self._stop: asyncio.Event | None = None
@@ -275,6 +292,10 @@ class LeaseClient:
                 resp.rs_epoch,
                 self.lease_expire_time,
             )
+        if self.refusals_in_row:
+            self.log.info("lease accepted by %s after %d refusals", rs_addr, self.refusals_in_row)
+        self.refusals_in_row = 0
+        self.repeat_log.clear()
         self.registered = True
         self.accepted_count += 1
         self.last_accepted_rs = rs_addr
@@ -289,7 +310,15 @@ class LeaseClient:
         self.refused_count += 1
         self.registered = False
         self.last_refusal = err
-        self.log.warning("lease refused by %s: %s", rs_addr, err.to_sql_text())
+        if err.name not in _NO_BACKOFF:
+            self.refusals_in_row += 1
+        self.repeat_log.warning(
+            "refused",
+            "lease refused by %s: %s",
+            rs_addr,
+            err.to_sql_text(),
+            extra={"rs": rs_addr, "reason": err.name},
+        )
         hint = resp.leader_hint.strip()
         if hint and hint != rs_addr:
             try:
@@ -306,6 +335,22 @@ class LeaseClient:
         self.registered = False
         self.log.warning("lease response from %s refused: %s", rs_addr, why)
         return False
+
+    def retry_delay_us(self) -> int:
+        """Microseconds to wait before the next lease request after a refusal.
+
+        ``heartbeat_interval`` while no refusal backs off (NOT_MASTER: the agent looks for the
+        leader); after ``n`` refusals in a row, ``heartbeat_interval * 2**(n-1)`` capped at
+        :data:`MAX_REFUSAL_BACKOFF_US`, times a random factor in [0.8, 1.0] so that the agents
+        of a deleted zone do not ask in step (exponential backoff with jitter, as gRPC's
+        connection backoff). An accepted lease resets ``n``.
+        """
+        hb = self.settings.heartbeat_interval
+        n = self.refusals_in_row
+        if n == 0:
+            return hb
+        delay = min(MAX_REFUSAL_BACKOFF_US, hb << min(n - 1, 40))
+        return int(delay * self._rng.uniform(0.8, 1.0))
 
     def consume_heartbeat_now(self) -> bool:
         """True once after an event that should be reported without waiting a full interval
@@ -347,9 +392,10 @@ class LeaseClient:
     async def _lease_round(self) -> float:
         """Try one RS: register, then renew on the same stream until it fails or refuses.
 
-        Returns the seconds to wait before the next round: ``heartbeat_interval`` after a
-        refusal or a failed attempt (the busy loop), a random jitter below it after losing
-        a stream that was renewing (then the same RS is tried first).
+        Returns the seconds to wait before the next round: :meth:`retry_delay_us` after a
+        refusal (backing off while an RS keeps refusing), ``heartbeat_interval`` after a
+        failed attempt, a random jitter below it after losing a stream that was renewing
+        (then the same RS is tried first).
         """
         self._check_lease_lapse()
         hb_s = self.settings.heartbeat_interval / 1e6
@@ -381,11 +427,17 @@ class LeaseClient:
                     )
                     self.rs.prefer(addr)
                     return jitter
-                self.log.warning("cannot get a lease from %s: %s", addr, describe_exception(e))
+                self.repeat_log.warning(
+                    f"unreachable {addr}",
+                    "cannot get a lease from %s: %s",
+                    addr,
+                    describe_exception(e),
+                    extra={"rs": addr},
+                )
                 return hb_s
             if not self.handle_response(resp, addr):
                 # The stream stays open: with a single RS the next attempt reuses it.
-                return hb_s
+                return self.retry_delay_us() / 1e6
             renewed = True
             if self.consume_heartbeat_now():
                 continue

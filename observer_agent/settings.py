@@ -26,6 +26,7 @@ from pydantic_settings import (
 
 from obcommon.addresses import parse_host_port
 from obcommon.durations import Duration, format_duration
+from obcommon.logs import check_log_format
 from obcommon.sizes import GIB, KIB, MIB, format_size, parse_size
 
 US_PER_S = 1_000_000
@@ -80,6 +81,7 @@ class AgentSettings(BaseSettings):
       log entry this often.
     - ``max_concurrent_copies`` (2; 1 .. 64): replicas built by copy (replica migration)
       streaming their data at the same time; more wait their turn.
+    - ``log_level`` (INFO) and ``log_format`` (``text`` or ``json``, :mod:`obcommon.logs`).
     - ``cpu_count`` (cores, > 0) / ``memory_limit`` (bytes, > 0): reported as ``cpu_total`` /
       ``mem_total`` instead of what psutil sees; None = what psutil sees.
 
@@ -110,6 +112,8 @@ class AgentSettings(BaseSettings):
     disk_probe_interval: Duration = 5 * US_PER_S
     resource_refresh_interval: Duration = 10 * US_PER_S
     log_level: str = "INFO"
+    # The log lines' format (issue 12 item 5, obcommon/logs.py): "text" or "json".
+    log_format: str = "text"
     # Trust boundary (issue 10): ca.crt and node.crt / node.key, or plaintext with
     # ``insecure``; the command line insists on exactly one.
     certs_dir: Path | None = None
@@ -160,6 +164,11 @@ class AgentSettings(BaseSettings):
         if level not in LOG_LEVELS:
             raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}")
         return level
+
+    @field_validator("log_format")
+    @classmethod
+    def _check_log_format(cls, value: str) -> str:
+        return check_log_format(value)
 
     @model_validator(mode="after")
     def _check(self) -> AgentSettings:

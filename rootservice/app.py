@@ -54,6 +54,7 @@ from rootservice.servers.check_all_server import CheckAllServerTask
 from rootservice.servers.empty_server_checker import EmptyServerChecker
 from rootservice.servers.heartbeat import HeartbeatIntake
 from rootservice.servers.heartbeat_requester import HeartbeatRequester
+from rootservice.servers.history_pruner import PRUNE_INTERVAL_US, HistoryPruner
 from rootservice.servers.identity import ClusterIdentity
 from rootservice.servers.lease_checker import LeaseChecker
 from rootservice.servers.loader import ServerLoader, TakeOfficeGrace
@@ -224,6 +225,10 @@ class RootService:
             store=self.store,
             wake=self.timers.wake,
             metrics=self.metrics,
+        )
+        # Retention of the event and job history (issue 12 item 6).
+        self.history_pruner = HistoryPruner(
+            settings, self.term, self.store, self.clock, self.metrics
         )
         self.server_admin = ServerAdmin(
             self.whitelist,
@@ -439,6 +444,7 @@ class RootService:
             (tl.meta_sync, s.ls_check_interval),
             (self.migration, s.balancer_interval),
             (self.lost_replica_checker, s.lost_replica_check_interval),
+            (self.history_pruner, PRUNE_INTERVAL_US),
         ]
 
     def _background(self, fn: Callable[[], object]) -> None:

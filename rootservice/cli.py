@@ -24,6 +24,7 @@ from typing import Any
 import sqlalchemy as sa
 from pydantic import ValidationError
 
+from obcommon import logs
 from obcommon.errors import ObError
 from obcommon.security.certs import Role
 from obcommon.security.tls import SecurityConfigError, TransportSecurity
@@ -119,7 +120,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     for flag, what in _ADMISSION_FLAGS.items():
         s.add_argument(flag, type=int, help=what)
-    s.add_argument("--log-level", default="INFO")
+    s.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    s.add_argument("--log-format", help="text (default) or json: one JSON object per line")
     cert_commands.add_parsers(sub)
     d = sub.add_parser("db", help="schema migrations")
     d.add_argument("action", choices=["upgrade", "downgrade", "current"])
@@ -143,6 +145,7 @@ def _settings(args: argparse.Namespace) -> RsSettings:
         "migration_concurrency_per_server",
         "certs_dir",
         "insecure",
+        "log_format",
         *(f.lstrip("-").replace("-", "_") for f in _ADMISSION_FLAGS),
     ):
         v = getattr(args, key)
@@ -213,7 +216,7 @@ async def _serve(rs: RootService) -> int:
         rs.term.state.value,
     )
     await stop.wait()
-    log.info("stopping")
+    log.info("stopping: signal received")
     await follower
     mysql.close()
     await http.stop()
@@ -221,6 +224,7 @@ async def _serve(rs: RootService) -> int:
     await asyncio.to_thread(rs.shutdown)
     if forwarder is not None:
         forwarder.close()
+    log.info("root service %s stopped", rs.rpc_addr)
     return 0
 
 
@@ -242,9 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "cert":
         return cert_commands.run(args)
     if args.command == "db":
-        logging.basicConfig(
-            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
+        # Alembic's progress lines in the same text format as the server's, without an address
+        # (no server runs).
+        logs.setup_logging("rs", "-", "INFO")
         try:
             engine = dbengine.make_engine(args.db_url)
             if args.action == "upgrade":
@@ -256,10 +260,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"rootservice: database error: {e}", file=sys.stderr)
             return 1
         return 0
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s [rs] %(name)s: %(message)s",
-    )
     try:
         settings = _settings(args)
     except ValidationError as e:
@@ -269,6 +269,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"rootservice: invalid {loc}: {err['msg'].removeprefix('Value error, ')}",
                 file=sys.stderr,
             )
+        return 2
+    try:
+        logs.setup_logging("rs", settings.rpc_addr, args.log_level, settings.log_format)
+    except ValueError as e:
+        print(f"rootservice: invalid log_level: {e}", file=sys.stderr)
         return 2
     try:
         security = TransportSecurity.from_flags(settings.certs_dir, settings.insecure, Role.RS)

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from obcommon.durations import Duration, format_duration, parse_duration
 from obcommon.errors import ObError
+from obcommon.logs import check_log_format
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class ParamDef:
 
 
 S = 1_000_000
+DAY = 86_400 * S
 PARAMETERS: dict[str, ParamDef] = {
     p.name: p
     for p in [
@@ -123,6 +125,26 @@ PARAMETERS: dict[str, ParamDef] = {
             "statement timeout of a read-only SELECT (issue 11)",
             1_000,
         ),
+        # OceanBase's ob_event_history_recycle_interval: 7d, range [1d, 180d]
+        # (src/share/parameter/ob_parameter_seed.ipp); its operators delete rows with
+        # gmt_create < now - interval, 1,024 at a time.
+        ParamDef(
+            "event_history_retention",
+            1 * DAY,
+            180 * DAY,
+            "__all_rootservice_event_history rows older than this are deleted",
+            1 * S,
+        ),
+        # OceanBase never deletes __all_rootservice_job rows; here an ended job is kept 30
+        # days, long enough for a monthly review of DELETE SERVER runs, and never less than
+        # a day; INPROGRESS jobs are kept however old.
+        ParamDef(
+            "job_history_retention",
+            1 * DAY,
+            None,
+            "ended __all_rootservice_job rows older than this are deleted",
+            1 * S,
+        ),
         ParamDef(
             "tenant_create_timeout",
             1 * S,
@@ -172,6 +194,9 @@ class RsSettings(BaseSettings):
     select_timeout: Duration = 10 * S
     select_max_rows: int = Field(default=100_000, ge=1, le=10_000_000)
     migration_stall_time: Duration = 60 * S
+    # Retention of the history tables (issue 12 item 6, rootservice/servers/history_pruner.py).
+    event_history_retention: Duration = 7 * DAY
+    job_history_retention: Duration = 30 * DAY
     balancer_interval: Duration = 10 * S
     lost_replica_check_interval: Duration = 10 * S
     # Replica copies building at once on one destination server.
@@ -204,6 +229,13 @@ class RsSettings(BaseSettings):
     # line refuses to start with neither.
     certs_dir: Path | None = None
     insecure: bool = False
+    # The log lines' format (issue 12 item 5, obcommon/logs.py): "text" or "json".
+    log_format: str = "text"
+
+    @field_validator("log_format")
+    @classmethod
+    def _check_log_format(cls, value: str) -> str:
+        return check_log_format(value)
 
     @model_validator(mode="after")
     def _check(self) -> RsSettings:

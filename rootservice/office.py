@@ -32,7 +32,7 @@ from rootservice.db import event_repo, param_repo
 from rootservice.db.event_repo import Event
 from rootservice.ha.election import merge_rs_list
 from rootservice.ha.store import MetaStore
-from rootservice.ha.term import RsState, Term
+from rootservice.ha.term import CLEAN_STOP, RsState, Term
 from rootservice.metrics import Metrics
 from rootservice.parameters import Parameters
 from rootservice.servers.identity import ClusterIdentity
@@ -178,7 +178,10 @@ class Office:
             except Exception:
                 log.exception("dropping in-memory state failed")
         self.term.state = RsState.NOT_MASTER
-        log.warning("stepped down (%s); standing by", reason)
+        if reason == CLEAN_STOP:
+            log.info("stepped down (%s)", reason)
+        else:
+            log.warning("stepped down (%s); standing by", reason, extra={"reason": reason})
 
     def _drop_server_state(self) -> None:
         self.term.close_service()

@@ -2,8 +2,8 @@
 
 Each task is an object with a ``name`` and a plain ``run_once()`` that tests call directly.
 :func:`register_tasks` adds them to a scheduler with ``max_instances=1`` and
-``coalesce=True``, wrapping each cycle so an exception is logged and counted and the loop
-lives on (nova's periodic tasks, Prefect's loop services).
+``coalesce=True``, wrapping each cycle so an exception is logged (rate-limited) and counted
+and the loop lives on (nova's periodic tasks, Prefect's loop services).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
 from obcommon.clock import Clock
+from obcommon.ratelimit_log import RateLimitedLog
 from rootservice.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -50,10 +51,19 @@ class FnTask:
         return self.fn()
 
 
-def guarded(task: Task, metrics: Metrics) -> Callable[[], None]:
-    """Wrap ``task.run_once`` so one failed cycle is logged and counted, not fatal, and
-    every cycle's duration lands in the ``task_run_us.<name>`` latency window."""
+#: A task failing round after round (e.g. the database is unreachable) logs its failure at
+#: most this often, in microseconds (issue 12 item 5); every failure is still counted.
+FAILURE_LOG_US = 60_000_000
+
+
+def guarded(task: Task, metrics: Metrics, failures: RateLimitedLog) -> Callable[[], None]:
+    """Wrap ``task.run_once`` so one failed cycle is counted (``task_failures_total.<name>``)
+    and logged with its traceback through ``failures`` (keyed by the task's name: the first
+    failure at once, then at most once per its interval with the number suppressed), not
+    fatal; a success after failures is logged once at INFO. Every cycle's duration lands in
+    the ``task_run_us.<name>`` latency window."""
     window = metrics.window(f"task_run_us.{task.name}")
+    failing = [0]  # failures in a row; only this task's one scheduler thread touches it
 
     def run() -> None:
         t0 = time.perf_counter_ns()
@@ -61,7 +71,25 @@ def guarded(task: Task, metrics: Metrics) -> Callable[[], None]:
             task.run_once()
         except Exception:
             metrics.inc(f"task_failures_total.{task.name}")
-            log.exception("%s: cycle failed; the task keeps running", task.name)
+            failing[0] += 1
+            failures.log(
+                logging.ERROR,
+                task.name,
+                "%s: cycle failed; the task keeps running",
+                task.name,
+                extra={"task": task.name},
+                exc_info=True,
+            )
+        else:
+            if failing[0]:
+                log.info(
+                    "%s: cycle succeeded after %d failed cycles",
+                    task.name,
+                    failing[0],
+                    extra={"task": task.name},
+                )
+                failing[0] = 0
+                failures.reset(task.name)
         finally:
             window.record((time.perf_counter_ns() - t0) // 1000)
 
@@ -96,10 +124,11 @@ def register_tasks(
     ``k * phase_step_us`` (modulo its interval), so that tasks whose periods are multiples
     of each other (10 s, 30 s) do not all scan the whitelist at the same instant."""
     now = dt.datetime.fromtimestamp(clock.now_us() / 1e6, tz=dt.UTC)
+    failures = RateLimitedLog(log, clock, FAILURE_LOG_US)
     for k, (task, interval_us) in enumerate(tasks):
         phase = (k * phase_step_us) % max(interval_us, 1)
         scheduler.add_job(
-            guarded(task, metrics),
+            guarded(task, metrics, failures),
             IntervalTrigger(
                 seconds=interval_us / 1e6,
                 start_date=now + dt.timedelta(microseconds=phase),

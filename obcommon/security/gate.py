@@ -5,7 +5,8 @@ Each servicer method asks :meth:`PeerGate.admit` with the roles it serves and, w
 request names a server, the name the peer's certificate must carry. A refusal aborts the
 call with ``UNAUTHENTICATED`` (no certificate of this cluster) or ``PERMISSION_DENIED``
 (the wrong role or name), the message naming what was expected and what was presented; it
-is counted, and logged at most once per :data:`LOG_EVERY_US` per kind of refusal, so that a
+is counted, and logged at most once per :data:`LOG_EVERY_US` per kind of refusal
+(:class:`obcommon.ratelimit_log.RateLimitedLog`), so that a
 flood of forged calls cannot flood the log. Nothing else happens for a refused call.
 In insecure mode every call is admitted (there are no identities).
 """
@@ -20,6 +21,7 @@ from typing import Any
 import grpc
 
 from obcommon.clock import Clock, SystemClock
+from obcommon.ratelimit_log import RateLimitedLog
 from obcommon.security.certs import Role
 from obcommon.security.identity import PeerIdentity, peer_identity
 
@@ -62,10 +64,9 @@ class PeerGate:
         """``insecure`` True admits every call; ``count`` receives each refusal's kind."""
         self.insecure = insecure
         self._count = count
-        self._clock = clock or SystemClock()
         self.refused_total: dict[str, int] = {}
-        self._last_log: dict[str, int] = {}
-        self._suppressed: dict[str, int] = {}
+        # One line per kind of refusal per LOG_EVERY_US (the shared rate limiter, issue 12).
+        self._log = RateLimitedLog(log, clock or SystemClock(), LOG_EVERY_US)
         self._lock = threading.Lock()
 
     def check(
@@ -144,19 +145,9 @@ class PeerGate:
         await context.abort(e.code, e.message)
 
     def _refuse(self, code: grpc.StatusCode, kind: str, message: str) -> PeerRefused:
-        now = self._clock.monotonic_us()
         with self._lock:
             self.refused_total[kind] = self.refused_total.get(kind, 0) + 1
-            last = self._last_log.get(kind)
-            if last is None or now - last >= LOG_EVERY_US:
-                self._last_log[kind] = now
-                suppressed, self._suppressed[kind] = self._suppressed.get(kind, 0), 0
-            else:
-                self._suppressed[kind] = self._suppressed.get(kind, 0) + 1
-                suppressed = -1
-        if suppressed >= 0:
-            more = f" ({suppressed} more like it not logged)" if suppressed else ""
-            log.warning("refused: %s%s", message, more)
+        self._log.warning(kind, "refused: %s", message, extra={"reason": kind})
         if self._count is not None:
             self._count(kind)
         return PeerRefused(code, kind, message)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -22,6 +23,7 @@ from obcommon.errors import ObError, RemoteObError, error_to_proto
 from obcommon.proto import obrpc_pb2
 from rootservice.api.admission import check_tokens
 from rootservice.app import RootService
+from rootservice.auth.audit import log as audit_log
 from rootservice.auth.audit import redact
 from rootservice.auth.principal import Principal
 from rootservice.bootstrap import BootstrapItem
@@ -421,6 +423,52 @@ def to_response(result: Result) -> obrpc_pb2.SqlResponse:
     return resp
 
 
+def log_statement(
+    principal: Principal,
+    text: str,
+    statement: ast.Statement | None,
+    outcome: str,
+    duration_us: int,
+    *,
+    front_end: str,
+    forwarded_by: str = "",
+    level: int = logging.INFO,
+) -> None:
+    """One log line for one statement on the ``rootservice.audit`` logger: ``statement
+    user='root' client=10.0.0.9:5123 via=mysql kind=AlterSystemStopServer outcome=OK
+    duration_ms=1.234 text="..."`` (``text`` masked by :func:`rootservice.auth.audit.redact`
+    and cut to 512 characters; ``kind`` is ``unparsed`` for text that did not parse), with
+    the same values as ``extra`` fields ``user``, ``client``, ``front_end``, ``kind``,
+    ``outcome``, ``duration_us``, ``statement`` (and ``forwarded_by`` when set)."""
+    kind = type(statement).__name__ if statement is not None else "unparsed"
+    shown = redact(text)
+    fields: dict[str, Any] = {
+        "user": principal.user,
+        "client": principal.client_addr,
+        "front_end": front_end,
+        "kind": kind,
+        "outcome": outcome,
+        "duration_us": duration_us,
+        "statement": shown,
+    }
+    via = front_end
+    if forwarded_by:
+        fields["forwarded_by"] = forwarded_by
+        via += f" forwarded_by={forwarded_by}"
+    audit_log.log(
+        level,
+        "statement user=%r client=%s via=%s kind=%s outcome=%s duration_ms=%.3f text=%r",
+        principal.user,
+        principal.client_addr,
+        via,
+        kind,
+        outcome,
+        duration_us / 1000,
+        shown,
+        extra=fields,
+    )
+
+
 def run_statement(
     rs: RootService,
     text: str,
@@ -428,11 +476,18 @@ def run_statement(
     *,
     forwarder: Forwarder | None = None,
     forwarded_by: str = "",
+    front_end: str = "grpc",
 ) -> Result:
     """Bound, parse, check and execute ``text`` for ``principal``: the one path every front
     end (gRPC ``ExecuteSql``, the MySQL endpoint) runs a statement through. Counts the
     outcome (``statements_total`` / ``statements_refused_total``) and audits it
     (:func:`audited`; the audit never changes the outcome).
+
+    Every statement is one line on the ``rootservice.audit`` logger (issue 12 item 5,
+    :func:`log_statement`): user, client address, ``front_end`` (``grpc``, ``mysql``,
+    ``http``), statement kind, outcome and duration, the text with passwords masked. At INFO
+    when :func:`audited` (changes, refusals of access); reads at DEBUG, since dashboards and
+    ``obadmin`` poll SELECTs every second or two and they change nothing.
 
     Any RS answers (issue 11 item 3): with a ``forwarder``, a statement this RS may not run
     because it is not the leader (the gate's OB_RS_NOT_MASTER) is sent to the leader it knows
@@ -447,11 +502,28 @@ def run_statement(
     ``OB_ERR_UNEXPECTED``."""
     statement: ast.Statement | None = None
     to_leader = None if forwarded_by else forwarder
+    t0 = time.perf_counter_ns()
 
     def record(outcome: str) -> None:
-        if audited(statement, text, outcome):
+        audit = audited(statement, text, outcome)
+        log_statement(
+            principal,
+            text,
+            statement,
+            outcome,
+            (time.perf_counter_ns() - t0) // 1000,
+            front_end=front_end,
+            forwarded_by=forwarded_by,
+            level=logging.INFO if audit else logging.DEBUG,
+        )
+        if audit:
             rs.audit.record(
-                principal.user, principal.client_addr, text, outcome, forwarded_by=forwarded_by
+                principal.user,
+                principal.client_addr,
+                text,
+                outcome,
+                forwarded_by=forwarded_by,
+                log_line=False,
             )
 
     def forward() -> Result | None:
@@ -498,7 +570,14 @@ def execute_sql(
     error, becomes a response (never an exception), the error in-band."""
     try:
         return to_response(
-            run_statement(rs, text, principal, forwarder=forwarder, forwarded_by=forwarded_by)
+            run_statement(
+                rs,
+                text,
+                principal,
+                forwarder=forwarder,
+                forwarded_by=forwarded_by,
+                front_end="grpc",
+            )
         )
     except ObError as e:
         resp = obrpc_pb2.SqlResponse()

@@ -391,6 +391,7 @@ class RsSession(Session):
             sql.strip().rstrip(";"),
             principal,
             forwarder=self.forwarder,
+            front_end="mysql",
         )
         try:
             return await self.admission.run(key, work)

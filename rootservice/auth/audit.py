@@ -58,18 +58,28 @@ class Audit:
         event: str = "statement",
         *,
         forwarded_by: str = "",
+        log_line: bool = True,
     ) -> None:
         """Log and store one record. ``outcome`` is ``"OK"`` or an error name
         (``ER_ACCESS_DENIED_ERROR``...); ``event`` is ``statement`` or ``login`` (a refused
         login); ``forwarded_by`` is the ``ip:port`` of the standby RS that forwarded the
         statement for the client (issue 11 item 3; a fifth pair ``forwarded_by``), "" when the
-        client called this RS itself. Never raises: a failed event write is logged (and counted in
+        client called this RS itself. ``log_line`` False skips the log line (the statement path
+        logs its own, :func:`rootservice.api.dispatch.log_statement`). Never raises: a failed event write is logged (and counted in
         :attr:`failures`) and the statement's own outcome stands."""
         text = redact(statement)
-        via = f" forwarded_by={forwarded_by}" if forwarded_by else ""
-        log.info(
-            "user=%r client=%s%s outcome=%s statement=%r", user, client_addr, via, outcome, text
-        )
+        if log_line:
+            via = f" forwarded_by={forwarded_by}" if forwarded_by else ""
+            log.info(
+                "%s user=%r client=%s%s outcome=%s statement=%r",
+                event,
+                user,
+                client_addr,
+                via,
+                outcome,
+                text,
+                extra={"user": user, "client": client_addr, "outcome": outcome, "event": event},
+            )
         try:
             with self.store.txn(fenced=False) as conn:
                 event_repo.insert_events(

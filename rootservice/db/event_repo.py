@@ -73,3 +73,15 @@ def latest_events(conn: sa.Connection, limit: int) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+def delete_events_before(conn: sa.Connection, cutoff_us: int, limit: int) -> int:
+    """Delete at most ``limit`` rows whose ``event_time`` (microseconds) is before
+    ``cutoff_us``, oldest ids first; returns how many. A row exactly at ``cutoff_us`` is kept,
+    as OceanBase's ``gmt_create < now - ob_event_history_recycle_interval``. One statement
+    of a bounded size (``DELETE ... WHERE id IN (SELECT id ... LIMIT n)``, which SQLite and
+    PostgreSQL both accept), so a large backlog is pruned in short transactions."""
+    t = all_rootservice_event_history
+    ids = sa.select(t.c.id).where(t.c.event_time < cutoff_us).order_by(t.c.id).limit(limit)
+    r = conn.execute(sa.delete(t).where(t.c.id.in_(ids.scalar_subquery())))
+    return int(r.rowcount or 0)

@@ -182,3 +182,20 @@ def recent_jobs(conn: sa.Connection, ended_limit: int = 20) -> list[dict[str, An
                 }
             )
     return out
+
+
+def delete_ended_jobs_before(conn: sa.Connection, cutoff_us: int, limit: int) -> int:
+    """Delete at most ``limit`` ended jobs (any status but INPROGRESS) whose ``gmt_modified``
+    (the time they ended) is before ``cutoff_us`` (microseconds since the epoch), lowest
+    ``job_id`` first; returns how many. INPROGRESS jobs are never deleted, however old; a job
+    that ended exactly at ``cutoff_us`` is kept. Bounded as
+    :func:`rootservice.db.event_repo.delete_events_before` is."""
+    t = all_rootservice_job
+    ids = (
+        sa.select(t.c.job_id)
+        .where(t.c.job_status != "INPROGRESS", t.c.gmt_modified < us_to_datetime(cutoff_us))
+        .order_by(t.c.job_id)
+        .limit(limit)
+    )
+    r = conn.execute(sa.delete(t).where(t.c.job_id.in_(ids.scalar_subquery())))
+    return int(r.rowcount or 0)

@@ -41,10 +41,11 @@ import sqlalchemy as sa
 
 from obcommon.addresses import parse_server
 from obcommon.clock import Clock
+from obcommon.ratelimit_log import RateLimitedLog
 from rootservice.db import lease_repo, member_repo
 from rootservice.db.engine import db_error_summary, set_local
 from rootservice.ha.store import MetaStore
-from rootservice.ha.term import Term, lease_timings
+from rootservice.ha.term import CLEAN_STOP, Term, lease_timings
 from rootservice.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -113,6 +114,9 @@ class Election:
         self.db_clock = db_clock
         # One round at a time (the scheduler already ensures it; tests and start() too).
         self._round = threading.Lock()
+        # A standby or a leader cut off from the database fails every round: one line a
+        # minute (issue 12 item 5).
+        self._failures = RateLimitedLog(log, clock, 60_000_000)
 
     def check_lease(self) -> bool:
         """The watchdog (every ``heartbeat_check_interval``): request a step-down when the
@@ -214,8 +218,11 @@ class Election:
                 epoch = lease_repo.take_lease(conn, row, holder, now, now + lease)
         except sa.exc.SQLAlchemyError as e:
             self.metrics.inc("rs_election_errors_total")
-            log.warning("election round failed: %s", db_error_summary(e))
+            self._failures.warning(
+                "round", "election round failed: %s", db_error_summary(e), extra={"reason": "db"}
+            )
             return
+        self._failures.reset("round")
         with self.store.write_lock:
             # Under the write lock: a write of the previous term still in flight finishes
             # (and fails its fence) before the new epoch is used.
@@ -246,7 +253,7 @@ class Election:
         epoch = self.term.epoch
         if epoch == 0:
             return False
-        self.term.request_step_down("stopping", epoch)
+        self.term.request_step_down(CLEAN_STOP, epoch)
         with self._round:
             self._finish_step_down()
         return self._release(epoch, self._me()[1])

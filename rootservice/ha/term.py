@@ -36,6 +36,9 @@ from rootservice.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
+#: The step-down reason of a clean stop (SIGTERM): the RS gives its office up on purpose.
+CLEAN_STOP = "stopping"
+
 #: Longest renewal period of the leader (the issue's "renews every 2 s").
 RENEW_INTERVAL_MAX_US = 2_000_000
 
@@ -216,7 +219,10 @@ class Term:
             self._pending = reason
         self.state = RsState.NOT_MASTER
         self.in_service = False
-        log.error("stepping down from epoch %d: %s", old, reason)
+        # A clean stop gives the office up on purpose (INFO); any other reason is a fault
+        # the operator must look at (issue 12 item 5: a clean SIGTERM logs nothing at ERROR).
+        level = logging.INFO if reason == CLEAN_STOP else logging.ERROR
+        log.log(level, "stepping down from epoch %d: %s", old, reason, extra={"reason": reason})
         self.metrics.inc("rs_step_down_total")
         if threading.get_ident() != self.round_thread:
             self.wake_election()

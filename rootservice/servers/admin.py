@@ -22,7 +22,7 @@ from rootservice.config import RsSettings
 from rootservice.db import event_repo, job_repo, param_repo, server_repo
 from rootservice.ha.store import MetaStore
 from rootservice.servers.agent_client import AgentClient
-from rootservice.servers.events import server_event
+from rootservice.servers.events import log_transitions, server_event
 from rootservice.servers.ports import Background, HeartbeatRequests, Wake
 from rootservice.servers.status import (
     AdminStatus,
@@ -176,12 +176,10 @@ class ServerAdmin:
                     s.last_hb_time = now
                     s.last_offline_time = 0
                     server_repo.insert_server(conn, s.to_row(), now)
-                event_repo.insert_events(
-                    conn,
-                    [server_event(now, "add_server", s, ("id", s.id)) for s in new],
-                    self.store.rs_addr,
-                )
+                added = [server_event(now, "add_server", s, ("id", s.id)) for s in new]
+                event_repo.insert_events(conn, added, self.store.rs_addr)
             self.whitelist.add(new, self.settings.server_permanent_offline_time)
+            log_transitions((e, "ALTER SYSTEM statement") for e in added)
         self.background(lambda: self.heartbeats.request_heartbeats([s.key for s in new]))
         return [s.id for s in new]
 
@@ -213,20 +211,20 @@ class ServerAdmin:
             change(s)
         now = self.clock.now_us()
         results = []
+        events = [server_event(now, event, s, *event_values) for s in fresh]
         with self.store.txn() as conn:
             server_repo.update_servers(conn, [s.to_row() for s in fresh], now)
             if also is not None:
                 results = [also(conn, s) for s in fresh]
-            event_repo.insert_events(
-                conn,
-                [server_event(now, event, s, *event_values) for s in fresh],
-                self.store.rs_addr,
-            )
+            event_repo.insert_events(conn, events, self.store.rs_addr)
         with self.whitelist.lock:
             for s in fresh:
                 cur = self.whitelist.records.get(s.key)
                 if cur is not None:
                     change(cur)
+        # Logged once committed: a refused transaction changed nothing.
+        why = str(dict(event_values).get("reason") or "ALTER SYSTEM statement")
+        log_transitions((e, why) for e in events)
         return results
 
     def delete_servers(

@@ -18,7 +18,7 @@ from rootservice.db import event_repo, job_repo, server_repo
 from rootservice.ha.store import MetaStore
 from rootservice.ha.term import Term
 from rootservice.servers.agent_client import AgentClient
-from rootservice.servers.events import server_event
+from rootservice.servers.events import log_transition, server_event
 from rootservice.servers.status import AdminStatus
 from rootservice.servers.whitelist import Whitelist
 
@@ -114,7 +114,6 @@ class EmptyServerChecker:
             if self.contents.has_replicas(key):
                 continue
             if self.finish_delete_server(key):
-                log.info("server %s is empty and left the cluster (DELETE SERVER finished)", key)
                 removed += 1
         return removed
 
@@ -136,11 +135,9 @@ class EmptyServerChecker:
                 self.jobs.finalize_job(conn, s.ip, s.port)
                 server_repo.delete_server(conn, s.ip, s.port)
                 job_repo.finish_jobs(conn, "DELETE_SERVER", s.ip, s.port, "SUCCESS", now)
-                event_repo.insert_events(
-                    conn,
-                    [server_event(now, "finish_delete_server", s, ("id", s.id))],
-                    self.store.rs_addr,
-                )
+                finished = server_event(now, "finish_delete_server", s, ("id", s.id))
+                event_repo.insert_events(conn, [finished], self.store.rs_addr)
             self.whitelist.remove(key)
+            log_transition(finished, "no unit and no replica left: removed from the cluster")
         self.agents.forget(key)
         return True

@@ -21,7 +21,7 @@ from obcommon.proto import obrpc_pb2
 from rootservice.config import RsSettings
 from rootservice.ha.store import MetaStore
 from rootservice.ha.term import Term
-from rootservice.servers.events import server_event
+from rootservice.servers.events import log_transition, seconds, server_event
 from rootservice.servers.identity import ClusterIdentity
 from rootservice.servers.lease_bounds import check_lease_request
 from rootservice.servers.loader import TakeOfficeGrace
@@ -146,6 +146,7 @@ class HeartbeatIntake:
             changed = False
             if not s.force_stop_hb:
                 if not s.is_alive():
+                    why = _online_reason(s, now)
                     self._candidates.discard(key)
                     # Only a server back from permanent offline changes the balancer's
                     # plans; waking it on every transition would run it thousands of
@@ -156,7 +157,9 @@ class HeartbeatIntake:
                     s.register_time = now
                     s.last_offline_time = 0
                     changed = True
-                    self.persist.add_event(server_event(now, "online", s))
+                    ev = server_event(now, "online", s)
+                    self.persist.add_event(ev)
+                    log_transition(ev, why)
                 s.last_hb_time = now
                 self._set_alive(s)
             if req.start_service_time != s.start_service_time:
@@ -245,10 +248,14 @@ class HeartbeatIntake:
         # heartbeat thread (ObRootService::submit_stop_server_task).
         key = s.key
         if s.server_report_status is ReportStatus.DATA_DISK_ERROR and s.stop_time == 0:
-            self.persist.add_event(server_event(now, "data_disk_error", s))
+            ev = server_event(now, "data_disk_error", s)
+            self.persist.add_event(ev)
+            log_transition(ev, "the agent reports DATA_DISK_ERROR; stopping the server")
             self.background(lambda: self._auto(key, stop=True))
         elif s.server_report_status is ReportStatus.NORMAL and s.stop_time != 0:
-            self.persist.add_event(server_event(now, "data_disk_recovered", s))
+            ev = server_event(now, "data_disk_recovered", s)
+            self.persist.add_event(ev)
+            log_transition(ev, "the agent reports its data disk healthy; starting the server")
             self.background(lambda: self._auto(key, stop=False))
 
     def _auto(self, key: str, *, stop: bool) -> None:
@@ -269,3 +276,15 @@ class HeartbeatIntake:
                 self.server_ops.start_servers([key], None, reason="data disk recovered")
         except ObError as e:
             log.warning("automatic %s SERVER %s refused: %s", "STOP" if stop else "START", key, e)
+
+
+def _online_reason(s: ServerStatus, now: int) -> str:
+    """Why a server that was not alive is online again, from its state before the heartbeat
+    (``now``, microseconds): its first heartbeat (never expired since added or loaded), back
+    after its lease expired, or back from permanent offline."""
+    gap = seconds(max(0, now - s.last_hb_time)) if s.last_hb_time else "ever"
+    if s.hb_status is HeartbeatStatus.PERMANENT_OFFLINE:
+        return f"heartbeat after permanent offline (none for {gap})"
+    if s.last_offline_time == 0:
+        return "first heartbeat"
+    return f"heartbeat again after its lease expired (none for {gap})"

@@ -13,10 +13,12 @@ import heapq
 import time
 
 from obcommon.clock import Clock
+from obcommon.durations import format_duration
 from rootservice.config import RsSettings
+from rootservice.db.event_repo import Event
 from rootservice.ha.term import Term
 from rootservice.metrics import Metrics
-from rootservice.servers.events import server_event
+from rootservice.servers.events import log_transitions, seconds, server_event
 from rootservice.servers.loader import TakeOfficeGrace
 from rootservice.servers.persist_queue import PersistQueue
 from rootservice.servers.ports import Wake
@@ -70,9 +72,11 @@ class LeaseChecker:
         alive = self.whitelist.alive
         heap = self.whitelist.offline_heap
         n = 0
+        # (event, reason) of each transition, logged once the whitelist lock is released.
+        logged: list[tuple[Event, str]] = []
         with self.whitelist.lock:
             if self.grace.candidates:
-                n += self._expire_candidates(now)
+                n += self._expire_candidates(now, logged)
             while alive:
                 key = next(iter(alive))
                 s = servers.get(key)
@@ -87,8 +91,14 @@ class LeaseChecker:
                 s.start_service_time = 0
                 heapq.heappush(heap, (s.last_hb_time + offline, key))
                 self.persist.mark(key)
-                self.persist.add_event(
-                    server_event(now, "lease_expire", s, ("last_hb_time", s.last_hb_time))
+                ev = server_event(now, "lease_expire", s, ("last_hb_time", s.last_hb_time))
+                self.persist.add_event(ev)
+                logged.append(
+                    (
+                        ev,
+                        f"no heartbeat for {seconds(now - s.last_hb_time)} "
+                        f"(lease_time {format_duration(lease)})",
+                    )
                 )
                 self.metrics.window("expire_detect_lag_us").record(now - (s.last_hb_time + lease))
                 n += 1
@@ -102,27 +112,35 @@ class LeaseChecker:
                     heapq.heappush(heap, (s.last_hb_time + offline, key))
                     continue
                 s.hb_status = HeartbeatStatus.PERMANENT_OFFLINE
-                self.persist.add_event(
-                    server_event(now, "permanent_offline", s, ("last_hb_time", s.last_hb_time))
+                ev = server_event(now, "permanent_offline", s, ("last_hb_time", s.last_hb_time))
+                self.persist.add_event(ev)
+                logged.append(
+                    (
+                        ev,
+                        f"no heartbeat for {seconds(now - s.last_hb_time)} "
+                        f"(server_permanent_offline_time {format_duration(offline)})",
+                    )
                 )
                 self.wake("balancer")
                 self.wake("lost_replica_checker")
                 n += 1
         self.metrics.window("checker_tick_us").record((time.perf_counter_ns() - t0) // 1000)
+        log_transitions(logged)
         return n
 
-    def _expire_candidates(self, now: int) -> int:
+    def _expire_candidates(self, now: int, logged: list[tuple[Event, str]]) -> int:
         """End of the take-office grace: the candidates that never heartbeated are written
-        INACTIVE now, with event ``lease_expire``. Caller holds the whitelist lock."""
+        INACTIVE now, with event ``lease_expire`` (appended to ``logged`` with its reason). Caller
+        holds the whitelist lock."""
         n = 0
         for key in sorted(self.grace.candidates):
             s = self.whitelist.records.get(key)
             if s is None or s.is_alive():
                 continue
             self.persist.mark(key)
-            self.persist.add_event(
-                server_event(now, "lease_expire", s, ("last_hb_time", s.last_hb_time))
-            )
+            ev = server_event(now, "lease_expire", s, ("last_hb_time", s.last_hb_time))
+            self.persist.add_event(ev)
+            logged.append((ev, "no heartbeat since this root service took office"))
             n += 1
         self.grace.clear()
         return n

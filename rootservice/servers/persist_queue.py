@@ -14,12 +14,16 @@ from typing import Any, Protocol
 
 from obcommon.clock import Clock
 from obcommon.errors import ObError
+from obcommon.ratelimit_log import RateLimitedLog
 from rootservice.db import event_repo, server_repo
 from rootservice.db.event_repo import Event
 from rootservice.ha.store import MetaStore
 from rootservice.metrics import Metrics
 
 log = logging.getLogger(__name__)
+
+#: A failed flush (the database is down) logs at most this often, in microseconds.
+FAILURE_LOG_US = 60_000_000
 
 
 class RowSource(Protocol):
@@ -63,7 +67,8 @@ class PersistQueue:
         # Bounded so a long outage with flapping servers cannot exhaust memory.
         self._events: deque[tuple[int, Event]] = deque(maxlen=max_events)
         self._event_seq = 0
-        self._last_error_log_us = 0
+        # Failed flushes repeat every persist_interval while the database is down.
+        self._failures = RateLimitedLog(log, clock, FAILURE_LOG_US)
 
     def mark(self, key: str) -> None:
         """Record that the row of ``key`` ('ip:port') must be rewritten from memory."""
@@ -102,7 +107,7 @@ class PersistQueue:
 
     def run_once(self) -> int:
         """Flush; returns rows + events written. Raises nothing: failures are logged
-        (at most every 10 s) and counted, and the work stays queued."""
+        (at most once per :data:`FAILURE_LOG_US`) and counted, and the work stays queued."""
         with self.store.write_lock:
             with self._lock:
                 dirty = dict(self._dirty)
@@ -118,15 +123,15 @@ class PersistQueue:
                     event_repo.insert_events(conn, events, self.store.rs_addr)
             except ObError as e:
                 self.metrics.inc("persist_failures_total")
-                if now - self._last_error_log_us >= 10_000_000:
-                    self._last_error_log_us = now
-                    log.warning(
-                        "persisting %d server rows and %d events failed, will retry: %s",
-                        len(dirty),
-                        len(events),
-                        e,
-                    )
+                self._failures.warning(
+                    "flush",
+                    "persisting %d server rows and %d events failed, will retry: %s",
+                    len(dirty),
+                    len(events),
+                    e,
+                )
                 return 0
+            self._failures.reset("flush")
             with self._lock:
                 for key, version in dirty.items():
                     if self._dirty.get(key) == version:

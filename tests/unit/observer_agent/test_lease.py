@@ -80,13 +80,19 @@ def test_refusal_does_not_raise_the_epoch(tmp_path: Path) -> None:
 def test_refusal_is_logged_with_the_oceanbase_error_text(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    agent = make_agent(tmp_path)
+    # Repeated refusals are rate-limited (issue 12): the first is logged, the next two only
+    # counted until a minute has passed.
+    clock = FakeClock()
+    agent = make_agent(tmp_path, clock)
     with caplog.at_level(logging.WARNING, logger="observer_agent"):
         for _ in range(3):
             assert not agent.handle_response(refusal("OB_SERVER_NOT_IN_WHITE_LIST"), RS1)
+        clock.advance(60_000_000)
+        assert not agent.handle_response(refusal("OB_SERVER_NOT_IN_WHITE_LIST"), RS1)
     lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     expected = f"lease refused by {RS1}: ERROR 4630 (HY000): OB_SERVER_NOT_IN_WHITE_LIST: "
-    assert len([m for m in lines if m.startswith(expected)]) == 3
+    assert len(lines) == 2 and all(m.startswith(expected) for m in lines)
+    assert lines[1].endswith("(2 similar suppressed)")
     assert agent.last_refusal is not None and agent.last_refusal.code == -4630
     assert agent.registered is False
 

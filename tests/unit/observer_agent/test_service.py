@@ -164,7 +164,11 @@ def test_lease_loop_round_robins_dead_rs_addresses_and_stops(
             failed = [
                 r.getMessage() for r in caplog.records if "cannot get a lease" in r.getMessage()
             ]
-            if all(any(a in m for m in failed) for a in dead) and len(failed) >= 4:
+            # Each address tried more than once (the repeats are counted, not logged).
+            rl = agent.lease.repeat_log
+            if all(any(a in m for m in failed) for a in dead) and all(
+                rl.suppressed(f"unreachable {a}") >= 1 for a in dead
+            ):
                 break
             await asyncio.sleep(0.05)
         # A fault injected while running is picked up by the periodic probe.
@@ -180,7 +184,7 @@ def test_lease_loop_round_robins_dead_rs_addresses_and_stops(
     with caplog.at_level(logging.INFO, logger="observer_agent"):
         stop_s = asyncio.run(asyncio.wait_for(scenario(), 20))
     failed = [r.getMessage() for r in caplog.records if "cannot get a lease" in r.getMessage()]
-    assert len(failed) >= 4
+    assert len(failed) == 2  # one line per address per minute (issue 12 rate limit)
     for addr in dead:
         assert any(addr in m and "UNAVAILABLE" in m for m in failed)
     assert agent.accepted_count == 0 and agent.identity is None
@@ -246,9 +250,8 @@ def test_observer_agent_process_busy_loops_and_exits_0_on_sigterm(tmp_path: Path
     )
     try:
         reader = _LineReader(proc.stderr)
-        ok = reader.wait_for(
-            lambda ls: sum("cannot get a lease from " + rs in x for x in ls) >= 3, 15
-        )
+        # Logged once a minute however often it retries (issue 12's rate limit).
+        ok = reader.wait_for(lambda ls: any("cannot get a lease from " + rs in x for x in ls), 15)
         assert ok, "no connection failures logged:\n" + "".join(reader.lines)
         assert proc.poll() is None  # still busy looping
 
@@ -275,9 +278,10 @@ def test_observer_agent_process_busy_loops_and_exits_0_on_sigterm(tmp_path: Path
         assert health.status == health_pb2.HealthCheckResponse.SERVING
 
         line = next(x for x in reader.lines if "cannot get a lease" in x)
-        # Timestamped, with the level and the server address.
+        # The shared format (obcommon/logs.py): UTC time with microseconds, the level, the
+        # component and the server address.
         assert re.match(
-            rf"^\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{{3}} WARNING \[127\.0\.0\.1:{rpc_port}\] ",
+            rf"^\d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{{6}}Z WARNING agent 127\.0\.0\.1:{rpc_port} ",
             line,
         )
 

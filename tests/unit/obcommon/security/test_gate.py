@@ -241,7 +241,7 @@ def test_log_is_rate_limited_per_kind_and_counts_stay_exact(
     with caplog.at_level(logging.WARNING, logger=gate_mod.__name__):
         for _ in range(3):
             assert refuse(wrong_role).kind == "wrong_role"
-        assert len(lines()) == 1 and "more like it" not in lines()[0]
+        assert len(lines()) == 1 and "suppressed" not in lines()[0]
         clock.advance(5_000_000)
         refuse(wrong_role)
         e = refuse(_Context(None))  # another kind has its own budget
@@ -253,11 +253,11 @@ def test_log_is_rate_limited_per_kind_and_counts_stay_exact(
         clock.advance(100_000)  # 10 s: one line with the suppressed count
         refuse(wrong_role)
         assert len(lines()) == 3
-        assert "(4 more like it not logged)" in lines()[2]
+        assert "(4 similar suppressed)" in lines()[2]
         assert "RootService.RenewLease needs a node certificate" in lines()[2]
         clock.advance(10_000_000)  # nothing suppressed since: no count shown
         refuse(wrong_role)
-        assert len(lines()) == 4 and "more like it" not in lines()[3]
+        assert len(lines()) == 4 and "suppressed" not in lines()[3]
 
     assert gate.refused_total == {"wrong_role": 7, "no_certificate": 1}
     assert counted.count("wrong_role") == 7 and counted.count("no_certificate") == 1

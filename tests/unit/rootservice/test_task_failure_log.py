@@ -1,0 +1,47 @@
+"""A background task failing round after round (the database down) is counted every round but
+logged once a minute with the count suppressed; its recovery is logged once (issue 12 item 5)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from obcommon.clock import FakeClock
+from obcommon.ratelimit_log import RateLimitedLog
+from rootservice.metrics import Metrics
+from rootservice.tasks import FAILURE_LOG_US, guarded
+from rootservice.tasks import log as tasks_log
+
+
+class _Flaky:
+    name = "flaky"
+
+    def __init__(self) -> None:
+        self.fail = True
+
+    def run_once(self) -> None:
+        if self.fail:
+            raise RuntimeError("database unreachable")
+
+
+def test_failures_rate_limited_counted_and_recovery_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock, metrics, task = FakeClock(), Metrics(), _Flaky()
+    run = guarded(task, metrics, RateLimitedLog(tasks_log, clock, FAILURE_LOG_US))
+    with caplog.at_level(logging.INFO, logger=tasks_log.name):
+        for _ in range(120):  # two minutes of a round a second
+            run()
+            clock.advance(1_000_000)
+        task.fail = False
+        run()
+        run()
+    recs = [r for r in caplog.records if r.name == tasks_log.name]
+    failed = [r for r in recs if "cycle failed" in r.getMessage()]
+    assert len(failed) == 2
+    assert failed[0].levelno == logging.ERROR and failed[0].exc_info is not None
+    assert failed[1].getMessage().endswith("(59 similar suppressed)")
+    assert metrics.get("task_failures_total.flaky") == 120
+    ok = [r.getMessage() for r in recs if "succeeded" in r.getMessage()]
+    assert ok == ["flaky: cycle succeeded after 120 failed cycles"]
