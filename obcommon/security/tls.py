@@ -27,6 +27,7 @@ from typing import Any
 
 import grpc
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 
 from obcommon.security.certs import CA_CERT, Role, cert_file, key_file
@@ -175,6 +176,28 @@ class TransportSecurity:
             self._generation += 1
         log.info("certificates reloaded from %s", self.certs_dir)
         return True
+
+    def issued_by_current_ca(self, cert_der: bytes) -> bool:
+        """True when the DER certificate ``cert_der`` is signed by one of the certificates of
+        the current ``ca.crt`` (re-read after a rotation). For listeners whose TLS library
+        can only add trusted CAs, never drop one (Python's ``ssl`` behind the HTTP endpoint):
+        after a CA rotation a certificate of the old CA still completes the handshake there,
+        and this check refuses it. False in insecure mode and for unreadable input."""
+        if self.insecure:
+            return False
+        self.refresh()
+        try:
+            cert = x509.load_der_x509_certificate(cert_der)
+            cas = x509.load_pem_x509_certificates(self._load().ca)
+        except ValueError:
+            return False
+        for ca in cas:
+            try:
+                cert.verify_directly_issued_by(ca)
+            except (ValueError, TypeError, InvalidSignature):
+                continue
+            return True
+        return False
 
     def generation(self) -> int:
         """A number that changes whenever a new pair was taken: channel caches compare it and

@@ -45,8 +45,9 @@ def peer_addr(request: web.Request) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def cert_user(request: web.Request) -> str | None:
-    """The user named by the verified client certificate (role ``client``), else None."""
+def cert_user(rs: RootService, request: web.Request) -> str | None:
+    """The user named by the verified client certificate (role ``client``) when the current
+    cluster CA issued it, else None."""
     transport = request.transport
     ssl_object = transport.get_extra_info("ssl_object") if transport else None
     if ssl_object is None:
@@ -56,6 +57,10 @@ def cert_user(request: web.Request) -> str | None:
     except (ValueError, ssl.SSLError):
         return None
     if not der:
+        return None
+    # The handshake trusted every CA this endpoint ever loaded (an ssl.SSLContext can add
+    # CAs but not drop them): after a CA rotation, only the current ca.crt names users.
+    if not rs.security.issued_by_current_ca(der):
         return None
     ident = identity_of_pem(ssl.DER_cert_to_PEM_cert(der).encode())
     return ident.name if ident is not None and ident.role is Role.CLIENT else None
@@ -93,7 +98,7 @@ async def authenticate(rs: RootService, request: web.Request) -> Principal:
     if rs.settings.insecure:
         return Principal(ROOT_USER, addr)
     basic = basic_credentials(request)
-    cert = cert_user(request)
+    cert = cert_user(rs, request)
     if basic is None and cert is None:
         raise NoCredentials
     user, password = basic if basic is not None else (None, None)

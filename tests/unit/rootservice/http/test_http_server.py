@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import shutil
 import ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -297,3 +298,33 @@ def test_standby_says_where_the_leader_is(db_url: str, tmp_path: Path) -> None:
     _serve(standby, scenario)
     # In insecure mode a standby cannot forward: nothing is SERVING.
     assert not any(standby.readiness.services().values())
+
+
+def test_ca_rotation_drops_the_old_ca_for_user_certificates(tmp_path: Path) -> None:
+    """After ``ca.crt`` is replaced by a new CA, a user certificate of the old CA still
+    completes the HTTPS handshake (Python's ssl cannot drop a loaded CA) but names no user
+    any more: 401, where it was 200 before the rotation."""
+    certs = tmp_path / "rs-certs"
+    shutil.copytree(pki.certs_dir(Role.RS, RS_ADDR), certs)
+    rs = make_rs(f"sqlite:///{tmp_path}/rs.db", tmp_path, certs_dir=certs)
+    heartbeat_all(rs)
+    root_certs = pki.certs_dir(Role.CLIENT, "root")
+
+    async def scenario(base: str, rs: RootService) -> None:
+        url = base + "/api/v1/servers"
+        old_root = _client_ssl(root_certs, Role.CLIENT, "root")
+        assert (await _get(url, old_root))[0] == 200
+        # The new CA replaces the old one in ca.crt (rs.crt, of the old CA, stays: the
+        # client still trusts the server).
+        new = tmp_path / "new-ca"
+        create_ca(new, tmp_path / "new-ca.key", Validity.starting(int(time.time()), 3600))
+        shutil.copy(new / CA_CERT, certs / CA_CERT)
+        rs.security._checked_at = 0.0  # skip the 0.5 s re-read throttle
+        status, _, body = await _get(url, _client_ssl(root_certs, Role.CLIENT, "root"))
+        assert status == 401, body
+        # Basic authentication is unaffected by the CA.
+        rs.users.create_user("carol", "carol-pw")
+        rs.users.grant("carol", ("SELECT",))
+        assert (await _get(url, _client_ssl(None), _basic("carol", "carol-pw")))[0] == 200
+
+    _serve(rs, scenario)
