@@ -40,7 +40,7 @@ from typing import Any
 import grpc
 
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
-from obcommon.security.certs import CA_CERT, Role
+from obcommon.security.certs import CA_CERT, Role, cert_file, key_file
 from obcommon.security.tls import TransportSecurity
 from rootservice import cert_commands
 from sql.client import Credentials, client_security, execute, result_rows
@@ -68,6 +68,9 @@ class Demo:
         self.started = time.monotonic()
         self.rs_addr = f"127.0.0.1:{free_port()}"
         self.mysql_port = free_port()
+        self.http_port = free_port()
+        # Each agent's HTTP port (/metrics, /healthz, /readyz), kept across its restarts.
+        self.agent_http: dict[str, int] = {}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.agents: dict[str, tuple[str, str, int]] = {}  # name -> (addr, zone, sql_port)
         self.credentials = Credentials()
@@ -126,6 +129,7 @@ class Demo:
                 sys.executable, "-m", "rootservice.cli", "serve",
                 "--data-dir", str(ROOT / "rs"), "--rpc-addr", self.rs_addr,
                 "--mysql-addr", f"127.0.0.1:{self.mysql_port}",
+                "--http-addr", f"127.0.0.1:{self.http_port}",
                 "--lease-time", LEASE, "--heartbeat-interval", "1s",
                 "--empty-server-check-interval", "2s", "--log-level", "WARNING",
                 "--ls-check-interval", "500ms", "--balancer-interval", "1s",
@@ -142,6 +146,7 @@ class Demo:
         its replicas' data files are 1M and leaders append a log entry every 200 ms.
         """
         addr, zone, sql_port = self.agents[name]
+        http_port = self.agent_http.setdefault(name, free_port())
         if not (self.certs(name) / "node.crt").exists():
             self.cert("create-node", addr, name)
         self.spawn(
@@ -151,6 +156,7 @@ class Demo:
                 "--rpc-addr", addr, "--sql-port", str(sql_port), "--zone", zone,
                 "--data-dir", str(ROOT / name), "--heartbeat-interval", "1s", "--log-level", "WARNING",
                 "--replica-size", "1M", "--log-interval", "200ms",
+                "--http-addr", f"127.0.0.1:{http_port}",
                 "--certs-dir", str(self.certs(name)), *extra,
             ],
         )  # fmt: skip
@@ -398,6 +404,77 @@ def mysql_dashboard(d: Demo) -> None:
         conn.close()
 
 
+def http_get(d: Demo, port: int, path: str, *, basic: tuple[str, str] | None = None) -> Any:
+    """GET ``https://127.0.0.1:<port><path>`` trusting the cluster CA, presenting the root
+    client's certificate unless ``basic`` (user, password) is given; returns ``(status,
+    body)`` (JSON decoded when the reply is JSON)."""
+    import base64
+    import http.client
+    import json
+    import ssl
+
+    client = d.certs("client")
+    ctx = ssl.create_default_context(cafile=str(client / CA_CERT))
+    ctx.check_hostname = False  # the certificates name ip:port, not a DNS name
+    headers = {}
+    if basic is None:
+        ctx.load_cert_chain(
+            client / cert_file(Role.CLIENT, "root"), client / key_file(Role.CLIENT, "root")
+        )
+    else:
+        token = base64.b64encode(f"{basic[0]}:{basic[1]}".encode()).decode()
+        headers["Authorization"] = f"Basic {token}"
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=10)
+    try:
+        conn.request("GET", path, headers=headers)
+        r = conn.getresponse()
+        body = r.read()
+        if r.getheader("Content-Type", "").startswith("application/json"):
+            return r.status, json.loads(body)
+        return r.status, body.decode()
+    finally:
+        conn.close()
+
+
+def observability(d: Demo) -> None:
+    """What an SRE's tools see (issue 12): the RS's /readyz, the status API as 'ops' (SELECT
+    only, HTTP Basic), a few lines of the RS's and an agent's /metrics, and the dashboard's
+    address."""
+    status, body = http_get(d, d.http_port, "/readyz")
+    print(f"GET /readyz -> {status} {body}")
+    if status != 200:
+        raise SystemExit("demo failed: the leader in FULL_SERVICE is not ready")
+    status, cluster = http_get(d, d.http_port, "/api/v1/cluster", basic=("ops", "ops-secret"))
+    if status != 200:
+        raise SystemExit(f"demo failed: /api/v1/cluster as ops answered {status}")
+    from tabulate import tabulate
+
+    print("GET /api/v1/cluster (as ops) -> servers:")
+    rows = [
+        [
+            s["server"],
+            s["zone"],
+            s["status"],
+            s["heartbeat_status"],
+            f"{(s['last_heartbeat_age_us'] or 0) / 1e6:.1f} s",
+            s["leader_count"],
+        ]
+        for s in cluster["servers"]
+    ]
+    print(tabulate(rows, ["server", "zone", "status", "heartbeat", "age", "leaders"], "psql"))
+    status, text = http_get(d, d.http_port, "/metrics")
+    wanted = ("ob_rs_heartbeats_received_total", "ob_rs_servers{", "ob_rs_epoch")
+    lines = [ln for ln in str(text).splitlines() if ln.startswith(wanted)]
+    print(f"GET /metrics -> {status}, {len(str(text))} bytes; for example:")
+    print("\n".join(f"  {ln}" for ln in lines[:8]))
+    name = sorted(d.agent_http)[0]
+    status, text = http_get(d, d.agent_http[name], "/metrics")
+    lines = [ln for ln in str(text).splitlines() if ln.startswith("ob_agent_lease")]
+    print(f"GET {name} /metrics -> {status}; for example:")
+    print("\n".join(f"  {ln}" for ln in lines[:4]))
+    print(f"the dashboard: https://127.0.0.1:{d.http_port}/ (log in as ops)\n")
+
+
 def run(d: Demo) -> None:
     """Drive the whole scenario of the module docstring against the processes of ``d``.
 
@@ -548,6 +625,9 @@ def run(d: Demo) -> None:
 
     step("the MySQL protocol: a dashboard's GROUP BY and a join as 'ops', over TLS (PyMySQL)")
     mysql_dashboard(d)
+
+    step("observability over HTTPS: readiness, the status API, Prometheus metrics")
+    observability(d)
 
     step("refused statements change nothing")
     d.refused("ALTER SYSTEM ADD SERVER '1.2.3.4:99999' ZONE 'z1'")
