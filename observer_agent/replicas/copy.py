@@ -145,6 +145,10 @@ class ReplicaCopier:
         self._log_keep = log_keep
         self._chunk_size = chunk_size
         self._copy_slots: asyncio.Semaphore | None = None
+        # Bytes received by the finished copy attempts, and the running attempts (by id):
+        # :meth:`copied_bytes` adds both, so the total only grows (issue 12).
+        self._copied_done = 0
+        self._running: dict[int, Build] = {}
 
     def _slots(self) -> asyncio.Semaphore:
         if self._copy_slots is None:
@@ -275,9 +279,25 @@ class ReplicaCopier:
         )
         # No deadline on the whole stream (a copy may take long): each chunk has one instead.
         call = self._peers.stub(src).FetchData(req)
-        return await receive_data_file(
-            call, src, tmp, b, timeout_s, self._faults, self.settings.replica_size
-        )
+        b.bytes_copied = 0
+        self._running[id(b)] = b
+        try:
+            return await receive_data_file(
+                call, src, tmp, b, timeout_s, self._faults, self.settings.replica_size
+            )
+        finally:
+            # No await between these two: a scrape on the loop sees the bytes once.
+            del self._running[id(b)]
+            self._copied_done += b.bytes_copied
+
+    def copied_bytes(self) -> int:
+        """Bytes received by every copy attempt of this process so far (the running ones
+        included): the ``ob_agent_copied_bytes_total`` counter."""
+        return self._copied_done + sum(b.bytes_copied for b in list(self._running.values()))
+
+    def copies_running(self) -> int:
+        """Copy attempts receiving a data file now."""
+        return len(self._running)
 
     async def _install(self, rep: Replica, b: Build, tmp: Path, first: obrpc_pb2.DataChunk) -> bool:
         """Move the copied file into place, create the log right before the source's first
