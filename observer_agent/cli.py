@@ -7,7 +7,7 @@ Usage::
         [--rpc-timeout 2s] [--build-version S] [--log-disk-size SIZE] \\
         [--disk-probe-interval 5s] [--resource-refresh-interval 10s] [--log-level INFO] \\
         [--replica-size 4M] [--log-interval 500ms] [--cpu-count N] [--memory-limit SIZE] \\
-        [--max-concurrent-copies 2]
+        [--max-concurrent-copies 2] [--http-addr 127.0.0.1:8088]
 
 Durations are written like ``500ms``, ``2s``; sizes as bytes or OceanBase size words
 (``512K``, ``4M``, ``1G``; binary multiples).
@@ -20,6 +20,8 @@ Durations are written like ``500ms``, ``2s``; sizes as bytes or OceanBase size w
 - ``--max-concurrent-copies``: replicas built by copy from another member (replica
   migration) that stream their data file at the same time (default 2, 1 .. 64); the others
   wait, reported as building with ``bytes_copied`` 0.
+- ``--http-addr``: ``/metrics`` (Prometheus; a client certificate of the cluster CA unless
+  ``--insecure``), ``/healthz``, ``/readyz`` (:mod:`observer_agent.http`, issue 12).
 - ``--cpu-count`` (cores, > 0) / ``--memory-limit`` (size, > 0): reported as ``cpu_total``
   / ``mem_total`` instead of the machine's, since the RS places units by these capacities.
 
@@ -64,6 +66,7 @@ from obcommon.clock import SystemClock
 from obcommon.security.certs import Role
 from obcommon.security.tls import SecurityConfigError, TransportSecurity
 from observer_agent.agent import Agent
+from observer_agent.http import AgentHttp
 from observer_agent.identity import IdentityError
 from observer_agent.service import start_server, stop_server
 from observer_agent.settings import AgentSettings
@@ -112,6 +115,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         default=None,
         help="plaintext gRPC without authentication",
+    )
+    p.add_argument(
+        "--http-addr",
+        help="HTTP(S) listen address host:port of /metrics, /healthz, /readyz "
+        "(default 127.0.0.1:8088, obagent's monitor port)",
     )
     p.add_argument("--replica-size", help="bytes of each LS replica's data file, e.g. 4M")
     p.add_argument("--log-interval", help="a leader replica appends a log entry this often")
@@ -188,6 +196,14 @@ async def serve(settings: AgentSettings) -> int:
         except (RuntimeError, OSError) as e:
             log.error("cannot serve gRPC on %s: %s", settings.rpc_addr, e)
             return EXIT_START_FAILED
+        http = AgentHttp(agent)
+        try:
+            await http.start()
+        except OSError as e:
+            log.error("cannot serve HTTP on %s: %s", settings.http_addr, e)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(stop_server(agent, server), 5.0)
+            return EXIT_START_FAILED
         log.info(
             "observer agent up: server %s zone %s rs_list %s data_dir %s (%s)",
             agent.server,
@@ -201,6 +217,8 @@ async def serve(settings: AgentSettings) -> int:
         try:
             await agent.run(stop)
         finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(http.stop(), 5.0)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(stop_server(agent, server), 5.0)
         log.info("observer agent %s stopped", agent.server)

@@ -114,6 +114,9 @@ class AgentSettings(BaseSettings):
     # ``insecure``; the command line insists on exactly one.
     certs_dir: Path | None = None
     insecure: bool = False
+    # The HTTP(S) endpoint (issue 12: /metrics, /healthz, /readyz), "host:port"; 8088 as
+    # OceanBase obagent's monitor port, loopback by default.
+    http_addr: str = "127.0.0.1:8088"
 
     @field_validator("rs_list")
     @classmethod

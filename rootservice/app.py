@@ -42,6 +42,7 @@ from rootservice.db import param_repo
 from rootservice.db.catalog import Catalog
 from rootservice.db.engine import db_error_summary
 from rootservice.ha.election import Election
+from rootservice.ha.readiness import Readiness
 from rootservice.ha.store import MetaStore
 from rootservice.ha.term import RsState, Term, lease_timings
 from rootservice.metrics import (
@@ -352,6 +353,14 @@ class RootService:
             on_step_down=self.office.step_down,
             metrics=self.metrics,
         )
+        # Readiness for /readyz and the gRPC health service (issue 12): the term, a
+        # rate-limited database probe; a standby's admin service can forward statements
+        # unless insecure (rootservice.api.forwarding.forwarder_for).
+        self.readiness = Readiness(
+            self.term, self.store, can_forward=lambda: not self.security.insecure
+        )
+        # The HTTP(S) endpoint's address once bound (issue 12; tests bind port 0).
+        self.http_addr = settings.http_addr
         # Counted by the lease servicer on the event-loop thread (see rootservice.api.grpc_server).
         self.heartbeats_total = 0
         self.heartbeats_refused_total = 0
@@ -373,6 +382,11 @@ class RootService:
         """Record the MySQL endpoint's port actually bound (tests bind port 0)."""
         host = self.settings.mysql_addr.rpartition(":")[0]
         self.mysql_addr = f"{host}:{port}"
+
+    def set_http_port(self, port: int) -> None:
+        """Record the HTTP endpoint's port actually bound (tests bind port 0)."""
+        host = self.settings.http_addr.rpartition(":")[0]
+        self.http_addr = f"{host}:{port}"
 
     def open(self) -> None:
         """Connect to the database, apply migrations and read ``__all_sys_parameter``.

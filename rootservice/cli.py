@@ -3,7 +3,8 @@ create-ca | create-rs | create-node | create-client | list`` (:mod:`rootservice.
 
 ``serve`` needs exactly one of ``--certs-dir DIR`` (mutual TLS with ``DIR/rs.crt``) and
 ``--insecure`` (plaintext, no authentication, logged as a warning); with neither it refuses
-to start, naming both (issue 10, as CockroachDB).
+to start, naming both (issue 10, as CockroachDB). Three listeners: gRPC (``--rpc-addr``),
+MySQL (``--mysql-addr``) and HTTP(S) (``--http-addr``, issue 12: :mod:`rootservice.http`).
 
 Flags override ``__all_sys_parameter``, which overrides the defaults (SPEC.md section 11).
 Exit codes: 0 after a clean stop (SIGTERM / SIGINT), 1 when the RS cannot start (database
@@ -82,6 +83,11 @@ def _parser() -> argparse.ArgumentParser:
         "--mysql-addr",
         help="MySQL-protocol listen address host:port (default 127.0.0.1:2881, OceanBase's SQL port)",
     )
+    s.add_argument(
+        "--http-addr",
+        help="HTTP(S) listen address host:port: /metrics, /healthz, /readyz, the status API "
+        "and the dashboard (default 127.0.0.1:8080)",
+    )
     s.add_argument("--data-dir", help="directory for the SQLite file (default ./rs_data)")
     for flag in _DURATION_FLAGS:
         s.add_argument(flag, metavar="DURATION")
@@ -128,6 +134,7 @@ def _settings(args: argparse.Namespace) -> RsSettings:
         "db_url",
         "rpc_addr",
         "mysql_addr",
+        "http_addr",
         "data_dir",
         "self_server",
         "allow_short_timings",
@@ -149,10 +156,13 @@ def _settings(args: argparse.Namespace) -> RsSettings:
 
 
 async def _serve(rs: RootService) -> int:
+    from grpc_health.v1.health import aio as health_aio
+
     from rootservice.api.admission import Admission
     from rootservice.api.forwarding import forwarder_for
-    from rootservice.api.grpc_server import create_server
+    from rootservice.api.grpc_server import create_server, follow_readiness
     from rootservice.api.mysql_server import start_mysql_server
+    from rootservice.http.server import start_http_server
 
     # One forwarder for every front end (issue 11 item 3); None in insecure mode.
     forwarder = forwarder_for(rs)
@@ -160,8 +170,11 @@ async def _serve(rs: RootService) -> int:
     # whether they come over gRPC or the MySQL protocol (issue 10 item 5, issue 11).
     st = rs.settings
     admission = Admission(st.admin_workers, st.admin_queue_limit, st.admin_per_user_limit)
+    health = health_aio.HealthServicer()
     try:
-        server, port = await create_server(rs, forwarder=forwarder, admission=admission)
+        server, port = await create_server(
+            rs, forwarder=forwarder, admission=admission, health=health
+        )
     except RuntimeError as e:
         log.error("%s", e)
         return 1
@@ -169,6 +182,12 @@ async def _serve(rs: RootService) -> int:
         mysql = await start_mysql_server(rs, admission, forwarder=forwarder)
     except (OSError, RuntimeError) as e:
         log.error("cannot listen for MySQL clients on %s: %s", st.mysql_addr, e)
+        return 1
+    try:
+        http = await start_http_server(rs)
+    except (OSError, RuntimeError) as e:
+        log.error("cannot listen for HTTP clients on %s: %s", st.http_addr, e)
+        mysql.close()
         return 1
     await server.start()
     stop = asyncio.Event()
@@ -181,17 +200,23 @@ async def _serve(rs: RootService) -> int:
         log.error("cannot start the root service: %s", e)
         await server.stop(0)
         mysql.close()
+        await http.stop()
         rs.shutdown()
         return 1
+    # The gRPC health statuses follow the readiness (issue 12 item 2).
+    follower = asyncio.create_task(follow_readiness(rs, health, stop, also=http.reload_tls))
     log.info(
-        "root service listening on %s, MySQL clients on %s (state %s)",
+        "root service listening on %s, MySQL clients on %s, HTTP on %s (state %s)",
         rs.rpc_addr,
         rs.mysql_addr,
+        rs.http_addr,
         rs.term.state.value,
     )
     await stop.wait()
     log.info("stopping")
+    await follower
     mysql.close()
+    await http.stop()
     await server.stop(1.0)
     await asyncio.to_thread(rs.shutdown)
     if forwarder is not None:

@@ -151,6 +151,9 @@ class RsSettings(BaseSettings):
     rpc_addr: str = "127.0.0.1:2882"
     # The MySQL-protocol endpoint (issue 11; OceanBase's SQL port 2881), "host:port".
     mysql_addr: str = "127.0.0.1:2881"
+    # The HTTP(S) endpoint (issue 12: /metrics, /healthz, /readyz, the status API and the
+    # dashboard), "host:port"; 8080 as CockroachDB's HTTP port, loopback by default.
+    http_addr: str = "127.0.0.1:8080"
     lease_time: Duration = 10 * S
     server_permanent_offline_time: Duration = 3600 * S
     heartbeat_interval: Duration = 2 * S
@@ -213,7 +216,7 @@ class RsSettings(BaseSettings):
             )
         if self.server_permanent_offline_time <= self.lease_time:
             raise ValueError("server_permanent_offline_time must be greater than lease_time")
-        for name in ("rpc_addr", "mysql_addr"):
+        for name in ("rpc_addr", "mysql_addr", "http_addr"):
             addr = getattr(self, name)
             host, _, port = addr.rpartition(":")
             if not host or not port.isdigit() or not 0 <= int(port) <= 65535:

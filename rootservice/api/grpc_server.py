@@ -1,10 +1,19 @@
 """The RS's gRPC server: the lease service (:mod:`rootservice.api.lease_servicer`), the admin
 service (:mod:`rootservice.api.admin_servicer`) and the standard health service on one port.
-:func:`create_server` binds without serving, so tests can bind port 0 and learn the port."""
+:func:`create_server` binds without serving, so tests can bind port 0 and learn the port.
+
+The health service tells the truth (issue 12 item 2): per service name it follows
+:meth:`rootservice.ha.readiness.Readiness.services` (``""`` and ``oceanbase.rs.RootService``
+SERVING only when ready; ``oceanbase.rs.AdminService`` also before BOOTSTRAP and on a
+standby that forwards), updated by :func:`follow_readiness`. ``liveness`` is SERVING while
+the process lives (as ``/healthz``; Kubernetes' gRPC probes name a service per probe)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -17,6 +26,7 @@ from rootservice.api.admission import Admission
 from rootservice.api.dispatch import Forwarder
 from rootservice.api.lease_servicer import LeaseServicer
 from rootservice.app import RootService
+from rootservice.ha.readiness import SERVICES
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +37,7 @@ async def create_server(
     *,
     forwarder: Forwarder | None = None,
     admission: Admission | None = None,
+    health: health_aio.HealthServicer | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """Build the RS's gRPC server bound to ``addr`` (default ``rs.settings.rpc_addr``) with
     the lease, admin and standard health services; returns it unstarted with its port.
@@ -35,6 +46,8 @@ async def create_server(
     It listens with mutual TLS (``rs.security``; clients must present a certificate of the
     cluster's CA) or, in insecure mode, in plaintext. ``admission`` is the statements'
     admission shared with the MySQL endpoint (default: one of the admin service's own).
+    ``health`` is the health servicer to serve (default a new one), which the caller keeps
+    up to date with :func:`follow_readiness`; its statuses start from the readiness now.
 
     ``grpc.server.max_pending_requests`` is raised because gRPC's default (1,000 calls
     waiting to be accepted) drops calls in a reconnect storm of thousands of agents.
@@ -54,13 +67,64 @@ async def create_server(
     obrpc_pb2_grpc.add_AdminServiceServicer_to_server(
         AdminServicer(rs, forwarder, admission), server
     )
-    health = health_aio.HealthServicer()
+    health = health or health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     bind = addr or rs.settings.rpc_addr
     port = rs.security.add_port(server, bind)
     if port == 0:
         raise RuntimeError(f"cannot bind {bind}")
     rs.set_rpc_port(port)
-    for name in ("", "oceanbase.rs.RootService", "oceanbase.rs.AdminService"):
-        await health.set(name, health_pb2.HealthCheckResponse.SERVING)
+    await health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
+    await apply_readiness(health, rs.readiness.services())
     return server, port
+
+
+#: The health-service name that is SERVING while the process lives (liveness probes).
+LIVENESS = "liveness"
+#: How often :func:`follow_readiness` re-reads the readiness (seconds).
+FOLLOW_INTERVAL_S = 0.25
+
+
+async def apply_readiness(
+    health: health_aio.HealthServicer,
+    services: dict[str, bool],
+    last: dict[str, bool] | None = None,
+) -> None:
+    """Set each service's status from ``services`` (name -> SERVING); only those that
+    differ from ``last`` when given (``last`` is updated)."""
+    S = health_pb2.HealthCheckResponse
+    for name in SERVICES:
+        serving = services.get(name, False)
+        if last is not None and last.get(name) is serving:
+            continue
+        await health.set(name, S.SERVING if serving else S.NOT_SERVING)
+        if last is not None:
+            last[name] = serving
+
+
+async def follow_readiness(
+    rs: RootService,
+    health: health_aio.HealthServicer,
+    stop: asyncio.Event,
+    also: Callable[[], object] | None = None,
+    interval_s: float = FOLLOW_INTERVAL_S,
+) -> None:
+    """Until ``stop`` is set: every ``interval_s`` refresh the readiness (the database probe
+    at most once a second, in a thread) and update the health statuses that changed; then
+    call ``also()`` (the HTTP endpoint's certificate reload). Logs changes of ``""``."""
+    last: dict[str, bool] = {}
+    while not stop.is_set():
+        try:
+            await rs.readiness.refresh()
+            services = rs.readiness.services()
+            was = last.get("")
+            await apply_readiness(health, services, last)
+            if was is not None and was is not services[""]:
+                v = rs.readiness.verdict()
+                log.info("readiness: %s", "ready" if v.ready else f"not ready: {v.reason}")
+            if also is not None:
+                also()
+        except Exception:  # noqa: BLE001 - the follower must outlive one bad round
+            log.exception("readiness round failed")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), interval_s)

@@ -50,3 +50,26 @@ def insert_events(conn: sa.Connection, events: Iterable[Event], rs_addr: tuple[s
     if rows:
         conn.execute(all_rootservice_event_history.insert(), rows)
     return len(rows)
+
+
+def latest_events(conn: sa.Connection, limit: int) -> list[dict[str, Any]]:
+    """The ``limit`` latest events, newest first (by ``event_time``, then insertion order),
+    for the status API (issue 12): dicts of ``event_time_us``, ``module``, ``event``,
+    ``values`` (the non-empty name/value pairs, in order) and ``rs`` (``"ip:port"`` of the RS
+    that wrote it, "" when unknown)."""
+    t = all_rootservice_event_history
+    q = sa.select(t).order_by(t.c.event_time.desc(), t.c.id.desc()).limit(limit)
+    out = []
+    for r in conn.execute(q).mappings():
+        values = {r[f"name{i}"]: r[f"value{i}"] for i in range(1, 7) if r[f"name{i}"]}
+        rs = f"{r['rs_svr_ip']}:{r['rs_svr_port']}" if r["rs_svr_ip"] else ""
+        out.append(
+            {
+                "event_time_us": int(r["event_time"]),
+                "module": r["module"],
+                "event": r["event"],
+                "values": values,
+                "rs": rs,
+            }
+        )
+    return out

@@ -7,6 +7,7 @@ Every function takes a connection inside the caller's transaction and never comm
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -14,7 +15,7 @@ from rootservice.db.param_repo import PARAM_MAX_JOB_ID, next_counter
 from rootservice.db.tables import (
     all_rootservice_job,
 )
-from rootservice.db.timestamps import us_to_datetime
+from rootservice.db.timestamps import datetime_to_us, us_to_datetime
 
 
 @dataclass(frozen=True)
@@ -135,3 +136,49 @@ def set_job_extra_info(
         .values(extra_info=extra_info)
     )
     return int(r.rowcount or 0)
+
+
+def recent_jobs(conn: sa.Connection, ended_limit: int = 20) -> list[dict[str, Any]]:
+    """Every INPROGRESS job (oldest first), then the ``ended_limit`` most recently modified
+    ended ones (newest first), for the status API (issue 12). Each is a dict: ``job_id``,
+    ``job_type``, ``job_status``, ``svr_ip`` / ``svr_port`` (None when the job is not about a
+    server), ``progress``, ``extra_info`` (the raw text, "" when NULL), ``return_code``,
+    ``create_time_us`` / ``modify_time_us`` (microseconds since the epoch)."""
+    t = all_rootservice_job
+    cols = (
+        t.c.job_id,
+        t.c.job_type,
+        t.c.job_status,
+        t.c.svr_ip,
+        t.c.svr_port,
+        t.c.progress,
+        t.c.extra_info,
+        t.c.return_code,
+        t.c.gmt_create,
+        t.c.gmt_modified,
+    )
+    running = sa.select(*cols).where(t.c.job_status == "INPROGRESS").order_by(t.c.job_id)
+    ended = (
+        sa.select(*cols)
+        .where(t.c.job_status != "INPROGRESS")
+        .order_by(t.c.gmt_modified.desc(), t.c.job_id.desc())
+        .limit(ended_limit)
+    )
+    out = []
+    for q in (running, ended):
+        for r in conn.execute(q).mappings():
+            out.append(
+                {
+                    "job_id": int(r["job_id"]),
+                    "job_type": r["job_type"],
+                    "job_status": r["job_status"],
+                    "svr_ip": r["svr_ip"],
+                    "svr_port": r["svr_port"],
+                    "progress": int(r["progress"] or 0),
+                    "extra_info": r["extra_info"] or "",
+                    "return_code": r["return_code"],
+                    "create_time_us": datetime_to_us(r["gmt_create"]),
+                    "modify_time_us": datetime_to_us(r["gmt_modified"]),
+                }
+            )
+    return out

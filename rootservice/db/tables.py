@@ -300,3 +300,17 @@ all_user = sa.Table(
     # as migration 0005 appended it; NULL for no password and for users created before 0005.
     sa.Column("native_passwd", sa.String(40), nullable=True),
 )
+
+
+# --- root services seen (issue 12; migration 0006) ------------------------------------------
+
+all_rootservice_member = sa.Table(
+    "__all_rootservice_member",
+    metadata,
+    # The RS's RPC address ("ip:port" split as elsewhere).
+    sa.Column("svr_ip", sa.String(46), primary_key=True),
+    sa.Column("svr_port", sa.Integer, primary_key=True, autoincrement=False),
+    # When its election round last ran, microseconds by the database's clock (the lease's).
+    sa.Column("last_seen_time", sa.BigInteger, nullable=False, server_default="0"),
+    *_gmt(),
+)

@@ -7,6 +7,8 @@ Several ``rootservice serve`` processes share one database; the ``rootservice_ep
 - a standby locks the row and takes office when the lease has run out by the database's
   clock (or is its own, left by an earlier process at this address), by raising the epoch
   (OceanBase's ``__all_service_epoch``, HDFS QJM's promised epoch: seeds 002);
+- every round, leader's or standby's, records this RS in ``__all_rootservice_member``
+  (:mod:`rootservice.db.member_repo`, issue 12: the standbys the status API lists);
 - the leader renews the lease (``expire = db_now + lease_time``) every
   :func:`lease_timings` ``renew`` period, and steps down at once when a renewal fails or
   finds another epoch or holder.
@@ -39,7 +41,7 @@ import sqlalchemy as sa
 
 from obcommon.addresses import parse_server
 from obcommon.clock import Clock
-from rootservice.db import lease_repo
+from rootservice.db import lease_repo, member_repo
 from rootservice.db.engine import db_error_summary, set_local
 from rootservice.ha.store import MetaStore
 from rootservice.ha.term import Term, lease_timings
@@ -174,6 +176,7 @@ class Election:
             with self.store.engine.begin() as conn:
                 self._begin_round(conn)
                 now = self._db_now(conn)
+                member_repo.touch(conn, holder, now)
                 row = None
                 if not lease_repo.renew_lease(conn, epoch, holder, now, now + lease):
                     row = lease_repo.read_lease(conn)
@@ -199,6 +202,8 @@ class Election:
                 self._begin_round(conn)
                 row = lease_repo.read_lease(conn, lock=True)
                 now = self._db_now(conn)
+                # Seen by the status API's root services (issue 12): standbys too.
+                member_repo.touch(conn, holder, now)
                 # Our own address in the row is a lease left by an earlier process (or term)
                 # of this RS: binding the same port proves that process is gone. Not so for
                 # a wildcard address, which several hosts may be configured with.

@@ -266,6 +266,19 @@ class ServerAdmin:
             self.wake(name)
         return [int(j) for j in jobs]
 
+    def check_delete_servers(self, servers: list[str]) -> None:
+        """The pre-checks of DELETE SERVER without changing anything (the status API's
+        ``check_decommission``, issue 12, as Doris' CheckDecommissionAction): the servers are
+        whitelisted and not DELETING, and ``checks.check_delete`` passes. Raises what
+        :meth:`delete_servers` would raise before writing (OB_SERVER_NOT_IN_WHITE_LIST,
+        OB_SERVER_ALREADY_DELETED, OB_DELETE_SERVER_NOT_ALLOWED, OB_OP_NOT_ALLOW,
+        OB_INVALID_ARGUMENT, OB_ERR_SYS)."""
+        targets = self._existing(servers, None)
+        for s in targets:
+            if s.admin_status is AdminStatus.DELETING:
+                raise ObError("OB_SERVER_ALREADY_DELETED", detail=f"server '{s.key}'")
+        self.checks.check_delete(targets)
+
     def cancel_delete_servers(self, servers: list[str], zone: str | None) -> None:
         """CANCEL DELETE SERVER: ``force_stop_hb = false``, DELETING -> NORMAL, job CANCELED,
         event ``cancel_delete_server``; then request a heartbeat and wake the balancer.

@@ -310,7 +310,9 @@ class RsClient:
             if rs.proc.poll() is not None:
                 raise RuntimeError(f"the RS exited with {rs.proc.returncode}:\n{rs.tail()}")
             with contextlib.suppress(grpc.RpcError):
-                r = self.health.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0)
+                r = self.health.Check(
+                    health_pb2.HealthCheckRequest(service="liveness"), timeout=1.0
+                )
                 if r.status == health_pb2.HealthCheckResponse.SERVING:
                     return
             if time.monotonic() >= deadline:

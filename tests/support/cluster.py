@@ -97,11 +97,14 @@ def _security_flags(role: Role, rpc_addr: str, flags: dict[str, Any]) -> dict[st
 def rs_cmd(db_url: str, rpc_addr: str, data_dir: str | Path, **flags: Any) -> list[str]:
     """Command line of ``rootservice serve`` (run with this interpreter, as a module), with
     ``--certs-dir`` of the test PKI for ``rpc_addr`` unless ``insecure=True`` or a
-    ``certs_dir`` is given, and ``--mysql-addr`` on a free port unless ``mysql_addr`` is."""
+    ``certs_dir`` is given, and ``--mysql-addr`` / ``--http-addr`` on free ports unless
+    ``mysql_addr`` / ``http_addr`` are."""
     flags = _security_flags(Role.RS, rpc_addr, flags)
     # Every test RS gets its own MySQL port: the default (2881) would be shared by the RS
     # processes of one test and by concurrent tests.
     flags = {"mysql_addr": f"127.0.0.1:{free_port()}", **flags}
+    # Likewise the HTTP endpoint (issue 12; default 8080).
+    flags = {"http_addr": f"127.0.0.1:{free_port()}", **flags}
     return [
         sys.executable,
         "-m",
@@ -126,8 +129,11 @@ def agent_cmd(
     **flags: Any,
 ) -> list[str]:
     """Command line of the observer agent; ``rs_list`` may be a list of ``host:port``.
-    Secured like :func:`rs_cmd` (a node certificate for ``rpc_addr``)."""
+    Secured like :func:`rs_cmd` (a node certificate for ``rpc_addr``); ``--http-addr`` on a
+    free port unless ``http_addr`` is given."""
     flags = _security_flags(Role.NODE, rpc_addr, flags)
+    # Its own HTTP port (issue 12; the default 8088 would be shared by every agent).
+    flags = {"http_addr": f"127.0.0.1:{free_port()}", **flags}
     if not isinstance(rs_list, str):
         rs_list = ",".join(rs_list)
     return [
@@ -148,12 +154,12 @@ def agent_cmd(
     ]
 
 
-def health_status(addr: str, timeout_s: float = 1.0) -> int:
-    """One standard health check (service ``""``) of ``addr``: a
+def health_status(addr: str, timeout_s: float = 1.0, service: str = "") -> int:
+    """One standard health check (service ``service``, default ``""``) of ``addr``: a
     ``health_pb2.HealthCheckResponse`` status. Raises ``grpc.RpcError`` when unreachable."""
     with pki.channel(addr) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
-        resp = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=timeout_s)
+        resp = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout_s)
         return int(resp.status)
 
 
@@ -194,6 +200,9 @@ class Proc:
                 start_new_session=True,
             )
         self.pid = self.popen.pid
+        # The health service wait_healthy asks: an RS answers "" SERVING only once it leads
+        # in FULL_SERVICE (issue 12), so "started" is its "liveness" service; agents "".
+        self.health_service = "liveness" if "rootservice.cli" in self.args else ""
         with _registry_lock:
             _registry.append(self)
 
@@ -228,7 +237,9 @@ class Proc:
             os.killpg(self.pid, sig)
 
     def wait_healthy(self, addr: str, timeout_s: float = 30.0) -> None:
-        """Poll the gRPC health service at ``addr`` every 100 ms until it reports SERVING.
+        """Poll the gRPC health service at ``addr`` every 100 ms until it reports SERVING
+        (service :attr:`health_service`: ``liveness`` for an RS, which says SERVING on
+        ``""`` only when ready since issue 12; ``""`` for anything else).
 
         Raises ``AssertionError`` with the log tail when the process exits first or
         ``timeout_s`` passes.
@@ -248,7 +259,9 @@ class Proc:
                     f"--- {self.log_path} ---\n{self.log_tail()}"
                 )
             try:
-                status = health_status(addr, timeout_s=max(0.05, min(1.0, remaining)))
+                status = health_status(
+                    addr, timeout_s=max(0.05, min(1.0, remaining)), service=self.health_service
+                )
                 if status == health_pb2.HealthCheckResponse.SERVING:
                     return
                 last = health_pb2.HealthCheckResponse.ServingStatus.Name(status)

@@ -204,6 +204,9 @@ def test_rs_cmd_and_agent_cmd() -> None:
     # Every test RS gets a MySQL port of its own unless the test names one.
     mysql_addr = cmd[cmd.index("--mysql-addr") + 1]
     assert mysql_addr.startswith("127.0.0.1:") and mysql_addr != "127.0.0.1:2881"
+    # And an HTTP port of its own (issue 12).
+    http_addr = cmd[cmd.index("--http-addr") + 1]
+    assert http_addr.startswith("127.0.0.1:") and http_addr not in ("127.0.0.1:8080", mysql_addr)
     assert cmd == [
         sys.executable,
         "-m",
@@ -215,6 +218,8 @@ def test_rs_cmd_and_agent_cmd() -> None:
         "127.0.0.1:2882",
         "--data-dir",
         "/tmp/rs",
+        "--http-addr",
+        http_addr,
         "--mysql-addr",
         mysql_addr,
         "--lease-time",
@@ -235,6 +240,8 @@ def test_rs_cmd_and_agent_cmd() -> None:
         "/tmp/a",
         heartbeat_interval="100ms",
     )
+    agent_http = cmd[cmd.index("--http-addr") + 1]
+    assert agent_http.startswith("127.0.0.1:") and agent_http != "127.0.0.1:8088"
     assert cmd == [
         sys.executable,
         "-m",
@@ -249,6 +256,8 @@ def test_rs_cmd_and_agent_cmd() -> None:
         "z1",
         "--data-dir",
         "/tmp/a",
+        "--http-addr",
+        agent_http,
         "--heartbeat-interval",
         "100ms",
         "--certs-dir",

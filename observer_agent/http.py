@@ -1,0 +1,144 @@
+"""The agent's HTTP(S) endpoint (issue 12): ``/metrics`` (the Prometheus text format of
+``agent.metrics.registry``), ``/healthz`` and ``/readyz``, served by aiohttp on the agent's
+event loop at ``--http-addr`` (default ``127.0.0.1:8088``, OceanBase obagent's monitor port).
+
+- ``/healthz``: 200 while the process lives; no credentials (a probe).
+- ``/readyz``: 200 when the agent is registered with the RS, serving, its lease not expired
+  and its data disk healthy; else 503 ``{"ready": false, "reason": ...}``; no credentials.
+- ``/metrics``: HTTPS with the node's certificate (``node.crt`` / ``node.key``) and the
+  cluster CA; the caller must present a certificate of that CA (agents have no users: any
+  role of the cluster's PKI - a Prometheus server gets a client certificate). Plaintext and
+  open only with ``--insecure``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from obcommon.security.certs import CA_CERT, Role, cert_file, key_file
+from observer_agent.agent import Agent
+
+log = logging.getLogger(__name__)
+
+AGENT_KEY = web.AppKey("agent", Agent)
+
+
+def tls_context(agent: Agent) -> ssl.SSLContext | None:
+    """The node's server context: its pair, ``ca.crt``, TLS 1.2+, client certificate
+    optional at the handshake (the probes need none; ``/metrics`` checks it). None when
+    insecure. Raises ``OSError`` / ``ssl.SSLError`` for unreadable files."""
+    sec = agent.security
+    if sec.insecure or sec.certs_dir is None:
+        return None
+    d = sec.certs_dir
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(d / cert_file(Role.NODE), d / key_file(Role.NODE))
+    ctx.load_verify_locations(cafile=str(d / CA_CERT))
+    ctx.verify_mode = ssl.CERT_OPTIONAL
+    return ctx
+
+
+def readiness(agent: Agent) -> str | None:
+    """Why the agent is not ready (None: ready): not registered, not serving, lease expired
+    (``lease_expire_time`` passed on the agent's clock), data disk error."""
+    if not agent.registered:
+        refusal = agent.last_refusal
+        return "not registered with the RS" + (f": {refusal.name}" if refusal else "")
+    if not agent.serving:
+        return "registered but not serving yet"
+    if agent.lease_expire_time <= agent.clock.now_us():
+        return "lease expired"
+    disk = agent.disk_error
+    if disk is not None:
+        return f"data disk error: {disk}"
+    return None
+
+
+def _has_cluster_cert(request: web.Request) -> bool:
+    transport = request.transport
+    ssl_object = transport.get_extra_info("ssl_object") if transport else None
+    # CERT_OPTIONAL verified whatever was sent against ca.crt: a certificate here is one of
+    # the cluster's.
+    return ssl_object is not None and bool(ssl_object.getpeercert(binary_form=True))
+
+
+def _json(status: int, body: dict[str, Any]) -> web.Response:
+    return web.json_response(body, status=status)
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """Liveness."""
+    return _json(200, {"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Readiness (:func:`readiness`)."""
+    why = readiness(request.app[AGENT_KEY])
+    return _json(200 if why is None else 503, {"ready": why is None, "reason": why or ""})
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """The registry in the Prometheus text format; 401 without a cluster certificate."""
+    agent = request.app[AGENT_KEY]
+    if not agent.security.insecure and not _has_cluster_cert(request):
+        return _json(
+            401, {"code": 401, "error": "a client certificate of the cluster CA is required"}
+        )
+    data = await asyncio.to_thread(generate_latest, agent.metrics.registry)
+    resp = web.Response(body=data)
+    resp.headers["Content-Type"] = CONTENT_TYPE_LATEST
+    return resp
+
+
+def build_app(agent: Agent) -> web.Application:
+    """The application of ``agent`` (no listener)."""
+    app = web.Application()
+    app[AGENT_KEY] = agent
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+class AgentHttp:
+    """The running endpoint of ``agent`` on ``addr`` (default ``settings.http_addr``)."""
+
+    def __init__(self, agent: Agent, addr: str | None = None) -> None:
+        """Not listening until :meth:`start`."""
+        self.agent = agent
+        self.addr = addr or agent.settings.http_addr
+        self.runner = web.AppRunner(build_app(agent), access_log=None, handle_signals=False)
+        self.port = 0
+
+    async def start(self) -> int:
+        """Listen in the running loop; returns the bound port. Raises ``OSError``."""
+        host, _, port = self.addr.rpartition(":")
+        ctx = tls_context(self.agent)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, host.strip("[]"), int(port), ssl_context=ctx)
+        try:
+            await site.start()
+        except BaseException:
+            await self.runner.cleanup()
+            raise
+        server = site._server  # noqa: SLF001 - aiohttp keeps the asyncio server there
+        sockets = getattr(server, "sockets", None) or ()
+        self.port = int(sockets[0].getsockname()[1]) if sockets else int(port)
+        log.info(
+            "HTTP endpoint on %s://%s:%d",
+            "https" if ctx is not None else "http",
+            host,
+            self.port,
+        )
+        return self.port
+
+    async def stop(self) -> None:
+        """Stop listening."""
+        await self.runner.cleanup()

@@ -1,0 +1,207 @@
+"""The JSON status API's documents (issue 12 item 3; the contract of the dashboard): servers
+with their in-memory state, zones, root services, jobs, events, and the Doris FE actions
+used as anchor (Health, HA, Bootstrap, Hardware Info, Check Decommission).
+
+Every method here blocks (locks, table reads through ``store.read()``: read-only, no
+fencing): the handlers call them in a worker thread. In-memory state comes from the
+whitelist (:class:`rootservice.servers.whitelist.Whitelist`), the zone cache and the replica
+reports of the tenant layer; jobs, events and the root services from their tables. Times
+are integer microseconds since the epoch (``*_us``), ages microseconds, sizes bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from obcommon.errors import ObError
+from rootservice.app import RootService
+from rootservice.db import event_repo, job_repo, lease_repo, member_repo
+from rootservice.servers.status import ServerStatus
+
+#: How many ended jobs ``jobs`` lists after the running ones.
+ENDED_JOBS = 20
+#: How many events the cluster snapshot carries.
+SNAPSHOT_EVENTS = 50
+#: Bounds and default of ``/api/v1/events?limit=``.
+EVENTS_MAX, EVENTS_DEFAULT = 1000, 100
+
+
+def server_doc(s: ServerStatus, now_us: int, replicas: int) -> dict[str, Any]:
+    """One server of ``servers``: the whitelist record ``s`` at ``now_us`` holding
+    ``replicas`` reported replicas. ``leader_count`` is 0 until its first report (the
+    record's -1), ``last_heartbeat_age_us`` None when it never heartbeated."""
+    r = s.resource_info
+    return {
+        "server": s.key,
+        "svr_ip": s.ip,
+        "svr_port": s.port,
+        "id": s.id,
+        "zone": s.zone,
+        "status": s.display_status().value,
+        "heartbeat_status": s.hb_status.value,
+        "admin_status": s.admin_status.value,
+        "last_heartbeat_age_us": max(0, now_us - s.last_hb_time) if s.last_hb_time else None,
+        "stop_time_us": s.stop_time,
+        "start_service_time_us": s.start_service_time,
+        "leader_count": max(0, s.leader_cnt),
+        "replica_count": replicas,
+        "resources": {
+            "cpu_capacity": float(r.cpu_total),
+            "cpu_assigned": float(r.cpu_assigned),
+            "mem_capacity": int(r.mem_total),
+            "mem_assigned": int(r.mem_assigned),
+            "log_disk_capacity": int(r.log_disk_total),
+            "log_disk_assigned": int(r.log_disk_assigned),
+            "data_disk_capacity": int(r.data_disk_total),
+            "data_disk_in_use": int(r.data_disk_in_use),
+        },
+        "disk_status": s.server_report_status.value,
+    }
+
+
+def job_doc(row: dict[str, Any]) -> dict[str, Any]:
+    """One job of ``jobs`` from a :func:`rootservice.db.job_repo.recent_jobs` row:
+    ``extra_info`` parsed (``{}`` when empty or not a JSON object), ``eta`` and ``stalled``
+    lifted out of it ("" when absent; :mod:`rootservice.balancer.job_progress` writes them)."""
+    try:
+        extra = json.loads(row["extra_info"]) if row["extra_info"] else {}
+    except ValueError:
+        extra = {}
+    if not isinstance(extra, dict):
+        extra = {}
+    server = f"{row['svr_ip']}:{row['svr_port']}" if row["svr_ip"] else ""
+    return {
+        "job_id": row["job_id"],
+        "job_type": row["job_type"],
+        "job_status": row["job_status"],
+        "server": server,
+        "progress": max(0, min(100, row["progress"])),
+        "eta": str(extra.get("eta") or ""),
+        "stalled": str(extra.get("stalled") or ""),
+        "extra_info": extra,
+        "create_time_us": row["create_time_us"],
+        "modify_time_us": row["modify_time_us"],
+    }
+
+
+class ClusterStatus:
+    """The status documents of one RS ``rs`` (read-only; see the module docstring)."""
+
+    def __init__(self, rs: RootService) -> None:
+        """Read ``rs``'s whitelist, zones, reports and tables."""
+        self.rs = rs
+
+    def servers(self) -> list[dict[str, Any]]:
+        """Every whitelisted server, by id (:func:`server_doc`)."""
+        now = self.rs.clock.now_us()
+        reports = self.rs.tenant_layer.reports.reports()
+        return [
+            server_doc(s, now, len(reports.get(s.key, {}))) for s in self.rs.whitelist.snapshot()
+        ]
+
+    def zones(self, servers: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+        """Every zone with its servers and active servers counted (from ``servers``, default
+        :meth:`servers`), in the zone cache's order."""
+        servers = self.servers() if servers is None else servers
+        out = []
+        for z in self.rs.zones.all():
+            mine = [s for s in servers if s["zone"] == z.zone]
+            out.append(
+                {
+                    "zone": z.zone,
+                    "status": z.status,
+                    "region": z.region,
+                    "idc": z.idc,
+                    "servers": len(mine),
+                    "active_servers": sum(1 for s in mine if s["status"] == "ACTIVE"),
+                }
+            )
+        return out
+
+    def root_services(self) -> dict[str, Any]:
+        """The lease row of ``__all_service_epoch`` (leader while unexpired, epoch, expiry)
+        and the root services whose election round ran within the last ``lease_time`` by the
+        database's clock (``__all_rootservice_member``): the leader first, then standbys.
+        Raises ``ObError(OB_ERR_SYS)`` when the tables cannot be read."""
+        lease_us = self.rs.settings.lease_time
+        with self.rs.store.read() as conn:
+            lease = lease_repo.read_lease(conn)
+            now = lease_repo.db_now_us(conn)
+            seen = member_repo.seen_since(conn, now - lease_us)
+        leader = lease.holder if lease.holder and now < lease.expire_us else ""
+        members = [
+            {
+                "addr": m.addr,
+                "role": "leader" if m.addr == leader else "standby",
+                "last_seen_us": m.last_seen_us,
+            }
+            for m in seen
+        ]
+        members.sort(key=lambda m: (m["role"] != "leader", m["addr"]))
+        return {
+            "leader": leader,
+            "epoch": lease.epoch,
+            "lease_expire_us": lease.expire_us,
+            "members": members,
+        }
+
+    def jobs(self) -> list[dict[str, Any]]:
+        """INPROGRESS jobs, then the latest :data:`ENDED_JOBS` ended ones (:func:`job_doc`).
+        Raises ``ObError(OB_ERR_SYS)``."""
+        with self.rs.store.read() as conn:
+            rows = job_repo.recent_jobs(conn, ENDED_JOBS)
+        return [job_doc(r) for r in rows]
+
+    def events(self, limit: int = EVENTS_DEFAULT) -> list[dict[str, Any]]:
+        """The ``limit`` latest events, newest first. Raises ``ObError(OB_ERR_SYS)``."""
+        with self.rs.store.read() as conn:
+            return event_repo.latest_events(conn, limit)
+
+    def cluster(self) -> dict[str, Any]:
+        """The one snapshot the dashboard polls (the contract's ``/api/v1/cluster``)."""
+        servers = self.servers()
+        return {
+            "now_us": self.rs.clock.now_us(),
+            "self": self.rs.rpc_addr,
+            "state": self.rs.term.state.value,
+            "root_services": self.root_services(),
+            "zones": self.zones(servers),
+            "servers": servers,
+            "jobs": self.jobs(),
+            "events": self.events(SNAPSHOT_EVENTS),
+        }
+
+    # --- the Doris FE actions ------------------------------------------------------------
+
+    def health(self) -> dict[str, int]:
+        """Doris' HealthAction: ``total_servers`` whitelisted, ``online_servers`` alive."""
+        counts = self.rs.whitelist.counts()
+        return {"total_servers": counts["servers"], "online_servers": counts["alive"]}
+
+    def bootstrap(self) -> dict[str, Any]:
+        """Doris' BootstrapAction: ``bootstrapped`` and ``cluster_id`` ("" before)."""
+        ident = self.rs.identity
+        return {"bootstrapped": bool(ident.bootstrapped), "cluster_id": ident.cluster_id}
+
+    def hardware(self) -> list[dict[str, Any]]:
+        """Doris' HardwareInfoAction: per server its ``server``, ``zone`` and
+        ``resources`` (as in :func:`server_doc`)."""
+        return [
+            {"server": s["server"], "zone": s["zone"], "resources": s["resources"]}
+            for s in self.servers()
+        ]
+
+    def check_decommission(self, servers: list[str]) -> dict[str, Any]:
+        """Doris' CheckDecommissionAction: could ``servers`` be deleted now?
+        (:meth:`rootservice.servers.admin.ServerAdmin.check_delete_servers`, nothing
+        changed). ``{"ok": True, "reason": ""}`` or ``{"ok": False, "reason": message}``.
+        Raises ``ObError(OB_SERVER_NOT_IN_WHITE_LIST)`` for an unknown server and
+        ``ObError(OB_INVALID_ARGUMENT)`` for a malformed one (the caller's mistakes)."""
+        try:
+            self.rs.server_admin.check_delete_servers(servers)
+        except ObError as e:
+            if e.name in ("OB_SERVER_NOT_IN_WHITE_LIST", "OB_INVALID_ARGUMENT"):
+                raise
+            return {"ok": False, "reason": e.to_sql_text()}
+        return {"ok": True, "reason": ""}
