@@ -46,7 +46,7 @@ from observer_agent.identity import (
     load_identity,
 )
 from observer_agent.lease import LeaseClient
-from observer_agent.metrics import AgentMetrics
+from observer_agent.metrics import AgentCollector, AgentMetrics, AgentReadings
 from observer_agent.replicas.log import LOG_KEEP_ENTRIES
 from observer_agent.replicas.manager import ReplicaManager
 from observer_agent.replicas.serving import DATA_CHUNK_DEFAULT
@@ -121,7 +121,9 @@ class Agent:
                 self.server,
             )
 
-        self.disk = DiskHealth(self.data_dir, self.log, disk_probe, disk_probe_timeout_us)
+        self.disk = DiskHealth(
+            self.data_dir, self.log, disk_probe, disk_probe_timeout_us, self.metrics
+        )
         self.resources = ResourceMonitor(settings, self.log, resource_timeout_us)
         self.rs = RsAddresses(settings.rs_list, self.log)
         # One per process, shared by every channel, so a rotation is seen everywhere.
@@ -149,7 +151,10 @@ class Agent:
             rng or random.Random(),
             self.log,
             self.security,
+            self.metrics,
         )
+        # The Prometheus exposition (issue 12): read from the components at each scrape.
+        self.metrics.registry.register(AgentCollector(self))
         self._stop: asyncio.Event | None = None
         self.health: Any = None  # the gRPC health servicer, set by create_server
         self.replicas.load()
@@ -171,6 +176,24 @@ class Agent:
     def mark_serving(self) -> None:
         """Called once the agent's gRPC server is up: the next accepted lease starts service."""
         self.lease.mark_serving()
+
+    def readings(self) -> AgentReadings:
+        """:class:`observer_agent.metrics.AgentSource`: what ``/metrics`` shows, from memory
+        (the lease state, the replicas, the last disk probe and resource report)."""
+        info = self.resources.info
+        return AgentReadings(
+            now_us=self.clock.now_us(),
+            lease_expire_us=self.lease.lease_expire_time,
+            registered=self.lease.registered,
+            lease_accepted=self.lease.accepted_count,
+            lease_refused=dict(self.lease.refusals),
+            replicas=self.replicas.roles(),
+            log_lags=self.replicas.log_lags(),
+            copied_bytes=self.replicas.copied_bytes(),
+            copies_running=self.replicas.copies_running(),
+            disk_healthy=self.disk.disk_error is None,
+            resources={f.name: float(v) for f, v in info.ListFields()},
+        )
 
     def check_server_empty(self) -> obrpc_pb2.CheckServerEmptyResponse:
         """The answer to ``ObserverService.CheckServerEmpty``: empty = no identity file.

@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Protocol
 
 from observer_agent.background import describe_exception, in_daemon_thread
+from observer_agent.metrics import AgentMetrics
 
 #: ``server_status`` bit of a lease request: the data disk failed its probe
 #: (OceanBase's ``RSS_DATA_DISK_ERROR`` / ``server_report_status`` DATA_DISK_ERROR).
@@ -80,8 +82,11 @@ class DiskHealth:
         log: logging.Logger | logging.LoggerAdapter,  # type: ignore[type-arg]
         probe: DiskProbe = probe_data_disk,
         timeout_us: int = DEFAULT_DISK_PROBE_TIMEOUT_US,
+        metrics: AgentMetrics | None = None,
     ) -> None:
-        """Healthy until a probe says otherwise."""
+        """Healthy until a probe says otherwise; each probe's duration is observed in
+        ``metrics.disk_probe_seconds`` (default: a registry of its own)."""
+        self.metrics = metrics or AgentMetrics()
         self.data_dir = Path(data_dir)
         self.log = log
         self._probe = probe
@@ -105,10 +110,12 @@ class DiskHealth:
 
     def probe_now(self) -> bool:
         """Run one disk probe in the calling thread; True when healthy (tests, start-up)."""
+        started = time.monotonic()
         try:
             reason = self._probe(self.data_dir)
         except Exception as e:
             reason = f"disk probe raised {describe_exception(e)}"
+        self.metrics.disk_probe_seconds.observe(time.monotonic() - started)
         self.set_status(reason)
         return reason is None
 
@@ -120,9 +127,11 @@ class DiskHealth:
         if pending is not None and not pending.done():
             self.set_status(f"previous disk probe still running after {timeout_s:g}s (hung disk?)")
             return False
+        started = time.monotonic()
         fut = in_daemon_thread(lambda: self._probe(self.data_dir), "disk-probe")
         self._pending = fut
         done, _ = await asyncio.wait({fut}, timeout=timeout_s)
+        self.metrics.disk_probe_seconds.observe(time.monotonic() - started)
         if not done:
             self.set_status(f"disk probe did not finish within {timeout_s:g}s (hung disk?)")
             return False

@@ -35,6 +35,7 @@ from observer_agent.address import LocalServer
 from observer_agent.background import describe_exception, is_set, sleep_unless_stopped
 from observer_agent.identity import ClusterIdentity, write_identity
 from observer_agent.lease_stream import LeaseStream
+from observer_agent.metrics import AgentMetrics
 from observer_agent.settings import AgentSettings
 
 LEASE_REQUEST_VERSION = 1
@@ -105,8 +106,9 @@ class LeaseClient:
     Public state (read it, do not write it): ``identity``, ``highest_epoch``,
     ``lease_expire_time``, ``server_id``, ``rs_server_status``, ``start_service_time``,
     ``serving``, ``registered``, ``accepted_count``, ``refused_count``,
-    ``last_accepted_rs``, ``last_refusal``, ``refusals_in_row``, ``repeat_log`` (the rate
-    limiter of repeated warnings: keys ``refused`` and ``unreachable <ip:port>``).
+    ``last_accepted_rs``, ``last_refusal``, ``refusals`` (reason -> count),
+    ``refusals_in_row``, ``repeat_log`` (the rate limiter of repeated warnings: keys
+    ``refused`` and ``unreachable <ip:port>``).
     """
 
     def __init__(
@@ -122,9 +124,12 @@ class LeaseClient:
         rng: random.Random,
         log: logging.Logger | logging.LoggerAdapter,  # type: ignore[type-arg]
         security: TransportSecurity | None = None,
+        metrics: AgentMetrics | None = None,
     ) -> None:
         """Unregistered and not serving; lease streams are opened through ``security``
-        (default: what ``settings.certs_dir`` says)."""
+        (default: what ``settings.certs_dir`` says); renewal round trips are observed in
+        ``metrics.lease_renewal_seconds`` (default: a registry of its own)."""
+        self.metrics = metrics or AgentMetrics()
         self.security = security or TransportSecurity.for_dir(settings.certs_dir, Role.NODE)
         self.settings = settings
         self.clock = clock
@@ -149,6 +154,9 @@ class LeaseClient:
         self.refused_count = 0
         self.last_accepted_rs = ""
         self.last_refusal: ObError | None = None
+        # Refusals by reason (the RS's error name, or why this agent refused the answer):
+        # ``ob_agent_lease_renewals_refused_total`` (issue 12).
+        self.refusals: dict[str, int] = {}
 
         self._seq = 0
         # Refusals in a row that back off (reset by an accepted lease), and the rate limiter
@@ -219,6 +227,7 @@ class LeaseClient:
         if resp.heartbeat_expire_time <= now:
             return self._refuse(
                 rs_addr,
+                "expired_lease",
                 f"heartbeat_expire_time {resp.heartbeat_expire_time} is not after now {now}",
             )
         if self.identity is not None and resp.cluster_id != self.identity.cluster_id:
@@ -230,12 +239,13 @@ class LeaseClient:
                 self.identity.cluster_id,
                 self.identity.server_id,
             )
-            self.refused_count += 1
+            self._count_refusal("other_cluster")
             self.registered = False
             return False
         if resp.rs_epoch < self.highest_epoch:
             return self._refuse(
                 rs_addr,
+                "stale_epoch",
                 f"rs_epoch {resp.rs_epoch} is lower than epoch {self.highest_epoch} already seen "
                 "(a deposed RS)",
             )
@@ -249,7 +259,7 @@ class LeaseClient:
                 self.log.error(
                     "lease from %s refused: cannot write the cluster identity: %s", rs_addr, e
                 )
-                self.refused_count += 1
+                self._count_refusal("identity_write_failed")
                 self.registered = False
                 return False
             self.identity = ident
@@ -306,8 +316,12 @@ class LeaseClient:
             self.log.info("start service at %d", self.start_service_time)
         return True
 
-    def _refuse_error(self, err: ObError, resp: obrpc_pb2.LeaseResponse, rs_addr: str) -> bool:
+    def _count_refusal(self, reason: str) -> None:
         self.refused_count += 1
+        self.refusals[reason] = self.refusals.get(reason, 0) + 1
+
+    def _refuse_error(self, err: ObError, resp: obrpc_pb2.LeaseResponse, rs_addr: str) -> bool:
+        self._count_refusal(err.name)
         self.registered = False
         self.last_refusal = err
         if err.name not in _NO_BACKOFF:
@@ -330,8 +344,8 @@ class LeaseClient:
                 self.log.info("trying leader hint %s:%d next", host, port)
         return False
 
-    def _refuse(self, rs_addr: str, why: str) -> bool:
-        self.refused_count += 1
+    def _refuse(self, rs_addr: str, reason: str, why: str) -> bool:
+        self._count_refusal(reason)
         self.registered = False
         self.log.warning("lease response from %s refused: %s", rs_addr, why)
         return False
@@ -415,6 +429,8 @@ class LeaseClient:
             try:
                 resp = await conn.exchange(req, timeout_s)
             except Exception as e:
+                # No answer: counted as a refusal so a dashboard sees an agent cut off.
+                self.refusals["rpc_failed"] = self.refusals.get("rpc_failed", 0) + 1
                 await self.close_stream()
                 self.registered = False
                 if renewed:
@@ -435,6 +451,7 @@ class LeaseClient:
                     extra={"rs": addr},
                 )
                 return hb_s
+            self.metrics.lease_renewal_seconds.observe(loop.time() - started)
             if not self.handle_response(resp, addr):
                 # The stream stays open: with a single RS the next attempt reuses it.
                 return self.retry_delay_us() / 1e6

@@ -45,7 +45,14 @@ from rootservice.ha.election import Election
 from rootservice.ha.readiness import Readiness
 from rootservice.ha.store import MetaStore
 from rootservice.ha.term import RsState, Term, lease_timings
-from rootservice.metrics import Metrics, track_gc_pauses
+from rootservice.metrics import (
+    JobReading,
+    Metrics,
+    Readings,
+    RsCollector,
+    register_process_collectors,
+    track_gc_pauses,
+)
 from rootservice.office import Office
 from rootservice.parameters import Parameters
 from rootservice.servers.admin import ServerAdmin
@@ -362,6 +369,11 @@ class RootService:
         # Counted by the lease servicer on the event-loop thread (see rootservice.api.grpc_server).
         self.heartbeats_total = 0
         self.heartbeats_refused_total = 0
+        # Refusals by OceanBase error name (a few names; counted on refusals only).
+        self.heartbeats_refused: dict[str, int] = {}
+        # The Prometheus exposition (issue 12): read at each scrape, nothing per event.
+        self.metrics.registry.register(RsCollector(self.metrics, self))
+        register_process_collectors(self.metrics.registry)
 
     # --- life cycle ----------------------------------------------------------------------
 
@@ -503,6 +515,31 @@ class RootService:
             self.lease_checker.resort_offline_deadlines()
         self.timers.reschedule(self.leader_tasks())
         self.election_timers.reschedule(self.election_tasks())
+
+    def readings(self) -> Readings:
+        """:class:`rootservice.metrics.RsReadings`: what ``/metrics`` shows of the
+        components, read at each scrape (the whitelist without its lock, see
+        :meth:`rootservice.servers.whitelist.Whitelist.status_counts`)."""
+        by_status, by_hb = self.whitelist.status_counts()
+        jobs = [
+            JobReading(p.job_id, "DELETE_SERVER", server, p.percent, p.bytes_done, p.bytes_total)
+            for server, p in list(self.delete_jobs.progress.items())
+            if p.job_id
+        ]
+        return Readings(
+            heartbeats_received=self.heartbeats_total + self.heartbeats_refused_total,
+            heartbeats_refused=dict(self.heartbeats_refused),
+            servers_by_status=by_status,
+            servers_by_heartbeat=by_hb,
+            persist_queue_depth=self.persist.depth(),
+            writes_rejected=self.store.rejected_writes,
+            epoch=self.store.epoch,
+            leader=self.store.epoch > 0 and self.term.leader == self.rpc_addr,
+            state=self.term.state.value,
+            states=[s.value for s in RsState],
+            lease_time_us=self.settings.lease_time,
+            jobs=jobs,
+        )
 
     def metrics_snapshot(self) -> dict[str, Any]:
         """Counters, latency windows, server counts, state and epoch (for GetMetrics)."""

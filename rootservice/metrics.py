@@ -1,17 +1,67 @@
-"""In-process counters and latency windows of the RS, exported as JSON by the admin RPC
-``GetMetrics`` (read by ``make bench``). Recording costs one lock and a deque append."""
+"""The RS's counters and latency windows, and their Prometheus exposition (issue 12 item 1).
+
+Code on the hot paths records into plain Python structures (:class:`Metrics` counters, a
+:class:`LatencyWindow` per timed thing: one deque append and one bucket increment, no lock);
+nothing is converted to Prometheus objects until a scrape, when :class:`RsCollector` reads
+them, plus the :class:`Readings` the RS gathers on demand (server counts, queue depth, term),
+and yields metric families (the custom-collector pattern of prometheus_client's
+``registry.Collector``). The same structures feed the admin RPC ``GetMetrics`` as JSON
+(:meth:`Metrics.snapshot`, read by ``make bench`` and obadmin).
+
+Names follow Prometheus' naming conventions: prefix ``ob_rs_``, base units (seconds, bytes,
+ratios), ``_total`` for counters, and only low-cardinality labels (never one per server: a
+cluster has up to 10,000; per job is fine, few run at once, and a finished job's series
+disappear because the collector only yields the jobs in progress).
+"""
 
 from __future__ import annotations
 
+import bisect
+import re
 import threading
 from collections import deque
-from typing import Any
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+#: Upper bounds (microseconds) of the histogram buckets of every latency window: 50 us to
+#: 10 s, roughly 1-2.5-5 per decade (Prometheus' default buckets extended down to the
+#: heartbeat path's tens of microseconds and up to a Spark balancer round).
+BUCKETS_US: tuple[int, ...] = (
+    50,
+    100,
+    250,
+    500,
+    1_000,
+    2_500,
+    5_000,
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+)
+_LE = tuple(floatToGoString(b / 1e6) for b in BUCKETS_US) + ("+Inf",)
 
 
 class LatencyWindow:
-    """The last ``size`` samples (microseconds) with nearest-rank percentiles."""
+    """The last ``size`` samples (microseconds) with nearest-rank percentiles, and a
+    histogram of every sample over the whole life (:data:`BUCKETS_US`)."""
 
     def __init__(self, size: int = 4096) -> None:
         """Keep at most ``size`` most recent samples for the percentiles."""
@@ -19,15 +69,23 @@ class LatencyWindow:
         self._lock = threading.Lock()
         self.count = 0
         self.max_us = 0
+        self.sum_us = 0
+        # buckets[i]: samples in (BUCKETS_US[i-1], BUCKETS_US[i]]; the last one is +Inf.
+        self._buckets = [0] * (len(BUCKETS_US) + 1)
 
     def record(self, us: int) -> None:
-        """Add one latency sample of ``us`` microseconds; updates the lifetime count and max.
+        """Add one latency sample of ``us`` microseconds; updates the lifetime count, sum,
+        max and histogram.
 
-        Lock-free because it runs once per heartbeat: ``deque.append`` is atomic in CPython,
-        and ``count`` / ``max_us`` may at worst miss an update when two threads record at
-        the same instant (each window has one writer thread in practice)."""
+        Lock-free because it runs once per heartbeat (measured with timeit: 0.43 us per call
+        with the histogram against 0.17 us without; prometheus_client's ``Histogram.observe``
+        takes 1.9 us): ``deque.append`` is atomic in CPython, and the counts may at worst
+        miss an update when two threads record at the same instant (each window has one
+        writer thread in practice)."""
         self._samples.append(us)
         self.count += 1
+        self.sum_us += us
+        self._buckets[bisect.bisect_left(BUCKETS_US, us)] += 1
         if us > self.max_us:
             self.max_us = us
 
@@ -44,13 +102,30 @@ class LatencyWindow:
 
         return {"count": count, "p50": pct(0.50), "p99": pct(0.99), "max": mx}
 
+    def buckets(self) -> tuple[list[tuple[str, float]], float]:
+        """The Prometheus histogram of every sample: cumulative ``(le, count)`` pairs, ``le``
+        in seconds as Prometheus writes it, ending with ``+Inf``; and the sum in seconds."""
+        raw = list(self._buckets)
+        total = self.sum_us
+        out: list[tuple[str, float]] = []
+        acc = 0
+        for le, n in zip(_LE, raw, strict=True):
+            acc += n
+            out.append((le, float(acc)))
+        return out, total / 1e6
+
 
 class Metrics:
-    """Named counters and latency windows."""
+    """Named counters (plain and labelled) and latency windows of one RS.
+
+    ``registry`` is the process's Prometheus ``CollectorRegistry`` (not the global one, so
+    that tests running several RSs in one process keep them apart), served at ``/metrics``.
+    """
 
     def __init__(self) -> None:
         """Start with no counters and no windows."""
         self._counters: dict[str, int] = {}
+        self._labelled: dict[str, dict[tuple[str, ...], int]] = {}
         self._lock = threading.Lock()
         self.windows: dict[str, LatencyWindow] = {}
         # The Prometheus collectors of this process (issue 12), served at /metrics.
@@ -60,6 +135,14 @@ class Metrics:
         """Add ``n`` to counter ``name``, creating it at 0 first if needed."""
         with self._lock:
             self._counters[name] = self._counters.get(name, 0) + n
+
+    def inc_labelled(self, name: str, labels: tuple[str, ...], n: int = 1) -> None:
+        """Add ``n`` to the counter of family ``name`` with label values ``labels`` (the
+        label names are the exposition's, see :data:`LABELLED`). Label values must come
+        from a small set (statement kinds, error names), never from a server address."""
+        with self._lock:
+            family = self._labelled.setdefault(name, {})
+            family[labels] = family.get(labels, 0) + n
 
     def window(self, name: str) -> LatencyWindow:
         """The latency window called ``name``, created (4096 samples) on first use."""
@@ -73,11 +156,25 @@ class Metrics:
         with self._lock:
             return self._counters.get(name, 0)
 
+    def counters(self) -> dict[str, int]:
+        """A copy of the plain counters (name -> value)."""
+        with self._lock:
+            return dict(self._counters)
+
+    def labelled(self, name: str) -> dict[tuple[str, ...], int]:
+        """A copy of the labelled counter family ``name`` (label values -> value)."""
+        with self._lock:
+            return dict(self._labelled.get(name, {}))
+
     def snapshot(self) -> dict[str, Any]:
-        """All counters (name -> int) and windows (name -> :meth:`LatencyWindow.summary` dict)
-        in one JSON-ready dict; a window shadows a counter of the same name."""
+        """All counters (name -> int; a labelled one as ``name.value1.value2``) and windows
+        (name -> :meth:`LatencyWindow.summary` dict) in one JSON-ready dict; a window
+        shadows a counter of the same name."""
         with self._lock:
             out: dict[str, Any] = dict(self._counters)
+            for name, family in self._labelled.items():
+                for labels, n in family.items():
+                    out[".".join((name, *labels))] = n
         for name, w in list(self.windows.items()):
             out[name] = w.summary()
         return out
@@ -100,3 +197,300 @@ def track_gc_pauses(metrics: Metrics) -> None:
             )
 
     gc.callbacks.append(callback)
+
+
+# --- exposition --------------------------------------------------------------------------
+
+
+@dataclass
+class JobReading:
+    """One job in progress as this RS tracks it (``progress`` 0-100, sizes in bytes)."""
+
+    job_id: int
+    job_type: str
+    server: str
+    progress: int
+    bytes_copied: int
+    bytes_total: int
+
+
+@dataclass
+class Readings:
+    """What the RS reads of its components at a scrape (:class:`RsReadings`).
+
+    ``servers_by_status`` / ``servers_by_heartbeat``: display status / heartbeat status ->
+    number of servers; ``states``: every RS state name, ``state`` the current one;
+    ``heartbeats_refused``: error name -> count; ``lease_time_us`` in microseconds."""
+
+    heartbeats_received: int
+    heartbeats_refused: dict[str, int]
+    servers_by_status: dict[str, int]
+    servers_by_heartbeat: dict[str, int]
+    persist_queue_depth: int
+    writes_rejected: int
+    epoch: int
+    leader: bool
+    state: str
+    states: list[str]
+    lease_time_us: int
+    jobs: list[JobReading] = field(default_factory=list)
+
+
+class RsReadings(Protocol):
+    """Gathers the :class:`Readings` (satisfied by :class:`rootservice.app.RootService`)."""
+
+    def readings(self) -> Readings:
+        """The current readings; must not do I/O nor hold a lock the heartbeat path needs
+        for more than a moment."""
+        ...
+
+
+#: Plain counters of :class:`Metrics` exported under another name (or not at all: None, when
+#: a labelled family already carries them): JSON name -> (exposition name without
+#: ``_total``, help). A plain counter not listed is exported as ``ob_rs_<name>`` (without a
+#: leading ``rs_``).
+COUNTERS: dict[str, tuple[str, str] | None] = {
+    "rs_step_down_total": ("ob_rs_step_downs", "Step-downs of this RS (issue 5)."),
+    "rs_take_office_total": ("ob_rs_take_office", "Times this RS took office."),
+    "rs_elected_total": ("ob_rs_elected", "Election rounds this RS won."),
+    "rs_lease_renewals_total": ("ob_rs_lease_renewals", "RS lease renewals."),
+    "rs_election_errors_total": ("ob_rs_election_errors", "Failed election rounds."),
+    "persist_failures_total": ("ob_rs_persist_failures", "Failed persistence-queue flushes."),
+    "persist_flushes_total": ("ob_rs_persist_flushes", "Persistence-queue flushes."),
+    "persist_rows_total": ("ob_rs_persist_rows", "__all_server rows written by the queue."),
+    "events_dropped_total": ("ob_rs_events_dropped", "Queued events dropped (queue full)."),
+    "statements_total": None,
+    "statements_refused_total": None,
+    "statements_forwarded_total": None,
+}
+#: Counters that always appear in the exposition, at 0 before their first event, so that a
+#: dashboard's rate() has a series from the start.
+ALWAYS = ("rs_step_down_total", "rs_take_office_total", "persist_failures_total")
+#: Plain counters whose JSON name carries a label value: regex -> (family, label, help).
+PATTERNS: list[tuple[re.Pattern[str], str, str, str]] = [
+    (
+        re.compile(r"peer_refused_(\w+)_total"),
+        "ob_rs_peer_refused",
+        "kind",
+        "Calls refused by the peer gate, by kind of refusal (issue 10).",
+    ),
+    (
+        re.compile(r"task_failures_total\.(.+)"),
+        "ob_rs_task_failures",
+        "task",
+        "Failed cycles of a background task, by task.",
+    ),
+]
+#: Labelled counter families of :meth:`Metrics.inc_labelled`: name -> (exposition name
+#: without ``_total``, label names, help).
+LABELLED: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "statements": (
+        "ob_rs_statements",
+        ("kind", "outcome"),
+        "Admin statements by kind (statement class, e.g. ADD_SERVER, SELECT) and outcome "
+        "(ok, forwarded, or the OceanBase error name).",
+    ),
+}
+#: Latency windows exported as histograms: window name (or prefix ending with '.') ->
+#: (exposition name, label name or '', help).
+HISTOGRAMS: dict[str, tuple[str, str, str]] = {
+    "hb_handle_us": (
+        "ob_rs_heartbeat_handle_seconds",
+        "",
+        "Time to handle one lease request (heartbeat), refusals included.",
+    ),
+    "checker_tick_us": (
+        "ob_rs_checker_tick_seconds",
+        "",
+        "Duration of one lease-checker tick (heartbeat_checker, every 100 ms).",
+    ),
+    "expire_detect_lag_us": (
+        "ob_rs_lease_expire_detect_lag_seconds",
+        "",
+        "Delay between a server's lease expiring and the checker noticing it.",
+    ),
+    "persist_flush_us": (
+        "ob_rs_persist_flush_seconds",
+        "",
+        "Duration of one persistence-queue flush that wrote something.",
+    ),
+    "take_office_us": ("ob_rs_take_office_seconds", "", "Duration of taking office."),
+    "task_run_us.": (
+        "ob_rs_task_run_seconds",
+        "task",
+        "Duration of one cycle of a background task, by task.",
+    ),
+    "gc_pause_us.gen": (
+        "ob_rs_gc_pause_seconds",
+        "generation",
+        "Python garbage-collector pauses (every thread stops), by generation.",
+    ),
+}
+
+
+class RsCollector(Collector):
+    """The RS's metric families, built at each scrape from ``metrics`` (counters, windows)
+    and ``source.readings()``. Register it on ``metrics.registry``.
+
+    Families (Prometheus naming; source: issue 12 item 1): heartbeats received and refused
+    by ``reason``; servers by display ``status`` and by ``heartbeat_status``; the
+    persistence-queue depth; writes rejected; term epoch; leader (1/0); RS ``state``
+    (enum-style: 1 for the current state, 0 for the others); lease time; jobs in progress
+    (progress ratio, bytes copied / total by ``job_id``, ``job_type``, ``server``); every
+    counter of :class:`Metrics` (:data:`COUNTERS`, :data:`PATTERNS`, :data:`LABELLED`) and
+    every latency window as a histogram (:data:`HISTOGRAMS`)."""
+
+    def __init__(self, metrics: Metrics, source: RsReadings) -> None:
+        """Collect ``metrics`` and ``source``'s readings at every scrape."""
+        self.metrics = metrics
+        self.source = source
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield every family (see the class doc)."""
+        r = self.source.readings()
+        yield from self._readings(r)
+        yield from self._counters()
+        yield from self._histograms()
+
+    def _readings(self, r: Readings) -> Iterator[Metric]:
+        yield CounterMetricFamily(
+            "ob_rs_heartbeats_received",
+            "Lease requests (heartbeats) handled, accepted or refused.",
+            value=r.heartbeats_received,
+        )
+        refused = CounterMetricFamily(
+            "ob_rs_heartbeats_refused",
+            "Lease requests refused, by reason (the OceanBase error name).",
+            labels=["reason"],
+        )
+        for reason, n in sorted(r.heartbeats_refused.items()):
+            refused.add_metric([reason], n)
+        yield refused
+        yield _gauges(
+            "ob_rs_servers", "Whitelisted servers by display status.", "status", r.servers_by_status
+        )
+        yield _gauges(
+            "ob_rs_servers_by_heartbeat",
+            "Whitelisted servers by heartbeat status.",
+            "heartbeat_status",
+            r.servers_by_heartbeat,
+        )
+        yield GaugeMetricFamily(
+            "ob_rs_persist_queue_depth",
+            "Stale __all_server rows plus events waiting in the persistence queue.",
+            value=r.persist_queue_depth,
+        )
+        yield CounterMetricFamily(
+            "ob_rs_writes_rejected",
+            "Fenced writes refused because the epoch moved on (each ends the term).",
+            value=r.writes_rejected,
+        )
+        yield GaugeMetricFamily(
+            "ob_rs_epoch", "The term's epoch (0 when not in office).", value=r.epoch
+        )
+        yield GaugeMetricFamily(
+            "ob_rs_leader", "1 when this RS is the leader, else 0.", value=int(r.leader)
+        )
+        yield _gauges(
+            "ob_rs_state",
+            "The RS state (SPEC.md section 8): 1 for the current one, 0 for the others.",
+            "state",
+            {s: int(s == r.state) for s in r.states},
+        )
+        yield GaugeMetricFamily(
+            "ob_rs_lease_time_seconds",
+            "The agents' lease time (parameter lease_time).",
+            value=r.lease_time_us / 1e6,
+        )
+        labels = ["job_id", "job_type", "server"]
+        progress = GaugeMetricFamily(
+            "ob_rs_job_progress_ratio", "Progress of a job in progress (0-1).", labels=labels
+        )
+        copied = GaugeMetricFamily(
+            "ob_rs_job_copied_bytes", "Bytes copied so far by a job in progress.", labels=labels
+        )
+        total = GaugeMetricFamily(
+            "ob_rs_job_size_bytes", "Bytes a job in progress has to copy in all.", labels=labels
+        )
+        for j in r.jobs:
+            values = [str(j.job_id), j.job_type, j.server]
+            progress.add_metric(values, j.progress / 100)
+            copied.add_metric(values, j.bytes_copied)
+            total.add_metric(values, j.bytes_total)
+        yield from (progress, copied, total)
+
+    def _counters(self) -> Iterator[Metric]:
+        counters = self.metrics.counters()
+        for name in ALWAYS:
+            counters.setdefault(name, 0)
+        by_pattern: dict[str, CounterMetricFamily] = {}
+        for _pattern, family, label, help_text in PATTERNS:
+            by_pattern[family] = CounterMetricFamily(family, help_text, labels=[label])
+        # Every task that ran has a failure series, at 0 until it fails.
+        tasks = {
+            n.removeprefix("task_run_us.") for n in self.metrics.windows if "task_run_us." in n
+        }
+        failures = {n: 0 for n in tasks}
+        for name, value in sorted(counters.items()):
+            for pattern, family, _label, _help in PATTERNS:
+                m = pattern.fullmatch(name)
+                if m is not None:
+                    if family == "ob_rs_task_failures":
+                        failures[m.group(1)] = value
+                    else:
+                        by_pattern[family].add_metric([m.group(1)], value)
+                    break
+            else:
+                if name in COUNTERS:
+                    entry = COUNTERS[name]
+                    if entry is None:
+                        continue
+                    family, help_text = entry
+                else:
+                    family = "ob_rs_" + name.removeprefix("rs_").removesuffix("_total")
+                    help_text = f"The RS counter {name} (GetMetrics)."
+                yield CounterMetricFamily(family, help_text, value=value)
+        for task, value in sorted(failures.items()):
+            by_pattern["ob_rs_task_failures"].add_metric([task], value)
+        yield from by_pattern.values()
+        for name, (family, labels, help_text) in LABELLED.items():
+            fam = CounterMetricFamily(family, help_text, labels=list(labels))
+            for values, n in sorted(self.metrics.labelled(name).items()):
+                fam.add_metric(list(values), n)
+            yield fam
+
+    def _histograms(self) -> Iterator[Metric]:
+        windows = dict(self.metrics.windows)
+        for key, (family, label, help_text) in HISTOGRAMS.items():
+            fam = HistogramMetricFamily(family, help_text, labels=[label] if label else None)
+            if not label and key not in windows:
+                # An unlabelled histogram is there, empty, before its first sample.
+                windows[key] = LatencyWindow(size=1)
+            for name, w in sorted(windows.items()):
+                if key.endswith((".", "gen")):
+                    if not name.startswith(key):
+                        continue
+                    labels = [name.removeprefix(key)]
+                elif name != key:
+                    continue
+                else:
+                    labels = []
+                buckets, total = w.buckets()
+                fam.add_metric(labels, buckets, total)
+            yield fam
+
+
+def _gauges(name: str, help_text: str, label: str, values: dict[str, int]) -> GaugeMetricFamily:
+    fam = GaugeMetricFamily(name, help_text, labels=[label])
+    for k, v in sorted(values.items()):
+        fam.add_metric([k], v)
+    return fam
+
+
+def register_process_collectors(registry: CollectorRegistry) -> None:
+    """prometheus_client's process (CPU seconds, resident memory, open files: Linux /proc)
+    and platform (Python version) collectors, on ``registry`` rather than the global one."""
+    from prometheus_client import PlatformCollector, ProcessCollector
+
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)

@@ -31,6 +31,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -145,6 +146,13 @@ class ReplicaCopier:
         self._log_keep = log_keep
         self._chunk_size = chunk_size
         self._copy_slots: asyncio.Semaphore | None = None
+        # Bytes received by the finished copy attempts, and the running attempts (by id):
+        # :meth:`copied_bytes` adds both, so the total only grows (issue 12). The lock
+        # because /metrics is rendered in a worker thread: it must never see an attempt
+        # moved half-way from one to the other (a counter going down reads as a reset).
+        self._copied_done = 0
+        self._running: dict[int, Build] = {}
+        self._count_lock = threading.Lock()
 
     def _slots(self) -> asyncio.Semaphore:
         if self._copy_slots is None:
@@ -275,9 +283,27 @@ class ReplicaCopier:
         )
         # No deadline on the whole stream (a copy may take long): each chunk has one instead.
         call = self._peers.stub(src).FetchData(req)
-        return await receive_data_file(
-            call, src, tmp, b, timeout_s, self._faults, self.settings.replica_size
-        )
+        with self._count_lock:
+            b.bytes_copied = 0
+            self._running[id(b)] = b
+        try:
+            return await receive_data_file(
+                call, src, tmp, b, timeout_s, self._faults, self.settings.replica_size
+            )
+        finally:
+            with self._count_lock:
+                del self._running[id(b)]
+                self._copied_done += b.bytes_copied
+
+    def copied_bytes(self) -> int:
+        """Bytes received by every copy attempt of this process so far (the running ones
+        included): the ``ob_agent_copied_bytes_total`` counter."""
+        with self._count_lock:
+            return self._copied_done + sum(b.bytes_copied for b in self._running.values())
+
+    def copies_running(self) -> int:
+        """Copy attempts receiving a data file now."""
+        return len(self._running)
 
     async def _install(self, rep: Replica, b: Build, tmp: Path, first: obrpc_pb2.DataChunk) -> bool:
         """Move the copied file into place, create the log right before the source's first

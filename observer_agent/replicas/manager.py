@@ -132,6 +132,27 @@ class ReplicaManager:
         """The hosted replicas' ``(tenant_id, ls_id)``, sorted."""
         return self._hosted.sorted_keys()
 
+    def roles(self) -> dict[str, int]:
+        """Hosted replicas by role (``leader``, ``follower``, ``learner``: every role
+        present, at 0 when none; :meth:`observer_agent.replicas.replica.Replica.role`)."""
+        out = {"leader": 0, "follower": 0, "learner": 0}
+        for rep in self._hosted.all():
+            out[rep.role(self._me.server)] += 1
+        return out
+
+    def log_lags(self) -> list[tuple[int, int, int]]:
+        """``(tenant_id, ls_id, entries behind the leader)`` of every hosted replica."""
+        me = self._me.server
+        return [(*rep.key, rep.log_lag(me)) for rep in self._hosted.all()]
+
+    def copied_bytes(self) -> int:
+        """Bytes received by copies so far (only grows)."""
+        return self._copier.copied_bytes()
+
+    def copies_running(self) -> int:
+        """Copies receiving a data file now."""
+        return self._copier.copies_running()
+
     def report(self) -> list[obrpc_pb2.ReplicaInfo]:
         """``ReplicaInfo`` of every hosted replica, sorted by ``(tenant_id, ls_id)``. Memory
         only (the heartbeat path calls it)."""

@@ -82,6 +82,9 @@ class Replica:
         self.task: asyncio.Task[None] | None = None
         self.last_problem = ""
         self.build: Build | None = None
+        # The leader's last log index as of the last FetchLog answer (0 = none yet): the
+        # agent's log lag of this LS is how far ``log.end_index`` is behind it (issue 12).
+        self.leader_end_index = 0
 
     @property
     def key(self) -> Key:
@@ -97,6 +100,21 @@ class Replica:
         self.meta = meta
         self.generation += 1
         self.wake.set()
+
+    def role(self, me: str) -> str:
+        """``leader`` or ``follower`` as :meth:`info` reports it, or ``learner`` while the
+        replica is being built by copy (not a member yet: OceanBase's learner), for the
+        ``ob_agent_replicas`` gauge."""
+        if self.build is not None:
+            return "learner"
+        return "leader" if self.meta.leader and self.meta.leader == me else "follower"
+
+    def log_lag(self, me: str) -> int:
+        """Log entries this replica is behind its leader (0 for the leader itself, and
+        before the first answer of the leader)."""
+        if self.leader_end_index <= 0 or self.role(me) == "leader":
+            return 0
+        return max(0, self.leader_end_index - self.log.end_index)
 
     def info(self, me: str) -> obrpc_pb2.ReplicaInfo:
         """The ``ReplicaInfo`` this agent (``me`` = its ``ip:port``) reports; no I/O."""

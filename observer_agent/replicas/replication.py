@@ -298,6 +298,7 @@ class LogReplication:
         if entries and entries[0][0] < from_index:
             return f"answer starting at {entries[0][0]} before {from_index} ignored"
         end_before = log.end_index
+        rep.leader_end_index = resp.end_index
         verified, _ = merge_fetched(
             log, entries, from_index, resp.end_index, rep.need_verify, cutoff_ts
         )

@@ -398,6 +398,25 @@ def audited(statement: ast.Statement | None, text: str, outcome: str) -> bool:
     return type(statement) not in READS
 
 
+_CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+def statement_kind(statement: ast.Statement | None) -> str:
+    """The ``kind`` label of ``ob_rs_statements_total`` (issue 12): the statement class in
+    upper snake case, ``ADD_SERVER`` / ``STOP_ZONE`` for the server and zone operations,
+    ``SELECT`` for a query, ``UNPARSED`` for text that did not parse. A small fixed set, as
+    a Prometheus label must be."""
+    if statement is None:
+        return "UNPARSED"
+    if isinstance(statement, ast.ServerOp):
+        return f"{statement.op}_SERVER"
+    if isinstance(statement, ast.ZoneOp):
+        return f"{statement.op}_ZONE"
+    if isinstance(statement, ast.Query):
+        return "SELECT"
+    return _CAMEL.sub("_", type(statement).__name__).upper()
+
+
 def _cell(value: Any) -> obrpc_pb2.Cell:
     if value is None:
         return obrpc_pb2.Cell(is_null=True)
@@ -505,6 +524,9 @@ def run_statement(
     t0 = time.perf_counter_ns()
 
     def record(outcome: str) -> None:
+        rs.metrics.inc_labelled(
+            "statements", (statement_kind(statement), "ok" if outcome == "OK" else outcome)
+        )
         audit = audited(statement, text, outcome)
         log_statement(
             principal,
@@ -540,6 +562,7 @@ def run_statement(
     except LeaderRefusal:
         # The leader's refusal of a forwarded statement: the leader counted and audited it.
         rs.metrics.inc("statements_forwarded_total")
+        rs.metrics.inc_labelled("statements", (statement_kind(statement), "forwarded"))
         raise
     except ObError as e:
         rs.metrics.inc("statements_refused_total")
@@ -552,6 +575,7 @@ def run_statement(
         raise ObError("OB_ERR_UNEXPECTED", detail="see the root service log") from None
     if isinstance(result, ForwardedResult):
         rs.metrics.inc("statements_forwarded_total")
+        rs.metrics.inc_labelled("statements", (statement_kind(statement), "forwarded"))
         return result
     rs.metrics.inc("statements_total")
     record("OK")

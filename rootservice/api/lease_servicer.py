@@ -51,6 +51,8 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
             self.rs.heartbeats_total += 1
         except ObError as e:
             self.rs.heartbeats_refused_total += 1
+            refused = self.rs.heartbeats_refused
+            refused[e.name] = refused.get(e.name, 0) + 1
             resp = obrpc_pb2.LeaseResponse(seq=req.seq, rs_epoch=self.rs.store.epoch)
             error_to_proto(e, resp.error)
             if e.name == "OB_RS_NOT_MASTER":

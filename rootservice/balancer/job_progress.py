@@ -39,7 +39,8 @@ JOB_TYPE = "DELETE_SERVER"
 class JobProgress:
     """What one DELETE_SERVER job has done: the totals are fixed at its first round
     (``bytes_total`` in bytes, times in microseconds; ``last_done`` units + replicas moved
-    when last changed, ``stalled`` the reported reason or ``''``)."""
+    when last changed, ``stalled`` the reported reason or ``''``). ``job_id``, ``percent``
+    (0-100) and ``bytes_done`` are those of the last round, for ``/metrics`` (issue 12)."""
 
     units_total: int
     replicas_total: int
@@ -48,6 +49,9 @@ class JobProgress:
     last_change_us: int
     last_done: int = -1
     stalled: str = ""
+    job_id: int = 0
+    percent: int = 0
+    bytes_done: int = 0
 
 
 def job_info(
@@ -179,6 +183,7 @@ class DeleteJobProgress:
                     )
                 )
                 log.warning("DELETE SERVER %s makes no progress: %s", key, p.stalled)
+            p.job_id, p.percent, p.bytes_done = j.job_id, percent, bytes_done
             elapsed = max(1, now - p.started_us)
             eta = ""
             if 0 < bytes_done < p.bytes_total:

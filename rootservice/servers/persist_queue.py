@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from typing import Any, Protocol
 
@@ -115,6 +116,7 @@ class PersistQueue:
             events = [e for _, e in queued]
             if not dirty and not events:
                 return 0
+            t0 = time.perf_counter_ns()
             rows = self._rows.rows_for(list(dirty))
             now = self.clock.now_us()
             try:
@@ -142,5 +144,6 @@ class PersistQueue:
                 while self._events and self._events[0][0] <= last:
                     self._events.popleft()
             self.metrics.inc("persist_flushes_total")
+            self.metrics.window("persist_flush_us").record((time.perf_counter_ns() - t0) // 1000)
             self.metrics.inc("persist_rows_total", len(rows))
             return len(rows) + len(events)

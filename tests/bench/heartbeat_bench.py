@@ -34,7 +34,11 @@ For each N and configuration, it
    every 20 ms until the RS counts K more lease_expired servers: reports the time from the
    batch's last accepted request (send time) + lease_time to that moment, and the RS's own
    ``expire_detect_lag_us`` (now - (last_hb_time + lease_time) at detection);
-7. runs the same load against a bare ``grpc.aio`` echo server (tests/bench/echo_server.py)
+7. (right after step 4, before step 6) unless ``--scrape-interval 0``: a second window with the same RS and load while
+   a thread scrapes the RS's ``/metrics`` (``--http-addr``; HTTPS with ``client.root.crt``
+   for ``rs-tls``) every ``--scrape-interval`` seconds (5), and reports CPU per heartbeat
+   and p99 with / without, the scrape time p50 / max and the body size (issue 12);
+8. runs the same load against a bare ``grpc.aio`` echo server (tests/bench/echo_server.py)
    so the RS's CPU and p99 are also given as a ratio to gRPC's own cost.
 
 Reported per configuration: the server's CPU per heartbeat (microseconds of CPU time per
@@ -79,11 +83,14 @@ import os
 import queue
 import shutil
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -339,6 +346,68 @@ class RsClient:
         self.channel.close()
 
 
+class Scraper:
+    """Scrapes the RS's ``/metrics`` every ``interval_s`` in a thread, as Prometheus would
+    (issue 12 "Benchmark"): over HTTPS with ``certs_dir``'s ``client.root.crt`` and
+    ``ca.crt``, else plain HTTP (an ``--insecure`` RS). Records each scrape's wall time
+    (milliseconds) and body size (bytes); a failed scrape is counted, not raised."""
+
+    def __init__(self, http_addr: str, certs_dir: Path | None, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self.ctx: ssl.SSLContext | None = None
+        if certs_dir is not None:
+            self.ctx = ssl.create_default_context(cafile=str(certs_dir / "ca.crt"))
+            # The RS's certificate names its RPC address; the HTTP listener shares it.
+            self.ctx.check_hostname = False
+            self.ctx.load_cert_chain(certs_dir / "client.root.crt", certs_dir / "client.root.key")
+        scheme = "https" if self.ctx is not None else "http"
+        self.url = f"{scheme}://{http_addr}/metrics"
+        self.times_ms: list[float] = []
+        self.sizes: list[int] = []
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def scrape_once(self) -> None:
+        t = time.perf_counter()
+        try:
+            with urllib.request.urlopen(self.url, timeout=10, context=self.ctx) as r:
+                body = r.read()
+        except (OSError, urllib.error.URLError) as e:
+            self.failures.append(str(e))
+            return
+        self.times_ms.append((time.perf_counter() - t) * 1000)
+        self.sizes.append(len(body))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            t = time.monotonic()
+            self.scrape_once()
+            self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - t)))
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="scraper", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(15)
+
+    def summary(self) -> dict[str, Any]:
+        t = sorted(self.times_ms)
+        return {
+            "scrapes": len(t),
+            "failures": len(self.failures),
+            "first_failure": self.failures[0] if self.failures else "",
+            "scrape_ms": {
+                "p50": t[len(t) // 2] if t else None,
+                "max": t[-1] if t else None,
+            },
+            "metrics_bytes": max(self.sizes) if self.sizes else None,
+        }
+
+
 # --- one run -------------------------------------------------------------------------------------
 
 
@@ -502,16 +571,22 @@ def measure(
     n: int,
     args: argparse.Namespace,
     snap: Callable[[], dict[str, Any]] | None = None,
+    scraper: Scraper | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """Warm up, then measure one window. ``snap`` (the RS's GetMetrics) is called as the
-    window starts and ends; returns (figures, first snapshot, last snapshot)."""
+    window starts and ends; ``scraper`` runs during the window only (its first scrape at
+    the window's start); returns (figures, first snapshot, last snapshot)."""
     log(f"warm-up {args.warmup:.0f}s, then {args.duration:.0f}s measured")
     time.sleep(args.warmup)
     cpu0 = cpu_s(server.ps), [cpu_s(g.ps) for g in gens], machine_busy_s()
     for g in gens:
         g.send("start")
     before = snap() if snap else {}
+    if scraper is not None:
+        scraper.start()
     time.sleep(args.duration)
+    if scraper is not None:
+        scraper.stop()
     for g in gens:
         g.send("stop")
     cpu1 = cpu_s(server.ps), [cpu_s(g.ps) for g in gens], machine_busy_s()
@@ -570,6 +645,32 @@ def measure(
     return out, before, after
 
 
+def scrape_comparison(
+    plain: dict[str, Any], scraped: dict[str, Any], scraper: Scraper
+) -> dict[str, Any]:
+    """The window with scraping beside the one without: CPU per heartbeat (microseconds),
+    p99 (milliseconds), their ratios (with / without), the scrape times and body size."""
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return a / b if a is not None and b else None
+
+    cpu0, cpu1 = plain["server_cpu_us_per_hb"], scraped["server_cpu_us_per_hb"]
+    p99_0, p99_1 = plain["latency_ms"]["p99"], scraped["latency_ms"]["p99"]
+    return {
+        **scraper.summary(),
+        "interval_s": scraper.interval_s,
+        "hb_per_s": scraped["hb_per_s"],
+        "server_cpu_us_per_hb": cpu1,
+        "latency_ms": scraped["latency_ms"],
+        "errors": scraped["errors"],
+        "timeouts": scraped["timeouts"],
+        "server_cpu_cores": scraped["server_cpu_cores"],
+        "other_cpu_cores": scraped["other_cpu_cores"],
+        "cpu_ratio": ratio(cpu1, cpu0),
+        "p99_ratio": ratio(p99_1, p99_0),
+    }
+
+
 def run_rs(n: int, args: argparse.Namespace, pki: BenchPki | None = None) -> dict[str, Any]:
     """One RS run with ``n`` agents: over mutual TLS with ``pki`` (its node certificates
     must cover the n agents' ports), else plaintext (``--insecure``)."""
@@ -584,6 +685,7 @@ def run_rs(n: int, args: argparse.Namespace, pki: BenchPki | None = None) -> dic
         log(f"RS, N={n}: seeded {n} servers in {time.monotonic() - t0:.1f}s")
         port = free_port()
         addr = f"127.0.0.1:{port}"
+        http_addr = f"127.0.0.1:{free_port()}"
         argv = [
             sys.executable,
             "-m",
@@ -599,6 +701,8 @@ def run_rs(n: int, args: argparse.Namespace, pki: BenchPki | None = None) -> dic
             args.lease_time,
             "--log-level",
             "WARNING",
+            "--http-addr",
+            http_addr,
         ]
         certs_dir = pki.server_dir(tmp / "certs", addr) if pki is not None else None
         argv += ["--certs-dir", str(certs_dir)] if certs_dir is not None else ["--insecure"]
@@ -628,6 +732,13 @@ def run_rs(n: int, args: argparse.Namespace, pki: BenchPki | None = None) -> dic
 
         res, before, after = measure(rs, gens, n, args, snap)
         res["getmetrics_ms"] = max(calls)
+        if args.scrape_interval > 0:
+            # The same load, RS and load generators again, with /metrics scraped: the two
+            # windows back to back compare like with like (issue 12 "Benchmark").
+            log(f"again with /metrics scraped every {args.scrape_interval:g}s")
+            scraper = Scraper(http_addr, certs_dir, args.scrape_interval)
+            scraped, _, after = measure(rs, gens, n, args, snap, scraper)
+            res["scraped"] = scrape_comparison(res, scraped, scraper)
         res["server"] = "rs"
         res["tls"] = tls
         res["config"] = "rs-tls" if tls else "rs"
@@ -898,6 +1009,46 @@ def report(results: list[dict[str, Any]]) -> str:
         "RS expire lag ms p50/p99/max",
     ]
     out = [tabulate(rows, headers=headers, disable_numparse=True)]
+    scraped = [r for r in results if r.get("scraped")]
+    if scraped:
+        srows = []
+        for r in scraped:
+            s = r["scraped"]
+            srows.append(
+                [
+                    r["config"],
+                    fmt(r["agents"]),
+                    f"{fmt(r['server_cpu_us_per_hb'], 1)} / {fmt(s['server_cpu_us_per_hb'], 1)}",
+                    f"{fmt(s['cpu_ratio'], 3)}",
+                    f"{fmt(r['latency_ms']['p99'], 2)} / {fmt(s['latency_ms']['p99'], 2)}",
+                    f"{fmt(s['p99_ratio'], 3)}",
+                    f"{s['scrapes']} ({s['failures']} failed)",
+                    f"{fmt(s['scrape_ms']['p50'], 1)} / {fmt(s['scrape_ms']['max'], 1)}",
+                    fmt(s["metrics_bytes"]),
+                ]
+            )
+        out.append("")
+        out.append(
+            f"With /metrics scraped every {scraped[0]['scraped']['interval_s']:g}s "
+            "(a second window, same RS and load; issue 12):"
+        )
+        out.append(
+            tabulate(
+                srows,
+                headers=[
+                    "config",
+                    "N",
+                    "CPU us/hb plain / scraped",
+                    "ratio",
+                    "p99 ms plain / scraped",
+                    "ratio",
+                    "scrapes",
+                    "scrape ms p50 / max",
+                    "/metrics bytes",
+                ],
+                disable_numparse=True,
+            )
+        )
     tls_rows = []
     for r in results:
         loads = [x for x in r.get("connect", {}).get("loadgen_tls_load", []) if x]
@@ -1029,6 +1180,13 @@ def main(argv: list[str] | None = None) -> int:
         "--servers",
         default=",".join(CONFIGS),
         help=f"comma-separated configurations of {','.join(CONFIGS)} (default: all)",
+    )
+    p.add_argument(
+        "--scrape-interval",
+        type=float,
+        default=5.0,
+        help="after the plain window, measure a second one with the RS's /metrics scraped "
+        "every this many seconds (issue 12; 0: no second window)",
     )
     p.add_argument("--quick", action="store_true", help="smoke run: N=200, 5 s, 2 s warm-up")
     p.add_argument("--out", default=str(ROOT / ".bench" / "heartbeat.json"))
