@@ -280,6 +280,13 @@ PATTERNS: list[tuple[re.Pattern[str], str, str, str]] = [
         "task",
         "Failed cycles of a background task, by task.",
     ),
+    (
+        re.compile(r"history_pruned_rows_total\.(.+)"),
+        "ob_rs_history_pruned_rows",
+        "history",
+        "Rows deleted by the history pruner past their retention, by history (event: "
+        "__all_rootservice_event_history, job: ended __all_rootservice_job rows).",
+    ),
 ]
 #: Labelled counter families of :meth:`Metrics.inc_labelled`: name -> (exposition name
 #: without ``_total``, label names, help).

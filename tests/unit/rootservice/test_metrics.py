@@ -4,6 +4,7 @@ its event happens and only then."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -11,12 +12,13 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from obcommon.errors import ObError
+from obcommon.ratelimit_log import RateLimitedLog
 from rootservice.api.dispatch import run_statement, statement_kind
 from rootservice.api.lease_servicer import LeaseServicer
 from rootservice.app import RootService
 from rootservice.balancer.job_progress import JobProgress
 from rootservice.metrics import BUCKETS_US, LatencyWindow, Metrics
-from rootservice.tasks import FnTask, guarded
+from rootservice.tasks import FAILURE_LOG_US, FnTask, guarded
 from sql.parser import parse
 from tests.support.harness import LEASE, ROOT, SEEDED, ZA, A, B, flush, hb, make_rs
 
@@ -126,14 +128,16 @@ def test_task_run_time_and_failures_by_task(rs: RootService) -> None:
     def fail() -> None:
         raise RuntimeError("boom")
 
-    guarded(FnTask("ok_task", lambda: None), rs.metrics)()
-    guarded(FnTask("bad_task", fail), rs.metrics)()
+    failures = RateLimitedLog(logging.getLogger("test"), rs.clock, FAILURE_LOG_US)
+
+    guarded(FnTask("ok_task", lambda: None), rs.metrics, failures)()
+    guarded(FnTask("bad_task", fail), rs.metrics, failures)()
     m = scrape(rs)
     assert v(m, "ob_rs_task_failures_total", task="bad_task") == 1
     assert v(m, "ob_rs_task_failures_total", task="ok_task") == 0
     assert v(m, "ob_rs_task_run_seconds_count", task="bad_task") == 1
     assert v(m, "ob_rs_task_run_seconds_count", task="ok_task") == 1
-    guarded(FnTask("ok_task", lambda: None), rs.metrics)()
+    guarded(FnTask("ok_task", lambda: None), rs.metrics, failures)()
     m = scrape(rs)
     assert v(m, "ob_rs_task_failures_total", task="bad_task") == 1
     assert v(m, "ob_rs_task_run_seconds_count", task="ok_task") == 2

@@ -11,6 +11,7 @@ from rootservice.db import event_repo, job_repo
 from rootservice.db.event_repo import Event
 from rootservice.servers.history_pruner import HistoryPruner, Pruned
 from tests.support.harness import events, jobs
+from tests.unit.rootservice.test_metrics import scrape, v
 
 S = 1_000_000
 DAY = 86_400 * S
@@ -43,6 +44,9 @@ def test_events_older_than_the_retention_go_the_one_at_the_edge_stays(rs: RootSe
     assert rs.history_pruner.run_once() == Pruned(events=2, jobs=0, batches=2)
     assert [int(e["event_time"]) for e in events(rs)] == [edge, edge + 1, now]
     assert rs.metrics.get("history_pruned_rows_total.event") == 2
+    exposed = scrape(rs)
+    assert v(exposed, "ob_rs_history_pruned_rows_total", history="event") == 2
+    assert ("ob_rs_history_pruned_rows_total", frozenset({("history", "job")})) not in exposed
     # Nothing more to do: one empty batch per table.
     assert rs.history_pruner.run_once() == Pruned(0, 0, 2)
 
