@@ -34,10 +34,12 @@ For each N and configuration, it
    every 20 ms until the RS counts K more lease_expired servers: reports the time from the
    batch's last accepted request (send time) + lease_time to that moment, and the RS's own
    ``expire_detect_lag_us`` (now - (last_hb_time + lease_time) at detection);
-7. (right after step 4, before step 6) unless ``--scrape-interval 0``: a second window with the same RS and load while
-   a thread scrapes the RS's ``/metrics`` (``--http-addr``; HTTPS with ``client.root.crt``
-   for ``rs-tls``) every ``--scrape-interval`` seconds (5), and reports CPU per heartbeat
-   and p99 with / without, the scrape time p50 / max and the body size (issue 12);
+7. (right after step 4, before step 6) unless ``--scrape-interval 0``: ``--scrape-rounds``
+   (2) more windows with the same RS and load while a thread scrapes the RS's ``/metrics``
+   (``--http-addr``; HTTPS with ``client.root.crt`` for ``rs-tls``) every
+   ``--scrape-interval`` seconds (5), alternating with plain windows (P S P S), and reports
+   CPU per heartbeat and p99 with / without (means over the windows of each kind), the
+   scrape time p50 / max and the body size (issue 12);
 8. runs the same load against a bare ``grpc.aio`` echo server (tests/bench/echo_server.py)
    so the RS's CPU and p99 are also given as a ratio to gRPC's own cost.
 
@@ -646,26 +648,46 @@ def measure(
 
 
 def scrape_comparison(
-    plain: dict[str, Any], scraped: dict[str, Any], scraper: Scraper
+    plains: list[dict[str, Any]], scrapeds: list[dict[str, Any]], scraper: Scraper
 ) -> dict[str, Any]:
-    """The window with scraping beside the one without: CPU per heartbeat (microseconds),
-    p99 (milliseconds), their ratios (with / without), the scrape times and body size."""
+    """The windows with scraping beside those without: CPU per heartbeat (microseconds) and
+    p99 (milliseconds), each the mean over its windows (every window's own figure is kept
+    too), their ratios (with / without), the scrape times and body size."""
+
+    def mean(xs: list[float | None]) -> float | None:
+        vals = [x for x in xs if x is not None]
+        return sum(vals) / len(vals) if vals else None
 
     def ratio(a: float | None, b: float | None) -> float | None:
         return a / b if a is not None and b else None
 
-    cpu0, cpu1 = plain["server_cpu_us_per_hb"], scraped["server_cpu_us_per_hb"]
-    p99_0, p99_1 = plain["latency_ms"]["p99"], scraped["latency_ms"]["p99"]
+    cpu0 = mean([w["server_cpu_us_per_hb"] for w in plains])
+    cpu1 = mean([w["server_cpu_us_per_hb"] for w in scrapeds])
+    p99_0 = mean([w["latency_ms"]["p99"] for w in plains])
+    p99_1 = mean([w["latency_ms"]["p99"] for w in scrapeds])
+    last = scrapeds[-1]
     return {
         **scraper.summary(),
         "interval_s": scraper.interval_s,
-        "hb_per_s": scraped["hb_per_s"],
+        "windows": {"plain": len(plains), "scraped": len(scrapeds)},
+        "hb_per_s": mean([w["hb_per_s"] for w in scrapeds]),
+        "plain_server_cpu_us_per_hb": cpu0,
+        "plain_p99_ms": p99_0,
         "server_cpu_us_per_hb": cpu1,
-        "latency_ms": scraped["latency_ms"],
-        "errors": scraped["errors"],
-        "timeouts": scraped["timeouts"],
-        "server_cpu_cores": scraped["server_cpu_cores"],
-        "other_cpu_cores": scraped["other_cpu_cores"],
+        "p99_ms": p99_1,
+        "per_window": {
+            "plain": [
+                (w["server_cpu_us_per_hb"], w["latency_ms"]["p99"], w["hb_per_s"]) for w in plains
+            ],
+            "scraped": [
+                (w["server_cpu_us_per_hb"], w["latency_ms"]["p99"], w["hb_per_s"]) for w in scrapeds
+            ],
+        },
+        "latency_ms": last["latency_ms"],
+        "errors": last["errors"],
+        "timeouts": last["timeouts"],
+        "server_cpu_cores": mean([w["server_cpu_cores"] for w in scrapeds]),
+        "other_cpu_cores": mean([w["other_cpu_cores"] for w in scrapeds]),
         "cpu_ratio": ratio(cpu1, cpu0),
         "p99_ratio": ratio(p99_1, p99_0),
     }
@@ -733,12 +755,21 @@ def run_rs(n: int, args: argparse.Namespace, pki: BenchPki | None = None) -> dic
         res, before, after = measure(rs, gens, n, args, snap)
         res["getmetrics_ms"] = max(calls)
         if args.scrape_interval > 0:
-            # The same load, RS and load generators again, with /metrics scraped: the two
-            # windows back to back compare like with like (issue 12 "Benchmark").
-            log(f"again with /metrics scraped every {args.scrape_interval:g}s")
+            # The same load, RS and load generators again, with /metrics scraped (issue 12
+            # "Benchmark"). Scraped and plain windows alternate (S P S P ... after the first
+            # plain one), so that a drift of the RS over time (its periodic tasks, memory)
+            # falls on both sides instead of on the scraped side alone.
             scraper = Scraper(http_addr, certs_dir, args.scrape_interval)
-            scraped, _, after = measure(rs, gens, n, args, snap, scraper)
-            res["scraped"] = scrape_comparison(res, scraped, scraper)
+            plains, scrapeds = [res], []
+            for i in range(args.scrape_rounds):
+                log(f"round {i + 1}: /metrics scraped every {args.scrape_interval:g}s")
+                scraped, _, after = measure(rs, gens, n, args, snap, scraper)
+                scrapeds.append(scraped)
+                if i + 1 < args.scrape_rounds:
+                    log(f"round {i + 1}: plain")
+                    plain, _, after = measure(rs, gens, n, args, snap)
+                    plains.append(plain)
+            res["scraped"] = scrape_comparison(plains, scrapeds, scraper)
         res["server"] = "rs"
         res["tls"] = tls
         res["config"] = "rs-tls" if tls else "rs"
@@ -1018,9 +1049,9 @@ def report(results: list[dict[str, Any]]) -> str:
                 [
                     r["config"],
                     fmt(r["agents"]),
-                    f"{fmt(r['server_cpu_us_per_hb'], 1)} / {fmt(s['server_cpu_us_per_hb'], 1)}",
+                    f"{fmt(s['plain_server_cpu_us_per_hb'], 1)} / {fmt(s['server_cpu_us_per_hb'], 1)}",
                     f"{fmt(s['cpu_ratio'], 3)}",
-                    f"{fmt(r['latency_ms']['p99'], 2)} / {fmt(s['latency_ms']['p99'], 2)}",
+                    f"{fmt(s['plain_p99_ms'], 2)} / {fmt(s['p99_ms'], 2)}",
                     f"{fmt(s['p99_ratio'], 3)}",
                     f"{s['scrapes']} ({s['failures']} failed)",
                     f"{fmt(s['scrape_ms']['p50'], 1)} / {fmt(s['scrape_ms']['max'], 1)}",
@@ -1030,7 +1061,7 @@ def report(results: list[dict[str, Any]]) -> str:
         out.append("")
         out.append(
             f"With /metrics scraped every {scraped[0]['scraped']['interval_s']:g}s "
-            "(a second window, same RS and load; issue 12):"
+            "(windows alternating with plain ones, same RS and load; issue 12):"
         )
         out.append(
             tabulate(
@@ -1187,6 +1218,12 @@ def main(argv: list[str] | None = None) -> int:
         default=5.0,
         help="after the plain window, measure a second one with the RS's /metrics scraped "
         "every this many seconds (issue 12; 0: no second window)",
+    )
+    p.add_argument(
+        "--scrape-rounds",
+        type=int,
+        default=2,
+        help="scraped windows, alternating with plain ones after the first (default 2: P S P S)",
     )
     p.add_argument("--quick", action="store_true", help="smoke run: N=200, 5 s, 2 s warm-up")
     p.add_argument("--out", default=str(ROOT / ".bench" / "heartbeat.json"))
