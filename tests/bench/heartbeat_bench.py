@@ -388,6 +388,9 @@ class Scraper:
             self._stop.wait(max(0.0, self.interval_s - (time.monotonic() - t)))
 
     def start(self) -> None:
+        # Started once per scraped window: a stop() of the previous window must not end
+        # this one's thread at once.
+        self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="scraper", daemon=True)
         self._thread.start()
 
@@ -399,6 +402,7 @@ class Scraper:
     def summary(self) -> dict[str, Any]:
         t = sorted(self.times_ms)
         return {
+            # Over every scraped window.
             "scrapes": len(t),
             "failures": len(self.failures),
             "first_failure": self.failures[0] if self.failures else "",
