@@ -459,7 +459,7 @@ def observability(d: Demo) -> None:
             f"{(s['last_heartbeat_age_us'] or 0) / 1e6:.1f} s",
             s["leader_count"],
         ]
-        for s in cluster["servers"]
+        for s in sorted(cluster["servers"], key=lambda s: (s["zone"], s["server"]))
     ]
     print(tabulate(rows, ["server", "zone", "status", "heartbeat", "age", "leaders"], "psql"))
     status, text = http_get(d, d.http_port, "/metrics")
