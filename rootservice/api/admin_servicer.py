@@ -7,6 +7,7 @@ parsing nor database I/O ever blocks heartbeats), and answers MySQL-style errors
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from rootservice.api.dispatch import Forwarder, execute_sql
 from rootservice.api.forwarding import FORWARDED_ADDR_KEY, FORWARDED_USER_KEY
 from rootservice.app import RootService
 from rootservice.auth.principal import Principal, client_host
+from rootservice.auth.privileges import SELECT
 from rootservice.auth.users import MAX_USER_NAME_CHARS
 
 #: Who may call the admin service: client certificates (a node certificate may not), and RS
@@ -237,8 +239,25 @@ class AdminServicer(obrpc_pb2_grpc.AdminServiceServicer):
 
         The response's ``json`` holds counters, latency-window summaries (microseconds), server
         counts, RS state and epoch, with sorted keys.
+
+        Read-only, so the SELECT privilege is enough, as for the HTTP ``/metrics`` (issue 12):
+        the client certificate's user must hold it (root does without a table read);
+        otherwise ``PERMISSION_DENIED``, counted and logged by the peer gate. In insecure mode
+        there is no certificate and every caller may read, as on the other endpoints.
         """
-        await self.rs.peer_gate.admit(context, "AdminService.GetMetrics", CLIENTS)
+        ident = await self.rs.peer_gate.admit(context, "AdminService.GetMetrics", CLIENTS)
+        if ident is not None:
+            try:
+                privileges = await asyncio.to_thread(self.rs.users.privileges, ident.name)
+            except ObError as e:  # the user table cannot be read
+                await context.abort(grpc.StatusCode.UNAVAILABLE, e.message)
+            if SELECT not in privileges:
+                await self.rs.peer_gate.refuse(
+                    context,
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    "no_privilege",
+                    f"AdminService.GetMetrics needs the {SELECT} privilege; {ident} has it not",
+                )
         return obrpc_pb2.MetricsResponse(
             json=json.dumps(self.rs.metrics_snapshot(), sort_keys=True)
         )

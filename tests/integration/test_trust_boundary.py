@@ -11,6 +11,7 @@ last.
 from __future__ import annotations
 
 import functools
+import json
 import shutil
 import subprocess
 import sys
@@ -446,6 +447,12 @@ def test_wrong_password_missing_privilege_grant_and_audit(
     assert c.ok("SHOW PARAMETERS LIKE 'lease_time'") == lease  # nothing changed
     rc, out, _ = as_u("right-pw", "SHOW PARAMETERS LIKE 'lease_time'")  # SELECT is granted
     assert rc == 0 and "lease_time" in out
+    # GetMetrics is a read: SELECT is enough (u's certificate), no user or no SELECT is not.
+    with pki.channel(c.rs_addr, Role.CLIENT, "u") as ch:
+        resp = obrpc_pb2_grpc.AdminServiceStub(ch).GetMetrics(
+            obrpc_pb2.MetricsRequest(), timeout=10
+        )
+        assert json.loads(resp.json)["state"] == "WAIT_BOOTSTRAP"
 
     c.ok("GRANT ALTER SYSTEM ON *.* TO 'u'")
     rc, out, err = as_u("right-pw", "ALTER SYSTEM SET lease_time = '20s'")
@@ -475,6 +482,16 @@ def test_wrong_password_missing_privilege_grant_and_audit(
         "GRANT SELECT ON *.* TO 'u'",
         "GRANT ALTER SYSTEM ON *.* TO 'u'",
     ]
+    # A user without SELECT, and a certificate naming no user, may not read GetMetrics.
+    c.ok("CREATE USER 'nosel' IDENTIFIED BY 'pw'")
+    for who in ("nosel", "stranger"):
+        with pki.channel(c.rs_addr, Role.CLIENT, who) as ch:
+            with pytest.raises(grpc.RpcError) as e:
+                obrpc_pb2_grpc.AdminServiceStub(ch).GetMetrics(
+                    obrpc_pb2.MetricsRequest(), timeout=10
+                )
+            assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED, who
+            assert "needs the SELECT privilege" in (e.value.details() or "")
 
 
 # --------------------------------------------------------------------------- rotation (last)
