@@ -15,34 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from obcommon.security.certs import CA_CERT, Role, cert_file, key_file
 from observer_agent.agent import Agent
 
 log = logging.getLogger(__name__)
 
 AGENT_KEY = web.AppKey("agent", Agent)
-
-
-def tls_context(agent: Agent) -> ssl.SSLContext | None:
-    """The node's server context: its pair, ``ca.crt``, TLS 1.2+, client certificate
-    optional at the handshake (the probes need none; ``/metrics`` checks it). None when
-    insecure. Raises ``OSError`` / ``ssl.SSLError`` for unreadable files."""
-    sec = agent.security
-    if sec.insecure or sec.certs_dir is None:
-        return None
-    d = sec.certs_dir
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(d / cert_file(Role.NODE), d / key_file(Role.NODE))
-    ctx.load_verify_locations(cafile=str(d / CA_CERT))
-    ctx.verify_mode = ssl.CERT_OPTIONAL
-    return ctx
 
 
 def readiness(agent: Agent) -> str | None:
@@ -120,7 +102,7 @@ class AgentHttp:
     async def start(self) -> int:
         """Listen in the running loop; returns the bound port. Raises ``OSError``."""
         host, _, port = self.addr.rpartition(":")
-        ctx = tls_context(self.agent)
+        ctx = self.agent.security.server_ssl_context()
         await self.runner.setup()
         site = web.TCPSite(self.runner, host.strip("[]"), int(port), ssl_context=ctx)
         try:

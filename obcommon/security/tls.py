@@ -19,6 +19,7 @@ it does.
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -176,6 +177,22 @@ class TransportSecurity:
             self._generation += 1
         log.info("certificates reloaded from %s", self.certs_dir)
         return True
+
+    def server_ssl_context(self) -> ssl.SSLContext | None:
+        """A server context for the listeners that are not gRPC (the RS's MySQL and HTTP
+        endpoints, the agent's HTTP endpoint): this process's own pair and ``ca.crt`` as
+        they are now, TLS 1.2+, client certificate optional (verified against ``ca.crt``
+        when sent; each endpoint decides whether it needs one). None in insecure mode.
+        Raises ``OSError`` / ``ssl.SSLError`` for unreadable files."""
+        if self.insecure or self.certs_dir is None:
+            return None
+        d = self.certs_dir
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_cert_chain(d / cert_file(self.role, self.user), d / key_file(self.role, self.user))
+        ctx.load_verify_locations(cafile=str(d / CA_CERT))
+        ctx.verify_mode = ssl.CERT_OPTIONAL
+        return ctx
 
     def issued_by_current_ca(self, cert_der: bytes) -> bool:
         """True when the DER certificate ``cert_der`` is signed by one of the certificates of

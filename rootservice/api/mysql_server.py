@@ -58,7 +58,7 @@ from sqlglot.errors import SqlglotError
 from sqlglot.executor import execute as sqlglot_execute
 
 from obcommon.errors import ObError
-from obcommon.security.certs import CA_CERT, Role, cert_file, key_file
+from obcommon.security.certs import Role
 from obcommon.security.identity import identity_of_pem
 from rootservice.api.admin_servicer import admission_key
 from rootservice.api.admission import Admission
@@ -830,22 +830,6 @@ class RsMysqlStream:
         self.reader._transport = new_transport  # type: ignore[attr-defined]  # noqa: SLF001
 
 
-def tls_context(rs: RootService) -> ssl.SSLContext | None:
-    """The endpoint's server TLS context: ``rs.crt`` / ``rs.key`` and ``ca.crt`` from the
-    RS's certificates directory, TLS 1.2+, client certificate optional (verified against
-    ``ca.crt`` when sent). None in insecure mode."""
-    sec = rs.security
-    if sec.insecure or sec.certs_dir is None:
-        return None
-    d = sec.certs_dir
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(d / cert_file(Role.RS), d / key_file(Role.RS))
-    ctx.load_verify_locations(cafile=str(d / CA_CERT))
-    ctx.verify_mode = ssl.CERT_OPTIONAL
-    return ctx
-
-
 class RsMysqlServer(MysqlServer):
     """mysql-mimic's server building :class:`RsConnection` / :class:`RsSession` and a login
     provider per connection, with a TLS context renewed when the RS's certificates change."""
@@ -863,7 +847,7 @@ class RsMysqlServer(MysqlServer):
         self.variables = _variables()
         self.require_tls = not rs.security.insecure
         self._generation = rs.security.generation()
-        self._tls = tls_context(rs)
+        self._tls = rs.security.server_ssl_context()
 
     def current_tls(self) -> ssl.SSLContext | None:
         """The TLS context, rebuilt after a certificate rotation
@@ -873,7 +857,7 @@ class RsMysqlServer(MysqlServer):
         gen = self.rs.security.generation()
         if gen != self._generation:
             try:
-                self._tls = tls_context(self.rs)
+                self._tls = self.rs.security.server_ssl_context()
                 self._generation = gen
             except (OSError, ssl.SSLError) as e:
                 log.warning("MySQL endpoint keeps its TLS certificate: %s", e)

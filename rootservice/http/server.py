@@ -56,22 +56,6 @@ STATUS_KEY = web.AppKey("status", ClusterStatus)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def tls_context(rs: RootService) -> ssl.SSLContext | None:
-    """The server TLS context of the HTTP endpoint: ``rs.crt`` / ``rs.key``, ``ca.crt``,
-    TLS 1.2+, client certificate optional (verified against ``ca.crt`` when sent). None in
-    insecure mode. Raises ``OSError`` / ``ssl.SSLError`` for unreadable files."""
-    sec = rs.security
-    if sec.insecure or sec.certs_dir is None:
-        return None
-    d = sec.certs_dir
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(d / cert_file(Role.RS), d / key_file(Role.RS))
-    ctx.load_verify_locations(cafile=str(d / CA_CERT))
-    ctx.verify_mode = ssl.CERT_OPTIONAL
-    return ctx
-
-
 @web.middleware
 async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Authentication (all but the probes), then the one ObError -> JSON translation."""
@@ -237,7 +221,7 @@ class HttpServer:
         """Listen (in the running loop); records the bound port on the RS and returns it.
         Raises ``OSError`` when the address cannot be bound or the certificates read."""
         host, _, port = self.addr.rpartition(":")
-        ctx = self._ctx = tls_context(self.rs)
+        ctx = self._ctx = self.rs.security.server_ssl_context()
         await self.runner.setup()
         site = web.TCPSite(
             self.runner, host.strip("[]"), int(port), ssl_context=ctx, reuse_port=False
