@@ -49,7 +49,7 @@ def test_add_zone_is_inactive_with_the_default_region_and_refuses_an_existing_zo
     z = rs.zones
     z.add_zone("z4", None, None)
     assert (z.get("z4").status, z.get("z4").region) == ("INACTIVE", DEFAULT_REGION)
-    assert DEFAULT_REGION == "sys_region"  # OceanBase's DEFAULT_REGION_NAME
+    assert DEFAULT_REGION == "default_region"  # ob_define.h DEFAULT_REGION_NAME
     z.add_zone("z5", "r2", "idc1")
     assert (z.get("z5").region, z.get("z5").idc) == ("r2", "idc1")
     # An existing zone, INACTIVE or ACTIVE: OB_ENTRY_EXIST without LOG_USER_ERROR.
