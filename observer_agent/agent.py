@@ -152,6 +152,7 @@ class Agent:
             self.log,
             self.security,
             self.metrics,
+            self.replicas.copy_bandwidth,
         )
         # The Prometheus exposition (issue 12): read from the components at each scrape.
         self.metrics.registry.register(AgentCollector(self))
@@ -191,6 +192,8 @@ class Agent:
             log_lags=self.replicas.log_lags(),
             copied_bytes=self.replicas.copied_bytes(),
             copies_running=self.replicas.copies_running(),
+            copy_rate_limit=self.replicas.copy_bandwidth.rate,
+            copy_throttled_s=self.replicas.copy_bandwidth.throttled_s,
             disk_healthy=self.disk.disk_error is None,
             resources={f.name: float(v) for f, v in info.ListFields()},
         )

@@ -94,6 +94,15 @@ class RsChoice(Protocol):
         ...
 
 
+class CopyRateLimit(Protocol):
+    """Where the RS's ``migration_max_bytes_per_second`` goes (implemented by
+    :class:`observer_agent.replicas.bandwidth.CopyBandwidth`)."""
+
+    def set_rate(self, bytes_per_s: int) -> bool:
+        """Take the limit (bytes per second, 0 = unlimited); True when it changed."""
+        ...
+
+
 class LeaseClient:
     """The lease state of one agent and the loop that keeps it.
 
@@ -125,10 +134,13 @@ class LeaseClient:
         log: logging.Logger | logging.LoggerAdapter,  # type: ignore[type-arg]
         security: TransportSecurity | None = None,
         metrics: AgentMetrics | None = None,
+        copy_rate: CopyRateLimit | None = None,
     ) -> None:
         """Unregistered and not serving; lease streams are opened through ``security``
         (default: what ``settings.certs_dir`` says); renewal round trips are observed in
-        ``metrics.lease_renewal_seconds`` (default: a registry of its own)."""
+        ``metrics.lease_renewal_seconds`` (default: a registry of its own); ``copy_rate``
+        takes the copy bandwidth limit of each accepted response (None: not kept)."""
+        self._copy_rate = copy_rate
         self.metrics = metrics or AgentMetrics()
         self.security = security or TransportSecurity.for_dir(settings.certs_dir, Role.NODE)
         self.settings = settings
@@ -215,7 +227,11 @@ class LeaseClient:
         be able to fence our own RS out.
 
         On acceptance: record the epoch, ``lease_expire_time``, ``server_id``,
-        ``rs_server_status`` and the RS list; write the identity file on the first response
+        ``rs_server_status``, the RS list and the copy bandwidth limit
+        (``migration_max_bytes_per_second``, issue 13 item 6: it rides on the lease response
+        because that reaches every server every ``heartbeat_interval`` whether or not it
+        copies, so a change reaches copies already running within a heartbeat; a field of
+        ApplyReplicas would only reach a server when it is handed a new copy); write the identity file on the first response
         carrying ``server_id > 0`` and a ``cluster_id`` (a failed write refuses); once the
         identity exists and the gRPC server is up, set ``start_service_time = now`` (once per
         process) and ask for the next heartbeat at once. Never raises.
@@ -294,6 +310,16 @@ class LeaseClient:
             )
             self.rs_server_status = resp.rs_server_status
         self.rs.adopt(resp.rs_list)
+        if self._copy_rate is not None and self._copy_rate.set_rate(
+            resp.migration_max_bytes_per_second
+        ):
+            self.log.info(
+                "copy bandwidth limit from RS %s: %s",
+                rs_addr,
+                f"{resp.migration_max_bytes_per_second} bytes/s"
+                if resp.migration_max_bytes_per_second > 0
+                else "unlimited",
+            )
         if not self.registered:
             self.log.info(
                 "lease granted by %s: server_id %d, rs_epoch %d, lease expires at %d",

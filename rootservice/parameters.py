@@ -6,7 +6,8 @@ Precedence, lowest first: the defaults of :class:`rootservice.config.RsSettings`
 ``OB_RS_*`` and command-line flags. The one settings object is shared by every component and
 updated in place, so a change applies at once; the components that cache something derived
 from it (timers, the lease checker's deadlines, the agent client's timeout) hear about it
-through :class:`ParameterListener`. Durations are integer microseconds.
+through :class:`ParameterListener`. Durations are integer microseconds, sizes (such as
+``migration_max_bytes_per_second``, issue 13 item 6) integer bytes.
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from obcommon.clock import Clock
-from obcommon.durations import format_duration, parse_duration
 from obcommon.errors import ObError
-from rootservice.config import PARAMETERS, RsSettings, validate_parameter
+from rootservice.config import PARAMETERS, SIZE, RsSettings, validate_parameter
 from rootservice.db import event_repo, param_repo
 from rootservice.db.event_repo import Event
 from rootservice.ha.store import MetaStore
@@ -80,7 +80,7 @@ class Parameters:
         for name in PARAMETERS:
             if name in params and name not in self.flags_set:
                 try:
-                    trial[name] = parse_duration(params[name])
+                    trial[name] = PARAMETERS[name].parse(params[name])
                     taken.append(name)
                 except ValueError as e:
                     log.error("ignoring __all_sys_parameter %s = %r: %s", name, params[name], e)
@@ -104,10 +104,13 @@ class Parameters:
         values: dict[str, int] = {}
         for name, raw in items:
             if isinstance(raw, float):
+                p = PARAMETERS.get(name.lower())
                 raise ObError(
                     "OB_INVALID_ARGUMENT",
                     f"{name} = {raw}",
-                    detail="write a duration such as '10s'",
+                    detail="write a size such as '64M'"
+                    if p is not None and p.kind == SIZE
+                    else "write a duration such as '10s'",
                 )
             v = validate_parameter(trial, name, raw)
             trial = RsSettings.model_validate(trial.model_dump() | {name.lower(): v})
@@ -115,11 +118,12 @@ class Parameters:
         now = self.clock.now_us()
         with self.store.txn() as conn:
             for name, v in values.items():
-                param_repo.set_param(conn, name, format_duration(v), now, PARAMETERS[name].info)
+                p = PARAMETERS[name]
+                param_repo.set_param(conn, name, p.format(v), now, p.info)
             event_repo.insert_events(
                 conn,
                 [
-                    Event(now, "root_service", "set_parameter", ((n, format_duration(v)),))
+                    Event(now, "root_service", "set_parameter", ((n, PARAMETERS[n].format(v)),))
                     for n, v in values.items()
                 ],
                 self.store.rs_addr,
@@ -138,13 +142,13 @@ class Parameters:
             if like is not None and not sql_like(name, like):
                 continue
             lo = p.short_min_us if self.settings.allow_short_timings else p.min_us
-            hi = format_duration(p.max_us) if p.max_us else "+inf"
+            hi = p.format(p.max_us) if p.max_us else "+inf"
             rows.append(
                 (
                     name,
-                    format_duration(getattr(self.settings, name)),
-                    format_duration(defaults[name].default),
-                    f"[{format_duration(lo)}, {hi}]",
+                    p.format(getattr(self.settings, name)),
+                    p.format(defaults[name].default),
+                    f"[{p.format(lo)}, {hi}]",
                     self.sources.get(name, SOURCE_DEFAULT),
                     p.info,
                 )

@@ -24,6 +24,7 @@ from obcommon.security.certs import Role
 from obcommon.security.tls import TransportSecurity
 from observer_agent.address import LocalServer
 from observer_agent.replicas.apply import SpecApplier
+from observer_agent.replicas.bandwidth import CopyBandwidth
 from observer_agent.replicas.copy import ReplicaCopier
 from observer_agent.replicas.faults import FaultSwitches
 from observer_agent.replicas.hosted import HostedReplicas
@@ -70,9 +71,13 @@ class ReplicaManager:
         log_keep: int = LOG_KEEP_ENTRIES,
         copy_chunk_size: int = DATA_CHUNK_DEFAULT,
         security: TransportSecurity | None = None,
+        copy_bandwidth: CopyBandwidth | None = None,
     ) -> None:
         """Nothing is read until :meth:`load`; ``log_keep`` = entries kept by compaction,
-        ``copy_chunk_size`` = bytes per chunk a copy asks its source for."""
+        ``copy_chunk_size`` = bytes per chunk a copy asks its source for,
+        ``copy_bandwidth`` = the limit every copy shares (default: one of its own,
+        unlimited until its rate is set)."""
+        self.copy_bandwidth = copy_bandwidth or CopyBandwidth()
         self.paths = ReplicaPaths(data_dir)
         self.settings = settings
         self._me = me
@@ -97,6 +102,7 @@ class ReplicaManager:
             self._replication,
             self._tasks,
             self.log,
+            self.copy_bandwidth,
             log_keep=log_keep,
             chunk_size=copy_chunk_size,
         )

@@ -225,7 +225,10 @@ class HeartbeatIntake:
     def _lease_response(self, s: ServerStatus, seq: int) -> obrpc_pb2.LeaseResponse:
         """The answer to an accepted request: the lease runs ``lease_time`` from now (from
         the last heartbeat for a server whose lease is no longer extended), IS_STOPPED for a
-        stopped server or a server of a stopped zone."""
+        stopped server or a server of a stopped zone. It carries the current
+        ``migration_max_bytes_per_second`` (issue 13 item 6: the agent's copy bandwidth limit;
+        read from the shared settings, so an ALTER SYSTEM SET reaches every agent with its
+        next heartbeat)."""
         lease = self.settings.lease_time
         expire = s.last_hb_time + lease if s.force_stop_hb else self.clock.now_us() + lease
         stopped = s.stop_time != 0 or not self.zones.is_active(s.zone)
@@ -239,6 +242,7 @@ class HeartbeatIntake:
             rs_list=self.identity.rs_list,
             cluster_id=self.identity.cluster_id,
             seq=seq,
+            migration_max_bytes_per_second=self.settings.migration_max_bytes_per_second,
         )
 
     def _on_report_status_change(self, s: ServerStatus, now: int) -> None:
