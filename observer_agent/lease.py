@@ -195,7 +195,7 @@ class LeaseClient:
         """The next ``LeaseRequest`` (SPEC.md section 5); every call takes a new ``seq``.
 
         ``current_server_time`` is ``clock.now_us()``; ``rs_epoch`` the highest epoch
-        accepted; ``cluster_id`` the kept identity's or ""; ``server_status`` 0x1 while the
+        accepted; ``cluster_id`` and ``server_id`` the kept identity's or "" / 0; ``server_status`` 0x1 while the
         data disk is failing; ``replicas`` every hosted replica (from memory, no I/O).
         """
         self._seq += 1
@@ -210,6 +210,7 @@ class LeaseClient:
             server_status=self._disk.server_status,
             rs_epoch=self.highest_epoch,
             cluster_id=self.identity.cluster_id if self.identity else "",
+            server_id=self.identity.server_id if self.identity else 0,
             seq=self._seq,
         )
         req.resource_info.CopyFrom(self._resources.info)
@@ -225,6 +226,9 @@ class LeaseClient:
         cluster); ``rs_epoch`` lower than the highest accepted (a deposed RS). Epochs are
         only learnt from accepted responses: a refusal, or an RS of another cluster, must not
         be able to fence our own RS out.
+
+        A ``server_id`` other than the kept identity's is refused too (issue 13 item 5:
+        logged at ERROR, rate-limited; service never starts).
 
         On acceptance: record the epoch, ``lease_expire_time``, ``server_id``,
         ``rs_server_status``, the RS list and the copy bandwidth limit
@@ -290,12 +294,25 @@ class LeaseClient:
             and resp.server_id
             and resp.server_id != self.identity.server_id
         ):
-            self.log.warning(
-                "RS %s calls this server server_id %d, the identity file says %d",
+            # Another server's data directory, or this ip:port deleted and added again
+            # (issue 13 item 5): serving this directory's replicas as that server would
+            # mix two servers' data.
+            self._count_refusal("other_server_id")
+            self.registered = False
+            self.refusals_in_row += 1
+            self.repeat_log.log(
+                logging.ERROR,
+                "server_id",
+                "lease from %s refused: the RS has this server as server_id %d but its data "
+                "directory %s belongs to server_id %d; not serving it (restore this "
+                "server's own data directory, or DELETE SERVER then ADD SERVER it again "
+                "with an empty one)",
                 rs_addr,
                 resp.server_id,
+                self.data_dir,
                 self.identity.server_id,
             )
+            return False
 
         self.highest_epoch = max(self.highest_epoch, resp.rs_epoch)
         self.lease_expire_time = resp.lease_expire_time or resp.heartbeat_expire_time

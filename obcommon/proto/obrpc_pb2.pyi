@@ -163,6 +163,7 @@ class LeaseRequest(_message.Message):
     CLUSTER_ID_FIELD_NUMBER: _builtins.int
     SEQ_FIELD_NUMBER: _builtins.int
     REPLICAS_FIELD_NUMBER: _builtins.int
+    SERVER_ID_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     zone: _builtins.str
     server: _builtins.str
@@ -179,6 +180,8 @@ class LeaseRequest(_message.Message):
     """cluster identity the agent keeps, "" when empty"""
     seq: _builtins.int
     """echoed in the response, to pair them on a stream"""
+    server_id: _builtins.int
+    """server id the agent keeps (identity.json), 0 when empty"""
     @_builtins.property
     def resource_info(self) -> Global___ResourceInfo: ...
     @_builtins.property
@@ -201,10 +204,11 @@ class LeaseRequest(_message.Message):
         cluster_id: _builtins.str = ...,
         seq: _builtins.int = ...,
         replicas: _abc.Iterable[Global___ReplicaInfo] | None = ...,
+        server_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["resource_info", b"resource_info"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_version", b"build_version", "cluster_id", b"cluster_id", "current_server_time", b"current_server_time", "replicas", b"replicas", "resource_info", b"resource_info", "rs_epoch", b"rs_epoch", "seq", b"seq", "server", b"server", "server_status", b"server_status", "sql_port", b"sql_port", "start_service_time", b"start_service_time", "version", b"version", "zone", b"zone"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_version", b"build_version", "cluster_id", b"cluster_id", "current_server_time", b"current_server_time", "replicas", b"replicas", "resource_info", b"resource_info", "rs_epoch", b"rs_epoch", "seq", b"seq", "server", b"server", "server_id", b"server_id", "server_status", b"server_status", "sql_port", b"sql_port", "start_service_time", b"start_service_time", "version", b"version", "zone", b"zone"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -326,6 +326,44 @@ class ReplicaManager:
             return
         rep.in_service = True
 
+    async def check_files(self) -> list[tuple[int, int]]:
+        """Forget every in-service replica whose directory or ``meta.json`` vanished while
+        the agent ran (issue 13 item 5: ``rm -r DATA_DIR/replicas/<ls>``), returning their
+        ``(tenant_id, ls_id)``.
+
+        Such a replica's data is gone: reporting it from memory would keep the RS from
+        rebuilding it (it would count as a healthy member). It is dropped as an
+        ``ApplyReplicas`` drop would (loop stopped, log removed), logged at ERROR, and no
+        longer reported, so the RS's ``replica_rebuilder`` copies it back from a healthy
+        member. Replicas being built or verified are left alone (their directory may not
+        exist yet). Never raises: a failed drop is logged and tried again next time."""
+        gone = [
+            rep.key
+            for rep in self._hosted.all()
+            if rep.in_service and rep.build is None and not (rep.dir / META_FILE).is_file()
+        ]
+        if not gone:
+            return []
+        dropped: list[tuple[int, int]] = []
+        async with self._hosted.lock():
+            for key in gone:
+                rep = self._hosted.find(key)
+                if rep is None or rep.build is not None or (rep.dir / META_FILE).is_file():
+                    continue
+                self.log.error(
+                    "replica %s: its files vanished from %s; forgetting it so the RS rebuilds "
+                    "it from a healthy member",
+                    describe_ls(key),
+                    rep.dir,
+                )
+                try:
+                    await self._applier.drop(key)
+                except ObError as e:
+                    self.log.error("replica %s: %s", describe_ls(key), e.message)
+                    continue
+                dropped.append(key)
+        return dropped
+
     # -- ApplyReplicas
 
     async def apply(
