@@ -124,7 +124,7 @@ demo: setup
 	$(VENV)/bin/python -m rootservice.demo
 
 # Issue 13 item 7: a DELETE SERVER whose plans run on a Spark standalone master + worker
-# (from the installed pyspark) reading a private PostgreSQL over JDBC; about 2 minutes.
+# (from the installed pyspark) reading a private PostgreSQL over JDBC; 4 minutes on a loaded 2-core machine.
 demo-spark-cluster: setup
 	$(VENV)/bin/python -m tests.demo.spark_cluster
 

@@ -100,13 +100,24 @@ def run(d: ClusterDemo) -> None:
         f"ALTER SYSTEM BOOTSTRAP REGION 'sys_region' ZONE 'z1' SERVER '{a['agent1']}', "
         f"ZONE 'z2' SERVER '{a['agent2']}', ZONE 'z3' SERVER '{a['agent3']}'"
     )
-    d.must(f"ALTER SYSTEM ADD SERVER '{a['agent4']}' ZONE 'z1'")
-    d.wait("four servers ACTIVE", lambda: all(d.status(n) == "ACTIVE" for n in d.agents))
+    d.wait(
+        "three servers ACTIVE", lambda: all(d.status(f"agent{i}") == "ACTIVE" for i in (1, 2, 3))
+    )
     d.must("CREATE RESOURCE UNIT unit1 MAX_CPU 1, MEMORY_SIZE '2G', LOG_DISK_SIZE '4G'")
     d.must("CREATE RESOURCE POOL pool1 UNIT 'unit1', UNIT_NUM 1, ZONE_LIST ('z1', 'z2', 'z3')")
     d.must("CREATE TENANT tenant1 RESOURCE_POOL_LIST ('pool1'), PRIMARY_ZONE 'z1', LS_COUNT 2")
     d.wait("6 replicas, 2 leaders", lambda: d.leaders() == 2)
+    # The spare joins z1 only now, so that the tenant's z1 unit is on agent1 and its
+    # DELETE SERVER has a unit and replicas to move (planned on the cluster).
+    d.must(f"ALTER SYSTEM ADD SERVER '{a['agent4']}' ZONE 'z1'")
+    d.wait("agent4 ACTIVE", lambda: d.status("agent4") == "ACTIVE")
     d.must("SELECT unit_id, zone, svr_ip, svr_port FROM DBA_OB_UNITS ORDER BY zone")
+    ip, port = a["agent1"].rsplit(":", 1)
+    if (
+        d.query(f"SELECT unit_id FROM DBA_OB_UNITS WHERE svr_ip = '{ip}' AND svr_port = {port}")
+        == []
+    ):
+        raise SystemExit("demo failed: agent1 holds no unit, nothing to plan")
 
     step(f"DELETE SERVER agent1: the plans run on {d.spark.master_url}")
     t0 = time.monotonic()
