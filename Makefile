@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 # first, by size).
 PYTEST_WORKERS ?= 4
 
-.PHONY: setup pg-binaries mysql-clients browser test demo bench bench-mysql bench-spark chaos lint proto clean
+.PHONY: setup pg-binaries mysql-clients browser test demo demo-spark-cluster bench bench-mysql bench-spark chaos lint proto clean
 
 # The Spark jobs (rootservice/jobs) read PostgreSQL through JDBC with Debian's driver jar.
 PG_JDBC_JAR ?= /usr/share/java/postgresql.jar
@@ -122,6 +122,11 @@ test: setup
 
 demo: setup
 	$(VENV)/bin/python -m rootservice.demo
+
+# Issue 13 item 7: a DELETE SERVER whose plans run on a Spark standalone master + worker
+# (from the installed pyspark) reading a private PostgreSQL over JDBC; 4 minutes on a loaded 2-core machine.
+demo-spark-cluster: setup
+	$(VENV)/bin/python -m tests.demo.spark_cluster
 
 bench: setup
 	$(VENV)/bin/python -m tests.bench.heartbeat_bench

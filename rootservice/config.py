@@ -196,8 +196,9 @@ class RsSettings(BaseSettings):
     Durations are microseconds (``*_time`` and ``*_interval`` fields). ``db_url`` defaults to
     a SQLite file in ``data_dir``. Validation enforces SPEC.md section 11 ranges (relaxed
     when ``allow_short_timings``) and the invariants ``lease_time > heartbeat_interval`` and
-    ``server_permanent_offline_time > lease_time``; violations raise pydantic's
-    ``ValidationError`` at start-up.
+    ``server_permanent_offline_time > lease_time``, and a cluster ``spark_master`` needs
+    a database its executors can reach (:func:`check_spark_master_db`); violations raise
+    pydantic's ``ValidationError`` at start-up.
     """
 
     model_config = SettingsConfigDict(env_prefix="OB_RS_", extra="forbid", validate_assignment=True)
@@ -290,6 +291,7 @@ class RsSettings(BaseSettings):
             host, _, port = addr.rpartition(":")
             if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
                 raise ValueError(f"{name} must be host:port, got {addr!r}")
+        check_spark_master_db(self.spark_master, self.effective_db_url())
         return self
 
     def effective_db_url(self) -> str:
@@ -297,6 +299,28 @@ class RsSettings(BaseSettings):
         if self.db_url:
             return self.db_url
         return f"sqlite:///{(self.data_dir / 'rootservice.db').resolve()}"
+
+
+def is_local_spark_master(master: str) -> bool:
+    """True for Spark's in-process masters ``local``, ``local[N]``, ``local[*]``,
+    ``local[N,F]`` (the plans' executors are threads of the RS)."""
+    return master == "local" or master.startswith("local[")
+
+
+def check_spark_master_db(master: str, db_url: str) -> None:
+    """Refuse a cluster Spark master (``spark://``, ``yarn``, ``k8s://``...) over a SQLite
+    database: the plans' executors run in other processes, possibly on other hosts, and read
+    the system tables over JDBC (rootservice/balancer/spark/readers.py), which a SQLite file
+    of the RS's data directory is not (issue 13 item 7). Raises ``ValueError`` naming both
+    ways out."""
+    if is_local_spark_master(master) or not db_url.startswith("sqlite"):
+        return
+    raise ValueError(
+        f"spark_master {master} runs the balancer's plans on a Spark cluster whose executors "
+        f"read the system tables over JDBC, but the database is the SQLite file {db_url} that "
+        "they cannot reach: use PostgreSQL (--db postgresql+psycopg://user:pw@host:port/db) "
+        "or a local[...] Spark master"
+    )
 
 
 def check_parameter_range(p: ParamDef, value_us: int, short: bool, exc: Any) -> None:

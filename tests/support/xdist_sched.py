@@ -30,6 +30,8 @@ FILE_GROUPS: dict[str, str] = {
     # 2.37 s beside them. The session fixture of test_spark_jobs (a JVM) starts once, too.
     "tests/unit/rootservice/balancer/test_spark_jobs.py": "cpu",
     "tests/integration/test_delete_server.py": "cpu",
+    # A Spark standalone master, worker and executor beside the RS's driver: four JVMs.
+    "tests/integration/test_spark_cluster.py": "cpu",
     "tests/integration/test_flood.py": "cpu",
     # The module-scoped secure cluster would otherwise start on every worker.
     "tests/integration/test_trust_boundary.py": "trust_boundary",

@@ -20,17 +20,25 @@ the result):
   configuration written to a temporary directory, and ``setLogLevel("WARN")``);
 - Arrow for pandas conversions, ``spark.sql.execution.arrow.maxRecordsPerBatch=1000000``
   (the default 10,000 makes pandas -> Spark of 5M rows ten times slower);
-- for a ``local[...]`` master only: ``spark.sql.shuffle.partitions=4``, adaptive query
+- for a ``local[...]`` master only: ``spark.sql.shuffle.partitions=4`` and adaptive query
   execution off (the jobs are latency-bound: their large input meets the others only
   through explicit broadcasts, and AQE's re-planning tripled the time of a small job in
-  measurements), and the driver bound to 127.0.0.1 (``spark.driver.host`` /
-  ``spark.driver.bindAddress``, ``SPARK_LOCAL_IP``), since the RS binds loopback only. With a cluster master (``spark://...``, ``yarn``,
-  ``k8s://...``) nothing of this is set: executors must reach the driver, so give
-  ``spark.driver.host`` in ``conf`` if the default interface is not the right one;
+  measurements);
+- the driver bound to 127.0.0.1 (``spark.driver.host`` / ``spark.driver.bindAddress``,
+  ``SPARK_LOCAL_IP``) for a ``local[...]`` master and for a standalone master on a loopback
+  address (``spark://127.0.0.1:7077``, ``spark://localhost:7077``): its executors run on
+  this host and the RS binds loopback only (otherwise Spark picks the first non-loopback
+  interface, which a loopback-only worker may not reach). With any other cluster master
+  (``spark://host:port``, ``yarn``, ``k8s://...``) nothing of this is set: executors must
+  reach the driver, so give ``spark.driver.host`` in ``conf`` if the default interface is
+  not the right one;
 - the Python workers run this interpreter (``PYSPARK_PYTHON``, unless set already or
   ``spark.pyspark.python`` is in ``conf``); on a cluster they need pandas and pyarrow;
 - for a PostgreSQL ``db_url`` (or ``postgresql_driver=True``): the JDBC driver jar
-  (:data:`POSTGRESQL_JAR`, Debian's ``libpostgresql-jdbc-java``) is added to ``spark.jars``.
+  (:data:`POSTGRESQL_JAR`, Debian's ``libpostgresql-jdbc-java``) is added to ``spark.jars``,
+  which puts it on the driver's class path and ships it to every executor (each fetches
+  it from the driver's file server into its work directory: measured with a standalone
+  worker, issue 13 item 7), so executors need no copy of their own.
 
 PySpark keeps one active SparkContext per process, so there should be one manager per
 process; a second one would get the same session back from ``getOrCreate``.
@@ -50,6 +58,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
+
+from rootservice.config import is_local_spark_master
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -82,7 +92,25 @@ class SparkStartError(RuntimeError):
 
 def is_local_master(master: str) -> bool:
     """True for ``local``, ``local[N]``, ``local[*]`` and ``local[N,F]``."""
-    return master == "local" or master.startswith("local[")
+    return is_local_spark_master(master)
+
+
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+
+
+def is_loopback_master(master: str) -> bool:
+    """True for a standalone master on this host's loopback interface
+    (``spark://127.0.0.1:7077``, ``spark://localhost:7077``, ``spark://[::1]:7077``; any
+    127.x.y.z); False for anything else, ``local[...]`` included."""
+    if not master.startswith("spark://"):
+        return False
+    # spark://h1:p1,h2:p2 lists standby masters: all of them must be local.
+    hosts = [hp.rpartition(":")[0] for hp in master.removeprefix("spark://").split(",")]
+    return all(h in LOOPBACK_HOSTS or h.startswith("127.") for h in hosts)
+
+
+def _driver_on_loopback(master: str) -> bool:
+    return is_local_master(master) or is_loopback_master(master)
 
 
 def is_postgresql_url(db_url: str) -> bool:
@@ -141,6 +169,7 @@ class SparkSessionManager:
         if is_local_master(self.master):
             out["spark.sql.shuffle.partitions"] = "4"
             out["spark.sql.adaptive.enabled"] = "false"
+        if _driver_on_loopback(self.master):
             out["spark.driver.host"] = "127.0.0.1"
             out["spark.driver.bindAddress"] = "127.0.0.1"
         out.update(self.conf)
@@ -243,7 +272,14 @@ class SparkSessionManager:
             self._done.set()
             return
         self.startup_s = time.monotonic() - t0
-        log.info("SparkSession (%s) ready in %.1f s", self.master, self.startup_s)
+        # The application id names the application on the master's UI and the executors'
+        # directories on the workers: the one link from the RS's log to the cluster.
+        log.info(
+            "SparkSession (%s, application %s) ready in %.1f s",
+            self.master,
+            session.sparkContext.applicationId,
+            self.startup_s,
+        )
         with self._lock:
             self._session = session
             self._tmpdir = tmpdir
@@ -256,6 +292,6 @@ class SparkSessionManager:
             os.environ["PYSPARK_PYTHON"] = conf["spark.pyspark.python"]
         else:
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        if is_local_master(self.master):
+        if _driver_on_loopback(self.master):
             # Otherwise Spark resolves the host name and may pick a public interface.
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -33,7 +33,11 @@ from rootservice.balancer.spark.readers import (
 )
 from rootservice.balancer.spark.replica_plan import replica_migration_plan
 from rootservice.balancer.spark.schema import PandasInputs
-from rootservice.balancer.spark.session import SparkSessionManager, SparkStartError
+from rootservice.balancer.spark.session import (
+    SparkSessionManager,
+    SparkStartError,
+    is_loopback_master,
+)
 from rootservice.balancer.spark.unit_plan import unit_migration_plan
 from rootservice.db.engine import make_engine, upgrade
 from tests.support import sql_plans as Q
@@ -756,6 +760,21 @@ def test_session_defaults_local_and_cluster_masters() -> None:
     assert "spark.sql.adaptive.enabled" not in cluster
     assert cluster["spark.sql.shuffle.partitions"] == "64"
     assert cluster["spark.jars"] == "/x.jar"  # no JDBC driver for SQLite
+
+
+def test_session_on_a_loopback_standalone_master_binds_the_driver_to_loopback() -> None:
+    """Issue 13 item 7: a standalone master on 127.0.0.1 has its executors on this host, and
+    the RS binds loopback only; the cluster keeps Spark's own partitioning defaults."""
+    for master in ("spark://127.0.0.1:7077", "spark://localhost:7077,127.0.0.2:7078"):
+        conf = SparkSessionManager(master, db_url="postgresql+psycopg://u@h/d").effective_conf()
+        assert conf["spark.driver.host"] == conf["spark.driver.bindAddress"] == "127.0.0.1"
+        assert "spark.sql.shuffle.partitions" not in conf
+        assert conf["spark.jars"].endswith("postgresql.jar")
+    assert is_loopback_master("spark://[::1]:7077")
+    for master in ("spark://10.0.0.5:7077", "spark://127.0.0.1:7077,m2:7077", "local[2]", "yarn"):
+        assert not is_loopback_master(master), master
+    given = SparkSessionManager("spark://127.0.0.1:7077", {"spark.driver.host": "10.1.1.1"})
+    assert given.effective_conf()["spark.driver.host"] == "10.1.1.1"
 
 
 def test_session_start_failure_is_reported_and_retried() -> None:

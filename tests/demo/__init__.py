@@ -1,0 +1,1 @@
+"""Demos that need the test support (a private PostgreSQL, a Spark standalone cluster)."""
