@@ -30,6 +30,9 @@ class ParamDef:
     max_us: int | None
     info: str
     short_min_us: int  # lower bound when allow_short_timings (tests, demos)
+    # A parameter whose value is one of these words (lower case) rather than a duration;
+    # the bounds are unused then (issue 13 item 3: balancer_planner).
+    choices: tuple[str, ...] = ()
 
 
 S = 1_000_000
@@ -152,6 +155,16 @@ PARAMETERS: dict[str, ParamDef] = {
             "how long CREATE TENANT waits for every log stream to have a leader",
             10_000,
         ),
+        # Issue 13 item 3: which planner computes the balancer's and the lost-replica
+        # checker's plans; 'local' runs the same plans in pandas, for clusters without a JVM.
+        ParamDef(
+            "balancer_planner",
+            0,
+            None,
+            "planner of the balancer's plans: spark (a SparkSession) or local (pandas, no JVM)",
+            0,
+            choices=("spark", "local"),
+        ),
     ]
 }
 
@@ -204,6 +217,8 @@ class RsSettings(BaseSettings):
     # Spark master for the balancer's plans ("local[*]" runs inside the RS) and extra
     # Spark configuration "k=v" entries.
     spark_master: str = "local[*]"
+    # Which planner computes the plans (issue 13 item 3): "spark" or "local" (pandas).
+    balancer_planner: str = "spark"
     spark_conf: list[str] = Field(default_factory=list)
     persist_interval: Duration = 100_000
     bootstrap_timeout: Duration = 60 * S
@@ -237,9 +252,16 @@ class RsSettings(BaseSettings):
     def _check_log_format(cls, value: str) -> str:
         return check_log_format(value)
 
+    @field_validator("balancer_planner")
+    @classmethod
+    def _check_planner(cls, value: str) -> str:
+        return check_choice(PARAMETERS["balancer_planner"], value, ValueError)
+
     @model_validator(mode="after")
     def _check(self) -> RsSettings:
         for name, p in PARAMETERS.items():
+            if p.choices:
+                continue
             check_parameter_range(p, getattr(self, name), self.allow_short_timings, ValueError)
         if self.lease_time <= self.heartbeat_interval:
             raise ValueError(
@@ -262,6 +284,38 @@ class RsSettings(BaseSettings):
         return f"sqlite:///{(self.data_dir / 'rootservice.db').resolve()}"
 
 
+def check_choice(p: ParamDef, value: object, exc: Any) -> str:
+    """``value`` as the lower-case word of ``p.choices`` it names; raises ``exc(message)``
+    when it names none."""
+    word = str(value).strip().lower()
+    if word not in p.choices:
+        raise exc(f"{p.name} = {value!r} is not one of {', '.join(p.choices)}")
+    return word
+
+
+def parse_parameter(p: ParamDef, raw: str | int) -> int | str:
+    """A parameter's value from its text (``__all_sys_parameter``, ALTER SYSTEM SET): a
+    duration in microseconds, or for a choice parameter the lower-case word. Raises
+    ``ValueError`` when it does not parse."""
+    if p.choices:
+        return check_choice(p, raw, ValueError)
+    return parse_duration(raw)
+
+
+def format_parameter(value: int | str) -> str:
+    """A parameter's value as SHOW PARAMETERS and ``__all_sys_parameter`` write it."""
+    return value if isinstance(value, str) else format_duration(value)
+
+
+def parameter_range(p: ParamDef, short: bool) -> str:
+    """The range column of SHOW PARAMETERS: ``[lo, hi]`` or ``{a, b}`` for a choice."""
+    if p.choices:
+        return "{" + ", ".join(p.choices) + "}"
+    lo = p.short_min_us if short else p.min_us
+    hi = format_duration(p.max_us) if p.max_us else "+inf"
+    return f"[{format_duration(lo)}, {hi}]"
+
+
 def check_parameter_range(p: ParamDef, value_us: int, short: bool, exc: Any) -> None:
     """Raise ``exc(message)`` when ``value_us`` is outside ``p``'s range."""
     lo = p.short_min_us if short else p.min_us
@@ -272,16 +326,21 @@ def check_parameter_range(p: ParamDef, value_us: int, short: bool, exc: Any) -> 
         )
 
 
-def validate_parameter(settings: RsSettings, name: str, raw: str | int) -> int:
+def validate_parameter(settings: RsSettings, name: str, raw: str | int) -> int | str:
     """Check ``ALTER SYSTEM SET name = raw`` against ``settings`` without changing them.
 
-    Returns the value in microseconds. Raises ``ObError(OB_ERR_SYS_CONFIG_UNKNOWN)`` for an
+    Returns the value in microseconds (a choice parameter's: its lower-case word). Raises ``ObError(OB_ERR_SYS_CONFIG_UNKNOWN)`` for an
     unknown name and ``ObError(OB_INVALID_ARGUMENT)`` for a malformed or out-of-range value
     or one that breaks an invariant (SPEC.md section 11).
     """
     p = PARAMETERS.get(name.lower())
     if p is None:
         raise ObError("OB_ERR_SYS_CONFIG_UNKNOWN", detail=f"parameter '{name}'")
+    if p.choices:
+        try:
+            return check_choice(p, raw, ValueError)
+        except ValueError as e:
+            raise ObError("OB_INVALID_ARGUMENT", str(e)) from None
     try:
         value = parse_duration(raw)
     except ValueError as e:

@@ -17,9 +17,15 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from obcommon.clock import Clock
-from obcommon.durations import format_duration, parse_duration
 from obcommon.errors import ObError
-from rootservice.config import PARAMETERS, RsSettings, validate_parameter
+from rootservice.config import (
+    PARAMETERS,
+    RsSettings,
+    format_parameter,
+    parameter_range,
+    parse_parameter,
+    validate_parameter,
+)
 from rootservice.db import event_repo, param_repo
 from rootservice.db.event_repo import Event
 from rootservice.ha.store import MetaStore
@@ -80,7 +86,7 @@ class Parameters:
         for name in PARAMETERS:
             if name in params and name not in self.flags_set:
                 try:
-                    trial[name] = parse_duration(params[name])
+                    trial[name] = parse_parameter(PARAMETERS[name], params[name])
                     taken.append(name)
                 except ValueError as e:
                     log.error("ignoring __all_sys_parameter %s = %r: %s", name, params[name], e)
@@ -101,7 +107,7 @@ class Parameters:
         then apply them live. Raises OB_ERR_SYS_CONFIG_UNKNOWN, OB_INVALID_ARGUMENT,
         OB_RS_NOT_MASTER, OB_ERR_SYS; nothing changes on error."""
         trial = RsSettings.model_validate(self.settings.model_dump())
-        values: dict[str, int] = {}
+        values: dict[str, int | str] = {}
         for name, raw in items:
             if isinstance(raw, float):
                 raise ObError(
@@ -115,11 +121,11 @@ class Parameters:
         now = self.clock.now_us()
         with self.store.txn() as conn:
             for name, v in values.items():
-                param_repo.set_param(conn, name, format_duration(v), now, PARAMETERS[name].info)
+                param_repo.set_param(conn, name, format_parameter(v), now, PARAMETERS[name].info)
             event_repo.insert_events(
                 conn,
                 [
-                    Event(now, "root_service", "set_parameter", ((n, format_duration(v)),))
+                    Event(now, "root_service", "set_parameter", ((n, format_parameter(v)),))
                     for n, v in values.items()
                 ],
                 self.store.rs_addr,
@@ -137,14 +143,12 @@ class Parameters:
         for name, p in PARAMETERS.items():
             if like is not None and not sql_like(name, like):
                 continue
-            lo = p.short_min_us if self.settings.allow_short_timings else p.min_us
-            hi = format_duration(p.max_us) if p.max_us else "+inf"
             rows.append(
                 (
                     name,
-                    format_duration(getattr(self.settings, name)),
-                    format_duration(defaults[name].default),
-                    f"[{format_duration(lo)}, {hi}]",
+                    format_parameter(getattr(self.settings, name)),
+                    format_parameter(defaults[name].default),
+                    parameter_range(p, self.settings.allow_short_timings),
                     self.sources.get(name, SOURCE_DEFAULT),
                     p.info,
                 )

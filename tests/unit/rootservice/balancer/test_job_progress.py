@@ -148,9 +148,10 @@ def test_a_stall_is_reported_once_with_the_no_room_reason(engine: sa.Engine) -> 
     w.clock.advance(1 * S)
     w.jobs.update_jobs()
     w.jobs.update_jobs()
-    assert w.job()[1]["stalled"] == "unit 1: no room (memory: needs 4G, free 1G)"
+    reason = "unit 1 in zone z1 has no room: memory: needs 4G, free 1G"
+    assert w.job()[1]["stalled"] == reason
     [ev] = w.events.named("migration_stalled")
-    assert ev.values == (("server", A), ("reason", "unit 1: no room (memory: needs 4G, free 1G)"))
+    assert ev.values == (("server", A), ("reason", reason))
 
 
 def test_the_final_extra_info_shows_everything_moved(engine: sa.Engine) -> None:
@@ -183,18 +184,31 @@ def test_stall_reasons_from_rows() -> None:
     task = CopyTask((1001, 1002), D, B, A, 0)
     failed = {D: {(1001, 1002): info((1001, 1002), [A, B], build_error="disk full")}}
     alive, dead = server(A), server(A, alive=False)
-    assert stall_reason(A, [unit], {7: "cpu"}, [task], failed, alive) == "unit 7: no room (cpu)"
-    assert stall_reason(A, [unit], {}, [task], failed, alive) == (f"LS 1002 copy to {D}: disk full")
+    left = [(1001, 1001), (1001, 1002), (1002, 1001), (1002, 1002)]
+    assert stall_reason(
+        A, [unit], {7: "cpu"}, [task], failed, alive, planner_failure="no java"
+    ) == ("planner failed: no java")
+    assert stall_reason(A, [unit], {7: "cpu: needs 4, free 1"}, [task], failed, alive) == (
+        "unit 7 in zone z1 has no room: cpu: needs 4, free 1"
+    )
+    assert stall_reason(A, [unit], {}, [task], failed, alive) == (
+        f"LS 1001/1002 copy to {D}: disk full"
+    )
+    assert stall_reason(A, [], {}, [], {}, dead, leaderless=[(1002, 1001)]) == (
+        "1 LS without a leader (1002/1001): no member change can happen"
+    )
     assert stall_reason(A, [], {}, [task], {}, dead) == (
         "the server is not alive and some LS has no healthy source"
     )
-    assert stall_reason(A, [], {}, [], {}, alive) == (
-        "waiting for replicas to catch up and for member changes"
+    assert stall_reason(A, [], {}, [], {}, alive, replicas_left=left) == (
+        "4 replica(s) still on the server (1001/1001, 1001/1002, 1002/1001 and 1 more): "
+        "waiting for their copies to catch up and for member changes"
     )
+    assert stall_reason(A, [], {}, [], {}, alive) == "waiting for member changes"
 
 
 def test_job_info_is_compact_json() -> None:
-    p = JobProgress(2, 4, 3 * GIB, 0, 0, stalled="x")
+    p = JobProgress(2, 4, 3 * GIB, 5, 7, stalled="x")
     assert json.loads(job_info(p, 1, 2, GIB, "5s")) == {
         "units_moved": 1,
         "units_total": 2,
@@ -205,5 +219,7 @@ def test_job_info_is_compact_json() -> None:
         "copied": "1G",
         "eta": "5s",
         "stalled": "x",
+        "started_us": 5,
+        "last_progress_us": 7,
     }
     assert ", " not in job_info(p, 1, 2, GIB, "")
