@@ -428,7 +428,7 @@ class RootService:
             self.parameters.apply_table(params)
         except ValueError as e:
             raise StartupError(str(e)) from e
-        self.check_planner()
+        self._recheck_planner()
         self.identity.bootstrapped = param_repo.PARAM_BOOTSTRAP_TIME in params
         self.identity.cluster_id = params.get(param_repo.PARAM_CLUSTER_ID, "")
         self.identity.self_server = self.settings.self_server
@@ -450,6 +450,15 @@ class RootService:
                 found.detail,
             )
         return found
+
+    def _recheck_planner(self) -> None:
+        # Once at open and again only when balancer_planner changed: a re-read of the
+        # parameters (take office) must not log the same answer again.
+        if (
+            self.planner_check is None
+            or self.planner_check.planner != self.settings.balancer_planner
+        ):
+            self.check_planner()
 
     def start(self) -> None:
         """Run the first election round at once (taking office when the lease is free, see
@@ -541,8 +550,8 @@ class RootService:
         parameters feed (the agent client's timeout, the permanent-offline deadlines, the
         timers' periods)."""
         self.agents.timeout_us = self.settings.rpc_timeout
-        if "balancer_planner" in names and self.engine is not None:
-            self.check_planner()
+        if self.engine is not None:
+            self._recheck_planner()
         if "server_permanent_offline_time" in names:
             self.lease_checker.resort_offline_deadlines()
         self.timers.reschedule(self.leader_tasks())

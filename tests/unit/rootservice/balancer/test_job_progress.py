@@ -223,3 +223,103 @@ def test_job_info_is_compact_json() -> None:
         "last_progress_us": 7,
     }
     assert ", " not in job_info(p, 1, 2, GIB, "")
+
+
+def new_leader(w: World) -> DeleteJobProgress:
+    """The DeleteJobProgress of another RS on the same database (it kept nothing in memory)."""
+    return DeleteJobProgress(
+        servers=w.servers,
+        ls=w.ls,
+        events=w.events,
+        store=w.store,
+        clock=w.clock,
+        settings=w.jobs.settings,
+        units=w.units,
+        copies=w.copies,
+    )
+
+
+def test_progress_survives_a_failover_through_the_job_row(engine: sa.Engine) -> None:
+    w = World(engine)
+    started = w.clock.now_us()
+    w.jobs.update_jobs()
+    w.clock.advance(10 * S)
+    with w.store.txn() as conn:
+        unit_repo.start_unit_move(conn, 1, ("127.0.0.1", 3001), ("127.0.0.1", 3004), 0)
+        unit_repo.finish_unit_move(conn, 1, 0)
+        ls_repo.delete_ls_meta(conn, [(1001, 1001, "127.0.0.1", 3001)])
+    w.jobs.update_jobs()
+    assert w.job()[0] == 66
+    # a new leader takes office: its first round resumes from the row, not from what is left
+    w.clock.advance(5 * S)
+    other = new_leader(w)
+    other.update_jobs()
+    percent, extra = w.job()
+    assert percent == 66
+    assert (extra["units_total"], extra["replicas_total"], extra["bytes_total"]) == (1, 2, 2 * GIB)
+    assert (extra["units_moved"], extra["replicas_moved"], extra["bytes_copied"]) == (1, 1, GIB)
+    assert extra["started_us"] == started
+    assert other.progress[A].last_change_us == started + 10 * S
+    # without the row's baseline the new leader would have seen 0 of (0 units, 1 replica)
+    with w.store.txn() as conn:
+        job_repo.set_job_progress(conn, w.job_id, 66, "", w.clock.now_us())
+    third = new_leader(w)
+    third.update_jobs()
+    assert w.job()[0] == 0
+
+
+def test_a_stall_names_the_log_stream_without_a_leader(engine: sa.Engine) -> None:
+    w = World(engine)
+    # (1001, 1002) is reported but has no leader; (1001, 1001) has one
+    w.ls.report_table = {
+        B: {
+            (1001, 1001): info((1001, 1001), [A, B], leader=B),
+            (1001, 1002): info((1001, 1002), [A, B]),
+        }
+    }
+    w.ls.leaders = {(1001, 1001): B}
+    w.jobs.update_jobs()
+    w.clock.advance(30 * S)
+    w.jobs.update_jobs()
+    assert w.job()[1]["stalled"] == (
+        "1 LS without a leader (1001/1002): no member change can happen"
+    )
+
+
+def test_a_stall_names_the_replicas_still_on_the_server(engine: sa.Engine) -> None:
+    w = World(engine)
+    w.jobs.update_jobs()
+    w.clock.advance(30 * S)
+    w.jobs.update_jobs()
+    assert w.job()[1]["stalled"] == (
+        "2 replica(s) still on the server (1001/1001, 1001/1002): waiting for their copies "
+        "to catch up and for member changes"
+    )
+
+
+def test_a_failed_planner_is_the_stall_reason_until_it_works_again(engine: sa.Engine) -> None:
+    w = World(engine)
+    w.jobs.update_jobs()
+    w.jobs.planner_failed("no java on PATH")
+    w.clock.advance(29 * S)
+    w.jobs.update_jobs()
+    assert w.job()[1]["stalled"] == ""
+    w.clock.advance(1 * S)
+    w.jobs.update_jobs()
+    w.jobs.update_jobs()
+    assert w.job()[1]["stalled"] == "planner failed: no java on PATH"
+    # another cause is another event; the same one is not repeated
+    w.jobs.planner_failed("JVM crashed")
+    w.jobs.update_jobs()
+    w.jobs.update_jobs()
+    assert [dict(e.values)["reason"] for e in w.events.named("migration_stalled")] == [
+        "planner failed: no java on PATH",
+        "planner failed: JVM crashed",
+    ]
+    # the planner works: the stall clears and a fresh stall time starts
+    w.jobs.planner_works()
+    w.jobs.update_jobs()
+    assert w.job()[1]["stalled"] == ""
+    w.clock.advance(30 * S)
+    w.jobs.update_jobs()
+    assert w.job()[1]["stalled"].startswith("2 replica(s) still on the server")
