@@ -103,3 +103,18 @@ def test_the_rs_says_at_open_that_spark_cannot_run(
         )
     finally:
         rs.shutdown()
+
+
+def test_the_flag_and_the_environment_choose_the_planner(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rootservice import cli
+    from rootservice.config import RsSettings
+
+    args = cli._parser().parse_args(["serve", "--insecure", "--balancer-planner", "local"])
+    assert cli._settings(args).balancer_planner == "local"
+    with pytest.raises(SystemExit):
+        cli._parser().parse_args(["serve", "--balancer-planner", "hadoop"])
+    monkeypatch.setenv("OB_RS_BALANCER_PLANNER", "Local")
+    assert RsSettings().balancer_planner == "local"
+    monkeypatch.setenv("OB_RS_BALANCER_PLANNER", "yarn")
+    with pytest.raises(ValueError, match="balancer_planner = 'yarn' is not one of spark, local"):
+        RsSettings()
