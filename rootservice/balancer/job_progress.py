@@ -320,9 +320,14 @@ class DeleteJobProgress:
     def finalize_job(self, conn: sa.Connection, ip: str, port: int) -> None:
         """In the transaction ``conn`` that removes the emptied server ``ip:port``: its job's
         ``extra_info`` shows everything moved (the job itself becomes SUCCESS in the same
-        transaction, SPEC.md section 9). Nothing when this RS kept no progress for it."""
+        transaction, SPEC.md section 9). Without progress in this RS's memory the baseline a
+        former leader left in the row is used; nothing when there is none either."""
         key = f"{ip}:{port}"
         p = self.progress.pop(key, None)
+        if p is None:
+            for j in job_repo.inprogress_jobs(conn, JOB_TYPE):
+                if j.server == key:
+                    p = restore_progress(j.job_id, j.extra_info)
         if p is None:
             return
         p.stalled = ""

@@ -268,6 +268,16 @@ def test_progress_survives_a_failover_through_the_job_row(engine: sa.Engine) -> 
     assert w.job()[0] == 0
 
 
+def test_a_new_leader_finalizes_from_the_row(engine: sa.Engine) -> None:
+    w = World(engine)
+    w.jobs.update_jobs()
+    other = new_leader(w)  # took office, removes the server before its first round
+    with w.store.txn() as conn:
+        other.finalize_job(conn, "127.0.0.1", 3001)
+    extra = w.job()[1]
+    assert (extra["units_moved"], extra["replicas_moved"], extra["bytes_copied"]) == (1, 2, 2 * GIB)
+
+
 def test_a_stall_names_the_log_stream_without_a_leader(engine: sa.Engine) -> None:
     w = World(engine)
     # (1001, 1002) is reported but has no leader; (1001, 1001) has one
