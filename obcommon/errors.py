@@ -29,6 +29,9 @@ class ErrorDef:
     #: ``M1`` of ``ob_errno.def``: the MySQL error number OceanBase puts in the MySQL error
     #: packet (``ER_NO_SUCH_TABLE`` 1146 for OB_TABLE_NOT_EXIST); None: the code itself.
     mysql_errno: int | None = None
+    #: ``M3`` of ``ob_errno.def``: the message OceanBase sends when the code is returned
+    #: without ``LOG_USER_ERROR`` (``ObError(name)`` with no arguments); None: the template.
+    plain: str | None = None
 
 
 _FP = grpc.StatusCode.FAILED_PRECONDITION
@@ -54,8 +57,22 @@ ERRORS: dict[str, ErrorDef] = {
             mysql_errno=1235,  # ER_NOT_SUPPORTED_YET
         ),
         ErrorDef("OB_TIMEOUT", -4012, "HY000", "Timeout", grpc.StatusCode.DEADLINE_EXCEEDED),
-        ErrorDef("OB_ENTRY_EXIST", -4017, "HY000", "%s", grpc.StatusCode.ALREADY_EXISTS),
-        ErrorDef("OB_ENTRY_NOT_EXIST", -4018, "HY000", "%s", grpc.StatusCode.NOT_FOUND),
+        ErrorDef(
+            "OB_ENTRY_EXIST",
+            -4017,
+            "HY000",
+            "%s",
+            grpc.StatusCode.ALREADY_EXISTS,
+            plain="Entry already exist",
+        ),
+        ErrorDef(
+            "OB_ENTRY_NOT_EXIST",
+            -4018,
+            "HY000",
+            "%s",
+            grpc.StatusCode.NOT_FOUND,
+            plain="Entry not exist",
+        ),
         ErrorDef(
             "OB_NOT_MASTER",
             -4038,
@@ -71,7 +88,14 @@ ERRORS: dict[str, ErrorDef] = {
             "Server state or role not the same as expected",
             _FP,
         ),
-        ErrorDef("OB_OP_NOT_ALLOW", -4179, "HY000", "%s not allowed", _FP),
+        ErrorDef(
+            "OB_OP_NOT_ALLOW",
+            -4179,
+            "HY000",
+            "%s not allowed",
+            _FP,
+            plain="Operation not allowed now",
+        ),
         ErrorDef(
             "OB_LEADER_NOT_EXIST",
             -4209,
@@ -105,6 +129,8 @@ ERRORS: dict[str, ErrorDef] = {
             grpc.StatusCode.PERMISSION_DENIED,
         ),
         ErrorDef("OB_SERVER_ZONE_NOT_MATCH", -4631, "HY000", "server zone not match", _FP),
+        ErrorDef("OB_OVER_ZONE_NUM_LIMIT", -4632, "HY000", "zone num has reach max zone num", _FP),
+        ErrorDef("OB_ZONE_STATUS_NOT_MATCH", -4633, "HY000", "zone status not match", _FP),
         ErrorDef(
             "OB_RS_NOT_MASTER",
             -4638,
@@ -124,10 +150,20 @@ ERRORS: dict[str, ErrorDef] = {
             "OB_STOP_SERVER_IN_MULTIPLE_ZONES",
             -4660,
             "HY000",
-            "Can not stop server in multiple zones (%s)",
+            "%s",
             _FP,
+            plain="Can not stop server in multiple zones",
         ),
         ErrorDef("OB_SERVER_NOT_ALIVE", -4663, "HY000", "server is not alive", _FP),
+        ErrorDef(
+            "OB_ERR_ZONE_NOT_EMPTY",
+            -4668,
+            "HY000",
+            "The zone is not empty and can not be deleted. You should delete the servers of the"
+            " zone. There are %s servers alive and %s not alive.",
+            _FP,
+            plain="zone not empty",
+        ),
         ErrorDef(
             "OB_ZONE_RESOURCE_NOT_ENOUGH",
             -4733,
@@ -359,7 +395,8 @@ class ObError(Exception):
     """A refusal with an OceanBase error code.
 
     ``ObError("OB_ZONE_INFO_NOT_EXIST", "z9")`` fills the ``%s`` placeholders of the code's
-    message template with ``args``; ``detail`` is appended after a comma to say which object
+    message template with ``args`` (no ``args`` and a ``plain`` message on the row: that
+    message, as OceanBase answers without ``LOG_USER_ERROR``); ``detail`` is appended after a comma to say which object
     (e.g. the server) the error concerns. Raises ``KeyError`` for an unknown code name.
     """
 
@@ -369,7 +406,10 @@ class ObError(Exception):
         template = self.definition.template
         n = template.count("%s")
         fill = list(args)[:n] + [""] * max(0, n - len(args))
-        message = template % tuple(fill) if n else template
+        if not args and n and self.definition.plain is not None:
+            message = self.definition.plain
+        else:
+            message = template % tuple(fill) if n else template
         if detail:
             message = f"{message}, {detail}"
         self.message = message

@@ -152,6 +152,7 @@ class Agent:
             self.log,
             self.security,
             self.metrics,
+            self.replicas.copy_bandwidth,
         )
         # The Prometheus exposition (issue 12): read from the components at each scrape.
         self.metrics.registry.register(AgentCollector(self))
@@ -191,6 +192,8 @@ class Agent:
             log_lags=self.replicas.log_lags(),
             copied_bytes=self.replicas.copied_bytes(),
             copies_running=self.replicas.copies_running(),
+            copy_rate_limit=self.replicas.copy_bandwidth.rate,
+            copy_throttled_s=self.replicas.copy_bandwidth.throttled_s,
             disk_healthy=self.disk.disk_error is None,
             resources={f.name: float(v) for f, v in info.ListFields()},
         )
@@ -356,7 +359,8 @@ class Agent:
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Run until ``stop`` is set (or :meth:`request_stop`): the lease loop plus the
-        periodic resource refresh and disk probe, and the replicas' loops. Call
+        periodic resource refresh, disk probe and replica files check, and the replicas'
+        loops. Call
         :meth:`mark_serving` once the gRPC server is up (``observer_agent.service.start_server``
         does). Returns after closing the lease stream and stopping the replicas' loops; never
         raises except ``CancelledError``."""
@@ -371,6 +375,11 @@ class Agent:
             ),
             "disk probe": lambda: self._periodic(
                 self.probe_disk_async, self.settings.disk_probe_interval
+            ),
+            # Replica files removed under a running agent (issue 13 item 5): checked as
+            # often as the disk, so the RS learns of the loss within a probe interval.
+            "replica files check": lambda: self._periodic(
+                self._check_replica_files, self.settings.disk_probe_interval
             ),
         }
         tasks: dict[asyncio.Future[Any], str] = {
@@ -399,6 +408,11 @@ class Agent:
             await self.lease.close_stream()
             await self.replicas.stop()
             self.lease.forget_registration()
+
+    async def _check_replica_files(self) -> bool:
+        """:meth:`observer_agent.replicas.manager.ReplicaManager.check_files`; True when
+        some replica was forgotten."""
+        return bool(await self.replicas.check_files())
 
     async def _periodic(self, job: Callable[[], Awaitable[bool]], interval_us: int) -> None:
         while not is_set(self._stop):

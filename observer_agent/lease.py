@@ -94,6 +94,15 @@ class RsChoice(Protocol):
         ...
 
 
+class CopyRateLimit(Protocol):
+    """Where the RS's ``migration_max_bytes_per_second`` goes (implemented by
+    :class:`observer_agent.replicas.bandwidth.CopyBandwidth`)."""
+
+    def set_rate(self, bytes_per_s: int) -> bool:
+        """Take the limit (bytes per second, 0 = unlimited); True when it changed."""
+        ...
+
+
 class LeaseClient:
     """The lease state of one agent and the loop that keeps it.
 
@@ -125,10 +134,13 @@ class LeaseClient:
         log: logging.Logger | logging.LoggerAdapter,  # type: ignore[type-arg]
         security: TransportSecurity | None = None,
         metrics: AgentMetrics | None = None,
+        copy_rate: CopyRateLimit | None = None,
     ) -> None:
         """Unregistered and not serving; lease streams are opened through ``security``
         (default: what ``settings.certs_dir`` says); renewal round trips are observed in
-        ``metrics.lease_renewal_seconds`` (default: a registry of its own)."""
+        ``metrics.lease_renewal_seconds`` (default: a registry of its own); ``copy_rate``
+        takes the copy bandwidth limit of each accepted response (None: not kept)."""
+        self._copy_rate = copy_rate
         self.metrics = metrics or AgentMetrics()
         self.security = security or TransportSecurity.for_dir(settings.certs_dir, Role.NODE)
         self.settings = settings
@@ -183,7 +195,7 @@ class LeaseClient:
         """The next ``LeaseRequest`` (SPEC.md section 5); every call takes a new ``seq``.
 
         ``current_server_time`` is ``clock.now_us()``; ``rs_epoch`` the highest epoch
-        accepted; ``cluster_id`` the kept identity's or ""; ``server_status`` 0x1 while the
+        accepted; ``cluster_id`` and ``server_id`` the kept identity's or "" / 0; ``server_status`` 0x1 while the
         data disk is failing; ``replicas`` every hosted replica (from memory, no I/O).
         """
         self._seq += 1
@@ -198,6 +210,7 @@ class LeaseClient:
             server_status=self._disk.server_status,
             rs_epoch=self.highest_epoch,
             cluster_id=self.identity.cluster_id if self.identity else "",
+            server_id=self.identity.server_id if self.identity else 0,
             seq=self._seq,
         )
         req.resource_info.CopyFrom(self._resources.info)
@@ -214,8 +227,15 @@ class LeaseClient:
         only learnt from accepted responses: a refusal, or an RS of another cluster, must not
         be able to fence our own RS out.
 
+        A ``server_id`` other than the kept identity's is refused too (issue 13 item 5:
+        logged at ERROR, rate-limited; service never starts).
+
         On acceptance: record the epoch, ``lease_expire_time``, ``server_id``,
-        ``rs_server_status`` and the RS list; write the identity file on the first response
+        ``rs_server_status``, the RS list and the copy bandwidth limit
+        (``migration_max_bytes_per_second``, issue 13 item 6: it rides on the lease response
+        because that reaches every server every ``heartbeat_interval`` whether or not it
+        copies, so a change reaches copies already running within a heartbeat; a field of
+        ApplyReplicas would only reach a server when it is handed a new copy); write the identity file on the first response
         carrying ``server_id > 0`` and a ``cluster_id`` (a failed write refuses); once the
         identity exists and the gRPC server is up, set ``start_service_time = now`` (once per
         process) and ask for the next heartbeat at once. Never raises.
@@ -274,12 +294,25 @@ class LeaseClient:
             and resp.server_id
             and resp.server_id != self.identity.server_id
         ):
-            self.log.warning(
-                "RS %s calls this server server_id %d, the identity file says %d",
+            # Another server's data directory, or this ip:port deleted and added again
+            # (issue 13 item 5): serving this directory's replicas as that server would
+            # mix two servers' data.
+            self._count_refusal("other_server_id")
+            self.registered = False
+            self.refusals_in_row += 1
+            self.repeat_log.log(
+                logging.ERROR,
+                "server_id",
+                "lease from %s refused: the RS has this server as server_id %d but its data "
+                "directory %s belongs to server_id %d; not serving it (restore this "
+                "server's own data directory, or DELETE SERVER then ADD SERVER it again "
+                "with an empty one)",
                 rs_addr,
                 resp.server_id,
+                self.data_dir,
                 self.identity.server_id,
             )
+            return False
 
         self.highest_epoch = max(self.highest_epoch, resp.rs_epoch)
         self.lease_expire_time = resp.lease_expire_time or resp.heartbeat_expire_time
@@ -294,6 +327,16 @@ class LeaseClient:
             )
             self.rs_server_status = resp.rs_server_status
         self.rs.adopt(resp.rs_list)
+        if self._copy_rate is not None and self._copy_rate.set_rate(
+            resp.migration_max_bytes_per_second
+        ):
+            self.log.info(
+                "copy bandwidth limit from RS %s: %s",
+                rs_addr,
+                f"{resp.migration_max_bytes_per_second} bytes/s"
+                if resp.migration_max_bytes_per_second > 0
+                else "unlimited",
+            )
         if not self.registered:
             self.log.info(
                 "lease granted by %s: server_id %d, rs_epoch %d, lease expires at %d",

@@ -59,7 +59,9 @@ class AgentReadings:
     """What the agent reads of its components at a scrape. Times in microseconds since the
     epoch (``now_us``, ``lease_expire_us``: 0 = never had a lease); sizes in bytes;
     ``lease_refused``: reason -> count; ``replicas``: role -> count; ``log_lags``:
-    ``(tenant_id, ls_id, entries)``; ``resources``: the ``ResourceInfo`` fields by name."""
+    ``(tenant_id, ls_id, entries)``; ``resources``: the ``ResourceInfo`` fields by name;
+    ``copy_rate_limit``: the copy bandwidth limit in bytes per second (0 = unlimited) and
+    ``copy_throttled_s`` the seconds copies waited for it (issue 13 item 6)."""
 
     now_us: int
     lease_expire_us: int
@@ -71,6 +73,8 @@ class AgentReadings:
     copied_bytes: int
     copies_running: int
     disk_healthy: bool
+    copy_rate_limit: int = 0
+    copy_throttled_s: float = 0.0
     resources: dict[str, float] = field(default_factory=dict)
 
 
@@ -108,7 +112,8 @@ _RESOURCE_HELP = {
 class AgentCollector(Collector):
     """The agent's families built at each scrape from ``source.readings()`` (issue 12 item 1):
     margin to lease expiry, registered, renewals accepted and refused by ``reason``, replicas
-    by ``role``, log lag by LS, bytes copied and copies running, disk healthy, and the
+    by ``role``, log lag by LS, bytes copied, copies running, the copy bandwidth limit and
+    the time copies waited for it, disk healthy, and the
     resources the agent reports to the RS. Register it on :attr:`AgentMetrics.registry`."""
 
     def __init__(self, source: AgentSource) -> None:
@@ -162,6 +167,17 @@ class AgentCollector(Collector):
         )
         yield GaugeMetricFamily(
             "ob_agent_copies_running", "Replica copies receiving data now.", r.copies_running
+        )
+        yield GaugeMetricFamily(
+            "ob_agent_copy_rate_limit_bytes_per_second",
+            "Bytes per second all replica copies to this server may receive together "
+            "(the RS's migration_max_bytes_per_second); 0 = unlimited.",
+            r.copy_rate_limit,
+        )
+        yield CounterMetricFamily(
+            "ob_agent_copy_throttled_seconds",
+            "Seconds replica copies waited for the copy bandwidth limit.",
+            value=r.copy_throttled_s,
         )
         yield GaugeMetricFamily(
             "ob_agent_disk_healthy",

@@ -494,6 +494,7 @@ class RootService:
             (self.check_all_server, s.server_check_interval),
             (self.empty_server_checker, s.empty_server_check_interval),
             (tl.reconciler, s.ls_check_interval),
+            (tl.rebuilder, s.ls_check_interval),
             (tl.meta_sync, s.ls_check_interval),
             (self.migration, s.balancer_interval),
             (self.lost_replica_checker, s.lost_replica_check_interval),

@@ -117,6 +117,12 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         help="replica copies building at once on one destination (default 2)",
     )
+    s.add_argument(
+        "--migration-max-bytes-per-second",
+        metavar="SIZE",
+        help="bytes per second all copies to one destination may receive, e.g. 64M "
+        "(default 0 = unlimited; ALTER SYSTEM SET changes it at run time)",
+    )
     s.add_argument("--certs-dir", help="ca.crt and rs.crt / rs.key: serve and dial with mutual TLS")
     s.add_argument(
         "--insecure",
@@ -150,6 +156,7 @@ def _settings(args: argparse.Namespace) -> RsSettings:
         "balancer_planner",
         "spark_conf",
         "migration_concurrency_per_server",
+        "migration_max_bytes_per_second",
         "certs_dir",
         "insecure",
         "log_format",

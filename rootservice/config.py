@@ -11,32 +11,55 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import BeforeValidator, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from obcommon.durations import Duration, format_duration, parse_duration
 from obcommon.errors import ObError
 from obcommon.logs import check_log_format
+from obcommon.sizes import format_size, parse_size
+
+#: ``ParamDef.kind`` of a duration (held in microseconds, written ``10s``) and of a size
+#: (held in bytes, written ``64M``).
+DURATION = "duration"
+SIZE = "size"
+#: ``ParamDef.kind`` of a parameter that is one of a few words (``ParamDef.choices``).
+CHOICE = "choice"
 
 
 @dataclass(frozen=True)
 class ParamDef:
-    """A run-time parameter: its settings field, bounds in microseconds and meaning."""
+    """A run-time parameter: its settings field, bounds and meaning. The bounds are in the
+    unit of ``kind``: microseconds for a :data:`DURATION`, bytes for a :data:`SIZE`."""
 
     name: str
     min_us: int
     max_us: int | None
     info: str
     short_min_us: int  # lower bound when allow_short_timings (tests, demos)
-    # A parameter whose value is one of these words (lower case) rather than a duration;
-    # the bounds are unused then (issue 13 item 3: balancer_planner).
+    kind: str = DURATION
+    # A parameter whose value is one of these words (lower case) rather than a duration or
+    # a size; the bounds are unused then (issue 13 item 3: balancer_planner).
     choices: tuple[str, ...] = ()
+
+    def parse(self, raw: str | int) -> int:
+        """``raw`` as written in ALTER SYSTEM SET or ``__all_sys_parameter``, in the unit of
+        :attr:`kind`. Raises ``ValueError``."""
+        return parse_size(raw) if self.kind == SIZE else parse_duration(raw)
+
+    def format(self, value: int | str) -> str:
+        """``value`` as SHOW PARAMETERS prints it and ``__all_sys_parameter`` keeps it (a
+        choice parameter's word as it is)."""
+        if isinstance(value, str):
+            return value
+        return format_size(value) if self.kind == SIZE else format_duration(value)
 
 
 S = 1_000_000
 DAY = 86_400 * S
+GIB = 1 << 30
 PARAMETERS: dict[str, ParamDef] = {
     p.name: p
     for p in [
@@ -148,6 +171,22 @@ PARAMETERS: dict[str, ParamDef] = {
             "ended __all_rootservice_job rows older than this are deleted",
             1 * S,
         ),
+        # Issue 13 item 6, beside migration_concurrency_per_server. OceanBase's own limit
+        # is sys_bkgd_net_percentage ("the net percentage of sys background net", [0, 100],
+        # one ObInOutBandwidthThrottle per observer shared by migration, rebuild and backup,
+        # src/share/parameter/ob_parameter_seed.ipp); a percentage needs the NIC speed, so
+        # this is a byte rate written as OceanBase's bandwidth capacities are, with the range
+        # of standby_fetch_log_bandwidth_limit ("the max bandwidth in bytes per second",
+        # "0MB", "[0M,10000G]", same file); 0 = unlimited.
+        ParamDef(
+            "migration_max_bytes_per_second",
+            0,
+            10_000 * GIB,
+            "bytes per second all replica copies to one destination server may receive "
+            "together; 0 = unlimited",
+            0,
+            SIZE,
+        ),
         ParamDef(
             "tenant_create_timeout",
             1 * S,
@@ -163,6 +202,7 @@ PARAMETERS: dict[str, ParamDef] = {
             None,
             "planner of the balancer's plans: spark (a SparkSession) or local (pandas, no JVM)",
             0,
+            CHOICE,
             choices=("spark", "local"),
         ),
     ]
@@ -214,6 +254,9 @@ class RsSettings(BaseSettings):
     lost_replica_check_interval: Duration = 10 * S
     # Replica copies building at once on one destination server.
     migration_concurrency_per_server: int = Field(default=2, ge=1, le=64)
+    # Bytes per second all copies to one destination may receive together (0 = unlimited),
+    # sent to the agents in every lease response (issue 13 item 6).
+    migration_max_bytes_per_second: Annotated[int, BeforeValidator(parse_size)] = 0
     # Spark master for the balancer's plans ("local[*]" runs inside the RS) and extra
     # Spark configuration "k=v" entries.
     spark_master: str = "local[*]"
@@ -294,17 +337,12 @@ def check_choice(p: ParamDef, value: object, exc: Any) -> str:
 
 
 def parse_parameter(p: ParamDef, raw: str | int) -> int | str:
-    """A parameter's value from its text (``__all_sys_parameter``, ALTER SYSTEM SET): a
-    duration in microseconds, or for a choice parameter the lower-case word. Raises
-    ``ValueError`` when it does not parse."""
+    """A parameter's value from its text (``__all_sys_parameter``, ALTER SYSTEM SET): in
+    ``p``'s unit (:meth:`ParamDef.parse`), or for a choice parameter the lower-case word.
+    Raises ``ValueError`` when it does not parse."""
     if p.choices:
         return check_choice(p, raw, ValueError)
-    return parse_duration(raw)
-
-
-def format_parameter(value: int | str) -> str:
-    """A parameter's value as SHOW PARAMETERS and ``__all_sys_parameter`` write it."""
-    return value if isinstance(value, str) else format_duration(value)
+    return p.parse(raw)
 
 
 def parameter_range(p: ParamDef, short: bool) -> str:
@@ -312,24 +350,23 @@ def parameter_range(p: ParamDef, short: bool) -> str:
     if p.choices:
         return "{" + ", ".join(p.choices) + "}"
     lo = p.short_min_us if short else p.min_us
-    hi = format_duration(p.max_us) if p.max_us else "+inf"
-    return f"[{format_duration(lo)}, {hi}]"
+    hi = p.format(p.max_us) if p.max_us else "+inf"
+    return f"[{p.format(lo)}, {hi}]"
 
 
 def check_parameter_range(p: ParamDef, value_us: int, short: bool, exc: Any) -> None:
-    """Raise ``exc(message)`` when ``value_us`` is outside ``p``'s range."""
+    """Raise ``exc(message)`` when ``value_us`` (in ``p``'s unit) is outside ``p``'s range."""
     lo = p.short_min_us if short else p.min_us
     if value_us < lo or (p.max_us is not None and value_us > p.max_us):
-        hi = format_duration(p.max_us) if p.max_us is not None else "+inf"
-        raise exc(
-            f"{p.name} = {format_duration(value_us)} is out of range [{format_duration(lo)}, {hi}]"
-        )
+        hi = p.format(p.max_us) if p.max_us is not None else "+inf"
+        raise exc(f"{p.name} = {p.format(value_us)} is out of range [{p.format(lo)}, {hi}]")
 
 
 def validate_parameter(settings: RsSettings, name: str, raw: str | int) -> int | str:
     """Check ``ALTER SYSTEM SET name = raw`` against ``settings`` without changing them.
 
-    Returns the value in microseconds (a choice parameter's: its lower-case word). Raises ``ObError(OB_ERR_SYS_CONFIG_UNKNOWN)`` for an
+    Returns the value in the parameter's unit (microseconds, or bytes for a size; a choice
+    parameter's lower-case word). Raises ``ObError(OB_ERR_SYS_CONFIG_UNKNOWN)`` for an
     unknown name and ``ObError(OB_INVALID_ARGUMENT)`` for a malformed or out-of-range value
     or one that breaks an invariant (SPEC.md section 11).
     """
@@ -342,7 +379,7 @@ def validate_parameter(settings: RsSettings, name: str, raw: str | int) -> int |
         except ValueError as e:
             raise ObError("OB_INVALID_ARGUMENT", str(e)) from None
     try:
-        value = parse_duration(raw)
+        value = p.parse(raw)
     except ValueError as e:
         raise ObError("OB_INVALID_ARGUMENT", f"{p.name}: {e}") from None
 

@@ -6,7 +6,8 @@ Precedence, lowest first: the defaults of :class:`rootservice.config.RsSettings`
 ``OB_RS_*`` and command-line flags. The one settings object is shared by every component and
 updated in place, so a change applies at once; the components that cache something derived
 from it (timers, the lease checker's deadlines, the agent client's timeout) hear about it
-through :class:`ParameterListener`. Durations are integer microseconds.
+through :class:`ParameterListener`. Durations are integer microseconds, sizes (such as
+``migration_max_bytes_per_second``, issue 13 item 6) integer bytes.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from obcommon.clock import Clock
 from obcommon.errors import ObError
 from rootservice.config import (
     PARAMETERS,
+    SIZE,
     RsSettings,
-    format_parameter,
     parameter_range,
     parse_parameter,
     validate_parameter,
@@ -110,10 +111,13 @@ class Parameters:
         values: dict[str, int | str] = {}
         for name, raw in items:
             if isinstance(raw, float):
+                p = PARAMETERS.get(name.lower())
                 raise ObError(
                     "OB_INVALID_ARGUMENT",
                     f"{name} = {raw}",
-                    detail="write a duration such as '10s'",
+                    detail="write a size such as '64M'"
+                    if p is not None and p.kind == SIZE
+                    else "write a duration such as '10s'",
                 )
             v = validate_parameter(trial, name, raw)
             trial = RsSettings.model_validate(trial.model_dump() | {name.lower(): v})
@@ -121,11 +125,12 @@ class Parameters:
         now = self.clock.now_us()
         with self.store.txn() as conn:
             for name, v in values.items():
-                param_repo.set_param(conn, name, format_parameter(v), now, PARAMETERS[name].info)
+                p = PARAMETERS[name]
+                param_repo.set_param(conn, name, p.format(v), now, p.info)
             event_repo.insert_events(
                 conn,
                 [
-                    Event(now, "root_service", "set_parameter", ((n, format_parameter(v)),))
+                    Event(now, "root_service", "set_parameter", ((n, PARAMETERS[n].format(v)),))
                     for n, v in values.items()
                 ],
                 self.store.rs_addr,
@@ -146,8 +151,8 @@ class Parameters:
             rows.append(
                 (
                     name,
-                    format_parameter(getattr(self.settings, name)),
-                    format_parameter(defaults[name].default),
+                    p.format(getattr(self.settings, name)),
+                    p.format(defaults[name].default),
                     parameter_range(p, self.settings.allow_short_timings),
                     self.sources.get(name, SOURCE_DEFAULT),
                     p.info,

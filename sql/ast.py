@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 ServerOpKind = Literal["ADD", "DELETE", "CANCEL_DELETE", "START", "STOP", "FORCE_STOP", "ISOLATE"]
-ZoneOpKind = Literal["ADD", "START", "STOP", "FORCE_STOP", "DELETE"]
+ZoneOpKind = Literal["ADD", "START", "STOP", "FORCE_STOP", "DELETE", "ALTER"]
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,8 @@ class ReloadServer:
 
 @dataclass(frozen=True)
 class ZoneOp:
-    """ALTER SYSTEM {ADD|START|STOP|FORCE STOP|DELETE} ZONE 'z' [IDC [=] 'i'] [, REGION [=] 'r']"""
+    """ALTER SYSTEM {ADD|START|STOP|FORCE STOP|DELETE} ZONE 'z' [IDC [=] 'i'] [, REGION [=] 'r'];
+    ``op`` ALTER for ALTER SYSTEM {ALTER|CHANGE|MODIFY} ZONE 'z' [SET] IDC / REGION."""
 
     op: ZoneOpKind
     zone: str

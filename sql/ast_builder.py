@@ -149,6 +149,9 @@ class ToAst(Transformer[Token, Any]):
         found = {a.key: a.value for a in ((attrs,) if isinstance(attrs, _Attr) else attrs)}
         return ast.ZoneOp(op=op, zone=zone, idc=found.get("idc"), region=found.get("region"))
 
+    def alter_zone(self, zone: str, attrs: Any) -> ast.ZoneOp:
+        return self.zone_op("ALTER", zone, attrs)
+
     def idc_attr(self, value: str) -> _Attr:
         return _Attr("idc", value)
 

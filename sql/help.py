@@ -71,8 +71,9 @@ STATEMENTS: tuple[HelpTopic, ...] = (
     ),
     HelpTopic(
         "ALTER SYSTEM ZONE",
-        "add, start, stop or delete a zone",
+        "add, start, stop, alter or delete a zone",
         "ALTER SYSTEM ADD ZONE 'z' [IDC 'idc'] [REGION 'r']\n"
+        "ALTER SYSTEM {ALTER | CHANGE | MODIFY} ZONE 'z' [SET] [IDC 'idc'] [REGION 'r']\n"
         "ALTER SYSTEM {START | STOP | FORCE STOP | DELETE} ZONE 'z'",
     ),
     HelpTopic(

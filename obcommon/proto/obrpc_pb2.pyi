@@ -163,6 +163,7 @@ class LeaseRequest(_message.Message):
     CLUSTER_ID_FIELD_NUMBER: _builtins.int
     SEQ_FIELD_NUMBER: _builtins.int
     REPLICAS_FIELD_NUMBER: _builtins.int
+    SERVER_ID_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     zone: _builtins.str
     server: _builtins.str
@@ -179,6 +180,8 @@ class LeaseRequest(_message.Message):
     """cluster identity the agent keeps, "" when empty"""
     seq: _builtins.int
     """echoed in the response, to pair them on a stream"""
+    server_id: _builtins.int
+    """server id the agent keeps (identity.json), 0 when empty"""
     @_builtins.property
     def resource_info(self) -> Global___ResourceInfo: ...
     @_builtins.property
@@ -201,10 +204,11 @@ class LeaseRequest(_message.Message):
         cluster_id: _builtins.str = ...,
         seq: _builtins.int = ...,
         replicas: _abc.Iterable[Global___ReplicaInfo] | None = ...,
+        server_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["resource_info", b"resource_info"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_version", b"build_version", "cluster_id", b"cluster_id", "current_server_time", b"current_server_time", "replicas", b"replicas", "resource_info", b"resource_info", "rs_epoch", b"rs_epoch", "seq", b"seq", "server", b"server", "server_status", b"server_status", "sql_port", b"sql_port", "start_service_time", b"start_service_time", "version", b"version", "zone", b"zone"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_version", b"build_version", "cluster_id", b"cluster_id", "current_server_time", b"current_server_time", "replicas", b"replicas", "resource_info", b"resource_info", "rs_epoch", b"rs_epoch", "seq", b"seq", "server", b"server", "server_id", b"server_id", "server_status", b"server_status", "sql_port", b"sql_port", "start_service_time", b"start_service_time", "version", b"version", "zone", b"zone"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -229,6 +233,7 @@ class LeaseResponse(_message.Message):
     ERROR_FIELD_NUMBER: _builtins.int
     LEADER_HINT_FIELD_NUMBER: _builtins.int
     SEQ_FIELD_NUMBER: _builtins.int
+    MIGRATION_MAX_BYTES_PER_SECOND_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     lease_expire_time: _builtins.int
     heartbeat_expire_time: _builtins.int
@@ -238,6 +243,12 @@ class LeaseResponse(_message.Message):
     cluster_id: _builtins.str
     leader_hint: _builtins.str
     seq: _builtins.int
+    migration_max_bytes_per_second: _builtins.int
+    """The RS's migration_max_bytes_per_second (issue 13 item 6): the most bytes per second
+    this server, as a copy destination, may receive for all its replica copies together;
+    0 = unlimited. Carried by every accepted response so a change reaches running copies
+    within a heartbeat.
+    """
     @_builtins.property
     def rs_list(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -256,10 +267,11 @@ class LeaseResponse(_message.Message):
         error: Global___ObError | None = ...,
         leader_hint: _builtins.str = ...,
         seq: _builtins.int = ...,
+        migration_max_bytes_per_second: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "error", b"error", "heartbeat_expire_time", b"heartbeat_expire_time", "leader_hint", b"leader_hint", "lease_expire_time", b"lease_expire_time", "rs_epoch", b"rs_epoch", "rs_list", b"rs_list", "rs_server_status", b"rs_server_status", "seq", b"seq", "server_id", b"server_id", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "error", b"error", "heartbeat_expire_time", b"heartbeat_expire_time", "leader_hint", b"leader_hint", "lease_expire_time", b"lease_expire_time", "migration_max_bytes_per_second", b"migration_max_bytes_per_second", "rs_epoch", b"rs_epoch", "rs_list", b"rs_list", "rs_server_status", b"rs_server_status", "seq", b"seq", "server_id", b"server_id", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

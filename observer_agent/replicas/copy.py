@@ -41,7 +41,7 @@ from obcommon.errors import ObError
 from obcommon.proto import obrpc_pb2
 from observer_agent.address import LocalServer
 from observer_agent.identity import fsync_dir
-from observer_agent.replicas.copy_stream import CopyFailed, receive_data_file
+from observer_agent.replicas.copy_stream import ChunkThrottle, CopyFailed, receive_data_file
 from observer_agent.replicas.faults import FAULT_REPLICATION_STOP_FILE, ReplicationFaults
 from observer_agent.replicas.hosted import HostedReplicas
 from observer_agent.replicas.log import LOG_KEEP_ENTRIES, ReplicaLog
@@ -113,7 +113,8 @@ class ReplicaCopier:
     ``replica_size`` (the most bytes a source may announce); ``me`` this agent's ``ip:port``; ``paths`` where replicas live; ``hosted`` the replicas (a build
     whose replica was dropped or replaced stops); ``peers`` the channels to sources and
     leaders; ``faults`` the copy and replication switches; ``replication`` pulls the log in
-    step 3; ``tasks`` keeps the build tasks (cancelled at stop); ``log`` the agent's logger.
+    step 3; ``tasks`` keeps the build tasks (cancelled at stop); ``log`` the agent's logger;
+    ``bandwidth`` the bytes-per-second limit all copies of this agent share (issue 13 item 6).
     ``log_keep`` is the entries a compaction of the new log keeps, ``chunk_size`` the bytes
     per chunk asked of the source.
     """
@@ -129,11 +130,13 @@ class ReplicaCopier:
         replication: LogPuller,
         tasks: TaskSet,
         log: logging.Logger | logging.LoggerAdapter,  # type: ignore[type-arg]
+        bandwidth: ChunkThrottle,
         *,
         log_keep: int = LOG_KEEP_ENTRIES,
         chunk_size: int = DATA_CHUNK_DEFAULT,
     ) -> None:
         """No copy runs until :meth:`create`."""
+        self._bandwidth = bandwidth
         self.settings = settings
         self._me = me
         self._paths = paths
@@ -288,7 +291,14 @@ class ReplicaCopier:
             self._running[id(b)] = b
         try:
             return await receive_data_file(
-                call, src, tmp, b, timeout_s, self._faults, self.settings.replica_size
+                call,
+                src,
+                tmp,
+                b,
+                timeout_s,
+                self._faults,
+                self.settings.replica_size,
+                throttle=self._bandwidth,
             )
         finally:
             with self._count_lock:

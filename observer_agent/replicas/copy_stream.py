@@ -28,6 +28,15 @@ class CopySlowdown(Protocol):
         ...
 
 
+class ChunkThrottle(Protocol):
+    """The agent's copy bandwidth limit (implemented by
+    :class:`observer_agent.replicas.bandwidth.CopyBandwidth`)."""
+
+    async def take(self, n: int) -> None:
+        """Wait until ``n`` more received bytes may pass (at once when unlimited)."""
+        ...
+
+
 class CopyFailed(Exception):
     """A copy of a replica's data file failed; the message is the one-line reason reported as
     ``build_error``."""
@@ -41,6 +50,8 @@ async def receive_data_file(
     timeout_s: float,
     faults: CopySlowdown,
     max_size: int,
+    *,
+    throttle: ChunkThrottle | None = None,
 ) -> obrpc_pb2.DataChunk:
     """Read the ``FetchData`` stream ``call`` from ``src`` (``ip:port``) into ``tmp`` (created,
     fsynced and closed); returns the first chunk (size, checksum, log indexes).
@@ -51,7 +62,10 @@ async def receive_data_file(
     it (more bytes than announced are refused at the chunk that brings them).
 
     Progress goes to ``b.total_size`` / ``b.bytes_copied`` (bytes). Each chunk must come
-    within ``timeout_s`` seconds; ``faults`` may ask for a pause after each. The call is
+    within ``timeout_s`` seconds; ``throttle`` (the agent's ``migration_max_bytes_per_second``,
+    issue 13 item 6) holds the next read back until the chunk's bytes may pass, so the
+    stream's flow control slows the source down too; ``faults`` may ask for a pause after
+    each. The wait for the throttle is not part of a chunk's ``timeout_s``. The call is
     cancelled when this returns or raises. Raises :class:`CopyFailed` (one-line reason);
     ``tmp`` is left for the caller to remove.
     """
@@ -101,6 +115,8 @@ async def receive_data_file(
                 raise CopyFailed(f"cannot write {tmp}: {e}") from None
             received = end
             b.bytes_copied = received
+            if throttle is not None:
+                await throttle.take(len(data))
             delay_s = faults.copy_delay_s()
             if delay_s > 0:
                 await asyncio.sleep(delay_s)

@@ -24,6 +24,7 @@ from obcommon.security.certs import Role
 from obcommon.security.tls import TransportSecurity
 from observer_agent.address import LocalServer
 from observer_agent.replicas.apply import SpecApplier
+from observer_agent.replicas.bandwidth import CopyBandwidth
 from observer_agent.replicas.copy import ReplicaCopier
 from observer_agent.replicas.faults import FaultSwitches
 from observer_agent.replicas.hosted import HostedReplicas
@@ -70,9 +71,13 @@ class ReplicaManager:
         log_keep: int = LOG_KEEP_ENTRIES,
         copy_chunk_size: int = DATA_CHUNK_DEFAULT,
         security: TransportSecurity | None = None,
+        copy_bandwidth: CopyBandwidth | None = None,
     ) -> None:
         """Nothing is read until :meth:`load`; ``log_keep`` = entries kept by compaction,
-        ``copy_chunk_size`` = bytes per chunk a copy asks its source for."""
+        ``copy_chunk_size`` = bytes per chunk a copy asks its source for,
+        ``copy_bandwidth`` = the limit every copy shares (default: one of its own,
+        unlimited until its rate is set)."""
+        self.copy_bandwidth = copy_bandwidth or CopyBandwidth()
         self.paths = ReplicaPaths(data_dir)
         self.settings = settings
         self._me = me
@@ -97,6 +102,7 @@ class ReplicaManager:
             self._replication,
             self._tasks,
             self.log,
+            self.copy_bandwidth,
             log_keep=log_keep,
             chunk_size=copy_chunk_size,
         )
@@ -319,6 +325,44 @@ class ReplicaManager:
             self._copier.resume(rep)
             return
         rep.in_service = True
+
+    async def check_files(self) -> list[tuple[int, int]]:
+        """Forget every in-service replica whose directory or ``meta.json`` vanished while
+        the agent ran (issue 13 item 5: ``rm -r DATA_DIR/replicas/<ls>``), returning their
+        ``(tenant_id, ls_id)``.
+
+        Such a replica's data is gone: reporting it from memory would keep the RS from
+        rebuilding it (it would count as a healthy member). It is dropped as an
+        ``ApplyReplicas`` drop would (loop stopped, log removed), logged at ERROR, and no
+        longer reported, so the RS's ``replica_rebuilder`` copies it back from a healthy
+        member. Replicas being built or verified are left alone (their directory may not
+        exist yet). Never raises: a failed drop is logged and tried again next time."""
+        gone = [
+            rep.key
+            for rep in self._hosted.all()
+            if rep.in_service and rep.build is None and not (rep.dir / META_FILE).is_file()
+        ]
+        if not gone:
+            return []
+        dropped: list[tuple[int, int]] = []
+        async with self._hosted.lock():
+            for key in gone:
+                rep = self._hosted.find(key)
+                if rep is None or rep.build is not None or (rep.dir / META_FILE).is_file():
+                    continue
+                self.log.error(
+                    "replica %s: its files vanished from %s; forgetting it so the RS rebuilds "
+                    "it from a healthy member",
+                    describe_ls(key),
+                    rep.dir,
+                )
+                try:
+                    await self._applier.drop(key)
+                except ObError as e:
+                    self.log.error("replica %s: %s", describe_ls(key), e.message)
+                    continue
+                dropped.append(key)
+        return dropped
 
     # -- ApplyReplicas
 

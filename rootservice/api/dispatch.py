@@ -118,17 +118,21 @@ def _reload(rs: RootService, st: ast.ReloadServer) -> Result:
 
 
 def _zone_op(rs: RootService, st: ast.ZoneOp) -> Result:
+    # The rules of each statement are OceanBase's (docs/ZONES.md); STOP ZONE goes through the
+    # server statements, which check the zone's servers as STOP SERVER does.
     zones = rs.zones
-    if st.op != "ADD" and (st.idc is not None or st.region is not None):
+    if st.op not in ("ADD", "ALTER") and (st.idc is not None or st.region is not None):
         raise ObError(
             "OB_INVALID_ARGUMENT", "IDC / REGION", detail="they are only accepted by ADD ZONE"
         )
     if st.op == "ADD":
         zones.add_zone(st.zone, st.region, st.idc)
+    elif st.op == "ALTER":
+        zones.alter_zone(st.zone, st.region, st.idc)
     elif st.op == "START":
-        zones.set_status(st.zone, True)
+        zones.start_zone(st.zone)
     elif st.op in ("STOP", "FORCE_STOP"):
-        zones.set_status(st.zone, False, force=st.op == "FORCE_STOP")
+        rs.server_admin.stop_zone(st.zone, force=st.op == "FORCE_STOP")
     elif st.op == "DELETE":
         zones.delete_zone(st.zone)
     return Result(affected_rows=1)

@@ -15,7 +15,7 @@ from rootservice.db.tables import (
 from rootservice.db.timestamps import us_to_datetime
 
 # OceanBase's DEFAULT_REGION_NAME: the region of a zone created without one.
-DEFAULT_REGION = "sys_region"
+DEFAULT_REGION = "default_region"
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """The admin operations on servers (SPEC.md section 7): ADD, DELETE, CANCEL DELETE, STOP,
-FORCE STOP, ISOLATE and START SERVER.
+FORCE STOP, ISOLATE and START SERVER, and STOP / FORCE STOP ZONE (which checks the zone's
+servers as STOP SERVER does).
 
 Follows OceanBase's ``ObServerManager`` / ``ObRootService`` server statements, write-through
 (SPEC.md section 6): validate, commit the rows, jobs and events in one fenced transaction, then
@@ -31,7 +32,7 @@ from rootservice.servers.status import (
     check_zone_name,
 )
 from rootservice.servers.whitelist import Whitelist
-from rootservice.servers.zones import ZoneManager
+from rootservice.servers.zones import MULTIPLE_ZONES_MESSAGE, ZoneManager
 
 
 class ServerChecks(Protocol):
@@ -137,13 +138,14 @@ class ServerAdmin:
     def add_servers(self, servers: list[str], zone: str | None) -> list[int]:
         """ADD SERVER: new ids, rows NORMAL and lease_expired (display INACTIVE) until the
         first heartbeat; event ``add_server``. All or none. Raises OB_INVALID_ARGUMENT,
-        OB_ZONE_INFO_NOT_EXIST, OB_ZONE_NOT_ACTIVE, OB_ENTRY_EXIST,
-        OB_SERVER_CONNECTION_ERROR, OB_OP_NOT_ALLOW (agent not empty),
-        OB_SERVER_ZONE_NOT_MATCH (agent's own zone differs). Returns the new ids."""
+        OB_ENTRY_EXIST, OB_SERVER_CONNECTION_ERROR, then per server in OceanBase's order
+        (ObServerZoneOpService::add_servers): OB_OP_NOT_ALLOW (agent not empty),
+        OB_SERVER_ZONE_NOT_MATCH (agent's own zone differs from the statement's,
+        zone_checking_for_adding_server_), OB_ZONE_INFO_NOT_EXIST / OB_ZONE_NOT_ACTIVE (the
+        zone, add_server_). Returns the new ids."""
         keys = self._unique_keys(servers)
         if zone is not None:
             zone = check_zone_name(zone)
-            self._check_zone_usable(zone)
         with self.store.write_lock:
             with self.whitelist.lock:
                 for key in keys:
@@ -155,7 +157,6 @@ class ServerAdmin:
             for key in keys:
                 check = self.agents.check_server_empty(key, self.store.epoch)
                 target_zone = zone or check.zone
-                self._check_zone_usable(target_zone)
                 if not check.is_empty:
                     raise ObError(
                         "OB_OP_NOT_ALLOW",
@@ -167,6 +168,7 @@ class ServerAdmin:
                         "OB_SERVER_ZONE_NOT_MATCH",
                         detail=f"server '{key}' was started in zone '{check.zone}', not '{target_zone}'",
                     )
+                self._check_zone_usable(target_zone)
                 ip, port = parse_server(key)
                 new.append(ServerStatus(id=0, zone=target_zone, ip=ip, port=port, sql_port=0))
             now = self.clock.now_us()
@@ -184,12 +186,14 @@ class ServerAdmin:
         return [s.id for s in new]
 
     def _check_zone_usable(self, zone: str) -> None:
-        """Raises OB_ZONE_INFO_NOT_EXIST or OB_ZONE_NOT_ACTIVE."""
+        """ADD SERVER's zone rule (ObServerZoneOpService::add_server_ with
+        ObZoneTableOperation::check_zone_active): raises OB_ZONE_INFO_NOT_EXIST (unknown
+        zone) or OB_ZONE_NOT_ACTIVE (the zone is INACTIVE)."""
         z = self.zones.get(zone)
         if z is None:
             raise ObError("OB_ZONE_INFO_NOT_EXIST", zone)
         if not z.active:
-            raise ObError("OB_ZONE_NOT_ACTIVE", detail=f"zone '{zone}' is {z.status}")
+            raise ObError("OB_ZONE_NOT_ACTIVE")
 
     def _write_through(
         self,
@@ -313,25 +317,29 @@ class ServerAdmin:
     ) -> None:
         """STOP / FORCE STOP / ISOLATE SERVER: ``stop_time = now`` (kept if already stopped).
 
-        Refused with OB_STOP_SERVER_IN_MULTIPLE_ZONES when the servers span zones, and for
-        STOP / FORCE STOP also when a server of another zone is stopped or another zone is
-        not ACTIVE. ``checks.check_stop`` runs the log-stream checks of the tenant layer, and
-        once ``stop_time`` is written ``checks.move_leaders_off`` moves the leaders off. Raises
+        Follows ObServerZoneOpService::stop_server_precheck: nothing is checked when every
+        server is already stopped; servers spanning zones are refused with
+        OB_STOP_SERVER_IN_MULTIPLE_ZONES, and so are STOP / FORCE STOP while another zone has
+        a stopped server or is INACTIVE (ObRootUtils::have_other_stop_task).
+        ``checks.check_stop`` runs the log-stream checks of the tenant layer, and once
+        ``stop_time`` is written ``leaders.move_leaders_off`` moves the leaders off. Raises
         OB_SERVER_NOT_IN_WHITE_LIST, OB_SERVER_ZONE_NOT_MATCH as well."""
         targets = self._existing(servers, zone)
-        zones = sorted({s.zone for s in targets})
-        if len(zones) > 1:
-            raise ObError("OB_STOP_SERVER_IN_MULTIPLE_ZONES", ",".join(zones))
-        if mode != "ISOLATE":
-            self._check_other_zones_running(zones[0])
-        # The log-stream checks retry for up to stop_server_check_timeout: outside the write
-        # lock, so heartbeats' table writes and other statements go on meanwhile.
-        self.checks.check_stop(targets, mode)
-        with self.store.write_lock:
-            targets = self._existing(servers, zone)
+        if not all(s.is_stopped() for s in targets):
+            zones = sorted({s.zone for s in targets})
+            if len(zones) > 1:
+                raise ObError("OB_STOP_SERVER_IN_MULTIPLE_ZONES")
             if mode != "ISOLATE":
                 self._check_other_zones_running(zones[0])
+            # The log-stream checks retry for up to stop_server_check_timeout: outside the
+            # write lock, so heartbeats' table writes and other statements go on meanwhile.
+            self.checks.check_stop(targets, mode)
+        with self.store.write_lock:
+            targets = self._existing(servers, zone)
             changing = [s for s in targets if s.stop_time == 0]
+            if changing and mode != "ISOLATE":
+                # Checked again: ObServerZoneOpService::start_or_stop_server_ does too.
+                self._check_other_zones_running(changing[0].zone)
             if changing:
                 now = self.clock.now_us()
                 event = {
@@ -347,26 +355,29 @@ class ServerAdmin:
         self.leaders.move_leaders_off([s.key for s in targets])
 
     def _check_other_zones_running(self, zone: str) -> None:
-        """STOP's zone rule: no server of another zone stopped, every other zone ACTIVE.
-        Raises OB_STOP_SERVER_IN_MULTIPLE_ZONES."""
+        """STOP's zone rule, ObRootUtils::have_other_stop_task: no server of another zone
+        stopped, every other zone ACTIVE. Raises OB_STOP_SERVER_IN_MULTIPLE_ZONES with
+        OceanBase's "cannot stop server or stop zone in multiple zones"."""
+        if self.zones.have_other_stop_task(zone):
+            raise ObError("OB_STOP_SERVER_IN_MULTIPLE_ZONES", MULTIPLE_ZONES_MESSAGE)
+
+    def stop_zone(self, zone: str, *, force: bool = False) -> None:
+        """STOP / FORCE STOP ZONE (ObRootService::stop_zone): the zone rules of
+        :meth:`ZoneManager.check_stop_zone`, then, when the zone has servers, the log-stream
+        checks of STOP / FORCE STOP SERVER on all of them (check_majority_and_log_in_sync;
+        FORCE skips the log-sync part), then :meth:`ZoneManager.stop_zone` (which refuses the
+        last ACTIVE zone) and the leaders are moved off the zone's servers. An INACTIVE zone
+        is left as it is. Raises OB_ENTRY_NOT_EXIST, OB_STOP_SERVER_IN_MULTIPLE_ZONES,
+        OB_OP_NOT_ALLOW."""
+        z = check_zone_name(zone)
+        if not self.zones.check_stop_zone(z):
+            return
         with self.whitelist.lock:
-            others = sorted(
-                {
-                    s.zone
-                    for s in self.whitelist.records.values()
-                    if s.zone != zone and s.is_stopped()
-                }
-            )
-        if others:
-            raise ObError(
-                "OB_STOP_SERVER_IN_MULTIPLE_ZONES",
-                f"servers of zone {','.join(others)} are stopped",
-            )
-        inactive = sorted(z.zone for z in self.zones.all() if z.zone != zone and not z.active)
-        if inactive:
-            raise ObError(
-                "OB_STOP_SERVER_IN_MULTIPLE_ZONES", f"zone {','.join(inactive)} is not active"
-            )
+            members = [replace(s) for s in self.whitelist.records.values() if s.zone == z]
+        if members:
+            self.checks.check_stop(members, "FORCE_STOP" if force else "STOP")
+        self.zones.stop_zone(z, force=force)
+        self.leaders.move_leaders_off([s.key for s in members])
 
     def start_servers(self, servers: list[str], zone: str | None, reason: str = "") -> None:
         """START SERVER: ``stop_time = 0`` (unchanged if already started). Raises

@@ -115,7 +115,8 @@ class HeartbeatIntake:
 
         Raises ``ObError``: OB_RS_NOT_MASTER before the RS is in service; OB_INVALID_ARGUMENT
         for a malformed request or another cluster's agent; OB_ZONE_INFO_NOT_EXIST;
-        OB_SERVER_NOT_IN_WHITE_LIST (nothing is added); OB_SERVER_ZONE_NOT_MATCH. Only
+        OB_SERVER_NOT_IN_WHITE_LIST (nothing is added); OB_SERVER_ZONE_NOT_MATCH;
+        OB_STATE_NOT_MATCH for a joined server whose identity is gone or differs. Only
         memory is touched here; table changes are queued.
         """
         if not self.term.in_service:
@@ -144,6 +145,11 @@ class HeartbeatIntake:
             self._check_cluster_id(req, s)
             now = self.clock.now_us()
             changed = False
+            if req.cluster_id and not s.with_partition:
+                # The agent keeps this cluster's identity: from now on an empty one from
+                # this ip:port is a wiped data directory (issue 13 item 5).
+                s.with_partition = 1
+                changed = True
             if not s.force_stop_hb:
                 if not s.is_alive():
                     why = _online_reason(s, now)
@@ -206,14 +212,44 @@ class HeartbeatIntake:
         requested by ADD SERVER is accepted without its response reaching the agent.) The
         refusal never names this cluster's id, and a refused request gets no
         ``cluster_id`` in its response (``LeaseServicer``). Raises
-        ``ObError(OB_INVALID_ARGUMENT)``."""
+        ``ObError(OB_INVALID_ARGUMENT)``.
+
+        Issue 13 item 5: a server that has joined (``with_partition`` = 1: it once sent
+        this cluster's ``cluster_id``, so its data directory held the identity and may hold
+        replicas) and now sends an empty one lost its data directory; it is refused with
+        ``OB_STATE_NOT_MATCH`` naming the fix, whatever ``start_service_time`` says (that
+        is reset when its lease expires), so it never silently becomes the old server with
+        none of its replicas. A ``server_id`` other than the whitelist's for this
+        ``ip:port`` (another server's data directory) is refused the same way. OceanBase
+        has no dedicated code (its ``ObHeartbeatHandler::handle_heartbeat`` leaves the
+        server-id check commented out); ``OB_STATE_NOT_MATCH`` ("Server state or role not
+        the same as expected", ob_errno.def) is the closest."""
         got, cluster_id = req.cluster_id, self.identity.cluster_id
+        if got and got == cluster_id and req.server_id and req.server_id != s.id:
+            raise ObError(
+                "OB_STATE_NOT_MATCH",
+                detail=(
+                    f"server '{s.key}' keeps server id {req.server_id} in its data directory "
+                    f"but is in the cluster as server id {s.id}: restore its own data "
+                    f"directory, or DELETE SERVER '{s.key}' then ADD SERVER it again with an "
+                    "empty one"
+                ),
+            )
         if got == cluster_id or not cluster_id:
             return
         if got:
             raise ObError(
                 "OB_INVALID_ARGUMENT",
                 f"lease request field cluster_id = {quote(got)} (not this cluster's)",
+            )
+        if self.identity.bootstrapped and s.with_partition:
+            raise ObError(
+                "OB_STATE_NOT_MATCH",
+                detail=(
+                    f"server '{s.key}' is in the cluster as server id {s.id} but its data "
+                    "directory has no identity (wiped?): restore the data directory, or "
+                    f"DELETE SERVER '{s.key}' then ADD SERVER it again"
+                ),
             )
         if self.identity.bootstrapped and (req.start_service_time or s.start_service_time):
             raise ObError(
@@ -225,7 +261,10 @@ class HeartbeatIntake:
     def _lease_response(self, s: ServerStatus, seq: int) -> obrpc_pb2.LeaseResponse:
         """The answer to an accepted request: the lease runs ``lease_time`` from now (from
         the last heartbeat for a server whose lease is no longer extended), IS_STOPPED for a
-        stopped server or a server of a stopped zone."""
+        stopped server or a server of a stopped zone. It carries the current
+        ``migration_max_bytes_per_second`` (issue 13 item 6: the agent's copy bandwidth limit;
+        read from the shared settings, so an ALTER SYSTEM SET reaches every agent with its
+        next heartbeat)."""
         lease = self.settings.lease_time
         expire = s.last_hb_time + lease if s.force_stop_hb else self.clock.now_us() + lease
         stopped = s.stop_time != 0 or not self.zones.is_active(s.zone)
@@ -239,6 +278,7 @@ class HeartbeatIntake:
             rs_list=self.identity.rs_list,
             cluster_id=self.identity.cluster_id,
             seq=seq,
+            migration_max_bytes_per_second=self.settings.migration_max_bytes_per_second,
         )
 
     def _on_report_status_change(self, s: ServerStatus, now: int) -> None:

@@ -128,10 +128,18 @@ class Whitelist:
         with self.lock:
             return [k for k, s in self.records.items() if not s.is_alive()]
 
-    def server_zones(self) -> list[str]:
-        """The zone of every whitelisted server (DELETE ZONE refuses a zone with servers)."""
+    def server_count(self, zone: str) -> tuple[int, int]:
+        """``(alive, not_alive)`` servers of ``zone`` by heartbeat status, as OceanBase's
+        ObRootUtils::get_server_count (DELETE ZONE's OB_ERR_ZONE_NOT_EMPTY message)."""
         with self.lock:
-            return [s.zone for s in self.records.values()]
+            alive = [s.is_alive() for s in self.records.values() if s.zone == zone]
+        return sum(alive), len(alive) - sum(alive)
+
+    def stopped_server_zones(self) -> list[str]:
+        """The zone of every server whose ``stop_time`` is set (stopped or isolated):
+        OceanBase's ObRootUtils::have_other_stop_task counts them."""
+        with self.lock:
+            return [s.zone for s in self.records.values() if s.is_stopped()]
 
     # --- scans for the persistence queue and CheckAllServerTask ----------------------------
 

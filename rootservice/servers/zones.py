@@ -17,18 +17,31 @@ from rootservice.db.zone_repo import DEFAULT_REGION, ZoneInfo
 from rootservice.ha.store import MetaStore
 from rootservice.servers.status import check_zone_name
 
+# OceanBase's common::MAX_ZONE_NUM (src/share/ob_define.h): ADD ZONE refuses a zone beyond it.
+MAX_ZONE_NUM = 64
+
+# The LOG_USER_ERROR text of OB_STOP_SERVER_IN_MULTIPLE_ZONES in ObRootService::stop_zone and
+# ObServerZoneOpService::stop_server_precheck.
+MULTIPLE_ZONES_MESSAGE = "cannot stop server or stop zone in multiple zones"
+
 
 class ServerZones(Protocol):
     """Where the servers are (the :class:`rootservice.servers.whitelist.Whitelist`)."""
 
-    def server_zones(self) -> list[str]:
-        """The zone of every whitelisted server."""
+    def server_count(self, zone: str, /) -> tuple[int, int]:
+        """``(alive, not_alive)``: how many whitelisted servers of ``zone`` are alive (their
+        lease not expired) and not, as OceanBase's ObRootUtils::get_server_count."""
+        ...
+
+    def stopped_server_zones(self) -> list[str]:
+        """The zone of every whitelisted server whose ``stop_time`` is set."""
         ...
 
 
 class ZoneManager:
-    """Owns the zone cache. ``servers`` gives the zone of every whitelisted server, so DELETE
-    ZONE can refuse a zone that still has servers."""
+    """Owns the zone cache and the zone statements. ``servers`` counts the servers of a zone
+    (DELETE ZONE refuses a zone that still has servers) and names the zones with a stopped
+    server (STOP ZONE refuses while another zone has one)."""
 
     def __init__(self, clock: Clock, store: MetaStore, servers: ServerZones) -> None:
         """Start with an empty cache, filled by :meth:`replace_all` on load or bootstrap."""
@@ -67,66 +80,97 @@ class ZoneManager:
             self._zones = dict(zones)
 
     # --- ALTER SYSTEM ... ZONE -------------------------------------------------------------
+    # Each statement follows OceanBase's ObRootService::{add,delete,start,stop,alter}_zone and
+    # ObZoneManagerBase::{add,delete,start,stop,alter}_zone (src/rootserver/ob_root_service.cpp,
+    # src/rootserver/ob_zone_manager.cpp); docs/ZONES.md lists every refusal with its source.
 
     def add_zone(self, zone: str, region: str | None, idc: str | None) -> None:
-        """ADD ZONE: new zone, INACTIVE until START ZONE. Raises OB_ENTRY_EXIST,
-        OB_INVALID_ARGUMENT."""
+        """ADD ZONE: a new zone, INACTIVE until START ZONE; region ``DEFAULT_REGION`` when not
+        given. Raises OB_INVALID_ARGUMENT (bad name), OB_OVER_ZONE_NUM_LIMIT (already
+        ``MAX_ZONE_NUM`` zones), OB_ENTRY_EXIST (the zone exists, whatever its status)
+        (ObZoneManagerBase::add_zone, in that order)."""
         z = check_zone_name(zone)
         info = ZoneInfo(
             z, "INACTIVE", check_zone_name(region) if region else DEFAULT_REGION, idc or ""
         )
         with self.store.write_lock:
+            if len(self._zones) >= MAX_ZONE_NUM:
+                raise ObError("OB_OVER_ZONE_NUM_LIMIT")
             if z in self._zones:
-                raise ObError("OB_ENTRY_EXIST", f"zone '{z}' already exists")
-            now = self.clock.now_us()
-            with self.store.txn() as conn:
-                zone_repo.upsert_zone(conn, info, now)
-                event_repo.insert_events(
-                    conn,
-                    [Event(now, "zone", "add_zone", (("zone", z), ("region", info.region)))],
-                    self.store.rs_addr,
-                )
-            with self._lock:
-                self._zones[z] = info
+                raise ObError("OB_ENTRY_EXIST")
+            self._write(info, "add_zone", ("region", info.region), ("idc", info.idc))
 
-    def set_status(self, zone: str, active: bool, *, force: bool = False) -> None:
-        """START ZONE (active) / STOP / FORCE STOP ZONE. STOP is refused while another zone is
-        not ACTIVE (a second stopped zone could cost majorities); FORCE STOP skips that.
-        Raises OB_ZONE_INFO_NOT_EXIST, OB_OP_NOT_ALLOW."""
+    def start_zone(self, zone: str) -> None:
+        """START ZONE: INACTIVE -> ACTIVE. Raises OB_ENTRY_NOT_EXIST (unknown zone),
+        OB_ZONE_STATUS_NOT_MATCH (already ACTIVE) (ObZoneManagerBase::start_zone)."""
         z = check_zone_name(zone)
         with self.store.write_lock:
             cur = self._zones.get(z)
             if cur is None:
-                raise ObError("OB_ZONE_INFO_NOT_EXIST", z)
-            if not active and not force:
-                others = sorted(
-                    o.zone for o in self._zones.values() if o.zone != z and not o.active
-                )
-                if others:
-                    raise ObError(
-                        "OB_OP_NOT_ALLOW", f"stop zone '{z}' while zone '{others[0]}' is not active"
-                    )
-            new = ZoneInfo(z, "ACTIVE" if active else "INACTIVE", cur.region, cur.idc)
-            now = self.clock.now_us()
-            event = "start_zone" if active else ("force_stop_zone" if force else "stop_zone")
-            with self.store.txn() as conn:
-                zone_repo.upsert_zone(conn, new, now)
-                event_repo.insert_events(
-                    conn, [Event(now, "zone", event, (("zone", z),))], self.store.rs_addr
-                )
-            with self._lock:
-                self._zones[z] = new
+                raise ObError("OB_ENTRY_NOT_EXIST")
+            if cur.active:
+                raise ObError("OB_ZONE_STATUS_NOT_MATCH")
+            self._write(ZoneInfo(z, "ACTIVE", cur.region, cur.idc), "start_zone")
 
-    def delete_zone(self, zone: str) -> None:
-        """DELETE ZONE: refused while servers are in it. Raises OB_ZONE_INFO_NOT_EXIST,
-        OB_OP_NOT_ALLOW."""
+    def check_stop_zone(self, zone: str) -> bool:
+        """The zone rules of STOP / FORCE STOP ZONE before anything changes
+        (ObRootService::stop_zone): False when ``zone`` is already INACTIVE (the statement then
+        succeeds without a change, so it can be retried until it succeeds), True when it is to
+        be stopped. Raises OB_ENTRY_NOT_EXIST with "zone not exist" (unknown zone),
+        OB_STOP_SERVER_IN_MULTIPLE_ZONES with "cannot stop server or stop zone in multiple
+        zones" when :meth:`have_other_stop_task` (ObRootUtils::have_other_stop_task)."""
+        z = check_zone_name(zone)
+        cur = self._zones.get(z)
+        if cur is None:
+            raise ObError("OB_ENTRY_NOT_EXIST", "zone not exist")
+        if not cur.active:
+            return False
+        if self.have_other_stop_task(z):
+            raise ObError("OB_STOP_SERVER_IN_MULTIPLE_ZONES", MULTIPLE_ZONES_MESSAGE)
+        return True
+
+    def have_other_stop_task(self, zone: str) -> bool:
+        """OceanBase's ObRootUtils::have_other_stop_task (src/rootserver/ob_root_utils.cpp):
+        True when a server of another zone is stopped (``stop_time > 0``) or another zone is
+        INACTIVE. STOP SERVER and STOP ZONE both refuse then, so at most one zone is ever
+        stopped."""
+        if any(s_zone != zone for s_zone in self._servers.stopped_server_zones()):
+            return True
+        with self._lock:
+            return any(o.zone != zone and not o.active for o in self._zones.values())
+
+    def stop_zone(self, zone: str, *, force: bool = False) -> None:
+        """STOP / FORCE STOP ZONE: ACTIVE -> INACTIVE, after :meth:`check_stop_zone` (re-run
+        here under the write lock); an INACTIVE zone is left as it is. Refuses to stop the
+        last ACTIVE zone with OB_OP_NOT_ALLOW "Operation not allowed now"
+        (ObZoneManagerBase::stop_zone). The log-stream checks of the zone's servers are the
+        caller's (:meth:`rootservice.servers.admin.ServerAdmin.stop_zone`). Raises
+        OB_ENTRY_NOT_EXIST, OB_STOP_SERVER_IN_MULTIPLE_ZONES, OB_OP_NOT_ALLOW."""
         z = check_zone_name(zone)
         with self.store.write_lock:
-            if z not in self._zones:
-                raise ObError("OB_ZONE_INFO_NOT_EXIST", z)
-            n = sum(1 for s in self._servers.server_zones() if s == z)
-            if n:
-                raise ObError("OB_OP_NOT_ALLOW", f"delete zone '{z}' with {n} server(s) in it")
+            if not self.check_stop_zone(z):
+                return
+            cur = self._zones[z]
+            if sum(1 for o in self._zones.values() if o.active) <= 1:
+                raise ObError("OB_OP_NOT_ALLOW")
+            event = "force_stop_zone" if force else "stop_zone"
+            self._write(ZoneInfo(z, "INACTIVE", cur.region, cur.idc), event)
+
+    def delete_zone(self, zone: str) -> None:
+        """DELETE ZONE. Raises OB_ERR_ZONE_NOT_EMPTY (servers in it, counted alive / not
+        alive as OceanBase's ObRootUtils::get_server_count), then OB_ENTRY_NOT_EXIST (unknown
+        zone), OB_ZONE_STATUS_NOT_MATCH (not INACTIVE) (ObRootService::delete_zone, then
+        ObZoneManagerBase::delete_zone)."""
+        z = check_zone_name(zone)
+        with self.store.write_lock:
+            alive, not_alive = self._servers.server_count(z)
+            if alive or not_alive:
+                raise ObError("OB_ERR_ZONE_NOT_EMPTY", str(alive), str(not_alive))
+            cur = self._zones.get(z)
+            if cur is None:
+                raise ObError("OB_ENTRY_NOT_EXIST")
+            if cur.active:
+                raise ObError("OB_ZONE_STATUS_NOT_MATCH")
             now = self.clock.now_us()
             with self.store.txn() as conn:
                 zone_repo.delete_zone(conn, z)
@@ -135,3 +179,38 @@ class ZoneManager:
                 )
             with self._lock:
                 del self._zones[z]
+
+    def alter_zone(self, zone: str, region: str | None, idc: str | None) -> None:
+        """ALTER | CHANGE | MODIFY ZONE ... [SET] REGION / IDC: change the attributes given,
+        in any status. Raises OB_INVALID_ARGUMENT (bad name, neither attribute given),
+        OB_ENTRY_NOT_EXIST (unknown zone) (ObZoneManagerBase::alter_zone)."""
+        z = check_zone_name(zone)
+        if region is None and idc is None:
+            raise ObError("OB_INVALID_ARGUMENT", "ALTER ZONE", detail="give REGION or IDC")
+        with self.store.write_lock:
+            cur = self._zones.get(z)
+            if cur is None:
+                raise ObError("OB_ENTRY_NOT_EXIST")
+            new = ZoneInfo(
+                z,
+                cur.status,
+                cur.region
+                if region is None
+                else (check_zone_name(region) if region else DEFAULT_REGION),
+                cur.idc if idc is None else idc,
+            )
+            self._write(new, "alter_zone", ("region", new.region), ("idc", new.idc))
+
+    def _write(self, info: ZoneInfo, event: str, *values: tuple[str, str]) -> None:
+        """Write-through (SPEC.md section 6): the zone's rows and one ``zone`` event in one
+        fenced transaction, then the cache. The caller holds the store's write lock."""
+        now = self.clock.now_us()
+        with self.store.txn() as conn:
+            zone_repo.upsert_zone(conn, info, now)
+            event_repo.insert_events(
+                conn,
+                [Event(now, "zone", event, (("zone", info.zone), *values))],
+                self.store.rs_addr,
+            )
+        with self._lock:
+            self._zones[info.zone] = info

@@ -28,6 +28,7 @@ from rootservice.tenants.ports import (
 )
 from rootservice.tenants.pre_checks import ServerPreChecks
 from rootservice.tenants.reconciler import LsReconciler
+from rootservice.tenants.replica_rebuilder import ReplicaRebuilder
 from rootservice.tenants.replica_specs import ReplicaApplier
 from rootservice.tenants.reports import ReplicaReports
 from rootservice.tenants.rooms import ServerRooms
@@ -47,6 +48,7 @@ class TenantLayer:
     meta_sync: LsMetaSync
     leaders: LeaderCoordinator
     reconciler: LsReconciler
+    rebuilder: ReplicaRebuilder
     replicas: TenantReplicas
     rooms: ServerRooms
     ddl: TenantManager
@@ -106,6 +108,18 @@ def build_tenant_layer(
         metrics=metrics,
         warnings=ls_warnings,
     )
+    rebuilder = ReplicaRebuilder(
+        term=term,
+        health=health,
+        layout=layout,
+        reports=reports,
+        applier=applier,
+        events=events,
+        clock=clock,
+        settings=settings,
+        metrics=metrics,
+        warnings=ls_warnings,
+    )
     replicas = TenantReplicas(
         layout=layout,
         reports=reports,
@@ -157,6 +171,7 @@ def build_tenant_layer(
         meta_sync=meta_sync,
         leaders=leaders,
         reconciler=reconciler,
+        rebuilder=rebuilder,
         replicas=replicas,
         rooms=rooms,
         ddl=ddl,

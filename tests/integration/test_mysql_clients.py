@@ -191,6 +191,31 @@ def test_add_and_delete_server_with_each_client(c: MyCluster, tmp_path: Path) ->
     assert whitelist(c).get(a4) in ("DELETING", None)
 
 
+def test_refused_zone_statements_carry_oceanbases_numbers(c: MyCluster) -> None:
+    """Issue 13 item 1 through PyMySQL: a new zone is INACTIVE, so STOP ZONE of another zone
+    is refused with 4660 and OceanBase's message; the refusals change nothing."""
+    with pymysql_conn(c, OPS, OPS_PW) as conn, conn.cursor() as cur:
+        cur.execute("ALTER SYSTEM ADD ZONE 'zx'")
+        with pytest.raises(pymysql.MySQLError) as e:
+            cur.execute("ALTER SYSTEM STOP ZONE 'z1'")
+        assert e.value.args == (
+            4660,
+            "OB_STOP_SERVER_IN_MULTIPLE_ZONES: cannot stop server or stop zone in multiple zones",
+        )
+        for sql, errno in [
+            ("ALTER SYSTEM STOP ZONE 'nozone'", 4018),
+            ("ALTER SYSTEM START ZONE 'z1'", 4633),
+            ("ALTER SYSTEM DELETE ZONE 'z1'", 4668),
+            ("ALTER SYSTEM ADD ZONE 'zx'", 4017),
+        ]:
+            with pytest.raises(pymysql.MySQLError) as e:
+                cur.execute(sql)
+            assert e.value.args[0] == errno, sql
+        cur.execute("ALTER SYSTEM DELETE ZONE 'zx'")
+        cur.execute("SELECT zone, status FROM DBA_OB_ZONES ORDER BY zone")
+        assert cur.fetchall() == (("z1", "ACTIVE"), ("z2", "ACTIVE"))
+
+
 def test_read_only_user_is_refused_on_alter_system_1227(c: MyCluster) -> None:
     before = whitelist(c)
     assert (

@@ -128,3 +128,29 @@ def test_malformed_identity_file_is_an_error(tmp_path: Path) -> None:
         make_agent(tmp_path)
     with pytest.raises(ValueError):
         write_identity(data, ClusterIdentity("", 1, "z1", ME))
+
+
+def test_requests_carry_the_kept_server_id_and_another_one_is_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 13 item 5, agent side: the request names the kept server id (the RS refuses a
+    mismatch); a response naming another server id is refused at ERROR, rate-limited, and
+    service never starts with that data directory."""
+    clock = FakeClock()
+    agent = make_agent(tmp_path, clock)
+    assert agent.build_lease_request().server_id == 0  # empty: nothing kept yet
+    agent.mark_serving()
+    assert agent.handle_response(ok_response(clock, server_id=5), RS1)
+    assert agent.build_lease_request().server_id == 5
+    write_identity(tmp_path / "other" / "data", ClusterIdentity("cluster-a", 3, "z1", ME))
+    other = make_agent(tmp_path / "other", clock)
+    other.mark_serving()
+    with caplog.at_level(logging.WARNING, logger="observer_agent"):
+        assert not other.handle_response(ok_response(clock, server_id=5), RS1)
+        assert not other.handle_response(ok_response(clock, server_id=5), RS1)
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1  # rate-limited
+    assert "server_id 5" in errors[0] and "belongs to server_id 3" in errors[0]
+    assert other.start_service_time == 0 and not other.registered
+    assert other.lease.refusals["other_server_id"] == 2
+    assert other.identity == ClusterIdentity("cluster-a", 3, "z1", ME)

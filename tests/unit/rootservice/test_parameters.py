@@ -110,3 +110,43 @@ def test_a_choice_parameter_from_the_table_and_set(engine: sa.Engine, tmp_path: 
     assert p.settings.balancer_planner == "spark" and listener.heard[-1] == {"balancer_planner"}
     [row] = p.show("balancer_planner")
     assert row[1:4] == ("spark", "spark", "{spark, local}")
+
+
+def test_migration_max_bytes_per_second_is_a_size(engine: sa.Engine, tmp_path: Path) -> None:
+    """Issue 13 item 6: written as OceanBase's capacities ('64M', a plain byte count), kept
+    and shown as a size, range [0, 10000G] (OceanBase's standby_fetch_log_bandwidth_limit),
+    0 = unlimited (the default); malformed, negative, too large or fractional values are
+    refused and change nothing."""
+    p, listener = make(engine, tmp_path)
+    assert p.settings.migration_max_bytes_per_second == 0
+    [row] = p.show("migration_max%")
+    assert row[:5] == ("migration_max_bytes_per_second", "0", "0", "[0, 10000G]", "default")
+    p.set((("migration_max_bytes_per_second", "64M"),))
+    assert p.settings.migration_max_bytes_per_second == 64 << 20
+    assert listener.heard[-1] == {"migration_max_bytes_per_second"}
+    with engine.connect() as conn:
+        assert param_repo.load_params(conn)["migration_max_bytes_per_second"] == "64M"
+    assert p.show("migration_max%")[0][1:5] == ("64M", "0", "[0, 10000G]", "__all_sys_parameter")
+    p.set((("migration_max_bytes_per_second", 1000),))
+    assert p.settings.migration_max_bytes_per_second == 1000
+    p.set((("migration_max_bytes_per_second", "10000G"),))  # the upper bound itself
+    p.set((("migration_max_bytes_per_second", 0),))
+    assert p.settings.migration_max_bytes_per_second == 0
+    for bad, why in (
+        ("-1M", "must not be negative"),
+        ("10001G", "out of range [0, 10000G]"),
+        ("fast", "invalid size"),
+        ("10s", "invalid size"),
+        (1.5, "write a size such as '64M'"),
+    ):
+        with pytest.raises(ObError) as e:
+            p.set((("migration_max_bytes_per_second", bad),))
+        assert e.value.name == "OB_INVALID_ARGUMENT" and why in e.value.message, e.value.message
+    assert p.settings.migration_max_bytes_per_second == 0
+
+    # A value kept in the table is taken at start (and a bad one ignored).
+    q, _ = make(engine, tmp_path)
+    q.apply_table({"migration_max_bytes_per_second": "512K"})
+    assert q.settings.migration_max_bytes_per_second == 512 << 10
+    q.apply_table({"migration_max_bytes_per_second": "lots"})
+    assert q.settings.migration_max_bytes_per_second == 512 << 10

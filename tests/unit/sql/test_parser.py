@@ -157,6 +157,20 @@ def test_zone_with_only_region_or_only_idc() -> None:
     )
 
 
+@pytest.mark.parametrize("verb", ["ALTER", "CHANGE", "modify"])
+def test_alter_zone_with_or_without_set(verb: str) -> None:
+    assert parse(f"ALTER SYSTEM {verb} ZONE 'z1' SET REGION 'hz', IDC 'i'") == ast.ZoneOp(
+        op="ALTER", zone="z1", idc="i", region="hz"
+    )
+    assert parse(f"ALTER SYSTEM {verb} ZONE z1 IDC 'i'") == ast.ZoneOp(
+        op="ALTER", zone="z1", idc="i"
+    )
+
+
+def test_alter_zone_without_an_attribute_is_a_syntax_error() -> None:
+    assert parse_error("ALTER SYSTEM ALTER ZONE z1").name == "ER_PARSE_ERROR"
+
+
 def test_zone_attribute_given_twice_is_a_syntax_error() -> None:
     err = parse_error("ALTER SYSTEM ADD ZONE z1 REGION 'a' REGION 'b'")
     assert err.to_sql_text() == near("REGION 'b'")

@@ -11,7 +11,7 @@ from typing import Any
 
 import grpc
 
-from obcommon.clock import SystemClock
+from obcommon.clock import Clock, SystemClock
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from observer_agent.agent import Agent
 from observer_agent.service import start_server, stop_server
@@ -240,9 +240,13 @@ class CopyNode:
             await stop_server(self.agent, self.server, grace_s=0.2)
 
 
-async def start_copy_node(data_dir: Path, *, log_keep: int = 0, **over: object) -> CopyNode:
+async def start_copy_node(
+    data_dir: Path, *, log_keep: int = 0, clock: Clock | None = None, **over: object
+) -> CopyNode:
     keep = {"replica_log_keep": log_keep} if log_keep else {}
-    agent = Agent(copy_settings(data_dir, **over), SystemClock(), copy_chunk_size=CHUNK, **keep)
+    agent = Agent(
+        copy_settings(data_dir, **over), clock or SystemClock(), copy_chunk_size=CHUNK, **keep
+    )
     server, port = await start_server(agent, "127.0.0.1:0")
     agent.replicas.start()
     channel = grpc.aio.insecure_channel(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import zlib
 from pathlib import Path
 
@@ -79,3 +80,32 @@ def test_apply_creates_files_and_a_restart_reloads_and_verifies(tmp_path: Path) 
     assert after.in_service and after.data_checksum == info.data_checksum
     assert (rdir / "data").stat().st_size == SMALL
     assert zlib.crc32((rdir / "data").read_bytes()) == info.data_checksum
+
+
+def test_a_replica_whose_files_vanish_under_the_running_agent_is_forgotten(
+    tmp_path: Path,
+) -> None:
+    """Issue 13 item 5: ``rm -r DATA_DIR/replicas/<ls>`` while the agent runs. Reporting the
+    replica from memory would hide the loss from the RS: the files check forgets it (its log
+    goes too) and the report no longer lists it; an intact replica is left alone."""
+    clock = FakeClock()
+    data = tmp_path / "data"
+    members = ["127.0.0.1:3001", "127.0.0.1:3002", "127.0.0.1:3003"]
+
+    async def scenario() -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[int]]:
+        agent = Agent(settings(data), clock)
+        try:
+            resp = await agent.replicas.apply(upsert(spec(members, members[1], 3)), 0)
+            assert resp.error.code == 0 and resp.replicas[0].in_service
+            untouched = await agent.replicas.check_files()
+            shutil.rmtree(data / "replicas" / f"{T}_{LS}")
+            gone = await agent.replicas.check_files()
+            return untouched, gone, [r.ls_id for r in agent.build_lease_request().replicas]
+        finally:
+            await agent.replicas.stop()
+
+    untouched, gone, reported = run(scenario())
+    assert untouched == [] and gone == [KEY] and reported == []
+    assert not (data / "clog" / f"{T}_{LS}").exists()
+    # A restart finds nothing to load either.
+    assert Agent(settings(data), clock).replicas.keys() == []

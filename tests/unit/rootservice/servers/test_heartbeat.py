@@ -126,7 +126,7 @@ def test_stopped_server_and_stopped_zone_answer_is_stopped(rs: RootService) -> N
     assert rs.heartbeats.receive_hb(hb(A, ZA)).rs_server_status == obrpc_pb2.IS_STOPPED
     assert rs.heartbeats.receive_hb(hb(B, ZB)).rs_server_status == obrpc_pb2.IS_WORKING
     rs.server_admin.start_servers([A], None)
-    rs.zones.set_status(ZB, False)
+    rs.zones.stop_zone(ZB)
     assert rs.heartbeats.receive_hb(hb(B, ZB)).rs_server_status == obrpc_pb2.IS_STOPPED
 
 

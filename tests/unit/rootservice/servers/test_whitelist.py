@@ -27,7 +27,11 @@ def test_reads_are_copies_and_ordered_by_id() -> None:
     assert again is not None and again.zone == "z2" and again.resource_info.cpu_total == 0
     assert [s.id for s in w.snapshot()] == [1, 2]
     assert w.get("10.0.0.1:9") is None
-    assert sorted(w.server_zones()) == ["z1", "z2"]
+    # Heartbeat status is LEASE_EXPIRED until the first heartbeat: counted "not alive".
+    assert w.server_count("z2") == (0, 1) and w.server_count("z9") == (0, 0)
+    assert w.stopped_server_zones() == []
+    w.with_server("10.0.0.1:3001", lambda s: setattr(s, "stop_time", 5))
+    assert w.stopped_server_zones() == ["z2"]
 
 
 def test_with_server_changes_the_live_record_and_ignores_unknown_keys() -> None:

@@ -1,0 +1,189 @@
+"""The ``replica_rebuilder`` task (issue 13 item 5; SPEC.md section 9, disaster recovery;
+every ``ls_check_interval``).
+
+A Paxos member of an LS that sits on a live server but that server no longer reports (its
+files vanished: removed under the running agent, or the agent restarted without them) has
+lost its data. Nothing else rebuilds it: the reconciler creates replicas only for log
+streams no server reports, and the balancer's replica plan (``ObDRWorker``'s "migrate
+replica due to unit not match" and the rebuild of permanently offline servers) reads
+``__all_ls_meta_table``, where such a replica is no longer listed. OceanBase's
+``ObDRWorker`` (``src/rootserver/ob_disaster_recovery_worker.cpp``) repairs a log stream
+whose member lost its replica from a healthy member; here the lost member gets its
+replica back by copying from a healthy member, as a replacement would, on the same server.
+
+The member list never changes for it: the lost member stays a member (it is not in service,
+so it counts for neither leadership nor a majority until its copy has caught up) and is in
+service again once its copy has caught the leader's log up.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from obcommon.clock import Clock
+from obcommon.errors import ObError
+from rootservice.config import RsSettings
+from rootservice.db.event_repo import Event
+from rootservice.ha.term import Term
+from rootservice.metrics import Metrics
+from rootservice.tenants.host_health import HostHealth
+from rootservice.tenants.once_log import OnceLog
+from rootservice.tenants.ports import EventSink
+from rootservice.tenants.replica_specs import ReplicaApplier
+from rootservice.tenants.reports import LsView, ReplicaReports, effective_members
+from rootservice.tenants.topology import LayoutCache
+from rootservice.tenants.vocabulary import LsKey
+
+log = logging.getLogger(__name__)
+
+#: The ``reason`` of the ``disaster_recovery`` / ``rebuild_replica`` event.
+REASON_MISSING = "replica missing on live server"
+
+
+class ReplicaRebuilder:
+    """``run_once()`` -> copies handed out to rebuild lost members (see the module doc).
+
+    ``health`` tells live servers, ``layout`` the planned members, ``reports`` what the
+    servers report, ``applier`` sends the copy specs; ``events`` gets one
+    ``disaster_recovery`` / ``rebuild_replica`` event per copy handed out and ``metrics``
+    the counter ``replica_rebuilds_total``.
+    """
+
+    name = "replica_rebuilder"
+
+    def __init__(
+        self,
+        *,
+        term: Term,
+        health: HostHealth,
+        layout: LayoutCache,
+        reports: ReplicaReports,
+        applier: ReplicaApplier,
+        events: EventSink,
+        clock: Clock,
+        settings: RsSettings,
+        metrics: Metrics,
+        warnings: OnceLog,
+    ) -> None:
+        """Wire the collaborators; nothing is read until a round."""
+        self.term = term
+        self.health = health
+        self.layout = layout
+        self.reports = reports
+        self.applier = applier
+        self.events = events
+        self.clock = clock
+        self.settings = settings
+        self.metrics = metrics
+        self.warnings = warnings
+        # (LS, server) -> when its copy was last handed out (microseconds): not sent again
+        # before the agent's report can show it (within rpc_timeout).
+        self._sent: dict[tuple[LsKey, str], int] = {}
+
+    def run_once(self) -> int:
+        """One round: for every LS with a leader, every planned member that is in the
+        effective member list, on an alive server, and not reported by that server (or
+        reported with a failed build) gets a copy spec from a healthy member (the leader
+        when in service), at most ``migration_concurrency_per_server`` building at once per
+        server. Returns the copies handed out. Does nothing while the RS is not in service.
+        A server that refuses is logged once and tried again next round. Raises
+        ``ObError(OB_ERR_SYS)`` when the layout cannot be read."""
+        if not self.term.may_act():
+            return 0
+        topo = self.layout.topology()
+        views = self.reports.views()
+        reports = self.reports.reports()
+        now = self.clock.now_us()
+        wait = self.settings.rpc_timeout
+        self._sent = {k: t for k, t in self._sent.items() if now - t < wait}
+        building = {
+            server: sum(1 for r in table.values() if not r.in_service)
+            for server, table in reports.items()
+        }
+        limit = self.settings.migration_concurrency_per_server
+        sent = 0
+        for key in sorted(topo.plans):
+            plan = topo.plans[key]
+            view = views.get(key)
+            if view is None or view.leader is None:
+                # Leaderless: the reconciler elects first (a copy catches up the leader's log).
+                continue
+            members = effective_members(plan, view)
+            for server in sorted(plan.members):
+                if server not in members:
+                    continue  # not a member yet: a unit's move, the balancer's copy
+                r = view.replicas.get(server)
+                failed = r is not None and not r.in_service and bool(r.build_error)
+                if (r is not None and not failed) or not self.health.is_alive(server):
+                    continue
+                if r is None and (key, server) in self._sent:
+                    continue
+                if r is None and building.get(server, 0) >= limit:
+                    continue
+                src = self._source(view, server, r.copy_from if failed and r else "")
+                if src is None:
+                    self.warnings.warn(
+                        server, key, f"LS {key}: no healthy member to rebuild {server} from"
+                    )
+                    continue
+                if self._hand_out(key, view, server, src, failed):
+                    self._sent[(key, server)] = now
+                    building[server] = building.get(server, 0) + (1 if r is None else 0)
+                    sent += 1
+        if sent:
+            self.metrics.inc("replica_rebuilds_total", sent)
+        return sent
+
+    def _source(self, view: LsView, dest: str, failed_src: str) -> str | None:
+        """The healthy member to copy from: the leader when it is in service, else the
+        lowest alive in-service replica (never ``dest``; not ``failed_src``, the source of a
+        failed attempt, when another one exists)."""
+        leader = view.leader
+        candidates = [
+            s
+            for s, r in sorted(view.replicas.items())
+            if s != dest and r.in_service and not r.copy_from and self.health.is_alive(s)
+        ]
+        if leader in candidates and leader != failed_src:
+            return leader
+        others = [s for s in candidates if s != failed_src]
+        if others:
+            return others[0]
+        return candidates[0] if candidates else None
+
+    def _hand_out(self, key: LsKey, view: LsView, dest: str, src: str, retry: bool) -> bool:
+        """Tell ``src`` and the leader, then send ``dest`` its copy spec; one event and a
+        WARNING log per copy. False (logged once) when a server refused."""
+        plan = self.layout.topology().plans.get(key)
+        if plan is None:
+            return False
+        try:
+            self.applier.announce_copy(plan, view, dest, src)
+            self.applier.apply(dest, [self.applier.copy_spec(plan, view, dest, src)])
+        except ObError as e:
+            self.warnings.warn(dest, key, f"LS {key}: rebuilding the replica on {dest} failed: {e}")
+            return False
+        self.warnings.cleared(dest, key)
+        self.events.add_event(
+            Event(
+                self.clock.now_us(),
+                "disaster_recovery",
+                "rebuild_replica",
+                (
+                    ("tenant_id", key[0]),
+                    ("ls_id", key[1]),
+                    ("server", dest),
+                    ("source", src),
+                    ("reason", REASON_MISSING + (" (retry after a failed copy)" if retry else "")),
+                ),
+            )
+        )
+        log.warning(
+            "LS %d.%d: the replica on %s is missing though the server is alive; rebuilding it "
+            "by copy from %s",
+            key[0],
+            key[1],
+            dest,
+            src,
+        )
+        return True
