@@ -32,7 +32,8 @@ from rootservice.balancer.copy_tasks import CopyTasks
 from rootservice.balancer.job_progress import DeleteJobProgress
 from rootservice.balancer.lost_replica_checker import LostReplicaChecker
 from rootservice.balancer.planner import Planner
-from rootservice.balancer.planners import LazySparkPlanner
+from rootservice.balancer.planner_check import PlannerCheck, check_planner
+from rootservice.balancer.planners import LazySparkPlanner, PandasPlanner, SwitchablePlanner
 from rootservice.balancer.root_balancer import RootBalancer
 from rootservice.balancer.unit_moves import UnitMoves
 from rootservice.bootstrap import Bootstrap
@@ -88,6 +89,8 @@ class RootService:
     they win over ``__all_sys_parameter`` at start. ``sleep`` is used by bootstrap's waits
     (seconds); tests pass one that advances a FakeClock. ``background`` runs work off the
     heartbeat path (default: the RS thread pool); tests pass one that runs it inline.
+    ``planner`` replaces the Spark planner behind ``balancer_planner = 'spark'`` (the
+    fake-clock tests pass the pandas one or one that fails).
     """
 
     def __init__(
@@ -185,9 +188,19 @@ class RootService:
             metrics=self.metrics,
             sleep=sleep,
         )
-        # Emptying servers (SPEC.md section 9): plans by Spark unless a planner is given
-        # (the fake-clock tests pass the pandas one); the SparkSession starts on first use.
-        self.planner: Planner = planner or LazySparkPlanner(settings)
+        # Emptying servers (SPEC.md section 9): plans by Spark (the SparkSession starts on
+        # first use) or pandas, as balancer_planner says at each call; a failed plan is
+        # counted, logged and recorded by the one planner object (issue 13 item 3).
+        self.planner = SwitchablePlanner(
+            settings,
+            spark=planner or LazySparkPlanner(settings),
+            local=PandasPlanner(settings.effective_db_url()),
+            events=self.persist,
+            metrics=self.metrics,
+            clock=self.clock,
+        )
+        # Whether the configured planner can run (checked at open and when it changes).
+        self.planner_check: PlannerCheck | None = None
         self.unit_moves = UnitMoves(
             servers=self.whitelist,
             ls=tl.balancer_view,
@@ -415,9 +428,37 @@ class RootService:
             self.parameters.apply_table(params)
         except ValueError as e:
             raise StartupError(str(e)) from e
+        self._recheck_planner()
         self.identity.bootstrapped = param_repo.PARAM_BOOTSTRAP_TIME in params
         self.identity.cluster_id = params.get(param_repo.PARAM_CLUSTER_ID, "")
         self.identity.self_server = self.settings.self_server
+
+    def check_planner(self) -> PlannerCheck:
+        """Check, without starting a JVM, that the planner ``balancer_planner`` names can run
+        (:func:`rootservice.balancer.planner_check.check_planner`), log the answer (INFO, or
+        WARNING with the fix) and keep it in :attr:`planner_check` (``ob_rs_planner_ready``,
+        the cluster document). Issue 13 item 3."""
+        found = check_planner(self.settings.balancer_planner, self.settings.effective_db_url())
+        self.planner_check = found
+        if found.ready:
+            log.info("balancer planner %s can run: %s", found.planner, found.detail)
+        else:
+            log.warning(
+                "balancer planner %s cannot run: %s (DELETE SERVER and the lost-replica "
+                "cleanup will stall until it can)",
+                found.planner,
+                found.detail,
+            )
+        return found
+
+    def _recheck_planner(self) -> None:
+        # Once at open and again only when balancer_planner changed: a re-read of the
+        # parameters (take office) must not log the same answer again.
+        if (
+            self.planner_check is None
+            or self.planner_check.planner != self.settings.balancer_planner
+        ):
+            self.check_planner()
 
     def start(self) -> None:
         """Run the first election round at once (taking office when the lease is free, see
@@ -501,9 +542,7 @@ class RootService:
         self.term.state = RsState.STOPPED
         self.executor.shutdown(wait=False, cancel_futures=True)
         self.agents.close()
-        stop = getattr(self.planner, "stop", None)
-        if stop is not None:
-            stop()
+        self.planner.stop()
         if self.engine is not None:
             self.engine.dispose()
 
@@ -512,6 +551,8 @@ class RootService:
         parameters feed (the agent client's timeout, the permanent-offline deadlines, the
         timers' periods)."""
         self.agents.timeout_us = self.settings.rpc_timeout
+        if self.engine is not None:
+            self._recheck_planner()
         if "server_permanent_offline_time" in names:
             self.lease_checker.resort_offline_deadlines()
         self.timers.reschedule(self.leader_tasks())
@@ -540,6 +581,8 @@ class RootService:
             states=[s.value for s in RsState],
             lease_time_us=self.settings.lease_time,
             jobs=jobs,
+            planner=self.settings.balancer_planner,
+            planner_ready=self.planner_check.ready if self.planner_check else None,
         )
 
     def metrics_snapshot(self) -> dict[str, Any]:
@@ -555,4 +598,6 @@ class RootService:
         out["take_office_grace_until_us"] = self.take_office_grace.no_expire_until
         out["writes_rejected_total"] = self.store.rejected_writes
         out["lease_time_us"] = self.settings.lease_time
+        out["balancer_planner"] = self.settings.balancer_planner
+        out["planner_ready"] = self.planner_check.ready if self.planner_check else None
         return out

@@ -101,6 +101,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--spark-master", help="Spark master of the balancer's plans (default local[*])")
     s.add_argument(
+        "--balancer-planner",
+        choices=["spark", "local"],
+        help="planner of the balancer's plans: spark (default) or local (pandas, no JVM); "
+        "ALTER SYSTEM SET balancer_planner changes it at run time",
+    )
+    s.add_argument(
         "--spark-conf",
         action="append",
         metavar="K=V",
@@ -147,6 +153,7 @@ def _settings(args: argparse.Namespace) -> RsSettings:
         "self_server",
         "allow_short_timings",
         "spark_master",
+        "balancer_planner",
         "spark_conf",
         "migration_concurrency_per_server",
         "migration_max_bytes_per_second",

@@ -25,6 +25,8 @@ from obcommon.sizes import format_size, parse_size
 #: (held in bytes, written ``64M``).
 DURATION = "duration"
 SIZE = "size"
+#: ``ParamDef.kind`` of a parameter that is one of a few words (``ParamDef.choices``).
+CHOICE = "choice"
 
 
 @dataclass(frozen=True)
@@ -38,14 +40,20 @@ class ParamDef:
     info: str
     short_min_us: int  # lower bound when allow_short_timings (tests, demos)
     kind: str = DURATION
+    # A parameter whose value is one of these words (lower case) rather than a duration or
+    # a size; the bounds are unused then (issue 13 item 3: balancer_planner).
+    choices: tuple[str, ...] = ()
 
     def parse(self, raw: str | int) -> int:
         """``raw`` as written in ALTER SYSTEM SET or ``__all_sys_parameter``, in the unit of
         :attr:`kind`. Raises ``ValueError``."""
         return parse_size(raw) if self.kind == SIZE else parse_duration(raw)
 
-    def format(self, value: int) -> str:
-        """``value`` as SHOW PARAMETERS prints it and ``__all_sys_parameter`` keeps it."""
+    def format(self, value: int | str) -> str:
+        """``value`` as SHOW PARAMETERS prints it and ``__all_sys_parameter`` keeps it (a
+        choice parameter's word as it is)."""
+        if isinstance(value, str):
+            return value
         return format_size(value) if self.kind == SIZE else format_duration(value)
 
 
@@ -186,6 +194,17 @@ PARAMETERS: dict[str, ParamDef] = {
             "how long CREATE TENANT waits for every log stream to have a leader",
             10_000,
         ),
+        # Issue 13 item 3: which planner computes the balancer's and the lost-replica
+        # checker's plans; 'local' runs the same plans in pandas, for clusters without a JVM.
+        ParamDef(
+            "balancer_planner",
+            0,
+            None,
+            "planner of the balancer's plans: spark (a SparkSession) or local (pandas, no JVM)",
+            0,
+            CHOICE,
+            choices=("spark", "local"),
+        ),
     ]
 }
 
@@ -242,6 +261,8 @@ class RsSettings(BaseSettings):
     # Spark master for the balancer's plans ("local[*]" runs inside the RS) and extra
     # Spark configuration "k=v" entries.
     spark_master: str = "local[*]"
+    # Which planner computes the plans (issue 13 item 3): "spark" or "local" (pandas).
+    balancer_planner: str = "spark"
     spark_conf: list[str] = Field(default_factory=list)
     persist_interval: Duration = 100_000
     bootstrap_timeout: Duration = 60 * S
@@ -275,9 +296,16 @@ class RsSettings(BaseSettings):
     def _check_log_format(cls, value: str) -> str:
         return check_log_format(value)
 
+    @field_validator("balancer_planner")
+    @classmethod
+    def _check_planner(cls, value: str) -> str:
+        return check_choice(PARAMETERS["balancer_planner"], value, ValueError)
+
     @model_validator(mode="after")
     def _check(self) -> RsSettings:
         for name, p in PARAMETERS.items():
+            if p.choices:
+                continue
             check_parameter_range(p, getattr(self, name), self.allow_short_timings, ValueError)
         if self.lease_time <= self.heartbeat_interval:
             raise ValueError(
@@ -323,6 +351,33 @@ def check_spark_master_db(master: str, db_url: str) -> None:
     )
 
 
+def check_choice(p: ParamDef, value: object, exc: Any) -> str:
+    """``value`` as the lower-case word of ``p.choices`` it names; raises ``exc(message)``
+    when it names none."""
+    word = str(value).strip().lower()
+    if word not in p.choices:
+        raise exc(f"{p.name} = {value!r} is not one of {', '.join(p.choices)}")
+    return word
+
+
+def parse_parameter(p: ParamDef, raw: str | int) -> int | str:
+    """A parameter's value from its text (``__all_sys_parameter``, ALTER SYSTEM SET): in
+    ``p``'s unit (:meth:`ParamDef.parse`), or for a choice parameter the lower-case word.
+    Raises ``ValueError`` when it does not parse."""
+    if p.choices:
+        return check_choice(p, raw, ValueError)
+    return p.parse(raw)
+
+
+def parameter_range(p: ParamDef, short: bool) -> str:
+    """The range column of SHOW PARAMETERS: ``[lo, hi]`` or ``{a, b}`` for a choice."""
+    if p.choices:
+        return "{" + ", ".join(p.choices) + "}"
+    lo = p.short_min_us if short else p.min_us
+    hi = p.format(p.max_us) if p.max_us else "+inf"
+    return f"[{p.format(lo)}, {hi}]"
+
+
 def check_parameter_range(p: ParamDef, value_us: int, short: bool, exc: Any) -> None:
     """Raise ``exc(message)`` when ``value_us`` (in ``p``'s unit) is outside ``p``'s range."""
     lo = p.short_min_us if short else p.min_us
@@ -331,16 +386,22 @@ def check_parameter_range(p: ParamDef, value_us: int, short: bool, exc: Any) -> 
         raise exc(f"{p.name} = {p.format(value_us)} is out of range [{p.format(lo)}, {hi}]")
 
 
-def validate_parameter(settings: RsSettings, name: str, raw: str | int) -> int:
+def validate_parameter(settings: RsSettings, name: str, raw: str | int) -> int | str:
     """Check ``ALTER SYSTEM SET name = raw`` against ``settings`` without changing them.
 
-    Returns the value in the parameter's unit (microseconds, or bytes for a size). Raises ``ObError(OB_ERR_SYS_CONFIG_UNKNOWN)`` for an
+    Returns the value in the parameter's unit (microseconds, or bytes for a size; a choice
+    parameter's lower-case word). Raises ``ObError(OB_ERR_SYS_CONFIG_UNKNOWN)`` for an
     unknown name and ``ObError(OB_INVALID_ARGUMENT)`` for a malformed or out-of-range value
     or one that breaks an invariant (SPEC.md section 11).
     """
     p = PARAMETERS.get(name.lower())
     if p is None:
         raise ObError("OB_ERR_SYS_CONFIG_UNKNOWN", detail=f"parameter '{name}'")
+    if p.choices:
+        try:
+            return check_choice(p, raw, ValueError)
+        except ValueError as e:
+            raise ObError("OB_INVALID_ARGUMENT", str(e)) from None
     try:
         value = p.parse(raw)
     except ValueError as e:

@@ -220,7 +220,8 @@ class Readings:
 
     ``servers_by_status`` / ``servers_by_heartbeat``: display status / heartbeat status ->
     number of servers; ``states``: every RS state name, ``state`` the current one;
-    ``heartbeats_refused``: error name -> count; ``lease_time_us`` in microseconds."""
+    ``heartbeats_refused``: error name -> count; ``lease_time_us`` in microseconds;
+    ``planner`` the balancer planner's name, ``planner_ready`` whether it can run."""
 
     heartbeats_received: int
     heartbeats_refused: dict[str, int]
@@ -234,6 +235,10 @@ class Readings:
     states: list[str]
     lease_time_us: int
     jobs: list[JobReading] = field(default_factory=list)
+    # The balancer_planner parameter and whether it can run (None before the check; issue
+    # 13 item 3).
+    planner: str = ""
+    planner_ready: bool | None = None
 
 
 class RsReadings(Protocol):
@@ -296,6 +301,12 @@ LABELLED: dict[str, tuple[str, tuple[str, ...], str]] = {
         ("kind", "outcome"),
         "Admin statements by kind (statement class, e.g. ADD_SERVER, SELECT) and outcome "
         "(ok, forwarded, or the OceanBase error name).",
+    ),
+    "planner_failures": (
+        "ob_rs_planner_failures",
+        ("task",),
+        "Plans that failed (no Java, JVM crash, lost executor, database error...), by the "
+        "task that asked (balancer, lost_replica_checker); issue 13.",
     ),
 }
 #: Latency windows exported as histograms: window name (or prefix ending with '.') ->
@@ -425,6 +436,14 @@ class RsCollector(Collector):
             copied.add_metric(values, j.bytes_copied)
             total.add_metric(values, j.bytes_total)
         yield from (progress, copied, total)
+        if r.planner_ready is not None:
+            yield _gauges(
+                "ob_rs_planner_ready",
+                "1 when the balancer planner (label: balancer_planner) can run, checked at "
+                "start and when the parameter changes, else 0.",
+                "planner",
+                {r.planner: int(r.planner_ready)},
+            )
 
     def _counters(self) -> Iterator[Metric]:
         counters = self.metrics.counters()

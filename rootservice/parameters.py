@@ -19,7 +19,14 @@ from typing import Protocol
 
 from obcommon.clock import Clock
 from obcommon.errors import ObError
-from rootservice.config import PARAMETERS, SIZE, RsSettings, validate_parameter
+from rootservice.config import (
+    PARAMETERS,
+    SIZE,
+    RsSettings,
+    parameter_range,
+    parse_parameter,
+    validate_parameter,
+)
 from rootservice.db import event_repo, param_repo
 from rootservice.db.event_repo import Event
 from rootservice.ha.store import MetaStore
@@ -80,7 +87,7 @@ class Parameters:
         for name in PARAMETERS:
             if name in params and name not in self.flags_set:
                 try:
-                    trial[name] = PARAMETERS[name].parse(params[name])
+                    trial[name] = parse_parameter(PARAMETERS[name], params[name])
                     taken.append(name)
                 except ValueError as e:
                     log.error("ignoring __all_sys_parameter %s = %r: %s", name, params[name], e)
@@ -101,7 +108,7 @@ class Parameters:
         then apply them live. Raises OB_ERR_SYS_CONFIG_UNKNOWN, OB_INVALID_ARGUMENT,
         OB_RS_NOT_MASTER, OB_ERR_SYS; nothing changes on error."""
         trial = RsSettings.model_validate(self.settings.model_dump())
-        values: dict[str, int] = {}
+        values: dict[str, int | str] = {}
         for name, raw in items:
             if isinstance(raw, float):
                 p = PARAMETERS.get(name.lower())
@@ -141,14 +148,12 @@ class Parameters:
         for name, p in PARAMETERS.items():
             if like is not None and not sql_like(name, like):
                 continue
-            lo = p.short_min_us if self.settings.allow_short_timings else p.min_us
-            hi = p.format(p.max_us) if p.max_us else "+inf"
             rows.append(
                 (
                     name,
                     p.format(getattr(self.settings, name)),
                     p.format(defaults[name].default),
-                    f"[{p.format(lo)}, {hi}]",
+                    parameter_range(p, self.settings.allow_short_timings),
                     self.sources.get(name, SOURCE_DEFAULT),
                     p.info,
                 )

@@ -3,10 +3,14 @@ rows of ``__all_rootservice_job``).
 
 Each INPROGRESS ``DELETE_SERVER`` job carries ``progress`` (0-100) and, in ``extra_info``
 (compact JSON), units / replicas moved of total, bytes copied, an estimate of the time left
-and, when nothing moved for ``migration_stall_time``, ``stalled: <reason>`` (also an event
-``migration_stalled``). The totals are fixed at the job's first round; in the transaction
-that removes the emptied server, :meth:`DeleteJobProgress.finalize_job` shows everything
-moved.
+and, when nothing moved for ``migration_stall_time``, ``stalled: <reason>`` naming what
+blocks (:func:`stall_reason`; also an event ``migration_stalled`` each time the reason
+changes). The totals are fixed at the job's first round and kept in ``extra_info`` with the
+job's start and last progress, so a new leader reads them back and the percentage never falls
+back after a failover (issue 13 item 3). A planner that fails (:meth:`DeleteJobProgress.
+planner_failed`) is the stall reason of every job (``planner failed: <cause>``) until it works
+again. In the transaction that removes the emptied server,
+:meth:`DeleteJobProgress.finalize_job` shows everything moved.
 
 Times are microseconds since the epoch; sizes bytes.
 """
@@ -22,7 +26,14 @@ import sqlalchemy as sa
 
 from obcommon.clock import Clock
 from rootservice.balancer.copy_tasks import CopyTask, CopyTasks
-from rootservice.balancer.ports import EventSink, ReplicaReports, Reports, Store, Whitelist
+from rootservice.balancer.ports import (
+    EventSink,
+    LsKey,
+    LsStatus,
+    Reports,
+    Store,
+    Whitelist,
+)
 from rootservice.balancer.unit_moves import UnitMoves
 from rootservice.config import RsSettings
 from rootservice.db import job_repo, ls_repo, unit_repo
@@ -34,13 +45,21 @@ log = logging.getLogger(__name__)
 
 JOB_TYPE = "DELETE_SERVER"
 
+#: Log streams a stall reason names at most (the count says how many there are).
+NAMED_LS = 3
+
+#: Prefix of the stall reason while the planner fails.
+PLANNER_FAILED = "planner failed: "
+
 
 @dataclass
 class JobProgress:
     """What one DELETE_SERVER job has done: the totals are fixed at its first round
     (``bytes_total`` in bytes, times in microseconds; ``last_done`` units + replicas moved
-    when last changed, ``stalled`` the reported reason or ``''``). ``job_id``, ``percent``
-    (0-100) and ``bytes_done`` are those of the last round, for ``/metrics`` (issue 12)."""
+    when last changed at ``last_change_us``, ``stalled`` the reported reason or ``''``).
+    ``job_id``, ``percent`` (0-100) and ``bytes_done`` are those of the last round, for
+    ``/metrics`` (issue 12); ``bytes_done`` never decreases (a restarted copy does not take
+    back what the operator was shown)."""
 
     units_total: int
     replicas_total: int
@@ -58,7 +77,8 @@ def job_info(
     p: JobProgress, units_moved: int, replicas_moved: int, bytes_done: int, eta: str
 ) -> str:
     """The job's ``extra_info``: compact JSON with units / replicas moved of total, bytes
-    copied (also human-readable as ``copied``), ``eta`` and ``stalled``."""
+    copied (also human-readable as ``copied``), ``eta``, ``stalled``, and the baseline a new
+    leader reads back (:func:`restore_progress`): ``started_us`` and ``last_progress_us``."""
     info = {
         "units_moved": units_moved,
         "units_total": p.units_total,
@@ -69,8 +89,39 @@ def job_info(
         "copied": format_bytes(bytes_done),
         "eta": eta,
         "stalled": p.stalled,
+        "started_us": p.started_us,
+        "last_progress_us": p.last_change_us,
     }
     return json.dumps(info, separators=(",", ":"))
+
+
+def restore_progress(job_id: int, extra_info: str) -> JobProgress | None:
+    """The progress a former leader kept in the job's ``extra_info`` (:func:`job_info`), or
+    None when it holds none (a new job, or text that is not such JSON). Issue 13 item 3."""
+    try:
+        info = json.loads(extra_info) if extra_info else None
+        if not isinstance(info, dict):
+            return None
+        started = int(info["started_us"])
+        return JobProgress(
+            units_total=int(info["units_total"]),
+            replicas_total=int(info["replicas_total"]),
+            bytes_total=int(info["bytes_total"]),
+            started_us=started,
+            last_change_us=int(info.get("last_progress_us", started)),
+            last_done=int(info["units_moved"]) + int(info["replicas_moved"]),
+            stalled=str(info.get("stalled", "")),
+            job_id=job_id,
+            bytes_done=int(info.get("bytes_copied", 0)),
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _ls_list(keys: Sequence[LsKey]) -> str:
+    named = ", ".join(f"{t}/{ls}" for t, ls in sorted(keys)[:NAMED_LS])
+    more = f" and {len(keys) - NAMED_LS} more" if len(keys) > NAMED_LS else ""
+    return f"{named}{more}"
 
 
 def stall_reason(
@@ -80,21 +131,46 @@ def stall_reason(
     copies: Iterable[CopyTask],
     reports: Reports,
     server: ServerStatus | None,
+    *,
+    replicas_left: Sequence[LsKey] = (),
+    leaderless: Sequence[LsKey] = (),
+    planner_failure: str = "",
 ) -> str:
     """Why the emptying of ``key`` (``'ip:port'``, whitelist entry ``server``) moves nothing,
-    first match wins: a unit left found no room (``unplaced``: unit_id -> the plan's reason),
-    a copy off it reports a build error, the server is dead with no healthy source, else it
-    waits for replicas to catch up."""
+    naming what blocks (issue 13 item 3), first match wins:
+
+    1. the planner fails (``planner_failure``): ``planner failed: <cause>``;
+    2. a unit left found no room (``unplaced``: unit_id -> the unit plan's reason, which
+       names the resource short, how much is needed and how much is free);
+    3. a copy off the server reports a build error;
+    4. some LS with a replica on the server has no leader (``leaderless``, ``(tenant_id,
+       ls_id)``): no member change can happen;
+    5. the server is dead with no healthy source;
+    6. else the replicas still on it (``replicas_left``): how many and the first few
+       ``tenant/ls``, waiting for their copies and member changes.
+
+    LS are written ``tenant_id/ls_id``."""
+    if planner_failure:
+        return PLANNER_FAILED + planner_failure
     for u in units_left:
         if u.unit_id in unplaced:
-            return f"unit {u.unit_id}: no room ({unplaced[u.unit_id]})"
+            return f"unit {u.unit_id} in zone {u.zone} has no room: {unplaced[u.unit_id]}"
     for task in copies:
         r = reports.get(task.dest, {}).get(task.key)
         if r is not None and r.build_error:
-            return f"LS {task.key[1]} copy to {task.dest}: {r.build_error}"
+            return f"LS {task.key[0]}/{task.key[1]} copy to {task.dest}: {r.build_error}"
+    if leaderless:
+        n = len(leaderless)
+        return f"{n} LS without a leader ({_ls_list(leaderless)}): no member change can happen"
     if server is not None and not server.is_alive():
         return "the server is not alive and some LS has no healthy source"
-    return "waiting for replicas to catch up and for member changes"
+    if replicas_left:
+        n = len(replicas_left)
+        return (
+            f"{n} replica(s) still on the server ({_ls_list(replicas_left)}): waiting for "
+            "their copies to catch up and for member changes"
+        )
+    return "waiting for member changes"
 
 
 class DeleteJobProgress:
@@ -102,15 +178,17 @@ class DeleteJobProgress:
     when its server is removed.
 
     ``units`` and ``copies`` are the balancer's unit moves and copies in flight (read only);
+    ``ls`` gives the replica reports and the LS views (their leaders, for stall reasons);
     ``events`` queues the ``migration_stalled`` events; ``settings`` give
-    ``migration_stall_time``.
+    ``migration_stall_time``. :attr:`planner_failure` is the cause of the last failed plan
+    (``''`` while the planner works), set by the balancer.
     """
 
     def __init__(
         self,
         *,
         servers: Whitelist,
-        ls: ReplicaReports,
+        ls: LsStatus,
         events: EventSink,
         store: Store,
         clock: Clock,
@@ -118,7 +196,8 @@ class DeleteJobProgress:
         units: UnitMoves,
         copies: CopyTasks,
     ) -> None:
-        """No job known yet: each job's totals are taken at its first round."""
+        """No job known yet: each job's totals are taken at its first round here, or read
+        back from its row (a former leader's)."""
         self.servers = servers
         self.ls = ls
         self.events = events
@@ -128,19 +207,39 @@ class DeleteJobProgress:
         self.units = units
         self.copies = copies
         self.progress: dict[str, JobProgress] = {}
+        self.planner_failure = ""
 
     def clear(self) -> None:
-        """Forget every job's progress (step-down)."""
+        """Forget every job's progress and the planner's failure (step-down)."""
         self.progress.clear()
+        self.planner_failure = ""
+
+    def planner_failed(self, cause: str) -> None:
+        """The planner failed with ``cause`` (a short line): every job whose stall time has
+        passed reports ``planner failed: <cause>`` at the next :meth:`update_jobs`."""
+        self.planner_failure = cause
+
+    def planner_works(self) -> None:
+        """The planner computed a plan again: a ``planner failed`` stall clears, and the job
+        gets a fresh ``migration_stall_time`` before another reason is reported."""
+        if not self.planner_failure:
+            return
+        self.planner_failure = ""
+        now = self.clock.now_us()
+        for p in self.progress.values():
+            if p.stalled.startswith(PLANNER_FAILED):
+                p.stalled, p.last_change_us = "", now
 
     def forget(self, server: str) -> None:
         """Forget the progress of ``server``'s job (``'ip:port'``; CANCEL DELETE)."""
         self.progress.pop(server, None)
 
     def update_jobs(self) -> None:
-        """Refresh ``progress`` and ``extra_info`` of every INPROGRESS DELETE_SERVER job, and
-        report a stall (log and event, once) when nothing moved for
-        ``migration_stall_time``. Raises ``ObError`` when the transaction fails."""
+        """Refresh ``progress`` and ``extra_info`` of every INPROGRESS DELETE_SERVER job
+        (a job this RS has not seen yet resumes from the baseline in its row), and report a
+        stall (log and event ``migration_stalled``, again only when the reason changes) when
+        nothing moved for ``migration_stall_time``. Raises ``ObError`` when the transaction
+        fails."""
         with self.store.read() as conn:
             jobs = job_repo.inprogress_jobs(conn, JOB_TYPE)
             if not jobs:
@@ -157,7 +256,9 @@ class DeleteJobProgress:
             bytes_left = sum(int(meta[k]["data_size"]) for k in replicas_left)
             p = self.progress.get(key)
             if p is None:
-                p = JobProgress(len(units_left), len(replicas_left), bytes_left, now, now)
+                p = restore_progress(j.job_id, j.extra_info) or JobProgress(
+                    len(units_left), len(replicas_left), bytes_left, now, now
+                )
                 self.progress[key] = p
             copied = 0
             for task in self.copies.from_server(key):
@@ -166,23 +267,26 @@ class DeleteJobProgress:
                     copied += r.data_size if r.in_service else r.bytes_copied
             units_moved = max(0, p.units_total - len(units_left))
             replicas_moved = max(0, p.replicas_total - len(replicas_left))
-            bytes_done = max(0, p.bytes_total - bytes_left) + copied
+            bytes_done = max(p.bytes_done, max(0, p.bytes_total - bytes_left) + copied)
             total = p.units_total + p.replicas_total
             done = units_moved + replicas_moved
             percent = 99 if total and done >= total else (100 * done // total if total else 0)
             if done != p.last_done:
                 p.last_done, p.last_change_us, p.stalled = done, now, ""
-            elif now - p.last_change_us >= self.settings.migration_stall_time and not p.stalled:
-                p.stalled = self._stall_reason(key, units_left)
-                self.events.add_event(
-                    Event(
-                        now,
-                        "balancer",
-                        "migration_stalled",
-                        (("server", key), ("reason", p.stalled)),
+            elif now - p.last_change_us >= self.settings.migration_stall_time:
+                ls_left = [(k[0], k[1]) for k in replicas_left]
+                reason = self._stall_reason(key, units_left, ls_left)
+                if reason != p.stalled:
+                    p.stalled = reason
+                    self.events.add_event(
+                        Event(
+                            now,
+                            "balancer",
+                            "migration_stalled",
+                            (("server", key), ("reason", reason)),
+                        )
                     )
-                )
-                log.warning("DELETE SERVER %s makes no progress: %s", key, p.stalled)
+                    log.warning("DELETE SERVER %s makes no progress: %s", key, reason)
             p.job_id, p.percent, p.bytes_done = j.job_id, percent, bytes_done
             elapsed = max(1, now - p.started_us)
             eta = ""
@@ -196,7 +300,11 @@ class DeleteJobProgress:
             for job_id, percent, text in updates:
                 job_repo.set_job_progress(conn, job_id, percent, text, now)
 
-    def _stall_reason(self, key: str, units_left: list[unit_repo.Unit]) -> str:
+    def _stall_reason(
+        self, key: str, units_left: list[unit_repo.Unit], ls_left: list[LsKey]
+    ) -> str:
+        views = self.ls.views()
+        leaderless = [k for k in ls_left if (v := views.get(k)) is not None and v.leader is None]
         return stall_reason(
             key,
             units_left,
@@ -204,14 +312,22 @@ class DeleteJobProgress:
             self.copies.from_server(key),
             self.ls.reports(),
             self.servers.get(key),
+            replicas_left=ls_left,
+            leaderless=leaderless,
+            planner_failure=self.planner_failure,
         )
 
     def finalize_job(self, conn: sa.Connection, ip: str, port: int) -> None:
         """In the transaction ``conn`` that removes the emptied server ``ip:port``: its job's
         ``extra_info`` shows everything moved (the job itself becomes SUCCESS in the same
-        transaction, SPEC.md section 9). Nothing when this RS kept no progress for it."""
+        transaction, SPEC.md section 9). Without progress in this RS's memory the baseline a
+        former leader left in the row is used; nothing when there is none either."""
         key = f"{ip}:{port}"
         p = self.progress.pop(key, None)
+        if p is None:
+            for j in job_repo.inprogress_jobs(conn, JOB_TYPE):
+                if j.server == key:
+                    p = restore_progress(j.job_id, j.extra_info)
         if p is None:
             return
         p.stalled = ""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from rootservice.balancer.planner import Planner, server_rows
+from rootservice.balancer.planner import Planner, PlannerError, server_rows
 from rootservice.balancer.ports import Gate, MetaCache, Store, Waker, Whitelist
 from rootservice.db import ls_repo
 from rootservice.metrics import Metrics
@@ -53,7 +53,8 @@ class LostReplicaChecker:
         """ObLostReplicaChecker's round: delete the rows of ``__all_ls_meta_table`` the plan
         calls lost, in batches of 500, each logged. Returns rows deleted. Runs only when some
         row sits on a server that is gone or permanently offline (no Spark job otherwise), and
-        only while the RS is in service. Raises ``ObError`` when a transaction fails (the
+        only while the RS is in service. A failed plan (``PlannerError``, already made visible by
+        the planner) deletes nothing. Raises ``ObError`` when a transaction fails (the
         batches before it stay deleted)."""
         if not self.term.may_act():
             return 0
@@ -67,7 +68,11 @@ class LostReplicaChecker:
         ]
         if not suspects:
             return 0
-        rows = self.planner.lost_replicas(server_rows(self.servers))
+        try:
+            rows = self.planner.lost_replicas(server_rows(self.servers))
+        except PlannerError:
+            # Counted, logged once and recorded as an event by the planner (issue 13 item 3).
+            return 0
         deleted = 0
         for i in range(0, len(rows), BATCH):
             batch = rows[i : i + BATCH]

@@ -49,6 +49,36 @@ class Planner(Protocol):
         ...
 
 
+class PlannerError(Exception):
+    """A plan could not be computed (issue 13 item 3): no Java, a JVM crash, a lost executor,
+    an unreachable master, a database error in the planner... ``cause`` is a short one-line
+    reason (shown in the jobs' ``stalled``), ``task`` the caller (``balancer`` or
+    ``lost_replica_checker``); the original exception is chained. Raised by
+    :class:`rootservice.balancer.planners.SwitchablePlanner`, which has already counted,
+    logged and recorded the failure."""
+
+    def __init__(self, task: str, cause: str) -> None:
+        """``task`` and ``cause`` as in the class doc."""
+        super().__init__(f"{task}: planner failed: {cause}")
+        self.task = task
+        self.cause = cause
+
+
+def short_cause(exc: BaseException, limit: int = 200) -> str:
+    """One line naming what failed: the exception's first line (its type when empty), plus
+    its chained cause's first line when that adds something, at most ``limit`` characters."""
+
+    def first(e: BaseException) -> str:
+        lines = str(e).strip().splitlines()
+        return lines[0].strip() if lines else type(e).__name__
+
+    text = first(exc)
+    inner = exc.__cause__
+    if inner is not None and first(inner) not in text:
+        text = f"{text}: {first(inner)}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def server_rows(servers: Whitelist) -> list[Row]:
     """The whitelist as planner rows (:data:`SERVER_COLUMNS`): status and heartbeat status
     as their display strings, ``stop_time`` in microseconds, CPU in cores, memory and log

@@ -8,6 +8,10 @@ ever delays heartbeats or the 100 ms checker). :class:`PandasPlanner` runs the s
 single-process pandas (``rootservice.balancer.spark.reference``, checked against Spark by
 ``tests/unit/rootservice/balancer/test_spark_jobs.py``); the fake-clock unit tests use it to stay fast.
 :class:`LazySparkPlanner` is the RS's default: a :class:`SparkPlanner` built on first use.
+:class:`SwitchablePlanner` is the one planner the RS's balancer and lost-replica checker hold:
+it delegates to the Spark or the pandas planner as the ``balancer_planner`` parameter says at
+each call, and makes a failed plan visible (counter, event, one WARNING per cause) before
+raising :class:`rootservice.balancer.planner.PlannerError` (issue 13 item 3).
 
 Each method takes the servers rows (``rootservice.balancer.planner.SERVER_COLUMNS``) and returns
 plan rows as dicts, nulls as None.
@@ -20,10 +24,17 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
-from rootservice.balancer.planner import Row
+from obcommon.clock import Clock
+from obcommon.ratelimit_log import RateLimitedLog
+from rootservice.balancer.planner import Planner, PlannerError, Row, short_cause
+from rootservice.balancer.planner_check import PlannerCheck, check_planner
+from rootservice.balancer.ports import EventSink
 from rootservice.config import RsSettings
+from rootservice.db.event_repo import Event
+from rootservice.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -171,3 +182,129 @@ class LazySparkPlanner:
         with self._lock:
             if self._planner is not None:
                 self._planner.stop()
+
+
+#: The task each plan serves (the label of ``ob_rs_planner_failures_total``).
+PLAN_TASKS = {
+    "unit_plan": "balancer",
+    "replica_plan": "balancer",
+    "lost_replicas": "lost_replica_checker",
+}
+
+#: A failure whose cause keeps changing is still logged at most this often per task, in
+#: microseconds (the cause of the first line is the one shown).
+FAILURE_LOG_US = 600_000_000
+
+
+class SwitchablePlanner:
+    """The RS's one :class:`rootservice.balancer.planner.Planner` (issue 13 item 3): each
+    call goes to ``spark`` or ``local`` as ``settings.balancer_planner`` says at that moment,
+    so ALTER SYSTEM SET balancer_planner applies from the next round.
+
+    A call that raises (any exception: no Java, JVM crash, lost executor, unreachable
+    master, database error) is counted in ``planner_failures_total`` by task
+    (:data:`PLAN_TASKS`; ``ob_rs_planner_failures_total{task}``), and, once per distinct
+    cause and task, logged at WARNING (through a :class:`RateLimitedLog`) and recorded as a
+    ``planner_failed`` event (``task``, ``planner``, ``cause``); then
+    :class:`rootservice.balancer.planner.PlannerError` is raised with the short cause. When
+    the Spark planner fails and :func:`check_planner` finds Spark cannot run at all, the
+    cause is that finding (it names the fix). The first success after failures is logged at
+    INFO and clears the task's cause. ``check`` replaces :func:`check_planner` (tests).
+    """
+
+    def __init__(
+        self,
+        settings: RsSettings,
+        *,
+        spark: Planner,
+        local: Planner,
+        events: EventSink,
+        metrics: Metrics,
+        clock: Clock,
+        check: Callable[[str, str], PlannerCheck] = check_planner,
+    ) -> None:
+        """Nothing is started: ``spark`` is typically a :class:`LazySparkPlanner`."""
+        self.settings = settings
+        self.planners: dict[str, Planner] = {"spark": spark, "local": local}
+        self.events = events
+        self.metrics = metrics
+        self.clock = clock
+        self.check = check
+        self.failures: dict[str, str] = {}  # task -> cause of its last failure
+        self._log = RateLimitedLog(log, clock, FAILURE_LOG_US)
+        self._lock = threading.Lock()
+
+    @property
+    def current(self) -> str:
+        """The planner the next call uses (``spark`` or ``local``)."""
+        return self.settings.balancer_planner
+
+    def _call(self, plan: str, servers: list[Row]) -> list[Row]:
+        which = self.current
+        task = PLAN_TASKS[plan]
+        try:
+            rows: list[Row] = getattr(self.planners[which], plan)(servers)
+        except Exception as e:
+            cause = short_cause(e)
+            if which == "spark":
+                found = self.check(which, self.settings.effective_db_url())
+                if not found.ready:
+                    cause = found.detail
+            self._failed(task, which, cause, e)
+            raise PlannerError(task, cause) from e
+        self._succeeded(task, which)
+        return rows
+
+    def _failed(self, task: str, which: str, cause: str, exc: Exception) -> None:
+        self.metrics.inc_labelled("planner_failures", (task,))
+        with self._lock:
+            new = self.failures.get(task) != cause
+            self.failures[task] = cause
+        if not new:
+            return
+        self.events.add_event(
+            Event(
+                self.clock.now_us(),
+                "balancer",
+                "planner_failed",
+                (("task", task), ("planner", which), ("cause", cause)),
+            )
+        )
+        self._log.log(
+            logging.WARNING,
+            task,
+            "%s: the %s planner failed, nothing moves until it works again: %s",
+            task,
+            which,
+            cause,
+            extra={"task": task},
+            exc_info=(type(exc), exc, exc.__traceback__)
+            if log.isEnabledFor(logging.DEBUG)
+            else None,
+        )
+
+    def _succeeded(self, task: str, which: str) -> None:
+        with self._lock:
+            cause = self.failures.pop(task, None)
+        if cause is not None:
+            self._log.reset(task)
+            log.info("%s: the %s planner works again (it failed: %s)", task, which, cause)
+
+    def unit_plan(self, servers: list[Row]) -> list[Row]:
+        """See :class:`rootservice.balancer.planner.Planner`; raises ``PlannerError``."""
+        return self._call("unit_plan", servers)
+
+    def replica_plan(self, servers: list[Row]) -> list[Row]:
+        """See :class:`rootservice.balancer.planner.Planner`; raises ``PlannerError``."""
+        return self._call("replica_plan", servers)
+
+    def lost_replicas(self, servers: list[Row]) -> list[Row]:
+        """See :class:`rootservice.balancer.planner.Planner`; raises ``PlannerError``."""
+        return self._call("lost_replicas", servers)
+
+    def stop(self) -> None:
+        """Stop every planner that has something to stop (the SparkSession)."""
+        for p in self.planners.values():
+            stop = getattr(p, "stop", None)
+            if stop is not None:
+                stop()

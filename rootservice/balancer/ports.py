@@ -5,7 +5,8 @@ manager: :class:`Whitelist` (the servers package's whitelist), :class:`EventSink
 persist queue), :class:`Waker` (the task registry's wake-up by task name), :class:`Gate`
 (:class:`rootservice.ha.term.Term`), :class:`Store` (:class:`rootservice.ha.store.MetaStore`),
 :class:`LayoutVersion` (the tenant layer's cache version of the layout) and the log-stream
-views of the tenant layer (:class:`LsLayout`, :class:`ReplicaReports`, :class:`ReplicaWork`,
+views of the tenant layer (:class:`LsLayout`, :class:`ReplicaReports`, :class:`LsStatus`,
+:class:`ReplicaWork`,
 :class:`MetaCache`; today all :class:`rootservice.tenants.balancer_view.BalancerView`).
 
 The value types the tenant layer hands back (:data:`LsKey`, :class:`LsPlan`,
@@ -36,6 +37,7 @@ __all__ = [
     "LsKey",
     "LsLayout",
     "LsPlan",
+    "LsStatus",
     "LsView",
     "MetaCache",
     "ReplicaReports",
@@ -134,6 +136,11 @@ class ReplicaReports(Protocol):
     def reports(self) -> Reports:
         """A shallow copy of the latest reports by server."""
         ...
+
+
+class LsStatus(LsLayout, ReplicaReports, Protocol):
+    """The layout's views (with their leaders) and the replica reports: what the jobs'
+    stall reasons read (issue 13 item 3)."""
 
 
 class ReplicaWork(LsLayout, ReplicaReports, Protocol):

@@ -15,7 +15,7 @@ import threading
 
 from rootservice.balancer.copy_tasks import CopyTasks
 from rootservice.balancer.job_progress import DeleteJobProgress
-from rootservice.balancer.planner import Planner, server_rows
+from rootservice.balancer.planner import Planner, PlannerError, server_rows
 from rootservice.balancer.ports import Gate, LsLayout, Whitelist
 from rootservice.balancer.unit_moves import UnitMoves
 from rootservice.servers.status import AdminStatus, HeartbeatStatus
@@ -73,8 +73,10 @@ class RootBalancer:
         """One balancer round: plan and record unit moves, hand out replica copies, finish
         units whose replicas have moved, update job progress. Returns actions taken. Does
         nothing (and never starts Spark) while no server is being emptied and no unit or
-        copy is in flight, or while the RS is not in service. Raises ``ObError`` when a
-        transaction fails (the task registry logs it; the next round starts afresh)."""
+        copy is in flight, or while the RS is not in service. A plan that fails
+        (``PlannerError``) ends the round after the jobs record it as their stall reason.
+        Raises ``ObError`` when a transaction fails (the task registry logs it; the next
+        round starts afresh)."""
         if not self.term.may_act():
             return 0
         with self._lock:
@@ -90,9 +92,17 @@ class RootBalancer:
                 return 0
             servers = server_rows(self.servers)
             actions = 0
-            if self._emptying():
-                actions += self.units.apply_unit_plan(self.planner.unit_plan(servers))
-            actions += self.copies.hand_out(self.planner.replica_plan(servers))
+            try:
+                if self._emptying():
+                    actions += self.units.apply_unit_plan(self.planner.unit_plan(servers))
+                actions += self.copies.hand_out(self.planner.replica_plan(servers))
+            except PlannerError as e:
+                # Counted, logged and recorded by the planner; the jobs say it (issue 13
+                # item 3), and the round ends as a handled one (no task-failure traceback).
+                self.jobs.planner_failed(e.cause)
+                self.jobs.update_jobs()
+                return actions
+            self.jobs.planner_works()
             actions += self.units.finish_units()
             self.jobs.update_jobs()
             return actions

@@ -26,6 +26,9 @@ class Job:
     job_type: str
     svr_ip: str
     svr_port: int
+    # The row's extra_info ("" when NULL): a DELETE_SERVER job's progress baseline lives
+    # there, read back by a new leader (issue 13 item 3).
+    extra_info: str = ""
 
     @property
     def server(self) -> str:
@@ -94,13 +97,20 @@ def finish_jobs(
 
 
 def inprogress_jobs(conn: sa.Connection, job_type: str) -> list[Job]:
-    """The INPROGRESS jobs of ``job_type``, in the database's order."""
+    """The INPROGRESS jobs of ``job_type`` (with their ``extra_info``), in the database's
+    order."""
     t = all_rootservice_job
-    q = sa.select(t.c.job_id, t.c.job_type, t.c.svr_ip, t.c.svr_port).where(
+    q = sa.select(t.c.job_id, t.c.job_type, t.c.svr_ip, t.c.svr_port, t.c.extra_info).where(
         t.c.job_type == job_type, t.c.job_status == "INPROGRESS"
     )
     return [
-        Job(int(r["job_id"]), r["job_type"], r["svr_ip"], int(r["svr_port"]))
+        Job(
+            int(r["job_id"]),
+            r["job_type"],
+            r["svr_ip"],
+            int(r["svr_port"]),
+            r["extra_info"] or "",
+        )
         for r in conn.execute(q).mappings()
     ]
 

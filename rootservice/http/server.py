@@ -172,6 +172,7 @@ def build_app(rs: RootService) -> web.Application:
     r.add_get("/api/v1/health", _api(lambda s, _: s.health()))
     r.add_get("/api/v1/bootstrap", _api(lambda s, _: s.bootstrap()))
     r.add_get("/api/v1/hardware", _api(lambda s, _: s.hardware()))
+    r.add_get("/api/v1/planner", _api(lambda s, _: s.planner(), leader=False))
     r.add_get("/api/v1/check_decommission", check_decommission)
     r.add_get("/", index)
     if STATIC_DIR.is_dir():

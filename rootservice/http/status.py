@@ -172,6 +172,18 @@ class ClusterStatus:
             "events": self.events(SNAPSHOT_EVENTS),
         }
 
+    def planner(self) -> dict[str, Any]:
+        """The balancer planner (issue 13 item 3): ``name`` (balancer_planner), ``ready`` and
+        ``detail`` of the last check (None / "" before one), ``failing`` (task -> cause of
+        its last failed plan, empty while plans succeed)."""
+        check = self.rs.planner_check
+        return {
+            "name": self.rs.settings.balancer_planner,
+            "ready": check.ready if check else None,
+            "detail": check.detail if check else "",
+            "failing": dict(self.rs.planner.failures),
+        }
+
     # --- the Doris FE actions ------------------------------------------------------------
 
     def health(self) -> dict[str, int]:

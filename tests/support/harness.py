@@ -18,6 +18,7 @@ from obcommon.errors import ObError
 from obcommon.proto import obrpc_pb2
 from rootservice.app import RootService
 from rootservice.auth.principal import Principal
+from rootservice.balancer.planner import Planner
 from rootservice.config import RsSettings
 from rootservice.db import param_repo, server_repo, zone_repo
 from rootservice.db.zone_repo import ZoneInfo
@@ -42,7 +43,14 @@ ROOT = Principal("root", "127.0.0.1:40000")
 """The principal statements run as in tests that are not about privileges."""
 
 
-def make_rs(db_url: str, tmp_path: Path, *, seed: bool = True, **overrides: Any) -> RootService:
+def make_rs(
+    db_url: str,
+    tmp_path: Path,
+    *,
+    seed: bool = True,
+    planner: Planner | None = None,
+    **overrides: Any,
+) -> RootService:
     clock = FakeClock()
     settings = RsSettings(
         data_dir=tmp_path,
@@ -57,6 +65,7 @@ def make_rs(db_url: str, tmp_path: Path, *, seed: bool = True, **overrides: Any)
         start_scheduler=False,
         sleep=lambda seconds: clock.advance(int(seconds * S)),
         background=lambda fn: fn(),
+        planner=planner,
     )
     rs.open()
     rs.start()

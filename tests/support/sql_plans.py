@@ -126,7 +126,7 @@ WITH m AS NOT MATERIALIZED (
       AND NOT (c.moved AND EXISTS (
           SELECT 1 FROM members e
           WHERE e.tenant_id = c.tenant_id AND e.ls_id = c.ls_id
-            AND e.svr_ip = c.u_ip AND e.svr_port = c.u_port))
+            AND e.svr_ip = c.u_ip AND e.svr_port = c.u_port AND e.healthy))
 ), p AS (
     SELECT tenant_id, ls_id,
            CASE WHEN healthy THEN svr_ip WHEN l_ok THEN l_ip ELSE h_ip END AS src_svr_ip,

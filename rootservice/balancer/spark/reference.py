@@ -129,7 +129,7 @@ def pandas_replica_migration_plan(p: PandasInputs) -> pd.DataFrame:
     healthy = healthy.rename(columns={"svr_ip": "h_ip", "svr_port": "h_port"})
     t = c.merge(leaders, on=keys, how="left").merge(healthy, on=keys, how="left")
     t = t[t["moved"] | (t["offline"] & t["l_ip"].notna())]
-    existing = members[[*keys, "svr_ip", "svr_port"]].rename(
+    existing = members[members["healthy"]][[*keys, "svr_ip", "svr_port"]].rename(
         columns={"svr_ip": "u_ip", "svr_port": "u_port"}
     )
     existing["dest_has"] = True

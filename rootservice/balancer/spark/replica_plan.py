@@ -7,8 +7,9 @@ servers).
 
 1. every replica (row of ``__all_ls_meta_table``) whose server differs from its unit's
    server (joined on ``unit_id``): build a new replica on the unit's server, then remove
-   the old one - unless the unit's server already has a replica of the LS (then there is
-   nothing to build and the row is skipped);
+   the old one - unless the unit's server already has a healthy replica of the LS (then
+   there is nothing to build and the row is skipped; a replica there that is still building
+   or whose copy failed keeps the row, so the balancer can retry a failed copy, issue 13);
 2. every replica on a ``permanent_offline`` server whose LS is alive (a leader, role 1, on
    an alive server): rebuilt on the unit's server once the unit has moved (then it is a
    case of rule 1); while the unit is still on the dead server the row is listed with no
@@ -103,7 +104,7 @@ def replica_migration_plan(inputs: Inputs) -> DataFrame:
         F.min(F.when(is_leader, F.struct("svr_ip", "svr_port", "healthy"))).alias("leader"),
         F.min(F.when(F.col("healthy"), F.struct("svr_ip", "svr_port"))).alias("member"),
     )
-    existing = members.select(
+    existing = members.where(F.col("healthy")).select(
         *ls_keys,
         F.col("svr_ip").alias("u_ip"),
         F.col("svr_port").alias("u_port"),

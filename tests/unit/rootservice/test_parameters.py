@@ -96,6 +96,22 @@ def test_sql_like() -> None:
     assert not sql_like("axb", "a*b")
 
 
+def test_a_choice_parameter_from_the_table_and_set(engine: sa.Engine, tmp_path: Path) -> None:
+    p, listener = make(engine, tmp_path)
+    p.apply_table({"balancer_planner": "LOCAL"})
+    assert p.settings.balancer_planner == "local"
+    assert p.sources["balancer_planner"] == "__all_sys_parameter"
+    p.apply_table({"balancer_planner": "hadoop"})  # logged and ignored
+    assert p.settings.balancer_planner == "local"
+    with pytest.raises(ObError) as e:
+        p.set([("balancer_planner", "yarn")])
+    assert e.value.name == "OB_INVALID_ARGUMENT"
+    p.set([("balancer_planner", "spark")])
+    assert p.settings.balancer_planner == "spark" and listener.heard[-1] == {"balancer_planner"}
+    [row] = p.show("balancer_planner")
+    assert row[1:4] == ("spark", "spark", "{spark, local}")
+
+
 def test_migration_max_bytes_per_second_is_a_size(engine: sa.Engine, tmp_path: Path) -> None:
     """Issue 13 item 6: written as OceanBase's capacities ('64M', a plain byte count), kept
     and shown as a size, range [0, 10000G] (OceanBase's standby_fetch_log_bandwidth_limit),

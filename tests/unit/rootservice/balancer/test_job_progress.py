@@ -148,9 +148,10 @@ def test_a_stall_is_reported_once_with_the_no_room_reason(engine: sa.Engine) -> 
     w.clock.advance(1 * S)
     w.jobs.update_jobs()
     w.jobs.update_jobs()
-    assert w.job()[1]["stalled"] == "unit 1: no room (memory: needs 4G, free 1G)"
+    reason = "unit 1 in zone z1 has no room: memory: needs 4G, free 1G"
+    assert w.job()[1]["stalled"] == reason
     [ev] = w.events.named("migration_stalled")
-    assert ev.values == (("server", A), ("reason", "unit 1: no room (memory: needs 4G, free 1G)"))
+    assert ev.values == (("server", A), ("reason", reason))
 
 
 def test_the_final_extra_info_shows_everything_moved(engine: sa.Engine) -> None:
@@ -183,18 +184,31 @@ def test_stall_reasons_from_rows() -> None:
     task = CopyTask((1001, 1002), D, B, A, 0)
     failed = {D: {(1001, 1002): info((1001, 1002), [A, B], build_error="disk full")}}
     alive, dead = server(A), server(A, alive=False)
-    assert stall_reason(A, [unit], {7: "cpu"}, [task], failed, alive) == "unit 7: no room (cpu)"
-    assert stall_reason(A, [unit], {}, [task], failed, alive) == (f"LS 1002 copy to {D}: disk full")
+    left = [(1001, 1001), (1001, 1002), (1002, 1001), (1002, 1002)]
+    assert stall_reason(
+        A, [unit], {7: "cpu"}, [task], failed, alive, planner_failure="no java"
+    ) == ("planner failed: no java")
+    assert stall_reason(A, [unit], {7: "cpu: needs 4, free 1"}, [task], failed, alive) == (
+        "unit 7 in zone z1 has no room: cpu: needs 4, free 1"
+    )
+    assert stall_reason(A, [unit], {}, [task], failed, alive) == (
+        f"LS 1001/1002 copy to {D}: disk full"
+    )
+    assert stall_reason(A, [], {}, [], {}, dead, leaderless=[(1002, 1001)]) == (
+        "1 LS without a leader (1002/1001): no member change can happen"
+    )
     assert stall_reason(A, [], {}, [task], {}, dead) == (
         "the server is not alive and some LS has no healthy source"
     )
-    assert stall_reason(A, [], {}, [], {}, alive) == (
-        "waiting for replicas to catch up and for member changes"
+    assert stall_reason(A, [], {}, [], {}, alive, replicas_left=left) == (
+        "4 replica(s) still on the server (1001/1001, 1001/1002, 1002/1001 and 1 more): "
+        "waiting for their copies to catch up and for member changes"
     )
+    assert stall_reason(A, [], {}, [], {}, alive) == "waiting for member changes"
 
 
 def test_job_info_is_compact_json() -> None:
-    p = JobProgress(2, 4, 3 * GIB, 0, 0, stalled="x")
+    p = JobProgress(2, 4, 3 * GIB, 5, 7, stalled="x")
     assert json.loads(job_info(p, 1, 2, GIB, "5s")) == {
         "units_moved": 1,
         "units_total": 2,
@@ -205,5 +219,117 @@ def test_job_info_is_compact_json() -> None:
         "copied": "1G",
         "eta": "5s",
         "stalled": "x",
+        "started_us": 5,
+        "last_progress_us": 7,
     }
     assert ", " not in job_info(p, 1, 2, GIB, "")
+
+
+def new_leader(w: World) -> DeleteJobProgress:
+    """The DeleteJobProgress of another RS on the same database (it kept nothing in memory)."""
+    return DeleteJobProgress(
+        servers=w.servers,
+        ls=w.ls,
+        events=w.events,
+        store=w.store,
+        clock=w.clock,
+        settings=w.jobs.settings,
+        units=w.units,
+        copies=w.copies,
+    )
+
+
+def test_progress_survives_a_failover_through_the_job_row(engine: sa.Engine) -> None:
+    w = World(engine)
+    started = w.clock.now_us()
+    w.jobs.update_jobs()
+    w.clock.advance(10 * S)
+    with w.store.txn() as conn:
+        unit_repo.start_unit_move(conn, 1, ("127.0.0.1", 3001), ("127.0.0.1", 3004), 0)
+        unit_repo.finish_unit_move(conn, 1, 0)
+        ls_repo.delete_ls_meta(conn, [(1001, 1001, "127.0.0.1", 3001)])
+    w.jobs.update_jobs()
+    assert w.job()[0] == 66
+    # a new leader takes office: its first round resumes from the row, not from what is left
+    w.clock.advance(5 * S)
+    other = new_leader(w)
+    other.update_jobs()
+    percent, extra = w.job()
+    assert percent == 66
+    assert (extra["units_total"], extra["replicas_total"], extra["bytes_total"]) == (1, 2, 2 * GIB)
+    assert (extra["units_moved"], extra["replicas_moved"], extra["bytes_copied"]) == (1, 1, GIB)
+    assert extra["started_us"] == started
+    assert other.progress[A].last_change_us == started + 10 * S
+    # without the row's baseline the new leader would have seen 0 of (0 units, 1 replica)
+    with w.store.txn() as conn:
+        job_repo.set_job_progress(conn, w.job_id, 66, "", w.clock.now_us())
+    third = new_leader(w)
+    third.update_jobs()
+    assert w.job()[0] == 0
+
+
+def test_a_new_leader_finalizes_from_the_row(engine: sa.Engine) -> None:
+    w = World(engine)
+    w.jobs.update_jobs()
+    other = new_leader(w)  # took office, removes the server before its first round
+    with w.store.txn() as conn:
+        other.finalize_job(conn, "127.0.0.1", 3001)
+    extra = w.job()[1]
+    assert (extra["units_moved"], extra["replicas_moved"], extra["bytes_copied"]) == (1, 2, 2 * GIB)
+
+
+def test_a_stall_names_the_log_stream_without_a_leader(engine: sa.Engine) -> None:
+    w = World(engine)
+    # (1001, 1002) is reported but has no leader; (1001, 1001) has one
+    w.ls.report_table = {
+        B: {
+            (1001, 1001): info((1001, 1001), [A, B], leader=B),
+            (1001, 1002): info((1001, 1002), [A, B]),
+        }
+    }
+    w.ls.leaders = {(1001, 1001): B}
+    w.jobs.update_jobs()
+    w.clock.advance(30 * S)
+    w.jobs.update_jobs()
+    assert w.job()[1]["stalled"] == (
+        "1 LS without a leader (1001/1002): no member change can happen"
+    )
+
+
+def test_a_stall_names_the_replicas_still_on_the_server(engine: sa.Engine) -> None:
+    w = World(engine)
+    w.jobs.update_jobs()
+    w.clock.advance(30 * S)
+    w.jobs.update_jobs()
+    assert w.job()[1]["stalled"] == (
+        "2 replica(s) still on the server (1001/1001, 1001/1002): waiting for their copies "
+        "to catch up and for member changes"
+    )
+
+
+def test_a_failed_planner_is_the_stall_reason_until_it_works_again(engine: sa.Engine) -> None:
+    w = World(engine)
+    w.jobs.update_jobs()
+    w.jobs.planner_failed("no java on PATH")
+    w.clock.advance(29 * S)
+    w.jobs.update_jobs()
+    assert w.job()[1]["stalled"] == ""
+    w.clock.advance(1 * S)
+    w.jobs.update_jobs()
+    w.jobs.update_jobs()
+    assert w.job()[1]["stalled"] == "planner failed: no java on PATH"
+    # another cause is another event; the same one is not repeated
+    w.jobs.planner_failed("JVM crashed")
+    w.jobs.update_jobs()
+    w.jobs.update_jobs()
+    assert [dict(e.values)["reason"] for e in w.events.named("migration_stalled")] == [
+        "planner failed: no java on PATH",
+        "planner failed: JVM crashed",
+    ]
+    # the planner works: the stall clears and a fresh stall time starts
+    w.jobs.planner_works()
+    w.jobs.update_jobs()
+    assert w.job()[1]["stalled"] == ""
+    w.clock.advance(30 * S)
+    w.jobs.update_jobs()
+    assert w.job()[1]["stalled"].startswith("2 replica(s) still on the server")

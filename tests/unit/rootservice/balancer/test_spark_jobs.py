@@ -466,6 +466,15 @@ def test_replica_plan_skips_when_the_destination_has_the_replica_already(spark: 
     assert run(spark, REPLICA, w.inputs()) == []
 
 
+def test_replica_plan_keeps_a_destination_replica_not_in_service(spark: Any) -> None:
+    # the copy to .1.2 is building or failed (its replica reported out of service): the row
+    # stays, so that a failed copy is handed out again (issue 13)
+    w = replica_world("alive")
+    w.replica(1002, 1001, "10.1.0.2", 1, status="OFFLINE")
+    rows = run(spark, REPLICA, w.inputs())
+    assert rows == [(1002, 1001, "10.1.0.1", "10.1.0.2", "10.1.0.1", MOVED)]
+
+
 def world_permanent_offline() -> World:
     w = World()
     p = w.server("10.1.0.1", "z1", status="INACTIVE", hb="permanent_offline")
