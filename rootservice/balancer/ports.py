@@ -40,6 +40,7 @@ __all__ = [
     "MetaCache",
     "ReplicaReports",
     "ReplicaWork",
+    "ReadStore",
     "Reports",
     "Store",
     "Topology",
@@ -106,6 +107,14 @@ class Store(Protocol):
 
     def read(self) -> AbstractContextManager[sa.Connection]:
         """A read-only connection."""
+        ...
+
+
+class ReadStore(Protocol):
+    """Read-only access to the metadata store (the dry run of DELETE SERVER writes nothing)."""
+
+    def read(self) -> AbstractContextManager[sa.Connection]:
+        """A read-only connection (unfenced: what the tables say now)."""
         ...
 
 
