@@ -20,7 +20,9 @@ import sqlalchemy as sa
 
 from obcommon.errors import ObError
 from obcommon.proto import obrpc_pb2
+from rootservice.api.dispatch import execute_sql
 from rootservice.app import RootService
+from rootservice.auth.principal import Principal
 from rootservice.balancer.dry_run import BLOCKER, COLUMNS, REPLICA, UNIT
 from rootservice.balancer.planner import server_rows
 from rootservice.balancer.planners import PandasPlanner
@@ -130,9 +132,7 @@ def test_units_and_replicas_that_would_move_nothing_changed(rs: RootService) -> 
     ]
 
 
-def test_no_room_left_by_another_deleting_server_is_a_blocker(
-    db_url: str, tmp_path: Path
-) -> None:
+def test_no_room_left_by_another_deleting_server_is_a_blocker(db_url: str, tmp_path: Path) -> None:
     rs = _rs(db_url, tmp_path, with_e=True)
     try:
         rs.heartbeats.receive_hb(_lease_e(mem=12 * GIB))
@@ -211,3 +211,15 @@ def test_already_deleting_is_refused_as_delete_server_refuses_it(rs: RootService
 
 def test_no_tenant_nothing_moves(rs: RootService) -> None:
     assert explain(rs, f"EXPLAIN ALTER SYSTEM DELETE SERVER '{A}', '{C}'") == []
+
+
+def test_only_who_may_delete_may_ask(rs: RootService) -> None:
+    sql(rs, "CREATE USER reader IDENTIFIED BY 'pw'")
+    sql(rs, "GRANT SELECT ON *.* TO reader")
+    sql(rs, "CREATE USER operator IDENTIFIED BY 'pw'")
+    sql(rs, "GRANT ALTER SYSTEM ON *.* TO operator")
+    text = f"EXPLAIN ALTER SYSTEM DELETE SERVER '{A}'"
+    refused = execute_sql(rs, text, Principal("reader", "127.0.0.1:40001"))
+    assert refused.error.name == "ER_SPECIFIC_ACCESS_DENIED_ERROR"
+    answered = execute_sql(rs, text, Principal("operator", "127.0.0.1:40002"))
+    assert not answered.error.code and answered.is_result_set
