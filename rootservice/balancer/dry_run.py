@@ -132,11 +132,14 @@ class DeleteDryRun:
         block it, sorted by :meth:`DryRunRow.sort_key`. Changes nothing. Raises ``ObError``
         (OB_ERR_SYS) when the tables cannot be read, and what the planner raises."""
         keys = set(targets)
-        plan = self.planner.unit_plan(self.servers_deleting(targets))
         with self.store.read() as conn:
             units = {u.unit_id: u for u in unit_repo.load_units(conn)}
             meta = ls_repo.load_ls_meta(conn)
             usage = space_usage_repo.load_space_usage(conn)
+        # Servers without units take no room from anyone: the planner (a Spark job) is not
+        # asked, so a dry run of an empty server costs a few reads.
+        hosted = any(u.server in keys or u.migrate_from in keys for u in units.values())
+        plan = self.planner.unit_plan(self.servers_deleting(targets)) if hosted else []
         topo = self.ls.topology()
         views = self.ls.views()
         reports = self.ls.reports()

@@ -26,6 +26,7 @@ from rootservice.auth.principal import Principal
 from rootservice.balancer.dry_run import BLOCKER, COLUMNS, REPLICA, UNIT
 from rootservice.balancer.planner import server_rows
 from rootservice.balancer.planners import PandasPlanner
+from rootservice.http.status import ClusterStatus
 from tests.support.harness import SEEDED, make_rs, seed_cluster
 from tests.support.tenants import (
     GIB,
@@ -124,6 +125,10 @@ def test_units_and_replicas_that_would_move_nothing_changed(rs: RootService) -> 
         assert (r["unit_id"], r["from_svr"], r["to_svr"]) == (u["unit_id"], gone, other)
         assert r["bytes"] == 1 << 20  # the data_size the reports carry
     assert u["bytes"] == len(lss) << 20
+    # the status API's check_decommission gives the same rows with plan=1
+    doc = ClusterStatus(rs).check_decommission([gone], plan=True)
+    assert doc == {"ok": True, "reason": "", "plan": got}
+    assert state(rs) == before
     # and DELETE SERVER does what EXPLAIN said
     rs.server_admin.delete_servers([gone], None)
     plan = rs.migration.planner.unit_plan(server_rows(rs.whitelist))
