@@ -571,9 +571,9 @@ def run(d: Demo) -> None:
     d.must(f"ALTER SYSTEM ADD SERVER '{a['agent5']}' ZONE 'z1'")
     d.wait("agent5 ACTIVE", lambda: d.status("agent5") == "ACTIVE")
     # Its dry run first (issue 13 item 4): what would move, from where to where, and what
-    # would block it, nothing done. The RS starts its SparkSession for this first plan, so
-    # the DELETE's own first round below starts sooner: the demo takes about as long.
-    print("(EXPLAIN: the RS starts its SparkSession for this first plan)\n")
+    # would block it, nothing done. When this is the first plan the RS starts its
+    # SparkSession here, and the DELETE's own first round below starts sooner.
+    print("(EXPLAIN: the first plan that needs Spark starts the RS's SparkSession)\n")
     d.must(f"EXPLAIN ALTER SYSTEM DELETE SERVER '{a['agent1']}'", timeout_s=240)
     d.must(f"ALTER SYSTEM DELETE SERVER '{a['agent1']}'")
     print("(obadmin follows the job)\n")
