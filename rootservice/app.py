@@ -29,6 +29,7 @@ from obcommon.security.tls import TransportSecurity
 from rootservice.auth.audit import Audit
 from rootservice.auth.users import Users
 from rootservice.balancer.copy_tasks import CopyTasks
+from rootservice.balancer.dry_run import DeleteDryRun
 from rootservice.balancer.job_progress import DeleteJobProgress
 from rootservice.balancer.lost_replica_checker import LostReplicaChecker
 from rootservice.balancer.planner import Planner
@@ -236,6 +237,11 @@ class RootService:
             units=self.unit_moves,
             copies=self.copy_tasks,
             jobs=self.delete_jobs,
+        )
+        # EXPLAIN ALTER SYSTEM DELETE SERVER (issue 13 item 4): the balancer's planner on the
+        # servers as DELETE would leave them; reads only, never the round's lock.
+        self.delete_dry_run = DeleteDryRun(
+            planner=self.planner, servers=self.whitelist, ls=tl.balancer_view, store=self.store
         )
         self.lost_replica_checker = LostReplicaChecker(
             servers=self.whitelist,

@@ -45,6 +45,15 @@ class ServerOp:
 
 
 @dataclass(frozen=True)
+class ExplainDeleteServer:
+    """EXPLAIN ALTER SYSTEM DELETE SERVER 'ip:port' [, 'ip:port' ...] [ZONE [=] 'z'] (issue 13
+    item 4): what DELETE SERVER would move and what would block it, nothing changed."""
+
+    servers: tuple[str, ...]
+    zone: str | None
+
+
+@dataclass(frozen=True)
 class ReloadServer:
     """ALTER SYSTEM RELOAD SERVER"""
 
@@ -277,6 +286,7 @@ class ShowGrants:
 Statement = (
     Bootstrap
     | ServerOp
+    | ExplainDeleteServer
     | ReloadServer
     | ZoneOp
     | SetParameters

@@ -134,6 +134,11 @@ class ToAst(Transformer[Token, Any]):
         zone = next((r.value for r in rest if isinstance(r, _Attr)), None)
         return ast.ServerOp(op=op, servers=servers, zone=zone)
 
+    def explain_delete_server(self, *rest: Any) -> ast.ExplainDeleteServer:
+        servers = tuple(r for r in rest if isinstance(r, str))
+        zone = next((r.value for r in rest if isinstance(r, _Attr)), None)
+        return ast.ExplainDeleteServer(servers=servers, zone=zone)
+
     def server_verb(self, *words: Token) -> str:
         return "_".join(w.upper() for w in words)
 

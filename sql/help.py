@@ -45,6 +45,13 @@ STATEMENTS: tuple[HelpTopic, ...] = (
         "ALTER SYSTEM DELETE SERVER 'ip:port' [, 'ip:port' ...] [ZONE 'z']",
     ),
     HelpTopic(
+        "EXPLAIN ALTER SYSTEM DELETE SERVER",
+        "dry run of DELETE SERVER: the units and replicas that would move, and the blockers",
+        "EXPLAIN ALTER SYSTEM DELETE SERVER 'ip:port' [, 'ip:port' ...] [ZONE 'z']\n"
+        "    rows: kind (UNIT | REPLICA | BLOCKER), tenant_id, unit_id, ls_id, from_svr,\n"
+        "    to_svr, bytes, reason; refused as DELETE SERVER would be; changes nothing",
+    ),
+    HelpTopic(
         "ALTER SYSTEM CANCEL DELETE SERVER",
         "stop a DELETE SERVER in progress",
         "ALTER SYSTEM CANCEL DELETE SERVER 'ip:port' [, 'ip:port' ...] [ZONE 'z']",

@@ -26,6 +26,8 @@ from rootservice.app import RootService
 from rootservice.auth.audit import log as audit_log
 from rootservice.auth.audit import redact
 from rootservice.auth.principal import Principal
+from rootservice.balancer.dry_run import COLUMNS as DRY_RUN_COLUMNS
+from rootservice.balancer.dry_run import TYPES as DRY_RUN_TYPES
 from rootservice.bootstrap import BootstrapItem
 from rootservice.db import query_repo
 from rootservice.parameters import sql_like
@@ -109,6 +111,19 @@ def _server_op(rs: RootService, st: ast.ServerOp) -> Result:
     else:  # pragma: no cover - the parser produces only the kinds above
         raise ObError("OB_NOT_SUPPORTED", f"{st.op} SERVER")
     return Result(affected_rows=len(servers))
+
+
+def _explain_delete(rs: RootService, st: ast.ExplainDeleteServer) -> Result:
+    # DELETE SERVER's own validation first, so a refusal is the very error DELETE SERVER
+    # would give (issue 13 item 4); then the plan, with nothing written.
+    keys = rs.server_admin.check_delete_servers(list(st.servers), st.zone)
+    rows = rs.delete_dry_run.explain(keys)
+    return Result(
+        columns=list(DRY_RUN_COLUMNS),
+        rows=[r.as_tuple() for r in rows],
+        types=list(DRY_RUN_TYPES),
+        is_result_set=True,
+    )
 
 
 def _reload(rs: RootService, st: ast.ReloadServer) -> Result:
@@ -302,6 +317,7 @@ def _show_grants(rs: RootService, st: ast.ShowGrants) -> Result:
 EXECUTORS: dict[type, Callable[[RootService, Any], Result]] = {
     ast.Bootstrap: _bootstrap,
     ast.ServerOp: _server_op,
+    ast.ExplainDeleteServer: _explain_delete,
     ast.ReloadServer: _reload,
     ast.ZoneOp: _zone_op,
     ast.SetParameters: _set,
@@ -352,8 +368,10 @@ _READ_KINDS = (
 )
 UNGATED = frozenset(_READ_KINDS)
 
-READS = frozenset(_READ_KINDS)
-"""Statements not audited (unless refused for want of a login or a privilege)."""
+READS = frozenset({*_READ_KINDS, ast.ExplainDeleteServer})
+"""Statements not audited (unless refused for want of a login or a privilege): the reads,
+and EXPLAIN ALTER SYSTEM DELETE SERVER, which changes nothing (not even the audit table) but,
+reading the whitelist, is gated as DELETE SERVER is: the leader in service, or forwarded."""
 
 ACCESS_REFUSALS = frozenset({"ER_ACCESS_DENIED_ERROR", "ER_SPECIFIC_ACCESS_DENIED_ERROR"})
 """Outcomes audited whatever the statement."""

@@ -24,6 +24,9 @@ REQUIRED: dict[type, str] = {
     # Everything that changes the cluster.
     ast.Bootstrap: ALTER_SYSTEM,
     ast.ServerOp: ALTER_SYSTEM,
+    # The dry run of DELETE SERVER (issue 13 item 4) changes nothing, but what it tells is
+    # for whoever may delete: an operator who may run DELETE SERVER may ask what it would do.
+    ast.ExplainDeleteServer: ALTER_SYSTEM,
     ast.ReloadServer: ALTER_SYSTEM,
     ast.ZoneOp: ALTER_SYSTEM,
     ast.SetParameters: ALTER_SYSTEM,

@@ -42,6 +42,7 @@ __all__ = [
     "MetaCache",
     "ReplicaReports",
     "ReplicaWork",
+    "ReadStore",
     "Reports",
     "Store",
     "Topology",
@@ -108,6 +109,14 @@ class Store(Protocol):
 
     def read(self) -> AbstractContextManager[sa.Connection]:
         """A read-only connection."""
+        ...
+
+
+class ReadStore(Protocol):
+    """Read-only access to the metadata store (the dry run of DELETE SERVER writes nothing)."""
+
+    def read(self) -> AbstractContextManager[sa.Connection]:
+        """A read-only connection (unfenced: what the tables say now)."""
         ...
 
 

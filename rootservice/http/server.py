@@ -129,13 +129,17 @@ def _limit(request: web.Request) -> int:
 
 
 async def check_decommission(request: web.Request) -> web.Response:
-    """``?server=ip:port[&server=...]``: the DELETE SERVER pre-checks, nothing changed."""
+    """``?server=ip:port[&server=...][&plan=1]``: the DELETE SERVER pre-checks, nothing
+    changed; ``plan=1`` adds the dry run's rows (EXPLAIN ALTER SYSTEM DELETE SERVER)."""
     _leader_only(request)
     servers = request.query.getall("server", [])
     if not servers:
         raise ObError("OB_INVALID_ARGUMENT", "server (give ?server=ip:port)")
+    plan = request.query.get("plan", "0")
+    if plan not in ("0", "1"):
+        raise ObError("OB_INVALID_ARGUMENT", f"plan '{plan[:32]}' (0 or 1)")
     status = request.app[STATUS_KEY]
-    return web.json_response(await _blocking(status.check_decommission, servers))
+    return web.json_response(await _blocking(status.check_decommission, servers, plan == "1"))
 
 
 async def events(request: web.Request) -> web.Response:

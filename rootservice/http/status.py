@@ -16,6 +16,7 @@ from typing import Any
 
 from obcommon.errors import ObError
 from rootservice.app import RootService
+from rootservice.balancer.dry_run import COLUMNS as DRY_RUN_COLUMNS
 from rootservice.db import event_repo, job_repo, lease_repo, member_repo
 from rootservice.servers.status import ServerStatus
 
@@ -204,16 +205,24 @@ class ClusterStatus:
             for s in self.servers()
         ]
 
-    def check_decommission(self, servers: list[str]) -> dict[str, Any]:
+    def check_decommission(self, servers: list[str], plan: bool = False) -> dict[str, Any]:
         """Doris' CheckDecommissionAction: could ``servers`` be deleted now?
         (:meth:`rootservice.servers.admin.ServerAdmin.check_delete_servers`, nothing
         changed). ``{"ok": True, "reason": ""}`` or ``{"ok": False, "reason": message}``.
+        With ``plan`` and ``ok``, also ``"plan"``: the rows of EXPLAIN ALTER SYSTEM DELETE
+        SERVER (issue 13 item 4; :meth:`rootservice.balancer.dry_run.DeleteDryRun.explain`),
+        one object per row by column name. Opt-in because a server with units costs a
+        planner run (a Spark job of seconds), too slow for a page that polls.
         Raises ``ObError(OB_SERVER_NOT_IN_WHITE_LIST)`` for an unknown server and
         ``ObError(OB_INVALID_ARGUMENT)`` for a malformed one (the caller's mistakes)."""
         try:
-            self.rs.server_admin.check_delete_servers(servers)
+            keys = self.rs.server_admin.check_delete_servers(servers)
         except ObError as e:
             if e.name in ("OB_SERVER_NOT_IN_WHITE_LIST", "OB_INVALID_ARGUMENT"):
                 raise
             return {"ok": False, "reason": e.to_sql_text()}
-        return {"ok": True, "reason": ""}
+        doc: dict[str, Any] = {"ok": True, "reason": ""}
+        if plan:
+            rows = self.rs.delete_dry_run.explain(keys)
+            doc["plan"] = [dict(zip(DRY_RUN_COLUMNS, r.as_tuple(), strict=True)) for r in rows]
+        return doc

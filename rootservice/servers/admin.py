@@ -268,18 +268,21 @@ class ServerAdmin:
             self.wake(name)
         return [int(j) for j in jobs]
 
-    def check_delete_servers(self, servers: list[str]) -> None:
+    def check_delete_servers(self, servers: list[str], zone: str | None = None) -> list[str]:
         """The pre-checks of DELETE SERVER without changing anything (the status API's
-        ``check_decommission``, issue 12, as Doris' CheckDecommissionAction): the servers are
-        whitelisted and not DELETING, and ``checks.check_delete`` passes. Raises what
-        :meth:`delete_servers` would raise before writing (OB_SERVER_NOT_IN_WHITE_LIST,
+        ``check_decommission``, issue 12, as Doris' CheckDecommissionAction; EXPLAIN ALTER
+        SYSTEM DELETE SERVER, issue 13 item 4): the servers are whitelisted, in ``zone`` when
+        given, and not DELETING, and ``checks.check_delete`` passes. Raises what
+        :meth:`delete_servers` would raise before writing, in the same order
+        (OB_INVALID_ARGUMENT, OB_SERVER_NOT_IN_WHITE_LIST, OB_SERVER_ZONE_NOT_MATCH,
         OB_SERVER_ALREADY_DELETED, OB_DELETE_SERVER_NOT_ALLOWED, OB_OP_NOT_ALLOW,
-        OB_INVALID_ARGUMENT, OB_ERR_SYS)."""
-        targets = self._existing(servers, None)
+        OB_ERR_SYS). Returns the servers' canonical ``'ip:port'`` keys, in statement order."""
+        targets = self._existing(servers, zone)
         for s in targets:
             if s.admin_status is AdminStatus.DELETING:
                 raise ObError("OB_SERVER_ALREADY_DELETED", detail=f"server '{s.key}'")
         self.checks.check_delete(targets)
+        return [s.key for s in targets]
 
     def cancel_delete_servers(self, servers: list[str], zone: str | None) -> None:
         """CANCEL DELETE SERVER: ``force_stop_hb = false``, DELETING -> NORMAL, job CANCELED,

@@ -152,6 +152,24 @@ def test_delete_life_cycle_cancel_and_permanent_offline_rebuild(tc: TenantCluste
     # under way when it lands. At 2 s per chunk one CI run under load saw the copies finish,
     # and that round complete the unit's move, before the cancel got in.
     (c.data_dir(dest) / "FAULT_COPY_SLOW_MS").write_text("5000")
+    # Its dry run first, through obadmin (issue 13 item 4): what would move, nothing done.
+    # Spark is warm by now, so this costs one plan.
+    explained = subprocess.run(
+        [sys.executable, "-m", "sql.obadmin", *pki.obadmin_flags(), "--rs", c.rs_addr,
+         "--format", "json", "-e", f"EXPLAIN ALTER SYSTEM DELETE SERVER '{src}'"],
+        capture_output=True, text=True, timeout=90,
+    )  # fmt: skip
+    assert explained.returncode == 0, explained.stdout + explained.stderr
+    plan = json.loads(explained.stdout.splitlines()[-1])
+    moves = sorted((r["kind"], r["ls_id"] or 0, r["from_svr"], r["to_svr"]) for r in plan)
+    assert moves == [
+        ("REPLICA", 1001, src, dest),
+        ("REPLICA", 1002, src, dest),
+        ("UNIT", 0, src, dest),
+    ], plan
+    assert all(r["bytes"] == 1 << 20 for r in plan if r["kind"] == "REPLICA"), plan
+    assert c.statuses()[src] == "ACTIVE"
+    assert len(c.ok("SELECT job_id FROM DBA_OB_ROOTSERVICE_JOBS")) == 1  # z1's, not one for src
     c.ok(f"ALTER SYSTEM DELETE SERVER '{src}'")
     wait_until(
         lambda: any(r.copy_from for r in replica_report(dest).values()),

@@ -161,6 +161,12 @@ def test_tenant_replicas_stop_moves_leaders_disk_error_and_delete_room(tc: Tenan
     resp = c.sql(f"ALTER SYSTEM DELETE SERVER '{a1}'")
     assert resp.error.name == "OB_DELETE_SERVER_NOT_ALLOWED"
     assert "memory: needs 2G, free 1G" in resp.error.message
+    # Its dry run is refused with the very same error (issue 13 item 4).
+    explained = c.sql(f"EXPLAIN ALTER SYSTEM DELETE SERVER '{a1}'")
+    assert (explained.error.name, explained.error.message) == (
+        resp.error.name,
+        resp.error.message,
+    )
     assert c.error(f"ALTER SYSTEM DELETE SERVER '{a2}'") == "OB_DELETE_SERVER_NOT_ALLOWED"
     assert c.statuses()[a1] == "ACTIVE"
     # With a roomy second server in z2, DELETE of a2 is accepted (the move is issue 4).

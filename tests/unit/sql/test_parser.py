@@ -115,6 +115,55 @@ def test_reload_server() -> None:
     assert parse("alter system reload server ;") == ast.ReloadServer()
 
 
+# --- EXPLAIN ALTER SYSTEM DELETE SERVER (issue 13 item 4) -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "statement"),
+    [
+        (
+            "EXPLAIN ALTER SYSTEM DELETE SERVER '10.0.0.1:2882'",
+            ast.ExplainDeleteServer(servers=("10.0.0.1:2882",), zone=None),
+        ),
+        (
+            "explain alter system delete server '10.0.0.1:2882', \"10.0.0.2:2882\" zone = 'z1';",
+            ast.ExplainDeleteServer(servers=("10.0.0.1:2882", "10.0.0.2:2882"), zone="z1"),
+        ),
+        (
+            "EXPLAIN /* dry run */ ALTER SYSTEM DELETE SERVER 'x' ZONE z2",
+            ast.ExplainDeleteServer(servers=("x",), zone="z2"),
+        ),
+    ],
+)
+def test_explain_delete_server(text: str, statement: ast.Statement) -> None:
+    assert parse(text) == statement
+
+
+@pytest.mark.parametrize(
+    ("text", "rest"),
+    [
+        # only DELETE SERVER has a dry run: the error points at the verb
+        ("EXPLAIN ALTER SYSTEM STOP SERVER 'a:1'", "STOP SERVER 'a:1'"),
+        ("EXPLAIN ALTER SYSTEM CANCEL DELETE SERVER 'a:1'", "CANCEL DELETE SERVER 'a:1'"),
+        ("EXPLAIN ALTER SYSTEM DELETE ZONE 'z1'", "ZONE 'z1'"),
+        ("EXPLAIN SELECT 1", "SELECT 1"),
+        ("EXPLAIN DELETE SERVER 'a:1'", "DELETE SERVER 'a:1'"),
+        ("EXPLAIN", ""),
+        ("EXPLAIN ALTER SYSTEM DELETE SERVER", ""),
+        ("EXPLAIN ALTER SYSTEM DELETE SERVER 10.0.0.1:2882", "10.0.0.1:2882"),
+        ("EXPLAIN ALTER SYSTEM DELETE SERVER 'a:1',", ""),
+        ("EXPLAIN ALTER SYSTEM DELETE SERVER 'a:1' ZONE", ""),
+        (
+            "EXPLAIN EXPLAIN ALTER SYSTEM DELETE SERVER 'a:1'",
+            "EXPLAIN ALTER SYSTEM DELETE SERVER 'a:1'",
+        ),
+        ("EXPLAINALTER SYSTEM DELETE SERVER 'a:1'", "EXPLAINALTER SYSTEM DELETE SERVER 'a:1'"),
+    ],
+)
+def test_explain_syntax_errors(text: str, rest: str) -> None:
+    assert parse_error(text).to_sql_text() == near(rest)
+
+
 # --- ALTER SYSTEM ... ZONE -----------------------------------------------------------------
 
 
@@ -862,7 +911,7 @@ _VOCABULARY_TENANTS = [
     *_VOCABULARY,
     "CREATE", "DROP", "RESOURCE", "UNIT", "POOL", "TENANT", "IF", "EXISTS", "MAX_CPU",
     "MEMORY_SIZE", "UNIT_NUM", "ZONE_LIST", "RESOURCE_POOL_LIST", "PRIMARY_ZONE", "LS_COUNT",
-    "SWITCH", "REPLICA", "LEADER", "LS", "4G", "1.5G", "'4G'", "TENANTx", "UNIT_NUMS",
+    "SWITCH", "REPLICA", "LEADER", "LS", "EXPLAIN", "4G", "1.5G", "'4G'", "TENANTx", "UNIT_NUMS",
 ]
 # fmt: on
 
@@ -884,6 +933,7 @@ _SEEDS_TENANTS = [
     "CREATE TENANT t1 RESOURCE_POOL_LIST = ('p1'), PRIMARY_ZONE = 'z1;z2', LS_COUNT = 2",
     "DROP TENANT IF EXISTS t1 FORCE",
     "ALTER SYSTEM SWITCH REPLICA LEADER LS = 1001 SERVER = '10.0.0.1:2882' TENANT = t1",
+    "EXPLAIN ALTER SYSTEM DELETE SERVER '10.0.0.1:2882', '10.0.0.2:2882' ZONE 'z1'",
 ]
 
 

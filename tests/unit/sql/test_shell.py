@@ -89,6 +89,7 @@ def test_help_lists_every_statement_and_the_clients_commands() -> None:
     assert "ALTER SYSTEM BOOTSTRAP:" in alter_system and "ALTER SYSTEM SET:" in alter_system
     assert "CREATE TENANT" not in alter_system
     assert help_text("desc").startswith("DESC: ")
+    assert help_text("explain").startswith("EXPLAIN ALTER SYSTEM DELETE SERVER: dry run")
     assert help_text("nothing here") == (
         "Nothing found for 'nothing here'. Type 'help' for the list of statements."
     )
@@ -107,6 +108,7 @@ def test_keywords_come_from_the_grammar() -> None:
     words = keywords()
     assert {"ALTER", "SYSTEM", "BOOTSTRAP", "PARAMETERS", "TENANT", "GRANTS"} <= set(words)
     assert {"TABLES", "DESC"} <= set(words)  # from the statement table
+    assert "EXPLAIN" in words
     assert keywords('x: "FOO"i "bar"i') == sorted({"FOO", "BAR", *keywords("")})
 
 

@@ -216,6 +216,11 @@ def test_cluster_snapshot_has_the_contracts_shape(db_url: str, tmp_path: Path) -
         # check_decommission changes nothing.
         status, _, body = await _get(f"{base}/api/v1/check_decommission?server={A}", False)
         assert status == 200 and json.loads(body) == {"ok": True, "reason": ""}
+        # plan=1 adds the dry run's rows (none: A hosts no unit, the planner is not asked)
+        status, _, body = await _get(f"{base}/api/v1/check_decommission?server={A}&plan=1", False)
+        assert status == 200 and json.loads(body) == {"ok": True, "reason": "", "plan": []}
+        status, _, body = await _get(f"{base}/api/v1/check_decommission?server={A}&plan=x", False)
+        assert status == 400 and json.loads(body)["code"] == 1210
         status, _, body = await _get(base + "/api/v1/check_decommission?server=1.2.3.4:5", False)
         assert status == 404 and json.loads(body)["code"] == 4630
         assert (await _get(base + "/api/v1/check_decommission", False))[0] == 400
