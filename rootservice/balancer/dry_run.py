@@ -30,8 +30,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from obcommon.errors import ObError
 from obcommon.proto import obrpc_pb2
-from rootservice.balancer.planner import Planner, Row, server_rows
+from rootservice.balancer.planner import Planner, PlannerError, Row, server_rows
 from rootservice.balancer.ports import LsKey, LsLayout, ReadStore, ReplicaReports, Whitelist
 from rootservice.db import ls_repo, space_usage_repo, unit_repo
 from rootservice.servers.status import DisplayStatus
@@ -130,7 +131,8 @@ class DeleteDryRun:
     def explain(self, targets: list[str]) -> list[DryRunRow]:
         """What deleting ``targets`` (canonical ``'ip:port'`` keys) would move and what would
         block it, sorted by :meth:`DryRunRow.sort_key`. Changes nothing. Raises ``ObError``
-        (OB_ERR_SYS) when the tables cannot be read, and what the planner raises."""
+        (OB_ERR_SYS) when the tables cannot be read or the planner fails (its cause in the
+        message)."""
         keys = set(targets)
         with self.store.read() as conn:
             units = {u.unit_id: u for u in unit_repo.load_units(conn)}
@@ -139,7 +141,12 @@ class DeleteDryRun:
         # Servers without units take no room from anyone: the planner (a Spark job) is not
         # asked, so a dry run of an empty server costs a few reads.
         hosted = any(u.server in keys or u.migrate_from in keys for u in units.values())
-        plan = self.planner.unit_plan(self.servers_deleting(targets)) if hosted else []
+        try:
+            plan = self.planner.unit_plan(self.servers_deleting(targets)) if hosted else []
+        except PlannerError as e:
+            # The operator asked a question the planner cannot answer now: say why, as the
+            # stalled jobs do, rather than an internal error.
+            raise ObError("OB_ERR_SYS", detail=f"the dry run's plan failed: {e.cause}") from e
         topo = self.ls.topology()
         views = self.ls.views()
         reports = self.ls.reports()

@@ -24,7 +24,7 @@ from rootservice.api.dispatch import execute_sql
 from rootservice.app import RootService
 from rootservice.auth.principal import Principal
 from rootservice.balancer.dry_run import BLOCKER, COLUMNS, REPLICA, UNIT
-from rootservice.balancer.planner import server_rows
+from rootservice.balancer.planner import PlannerError, server_rows
 from rootservice.balancer.planners import PandasPlanner
 from rootservice.http.status import ClusterStatus
 from tests.support.harness import SEEDED, make_rs, seed_cluster
@@ -228,3 +228,24 @@ def test_only_who_may_delete_may_ask(rs: RootService) -> None:
     assert refused.error.name == "ER_SPECIFIC_ACCESS_DENIED_ERROR"
     answered = execute_sql(rs, text, Principal("operator", "127.0.0.1:40002"))
     assert not answered.error.code and answered.is_result_set
+
+
+class _BrokenPlanner(PandasPlanner):
+    """The pandas planner whose unit plan fails as a dead JVM would (the real
+    ``PlannerError`` the RS's ``SwitchablePlanner`` raises after counting the failure)."""
+
+    def unit_plan(self, servers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        raise PlannerError("balancer", "java gateway process exited")
+
+
+def test_a_failed_plan_answers_with_its_cause_and_changes_nothing(rs: RootService) -> None:
+    tid = make_tenant(rs, ls_count=1)
+    report_all(rs, tid)
+    rs.tenant_layer.meta_sync.sync_meta()
+    gone = z1_member(rs, tid)
+    rs.delete_dry_run.planner = _BrokenPlanner(rs.settings.effective_db_url())
+    before = state(rs)
+    name, message = _refusal(rs, f"EXPLAIN ALTER SYSTEM DELETE SERVER '{gone}'")
+    assert name == "OB_ERR_SYS"
+    assert "java gateway process exited" in message
+    assert state(rs) == before
