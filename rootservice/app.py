@@ -215,6 +215,7 @@ class RootService:
             servers=self.whitelist,
             ls=tl.balancer_view,
             events=self.persist,
+            store=self.store,
             clock=self.clock,
             settings=settings,
             metrics=self.metrics,

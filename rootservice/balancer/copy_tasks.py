@@ -10,22 +10,41 @@ destination agent as an ApplyReplicas upsert with ``copy_from``. At most
 healthy member when there is one. The member change that completes a move is the LS
 reconciler's (:meth:`rootservice.tenants.reconciler.LsReconciler.reconcile`).
 
+No stale plan row is handed out (issue 13 item 2): under the store's write lock (a fenced
+transaction, which every server statement also holds while it writes the table and then
+memory, and inside which a CANCEL DELETE moves its units back and forgets its copies) each
+row is checked against the *current* layout (:meth:`CopyTasks.stale_copy`) and a new task
+is recorded before its ApplyReplicas leaves; a CANCEL that lands while that call is in
+flight pops the task, and the hand-out then drops what it just sent. The tasks are guarded by
+a short lock of their own, never held across an RPC, a transaction or a plan, so CANCEL
+DELETE never waits for a balancer round.
+
 Times are microseconds since the epoch.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from obcommon.clock import Clock
 from obcommon.errors import ObError
 from rootservice.balancer.planner import Row
-from rootservice.balancer.ports import EventSink, LsKey, LsView, ReplicaWork, Whitelist
+from rootservice.balancer.ports import (
+    EventSink,
+    LsKey,
+    LsPlan,
+    LsView,
+    ReplicaWork,
+    Store,
+    Whitelist,
+)
 from rootservice.config import RsSettings
 from rootservice.db.event_repo import Event
 from rootservice.metrics import Metrics
+from rootservice.servers.status import HeartbeatStatus
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +70,9 @@ class CopyTasks:
 
     ``servers`` tells which destinations and sources are alive, ``ls`` gives the layout, the
     reports and the ApplyReplicas calls, ``events`` queues the ``migrate_replica`` events;
-    ``settings`` give ``migration_concurrency_per_server`` and ``rpc_timeout``.
+    ``store`` gives the fenced transaction the premises are checked in; ``settings`` give
+    ``migration_concurrency_per_server`` and ``rpc_timeout``. :attr:`last_stale` counts the
+    rows the last :meth:`hand_out` skipped as stale.
     """
 
     def __init__(
@@ -60,6 +81,7 @@ class CopyTasks:
         servers: Whitelist,
         ls: ReplicaWork,
         events: EventSink,
+        store: Store,
         clock: Clock,
         settings: RsSettings,
         metrics: Metrics,
@@ -68,118 +90,195 @@ class CopyTasks:
         self.servers = servers
         self.ls = ls
         self.events = events
+        self.store = store
         self.clock = clock
         self.settings = settings
         self.metrics = metrics
         self.tasks: dict[tuple[LsKey, str], CopyTask] = {}
+        self.last_stale = 0
+        # Guards ``tasks`` (read by the job progress and CANCEL DELETE while a round runs).
+        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         """Copies in flight."""
-        return len(self.tasks)
+        with self._lock:
+            return len(self.tasks)
 
     def clear(self) -> None:
         """Forget every copy (step-down)."""
-        self.tasks.clear()
+        with self._lock:
+            self.tasks.clear()
 
     def from_server(self, old: str) -> list[CopyTask]:
         """The copies that replace a replica on ``old`` (``'ip:port'``)."""
-        return [t for t in self.tasks.values() if t.old == old]
+        with self._lock:
+            return [t for t in self.tasks.values() if t.old == old]
+
+    def stale_copy(self, plan: LsPlan | None, dest: str, old: str) -> str:
+        """Why a copy to ``dest`` replacing the replica on ``old`` (``'ip:port'``) must not
+        be handed out under the current layout ``plan`` of its LS, or ``''``: the LS is
+        gone, ``dest`` is no longer a planned member (its unit went back), or ``old`` is
+        again a planned member on a server that is not permanently offline (a CANCEL
+        DELETE moved the unit back). Issue 13 item 2; OceanBase's ``ObDRWorker`` likewise
+        re-checks a task against the current locality before it runs it."""
+        if plan is None:
+            return "the log stream is gone"
+        if dest not in plan.members:
+            return "the destination is no longer a planned member"
+        if old in plan.members:
+            s = self.servers.get(old)
+            if s is None or s.hb_status is not HeartbeatStatus.PERMANENT_OFFLINE:
+                return "the old replica's server is its unit's server again"
+        return ""
 
     def hand_out(self, rows: Sequence[Row]) -> int:
         """Send the planned copies (replica plan rows, see
         :meth:`rootservice.balancer.planner.Planner.replica_plan`) to their destinations, at
         most ``migration_concurrency_per_server`` building at once per destination; resend
-        failed or forgotten ones, from another healthy member when there is one. Returns the
-        specs sent. A destination that refuses (``ObError``) is logged and tried again next
-        round."""
-        topo = self.ls.topology()
+        failed or forgotten ones, from another healthy member when there is one. Rows whose
+        premises no longer hold (:meth:`stale_copy`, checked in a fenced transaction against
+        the current layout) are skipped and counted (:attr:`last_stale`,
+        ``stale_plan_rows_total``). Returns the specs sent. A destination that refuses
+        (``ObError``) is logged and tried again next round; ``ObError`` of the transaction
+        (not in office, database down) propagates and nothing is sent."""
         views = self.ls.views()
         reports = self.ls.reports()
         now = self.clock.now_us()
         building: dict[str, int] = {}
         for server, table in reports.items():
             building[server] = sum(1 for r in table.values() if not r.in_service)
-        # forget tasks that finished or whose LS / destination is gone
-        # A task ends when its LS is gone or its old replica left the member list (its bytes
-        # count as copied until then).
-        for tk, done in list(self.tasks.items()):
-            p, v = topo.plans.get(done.key), views.get(done.key)
-            if (
-                p is None
-                or v is None
-                or (v.leader is not None and done.old not in self.ls.members(p, v))
-            ):
-                self.tasks.pop(tk, None)
-        sent = 0
         limit = self.settings.migration_concurrency_per_server
-        for row in rows:
-            if not row.get("src_svr_ip") or not row.get("dest_svr_ip"):
-                # not ready: the unit still has to move, or no healthy member can serve
-                continue
-            key = (int(row["tenant_id"]), int(row["ls_id"]))
-            dest = f"{row['dest_svr_ip']}:{row['dest_svr_port']}"
-            src = f"{row['src_svr_ip']}:{row['src_svr_port']}"
-            old = f"{row['old_svr_ip']}:{row['old_svr_port']}"
-            plan = topo.plans.get(key)
-            view = views.get(key)
-            s = self.servers.get(dest)
-            if plan is None or view is None or view.leader is None or s is None or not s.is_alive():
-                continue
-            r = reports.get(dest, {}).get(key)
-            task = self.tasks.get((key, dest))
-            if r is not None and not r.build_error:
-                continue  # building (or built): nothing to send
-            if r is not None and r.build_error and task is not None:
-                task.tried.add(task.src)
-                src = self._other_source(view, task.tried) or src
-                task.attempts += 1
-                log.warning(
-                    "copy of LS %s to %s failed (%s): retrying from %s",
-                    key,
-                    dest,
-                    r.build_error,
-                    src,
-                )
-            elif (
-                task is not None and r is None and now - task.started_us < self.settings.rpc_timeout
-            ):
-                continue  # just sent; the report may not have it yet
-            if r is None and building.get(dest, 0) >= limit:
-                continue
-            spec = self.ls.copy_spec(plan, view, dest, src)
-            try:
-                # The source and the leader serve a copy only to a learner (issue 10).
-                self.ls.announce_copy(plan, view, dest, src)
-                self.ls.apply(dest, [spec])
-            except ObError as e:
-                log.warning("handing the copy of LS %s to %s failed: %s", key, dest, e)
-                continue
-            if task is None:
-                task = CopyTask(key, dest, src, old, now)
-                self.tasks[(key, dest)] = task
-                self.events.add_event(
-                    Event(
-                        now,
-                        "disaster_recovery",
-                        "migrate_replica",
-                        (
-                            ("tenant_id", key[0]),
-                            ("ls_id", key[1]),
-                            ("from", old),
-                            ("to", dest),
-                            ("source", src),
-                            ("reason", str(row.get("reason") or "")),
-                        ),
-                    )
-                )
-            else:
-                task.src = src
-                task.started_us = now
-            building[dest] = building.get(dest, 0) + (1 if r is None else 0)
-            sent += 1
+        # (task, is it new, plan, view, src, reason) to send once the locks are released
+        sends: list[tuple[CopyTask, bool, LsPlan, LsView, str, str]] = []
+        stale = 0
+        with self.store.txn():
+            topo = self.ls.topology()
+            with self._lock:
+                # A task ends when its LS is gone or its old replica left the member list (its
+                # bytes count as copied until then).
+                for tk, done in list(self.tasks.items()):
+                    p, v = topo.plans.get(done.key), views.get(done.key)
+                    if (
+                        p is None
+                        or v is None
+                        or (v.leader is not None and done.old not in self.ls.members(p, v))
+                    ):
+                        self.tasks.pop(tk, None)
+                for row in rows:
+                    if not row.get("src_svr_ip") or not row.get("dest_svr_ip"):
+                        # not ready: the unit still has to move, or no healthy member can serve
+                        continue
+                    key = (int(row["tenant_id"]), int(row["ls_id"]))
+                    dest = f"{row['dest_svr_ip']}:{row['dest_svr_port']}"
+                    src = f"{row['src_svr_ip']}:{row['src_svr_port']}"
+                    old = f"{row['old_svr_ip']}:{row['old_svr_port']}"
+                    plan = topo.plans.get(key)
+                    why = self.stale_copy(plan, dest, old)
+                    if why or plan is None:
+                        stale += 1
+                        log.debug("copy of LS %s to %s not handed out: %s", key, dest, why)
+                        continue
+                    view = views.get(key)
+                    s = self.servers.get(dest)
+                    if view is None or view.leader is None or s is None or not s.is_alive():
+                        continue
+                    r = reports.get(dest, {}).get(key)
+                    task = self.tasks.get((key, dest))
+                    if r is not None and not r.build_error:
+                        continue  # building (or built): nothing to send
+                    if r is not None and r.build_error and task is not None:
+                        task.tried.add(task.src)
+                        src = self._other_source(view, task.tried) or src
+                        task.attempts += 1
+                        log.warning(
+                            "copy of LS %s to %s failed (%s): retrying from %s",
+                            key,
+                            dest,
+                            r.build_error,
+                            src,
+                        )
+                    elif (
+                        task is not None
+                        and r is None
+                        and now - task.started_us < self.settings.rpc_timeout
+                    ):
+                        continue  # just sent; the report may not have it yet
+                    if r is None and building.get(dest, 0) >= limit:
+                        continue
+                    new = task is None
+                    if task is None:
+                        # Recorded before the call leaves, so that a CANCEL DELETE landing while
+                        # it is in flight finds (and pops) it.
+                        task = CopyTask(key, dest, src, old, now)
+                        self.tasks[(key, dest)] = task
+                    sends.append((task, new, plan, view, src, str(row.get("reason") or "")))
+                    building[dest] = building.get(dest, 0) + (1 if r is None else 0)
+        self._count_stale(stale)
+        sent = 0
+        for task, new, plan, view, src, reason in sends:
+            if self._send(task, new, plan, view, src, reason, now):
+                sent += 1
         if sent:
             self.metrics.inc("replica_tasks_total", sent)
         return sent
+
+    def _count_stale(self, n: int) -> None:
+        self.last_stale = n
+        if n:
+            self.metrics.inc("stale_plan_rows_total", n)
+
+    def _send(
+        self,
+        task: CopyTask,
+        new: bool,
+        plan: LsPlan,
+        view: LsView,
+        src: str,
+        reason: str,
+        now: int,
+    ) -> bool:
+        """One hand-out's ApplyReplicas, outside every lock. Returns whether it was sent and
+        is still wanted: when a CANCEL DELETE popped the task meanwhile, the replica just
+        asked for is dropped again (logged, not raised)."""
+        key, dest = task.key, task.dest
+        try:
+            spec = self.ls.copy_spec(plan, view, dest, src)
+            # The source and the leader serve a copy only to a learner (issue 10).
+            self.ls.announce_copy(plan, view, dest, src)
+            self.ls.apply(dest, [spec])
+        except ObError as e:
+            log.warning("handing the copy of LS %s to %s failed: %s", key, dest, e)
+            if new:
+                with self._lock:
+                    if self.tasks.get((key, dest)) is task:
+                        self.tasks.pop((key, dest))
+            return False
+        with self._lock:
+            wanted = self.tasks.get((key, dest)) is task
+            if wanted and not new:
+                task.src = src
+                task.started_us = now
+        if not wanted:
+            log.info("copy of LS %s to %s cancelled while it was sent: dropping it", key, dest)
+            self.drop({dest: [key]})
+            return False
+        if new:
+            self.events.add_event(
+                Event(
+                    now,
+                    "disaster_recovery",
+                    "migrate_replica",
+                    (
+                        ("tenant_id", key[0]),
+                        ("ls_id", key[1]),
+                        ("from", task.old),
+                        ("to", dest),
+                        ("source", src),
+                        ("reason", reason),
+                    ),
+                )
+            )
+        return True
 
     def _other_source(self, view: LsView, tried: set[str]) -> str | None:
         for server, r in sorted(view.replicas.items()):
@@ -189,18 +288,35 @@ class CopyTasks:
             return server
         return None
 
-    def cancel_to(self, dests: set[str]) -> None:
-        """CANCEL DELETE SERVER: forget the copies to ``dests`` (``'ip:port'``) and drop the
-        replicas still being built there (not in service, or built by copy), in one
-        ApplyReplicas per destination; failures are logged, not raised."""
-        drops: dict[str, list[LsKey]] = {}
-        for server, table in self.ls.reports().items():
+    def cancel_to(self, dests: set[str]) -> dict[str, list[LsKey]]:
+        """CANCEL DELETE SERVER, once its transaction committed: forget the copies to
+        ``dests`` (``'ip:port'``) and return what to drop there, by destination: the
+        replicas being built (reported not in service, or built by copy) and those of the
+        forgotten copies the destination does not report yet (possibly still in flight). Cheap (the short lock,
+        no RPC): :meth:`drop` does the calls."""
+        with self._lock:
+            gone = [t for tk, t in self.tasks.items() if t.dest in dests]
+            for t in gone:
+                self.tasks.pop((t.key, t.dest), None)
+        drops: dict[str, set[LsKey]] = {}
+        reports = self.ls.reports()
+        for server, table in reports.items():
             if server not in dests:
                 continue
             for k, r in table.items():
                 if not r.in_service or r.copy_from:
-                    drops.setdefault(server, []).append(k)
-        for tk in [tk for tk, t in self.tasks.items() if t.dest in dests]:
-            self.tasks.pop(tk, None)
+                    drops.setdefault(server, set()).add(k)
+        for t in gone:
+            if t.key not in reports.get(t.dest, {}):  # sent, not reported yet
+                drops.setdefault(t.dest, set()).add(t.key)
+        return {server: sorted(keys) for server, keys in drops.items()}
+
+    def drop(self, drops: dict[str, list[LsKey]]) -> None:
+        """Drop replicas (``drops``: by ``'ip:port'``) with one ApplyReplicas per server, in
+        parallel, each bounded by ``rpc_timeout``; failures are logged, not raised (an agent
+        that missed it keeps a replica no plan names until the next CANCEL or its
+        restart)."""
+        if not drops:
+            return
         for server, err in self.ls.apply_many({}, drops).items():
             log.warning("cancel: dropping partial replicas on %s failed: %s", server, err)

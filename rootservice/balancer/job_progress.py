@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -182,6 +183,9 @@ class DeleteJobProgress:
     ``events`` queues the ``migration_stalled`` events; ``settings`` give
     ``migration_stall_time``. :attr:`planner_failure` is the cause of the last failed plan
     (``''`` while the planner works), set by the balancer.
+    :attr:`progress` (by ``'ip:port'``) is guarded by a short lock
+    of its own (CANCEL DELETE forgets a job while a round may be updating the jobs; issue 13
+    item 2), never held across a transaction, an RPC or a plan.
     """
 
     def __init__(
@@ -208,10 +212,12 @@ class DeleteJobProgress:
         self.copies = copies
         self.progress: dict[str, JobProgress] = {}
         self.planner_failure = ""
+        self._lock = threading.Lock()
 
     def clear(self) -> None:
         """Forget every job's progress and the planner's failure (step-down)."""
-        self.progress.clear()
+        with self._lock:
+            self.progress.clear()
         self.planner_failure = ""
 
     def planner_failed(self, cause: str) -> None:
@@ -226,19 +232,23 @@ class DeleteJobProgress:
             return
         self.planner_failure = ""
         now = self.clock.now_us()
-        for p in self.progress.values():
-            if p.stalled.startswith(PLANNER_FAILED):
-                p.stalled, p.last_change_us = "", now
+        with self._lock:
+            for p in self.progress.values():
+                if p.stalled.startswith(PLANNER_FAILED):
+                    p.stalled, p.last_change_us = "", now
 
     def forget(self, server: str) -> None:
         """Forget the progress of ``server``'s job (``'ip:port'``; CANCEL DELETE)."""
-        self.progress.pop(server, None)
+        with self._lock:
+            self.progress.pop(server, None)
 
     def update_jobs(self) -> None:
         """Refresh ``progress`` and ``extra_info`` of every INPROGRESS DELETE_SERVER job
         (a job this RS has not seen yet resumes from the baseline in its row), and report a
         stall (log and event ``migration_stalled``, again only when the reason changes) when
-        nothing moved for ``migration_stall_time``. Raises ``ObError`` when the transaction
+        nothing moved for ``migration_stall_time``. A job that ended since it was read
+        (CANCEL DELETE) keeps its final row and its progress is forgotten here too, so that a
+        later DELETE of the same server starts afresh (issue 13 item 2). Raises ``ObError`` when the transaction
         fails."""
         with self.store.read() as conn:
             jobs = job_repo.inprogress_jobs(conn, JOB_TYPE)
@@ -254,12 +264,13 @@ class DeleteJobProgress:
             units_left = [u for u in units if key in (u.server, u.migrate_from)]
             replicas_left = [k for k in meta if f"{k[2]}:{k[3]}" == key]
             bytes_left = sum(int(meta[k]["data_size"]) for k in replicas_left)
-            p = self.progress.get(key)
-            if p is None:
-                p = restore_progress(j.job_id, j.extra_info) or JobProgress(
-                    len(units_left), len(replicas_left), bytes_left, now, now
-                )
-                self.progress[key] = p
+            with self._lock:
+                p = self.progress.get(key)
+                if p is None:
+                    p = restore_progress(j.job_id, j.extra_info) or JobProgress(
+                        len(units_left), len(replicas_left), bytes_left, now, now
+                    )
+                    self.progress[key] = p
             copied = 0
             for task in self.copies.from_server(key):
                 r = reports.get(task.dest, {}).get(task.key)
@@ -294,11 +305,18 @@ class DeleteJobProgress:
                 eta_s = (p.bytes_total - bytes_done) * elapsed / bytes_done / 1e6
                 eta = f"{eta_s:.0f}s"
             updates.append(
-                (j.job_id, percent, job_info(p, units_moved, replicas_moved, bytes_done, eta))
+                (key, j.job_id, percent, job_info(p, units_moved, replicas_moved, bytes_done, eta))
             )
+        ended = []
         with self.store.txn() as conn:
-            for job_id, percent, text in updates:
-                job_repo.set_job_progress(conn, job_id, percent, text, now)
+            for key, job_id, percent, text in updates:
+                if not job_repo.set_job_progress(conn, job_id, percent, text, now):
+                    ended.append((key, job_id))
+        with self._lock:
+            for key, job_id in ended:
+                ended_p = self.progress.get(key)
+                if ended_p is not None and ended_p.job_id == job_id:
+                    del self.progress[key]
 
     def _stall_reason(
         self, key: str, units_left: list[unit_repo.Unit], ls_left: list[LsKey]
@@ -323,7 +341,8 @@ class DeleteJobProgress:
         transaction, SPEC.md section 9). Without progress in this RS's memory the baseline a
         former leader left in the row is used; nothing when there is none either."""
         key = f"{ip}:{port}"
-        p = self.progress.pop(key, None)
+        with self._lock:
+            p = self.progress.pop(key, None)
         if p is None:
             for j in job_repo.inprogress_jobs(conn, JOB_TYPE):
                 if j.server == key:

@@ -4,21 +4,36 @@ OceanBase's ``ObRootBalancer`` and ``ObDRWorker``).
 One round plans with the :class:`rootservice.balancer.planner.Planner` (Spark) and applies:
 unit moves (:mod:`rootservice.balancer.unit_moves`), replica copies
 (:mod:`rootservice.balancer.copy_tasks`), unit completion, then the progress of the
-DELETE_SERVER jobs (:mod:`rootservice.balancer.job_progress`). CANCEL DELETE SERVER
-(:meth:`RootBalancer.cancel_server`) runs under the same lock as a round. Every write is a
-fenced transaction (SPEC.md section 10).
+DELETE_SERVER jobs (:mod:`rootservice.balancer.job_progress`). Every write is a fenced
+transaction (SPEC.md section 10).
+
+CANCEL DELETE SERVER never waits for a round (issue 13 item 2): its units go back in the
+statement's own transaction (:meth:`RootBalancer.move_units_back`), the in-memory work is
+forgotten under the parts' short locks once it committed (:meth:`RootBalancer.cancelled`)
+and the partial replicas are dropped off the statement's path
+(:meth:`RootBalancer.drop_partial`). A round that planned before the cancel applies nothing
+of it: each part re-checks its rows' premises in its applying transaction and skips the
+stale ones (counted in ``stale_plan_rows_total``, one INFO line per round). Leaders are not
+moved by the balancer: the tenant layer moves them off a replica that leaves the *current*
+layout, which a stale plan no longer changes.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+
+import sqlalchemy as sa
 
 from rootservice.balancer.copy_tasks import CopyTasks
 from rootservice.balancer.job_progress import DeleteJobProgress
 from rootservice.balancer.planner import Planner, PlannerError, server_rows
-from rootservice.balancer.ports import Gate, LsLayout, Whitelist
+from rootservice.balancer.ports import Gate, LsKey, LsLayout, Whitelist
 from rootservice.balancer.unit_moves import UnitMoves
+from rootservice.db.unit_repo import Unit
 from rootservice.servers.status import AdminStatus, HeartbeatStatus
+
+log = logging.getLogger(__name__)
 
 
 class RootBalancer:
@@ -50,6 +65,7 @@ class RootBalancer:
         self.units = units
         self.copies = copies
         self.jobs = jobs
+        # One round at a time; CANCEL DELETE never takes it.
         self._lock = threading.Lock()
 
     def clear(self) -> None:
@@ -92,10 +108,13 @@ class RootBalancer:
                 return 0
             servers = server_rows(self.servers)
             actions = 0
+            stale = {"units": 0, "copies": 0, "finished": 0}
             try:
                 if self._emptying():
                     actions += self.units.apply_unit_plan(self.planner.unit_plan(servers))
+                    stale["units"] = self.units.last_stale
                 actions += self.copies.hand_out(self.planner.replica_plan(servers))
+                stale["copies"] = self.copies.last_stale
             except PlannerError as e:
                 # Counted, logged and recorded by the planner; the jobs say it (issue 13
                 # item 3), and the round ends as a handled one (no task-failure traceback).
@@ -104,6 +123,15 @@ class RootBalancer:
                 return actions
             self.jobs.planner_works()
             actions += self.units.finish_units()
+            stale["finished"] = self.units.last_stale
+            if any(stale.values()):
+                log.info(
+                    "balancer: skipped stale plan rows (the state changed since the plan): "
+                    "%d unit move(s), %d copy(ies), %d unit completion(s)",
+                    stale["units"],
+                    stale["copies"],
+                    stale["finished"],
+                )
             self.jobs.update_jobs()
             return actions
 
@@ -121,13 +149,26 @@ class RootBalancer:
                     return True
         return False
 
-    def cancel_server(self, server: str) -> int:
-        """CANCEL DELETE SERVER ``server`` (``'ip:port'``): units moving away from it go back
-        (``svr`` = ``migrate_from``), replicas still being built for them are dropped on their
-        destinations; units that finished moving stay. Returns units moved back. Raises
-        ``ObError`` when the transaction fails."""
-        with self._lock:
-            back = self.units.move_back(server)
-            self.copies.cancel_to({u.server for u in back})
-            self.jobs.forget(server)
-            return len(back)
+    def move_units_back(self, conn: sa.Connection, server: str) -> list[Unit]:
+        """CANCEL DELETE SERVER ``server`` (``'ip:port'``), in the statement's transaction
+        ``conn``: units moving away from it go back (``svr`` = ``migrate_from``); units that
+        finished moving stay. Returns the units moved back as they were (``server`` = the
+        destination they leave). Never waits for a round."""
+        return self.units.move_back(conn, server)
+
+    def cancelled(self, server: str, back: list[Unit]) -> dict[str, list[LsKey]]:
+        """Once the cancel of ``server`` committed (the caller still holds the store's write
+        lock, so a round's premise checks see the cancel whole or not at all): the layout is
+        re-read, the copies to the destinations the units ``back`` left are forgotten, and
+        the job's progress. Short locks only, no RPC. Returns the replicas to drop, by
+        destination (for :meth:`drop_partial`)."""
+        if back:
+            self.units.layout_changed()
+        drops = self.copies.cancel_to({u.server for u in back})
+        self.jobs.forget(server)
+        return drops
+
+    def drop_partial(self, drops: dict[str, list[LsKey]]) -> None:
+        """Drop the partial replicas :meth:`cancelled` returned, one ApplyReplicas per
+        destination in parallel, each bounded by ``rpc_timeout``; failures are logged."""
+        self.copies.drop(drops)

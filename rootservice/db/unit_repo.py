@@ -248,18 +248,35 @@ def start_unit_move(
     return bool(res.rowcount)
 
 
-def finish_unit_move(conn: sa.Connection, unit_id: int, now_us: int) -> None:
-    """The move of unit ``unit_id`` is done: clear its ``migrate_from_svr_*``."""
+def finish_unit_move(
+    conn: sa.Connection,
+    unit_id: int,
+    now_us: int,
+    *,
+    on: tuple[str, int] | None = None,
+    moving_from: tuple[str, int] | None = None,
+) -> bool:
+    """The move of unit ``unit_id`` is done: clear its ``migrate_from_svr_*``. With ``on``
+    / ``moving_from`` (``(ip, port)``) only while the unit is still on ``on`` moving from
+    ``moving_from`` (the balancer's premise, issue 13 item 2: a CANCEL DELETE may have moved
+    it back since the round looked); returns whether the row changed."""
     t = all_unit
-    conn.execute(
-        sa.update(t)
-        .where(t.c.unit_id == unit_id)
-        .values(
+    q = sa.update(t).where(t.c.unit_id == unit_id)
+    if on is not None:
+        q = q.where(t.c.svr_ip == on[0], t.c.svr_port == on[1])
+    if moving_from is not None:
+        q = q.where(
+            t.c.migrate_from_svr_ip == moving_from[0],
+            t.c.migrate_from_svr_port == moving_from[1],
+        )
+    res = conn.execute(
+        q.values(
             migrate_from_svr_ip="",
             migrate_from_svr_port=0,
             gmt_modified=us_to_datetime(now_us),
         )
     )
+    return bool(res.rowcount)
 
 
 def move_unit_back(

@@ -10,6 +10,7 @@ write lock across read-memory / write-table / apply-memory, always before the wh
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any, Protocol
@@ -59,10 +60,23 @@ class LeaderMover(Protocol):
 
 
 class DeleteCancelListener(Protocol):
-    """Told of each server whose DELETE SERVER was cancelled (the balancer)."""
+    """The balancer's part of CANCEL DELETE SERVER
+    (:class:`rootservice.balancer.root_balancer.RootBalancer`; issue 13 item 2): none of it
+    waits for a balancer round."""
 
-    def cancel_server(self, server: str, /) -> int:
-        """Stop emptying ``server`` ('ip:port'); returns how many migrations were undone."""
+    def move_units_back(self, conn: sa.Connection, server: str, /) -> Any:
+        """In the statement's transaction ``conn``: the units moving off ``server``
+        ('ip:port') go back. Returns what :meth:`cancelled` takes."""
+        ...
+
+    def cancelled(self, server: str, undone: Any, /) -> Any:
+        """Once committed, still under the store's write lock: forget the in-memory work of
+        emptying ``server`` (short locks, no RPC). Returns what :meth:`drop_partial` takes."""
+        ...
+
+    def drop_partial(self, partial: Any, /) -> None:
+        """Drop the replicas half-built for the units that went back (agent RPCs, each
+        bounded by ``rpc_timeout``; failures logged, not raised)."""
         ...
 
 
@@ -70,7 +84,7 @@ class ServerAdmin:
     """The server statements. ``wake`` is called with ``"balancer"``,
     ``"empty_server_checker"`` and ``"lost_replica_checker"`` after DELETE SERVER and with
     ``"balancer"`` after CANCEL DELETE; ``background`` runs the heartbeat requests that follow
-    ADD and CANCEL DELETE SERVER. Callers pass the term's gate first (statement dispatch once
+    ADD and CANCEL DELETE SERVER, and CANCEL DELETE's drop of partial replicas. Callers pass the term's gate first (statement dispatch once
     per statement, the data-disk reaction once per reaction): nothing here re-checks it, and
     a write of a deposed term is refused by the fenced store anyway."""
 
@@ -285,9 +299,17 @@ class ServerAdmin:
         return [s.key for s in targets]
 
     def cancel_delete_servers(self, servers: list[str], zone: str | None) -> None:
-        """CANCEL DELETE SERVER: ``force_stop_hb = false``, DELETING -> NORMAL, job CANCELED,
-        event ``cancel_delete_server``; then request a heartbeat and wake the balancer.
-        Raises OB_SERVER_NOT_IN_WHITE_LIST, OB_SERVER_ZONE_NOT_MATCH, OB_SERVER_NOT_DELETING."""
+        """CANCEL DELETE SERVER: in one fenced transaction ``force_stop_hb = false``,
+        DELETING -> NORMAL, job CANCELED, the units moving off the server back on it
+        (``cancel_listener.move_units_back``), events ``cancel_delete_server`` and
+        ``cancel_migrate_unit``; then, still under the write lock, the balancer forgets its
+        in-memory work for the server (``cancel_listener.cancelled``). It answers once that
+        is done, never waiting for a balancer round (issue 13 item 2: a round that planned
+        before it applies nothing of that plan). The partial replicas on the destinations
+        are dropped by the ``background`` runner (the statement does not wait for agents),
+        as is the heartbeat request; then the balancer is woken.
+        Raises OB_SERVER_NOT_IN_WHITE_LIST, OB_SERVER_ZONE_NOT_MATCH, OB_SERVER_NOT_DELETING,
+        and ``ObError`` of the transaction (nothing changed)."""
         with self.store.write_lock:
             targets = self._existing(servers, zone)
             for s in targets:
@@ -298,17 +320,19 @@ class ServerAdmin:
                 s.admin_status = AdminStatus.NORMAL
                 s.force_stop_hb = False
 
-            def cancel_job(conn: sa.Connection, s: ServerStatus) -> int:
+            def cancel_job(conn: sa.Connection, s: ServerStatus) -> tuple[str, Any]:
                 code = ObError("OB_CANCELED").code
-                return job_repo.finish_jobs(
+                job_repo.finish_jobs(
                     conn, "DELETE_SERVER", s.ip, s.port, "CANCELED", self.clock.now_us(), code
                 )
+                return s.key, self.cancel_listener.move_units_back(conn, s.key)
 
-            self._write_through(targets, normal, "cancel_delete_server", also=cancel_job)
+            undone = self._write_through(targets, normal, "cancel_delete_server", also=cancel_job)
+            partial = [self.cancel_listener.cancelled(key, u) for key, u in undone]
         keys = [s.key for s in targets]
         self.background(lambda: self.heartbeats.request_heartbeats(keys))
-        for key in keys:
-            self.cancel_listener.cancel_server(key)
+        for p in partial:
+            self.background(functools.partial(self.cancel_listener.drop_partial, p))
         self.wake("balancer")
 
     def stop_servers(

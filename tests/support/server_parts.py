@@ -81,9 +81,16 @@ class FakeBalancer:
 
     calls: list[tuple[str, Any]] = field(default_factory=list)
 
-    def cancel_server(self, server: str) -> int:
-        self.calls.append(("cancel_server", server))
-        return 0
+    def move_units_back(self, conn: Any, server: str) -> list[Any]:
+        self.calls.append(("move_units_back", server))
+        return []
+
+    def cancelled(self, server: str, undone: Any) -> Any:
+        self.calls.append(("cancelled", server))
+        return {"drops of": server}
+
+    def drop_partial(self, partial: Any) -> None:
+        self.calls.append(("drop_partial", partial))
 
     def finalize_job(self, conn: Any, ip: str, port: int) -> None:
         self.calls.append(("finalize_job", f"{ip}:{port}"))

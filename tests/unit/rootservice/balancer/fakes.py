@@ -4,6 +4,7 @@ waker, a gate, a layout version, an LS layer and a planner that return what the 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -36,6 +37,25 @@ class FakeStore:
     def read(self) -> Iterator[sa.Connection]:
         with self.engine.connect() as conn:
             yield conn
+
+
+class NoDbStore:
+    """A store for parts that only need ``txn()`` as the write lock (CopyTasks' premise
+    checks): an RLock, no database."""
+
+    def __init__(self) -> None:
+        self.rs_addr = RS_ADDR
+        self.write_lock = threading.RLock()
+
+    @contextmanager
+    def txn(self) -> Iterator[Any]:
+        with self.write_lock:
+            yield None
+
+    @contextmanager
+    def read(self) -> Iterator[Any]:
+        raise AssertionError("no database here")
+        yield None
 
 
 def server(

@@ -17,6 +17,7 @@ from tests.unit.rootservice.balancer.fakes import (
     FakeEvents,
     FakeLs,
     FakeWhitelist,
+    NoDbStore,
     info,
     plan,
     server,
@@ -66,6 +67,7 @@ class World:
             servers=self.servers,
             ls=self.ls,
             events=self.events,
+            store=NoDbStore(),
             clock=self.clock,
             settings=RsSettings(migration_concurrency_per_server=2, rpc_timeout="200ms"),
             metrics=self.metrics,
@@ -153,9 +155,55 @@ def test_cancel_forgets_the_copies_and_drops_partial_replicas_on_their_destinati
     w.copies.hand_out([row(k, B, D) for k in KEYS[:2]])
     w.report_on_d(KEYS[0], in_service=False, copy_from=B)
     w.report_on_d(KEYS[1], in_service=True)  # a replica of its own: it stays
-    w.copies.cancel_to({D})
-    assert len(w.copies) == 0
+    drops = w.copies.cancel_to({D})
+    assert len(w.copies) == 0 and w.ls.dropped == {}  # the calls are drop()'s
+    w.copies.drop(drops)
     assert w.ls.dropped == {D: [KEYS[0]]}
+
+
+def test_cancel_drops_a_copy_sent_but_not_reported_yet() -> None:
+    w = World(KEYS[:1])
+    w.copies.hand_out([row(KEYS[0], B, D)])
+    w.copies.drop(w.copies.cancel_to({D}))
+    assert w.ls.dropped == {D: [KEYS[0]]}
+
+
+def test_stale_rows_are_not_handed_out() -> None:
+    # The plan saw the unit on D; a CANCEL DELETE moved it back to A since.
+    w = World(KEYS[:2])
+    w.ls.plans[KEYS[0]] = plan(KEYS[0], {A: 1, B: 2, C: 3})
+    del w.ls.plans[KEYS[1]]  # the log stream is gone
+    assert w.copies.hand_out([row(k, B, D) for k in KEYS[:2]]) == 0
+    assert w.ls.applied == [] and len(w.copies) == 0
+    assert w.copies.last_stale == 2 and w.metrics.get("stale_plan_rows_total") == 2
+    # a permanently offline old server that is still the unit's server is no premise broken
+    w.servers.servers[A] = server(A, deleting=True, hb=HeartbeatStatus.PERMANENT_OFFLINE)
+    w.ls.plans[KEYS[0]] = plan(KEYS[0], {A: 1, D: 1, B: 2, C: 3})
+    assert w.copies.hand_out([row(KEYS[0], B, D)]) == 1 and w.copies.last_stale == 0
+
+
+class CancellingLs(FakeLs):
+    """An LS layer whose ApplyReplicas lets a CANCEL DELETE land while the call is out."""
+
+    copies: CopyTasks
+
+    def apply(self, srv: str, upsert: Any = (), drop: Any = ()) -> Any:
+        super().apply(srv, upsert, drop)
+        self.cancel_drops = self.copies.cancel_to({srv})
+        return None
+
+
+def test_a_copy_cancelled_while_it_is_sent_is_dropped_again() -> None:
+    w = World(KEYS[:1])
+    ls = CancellingLs()
+    ls.plans, ls.report_table, ls.leaders = w.ls.plans, w.ls.report_table, w.ls.leaders
+    w.copies.ls = ls
+    ls.copies = w.copies
+    assert w.copies.hand_out([row(KEYS[0], B, D)]) == 0
+    # the cancel found the task being sent; the hand-out dropped what it had just sent
+    assert ls.cancel_drops == {D: [KEYS[0]]}
+    assert ls.dropped == {D: [KEYS[0]]} and len(w.copies) == 0
+    assert not w.events.named("migrate_replica")
 
 
 def test_clear_forgets_every_copy() -> None:

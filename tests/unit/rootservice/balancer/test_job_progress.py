@@ -75,6 +75,7 @@ class World:
             servers=self.servers,
             ls=self.ls,
             events=self.events,
+            store=self.store,
             clock=self.clock,
             settings=settings,
             metrics=metrics,
