@@ -152,10 +152,10 @@ class ServerAdmin:
     def add_servers(self, servers: list[str], zone: str | None) -> list[int]:
         """ADD SERVER: new ids, rows NORMAL and lease_expired (display INACTIVE) until the
         first heartbeat; event ``add_server``. All or none. Raises OB_INVALID_ARGUMENT,
-        OB_ENTRY_EXIST, OB_SERVER_CONNECTION_ERROR, then per server in OceanBase's order
-        (ObServerZoneOpService::add_servers): OB_OP_NOT_ALLOW (agent not empty),
-        OB_SERVER_ZONE_NOT_MATCH (agent's own zone differs from the statement's,
-        zone_checking_for_adding_server_), OB_ZONE_INFO_NOT_EXIST / OB_ZONE_NOT_ACTIVE (the
+        OB_ENTRY_EXIST, OB_SERVER_CONNECTION_ERROR, then per server in OceanBase 4.3.3's order
+        (ObServerZoneOpService::add_servers): OB_SERVER_ZONE_NOT_MATCH (agent's own zone
+        differs from the statement's, zone_checking_for_adding_server_), OB_OP_NOT_ALLOW
+        (agent not empty, "add non-empty server ... not allowed"), OB_ZONE_INFO_NOT_EXIST / OB_ZONE_NOT_ACTIVE (the
         zone, add_server_). Returns the new ids."""
         keys = self._unique_keys(servers)
         if zone is not None:
@@ -171,16 +171,22 @@ class ServerAdmin:
             for key in keys:
                 check = self.agents.check_server_empty(key, self.store.epoch)
                 target_zone = zone or check.zone
-                if not check.is_empty:
-                    raise ObError(
-                        "OB_OP_NOT_ALLOW",
-                        f"add server '{key}' which belongs to cluster '{check.cluster_id}' as server {check.server_id}",
-                        detail="wipe its data directory to reuse it",
-                    )
+                # OceanBase 4.3.3 and later check the zone before emptiness
+                # (ob_server_zone_op_service.cpp add_servers l.198 then l.211, commit 870f539).
                 if check.zone != target_zone:
                     raise ObError(
                         "OB_SERVER_ZONE_NOT_MATCH",
                         detail=f"server '{key}' was started in zone '{check.zone}', not '{target_zone}'",
+                    )
+                if not check.is_empty:
+                    # precheck_server_empty_and_get_zone_'s user message, then what we know.
+                    raise ObError(
+                        "OB_OP_NOT_ALLOW",
+                        f"add non-empty server {key}",
+                        detail=(
+                            f"it belongs to cluster '{check.cluster_id}' as server "
+                            f"{check.server_id}: wipe its data directory to reuse it"
+                        ),
                     )
                 self._check_zone_usable(target_zone)
                 ip, port = parse_server(key)
@@ -344,8 +350,9 @@ class ServerAdmin:
     ) -> None:
         """STOP / FORCE STOP / ISOLATE SERVER: ``stop_time = now`` (kept if already stopped).
 
-        Follows ObServerZoneOpService::stop_server_precheck: nothing is checked when every
-        server is already stopped; servers spanning zones are refused with
+        Follows ObServerZoneOpService::stop_server_precheck: its checks are skipped when every
+        server is already stopped (start_or_stop_server_'s have_other_stop_task still runs
+        for STOP / FORCE STOP); servers spanning zones are refused with
         OB_STOP_SERVER_IN_MULTIPLE_ZONES, and so are STOP / FORCE STOP while another zone has
         a stopped server or is INACTIVE (ObRootUtils::have_other_stop_task).
         ``checks.check_stop`` runs the log-stream checks of the tenant layer, and once
@@ -364,9 +371,13 @@ class ServerAdmin:
         with self.store.write_lock:
             targets = self._existing(servers, zone)
             changing = [s for s in targets if s.stop_time == 0]
-            if changing and mode != "ISOLATE":
-                # Checked again: ObServerZoneOpService::start_or_stop_server_ does too.
-                self._check_other_zones_running(changing[0].zone)
+            if mode != "ISOLATE":
+                # Checked again, for every server named, stopped or not:
+                # ObServerZoneOpService::start_or_stop_server_ does (l.934, commit 870f539),
+                # so a STOP of servers that ISOLATE already stopped is refused like any other
+                # while another zone is stopped.
+                for z in sorted({s.zone for s in targets}):
+                    self._check_other_zones_running(z)
             if changing:
                 now = self.clock.now_us()
                 event = {

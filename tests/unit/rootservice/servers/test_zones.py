@@ -204,7 +204,7 @@ def test_alter_zone_changes_region_and_idc(rs: RootService) -> None:
 # --- STOP SERVER and ADD SERVER's zone rules --------------------------------------------------
 
 
-def test_stop_server_of_stopped_servers_checks_nothing(rs: RootService) -> None:
+def test_stop_server_of_stopped_servers_skips_the_precheck(rs: RootService) -> None:
     heartbeat_all(rs)
     m = rs.server_admin
     m.stop_servers([B], None, "STOP")
@@ -217,6 +217,13 @@ def test_stop_server_of_stopped_servers_checks_nothing(rs: RootService) -> None:
     # Every server named is stopped already: nothing to check (stop_server_precheck).
     m.stop_servers([B], None, "FORCE_STOP")
     assert rs.whitelist.get(B).stop_time != 0
+    # ...but STOP / FORCE STOP still ask have_other_stop_task for every server named
+    # (start_or_stop_server_): A, stopped by ISOLATE (which skips it), is not STOPped while
+    # B's zone has a stopped server; ISOLATE again is allowed.
+    m.stop_servers([A], None, "ISOLATE")
+    assert refusal(m.stop_servers, [A], None, "STOP")[2] == MULTIPLE_ZONES_MESSAGE
+    assert refusal(m.stop_servers, [B], None, "FORCE_STOP")[2] == MULTIPLE_ZONES_MESSAGE
+    m.stop_servers([A], None, "ISOLATE")
 
 
 class EmptyAgents:
@@ -257,10 +264,16 @@ def test_add_server_zone_checks_in_oceanbases_order(engine: sa.Engine, tmp_path:
     seed(p)
     p.zones.add_zone("z9", None, None)  # INACTIVE until START ZONE
     new = "127.0.0.1:3009"
-    # Non-empty first, then the zone the agent was started in, then the zone's status.
+    # OceanBase 4.3.3's order: the zone the agent was started in, then non-empty, then the
+    # zone's status.
     assert error_name(make_admin(p, EmptyAgents("z9", empty=False)).add_servers, [new], "z1") == (
-        "OB_OP_NOT_ALLOW"
+        "OB_SERVER_ZONE_NOT_MATCH"
     )
+    name, _, message = refusal(
+        make_admin(p, EmptyAgents("z1", empty=False)).add_servers, [new], "z1"
+    )
+    assert name == "OB_OP_NOT_ALLOW"
+    assert message.startswith(f"add non-empty server {new} not allowed")
     assert error_name(make_admin(p, EmptyAgents("z1")).add_servers, [new], "z9") == (
         "OB_SERVER_ZONE_NOT_MATCH"
     )
