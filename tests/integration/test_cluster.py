@@ -127,7 +127,9 @@ def test_bootstrap_add_expire_recover_delete(cluster: Cluster) -> None:
     # ADD SERVER: a fourth agent in z1, refused when the zone is wrong, then added.
     a4 = c.start_agent("z1")
     assert c.error(f"ALTER SYSTEM ADD SERVER '{a4}' ZONE 'z2'") == "OB_SERVER_ZONE_NOT_MATCH"
-    assert c.error(f"ALTER SYSTEM ADD SERVER '{a4}' ZONE 'nozone'") == "OB_ZONE_INFO_NOT_EXIST"
+    # The agent's own zone is checked before the statement's zone exists (OceanBase 4.3.3,
+    # docs/ZONES.md), so an unknown zone is a mismatch too for an agent started in z1.
+    assert c.error(f"ALTER SYSTEM ADD SERVER '{a4}' ZONE 'nozone'") == "OB_SERVER_ZONE_NOT_MATCH"
     c.ok(f"ALTER SYSTEM ADD SERVER '{a4}' ZONE 'z1'")
     assert c.error(f"ALTER SYSTEM ADD SERVER '{a4}' ZONE 'z1'") == "OB_ENTRY_EXIST"
     wait_until(lambda: c.statuses().get(a4) == "ACTIVE", 15, message="added server ACTIVE")

@@ -321,9 +321,10 @@ def test_obadmin_pointed_at_the_standby_gets_the_leaders_answer(ha: HaCluster) -
     assert added.returncode == 0, added.stderr
     assert agent in c.statuses()
     # A refusal by the leader reaches the client through the standby with its number.
-    refused = obadmin_on(standby, "ALTER SYSTEM ADD SERVER '127.0.0.1:1' ZONE 'z_nope'")
+    # (The same server again: refused before the leader contacts any agent.)
+    refused = obadmin_on(standby, f"ALTER SYSTEM ADD SERVER '{agent}' ZONE 'z1'")
     assert refused.returncode == 1
-    assert refused.stderr.startswith("ERROR 4530 (HY000): OB_ZONE_INFO_NOT_EXIST"), refused.stderr
+    assert refused.stderr.startswith("ERROR 4017 (HY000): OB_ENTRY_EXIST"), refused.stderr
     # The standby answered both (it forwarded them; obadmin had no hint to follow)...
     m = metrics(standby)
     assert m is not None and m["statements_forwarded_total"] == forwarded_before + 2
@@ -335,7 +336,7 @@ def test_obadmin_pointed_at_the_standby_gets_the_leaders_answer(ha: HaCluster) -
     )
     assert [(r[1], r[2], int(r[3])) for r in rows] == [
         ("OK", standby, int(leader.rsplit(":", 1)[1])),
-        ("OB_ZONE_INFO_NOT_EXIST", standby, int(leader.rsplit(":", 1)[1])),
+        ("OB_ENTRY_EXIST", standby, int(leader.rsplit(":", 1)[1])),
     ]
     assert all(r[0].startswith("127.0.0.1:") for r in rows)
 
@@ -360,8 +361,8 @@ def test_obadmin_pointed_at_the_standby_gets_the_leaders_answer(ha: HaCluster) -
             assert cur.execute(f"ALTER SYSTEM ADD SERVER '{second}' ZONE 'z1'") == 1
             assert second in c.statuses()
             with pytest.raises(pymysql.MySQLError) as e:
-                cur.execute("ALTER SYSTEM ADD SERVER '127.0.0.1:1' ZONE 'z_nope'")
-            assert e.value.args[0] == 4530
+                cur.execute(f"ALTER SYSTEM ADD SERVER '{second}' ZONE 'z1'")
+            assert e.value.args[0] == 4017  # OB_ENTRY_EXIST, from the leader
             cur.execute("SELECT count(*) FROM __all_server")
             assert cur.fetchall() == ((3,),)
     finally:

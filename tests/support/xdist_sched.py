@@ -30,8 +30,10 @@ FILE_GROUPS: dict[str, str] = {
     # 2.37 s beside them. The session fixture of test_spark_jobs (a JVM) starts once, too.
     "tests/unit/rootservice/balancer/test_spark_jobs.py": "cpu",
     "tests/integration/test_delete_server.py": "cpu",
-    # A Spark standalone master, worker and executor beside the RS's driver: four JVMs.
-    "tests/integration/test_spark_cluster.py": "cpu",
+    # A Spark standalone master, worker and executor beside the RS's driver: four JVMs, for
+    # about 5 minutes. Not in "cpu": one after the other they made that worker the last to
+    # finish by minutes (suite 16 min 52 s); beside it, test_delete_server has 600 s.
+    "tests/integration/test_spark_cluster.py": "spark_cluster",
     "tests/integration/test_flood.py": "cpu",
     # The module-scoped secure cluster would otherwise start on every worker.
     "tests/integration/test_trust_boundary.py": "trust_boundary",
