@@ -205,9 +205,17 @@ def test_non_whitelisted_agent_is_refused_and_never_added(cluster: Cluster) -> N
     c = cluster
     c.start_rs()
     c.bootstrap(1)
+    before = c.metrics()["heartbeats_refused_total"]  # the first agent's pre-BOOTSTRAP ones
     stranger = c.start_agent("z1")
+    # The agent logs a refusal after the RS counted it: wait for the line, then for a
+    # second refusal of the stranger.
     wait_until(
-        lambda: c.metrics()["heartbeats_refused_total"] >= 2,
+        lambda: "OB_SERVER_NOT_IN_WHITE_LIST" in c.agents[stranger].log_text(),
+        15,
+        message="stranger's refusal logged",
+    )
+    wait_until(
+        lambda: c.metrics()["heartbeats_refused_total"] >= before + 2,
         15,
         message="stranger refused twice",
     )
