@@ -119,7 +119,10 @@ def test_delete_life_cycle_cancel_and_permanent_offline_rebuild(tc: TenantCluste
         message="a copy to the target under way",
     )
     c.agents[target].kill()
-    (c.data_dir(target) / "FAULT_COPY_SLOW_MS").unlink()
+    # The copies after the restart still take a second per chunk (4 s per replica), so that
+    # obadmin's progress bar below sees the job in progress before it ends even when the
+    # plans are quick (pandas on PostgreSQL plans in milliseconds).
+    (c.data_dir(target) / "FAULT_COPY_SLOW_MS").write_text("1000")
     assert not any((c.data_dir(target) / "replicas").glob("*/meta.json")), (
         "a half-copied replica must not look complete"
     )
@@ -137,6 +140,7 @@ def test_delete_life_cycle_cancel_and_permanent_offline_rebuild(tc: TenantCluste
     assert lines[-1].startswith(f"job {progress['id']} [") and "100% SUCCESS" in lines[-1]
     assert "units 1/1 replicas 2/2" in lines[-1]
     assert any("INPROGRESS" in line and "units 0/1" in line for line in lines), lines
+    (c.data_dir(target) / "FAULT_COPY_SLOW_MS").unlink()
     wait_until(lambda: gone not in c.statuses(), 30, message="server removed from __all_server")
     assert c.ok(
         "SELECT svr_ip, svr_port, migrate_from_svr_ip FROM DBA_OB_UNITS WHERE zone = 'z1'"

@@ -27,13 +27,15 @@ FILE_GROUPS: dict[str, str] = {
     # 4 workers on 2 cores (and a loaded machine) two RS Spark plans side by side missed
     # test_delete_server's 120 s wait for a copy (the SparkSession alone took 45-62 s to
     # start), and test_flood's "a small statement answers in under 2 s" measured 2.07 s and
-    # 2.37 s beside them. The session fixture of test_spark_jobs (a JVM) starts once, too.
-    "tests/unit/rootservice/balancer/test_spark_jobs.py": "cpu",
+    # 2.37 s beside them.
     "tests/integration/test_delete_server.py": "cpu",
-    # A Spark standalone master, worker and executor beside the RS's driver: four JVMs, for
-    # about 5 minutes. Not in "cpu": one after the other they made that worker the last to
-    # finish by minutes (suite 16 min 52 s); beside it, test_delete_server has 600 s.
-    "tests/integration/test_spark_cluster.py": "spark_cluster",
+    # "spark": a Spark standalone master, worker and executor beside the RS's driver (four
+    # JVMs, about 6 minutes with their start-up), then the session fixture of test_spark_jobs
+    # (one JVM, started once). Beside "cpu" rather than after it: one after the other they
+    # made that worker the last to finish by minutes (suite 16 min 52 s); test_delete_server
+    # has 600 s for the contention.
+    "tests/integration/test_spark_cluster.py": "spark",
+    "tests/unit/rootservice/balancer/test_spark_jobs.py": "spark",
     "tests/integration/test_flood.py": "cpu",
     # The module-scoped secure cluster would otherwise start on every worker.
     "tests/integration/test_trust_boundary.py": "trust_boundary",
