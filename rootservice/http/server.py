@@ -37,9 +37,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from obcommon.errors import ObError
 from obcommon.security.certs import CA_CERT, Role, cert_file, key_file
 from rootservice.app import RootService
+from rootservice.auth.principal import Principal
 from rootservice.http.auth import NoCredentials, authenticate
 from rootservice.http.errors import json_error, ob_error_response
 from rootservice.http.status import EVENTS_DEFAULT, EVENTS_MAX, ClusterStatus
+from sql import ast
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,8 @@ OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 STANDBY_PATHS = frozenset({"/api/v1/rootservices", "/api/v1/ha"})
 
 RS_KEY = web.AppKey("rs", RootService)
+#: The authenticated principal of a request (absent on the probes).
+PRINCIPAL_KEY = web.RequestKey("ob_principal", Principal)
 STATUS_KEY = web.AppKey("status", ClusterStatus)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -63,7 +67,7 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         if request.path not in OPEN_PATHS:
             try:
-                await authenticate(rs, request)
+                request[PRINCIPAL_KEY] = await authenticate(rs, request)
             except NoCredentials:
                 return json_error(401, "authentication required (client certificate or Basic)")
         return await handler(request)
@@ -130,7 +134,8 @@ def _limit(request: web.Request) -> int:
 
 async def check_decommission(request: web.Request) -> web.Response:
     """``?server=ip:port[&server=...][&plan=1]``: the DELETE SERVER pre-checks, nothing
-    changed; ``plan=1`` adds the dry run's rows (EXPLAIN ALTER SYSTEM DELETE SERVER)."""
+    changed; ``plan=1`` adds the dry run's rows (EXPLAIN ALTER SYSTEM DELETE SERVER) and
+    needs that statement's privilege (ALTER SYSTEM; else 403, MySQL's 1227)."""
     _leader_only(request)
     servers = request.query.getall("server", [])
     if not servers:
@@ -138,6 +143,12 @@ async def check_decommission(request: web.Request) -> web.Response:
     plan = request.query.get("plan", "0")
     if plan not in ("0", "1"):
         raise ObError("OB_INVALID_ARGUMENT", f"plan '{plan[:32]}' (0 or 1)")
+    if plan == "1":
+        # The rows are EXPLAIN ALTER SYSTEM DELETE SERVER's and cost a planner run (a Spark
+        # job): the same privilege as that statement, not just the API's SELECT.
+        rs = request.app[RS_KEY]
+        stmt = ast.ExplainDeleteServer(tuple(servers), None)
+        await _blocking(rs.users.check, request[PRINCIPAL_KEY], stmt)
     status = request.app[STATUS_KEY]
     return web.json_response(await _blocking(status.check_decommission, servers, plan == "1"))
 

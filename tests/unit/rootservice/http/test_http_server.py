@@ -120,6 +120,10 @@ def test_https_who_may_read(tls_rs: RootService, tmp_path: Path) -> None:
         # SELECT is enough: Basic, a user's certificate, root's certificate.
         status, _, body = await _get(url, anon, _basic("alice", "alice-pw"))
         assert status == 200 and {s["server"] for s in json.loads(body)} >= {A, D}
+        # ...but not for the dry run's rows, which need EXPLAIN DELETE SERVER's ALTER SYSTEM.
+        plan = f"{base}/api/v1/check_decommission?server={A}&plan=1"
+        status, _, body = await _get(plan, anon, _basic("alice", "alice-pw"))
+        assert status == 403 and json.loads(body)["code"] == 1227
         alice = pki.certs_dir(Role.CLIENT, "alice")
         assert (await _get(url, _client_ssl(alice, Role.CLIENT, "alice")))[0] == 200
         root = pki.client_certs()
