@@ -65,10 +65,12 @@ from rootservice.servers.heartbeat import HeartbeatIntake
 from rootservice.servers.heartbeat_requester import HeartbeatRequester
 from rootservice.servers.history_pruner import PRUNE_INTERVAL_US, HistoryPruner
 from rootservice.servers.identity import ClusterIdentity
+from rootservice.servers.intake_health import IntakeHealth
 from rootservice.servers.lease_checker import LeaseChecker
 from rootservice.servers.loader import ServerLoader, TakeOfficeGrace
 from rootservice.servers.persist_queue import PersistQueue
 from rootservice.servers.ports import Background
+from rootservice.servers.self_suspicion import SelfSuspicion
 from rootservice.servers.whitelist import Whitelist
 from rootservice.servers.zones import ZoneManager
 from rootservice.tasks import FnTask
@@ -286,6 +288,24 @@ class RootService:
             wake=self.timers.wake,
             background=self.background,
         )
+        # Issue 14: the RS's own intake delay lengthens the leases (item 3); a mass expiry
+        # makes it suspect itself and hold permanent offline (item 7). The checker's tick
+        # lateness is measured only when the timers run it (unit tests tick by hand).
+        self.intake_health = IntakeHealth(
+            self.clock,
+            settings,
+            served=lambda: self.heartbeats_total + self.heartbeats_refused_total,
+            alive=lambda: len(self.whitelist.alive),
+            measure_ticks=start_scheduler,
+        )
+        self.self_suspicion = SelfSuspicion(
+            self.clock,
+            settings,
+            is_alive=lambda key: (
+                (s := self.whitelist.records.get(key)) is not None and s.is_alive()
+            ),
+            add_event=self.persist.add_event,
+        )
         self.lease_checker = LeaseChecker(
             self.whitelist,
             self.persist,
@@ -295,6 +315,8 @@ class RootService:
             settings,
             self.metrics,
             self.timers.wake,
+            allowance=self.intake_health,
+            suspicion=self.self_suspicion,
         )
         self.check_all_server = CheckAllServerTask(
             self.whitelist,
@@ -351,6 +373,7 @@ class RootService:
                 tl.layout.clear,
                 tl.meta_sync.forget_meta,
                 self.migration.clear,
+                self.self_suspicion.reset,
             ],
             address=lambda: self.rpc_addr,
         )
@@ -590,6 +613,8 @@ class RootService:
             jobs=jobs,
             planner=self.settings.balancer_planner,
             planner_ready=self.planner_check.ready if self.planner_check else None,
+            lease_allowance_us=self.intake_health.current_us,
+            self_suspect=self.self_suspicion.suspected,
         )
 
     def metrics_snapshot(self) -> dict[str, Any]:
@@ -607,4 +632,6 @@ class RootService:
         out["lease_time_us"] = self.settings.lease_time
         out["balancer_planner"] = self.settings.balancer_planner
         out["planner_ready"] = self.planner_check.ready if self.planner_check else None
+        out["lease_allowance_us"] = self.intake_health.current_us
+        out["self_suspect"] = self.self_suspicion.suspected
         return out

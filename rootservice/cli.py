@@ -222,6 +222,8 @@ async def _serve(rs: RootService) -> int:
         return 1
     # The gRPC health statuses follow the readiness (issue 12 item 2).
     follower = asyncio.create_task(follow_readiness(rs, health, stop, also=http.reload_tls))
+    # How late the gRPC event loop runs: the RS's own heartbeat backlog (issue 14 item 3).
+    probe = asyncio.create_task(rs.intake_health.run_probe(stop))
     log.info(
         "root service listening on %s, MySQL clients on %s, HTTP on %s (state %s)",
         rs.rpc_addr,
@@ -232,6 +234,7 @@ async def _serve(rs: RootService) -> int:
     await stop.wait()
     log.info("stopping: signal received")
     await follower
+    await probe
     mysql.close()
     await http.stop()
     await server.stop(1.0)

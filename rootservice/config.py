@@ -27,6 +27,8 @@ DURATION = "duration"
 SIZE = "size"
 #: ``ParamDef.kind`` of a parameter that is one of a few words (``ParamDef.choices``).
 CHOICE = "choice"
+#: ``ParamDef.kind`` of a plain integer (a count or a percentage), written ``50``.
+INT = "int"
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,11 @@ class ParamDef:
     def parse(self, raw: str | int) -> int:
         """``raw`` as written in ALTER SYSTEM SET or ``__all_sys_parameter``, in the unit of
         :attr:`kind`. Raises ``ValueError``."""
+        if self.kind == INT:
+            try:
+                return int(str(raw).strip())
+            except ValueError:
+                raise ValueError(f"{raw!r} is not an integer") from None
         return parse_size(raw) if self.kind == SIZE else parse_duration(raw)
 
     def format(self, value: int | str) -> str:
@@ -54,6 +61,8 @@ class ParamDef:
         choice parameter's word as it is)."""
         if isinstance(value, str):
             return value
+        if self.kind == INT:
+            return str(value)
         return format_size(value) if self.kind == SIZE else format_duration(value)
 
 
@@ -205,6 +214,27 @@ PARAMETERS: dict[str, ParamDef] = {
             CHOICE,
             choices=("spark", "local"),
         ),
+        # Issue 14 item 7 (rootservice/servers/self_suspicion.py): an RS that sees more than
+        # this percentage of the servers (and at least the count) lose their lease within one
+        # lease_time suspects itself and holds permanent-offline declarations. Kubernetes'
+        # --unhealthy-zone-threshold is 0.55 with more than 2 nodes not ready.
+        ParamDef(
+            "server_mass_expire_percentage",
+            1,
+            100,
+            "percentage of the alive servers whose leases expiring within one lease_time "
+            "make this RS suspect itself (holds permanent offline)",
+            1,
+            INT,
+        ),
+        ParamDef(
+            "server_mass_expire_min_count",
+            1,
+            1_000_000,
+            "fewest lease expiries within one lease_time that make this RS suspect itself",
+            1,
+            INT,
+        ),
     ]
 }
 
@@ -290,6 +320,9 @@ class RsSettings(BaseSettings):
     insecure: bool = False
     # The log lines' format (issue 12 item 5, obcommon/logs.py): "text" or "json".
     log_format: str = "text"
+    # Self-suspicion of the RS (issue 14 item 7, rootservice/servers/self_suspicion.py).
+    server_mass_expire_percentage: int = 50
+    server_mass_expire_min_count: int = 3
 
     @field_validator("log_format")
     @classmethod

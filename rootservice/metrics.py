@@ -239,6 +239,10 @@ class Readings:
     # 13 item 3).
     planner: str = ""
     planner_ready: bool | None = None
+    # Issue 14: the lease allowance for the RS's own intake delay (item 3) and whether the
+    # RS suspects itself after a mass expiry (item 7).
+    lease_allowance_us: int = 0
+    self_suspect: bool = False
 
 
 class RsReadings(Protocol):
@@ -419,6 +423,18 @@ class RsCollector(Collector):
             "ob_rs_lease_time_seconds",
             "The agents' lease time (parameter lease_time).",
             value=r.lease_time_us / 1e6,
+        )
+        yield GaugeMetricFamily(
+            "ob_rs_lease_allowance_seconds",
+            "Extra time granted before a lease expires for this RS's own intake delay "
+            "(checker lateness, event-loop lag, heartbeat rate deficit), capped at lease_time.",
+            value=r.lease_allowance_us / 1e6,
+        )
+        yield GaugeMetricFamily(
+            "ob_rs_self_suspect",
+            "1 while this RS suspects itself after a mass lease expiry (permanent offline "
+            "held), else 0.",
+            value=int(r.self_suspect),
         )
         labels = ["job_id", "job_type", "server"]
         progress = GaugeMetricFamily(

@@ -171,6 +171,8 @@ class ClusterStatus:
             "servers": servers,
             "jobs": self.jobs(),
             "events": self.events(SNAPSHOT_EVENTS),
+            "intake": self.rs.intake_health.status(),
+            "self_suspicion": self.rs.self_suspicion.status(),
         }
 
     def planner(self) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from rootservice.metrics import Metrics
 from rootservice.servers.events import log_transitions, seconds, server_event
 from rootservice.servers.loader import TakeOfficeGrace
 from rootservice.servers.persist_queue import PersistQueue
-from rootservice.servers.ports import Wake
+from rootservice.servers.ports import LeaseAllowance, MassExpiry, Wake
 from rootservice.servers.status import HeartbeatStatus
 from rootservice.servers.whitelist import Whitelist
 
@@ -42,9 +42,13 @@ class LeaseChecker:
         settings: RsSettings,
         metrics: Metrics,
         wake: Wake,
+        allowance: LeaseAllowance | None = None,
+        suspicion: MassExpiry | None = None,
     ) -> None:
-        """Check ``whitelist`` against ``settings.lease_time`` and
-        ``settings.server_permanent_offline_time`` (read on every tick)."""
+        """Check ``whitelist`` against ``settings.lease_time`` (plus ``allowance``, the RS's
+        own intake delay, issue 14 item 3) and ``settings.server_permanent_offline_time``
+        (read on every tick); while ``suspicion`` says so, hold permanent offline (issue 14
+        item 7)."""
         self.whitelist = whitelist
         self.persist = persist
         self.grace = grace
@@ -53,6 +57,8 @@ class LeaseChecker:
         self.settings = settings
         self.metrics = metrics
         self.wake = wake
+        self.allowance = allowance
+        self.suspicion = suspicion
 
     def run_once(self) -> int:
         """One tick of the 100 ms checker: expire leases (``now - last_hb_time >=
@@ -66,7 +72,8 @@ class LeaseChecker:
         now = self.clock.now_us()
         if now < self.grace.no_expire_until:
             return 0
-        lease = self.settings.lease_time
+        # An overloaded RS must not mistake its own backlog for dead servers (issue 14 item 3).
+        lease = self.settings.lease_time + (self.allowance.checker_tick() if self.allowance else 0)
         offline = self.settings.server_permanent_offline_time
         servers = self.whitelist.records
         alive = self.whitelist.alive
@@ -74,6 +81,7 @@ class LeaseChecker:
         n = 0
         # (event, reason) of each transition, logged once the whitelist lock is released.
         logged: list[tuple[Event, str]] = []
+        expired: list[str] = []
         with self.whitelist.lock:
             if self.grace.candidates:
                 n += self._expire_candidates(now, logged)
@@ -91,6 +99,7 @@ class LeaseChecker:
                 s.start_service_time = 0
                 heapq.heappush(heap, (s.last_hb_time + offline, key))
                 self.persist.mark(key)
+                expired.append(key)
                 ev = server_event(now, "lease_expire", s, ("last_hb_time", s.last_hb_time))
                 self.persist.add_event(ev)
                 logged.append(
@@ -102,7 +111,9 @@ class LeaseChecker:
                 )
                 self.metrics.window("expire_detect_lag_us").record(now - (s.last_hb_time + lease))
                 n += 1
-            while heap and heap[0][0] <= now:
+            # A mass expiry holds permanent offline (issue 14 item 7): the heap keeps them.
+            held = self.suspicion is not None and self.suspicion.observe(now, expired, len(alive))
+            while not held and heap and heap[0][0] <= now:
                 deadline, key = heapq.heappop(heap)
                 s = servers.get(key)
                 if s is None or s.hb_status is not HeartbeatStatus.LEASE_EXPIRED:

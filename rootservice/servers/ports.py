@@ -35,3 +35,23 @@ class HeartbeatRequests(Protocol):
 def inline(fn: Callable[[], object]) -> None:
     """A :data:`Background` that runs ``fn`` at once in the calling thread (unit tests)."""
     fn()
+
+
+class LeaseAllowance(Protocol):
+    """The RS's own intake delay (issue 14 item 3), met by
+    :class:`rootservice.servers.intake_health.IntakeHealth`."""
+
+    def checker_tick(self) -> int:
+        """Called at the start of each checker tick; the extra time (microseconds) to grant
+        before expiring a lease."""
+        ...
+
+
+class MassExpiry(Protocol):
+    """Self-suspicion (issue 14 item 7), met by
+    :class:`rootservice.servers.self_suspicion.SelfSuspicion`."""
+
+    def observe(self, now: int, expired: list[str], alive: int, /) -> bool:
+        """One checker tick's expiries; True while the RS suspects itself (hold permanent
+        offline)."""
+        ...

@@ -7,7 +7,10 @@ ticks, STOP / START / DELETE / CANCEL DELETE SERVER and persistence flushes, and
 step the whitelist must show, for every server, the heartbeat status, admin status and
 stop state the model computes from first principles: a heartbeat makes a server alive, a
 lease expires at ``now - last_hb_time >= lease_time``, a server is permanently offline at
-``>= server_permanent_offline_time``, nothing expires during the take-office grace, STOP is
+``>= server_permanent_offline_time`` unless the RS suspects itself (issue 14 item 7: at least
+3 and more than half of the servers alive at the start of a lease_time window lost their
+lease in it; held until those still down are no longer such a share), nothing expires during
+the take-office grace, STOP is
 refused while another zone has a stopped server, DELETE of a DELETING server and CANCEL of a
 NORMAL one are refused. After a flush, ``__all_server`` shows the display status.
 """
@@ -104,6 +107,9 @@ class ServerStatusMachine(RuleBasedStateMachine):
         self.model = {
             s: ServerModel(HeartbeatStatus.LEASE_EXPIRED, last_hb=now - LEASE) for s in SERVERS
         }
+        # Self-suspicion: server -> when its lease expired, in the window or the episode.
+        self.expired_at: dict[str, int] = {}
+        self.suspected = False
 
     def teardown(self) -> None:
         if hasattr(self, "rs"):
@@ -141,9 +147,24 @@ class ServerStatusMachine(RuleBasedStateMachine):
         now = self.now()
         if now < self.grace_until:
             return
-        for m in self.model.values():
+        for server, m in self.model.items():
             if m.hb is HeartbeatStatus.ALIVE and now - m.last_hb >= LEASE:
                 m.hb = HeartbeatStatus.LEASE_EXPIRED
+                self.expired_at[server] = now
+        if not self.suspected:
+            self.expired_at = {k: t for k, t in self.expired_at.items() if now - t <= LEASE}
+        self.expired_at = {
+            k: t
+            for k, t in self.expired_at.items()
+            if self.model[k].hb is not HeartbeatStatus.ALIVE
+        }
+        down = len(self.expired_at)
+        alive = sum(m.hb is HeartbeatStatus.ALIVE for m in self.model.values())
+        self.suspected = down >= 3 and down * 100 > 50 * (alive + down)
+        assert self.rs.self_suspicion.suspected == self.suspected
+        if self.suspected:
+            return
+        for m in self.model.values():
             if m.hb is HeartbeatStatus.LEASE_EXPIRED and now - m.last_hb >= OFFLINE:
                 m.hb = HeartbeatStatus.PERMANENT_OFFLINE
 
