@@ -84,8 +84,8 @@ class IntakeHealth:
         # (monotonic_us, value_us, signal) of the samples above zero within lease_time.
         self._samples: deque[tuple[int, int, str]] = deque()
         self._loop_lags: deque[tuple[int, int]] = deque()
-        self._last_tick = 0
-        self._rate_since = 0
+        self._last_tick: int | None = None
+        self._rate_since: int | None = None
         self._rate_served = 0
         self._above = False
         self._last_log = -LOG_EVERY_US
@@ -121,12 +121,12 @@ class IntakeHealth:
         and the heartbeat rate, returns :meth:`allowance_us`."""
         now = self.clock.monotonic_us()
         if self.measure_ticks:
-            if self._last_tick:
+            if self._last_tick is not None:
                 late = now - self._last_tick - self.settings.heartbeat_check_interval
                 self._sample(now, max(0, late), "tick")
             self._last_tick = now
         served = self.served()
-        if not self._rate_since:
+        if self._rate_since is None:
             self._rate_since, self._rate_served = now, served
         elif now - self._rate_since >= RATE_WINDOW_US:
             self._sample(now, self._rate_deficit(now, served), "rate")
@@ -134,6 +134,7 @@ class IntakeHealth:
         return self.allowance_us()
 
     def _rate_deficit(self, now: int, served: int) -> int:
+        assert self._rate_since is not None
         if not self._loop_lags or max(v for _, v in self._loop_lags) < SATURATED_LAG_US:
             return 0
         alive = self.alive()
