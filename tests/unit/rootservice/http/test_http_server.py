@@ -184,8 +184,13 @@ def test_cluster_snapshot_has_the_contracts_shape(db_url: str, tmp_path: Path) -
             "servers",
             "jobs",
             "events",
+            "intake",
+            "self_suspicion",
         }
         assert doc["state"] == "FULL_SERVICE" and doc["self"] == rs.rpc_addr
+        # Issue 14: the lease allowance and self-suspicion (rootservice/servers/).
+        assert doc["intake"]["allowance_us"] == 0
+        assert doc["self_suspicion"]["suspected"] is False
         ha = doc["root_services"]
         assert ha["leader"] == rs.rpc_addr and ha["epoch"] >= 1
         assert ha["members"][0]["addr"] == rs.rpc_addr and ha["members"][0]["role"] == "leader"

@@ -141,3 +141,19 @@ def test_a_single_loss_still_goes_permanent_offline(tmp_path: Path) -> None:
         assert hb_status(rs, SEEDED[0][0]) is HeartbeatStatus.PERMANENT_OFFLINE
     finally:
         rs.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("raw", "ok"),
+    [("1", True), ("100", True), (55, True), ("0", False), ("101", False), ("x", False)],
+)
+def test_the_percentage_parameter_is_range_checked(raw: object, ok: bool) -> None:
+    from obcommon.errors import ObError
+    from rootservice.config import validate_parameter
+
+    if ok:
+        assert validate_parameter(RsSettings(), "server_mass_expire_percentage", raw) == int(raw)  # type: ignore[arg-type, call-overload]
+    else:
+        with pytest.raises(ObError) as e:
+            validate_parameter(RsSettings(), "server_mass_expire_percentage", raw)  # type: ignore[arg-type]
+        assert e.value.name == "OB_INVALID_ARGUMENT"
