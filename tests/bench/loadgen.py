@@ -546,8 +546,9 @@ class GrpcLoadGen(LoadGen):
                 a.idle = True
                 return
             if not self.stopping:
-                # Reconnect like an agent: after a pause with jitter (bounded by stopping).
-                await asyncio.sleep(min(period, 0.2 * a.failures) + a.rng.uniform(0.0, 0.2))
+                # Reconnect like an agent: after the backoff (bounded by stopping).
+                await asyncio.sleep(backoff_delay(a.backoff_n, a.rng))
+                a.backoff_n += 1
 
     async def start_agents(self) -> list[asyncio.Future[None]]:
         n = len(self.stubs)

@@ -594,13 +594,11 @@ def table_rows(results: dict[str, Any], lease_s: float) -> list[list[str]]:
             v, met = "-", None if met is None else False
         rows.append([sc, fig, str(v), goal, "-" if met is None else ("yes" if met else "NO")])
 
-    def spread(sc: str, r: dict[str, Any]) -> None:
-        s = r["spread_s"]
-        row(
-            sc,
-            "agents' reconnect s p50/p99/max",
-            "/".join("-" if s[k] is None else f"{s[k]:.2f}" for k in ("p50", "p99", "max")),
-        )
+    def spread(sc: str, r: dict[str, Any], since: str) -> None:
+        for label, s in ((since, r["spread_s"]), ("RS's first answer", r["from_first_answer_s"])):
+            if s:
+                v = "/".join("-" if s[k] is None else f"{s[k]:.2f}" for k in ("p50", "p99", "max"))
+                row(sc, f"agents' reconnect from {label} s p50/p99/max", v)
         row(sc, "agents not recovered", r["not_recovered"], "0", r["not_recovered"] == 0)
 
     r = results.get("reconnect")
@@ -615,7 +613,7 @@ def table_rows(results: dict[str, Any], lease_s: float) -> list[list[str]]:
         e = r["lease_expire_events_after_restart"]
         row(sc, "lease_expire events after restart", e, "0", e == 0)
         row(sc, "RS peak RSS MiB", r["rs_peak_rss_mib"])
-        spread(sc, r["reconnect"])
+        spread(sc, r["reconnect"], "restart")
     r = results.get("mass-expiry")
     if r and "error" not in r:
         sc = f"mass-expiry {r['stopped']:,} of {r['agents']:,}"
@@ -662,7 +660,7 @@ def table_rows(results: dict[str, Any], lease_s: float) -> list[list[str]]:
         row(sc, "max not ACTIVE after kill", m, "0", m == 0)
         e = r["lease_expire_events_after_kill"]
         row(sc, "lease_expire events after kill", e, "0", e == 0)
-        spread(sc, r["reconnect"])
+        spread(sc, r["reconnect"], "kill")
     for name, r in results.items():
         if "error" in r:
             rows.append([name, "FAILED", r["error"][:80], "-", "-"])
