@@ -943,8 +943,11 @@ class RawLoadGen(LoadGen):
             hint = resp.leader_hint.strip()
             hint = hint if hint and hint != lead.target else ""
             self.next_target(lead, hint)
-            conn.reconnect_delay = 0.0 if hint else backoff_delay(lead.backoff_n, lead.rng)
-            lead.backoff_n += 0 if hint else 1
+            # A first hint is followed at once; hints in a row (two RS pointing at each
+            # other during an election) back off like any other refusal.
+            now = hint and lead.backoff_n == 0
+            conn.reconnect_delay = 0.0 if now else backoff_delay(lead.backoff_n, lead.rng)
+            lead.backoff_n += 1
             if conn.transport is not None:
                 # abort, not close: a TLS close waits for the peer's close_notify (up to
                 # 30 s) before connection_lost, which would hold the agent that long.

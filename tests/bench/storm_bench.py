@@ -369,10 +369,10 @@ def reconnect(rig: Rig) -> dict[str, Any]:
     n, args = rig.n, rig.args
     addr = single_rs(rig)
     assert rig.watch is not None
-    rig.send_all("mark")
     t_kill = time.time()
     rig.rs[addr].proc.kill()
     rig.rs[addr].proc.wait(10)
+    rig.send_all("mark")  # after the kill: no lease of the old process counts
     log(f"reconnect: RS killed; restarting it in {args.down:g}s")
     time.sleep(args.down)
     t_restart = time.time()
@@ -538,10 +538,10 @@ def failover(rig: Rig) -> dict[str, Any]:
     epoch = (rig.metrics(leader) or {}).get("epoch", 0)
     rig.watch = DbWatch(watch_url).start()
     rig.start_agents([leader, standby])
-    rig.send_all("mark")
     t_kill = time.time()
     rig.rs[leader].proc.kill()
     rig.rs[leader].proc.wait(10)
+    rig.send_all("mark")  # after the kill: no lease of the old leader counts
     log("failover: leader killed")
     office: list[float] = []
     full: list[float] = []
