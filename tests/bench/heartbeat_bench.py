@@ -300,11 +300,17 @@ class Children:
 
 class RsClient:
     """The benchmark's admin channel to the RS: plaintext, or mutual TLS as ``root`` with
-    ``certs_dir/client.root.crt`` (GetMetrics needs a client certificate)."""
+    ``certs_dir/client.root.crt`` (GetMetrics needs a client certificate); ``options``:
+    gRPC channel arguments (e.g. a short reconnect backoff to watch an RS restart)."""
 
-    def __init__(self, addr: str, certs_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        addr: str,
+        certs_dir: Path | None = None,
+        options: list[tuple[str, Any]] | None = None,
+    ) -> None:
         security = TransportSecurity.for_dir(certs_dir, Role.CLIENT, "root")
-        self.channel = security.channel(addr)
+        self.channel = security.channel(addr, options)
         self.admin = obrpc_pb2_grpc.AdminServiceStub(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)
 

@@ -79,6 +79,13 @@ LEADER_STATES = ("WAIT_BOOTSTRAP", "BOOTSTRAPPING", "IN_SERVICE", "FULL_SERVICE"
 WATCH_S = 0.1  # __all_server and RSS polling interval
 METRICS_POLL_S = 0.05
 log = hb.log
+#: The bench's own GetMetrics channel retries a dead RS every 100-200 ms: gRPC's default
+#: reconnect backoff (1 s growing to 120 s) would date an RS restart tens of seconds late.
+WATCH_CHANNEL = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 200),
+]
 
 
 def pcts(xs: list[float]) -> dict[str, float | None]:
@@ -247,7 +254,7 @@ class Rig:
             f"127.0.0.1:{free_port()}",
             certs,
         )
-        self.clients[addr] = hb.RsClient(addr, certs)
+        self.clients[addr] = hb.RsClient(addr, certs, WATCH_CHANNEL)
         return addr
 
     def start_rs(self, addr: str) -> hb.Child:
