@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 # first, by size).
 PYTEST_WORKERS ?= 4
 
-.PHONY: setup pg-binaries mysql-clients browser test demo demo-spark-cluster bench bench-mysql bench-spark chaos lint proto clean
+.PHONY: setup pg-binaries mysql-clients browser test demo demo-spark-cluster bench bench-storm bench-mysql bench-spark chaos lint proto clean
 
 # The Spark jobs (rootservice/jobs) read PostgreSQL through JDBC with Debian's driver jar.
 PG_JDBC_JAR ?= /usr/share/java/postgresql.jar
@@ -131,6 +131,14 @@ demo-spark-cluster: setup
 bench: setup
 	$(VENV)/bin/python -m tests.bench.heartbeat_bench
 	$(VENV)/bin/python -m tests.bench.mysql_bench $(BENCH_MYSQL_ARGS)
+	$(VENV)/bin/python -m tests.bench.storm_bench $(BENCH_STORM_ARGS)
+
+# Storms at 10,000 agents over mutual TLS (issue 14 items 1-4): RS kill -9 and restart,
+# 30 % of the agents silent at once, CPU hog and 1.5x capacity, failover on PostgreSQL;
+# e.g. BENCH_STORM_ARGS="--quick" (N=200) or "--scenarios reconnect --down 80".
+BENCH_STORM_ARGS ?=
+bench-storm: setup
+	$(VENV)/bin/python -m tests.bench.storm_bench $(BENCH_STORM_ARGS)
 
 # The MySQL endpoint alone (issue 11): statements/s and p99 of two dashboard queries over
 # 1,000 servers, beside the same queries run directly against the database.

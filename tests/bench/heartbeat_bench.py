@@ -300,11 +300,17 @@ class Children:
 
 class RsClient:
     """The benchmark's admin channel to the RS: plaintext, or mutual TLS as ``root`` with
-    ``certs_dir/client.root.crt`` (GetMetrics needs a client certificate)."""
+    ``certs_dir/client.root.crt`` (GetMetrics needs a client certificate); ``options``:
+    gRPC channel arguments (e.g. a short reconnect backoff to watch an RS restart)."""
 
-    def __init__(self, addr: str, certs_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        addr: str,
+        certs_dir: Path | None = None,
+        options: list[tuple[str, Any]] | None = None,
+    ) -> None:
         security = TransportSecurity.for_dir(certs_dir, Role.CLIENT, "root")
-        self.channel = security.channel(addr)
+        self.channel = security.channel(addr, options)
         self.admin = obrpc_pb2_grpc.AdminServiceStub(self.channel)
         self.health = health_pb2_grpc.HealthStub(self.channel)
 
@@ -435,9 +441,11 @@ def start_loadgens(
     tmp: Path,
     tag: str,
     node_certs: Path | None = None,
+    targets: list[str] | None = None,
 ) -> list[Child]:
     """``--procs`` load generators for agents 0..n-1 against ``target``; with
-    ``node_certs`` (bench_pki's nodes dir) each agent connects over mutual TLS."""
+    ``node_certs`` (bench_pki's nodes dir) each agent connects over mutual TLS; with
+    ``targets`` the agents know every RS address and follow leader hints."""
     procs = max(1, min(args.procs, n))
     gens = []
     first = 0
@@ -469,6 +477,8 @@ def start_loadgens(
         ]
         if node_certs is not None:
             argv += ["--node-certs", str(node_certs)]
+        if targets:
+            argv += ["--targets", ",".join(targets)]
         gens.append(children.start(f"loadgen{p}", argv, tmp / f"{tag}-loadgen{p}.log", True))
         first += count
     return gens
@@ -697,6 +707,41 @@ def scrape_comparison(
     }
 
 
+def rs_argv(
+    url: str,
+    addr: str,
+    data_dir: Path,
+    lease_time: str,
+    http_addr: str,
+    certs_dir: Path | None,
+) -> list[str]:
+    """Command line of the RS under test: database ``url``, gRPC on ``addr``, HTTP on
+    ``http_addr``, WARNING logs, mutual TLS with ``certs_dir`` (bench_pki's server dir) or
+    ``--insecure`` without; a MySQL endpoint on a free port (several RS may run at once)."""
+    argv = [
+        sys.executable,
+        "-m",
+        "rootservice.cli",
+        "serve",
+        "--db",
+        url,
+        "--rpc-addr",
+        addr,
+        "--data-dir",
+        str(data_dir),
+        "--lease-time",
+        lease_time,
+        "--log-level",
+        "WARNING",
+        "--http-addr",
+        http_addr,
+        "--mysql-addr",
+        f"127.0.0.1:{free_port()}",
+    ]
+    argv += ["--certs-dir", str(certs_dir)] if certs_dir is not None else ["--insecure"]
+    return argv
+
+
 def run_rs(n: int, args: argparse.Namespace, pki: BenchPki | None = None) -> dict[str, Any]:
     """One RS run with ``n`` agents: over mutual TLS with ``pki`` (its node certificates
     must cover the n agents' ports), else plaintext (``--insecure``)."""
@@ -712,26 +757,8 @@ def run_rs(n: int, args: argparse.Namespace, pki: BenchPki | None = None) -> dic
         port = free_port()
         addr = f"127.0.0.1:{port}"
         http_addr = f"127.0.0.1:{free_port()}"
-        argv = [
-            sys.executable,
-            "-m",
-            "rootservice.cli",
-            "serve",
-            "--db",
-            url,
-            "--rpc-addr",
-            addr,
-            "--data-dir",
-            str(tmp / "data"),
-            "--lease-time",
-            args.lease_time,
-            "--log-level",
-            "WARNING",
-            "--http-addr",
-            http_addr,
-        ]
         certs_dir = pki.server_dir(tmp / "certs", addr) if pki is not None else None
-        argv += ["--certs-dir", str(certs_dir)] if certs_dir is not None else ["--insecure"]
+        argv = rs_argv(url, addr, tmp / "data", args.lease_time, http_addr, certs_dir)
         t0 = time.monotonic()
         rs = children.start("rs", argv, tmp / "rs.log", False)
         client = RsClient(addr, certs_dir)
@@ -813,9 +840,21 @@ def run_rs(n: int, args: argparse.Namespace, pki: BenchPki | None = None) -> dic
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def expiry(client: RsClient, gens: list[Child], n: int, args: argparse.Namespace) -> dict[str, Any]:
-    """Stop a batch of K agents and time the RS's detection of their expired leases."""
-    k = min(100, max(1, n // 10))
+def expiry(
+    client: RsClient,
+    gens: list[Child],
+    n: int,
+    args: argparse.Namespace,
+    k: int | None = None,
+    silent: bool = False,
+    slack_s: float = 5.0,
+) -> dict[str, Any]:
+    """Stop a batch of ``k`` agents (default min(100, N/10)) and time the RS's detection of
+    their expired leases, polling GetMetrics until ``slack_s`` seconds after their lease end.
+    ``silent``: the agents stop sending but keep their streams open (a power loss) instead of
+    cancelling them. The result has the batch's wall-clock ``lease_end`` (latest accepted
+    send + lease_time, seconds) and the global ``indexes`` of the stopped agents."""
+    k = min(100, max(1, n // 10)) if k is None else k
     lease_s = parse_duration(args.lease_time) / 1e6
     base = client.metrics()
     base_expired = base.get("lease_expired", 0)
@@ -823,19 +862,19 @@ def expiry(client: RsClient, gens: list[Child], n: int, args: argparse.Namespace
     per = [k // len(gens) + (1 if i < k % len(gens) else 0) for i in range(len(gens))]
     log(f"expiry: stopping {k} agents' heartbeats (lease_time {args.lease_time})")
     for g, kk in zip(gens, per, strict=True):
-        g.send(f"pause {kk}")
+        g.send(f"pause {kk}{' silent' if silent else ''}")
     paused = [g.expect("paused", args.period * 2 + 10) for g in gens]
     last_ok = max(p["last_ok_send"] for p in paused)
     never = sum(p["never_ok"] for p in paused)
     expected_at = last_ok + lease_s
-    deadline = time.time() + max(0.0, expected_at - time.time()) + 5.0
+    deadline = time.time() + max(0.0, expected_at - time.time()) + slack_s
     detected_at = 0.0
     first_at = 0.0
     polls = 0
     poll_ms: list[float] = []
     m = base
     failed_polls = 0
-    max_polls = int((lease_s + 5 + 2 * args.period) / POLL_S) + 100
+    max_polls = int((lease_s + slack_s + 2 * args.period) / POLL_S) + 100
     for _ in range(max_polls):
         polls += 1
         t = time.perf_counter()
@@ -860,6 +899,10 @@ def expiry(client: RsClient, gens: list[Child], n: int, args: argparse.Namespace
     poll_ms.sort()
     out = {
         "batch": k,
+        "silent": silent,
+        "lease_end": expected_at,
+        "indexes": sorted(i for p in paused for i in p.get("indexes", [])),
+        "detected_at": detected_at or None,
         "never_accepted": never,
         "detected": m.get("lease_expired", 0) - base_expired,
         "all_detected_after_expiry_ms": (detected_at - expected_at) * 1000 if detected_at else None,

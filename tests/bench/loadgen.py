@@ -44,7 +44,21 @@ stdin commands:
   cancelled, as when an agent dies); answers ``{"event": "paused", "count", "last_ok_send":
   <wall-clock seconds of the latest accepted request among them>}`` once none has a request
   in flight.
+- ``pause K silent``: the same without closing the streams (raw client): the agents just
+  stop sending, as after a power loss - the RS sees no end of stream, only silence.
+- ``mark``: note the time; each agent's first accepted lease after it is recorded.
+- ``recovery``: answers ``{"event": "recovery", "marked", "recovered_at": [wall-clock
+  seconds of each unpaused agent's first accepted lease since ``mark``, 0 when none],
+  "last_ok_send": [...], "moves", "connect_failures"}``.
+- ``period S``: heartbeat every S seconds from the next request on.
 - ``quit`` (or EOF): exit.
+
+Reconnects (storm benchmark, tests/bench/storm_bench.py): an agent that lost its connection or
+stream retries after :func:`backoff_delay` (exponential, full jitter, base 100 ms, cap 2 s,
+reset by an accepted lease - the policy of obcommon/backoff.py). With ``--targets A,B`` (raw
+client) the agents know several RS addresses, as observer_agent/rs_list.py: a refusal with a
+``leader_hint`` moves the agent's connection to the hinted RS at once; a refusal without one,
+or a failed connect, moves it to the next address after the backoff.
 
 Spontaneously prints ``{"event": "loaded", ...}`` once the agents (and their TLS contexts)
 are built, then ``{"event": "ready", ...}`` once every agent has had one answer (or after
@@ -188,6 +202,10 @@ class SimAgent:
         "next_t",
         "timer",
         "failures",
+        "backoff_n",
+        "target",
+        "silent",
+        "recovered_at",
     )
 
     def __init__(self, index: int, req: obrpc_pb2.LeaseRequest) -> None:
@@ -207,6 +225,24 @@ class SimAgent:
         self.next_t = 0.0
         self.timer: asyncio.TimerHandle | None = None
         self.failures = 0
+        self.backoff_n = 0  # failed attempts since the last accepted lease (backoff exponent)
+        self.target = ""  # raw client: the RS address of the group this agent leads
+        self.silent = False  # paused without closing its stream (power loss)
+        self.recovered_at = 0.0  # wall clock of the first accepted lease after ``mark``
+
+
+# Reconnect backoff of the simulated agents: the policy of obcommon/backoff.py (branch
+# agentnet: exponential, full jitter, base 100 ms, cap 2 s, reset on success), kept here
+# behind one function so that it can become ``obcommon.backoff`` once that is merged.
+BACKOFF_BASE_S = 0.1
+BACKOFF_CAP_S = 2.0
+
+
+def backoff_delay(attempt: int, rng: random.Random) -> float:
+    """Seconds to wait before retry number ``attempt`` (0 = the first retry after a success):
+    uniform in [0, min(cap, base * 2**attempt)] ("full jitter", AWS Architecture Blog,
+    "Exponential Backoff And Jitter"; gRPC's connection backoff has the same shape)."""
+    return rng.uniform(0.0, min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** min(attempt, 30)))
 
 
 class LoadGen:
@@ -229,6 +265,11 @@ class LoadGen:
         # Filled by subclasses that load per-agent TLS material (seconds, CPU s, MiB).
         self.tls_load: dict[str, float] = {}
         self.connect_failures = 0
+        # Every RS address (``--targets``, else ``--target``): tried in turn like
+        # observer_agent/rs_list.py, a leader hint first.
+        self.targets = [t for t in (args.targets or args.target).split(",") if t]
+        self.marked = 0.0  # wall clock of the last ``mark`` command
+        self.moves = 0  # connections moved to another RS (leader hint or next address)
 
     # --- shared per-response bookkeeping ----------------------------------------------------
 
@@ -248,6 +289,9 @@ class LoadGen:
                 st.errors[resp.error.name or str(resp.error.code)] += 1
         else:
             a.last_ok_send = a.sent_wall
+            a.backoff_n = 0
+            if self.marked and not a.recovered_at:
+                a.recovered_at = time.time()
             if resp.rs_epoch != a.req.rs_epoch:
                 a.req.rs_epoch = resp.rs_epoch
         if st.measuring:
@@ -316,11 +360,12 @@ class LoadGen:
     def pause_agent(self, a: SimAgent) -> None:
         raise NotImplementedError
 
-    async def pause(self, k: int) -> None:
-        # The process's first k agents: the parent knows their global indexes.
-        batch = self.agents[:k]
+    async def pause(self, k: int, silent: bool = False) -> None:
+        # The process's first k agents not paused yet: the parent knows their global indexes.
+        batch = [a for a in self.agents if not a.paused][:k]
         for a in batch:
             a.paused = True
+            a.silent = silent
             self.pause_agent(a)
         deadline = self.loop.time() + self.args.period + self.args.timeout + 3
         while not all(a.idle for a in batch) and self.loop.time() < deadline:
@@ -331,6 +376,7 @@ class LoadGen:
                 "count": len(batch),
                 "idle": sum(1 for a in batch if a.idle),
                 "first_index": batch[0].index if batch else -1,
+                "indexes": [a.index for a in batch],
                 "last_ok_send": max((a.last_ok_send for a in batch), default=0.0),
                 "never_ok": sum(1 for a in batch if a.last_ok_send == 0.0),
             }
@@ -362,8 +408,27 @@ class LoadGen:
                     "send_lag_us": st.send_lag_us,
                 }
             )
-        elif words[0] == "pause" and len(words) == 2:
-            asyncio.ensure_future(self.pause(int(words[1])))
+        elif words[0] == "pause" and len(words) in (2, 3):
+            asyncio.ensure_future(self.pause(int(words[1]), words[-1] == "silent"))
+        elif words[0] == "mark":
+            self.marked = time.time()
+            for a in self.agents:
+                a.recovered_at = 0.0
+        elif words[0] == "recovery":
+            live = [a for a in self.agents if not a.paused]
+            emit(
+                {
+                    "event": "recovery",
+                    "marked": self.marked,
+                    "recovered_at": [a.recovered_at for a in live],
+                    "last_ok_send": [a.last_ok_send for a in live],
+                    "moves": self.moves,
+                    "connect_failures": self.connect_failures,
+                }
+            )
+        elif words[0] == "period" and len(words) == 2:
+            self.args.period = float(words[1])
+            self.args.timeout = max(self.args.timeout, float(words[1]))
         else:
             warn(f"unknown command {line!r}")
 
@@ -481,8 +546,9 @@ class GrpcLoadGen(LoadGen):
                 a.idle = True
                 return
             if not self.stopping:
-                # Reconnect like an agent: after a pause with jitter (bounded by stopping).
-                await asyncio.sleep(min(period, 0.2 * a.failures) + a.rng.uniform(0.0, 0.2))
+                # Reconnect like an agent: after the backoff (bounded by stopping).
+                await asyncio.sleep(backoff_delay(a.backoff_n, a.rng))
+                a.backoff_n += 1
 
     async def start_agents(self) -> list[asyncio.Future[None]]:
         n = len(self.stubs)
@@ -568,6 +634,9 @@ class H2Conn(asyncio.Protocol):
         self.blocked: deque[tuple[int, bytes, int]] = deque()
         self.recv_unacked = 0
         self.max_streams = 2**31
+        # Set when we close the connection on purpose to move to another RS: the delay
+        # before connecting there (None: the connection was lost).
+        self.reconnect_delay: float | None = None
 
     # writing
     def write(self, data: bytes) -> None:
@@ -752,6 +821,7 @@ class RawLoadGen(LoadGen):
         self.port = int(port)
         self.header_block = request_headers(args.target, self.tls)
         self.conns: list[H2Conn] = []
+        self.lost = 0  # connections lost (not moved on purpose)
         self.contexts: dict[int, ssl.SSLContext] = {}  # agent index -> its TLS context
         if self.tls:
             self.load_contexts()
@@ -771,38 +841,62 @@ class RawLoadGen(LoadGen):
         }
 
     async def connect(self, agents: list[SimAgent], delay: float) -> None:
+        """Open the connection of ``agents`` (one in TLS) to their lead's target RS after
+        ``delay`` seconds, retrying with :func:`backoff_delay` and moving to the next RS
+        address after each failure."""
         if delay:
             await asyncio.sleep(delay)
-        for attempt in range(1, 1000):
+        lead = agents[0]
+        if not lead.target:
+            lead.target = self.targets[lead.index % len(self.targets)]
+        for attempt in range(1, 100_000):
             if self.stopping:
                 return
+            host, _, port = lead.target.rpartition(":")
             conn = H2Conn(self, agents)
             try:
                 if self.tls:
                     # TLS: one agent per connection, presenting its own certificate.
                     await self.loop.create_connection(
                         lambda c=conn: c,  # type: ignore[misc]
-                        self.host,
-                        self.port,
-                        ssl=self.contexts[agents[0].index],
-                        server_hostname=self.host,
+                        host,
+                        int(port),
+                        ssl=self.contexts[lead.index],
+                        server_hostname=host,
                         ssl_handshake_timeout=30.0,
                     )
                 else:
-                    await self.loop.create_connection(lambda c=conn: c, self.host, self.port)  # type: ignore[misc]
+                    await self.loop.create_connection(lambda c=conn: c, host, int(port))  # type: ignore[misc]
             except (OSError, ssl.SSLError, TimeoutError) as e:
                 self.connect_failures += 1
-                warn(f"connect to {self.args.target} failed ({attempt}): {e!r}")
-                await asyncio.sleep(min(2.0, 0.2 * attempt))
+                if attempt <= 2 or attempt % 50 == 0:
+                    warn(f"connect to {lead.target} failed ({attempt}): {e!r}")
+                self.next_target(lead)
+                await asyncio.sleep(backoff_delay(lead.backoff_n, lead.rng))
+                lead.backoff_n += 1
                 continue
             self.conns.append(conn)
             for a in agents:
                 a.conn = conn
                 if a.timer is None and not a.paused:
+                    # The first time at a random offset within the period; after a
+                    # reconnect at once (the backoff already spread the agents).
+                    first = not a.answered
                     a.timer = self.loop.call_later(
-                        a.rng.uniform(0.0, self.args.period), self.begin, a
+                        a.rng.uniform(0.0, self.args.period) if first else 0.0, self.begin, a
                     )
             return
+
+    def next_target(self, lead: SimAgent, hint: str = "") -> None:
+        """Point ``lead``'s group at ``hint`` (a leader hint), else at the next RS address."""
+        if len(self.targets) < 2 and not hint:
+            return
+        if hint:
+            lead.target = hint
+        else:
+            i = self.targets.index(lead.target) if lead.target in self.targets else -1
+            lead.target = self.targets[(i + 1) % len(self.targets)]
+        self.moves += 1
 
     def begin(self, a: SimAgent) -> None:
         """Open the agent's stream and send its first request."""
@@ -841,6 +935,24 @@ class RawLoadGen(LoadGen):
         if a.paused:
             self.finish_pause(a)
             return
+        conn = a.conn
+        if resp.error.code and len(self.targets) > 1 and conn is not None:
+            # A refusal from an RS that is not the leader: follow its hint at once, else
+            # try the next address after the backoff (observer_agent/lease.py).
+            lead = conn.agents[0]
+            hint = resp.leader_hint.strip()
+            hint = hint if hint and hint != lead.target else ""
+            self.next_target(lead, hint)
+            # A first hint is followed at once; hints in a row (two RS pointing at each
+            # other during an election) back off like any other refusal.
+            now = hint and lead.backoff_n == 0
+            conn.reconnect_delay = 0.0 if now else backoff_delay(lead.backoff_n, lead.rng)
+            lead.backoff_n += 1
+            if conn.transport is not None:
+                # abort, not close: a TLS close waits for the peer's close_notify (up to
+                # 30 s) before connection_lost, which would hold the agent that long.
+                conn.transport.abort()
+            return
         loop = self.loop
         a.next_t += self.args.period
         delay = a.next_t - loop.time()
@@ -860,8 +972,8 @@ class RawLoadGen(LoadGen):
         if a.paused:
             a.idle = True
         elif not self.stopping:
-            delay = min(self.args.period, 0.2 * a.failures) + a.rng.uniform(0.0, 0.2)
-            a.timer = self.loop.call_later(delay, self.begin, a)
+            a.timer = self.loop.call_later(backoff_delay(a.backoff_n, a.rng), self.begin, a)
+            a.backoff_n += 1
 
     def connection_lost(self, conn: H2Conn, exc: Exception | None) -> None:
         if conn in self.conns:
@@ -879,11 +991,19 @@ class RawLoadGen(LoadGen):
                 a.conn = None
                 if a.paused:
                     a.idle = True
-        warn(f"connection lost ({exc!r}); reconnecting {len(conn.agents)} agents")
-        asyncio.ensure_future(self.connect(conn.agents, 1.0 + random.uniform(0.0, 0.5)))
+        lead = conn.agents[0]
+        delay = conn.reconnect_delay
+        if delay is None:
+            delay = backoff_delay(lead.backoff_n, lead.rng)
+            lead.backoff_n += 1
+            self.lost += 1
+            if self.lost <= 3 or self.lost % 1000 == 0:
+                warn(f"connection lost ({exc!r}, {self.lost} so far); reconnecting")
+        if not all(a.paused for a in conn.agents):
+            asyncio.ensure_future(self.connect(conn.agents, delay))
 
     def finish_pause(self, a: SimAgent) -> None:
-        if a.conn is not None:
+        if a.conn is not None and not a.silent:
             a.conn.close_stream(a)
         a.idle = True
 
@@ -912,6 +1032,11 @@ class RawLoadGen(LoadGen):
 def main() -> int:
     p = argparse.ArgumentParser(description="simulate many observer agents' lease streams")
     p.add_argument("--target", required=True, help="host:port of the RS (or the echo server)")
+    p.add_argument(
+        "--targets",
+        default="",
+        help="raw client: comma-separated RS addresses, tried in turn, leader hints followed",
+    )
     p.add_argument("--first", type=int, default=0, help="global index of the first agent")
     p.add_argument("--count", type=int, required=True, help="agents in this process")
     p.add_argument("--port-base", type=int, default=20000)
