@@ -84,7 +84,8 @@ def test_full_data_disk_keeps_the_server_and_refuses_copies_until_freed(
     with tmpfs(c.tmp / "full", TMPFS_SIZE) as disk:
         c.start_rs(**RS_FLAGS)
         a1 = c.start_agent("z1")
-        a2 = c.start_agent("z2", data="full")
+        # The log disk is declared (30 % of an 8 MiB disk would not hold the unit's log disk).
+        a2 = c.start_agent("z2", data="full", log_disk_size="8G", resource_refresh_interval="500ms")
         a3 = c.start_agent("z3")
         c.ok(
             f"ALTER SYSTEM BOOTSTRAP REGION 'r1' ZONE 'z1' SERVER '{a1}', "
@@ -111,17 +112,27 @@ def test_full_data_disk_keeps_the_server_and_refuses_copies_until_freed(
 
         reason = wait_until(refused, 40, message="the copy to the full disk refused")
         assert "OB_SERVER_OUTOF_DISK_SPACE" in reason, reason
-        assert c.rs is not None
-        wait_until(
-            lambda: "OB_SERVER_OUTOF_DISK_SPACE" in c.rs.log_text(),  # type: ignore[union-attr]
-            20,
-            message="the RS saw the reason",
-        )
+
+        def rs_saw_it() -> bool:
+            rows = c.ok(
+                "SELECT value5 FROM __all_rootservice_event_history "
+                "WHERE module = 'disaster_recovery' AND event = 'rebuild_replica'"
+            )
+            return any("OB_SERVER_OUTOF_DISK_SPACE" in r[0] for r in rows)
+
+        # The RS retries (from another member) and its event names the failed copy's reason.
+        wait_until(rs_saw_it, 20, message="the RS's retry event with the reason")
         # Disk full is not disk error: still in service, lease kept, disk reported as it is.
-        hb = heartbeat_of(a2)
+        hb = wait_until(
+            lambda: (
+                (h := heartbeat_of(a2)).resource_info.data_disk_in_use >= TMPFS_SIZE - 64 * 1024
+                and h
+            ),
+            10,
+            message="the full disk reported",
+        )
         assert hb.server_status == 0
         assert hb.resource_info.data_disk_total == TMPFS_SIZE
-        assert hb.resource_info.data_disk_in_use >= TMPFS_SIZE - 64 * 1024
         assert c.statuses()[a2] == "ACTIVE" and c.stop_time(a2) == 0
         assert "DATA_DISK_ERROR" not in c.agents[a2].log_text()
         # Nothing half-written stays behind.
