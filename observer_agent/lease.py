@@ -143,8 +143,8 @@ class LeaseClient:
         ``metrics.lease_renewal_seconds`` (default: a registry of its own); ``copy_rate``
         takes the copy bandwidth limit of each accepted response (None: not kept);
         ``reconnect`` is the backoff between attempts to reach an RS that does not answer
-        (default :class:`obcommon.backoff.BackoffPolicy`: full jitter, 100 ms base, 2 s cap;
-        issue 14 item 1), drawn from ``rng``."""
+        (default: full jitter from ``settings.reconnect_backoff_base`` to
+        ``reconnect_backoff_cap``, 100 ms and 2 s; issue 14 item 1), drawn from ``rng``."""
         self._copy_rate = copy_rate
         self.metrics = metrics or AgentMetrics()
         self.security = security or TransportSecurity.for_dir(settings.certs_dir, Role.NODE)
@@ -159,7 +159,11 @@ class LeaseClient:
         self._rng = rng
         # Attempts that got no answer (a lost stream, an RS away): jittered exponential
         # backoff, reset by an accepted lease (issue 14 item 1).
-        self.reconnect = Backoff(reconnect or BackoffPolicy(), rng)
+        self.reconnect = Backoff(
+            reconnect
+            or BackoffPolicy(settings.reconnect_backoff_base, settings.reconnect_backoff_cap),
+            rng,
+        )
         self.log = log
 
         self.identity = identity
