@@ -131,7 +131,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--agents", type=int, default=20)
     ap.add_argument("--outage", type=float, default=30.0, help="seconds the RS stays dead")
+    ap.add_argument("--work", help="keep the logs in this directory (default: a temporary one)")
     args = ap.parse_args()
+    if args.work:
+        print(json.dumps(run(args.agents, args.outage, Path(args.work))))
+        return
     with tempfile.TemporaryDirectory(prefix="agent-reconnect-") as d:
         print(json.dumps(run(args.agents, args.outage, Path(d))))
 
