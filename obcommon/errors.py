@@ -96,6 +96,15 @@ ERRORS: dict[str, ErrorDef] = {
             _FP,
             plain="Operation not allowed now",
         ),
+        # A full data disk (ob_errno.def; OceanBase returns it when a migration cannot
+        # fit: "failed to check_is_disk_full, cannot migrate in"). Not a disk error.
+        ErrorDef(
+            "OB_SERVER_OUTOF_DISK_SPACE",
+            -4184,
+            "53100",
+            "Server out of disk space",
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+        ),
         ErrorDef(
             "OB_LEADER_NOT_EXIST",
             -4209,

@@ -8,7 +8,8 @@ Usage::
         [--disk-probe-interval 5s] [--resource-refresh-interval 10s] [--log-level INFO] \\
         [--log-format text|json] \\
         [--replica-size 4M] [--log-interval 500ms] [--cpu-count N] [--memory-limit SIZE] \\
-        [--max-concurrent-copies 2] [--http-addr 127.0.0.1:8088]
+        [--max-concurrent-copies 2] [--http-addr 127.0.0.1:8088] \\
+        [--reconnect-backoff-base 100ms] [--reconnect-backoff-cap 2s]
 
 Durations are written like ``500ms``, ``2s``; sizes as bytes or OceanBase size words
 (``512K``, ``4M``, ``1G``; binary multiples).
@@ -105,6 +106,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--disk-probe-interval", help="data-disk probe period, e.g. 5s")
     p.add_argument("--resource-refresh-interval", help="resource refresh period, e.g. 10s")
+    p.add_argument(
+        "--reconnect-backoff-base",
+        help="first window of the jittered backoff to an unreachable RS, e.g. 100ms",
+    )
+    p.add_argument(
+        "--reconnect-backoff-cap",
+        help="largest wait between attempts to reach an RS, e.g. 2s (more for many agents)",
+    )
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING or ERROR")
     p.add_argument("--log-format", help="text (default) or json: one JSON object per line")
     p.add_argument(

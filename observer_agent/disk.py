@@ -3,17 +3,26 @@
 :func:`probe_data_disk` does blocking I/O; :class:`DiskHealth` runs it in a daemon thread
 every ``disk_probe_interval``, bounded in time (a hung disk counts as failed), and keeps the
 result, which every lease request reports. Fault switch: :data:`FAULT_DATA_DISK_ERROR_FILE`.
+
+A FULL disk is not a failing disk (issue 14 item 7, as OceanBase: ``OB_SERVER_OUTOF_DISK_SPACE``
+is returned to the write that does not fit, the server stays in service): the probe rewrites
+its block in place, so it needs no new space once its file exists, and an ``ENOSPC`` /
+``EDQUOT`` is reported as healthy. Writes that need space check it first
+(:func:`check_free_space`) and turn an ``ENOSPC`` into ``OB_SERVER_OUTOF_DISK_SPACE``
+(:func:`os_error_to_ob`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import time
 from pathlib import Path
 from typing import Protocol
 
+from obcommon.errors import ObError
 from observer_agent.background import describe_exception, in_daemon_thread
 from observer_agent.metrics import AgentMetrics
 
@@ -43,12 +52,57 @@ class DiskProbe(Protocol):
         ...
 
 
+def is_out_of_space(e: BaseException) -> bool:
+    """True when ``e`` is an ``OSError`` saying the file system is full (``ENOSPC``) or the
+    quota is used up (``EDQUOT``)."""
+    return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def os_error_to_ob(e: OSError, what: str) -> ObError:
+    """The ``ObError`` of a failed write ``what`` (a phrase naming the file or the action):
+    ``OB_SERVER_OUTOF_DISK_SPACE`` (4184) for a full disk (:func:`is_out_of_space`), else
+    ``OB_ERR_SYS``; the detail is ``"<what>: <e>"``."""
+    name = "OB_SERVER_OUTOF_DISK_SPACE" if is_out_of_space(e) else "OB_ERR_SYS"
+    return ObError(name, detail=f"{what}: {e}")
+
+
+def free_bytes(data_dir: Path) -> int:
+    """Bytes an unprivileged writer may still allocate on the file system of ``data_dir``
+    (``statvfs``: ``f_bavail * f_frsize``). Blocking; raises ``OSError``."""
+    st = os.statvfs(data_dir)
+    return st.f_bavail * st.f_frsize
+
+
+def check_free_space(data_dir: Path, need: int, what: str) -> None:
+    """Raise ``ObError(OB_SERVER_OUTOF_DISK_SPACE)`` when fewer than ``need`` bytes are free on
+    the file system of ``data_dir`` (or its nearest existing parent) for ``what`` (a phrase
+    for the message). OceanBase checks the same before a migration writes anything
+    (``check_space_full(required_size)`` in the storage HA code): refusing up front leaves no
+    partial files and names the cause. Blocking; a failing ``statvfs`` is not a refusal (the
+    write itself will tell)."""
+    path = Path(data_dir)
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        free = free_bytes(path)
+    except OSError:
+        return
+    if free < need:
+        raise ObError(
+            "OB_SERVER_OUTOF_DISK_SPACE",
+            detail=f"{what} needs {need} bytes, {free} free on the data disk {data_dir}",
+        )
+
+
 def probe_data_disk(data_dir: Path) -> str | None:
     """One data-disk health probe (blocking; run it in a thread with a timeout).
 
     Returns None when healthy, else a one-line reason. The probe writes a 4 KiB random block
-    to ``data_dir/.disk_probe``, fsyncs it, reads it back and compares. The fault-injection
-    file ``data_dir/FAULT_DATA_DISK_ERROR`` makes it fail without I/O. Never raises.
+    at the start of ``data_dir/.disk_probe`` (in place: the file is not truncated, so a full
+    disk still has room for it), fsyncs it, reads it back and compares. A full disk
+    (``ENOSPC`` / ``EDQUOT``) is healthy: disk full is not disk error (issue 14 item 7). The
+    fault-injection file ``data_dir/FAULT_DATA_DISK_ERROR`` makes it fail without I/O. Never
+    raises.
     """
     data_dir = Path(data_dir)
     if (data_dir / FAULT_DATA_DISK_ERROR_FILE).exists():
@@ -56,13 +110,17 @@ def probe_data_disk(data_dir: Path) -> str | None:
     path = data_dir / DISK_PROBE_FILE
     block = os.urandom(DISK_PROBE_BLOCK)
     try:
-        with open(path, "wb") as f:
-            f.write(block)
-            f.flush()
-            os.fsync(f.fileno())
-        with open(path, "rb") as f:
-            back = f.read(DISK_PROBE_BLOCK + 1)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if os.pwrite(fd, block, 0) != len(block):
+                return f"probe write on {path} was short"
+            os.fsync(fd)
+            back = os.pread(fd, DISK_PROBE_BLOCK, 0)
+        finally:
+            os.close(fd)
     except OSError as e:
+        if is_out_of_space(e):
+            return None
         return f"probe I/O on {path} failed: {e}"
     if back != block:
         return f"probe block read back from {path} differs from what was written"

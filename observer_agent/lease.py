@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Protocol
 
 from obcommon.addresses import parse_host_port
+from obcommon.backoff import Backoff, BackoffPolicy
 from obcommon.clock import Clock
 from obcommon.errors import ObError, error_from_proto
 from obcommon.proto import obrpc_pb2
@@ -135,11 +136,15 @@ class LeaseClient:
         security: TransportSecurity | None = None,
         metrics: AgentMetrics | None = None,
         copy_rate: CopyRateLimit | None = None,
+        reconnect: BackoffPolicy | None = None,
     ) -> None:
         """Unregistered and not serving; lease streams are opened through ``security``
         (default: what ``settings.certs_dir`` says); renewal round trips are observed in
         ``metrics.lease_renewal_seconds`` (default: a registry of its own); ``copy_rate``
-        takes the copy bandwidth limit of each accepted response (None: not kept)."""
+        takes the copy bandwidth limit of each accepted response (None: not kept);
+        ``reconnect`` is the backoff between attempts to reach an RS that does not answer
+        (default: full jitter from ``settings.reconnect_backoff_base`` to
+        ``reconnect_backoff_cap``, 100 ms and 2 s; issue 14 item 1), drawn from ``rng``."""
         self._copy_rate = copy_rate
         self.metrics = metrics or AgentMetrics()
         self.security = security or TransportSecurity.for_dir(settings.certs_dir, Role.NODE)
@@ -152,6 +157,13 @@ class LeaseClient:
         self._replicas = replicas
         self.rs = rs
         self._rng = rng
+        # Attempts that got no answer (a lost stream, an RS away): jittered exponential
+        # backoff, reset by an accepted lease (issue 14 item 1).
+        self.reconnect = Backoff(
+            reconnect
+            or BackoffPolicy(settings.reconnect_backoff_base, settings.reconnect_backoff_cap),
+            rng,
+        )
         self.log = log
 
         self.identity = identity
@@ -326,6 +338,7 @@ class LeaseClient:
                 obrpc_pb2.RsServerStatus.Name(self.rs_server_status),
             )
             self.rs_server_status = resp.rs_server_status
+        self.reconnect.reset()
         self.rs.adopt(resp.rs_list)
         if self._copy_rate is not None and self._copy_rate.set_rate(
             resp.migration_max_bytes_per_second
@@ -450,9 +463,12 @@ class LeaseClient:
         """Try one RS: register, then renew on the same stream until it fails or refuses.
 
         Returns the seconds to wait before the next round: :meth:`retry_delay_us` after a
-        refusal (backing off while an RS keeps refusing), ``heartbeat_interval`` after a
-        failed attempt, a random jitter below it after losing a stream that was renewing
-        (then the same RS is tried first).
+        refusal (backing off while an RS keeps refusing); after an attempt without an answer
+        the reconnect backoff's next wait (:class:`obcommon.backoff.Backoff`: full jitter,
+        growing from 100 ms to at most 2 s by default); after losing a stream that was
+        renewing, a random fraction of the backoff's base (then the same RS is tried first),
+        so that agents that lost the same RS at the same instant do not reconnect together
+        (issue 14 item 1: 10,000 TLS handshakes at once after an RS restart).
         """
         self._check_lease_lapse()
         hb_s = self.settings.heartbeat_interval / 1e6
@@ -463,7 +479,7 @@ class LeaseClient:
             await self.close_stream()
             conn = None
         if conn is None:
-            conn = self._conn = LeaseStream(addr, self.security)
+            conn = self._conn = LeaseStream(addr, self.security, self.reconnect.policy)
         loop = asyncio.get_running_loop()
         renewed = False
         while not is_set(self._stop):
@@ -477,15 +493,15 @@ class LeaseClient:
                 await self.close_stream()
                 self.registered = False
                 if renewed:
-                    jitter = self._rng.uniform(0.0, hb_s)
+                    delay_s = self.reconnect.first_delay_us() / 1e6
                     self.log.warning(
                         "lease stream to %s lost (%s); reconnecting in %.3fs",
                         addr,
                         describe_exception(e),
-                        jitter,
+                        delay_s,
                     )
                     self.rs.prefer(addr)
-                    return jitter
+                    return delay_s
                 self.repeat_log.warning(
                     f"unreachable {addr}",
                     "cannot get a lease from %s: %s",
@@ -493,7 +509,7 @@ class LeaseClient:
                     describe_exception(e),
                     extra={"rs": addr},
                 )
-                return hb_s
+                return self.reconnect.next_delay_us() / 1e6
             self.metrics.lease_renewal_seconds.observe(loop.time() - started)
             if not self.handle_response(resp, addr):
                 # The stream stays open: with a single RS the next attempt reuses it.

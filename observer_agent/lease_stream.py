@@ -8,6 +8,7 @@ import contextlib
 
 import grpc
 
+from obcommon.backoff import BackoffPolicy, grpc_channel_options
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from obcommon.security.tls import TransportSecurity
 
@@ -27,11 +28,20 @@ class LeaseStream:
     must be closed.
     """
 
-    def __init__(self, addr: str, security: TransportSecurity) -> None:
+    def __init__(
+        self, addr: str, security: TransportSecurity, backoff: BackoffPolicy | None = None
+    ) -> None:
         """Open a channel (secured by ``security``: the agent's node certificate) and the
-        stream to the RS at ``addr`` (``ip:port``); nothing is sent yet."""
+        stream to the RS at ``addr`` (``ip:port``); nothing is sent yet.
+
+        gRPC's own reconnect backoff is kept within ``backoff`` (default
+        :class:`obcommon.backoff.BackoffPolicy`) and the channel gets a subchannel of its
+        own: the agent's lease loop does the backing off, with jitter (issue 14 item 1; a
+        shared subchannel kept gRPC's 1 s..120 s backoff timer across channels and made an
+        agent wait 12 s after its RS came back).
+        """
         self.addr = addr
-        self._channel = security.aio_channel(addr)
+        self._channel = security.aio_channel(addr, grpc_channel_options(backoff or BackoffPolicy()))
         self._call = obrpc_pb2_grpc.RootServiceStub(self._channel).LeaseStream()
         self.broken = False
 

@@ -25,6 +25,7 @@ from pydantic_settings import (
 )
 
 from obcommon.addresses import parse_host_port
+from obcommon.backoff import DEFAULT_BASE_US, DEFAULT_CAP_US
 from obcommon.durations import Duration, format_duration
 from obcommon.logs import check_log_format
 from obcommon.sizes import GIB, KIB, MIB, format_size, parse_size
@@ -44,6 +45,8 @@ DURATION_BOUNDS: dict[str, tuple[int, int]] = {
     "disk_probe_interval": (10_000, 3600 * US_PER_S),
     "resource_refresh_interval": (10_000, 3600 * US_PER_S),
     "log_interval": (10_000, 60 * US_PER_S),
+    "reconnect_backoff_base": (1_000, 60 * US_PER_S),
+    "reconnect_backoff_cap": (1_000, 600 * US_PER_S),
 }
 
 #: Bounds of ``replica_size`` in bytes: tests use 64K, a drill a few GiB at most.
@@ -74,7 +77,11 @@ class AgentSettings(BaseSettings):
     - ``sql_port``: reported as ``inner_port``, 1..65535.
     - ``zone``: non-empty; ``data_dir``: where ``identity.json`` and the disk probe live.
     - durations (microseconds): ``heartbeat_interval`` (2 s), ``rpc_timeout`` (2 s),
-      ``disk_probe_interval`` (5 s), ``resource_refresh_interval`` (10 s).
+      ``disk_probe_interval`` (5 s), ``resource_refresh_interval`` (10 s),
+      ``reconnect_backoff_base`` (100 ms) and ``reconnect_backoff_cap`` (2 s, >= the base):
+      the jittered backoff between attempts to reach an RS that does not answer
+      (:mod:`obcommon.backoff`, issue 14 item 1; raise the cap when very many agents share
+      one RS, so their reconnects spread over more time than its TLS handshakes take).
     - ``log_disk_size``: bytes of log disk to report; None means 30 % of the data disk.
     - ``replica_size``: bytes of each LS replica's data file (4 MiB; 4K .. 64G).
     - ``log_interval`` (microseconds, 500 ms; 10 ms .. 60 s): a leader replica appends one
@@ -111,6 +118,8 @@ class AgentSettings(BaseSettings):
     memory_limit: Size | None = Field(default=None, gt=0)
     disk_probe_interval: Duration = 5 * US_PER_S
     resource_refresh_interval: Duration = 10 * US_PER_S
+    reconnect_backoff_base: Duration = DEFAULT_BASE_US
+    reconnect_backoff_cap: Duration = DEFAULT_CAP_US
     log_level: str = "INFO"
     # The log lines' format (issue 12 item 5, obcommon/logs.py): "text" or "json".
     log_format: str = "text"
@@ -189,6 +198,11 @@ class AgentSettings(BaseSettings):
                     f"{name} = {format_duration(value)} is out of range "
                     f"[{format_duration(lo)}, {format_duration(hi)}]"
                 )
+        if self.reconnect_backoff_cap < self.reconnect_backoff_base:
+            raise ValueError(
+                f"reconnect_backoff_cap = {format_duration(self.reconnect_backoff_cap)} is "
+                f"below reconnect_backoff_base = {format_duration(self.reconnect_backoff_base)}"
+            )
         lo, hi = REPLICA_SIZE_BOUNDS
         if not lo <= self.replica_size <= hi:
             raise ValueError(

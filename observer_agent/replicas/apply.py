@@ -20,6 +20,7 @@ from obcommon.addresses import parse_host_port
 from obcommon.errors import ObError
 from obcommon.proto import obrpc_pb2
 from observer_agent.address import LocalServer
+from observer_agent.disk import check_free_space, os_error_to_ob
 from observer_agent.replicas.hosted import HostedReplicas
 from observer_agent.replicas.log import LOG_KEEP_ENTRIES, ReplicaLog
 from observer_agent.replicas.replica import BUILD_FAILED, Replica
@@ -103,7 +104,9 @@ class SpecApplier:
         """Apply one spec; ``client_deadline`` (the event loop's time, seconds, or None)
         bounds a new leader's catch-up. Raises ``ObError``: ``OB_INVALID_ARGUMENT`` (bad
         spec, ``copy_from`` this server), ``OB_STATE_NOT_MATCH`` (a replica being built made
-        leader), ``OB_TIMEOUT`` (catch-up), ``OB_ERR_SYS`` (a failed write)."""
+        leader), ``OB_TIMEOUT`` (catch-up), ``OB_SERVER_OUTOF_DISK_SPACE`` (a new replica that does not
+        fit on the data disk, or a write that found it full), ``OB_ERR_SYS`` (another failed
+        write)."""
         key = (spec.tenant_id, spec.ls_id)
         members = check_spec(spec)
         me = self._me.server
@@ -169,9 +172,7 @@ class SpecApplier:
                 try:
                     await asyncio.to_thread(write_meta, rep.dir, new)
                 except OSError as e:
-                    raise ObError(
-                        "OB_ERR_SYS", detail=f"{describe_ls(key)}: cannot write its meta: {e}"
-                    ) from None
+                    raise os_error_to_ob(e, f"{describe_ls(key)}: cannot write its meta") from None
                 rep.set_meta(new)
         finally:
             rep.busy = False
@@ -220,15 +221,24 @@ class SpecApplier:
             with contextlib.suppress(FileNotFoundError):
                 log_path.unlink()
             log = ReplicaLog.open(log_path, self._log_keep)
-            write_meta(directory, meta)
+            try:
+                write_meta(directory, meta)
+            except BaseException:
+                log.close()
+                raise
             return meta, log
 
+        # Refused before anything is written when it cannot fit (OB_SERVER_OUTOF_DISK_SPACE,
+        # issue 14 item 7), and a build that still runs out of space leaves no files.
+        await asyncio.to_thread(
+            check_free_space, self._paths.data_dir, size, f"replica {describe_ls(key)}"
+        )
         try:
             meta, log = await asyncio.to_thread(build)
         except OSError as e:
-            raise ObError(
-                "OB_ERR_SYS", detail=f"{describe_ls(key)}: cannot create the replica: {e}"
-            ) from None
+            with contextlib.suppress(OSError):
+                await asyncio.to_thread(self._paths.remove_files, [key])
+            raise os_error_to_ob(e, f"{describe_ls(key)}: cannot create the replica") from None
         rep = Replica(meta, directory, log)
         rep.in_service = True
         self._hosted.add(rep)

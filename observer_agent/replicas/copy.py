@@ -40,6 +40,7 @@ from typing import Protocol
 from obcommon.errors import ObError
 from obcommon.proto import obrpc_pb2
 from observer_agent.address import LocalServer
+from observer_agent.disk import check_free_space, is_out_of_space, os_error_to_ob
 from observer_agent.identity import fsync_dir
 from observer_agent.replicas.copy_stream import ChunkThrottle, CopyFailed, receive_data_file
 from observer_agent.replicas.faults import FAULT_REPLICATION_STOP_FILE, ReplicationFaults
@@ -250,6 +251,7 @@ class ReplicaCopier:
         try:
             async with self._slots():
                 b.state = BUILD_COPYING
+                await self._check_room(rep)
                 first = await self._copy_data(rep, b, tmp)
             installed = await self._install(rep, b, tmp, first)
         except CopyFailed as e:
@@ -270,8 +272,26 @@ class ReplicaCopier:
                 # small unlink, done inline so that it also happens while being cancelled.
                 with contextlib.suppress(OSError):
                     tmp.unlink(missing_ok=True)
+                # The replica's directory too when nothing else is in it: a refused or
+                # failed copy leaves nothing behind on the disk (issue 14 item 7).
+                with contextlib.suppress(OSError):
+                    rep.dir.rmdir()
         if installed:
             await self.build_log(rep, b)
+
+    async def _check_room(self, rep: Replica) -> None:
+        """Refuse the copy before anything is written when the data disk has less room than
+        a replica (``replica_size``): OceanBase's "cannot migrate in" check, with its error
+        ``OB_SERVER_OUTOF_DISK_SPACE`` (issue 14 item 7). Raises :class:`CopyFailed`."""
+        try:
+            await run_blocking(
+                check_free_space,
+                self._paths.data_dir,
+                self.settings.replica_size,
+                f"the copy of {describe_ls(rep.key)}",
+            )
+        except ObError as e:
+            raise CopyFailed(str(e)) from None
 
     async def _copy_data(self, rep: Replica, b: Build, tmp: Path) -> obrpc_pb2.DataChunk:
         """Stream the data file from ``b.source`` into ``tmp`` (fsynced, closed); returns the
@@ -355,7 +375,11 @@ class ReplicaCopier:
             try:
                 log = await run_blocking(install)
             except OSError as e:
-                raise CopyFailed(f"cannot install the copied data file: {e}") from None
+                raise CopyFailed(
+                    str(os_error_to_ob(e, "cannot install the copied data file"))
+                    if is_out_of_space(e)
+                    else f"cannot install the copied data file: {e}"
+                ) from None
             rep.log.close()
             rep.log = log
             b.bytes_copied = b.total_size = first.total_size

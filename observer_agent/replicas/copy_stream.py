@@ -15,6 +15,7 @@ import grpc
 
 from obcommon.errors import error_from_proto
 from obcommon.proto import obrpc_pb2
+from observer_agent.disk import is_out_of_space, os_error_to_ob
 from observer_agent.replicas.replica import Build
 from observer_agent.replicas.tasks import run_blocking
 
@@ -77,7 +78,7 @@ async def receive_data_file(
         try:
             fh = await run_blocking(_open_for_copy, tmp)
         except OSError as e:
-            raise CopyFailed(f"cannot write {tmp}: {e}") from None
+            raise CopyFailed(write_failed(tmp, e)) from None
         while True:
             try:
                 chunk = await asyncio.wait_for(call.read(), timeout_s)
@@ -112,7 +113,7 @@ async def receive_data_file(
             try:
                 crc = await run_blocking(_write_chunk, fh, data, crc)
             except OSError as e:
-                raise CopyFailed(f"cannot write {tmp}: {e}") from None
+                raise CopyFailed(write_failed(tmp, e)) from None
             received = end
             b.bytes_copied = received
             if throttle is not None:
@@ -133,7 +134,7 @@ async def receive_data_file(
         try:
             await run_blocking(_sync_and_close, done)
         except OSError as e:
-            raise CopyFailed(f"cannot write {tmp}: {e}") from None
+            raise CopyFailed(write_failed(tmp, e)) from None
         return first
     finally:
         call.cancel()
@@ -141,6 +142,14 @@ async def receive_data_file(
             # Inline: it only flushes Python's small buffer of an abandoned temp file.
             with contextlib.suppress(OSError):
                 fh.close()
+
+
+def write_failed(tmp: Path, e: OSError) -> str:
+    """The one-line reason of a failed write of ``tmp``: led by ``OB_SERVER_OUTOF_DISK_SPACE``
+    when the data disk is full (issue 14 item 7: the RS shows the cause, not an errno)."""
+    if is_out_of_space(e):
+        return str(os_error_to_ob(e, f"cannot write {tmp}"))
+    return f"cannot write {tmp}: {e}"
 
 
 def _open_for_copy(tmp: Path) -> Any:

@@ -126,7 +126,8 @@ class ReplicaRebuilder:
                         server, key, f"LS {key}: no healthy member to rebuild {server} from"
                     )
                     continue
-                if self._hand_out(key, view, server, src, failed):
+                why = (r.build_error if failed and r else "")[:200]
+                if self._hand_out(key, view, server, src, why):
                     self._sent[(key, server)] = now
                     building[server] = building.get(server, 0) + (1 if r is None else 0)
                     sent += 1
@@ -151,9 +152,12 @@ class ReplicaRebuilder:
             return others[0]
         return candidates[0] if candidates else None
 
-    def _hand_out(self, key: LsKey, view: LsView, dest: str, src: str, retry: bool) -> bool:
+    def _hand_out(self, key: LsKey, view: LsView, dest: str, src: str, failed: str) -> bool:
         """Tell ``src`` and the leader, then send ``dest`` its copy spec; one event and a
-        WARNING log per copy. False (logged once) when a server refused."""
+        WARNING log per copy. ``failed`` is the ``build_error`` of the failed copy this one
+        retries ("" for a first copy), shown in the event's reason and the log (issue 14
+        item 7: a destination whose disk is full says OB_SERVER_OUTOF_DISK_SPACE). False
+        (logged once) when a server refused."""
         plan = self.layout.topology().plans.get(key)
         if plan is None:
             return False
@@ -174,16 +178,21 @@ class ReplicaRebuilder:
                     ("ls_id", key[1]),
                     ("server", dest),
                     ("source", src),
-                    ("reason", REASON_MISSING + (" (retry after a failed copy)" if retry else "")),
+                    (
+                        "reason",
+                        REASON_MISSING
+                        + (f" (retry after a failed copy: {failed})" if failed else ""),
+                    ),
                 ),
             )
         )
         log.warning(
             "LS %d.%d: the replica on %s is missing though the server is alive; rebuilding it "
-            "by copy from %s",
+            "by copy from %s%s",
             key[0],
             key[1],
             dest,
             src,
+            f" (the last copy failed: {failed})" if failed else "",
         )
         return True

@@ -3,6 +3,7 @@ with jitter, and starts over once accepted; NOT_MASTER does not back off (issue 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 
 from obcommon.clock import FakeClock
 from observer_agent.lease import MAX_REFUSAL_BACKOFF_US
+from tests.support.ports import free_port
 from tests.unit.observer_agent.helpers import RS1, make_agent, ok_response, refusal
 
 HB = 2_000_000
@@ -65,3 +67,34 @@ def test_a_deleted_server_logs_once_a_minute(
     # Before: 315 requests and 315 lines. Now about 15 requests and one line a minute at most.
     assert requests <= 20
     assert 1 <= len(lines) <= 11
+
+
+def test_unreachable_rs_backs_off_with_jitter_up_to_the_cap_and_resets(tmp_path: Path) -> None:
+    """Issue 14 item 1: attempts without an answer (nothing listens on the port) wait the
+    reconnect backoff's draws, growing from 100 ms to at most 2 s, not a fixed interval; an
+    accepted lease resets it, and a stream lost while renewing waits below the base."""
+    port = free_port()
+    clock = FakeClock()
+    agent = make_agent(
+        tmp_path,
+        clock,
+        heartbeat_interval=5_000_000,
+        rpc_timeout=1_000_000,
+        rs_list=f"127.0.0.1:{port}",
+        insecure=True,
+    )
+    lease = agent.lease
+
+    async def rounds(n: int) -> list[float]:
+        return [await lease._lease_round() for _ in range(n)]
+
+    delays = asyncio.run(rounds(8))
+    policy = lease.reconnect.policy
+    assert lease.refusals["rpc_failed"] == 8
+    for n, d in enumerate(delays):
+        assert 0 <= d * 1e6 <= policy.window_us(n)
+    assert max(delays) * 1e6 <= policy.cap_us < 5_000_000
+    assert lease.reconnect.failures == 8
+    assert lease.handle_response(ok_response(clock), f"127.0.0.1:{port}")
+    assert lease.reconnect.failures == 0
+    assert 0 <= lease.reconnect.first_delay_us() <= policy.base_us

@@ -109,3 +109,18 @@ def test_max_concurrent_copies_setting(tmp_path: Path) -> None:
     assert main([*argv, "--max-concurrent-copies=0"]) == 2
     with pytest.raises(ValueError, match="max_concurrent_copies"):
         copy_settings(tmp_path, max_concurrent_copies=0)
+
+
+def test_reconnect_backoff_settings(tmp_path: Path) -> None:
+    """Issue 14 item 1: 100 ms / 2 s by default, words accepted, the cap not below the base."""
+    base = {"rs_list": "127.0.0.1:2882", "rpc_addr": "127.0.0.1:3882", "sql_port": 1, "zone": "z1"}
+    s = AgentSettings.in_process(**base, data_dir=tmp_path)
+    assert (s.reconnect_backoff_base, s.reconnect_backoff_cap) == (100_000, 2_000_000)
+    s = AgentSettings.in_process(
+        **base, data_dir=tmp_path, reconnect_backoff_base="50ms", reconnect_backoff_cap="15s"
+    )
+    assert (s.reconnect_backoff_base, s.reconnect_backoff_cap) == (50_000, 15_000_000)
+    with pytest.raises(ValidationError, match="reconnect_backoff_cap"):
+        AgentSettings.in_process(
+            **base, data_dir=tmp_path, reconnect_backoff_base="1s", reconnect_backoff_cap="500ms"
+        )
