@@ -43,7 +43,7 @@ from obcommon.addresses import parse_server
 from obcommon.clock import Clock
 from obcommon.ratelimit_log import RateLimitedLog
 from rootservice.db import lease_repo, member_repo
-from rootservice.db.engine import db_error_summary, set_local
+from rootservice.db.engine import db_error_summary, io_deadline, set_local
 from rootservice.ha.store import MetaStore
 from rootservice.ha.term import CLEAN_STOP, Term, lease_timings
 from rootservice.metrics import Metrics
@@ -167,6 +167,15 @@ class Election:
         names = ("lock_timeout", "statement_timeout", "idle_in_transaction_session_timeout")
         set_local(conn, dict.fromkeys(names, ms))
 
+    def _round_bound_s(self) -> float:
+        # A round's database work ends within the time a lease is trusted (``lease -
+        # margin``), whatever the database does: a round stuck on a connection that never
+        # answers (a blackhole, a hung server) would keep a deposed leader from finishing its
+        # step-down and a standby from ever taking office (issue 14 item 7).
+        lease = self.lease_time()
+        _, margin = lease_timings(lease)
+        return max(MIN_ROUND_TIMEOUT_US, lease - margin) / 1e6
+
     def _me(self) -> tuple[str, tuple[str, int]]:
         addr = self.term.address()
         return addr, parse_server(addr)
@@ -177,7 +186,7 @@ class Election:
         started = self.clock.monotonic_us()
         lease = self.lease_time()
         try:
-            with self.store.engine.begin() as conn:
+            with io_deadline(self._round_bound_s()), self.store.engine.begin() as conn:
                 self._begin_round(conn)
                 now = self._db_now(conn)
                 member_repo.touch(conn, holder, now)
@@ -202,7 +211,7 @@ class Election:
         started = self.clock.monotonic_us()
         lease = self.lease_time()
         try:
-            with self.store.engine.begin() as conn:
+            with io_deadline(self._round_bound_s()), self.store.engine.begin() as conn:
                 self._begin_round(conn)
                 row = lease_repo.read_lease(conn, lock=True)
                 now = self._db_now(conn)
@@ -260,7 +269,7 @@ class Election:
 
     def _release(self, epoch: int, holder: tuple[str, int]) -> bool:
         try:
-            with self.store.engine.begin() as conn:
+            with io_deadline(self._round_bound_s()), self.store.engine.begin() as conn:
                 self._begin_round(conn)
                 done = lease_repo.release_lease(conn, epoch, holder, self._db_now(conn))
         except sa.exc.SQLAlchemyError as e:
