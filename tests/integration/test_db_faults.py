@@ -289,7 +289,9 @@ def test_single_rs_cut_from_database_then_healed(
         ("41s",)
     ]
     c.ok("ALTER SYSTEM SET server_check_interval = '43s'")
-    assert c.rs[rs].log_text().count("Traceback") <= 5
+    # Not a loop of tracebacks: a few (statements whose audit row could not be written,
+    # failed flushes) during the ~3 s cut, not one per round.
+    assert c.rs[rs].log_text().count("Traceback") <= 12
 
 
 # --- (b) a database that answers each statement 1 s late ---------------------------------------
