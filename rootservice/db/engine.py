@@ -1,16 +1,25 @@
 """Engine creation and schema migration for SQLite (embedded default) and PostgreSQL.
 
 ``make_engine(url)`` returns an engine tuned for the RS: SQLite in WAL mode with a busy
-timeout and foreign keys on, PostgreSQL through psycopg 3 with a short connect timeout so an
-unreachable database fails fast. ``upgrade(engine)`` applies the Alembic migrations in
-``migrations/``; it is the only way the schema is created.
+timeout and foreign keys on, PostgreSQL through psycopg 3 with a short connect timeout, TCP
+keepalives and a user timeout so an unreachable database fails fast, a bounded pool, and a
+client-side bound on every wait for the server (:func:`io_deadline`, issue 14 item 7: a
+database that stops answering - a network blackhole, a hung server - must produce an error,
+not a thread stuck for ever holding the RS's write lock or its election round).
+``upgrade(engine)`` applies the Alembic migrations in ``migrations/``; it is the only way the
+schema is created.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
@@ -24,11 +33,93 @@ MIGRATIONS_DIR = Path(migrations.__file__).resolve().parent
 MIGRATION_LOCK_ID = 46304630
 
 
-def make_engine(url: str, *, connect_timeout_s: int = 5) -> sa.Engine:
+#: Longest wait for one answer of PostgreSQL outside an :func:`io_deadline`, in seconds:
+#: above any statement the RS runs on its own tables (a migration runs without it).
+IO_TIMEOUT_S = 30.0
+#: Pool bounds (PostgreSQL): connections kept, extra ones under load, and how long a thread
+#: waits for a free one before failing (``sqlalchemy.exc.TimeoutError``), in seconds.
+POOL_SIZE = 5
+MAX_OVERFLOW = 5
+POOL_TIMEOUT_S = 10.0
+#: libpq's TCP settings: keepalive probes after 5 s idle, every 2 s, 3 lost = dead; and
+#: unacknowledged data for 10 s = dead (``tcp_user_timeout``, ms). A real partition (packets
+#: dropped) is then noticed by the kernel; the wait bound covers a server that accepts the
+#: bytes but never answers.
+TCP_ARGS = {
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,
+}
+
+# The monotonic deadline (seconds, time.monotonic) of the current thread's database work, or
+# None for the default bound; 0.0 disables the bound (migrations).
+_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "ob_db_deadline", default=None
+)
+
+
+class DatabaseTimeout(psycopg.OperationalError):
+    """PostgreSQL did not answer within the client-side bound; the connection was closed."""
+
+
+@contextlib.contextmanager
+def io_deadline(seconds: float | None) -> Iterator[None]:
+    """Bound every wait for PostgreSQL in this thread (context) to end within ``seconds``
+    from now (nested deadlines keep the earlier one); ``None`` lifts the bound entirely (a
+    migration). A wait past it raises :class:`DatabaseTimeout` (a ``psycopg.OperationalError``,
+    which SQLAlchemy reports as ``OperationalError`` and treats as a disconnect). No effect on
+    SQLite."""
+    if seconds is None:
+        token = _deadline.set(0.0)
+    else:
+        new = time.monotonic() + max(0.0, seconds)
+        old = _deadline.get()
+        token = _deadline.set(new if not old else min(old, new))
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+class BoundedConnection(psycopg.Connection[Any]):
+    """A psycopg connection whose waits for the server end at the :func:`io_deadline` of the
+    calling context (default :data:`IO_TIMEOUT_S` per wait). On expiry the connection is
+    closed (its protocol state is unknown) and :class:`DatabaseTimeout` raised. psycopg's own
+    ``wait(timeout=...)`` does the bounding (psycopg >= 3.2)."""
+
+    def wait(self, gen: Any, interval: float = 0.1, timeout: float | None = None) -> Any:
+        """psycopg's wait with the context's bound (see the class docstring)."""
+        deadline = _deadline.get()
+        if deadline == 0.0:
+            bound = timeout
+        else:
+            left = IO_TIMEOUT_S if deadline is None else deadline - time.monotonic()
+            bound = max(0.001, left) if timeout is None else min(timeout, max(0.001, left))
+        try:
+            return super().wait(gen, interval=interval, timeout=bound)
+        except psycopg.errors._WaitTimeout:
+            if timeout is not None and bound == timeout:
+                raise  # the caller's own bound (psycopg's cancel path)
+            with contextlib.suppress(Exception):
+                self.pgconn.finish()
+            raise DatabaseTimeout(
+                f"no answer from the database within {bound:.1f} s (connection closed)"
+            ) from None
+
+
+def make_engine(
+    url: str, *, connect_timeout_s: int = 5, pool_timeout_s: float = POOL_TIMEOUT_S
+) -> sa.Engine:
     """Create an engine for ``url`` (``sqlite:///path`` or ``postgresql+psycopg://...``).
 
-    SQLite files' parent directories are created. Raises ``sqlalchemy.exc.ArgumentError``
-    for a malformed URL; connection errors surface on first use.
+    PostgreSQL: :class:`BoundedConnection` connections (every wait bounded), ``connect_timeout``
+    of ``connect_timeout_s`` (libpq: the whole connection start-up), :data:`TCP_ARGS`, a
+    pre-ping on checkout, at most ``POOL_SIZE + MAX_OVERFLOW`` connections and
+    ``pool_timeout_s`` of waiting for one. SQLite files' parent directories are created.
+    Raises ``sqlalchemy.exc.ArgumentError`` for a malformed URL; connection errors surface on
+    first use.
     """
     u = sa.make_url(url)
     kwargs: dict[str, Any] = {"future": True}
@@ -60,10 +151,18 @@ def make_engine(url: str, *, connect_timeout_s: int = 5) -> sa.Engine:
 
         return engine
     if u.get_backend_name() == "postgresql":
-        kwargs["connect_args"] = {"connect_timeout": connect_timeout_s}
+        kwargs["connect_args"] = {"connect_timeout": connect_timeout_s, **TCP_ARGS}
         kwargs["pool_pre_ping"] = True
-        kwargs["pool_size"] = 5
-        kwargs["max_overflow"] = 5
+        kwargs["pool_size"] = POOL_SIZE
+        kwargs["max_overflow"] = MAX_OVERFLOW
+        kwargs["pool_timeout"] = pool_timeout_s
+        engine = sa.create_engine(u, **kwargs)
+
+        @sa.event.listens_for(engine, "do_connect")
+        def _connect(_d: Any, _rec: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
+            return BoundedConnection.connect(*cargs, **cparams)
+
+        return engine
     return sa.create_engine(u, **kwargs)
 
 
@@ -81,8 +180,9 @@ def alembic_config(connection: sa.Connection | None = None) -> Config:
 
 
 def upgrade(engine: sa.Engine, revision: str = "head") -> None:
-    """Apply migrations up to ``revision`` in one transaction per run."""
-    with engine.begin() as conn:
+    """Apply migrations up to ``revision`` in one transaction per run (no client-side wait
+    bound: a migration of a large table may take long)."""
+    with io_deadline(None), engine.begin() as conn:
         if conn.dialect.name == "postgresql":
             # Two RS processes starting together on an empty database must not both create
             # the tables; the lock is released at commit.
@@ -92,7 +192,7 @@ def upgrade(engine: sa.Engine, revision: str = "head") -> None:
 
 def downgrade(engine: sa.Engine, revision: str = "base") -> None:
     """Walk migrations back down to ``revision`` (``base`` drops everything)."""
-    with engine.begin() as conn:
+    with io_deadline(None), engine.begin() as conn:
         command.downgrade(alembic_config(conn), revision)
 
 
@@ -118,7 +218,13 @@ def set_local(conn: sa.Connection, settings: dict[str, str]) -> None:
     """Set PostgreSQL run-time parameters (``name -> value``, e.g. ``lock_timeout`` in ms) for
     the current transaction only (``set_config(name, value, true)``, i.e. ``SET LOCAL``).
     A no-op on other databases. Raises SQLAlchemy errors."""
-    if conn.dialect.name != "postgresql":
+    if conn.dialect.name != "postgresql" or not settings:
         return
-    for name, value in settings.items():
-        conn.execute(sa.text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
+    # One statement for all of them: every round trip counts when the database is slow
+    # (issue 14 item 7: at 1 s per statement, three SETs were three of a renewal's seconds).
+    calls = ", ".join(f"set_config(:n{i}, :v{i}, true)" for i in range(len(settings)))
+    params: dict[str, str] = {}
+    for i, (name, value) in enumerate(settings.items()):
+        params[f"n{i}"] = name
+        params[f"v{i}"] = value
+    conn.execute(sa.text(f"SELECT {calls}"), params)

@@ -41,9 +41,10 @@ import sqlalchemy as sa
 
 from obcommon.addresses import parse_server
 from obcommon.clock import Clock
+from obcommon.errors import ObError
 from obcommon.ratelimit_log import RateLimitedLog
 from rootservice.db import lease_repo, member_repo
-from rootservice.db.engine import db_error_summary, set_local
+from rootservice.db.engine import db_error_summary, io_deadline, set_local
 from rootservice.ha.store import MetaStore
 from rootservice.ha.term import CLEAN_STOP, Term, lease_timings
 from rootservice.metrics import Metrics
@@ -117,6 +118,10 @@ class Election:
         # A standby or a leader cut off from the database fails every round: one line a
         # minute (issue 12 item 5).
         self._failures = RateLimitedLog(log, clock, 60_000_000)
+        # After taking office failed on a database error (issue 14 item 7: PostgreSQL out of
+        # connections), no new attempt before this monotonic time: one lease, not every
+        # round - each attempt raises the epoch and logs.
+        self._retry_after_mono = 0
 
     def check_lease(self) -> bool:
         """The watchdog (every ``heartbeat_check_interval``): request a step-down when the
@@ -167,6 +172,15 @@ class Election:
         names = ("lock_timeout", "statement_timeout", "idle_in_transaction_session_timeout")
         set_local(conn, dict.fromkeys(names, ms))
 
+    def _round_bound_s(self) -> float:
+        # A round's database work ends within the time a lease is trusted (``lease -
+        # margin``), whatever the database does: a round stuck on a connection that never
+        # answers (a blackhole, a hung server) would keep a deposed leader from finishing its
+        # step-down and a standby from ever taking office (issue 14 item 7).
+        lease = self.lease_time()
+        _, margin = lease_timings(lease)
+        return max(MIN_ROUND_TIMEOUT_US, lease - margin) / 1e6
+
     def _me(self) -> tuple[str, tuple[str, int]]:
         addr = self.term.address()
         return addr, parse_server(addr)
@@ -177,7 +191,7 @@ class Election:
         started = self.clock.monotonic_us()
         lease = self.lease_time()
         try:
-            with self.store.engine.begin() as conn:
+            with io_deadline(self._round_bound_s()), self.store.engine.begin() as conn:
                 self._begin_round(conn)
                 now = self._db_now(conn)
                 member_repo.touch(conn, holder, now)
@@ -200,9 +214,11 @@ class Election:
     def _try_take_office(self) -> None:
         me, holder = self._me()
         started = self.clock.monotonic_us()
+        if started < self._retry_after_mono:
+            return
         lease = self.lease_time()
         try:
-            with self.store.engine.begin() as conn:
+            with io_deadline(self._round_bound_s()), self.store.engine.begin() as conn:
                 self._begin_round(conn)
                 row = lease_repo.read_lease(conn, lock=True)
                 now = self._db_now(conn)
@@ -236,6 +252,22 @@ class Election:
         )
         try:
             self.on_elected(epoch)
+        except ObError as e:
+            # The database failed under the take-over (OB_ERR_SYS: unreachable, out of
+            # connections...): a known condition, one line a minute, no traceback, and a
+            # pause of one lease before the next attempt.
+            self._retry_after_mono = self.clock.monotonic_us() + lease
+            self._failures.warning(
+                "take_office",
+                "taking office with epoch %d failed, next attempt in %d ms: %s",
+                epoch,
+                lease // 1000,
+                e,
+                extra={"reason": "db"},
+            )
+            if self.term.request_step_down(f"taking office failed: {e}", epoch):
+                self._finish_step_down()
+            self._release(epoch, holder)
         except Exception as e:
             log.exception("taking office with epoch %d failed", epoch)
             if self.term.request_step_down(f"taking office failed: {e}", epoch):
@@ -260,7 +292,7 @@ class Election:
 
     def _release(self, epoch: int, holder: tuple[str, int]) -> bool:
         try:
-            with self.store.engine.begin() as conn:
+            with io_deadline(self._round_bound_s()), self.store.engine.begin() as conn:
                 self._begin_round(conn)
                 done = lease_repo.release_lease(conn, epoch, holder, self._db_now(conn))
         except sa.exc.SQLAlchemyError as e:

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from obcommon.errors import ObError
 from rootservice.db import lease_repo
-from rootservice.db.engine import db_error_summary, set_local
+from rootservice.db.engine import db_error_summary, io_deadline, set_local
 from rootservice.ha.term import Term
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ class MetaStore:
                     why = "not in office" if epoch <= 0 else self.term.guard()
                     if why:
                         raise ObError("OB_RS_NOT_MASTER", detail=why)
-                with self.engine.begin() as conn:
+                with io_deadline(self._bound_s(fenced)), self.engine.begin() as conn:
                     self._limit_idle(conn)
                     if fenced:
                         lease_repo.check_epoch(conn, epoch)
@@ -88,6 +88,16 @@ class MetaStore:
                     "OB_ERR_SYS",
                     detail=f"system tables unavailable, nothing was changed: {db_error_summary(e)}",
                 ) from e
+
+    def _bound_s(self, fenced: bool) -> float | None:
+        # A fenced transaction of a leader cut off from its database must end (with an
+        # error) instead of holding the write lock for ever: it may run while the lease is
+        # trusted, plus one lease (by then a standby may have taken office, and this RS's
+        # write would be refused anyway). None: the engine's default bound per wait.
+        left = self.term.trust_left_us() if fenced else None
+        if left is None:
+            return None
+        return (left + self.term.lease_time()) / 1e6
 
     def _limit_idle(self, conn: sa.Connection) -> None:
         # A transaction of a paused (SIGSTOP) RS holds the lease row FOR SHARE until its

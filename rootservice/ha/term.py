@@ -136,6 +136,17 @@ class Term:
             return f"lease of epoch {epoch} not renewed for {since // 1000} ms"
         return None
 
+    def trust_left_us(self) -> int | None:
+        """How much longer (microseconds, >= 0) :meth:`guard` trusts the lease, or None when
+        it sets no limit (not supervised). 0 when not in office."""
+        if self.epoch == 0:
+            return 0
+        if not self.supervised:
+            return None
+        lease = self.lease_time()
+        _, margin = lease_timings(lease)
+        return max(0, self._renewed_mono + lease - margin - self.clock.monotonic_us())
+
     def holds_lease(self) -> bool:
         """True while this RS is in office and :meth:`guard` has no objection."""
         return self.guard() is None

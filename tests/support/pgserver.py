@@ -86,7 +86,10 @@ class PgServer:
     ``atexit``, which it registers itself). :meth:`restart` keeps the data directory and the port, for fault tests.
     """
 
-    def __init__(self, *, bindir: Path | None = None) -> None:
+    def __init__(self, *, bindir: Path | None = None, max_connections: int = 200) -> None:
+        """``max_connections``: PostgreSQL's limit (a small one for the connection-exhaustion
+        test, tests/integration/test_db_faults.py)."""
+        self.max_connections = max_connections
         self.bindir = bindir or find_pg_bindir()
         self._as_postgres = os.geteuid() == 0
         if self._as_postgres and shutil.which("runuser") is None:
@@ -270,7 +273,7 @@ class PgServer:
                 "-c fsync=off",
                 "-c synchronous_commit=off",
                 "-c full_page_writes=off",
-                "-c max_connections=200",
+                f"-c max_connections={self.max_connections}",
             ]
         )
         self._running = True  # from here on a stop attempt is worthwhile even if start fails
