@@ -35,7 +35,7 @@ from obcommon.security.tls import TransportSecurity
 from observer_agent.address import LocalServer
 from observer_agent.background import describe_exception, is_set, sleep_unless_stopped
 from observer_agent.identity import ClusterIdentity, write_identity
-from observer_agent.lease_stream import LeaseStream
+from observer_agent.lease_stream import LateAnswer, LeaseStream
 from observer_agent.metrics import AgentMetrics
 from observer_agent.settings import AgentSettings
 
@@ -47,6 +47,13 @@ MAX_REFUSAL_BACKOFF_US = 60_000_000
 
 #: A repeated lease warning (the same refusal, an unreachable RS) is logged at most this often.
 REPEAT_LOG_US = 60_000_000
+
+#: How many ``rpc_timeout`` periods the agent waits for a late answer on an open lease stream
+#: before it gives the stream up (issue 14 item 3). An overloaded RS answers late but in
+#: order; a new connection would cost it a TLS handshake and put the agent at the back of its
+#: backlog. With the defaults (2 s) that is 8 s of silence, inside the RS's 10 s lease_time, so
+#: an RS that really hangs is still left in time for a standby.
+MAX_LATE_ANSWER_TIMEOUTS = 4
 
 # Refusals that do not back off: a standby or an RS waiting for BOOTSTRAP answers NOT_MASTER,
 # and the agent must find the leader (and join a bootstrap) within a heartbeat or two.
@@ -484,10 +491,28 @@ class LeaseClient:
         renewed = False
         while not is_set(self._stop):
             started = loop.time()
-            req = self.build_lease_request()
+            error: Exception | None = None
             try:
-                resp = await conn.exchange(req, timeout_s)
+                if conn.outstanding is None:
+                    resp = await conn.exchange(self.build_lease_request(), timeout_s)
+                else:
+                    resp = await conn.await_answer(timeout_s)
+            except LateAnswer as e:
+                if loop.time() - conn.sent_at < MAX_LATE_ANSWER_TIMEOUTS * timeout_s:
+                    # Keep the connection and the request: the answer is late, not lost.
+                    self.refusals["late_answer"] = self.refusals.get("late_answer", 0) + 1
+                    self.repeat_log.warning(
+                        f"late {addr}",
+                        "lease answer from %s is late (%s); waiting on the same stream",
+                        addr,
+                        describe_exception(e),
+                        extra={"rs": addr},
+                    )
+                    continue
+                error = e
             except Exception as e:
+                error = e
+            if error is not None:
                 # No answer: counted as a refusal so a dashboard sees an agent cut off.
                 self.refusals["rpc_failed"] = self.refusals.get("rpc_failed", 0) + 1
                 await self.close_stream()
@@ -497,7 +522,7 @@ class LeaseClient:
                     self.log.warning(
                         "lease stream to %s lost (%s); reconnecting in %.3fs",
                         addr,
-                        describe_exception(e),
+                        describe_exception(error),
                         delay_s,
                     )
                     self.rs.prefer(addr)
@@ -506,7 +531,7 @@ class LeaseClient:
                     f"unreachable {addr}",
                     "cannot get a lease from %s: %s",
                     addr,
-                    describe_exception(e),
+                    describe_exception(error),
                     extra={"rs": addr},
                 )
                 return self.reconnect.next_delay_us() / 1e6

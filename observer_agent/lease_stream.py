@@ -20,12 +20,20 @@ class StreamClosed(Exception):
     """The RS ended the lease stream (end of stream without an error status)."""
 
 
+class LateAnswer(TimeoutError):
+    """No answer within the timeout, but the stream is still open: the request stays
+    outstanding and :meth:`LeaseStream.await_answer` may wait for it again (issue 14 item 3:
+    an overloaded RS answers late; dropping the connection would throw away its TLS
+    handshake and add a new one to its backlog)."""
+
+
 class LeaseStream:
     """One open ``RootService.LeaseStream`` to one RS address.
 
     :meth:`exchange` writes one request and waits for the response with the same ``seq``;
-    every step is bounded by the timeout. After any exception the stream is unusable and
-    must be closed.
+    every step is bounded by the timeout. After :class:`LateAnswer` the request is still
+    outstanding (:attr:`outstanding`) and :meth:`await_answer` waits for it again; after any
+    other exception the stream is unusable (:attr:`broken`) and must be closed.
     """
 
     def __init__(
@@ -44,32 +52,77 @@ class LeaseStream:
         self._channel = security.aio_channel(addr, grpc_channel_options(backoff or BackoffPolicy()))
         self._call = obrpc_pb2_grpc.RootServiceStub(self._channel).LeaseStream()
         self.broken = False
+        #: ``seq`` of the request whose answer is awaited, None when none is.
+        self.outstanding: int | None = None
+        #: Event-loop time (seconds) the outstanding request was written.
+        self.sent_at = 0.0
+        # One read at a time, kept across a LateAnswer: cancelling a grpc.aio read ends the call.
+        self._read: asyncio.Future[object] | None = None
 
     async def exchange(
         self, req: obrpc_pb2.LeaseRequest, timeout_s: float
     ) -> obrpc_pb2.LeaseResponse:
         """Send ``req``; return the response carrying ``req.seq``.
 
-        Raises ``TimeoutError`` (no answer within ``timeout_s``), ``grpc.aio.AioRpcError``
-        (connection or stream error), :class:`StreamClosed`, or ``ValueError`` when the RS
-        answers with a ``seq`` we never sent.
+        Raises :class:`LateAnswer` (no answer within ``timeout_s``; the stream stays usable
+        and ``req`` outstanding), ``TimeoutError`` (the write did not complete),
+        ``grpc.aio.AioRpcError`` (connection or stream error), :class:`StreamClosed`,
+        ``ValueError`` when the RS answers with a ``seq`` we never sent, and ``RuntimeError``
+        when another request is still outstanding (call :meth:`await_answer`).
         """
+        if self.outstanding is not None:
+            raise RuntimeError(f"request {self.outstanding} is still outstanding")
+        loop = asyncio.get_running_loop()
+        try:
+            await asyncio.wait_for(self._call.write(req), timeout_s)
+        except asyncio.InvalidStateError:
+            self.broken = True
+            raise StreamClosed(f"the lease stream ended: {await self._final_status()}") from None
+        except BaseException:
+            self.broken = True
+            raise
+        self.outstanding = req.seq
+        self.sent_at = loop.time()
+        return await self.await_answer(timeout_s)
+
+    async def await_answer(self, timeout_s: float) -> obrpc_pb2.LeaseResponse:
+        """Wait up to ``timeout_s`` seconds more for the answer to the outstanding request and
+        return it (earlier answers, to requests given up on before, are skipped).
+
+        Raises :class:`LateAnswer` when none came in time (the request stays outstanding);
+        ``grpc.aio.AioRpcError``, :class:`StreamClosed` or ``ValueError`` as :meth:`exchange`
+        (the stream is then broken); ``RuntimeError`` when nothing is outstanding.
+        """
+        seq = self.outstanding
+        if seq is None:
+            raise RuntimeError("no request is outstanding")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         try:
-            await asyncio.wait_for(self._call.write(req), timeout_s)
             while True:
+                if self._read is None:
+                    self._read = asyncio.ensure_future(self._call.read())
                 remaining = deadline - loop.time()
-                if remaining <= 0:
-                    raise TimeoutError
-                resp = await asyncio.wait_for(self._call.read(), remaining)
+                done: set[asyncio.Future[object]] = set()
+                if remaining > 0:
+                    done, _ = await asyncio.wait({self._read}, timeout=remaining)
+                if not done:
+                    raise LateAnswer(
+                        f"no answer to lease request {seq} for {loop.time() - self.sent_at:.1f}s"
+                    )
+                read, self._read = self._read, None
+                resp = read.result()
                 if resp is grpc.aio.EOF:
                     raise StreamClosed("the RS closed the lease stream")
-                if resp.seq == req.seq:
-                    return resp  # type: ignore[no-any-return]
-                if resp.seq > req.seq:
-                    raise ValueError(f"response seq {resp.seq} is ahead of request seq {req.seq}")
+                assert isinstance(resp, obrpc_pb2.LeaseResponse)
+                if resp.seq == seq:
+                    self.outstanding = None
+                    return resp
+                if resp.seq > seq:
+                    raise ValueError(f"response seq {resp.seq} is ahead of request seq {seq}")
                 # A late answer to a request we gave up on: skip it.
+        except LateAnswer:
+            raise
         except asyncio.InvalidStateError:
             # grpc.aio's way of saying the call already ended: report how it ended instead.
             self.broken = True
@@ -90,6 +143,13 @@ class LeaseStream:
     async def close(self) -> None:
         """Cancel the call and close the channel, bounded in time; never raises."""
         self.broken = True
+        read, self._read = self._read, None
+        if read is not None:
+            if read.done():
+                with contextlib.suppress(BaseException):
+                    read.exception()  # retrieved, so asyncio does not log it as lost
+            else:
+                read.cancel()
         with contextlib.suppress(Exception):
             self._call.cancel()
         with contextlib.suppress(Exception):

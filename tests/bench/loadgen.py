@@ -83,6 +83,7 @@ from collections import Counter, deque
 
 import grpc
 
+from obcommon.backoff import BackoffPolicy
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 
 ZONES = ("z1", "z2", "z3")
@@ -231,18 +232,15 @@ class SimAgent:
         self.recovered_at = 0.0  # wall clock of the first accepted lease after ``mark``
 
 
-# Reconnect backoff of the simulated agents: the policy of obcommon/backoff.py (branch
-# agentnet: exponential, full jitter, base 100 ms, cap 2 s, reset on success), kept here
-# behind one function so that it can become ``obcommon.backoff`` once that is merged.
-BACKOFF_BASE_S = 0.1
-BACKOFF_CAP_S = 2.0
+#: The real agent's reconnect policy (obcommon/backoff.py: full jitter, 100 ms base, 2 s cap).
+BACKOFF = BackoffPolicy()
 
 
 def backoff_delay(attempt: int, rng: random.Random) -> float:
     """Seconds to wait before retry number ``attempt`` (0 = the first retry after a success):
-    uniform in [0, min(cap, base * 2**attempt)] ("full jitter", AWS Architecture Blog,
-    "Exponential Backoff And Jitter"; gRPC's connection backoff has the same shape)."""
-    return rng.uniform(0.0, min(BACKOFF_CAP_S, BACKOFF_BASE_S * 2 ** min(attempt, 30)))
+    uniform in [0, :meth:`BackoffPolicy.window_us`], as the real agent's lease loop waits
+    (:class:`obcommon.backoff.Backoff`)."""
+    return rng.uniform(0.0, BACKOFF.window_us(attempt) / 1e6)
 
 
 class LoadGen:
