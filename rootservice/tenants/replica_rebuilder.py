@@ -39,6 +39,13 @@ log = logging.getLogger(__name__)
 #: The ``reason`` of the ``disaster_recovery`` / ``rebuild_replica`` event.
 REASON_MISSING = "replica missing on live server"
 
+#: Wait, in microseconds, before the second retry of a member whose copies keep failing; it
+#: doubles with every further failure up to :data:`RETRY_CAP_US`. The first retry (from
+#: another source) is immediate. Issue 14 item 7: a destination whose data disk is full
+#: refused a copy every 0.3 s, an event and a warning each time.
+RETRY_BASE_US = 1_000_000
+RETRY_CAP_US = 60_000_000
+
 
 class ReplicaRebuilder:
     """``run_once()`` -> copies handed out to rebuild lost members (see the module doc).
@@ -76,9 +83,12 @@ class ReplicaRebuilder:
         self.settings = settings
         self.metrics = metrics
         self.warnings = warnings
-        # (LS, server) -> when its copy was last handed out (microseconds): not sent again
+        # (LS, server) -> when its copy was last handed out (monotonic microseconds): not sent again
         # before the agent's report can show it (within rpc_timeout).
         self._sent: dict[tuple[LsKey, str], int] = {}
+        # (LS, server) -> (failed copies in a row, earliest next retry, monotonic microseconds);
+        # forgotten once that member's replica is in service.
+        self._failures: dict[tuple[LsKey, str], tuple[int, int]] = {}
 
     def run_once(self) -> int:
         """One round: for every LS with a leader, every planned member that is in the
@@ -86,14 +96,18 @@ class ReplicaRebuilder:
         reported with a failed build) gets a copy spec from a healthy member (the leader
         when in service), at most ``migration_concurrency_per_server`` building at once per
         server. Returns the copies handed out. Does nothing while the RS is not in service.
-        A server that refuses is logged once and tried again next round. Raises
+        A server that refuses is logged once and tried again next round. A member whose
+        copy failed is retried at once from another source, then after 1 s, 2 s, 4 s ... up
+        to 60 s (:data:`RETRY_BASE_US`, :data:`RETRY_CAP_US`) while its copies keep failing.
+        Raises
         ``ObError(OB_ERR_SYS)`` when the layout cannot be read."""
         if not self.term.may_act():
             return 0
         topo = self.layout.topology()
         views = self.reports.views()
         reports = self.reports.reports()
-        now = self.clock.now_us()
+        # Monotonic: a wall-clock jump must not make a copy look just sent for an hour.
+        now = self.clock.monotonic_us()
         wait = self.settings.rpc_timeout
         self._sent = {k: t for k, t in self._sent.items() if now - t < wait}
         building = {
@@ -114,8 +128,12 @@ class ReplicaRebuilder:
                     continue  # not a member yet: a unit's move, the balancer's copy
                 r = view.replicas.get(server)
                 failed = r is not None and not r.in_service and bool(r.build_error)
+                if r is not None and r.in_service:
+                    self._failures.pop((key, server), None)
                 if (r is not None and not failed) or not self.health.is_alive(server):
                     continue
+                if failed and now < self._failures.get((key, server), (0, 0))[1]:
+                    continue  # backing off: the same failure would come back at once
                 if r is None and (key, server) in self._sent:
                     continue
                 if r is None and building.get(server, 0) >= limit:
@@ -129,6 +147,10 @@ class ReplicaRebuilder:
                 why = (r.build_error if failed and r else "")[:200]
                 if self._hand_out(key, view, server, src, why):
                     self._sent[(key, server)] = now
+                    if failed:
+                        n = self._failures.get((key, server), (0, 0))[0]
+                        delay = min(RETRY_CAP_US, RETRY_BASE_US << min(n, 30))
+                        self._failures[(key, server)] = (n + 1, now + delay)
                     building[server] = building.get(server, 0) + (1 if r is None else 0)
                     sent += 1
         if sent:

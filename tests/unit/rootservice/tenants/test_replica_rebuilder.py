@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from obcommon.proto import obrpc_pb2
 from rootservice.servers.status import HeartbeatStatus
-from rootservice.tenants.replica_rebuilder import REASON_MISSING
+from rootservice.tenants.replica_rebuilder import REASON_MISSING, RETRY_BASE_US
 from tests.support.tenant_parts import Layer, heartbeat, make_tenant
 
 
@@ -118,3 +118,27 @@ def test_a_planned_member_not_yet_in_the_member_list_is_the_balancers(layer: Lay
     assert new in layer.layout.topology().plans[key].members
     assert layer.rebuilder.run_once() == 0
     assert key not in layer.agents.replicas.get(new, {})
+
+
+def test_copies_that_keep_failing_are_retried_with_growing_waits(layer: Layer) -> None:
+    """Issue 14 item 7: a destination whose disk is full fails every copy; the first retry is
+    immediate, the next ones wait 1 s, 2 s, 4 s ... (not every round)."""
+    key, lost, leader = _lose_follower(layer)
+    assert layer.rebuilder.run_once() == 1
+
+    def fail() -> None:
+        failed = obrpc_pb2.ReplicaInfo()
+        failed.CopyFrom(layer.agents.replicas[lost][key])
+        failed.in_service, failed.build_error = False, "OB_SERVER_OUTOF_DISK_SPACE"
+        failed.copy_from = failed.copy_from or leader
+        layer.agents.replicas[lost][key] = failed
+        heartbeat(layer, lost)
+
+    fail()
+    assert layer.rebuilder.run_once() == 1  # first retry: at once
+    for wait_us in (RETRY_BASE_US, 2 * RETRY_BASE_US, 4 * RETRY_BASE_US):
+        fail()
+        layer.clock.advance(wait_us - 1)
+        assert layer.rebuilder.run_once() == 0
+        layer.clock.advance(1)
+        assert layer.rebuilder.run_once() == 1
