@@ -9,7 +9,7 @@ import threading
 
 from obcommon.clock import FakeClock, SystemClock
 from rootservice.metrics import Metrics
-from rootservice.tasks import FnTask
+from rootservice.tasks import CatchUpIntervalTrigger, FnTask
 from rootservice.timers import (
     WALL_JUMP_CHECK_US,
     WALL_JUMP_THRESHOLD_US,
@@ -113,3 +113,22 @@ def test_make_all_due_runs_a_job_scheduled_an_hour_ahead() -> None:
     finally:
         timers.shutdown()
     assert timers.make_all_due() == 0  # not running: nothing to do
+
+
+def test_a_job_an_hour_behind_catches_up_in_two_steps() -> None:
+    """After a +1 h step a 100 ms job's missed run times are not walked one by one (36,000
+    steps under the scheduler's lock): the trigger goes to the last one not after now."""
+    trig = CatchUpIntervalTrigger(seconds=0.1, timezone=dt.UTC)
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    now = t0 + dt.timedelta(hours=1, milliseconds=50)
+    runs, nxt = [], trig.get_next_fire_time(t0, now)
+    while nxt is not None and nxt <= now and len(runs) < 10:
+        runs.append(nxt)
+        nxt = trig.get_next_fire_time(nxt, now)
+    assert len(runs) == 1 and now - dt.timedelta(milliseconds=100) < runs[0] <= now
+    assert nxt is not None and now < nxt <= now + dt.timedelta(milliseconds=100)
+    # Two intervals behind or less: the plain walk, one interval at a time.
+    near = t0 + dt.timedelta(milliseconds=200)
+    assert trig.get_next_fire_time(t0, near) == t0 + dt.timedelta(milliseconds=100)
+    late = t0 + dt.timedelta(milliseconds=201)
+    assert trig.get_next_fire_time(t0, late) == t0 + dt.timedelta(milliseconds=200)
