@@ -19,12 +19,12 @@ PYTEST_ARGS ?=
 # first, by size).
 PYTEST_WORKERS ?= 4
 
-.PHONY: setup pg-binaries mysql-clients browser test demo demo-spark-cluster bench bench-storm bench-mysql bench-spark chaos lint proto clean
+.PHONY: setup pg-binaries mysql-clients browser faketime test demo demo-spark-cluster bench bench-storm bench-mysql bench-spark chaos lint proto clean
 
 # The Spark jobs (rootservice/jobs) read PostgreSQL through JDBC with Debian's driver jar.
 PG_JDBC_JAR ?= /usr/share/java/postgresql.jar
 
-setup: $(STAMP) pg-binaries mysql-clients browser
+setup: $(STAMP) pg-binaries mysql-clients browser faketime
 	@if [ ! -f $(PG_JDBC_JAR) ]; then \
 	    if [ "$$(id -u)" != 0 ] || ! command -v $(firstword $(APT_GET)) >/dev/null 2>&1; then \
 	        echo "$(PG_JDBC_JAR) (the PostgreSQL JDBC driver of the Spark jobs) not found: install Debian's libpostgresql-jdbc-java, e.g. 'sudo apt-get install libpostgresql-jdbc-java', or run 'make setup' as root." >&2; \
@@ -76,6 +76,21 @@ browser:
 	$(APT_GET) install -y -q --no-install-recommends $$missing </dev/null || \
 	{ $(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends $$missing </dev/null; } || exit 1; \
 	[ -x $(CHROMIUM) ] && [ -x $(CHROMEDRIVER) ] || { echo "chromium / chromium-driver installed but $(CHROMIUM) or $(CHROMEDRIVER) is missing" >&2; exit 1; }
+
+# The wall-clock jump test (issue 14 item 7) runs the RS under Debian's libfaketime and steps
+# its clock. Installed with apt-get when run as root; without it that one test is skipped.
+FAKETIME_LIB ?= /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
+faketime:
+	@[ -f $(FAKETIME_LIB) ] && exit 0; \
+	if [ "$$(id -u)" != 0 ] || ! command -v $(firstword $(APT_GET)) >/dev/null 2>&1; then \
+	    echo "The wall-clock jump test needs Debian's faketime (libfaketime): install it, e.g. 'sudo apt-get install faketime', or run 'make setup' as root; the test is skipped meanwhile." >&2; \
+	    exit 0; \
+	fi; \
+	echo "Installing faketime with apt-get (the wall-clock jump test)"; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	$(APT_GET) install -y -q --no-install-recommends faketime </dev/null || \
+	{ $(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends faketime </dev/null; } || exit 1; \
+	[ -f $(FAKETIME_LIB) ] || { echo "faketime installed but $(FAKETIME_LIB) is missing" >&2; exit 1; }
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)

@@ -82,6 +82,13 @@ class FakeClock:
         with self._lock:
             self._now = now_us
 
+    def jump(self, delta_us: int) -> int:
+        """Step wall time by ``delta_us`` (either sign; an NTP step or an operator's
+        ``date -s``) without moving monotonic time; returns the new ``now_us``."""
+        with self._lock:
+            self._now += delta_us
+            return self._now
+
 
 def wall_seconds(clock: Clock) -> float:
     """``clock.now_us()`` as float seconds, for log lines only."""

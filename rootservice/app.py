@@ -43,6 +43,7 @@ from rootservice.db import engine as dbengine
 from rootservice.db import param_repo
 from rootservice.db.catalog import Catalog
 from rootservice.db.engine import db_error_summary
+from rootservice.db.event_repo import Event
 from rootservice.ha.election import Election
 from rootservice.ha.readiness import Readiness
 from rootservice.ha.store import MetaStore
@@ -75,7 +76,7 @@ from rootservice.servers.whitelist import Whitelist
 from rootservice.servers.zones import ZoneManager
 from rootservice.tasks import FnTask
 from rootservice.tenants.layer import build_tenant_layer
-from rootservice.timers import Schedule, Timers
+from rootservice.timers import Schedule, Timers, WallClockWatchdog
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +125,9 @@ class RootService:
             self.clock, self.metrics, enabled=start_scheduler, phase_step_us=0
         )
         self.timers = Timers(self.clock, self.metrics, enabled=start_scheduler)
+        # Both sets of timers schedule on wall time: a step of the wall clock makes them
+        # all due at once (issue 14 item 7).
+        self.wall_clock_watchdog = WallClockWatchdog(self.clock, self._on_wall_clock_jump)
         self.term = Term(
             self.clock,
             address=lambda: self.rpc_addr,
@@ -549,7 +553,25 @@ class RootService:
         if not self.start_scheduler:
             return
         self.election_timers.start(self.election_tasks())
+        self.wall_clock_watchdog.start()
         self.term.supervise()
+
+    def _on_wall_clock_jump(self, jump_us: int) -> None:
+        """A step of the wall clock by ``jump_us`` microseconds (``WallClockWatchdog``):
+        counted (``wall_clock_jumps_total``), recorded as the ``root_service`` /
+        ``wall_clock_jump`` event (through the persistence queue: written by the leader),
+        and every timer made due at once, since APScheduler schedules on wall time."""
+        self.metrics.inc("wall_clock_jumps_total")
+        self.persist.add_event(
+            Event(
+                self.clock.now_us(),
+                "root_service",
+                "wall_clock_jump",
+                (("jump_us", jump_us), ("rs", self.rpc_addr)),
+            )
+        )
+        self.election_timers.make_all_due()
+        self.timers.make_all_due()
 
     def _wake_election(self) -> None:
         self.election_timers.wake(Election.name)
@@ -563,6 +585,7 @@ class RootService:
     def shutdown(self) -> None:
         """Stop the election and the timers, flush queued table changes (best effort), give
         the lease up so a standby takes office at once, release resources."""
+        self.wall_clock_watchdog.stop()
         self.election_timers.shutdown()
         self.timers.shutdown()
         if self.term.in_service:

@@ -187,6 +187,7 @@ class Bootstrap:
         self, keys: list[str], zones: list[ZoneInfo], cluster_id: str, now: int
     ) -> list[ServerStatus]:
         statuses = []
+        mono = self.clock.monotonic_us()
         for i, (key, zone) in enumerate(zip(keys, zones, strict=True), start=1):
             check = self.agents.check_server_empty(key, self.store.epoch)
             if check.zone != zone.zone:
@@ -201,7 +202,15 @@ class Bootstrap:
                 )
             ip, port = parse_server(key)
             statuses.append(
-                ServerStatus(id=i, zone=zone.zone, ip=ip, port=port, sql_port=0, last_hb_time=now)
+                ServerStatus(
+                    id=i,
+                    zone=zone.zone,
+                    ip=ip,
+                    port=port,
+                    sql_port=0,
+                    last_hb_time=now,
+                    last_hb_mono_us=mono,
+                )
             )
         return statuses
 

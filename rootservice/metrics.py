@@ -268,13 +268,23 @@ COUNTERS: dict[str, tuple[str, str] | None] = {
     "persist_flushes_total": ("ob_rs_persist_flushes", "Persistence-queue flushes."),
     "persist_rows_total": ("ob_rs_persist_rows", "__all_server rows written by the queue."),
     "events_dropped_total": ("ob_rs_events_dropped", "Queued events dropped (queue full)."),
+    "wall_clock_jumps_total": (
+        "ob_rs_wall_clock_jumps",
+        "Steps of this RS's wall clock (> 1 s against the monotonic clock) seen by its "
+        "watchdog; lease ages are monotonic, the timers are rescheduled (issue 14 item 7).",
+    ),
     "statements_total": None,
     "statements_refused_total": None,
     "statements_forwarded_total": None,
 }
 #: Counters that always appear in the exposition, at 0 before their first event, so that a
 #: dashboard's rate() has a series from the start.
-ALWAYS = ("rs_step_down_total", "rs_take_office_total", "persist_failures_total")
+ALWAYS = (
+    "rs_step_down_total",
+    "rs_take_office_total",
+    "persist_failures_total",
+    "wall_clock_jumps_total",
+)
 #: Plain counters whose JSON name carries a label value: regex -> (family, label, help).
 PATTERNS: list[tuple[re.Pattern[str], str, str, str]] = [
     (

@@ -96,6 +96,37 @@ def guarded(task: Task, metrics: Metrics, failures: RateLimitedLog) -> Callable[
     return run
 
 
+_US = dt.timedelta(microseconds=1)
+
+
+class CatchUpIntervalTrigger(IntervalTrigger):  # type: ignore[misc]
+    """APScheduler's ``IntervalTrigger``, except that a job more than two intervals behind
+    goes straight to its last fire time not after ``now``.
+
+    APScheduler finds a late job's run times by walking every missed interval
+    (``Job._get_run_times``) with the scheduler's job-store lock held. After a +1 h step of
+    the wall clock that is 36,000 steps for each 100 ms job; measured in a loaded RS (issue 14
+    item 7) the walk held every timer, the election's lease renewals included, for 12 s, and
+    the leader stepped down. Since every job is coalesced (``coalesce=True``) only the last
+    missed run would run anyway, so skipping to it changes nothing else: the walk is 2 steps
+    whatever the step of the clock."""
+
+    def get_next_fire_time(
+        self, previous_fire_time: dt.datetime | None, now: dt.datetime
+    ) -> dt.datetime | None:
+        """The next fire time after ``previous_fire_time``; when that is more than two
+        intervals before ``now``, the last fire time of the same phase not after ``now``."""
+        if previous_fire_time is not None:
+            # Integer microseconds: float timestamps blur the boundary.
+            interval = self.interval // _US
+            behind = (now - previous_fire_time) // _US
+            if interval > 0 and behind > 2 * interval:
+                skip = behind // interval - 1
+                previous_fire_time += dt.timedelta(microseconds=skip * interval)
+        nxt: dt.datetime | None = super().get_next_fire_time(previous_fire_time, now)
+        return nxt
+
+
 def make_scheduler() -> BackgroundScheduler:
     """A thread-based scheduler. APScheduler logs every job run at INFO, which at 10 runs a
     second would drown the RS log, so its loggers are raised to WARNING; the scheduler's own
@@ -129,7 +160,7 @@ def register_tasks(
         phase = (k * phase_step_us) % max(interval_us, 1)
         scheduler.add_job(
             guarded(task, metrics, failures),
-            IntervalTrigger(
+            CatchUpIntervalTrigger(
                 seconds=interval_us / 1e6,
                 start_date=now + dt.timedelta(microseconds=phase),
                 timezone=dt.UTC,
@@ -152,9 +183,31 @@ def wake(scheduler: BackgroundScheduler, clock: Clock, name: str) -> bool:
     return True
 
 
+def make_all_due(scheduler: BackgroundScheduler, clock: Clock) -> int:
+    """Make every job of ``scheduler`` due now and wake its thread; returns how many jobs.
+
+    The recovery from a step of the wall clock (issue 14 item 7): APScheduler keeps each
+    job's next run time in wall time, so after a backward step of 1 h no job would run for an
+    hour (measured: a 100 ms interval job ran 0 times in the 2 s after a -1 h step under
+    libfaketime). A job run now computes its next run from the new wall time (a forward
+    step needs no help beyond :class:`CatchUpIntervalTrigger`, but gets it too). A job
+    removed concurrently (a step-down) is skipped."""
+    now = dt.datetime.fromtimestamp(clock.now_us() / 1e6, tz=dt.UTC)
+    n = 0
+    for job in scheduler.get_jobs():
+        try:
+            job.modify(next_run_time=now)
+        except Exception:  # JobLookupError: removed meanwhile (a step-down)
+            log.debug("job %s gone before it was made due", job.id)
+            continue
+        n += 1
+    scheduler.wakeup()
+    return n
+
+
 def reschedule(scheduler: BackgroundScheduler, name: str, interval_us: int) -> None:
     """Change the period of a registered job (ALTER SYSTEM SET of an *_interval)."""
     if scheduler.get_job(name) is not None:
         scheduler.reschedule_job(
-            name, trigger=IntervalTrigger(seconds=interval_us / 1e6, timezone=dt.UTC)
+            name, trigger=CatchUpIntervalTrigger(seconds=interval_us / 1e6, timezone=dt.UTC)
         )

@@ -6,16 +6,29 @@ Each set is one APScheduler (:func:`rootservice.tasks.make_scheduler`) so that t
 timers can be stopped and started without touching the election's. Registration goes
 through :func:`rootservice.tasks.register_tasks` (``max_instances=1``, ``coalesce=True``, a
 failed round logged and counted). Intervals are integer microseconds.
+
+:class:`WallClockWatchdog` guards both against steps of the wall clock (issue 14 item 7):
+APScheduler schedules on wall time, so a backward step of 1 h would stop every timer (the
+lease checker, the election's renewals) for an hour. The watchdog notices a step within
+:data:`WALL_JUMP_CHECK_US` on the monotonic clock and makes every job due now.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 
-from obcommon.clock import Clock
+from obcommon.clock import US_PER_S, Clock
 from rootservice.metrics import Metrics
-from rootservice.tasks import Task, make_scheduler, register_tasks, reschedule, wake
+from rootservice.tasks import (
+    Task,
+    make_all_due,
+    make_scheduler,
+    register_tasks,
+    reschedule,
+    wake,
+)
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +94,14 @@ class Timers:
         for task, interval in tasks:
             reschedule(self.scheduler, task.name, interval)
 
+    def make_all_due(self) -> int:
+        """Run every registered task now (after a step of the wall clock, see
+        :func:`rootservice.tasks.make_all_due`); returns how many jobs. A no-op (0) while the
+        scheduler is not running."""
+        if not self.scheduler.running:
+            return 0
+        return make_all_due(self.scheduler, self.clock)
+
     def shutdown(self) -> None:
         """Stop the scheduler, waiting for running rounds."""
         if self.scheduler.running:
@@ -89,3 +110,108 @@ class Timers:
     def registered(self) -> set[str]:
         """Names of the tasks registered now."""
         return set(self._registered)
+
+
+#: How often :class:`WallClockWatchdog` compares the two clocks, in microseconds (monotonic).
+#: A step is noticed (and the timers rescheduled) within this much: a few lease checker
+#: periods, well inside any ``lease_time``, and cheap (two clock reads per period).
+WALL_JUMP_CHECK_US = 500_000
+
+#: A step is a difference of more than this many microseconds between how far the wall
+#: clock and the monotonic clock moved over one check. NTP slews by at most 500 ppm
+#: (0.25 ms per check) and a paused or descheduled process sees both clocks move alike, so
+#: only a real step (``date -s``, an NTP step, a VM restored or migrated) exceeds it; 1 s is
+#: also the smallest step that matters to leases counted in seconds.
+WALL_JUMP_THRESHOLD_US = 1_000_000
+
+
+class WallClockWatchdog:
+    """Detects steps of the wall clock by comparing it with the monotonic clock.
+
+    ``check_once() -> jump_us`` (0 when none) compares how far ``clock.now_us()`` and
+    ``clock.monotonic_us()`` moved since the last check; a difference beyond
+    ``threshold_us`` (either sign; positive: the wall clock jumped forward) is logged once
+    at WARNING and passed to ``on_jump(jump_us)`` (the RS counts it, records a
+    ``wall_clock_jump`` event and makes every timer due; an exception there is logged, the
+    watchdog lives on). The comparison then restarts from the new readings, so one step is
+    reported once. :meth:`start` runs it every ``period_us`` in a daemon thread that waits
+    on a :class:`threading.Event` (monotonic) and :meth:`stop` ends it.
+
+    Why: the lease checker measures ages on the monotonic clock (a step cannot expire a
+    server), but APScheduler, which runs it, does not (see
+    :func:`rootservice.tasks.make_all_due`). Watching for jumps rather than trusting the
+    wall clock to move smoothly follows CockroachDB's HLC (cluster setting
+    ``server.clock.forward_jump_check_enabled``: "forward clock jumps > max_offset/2 will
+    cause a panic"); an RS has nothing to protect by dying, so it reschedules instead, in
+    both directions.
+    """
+
+    name = "wall_clock_watchdog"
+
+    def __init__(
+        self,
+        clock: Clock,
+        on_jump: Callable[[int], None],
+        *,
+        period_us: int = WALL_JUMP_CHECK_US,
+        threshold_us: int = WALL_JUMP_THRESHOLD_US,
+    ) -> None:
+        """Not started; the first check only takes the readings it compares with."""
+        self.clock = clock
+        self.on_jump = on_jump
+        self.period_us = period_us
+        self.threshold_us = threshold_us
+        self._last: tuple[int, int] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def check_once(self) -> int:
+        """One comparison; returns the step in microseconds (0: none, or the first check)."""
+        wall, mono = self.clock.now_us(), self.clock.monotonic_us()
+        last, self._last = self._last, (wall, mono)
+        if last is None:
+            return 0
+        jump = (wall - last[0]) - (mono - last[1])
+        if abs(jump) <= self.threshold_us:
+            return 0
+        log.warning(
+            "the wall clock jumped %s by %.3f s (monotonic clock as reference): lease ages "
+            "are monotonic and unaffected; rescheduling every timer",
+            "forward" if jump > 0 else "backward",
+            abs(jump) / US_PER_S,
+            extra={"jump_us": jump},
+        )
+        try:
+            self.on_jump(jump)
+        except Exception:
+            log.exception("handling a wall-clock jump of %d us failed", jump)
+        return jump
+
+    def run_once(self) -> int:
+        """:meth:`check_once` (the :class:`rootservice.tasks.Task` shape, for tests)."""
+        return self.check_once()
+
+    def start(self) -> None:
+        """Take the first readings and check every ``period_us`` in a daemon thread
+        (idempotent)."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self.check_once()
+        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        # Event.wait times out on the monotonic clock, so a step cannot stretch the period.
+        while not self._stop.wait(self.period_us / US_PER_S):
+            try:
+                self.check_once()
+            except Exception:  # never let the thread die on a surprise
+                log.exception("wall-clock watchdog check failed")
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop the thread and wait up to ``timeout_s`` seconds for it."""
+        thread, self._thread = self._thread, None
+        self._stop.set()
+        if thread is not None:
+            thread.join(timeout_s)

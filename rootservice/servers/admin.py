@@ -192,10 +192,12 @@ class ServerAdmin:
                 ip, port = parse_server(key)
                 new.append(ServerStatus(id=0, zone=target_zone, ip=ip, port=port, sql_port=0))
             now = self.clock.now_us()
+            mono = self.clock.monotonic_us()
             with self.store.txn() as conn:
                 for s in new:
                     s.id = param_repo.next_counter(conn, param_repo.PARAM_MAX_SERVER_ID, now)
                     s.last_hb_time = now
+                    s.last_hb_mono_us = mono
                     s.last_offline_time = 0
                     server_repo.insert_server(conn, s.to_row(), now)
                 added = [server_event(now, "add_server", s, ("id", s.id)) for s in new]

@@ -109,6 +109,7 @@ class HeartbeatIntake:
         self._set_alive = whitelist.set_alive
         self._candidates = grace.candidates
         self._report = replicas.report
+        self._monotonic_us = clock.monotonic_us
 
     def receive_hb(self, req: obrpc_pb2.LeaseRequest) -> obrpc_pb2.LeaseResponse:
         """Handle one lease request and return the lease response.
@@ -151,8 +152,10 @@ class HeartbeatIntake:
                 s.with_partition = 1
                 changed = True
             if not s.force_stop_hb:
+                # The lease age is measured on this one (issue 14 item 7): one extra clock read.
+                mono = self._monotonic_us()
                 if not s.is_alive():
-                    why = _online_reason(s, now)
+                    why = _online_reason(s, mono)
                     self._candidates.discard(key)
                     # Only a server back from permanent offline changes the balancer's
                     # plans; waking it on every transition would run it thousands of
@@ -167,6 +170,7 @@ class HeartbeatIntake:
                     self.persist.add_event(ev)
                     log_transition(ev, why)
                 s.last_hb_time = now
+                s.last_hb_mono_us = mono
                 self._set_alive(s)
             if req.start_service_time != s.start_service_time:
                 s.start_service_time = req.start_service_time
@@ -260,13 +264,19 @@ class HeartbeatIntake:
 
     def _lease_response(self, s: ServerStatus, seq: int) -> obrpc_pb2.LeaseResponse:
         """The answer to an accepted request: the lease runs ``lease_time`` from now (from
-        the last heartbeat for a server whose lease is no longer extended), IS_STOPPED for a
+        the last heartbeat for a server whose lease is no longer extended, measured on the
+        monotonic clock and expressed in the current wall time so a step of the RS's wall
+        clock does not stretch or cut it), IS_STOPPED for a
         stopped server or a server of a stopped zone. It carries the current
         ``migration_max_bytes_per_second`` (issue 13 item 6: the agent's copy bandwidth limit;
         read from the shared settings, so an ALTER SYSTEM SET reaches every agent with its
         next heartbeat)."""
         lease = self.settings.lease_time
-        expire = s.last_hb_time + lease if s.force_stop_hb else self.clock.now_us() + lease
+        now = self.clock.now_us()
+        if s.force_stop_hb:
+            expire = now + lease - (self._monotonic_us() - s.last_hb_mono_us)
+        else:
+            expire = now + lease
         stopped = s.stop_time != 0 or not self.zones.is_active(s.zone)
         return obrpc_pb2.LeaseResponse(
             version=1,
@@ -318,11 +328,11 @@ class HeartbeatIntake:
             log.warning("automatic %s SERVER %s refused: %s", "STOP" if stop else "START", key, e)
 
 
-def _online_reason(s: ServerStatus, now: int) -> str:
+def _online_reason(s: ServerStatus, mono: int) -> str:
     """Why a server that was not alive is online again, from its state before the heartbeat
-    (``now``, microseconds): its first heartbeat (never expired since added or loaded), back
-    after its lease expired, or back from permanent offline."""
-    gap = seconds(max(0, now - s.last_hb_time)) if s.last_hb_time else "ever"
+    (``mono``: monotonic microseconds now): its first heartbeat (never expired since added or
+    loaded), back after its lease expired, or back from permanent offline."""
+    gap = seconds(max(0, mono - s.last_hb_mono_us)) if s.last_hb_time else "ever"
     if s.hb_status is HeartbeatStatus.PERMANENT_OFFLINE:
         return f"heartbeat after permanent offline (none for {gap})"
     if s.last_offline_time == 0:

@@ -5,6 +5,11 @@ Follows OceanBase's ``ObHeartbeatChecker``. Each tick touches only what expires:
 order of the whitelist has the next lease to expire at its front, and lease-expired servers
 wait in a heap keyed by their permanent-offline deadline. Memory only; the changes go through
 the persistence queue.
+
+Ages are measured on the monotonic clock (``ServerStatus.last_hb_mono_us``), never on the
+wall clock: a +1 h step of the RS's wall clock used to expire every live server and declare
+it permanently offline in one tick (issue 14 item 7). Wall time is only written (events,
+``last_offline_time``).
 """
 
 from __future__ import annotations
@@ -61,17 +66,18 @@ class LeaseChecker:
         self.suspicion = suspicion
 
     def run_once(self) -> int:
-        """One tick of the 100 ms checker: expire leases (``now - last_hb_time >=
-        lease_time``, inclusive) and declare permanent offline (``>=
+        """One tick of the 100 ms checker: expire leases (monotonic ``mono - last_hb_mono_us
+        >= lease_time``, inclusive) and declare permanent offline (``>=
         server_permanent_offline_time``). Returns the number of transitions. Does nothing
         while this RS may not act (``Term.may_act``: not in office, not in service, lease not
         safely held) or during the take-office grace (SPEC.md section 6)."""
         if not self.term.may_act():
             return 0
         t0 = time.perf_counter_ns()
-        now = self.clock.now_us()
-        if now < self.grace.no_expire_until:
+        mono = self.clock.monotonic_us()
+        if mono < self.grace.no_expire_until_mono:
             return 0
+        now = self.clock.now_us()
         # An overloaded RS must not mistake its own backlog for dead servers (issue 14 item 3).
         lease = self.settings.lease_time + (self.allowance.checker_tick() if self.allowance else 0)
         offline = self.settings.server_permanent_offline_time
@@ -91,13 +97,14 @@ class LeaseChecker:
                 if s is None or not s.is_alive():
                     del alive[key]
                     continue
-                if now - s.last_hb_time < lease:
+                age = mono - s.last_hb_mono_us
+                if age < lease:
                     break
                 del alive[key]
                 s.hb_status = HeartbeatStatus.LEASE_EXPIRED
                 s.last_offline_time = now
                 s.start_service_time = 0
-                heapq.heappush(heap, (s.last_hb_time + offline, key))
+                heapq.heappush(heap, (s.last_hb_mono_us + offline, key))
                 self.persist.mark(key)
                 expired.append(key)
                 ev = server_event(now, "lease_expire", s, ("last_hb_time", s.last_hb_time))
@@ -105,22 +112,22 @@ class LeaseChecker:
                 logged.append(
                     (
                         ev,
-                        f"no heartbeat for {seconds(now - s.last_hb_time)} "
-                        f"(lease_time {format_duration(lease)})",
+                        f"no heartbeat for {seconds(age)} (lease_time {format_duration(lease)})",
                     )
                 )
-                self.metrics.window("expire_detect_lag_us").record(now - (s.last_hb_time + lease))
+                self.metrics.window("expire_detect_lag_us").record(age - lease)
                 n += 1
             # A mass expiry holds permanent offline (issue 14 item 7): the heap keeps them.
             held = self.suspicion is not None and self.suspicion.observe(now, expired, len(alive))
-            while not held and heap and heap[0][0] <= now:
+            while not held and heap and heap[0][0] <= mono:
                 deadline, key = heapq.heappop(heap)
                 s = servers.get(key)
                 if s is None or s.hb_status is not HeartbeatStatus.LEASE_EXPIRED:
                     continue
-                if s.last_hb_time + offline != deadline and now - s.last_hb_time < offline:
+                age = mono - s.last_hb_mono_us
+                if s.last_hb_mono_us + offline != deadline and age < offline:
                     # Stale entry (the setting changed, a reload): re-queue with the current one.
-                    heapq.heappush(heap, (s.last_hb_time + offline, key))
+                    heapq.heappush(heap, (s.last_hb_mono_us + offline, key))
                     continue
                 s.hb_status = HeartbeatStatus.PERMANENT_OFFLINE
                 ev = server_event(now, "permanent_offline", s, ("last_hb_time", s.last_hb_time))
@@ -128,7 +135,7 @@ class LeaseChecker:
                 logged.append(
                     (
                         ev,
-                        f"no heartbeat for {seconds(now - s.last_hb_time)} "
+                        f"no heartbeat for {seconds(age)} "
                         f"(server_permanent_offline_time {format_duration(offline)})",
                     )
                 )

@@ -43,19 +43,24 @@ class TakeOfficeGrace:
     """The take-office grace (SPEC.md section 6).
 
     ``candidates``: servers the table shows alive that a take-office load could not prove alive
-    yet; their rows stay as they are until the grace ends. ``no_expire_until``: end of the
-    grace (microseconds since the epoch; 0 before any take office). ``candidates`` is guarded
-    by the whitelist lock.
+    yet; their rows stay as they are until the grace ends. ``no_expire_until_mono``: end of
+    the grace on the monotonic clock (what the lease checker compares, so a wall-clock step
+    neither ends nor stretches it; 0 before any take office). ``no_expire_until``: the same
+    instant in wall time, for display only (``take_office_grace_until_us``). ``candidates``
+    is guarded by the whitelist lock.
     """
 
     def __init__(self) -> None:
         """No grace: nothing taken office yet."""
         self.candidates: set[str] = set()
+        self.no_expire_until_mono = 0
         self.no_expire_until = 0
 
-    def begin(self, until: int, candidates: set[str]) -> None:
-        """A take-office load: no lease expires before ``until``; ``candidates`` wait for it."""
-        self.no_expire_until = until
+    def begin(self, until_mono: int, candidates: set[str], until_wall: int = 0) -> None:
+        """A take-office load: no lease expires before monotonic ``until_mono`` (wall
+        ``until_wall``, shown only); ``candidates`` wait for it."""
+        self.no_expire_until_mono = until_mono
+        self.no_expire_until = until_wall
         self.candidates.clear()
         self.candidates |= candidates
 
@@ -113,6 +118,7 @@ class ServerLoader:
                 rows = server_repo.load_servers(conn)
                 zones = zone_repo.load_zones(conn)
             now = self.clock.now_us()
+            mono = self.clock.monotonic_us()
             self_server = self.identity.self_server
             with self.whitelist.lock:
                 self.zones.replace_all(zones)
@@ -139,6 +145,7 @@ class ServerLoader:
                     )
                     if old is not None:
                         s.last_hb_time = old.last_hb_time
+                        s.last_hb_mono_us = old.last_hb_mono_us
                         s.register_time = old.register_time
                         s.hb_status = old.hb_status
                         s.resource_info = old.resource_info
@@ -155,6 +162,9 @@ class ServerLoader:
                             s.last_hb_time = now
                         else:
                             s.last_hb_time = s.last_offline_time - lease
+                        # The table only has wall times: the age they show is the best
+                        # guess of the monotonic one (never negative after a backward step).
+                        s.last_hb_mono_us = mono - max(0, now - s.last_hb_time)
                         s.hb_status = HeartbeatStatus.LEASE_EXPIRED
                         if now - s.last_offline_time >= offline - lease:
                             s.hb_status = HeartbeatStatus.PERMANENT_OFFLINE
@@ -165,7 +175,7 @@ class ServerLoader:
                 self.whitelist.replace_all(fresh)
                 self.whitelist.rebuild_offline_heap(offline)
                 if take_office:
-                    self.grace.begin(now + lease, candidates)
+                    self.grace.begin(mono + lease, candidates, now + lease)
                 else:
                     self.grace.keep_only(fresh.keys())
                 by_key = {format_server(r["svr_ip"], r["svr_port"]): r for r in rows}

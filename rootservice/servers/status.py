@@ -107,7 +107,13 @@ class ResourceInfo:
 @dataclass(slots=True)
 class ServerStatus:
     """One whitelist record (SPEC.md section 2). Times are microseconds since the epoch,
-    0 meaning never / not set. ``key`` is the ``'ip:port'`` string."""
+    0 meaning never / not set. ``key`` is the ``'ip:port'`` string.
+
+    ``last_hb_mono_us`` is the same instant as ``last_hb_time`` on the RS's monotonic clock
+    (:meth:`obcommon.clock.Clock.monotonic_us`), memory only: lease ages and the
+    permanent-offline deadline are measured on it, so a step of the wall clock (NTP, an
+    operator's ``date -s``) neither expires live servers nor keeps dead ones alive (issue 14
+    item 7). ``last_hb_time`` stays wall time for the table, the events and the dashboards."""
 
     id: int
     zone: str
@@ -117,6 +123,7 @@ class ServerStatus:
     build_version: str = ""
     register_time: int = 0
     last_hb_time: int = 0
+    last_hb_mono_us: int = 0
     last_offline_time: int = 0
     stop_time: int = 0
     start_service_time: int = 0

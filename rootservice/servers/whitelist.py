@@ -49,8 +49,8 @@ class Whitelist:
         # Alive servers in heartbeat order: every lease has the same length, so the front is
         # always the next to expire and the checker touches only what expires (O(1) a tick).
         self.alive: OrderedDict[str, None] = OrderedDict()
-        # (permanent-offline deadline, key) of lease-expired servers; stale entries are
-        # skipped when popped.
+        # (permanent-offline deadline on the monotonic clock, key) of lease-expired servers;
+        # stale entries are skipped when popped.
         self.offline_heap: list[tuple[int, str]] = []
 
     # --- the read API (any layer) ----------------------------------------------------------
@@ -177,10 +177,11 @@ class Whitelist:
 
     def rebuild_offline_heap(self, offline: int) -> None:
         """Recompute every lease-expired server's permanent-offline deadline as
-        ``last_hb_time + offline`` (microseconds)."""
+        ``last_hb_mono_us + offline`` (monotonic microseconds: a wall-clock step must not
+        move it)."""
         with self.lock:
             self.offline_heap[:] = [
-                (s.last_hb_time + offline, k)
+                (s.last_hb_mono_us + offline, k)
                 for k, s in self.records.items()
                 if s.hb_status is HeartbeatStatus.LEASE_EXPIRED
             ]
@@ -188,11 +189,12 @@ class Whitelist:
 
     def add(self, servers: Iterable[ServerStatus], offline: int) -> None:
         """Whitelist new (lease-expired) servers, each due to turn permanently offline at
-        ``last_hb_time + offline`` (ADD SERVER, once its rows are committed)."""
+        ``last_hb_mono_us + offline`` (monotonic microseconds; ADD SERVER, once its rows are
+        committed)."""
         with self.lock:
             for s in servers:
                 self.records[s.key] = s
-                heapq.heappush(self.offline_heap, (s.last_hb_time + offline, s.key))
+                heapq.heappush(self.offline_heap, (s.last_hb_mono_us + offline, s.key))
 
     def remove(self, key: str) -> None:
         """Forget one server (its removal is committed)."""
@@ -202,12 +204,12 @@ class Whitelist:
 
     def replace_all(self, fresh: dict[str, ServerStatus]) -> None:
         """Swap in the records of a load, rebuilding the alive order from their
-        ``last_hb_time``. Caller holds ``lock``; the permanent-offline heap is the caller's to
-        rebuild."""
+        ``last_hb_mono_us``. Caller holds ``lock``; the permanent-offline heap is the caller's
+        to rebuild."""
         self.records.clear()
         self.records.update(fresh)
         self.alive.clear()
-        for k, s in sorted(fresh.items(), key=lambda kv: kv[1].last_hb_time):
+        for k, s in sorted(fresh.items(), key=lambda kv: kv[1].last_hb_mono_us):
             if s.is_alive():
                 self.alive[k] = None
 

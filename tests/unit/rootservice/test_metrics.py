@@ -20,7 +20,7 @@ from rootservice.balancer.job_progress import JobProgress
 from rootservice.metrics import BUCKETS_US, LatencyWindow, Metrics
 from rootservice.tasks import FAILURE_LOG_US, FnTask, guarded
 from sql.parser import parse
-from tests.support.harness import LEASE, ROOT, SEEDED, ZA, A, B, flush, hb, make_rs
+from tests.support.harness import LEASE, ROOT, SEEDED, ZA, A, B, events, flush, hb, make_rs
 
 Sample = tuple[str, frozenset[tuple[str, str]]]
 
@@ -226,3 +226,25 @@ def test_labelled_counters_in_the_json_snapshot() -> None:
     m.inc_labelled("statements", ("SELECT", "ok"), 2)
     assert m.snapshot()["statements.SELECT.ok"] == 3
     assert m.labelled("statements") == {("SELECT", "ok"): 3}
+
+
+def test_a_wall_clock_jump_is_counted_recorded_and_harmless(rs: RootService) -> None:
+    """Issue 14 item 7: the watchdog's step goes to ob_rs_wall_clock_jumps_total (there at
+    0 before) and to a root_service / wall_clock_jump event with the step in us; the
+    servers heartbeating across it stay ACTIVE."""
+    servicer = LeaseServicer(rs)
+    rs.clock.advance(LEASE)
+    for server, zone in SEEDED:
+        servicer._handle(hb(server, zone))
+    assert v(scrape(rs), "ob_rs_wall_clock_jumps_total") == 0
+    dog = rs.wall_clock_watchdog
+    dog.check_once()
+    rs.clock.jump(3600 * 1_000_000)
+    assert dog.check_once() == 3600 * 1_000_000
+    assert rs.lease_checker.run_once() == 0
+    flush(rs)
+    assert v(scrape(rs), "ob_rs_wall_clock_jumps_total") == 1
+    (ev,) = events(rs, "wall_clock_jump")
+    assert ev["module"] == "root_service"
+    assert (ev["name1"], ev["value1"]) == ("jump_us", str(3600 * 1_000_000))
+    assert v(scrape(rs), "ob_rs_servers", status="ACTIVE") == len(SEEDED)

@@ -1,12 +1,21 @@
 """Timers (rootservice.timers) built alone: registration, stop, wake and reschedule on a real
-APScheduler that is started paused, so no round ever runs."""
+APScheduler that is started paused, so no round ever runs; the wall-clock watchdog on a
+FakeClock, and making every job due on a running scheduler (issue 14 item 7)."""
 
 from __future__ import annotations
 
-from obcommon.clock import FakeClock
+import datetime as dt
+import threading
+
+from obcommon.clock import FakeClock, SystemClock
 from rootservice.metrics import Metrics
-from rootservice.tasks import FnTask
-from rootservice.timers import Timers
+from rootservice.tasks import CatchUpIntervalTrigger, FnTask
+from rootservice.timers import (
+    WALL_JUMP_CHECK_US,
+    WALL_JUMP_THRESHOLD_US,
+    Timers,
+    WallClockWatchdog,
+)
 
 S = 1_000_000
 
@@ -38,3 +47,88 @@ def test_disabled_timers_register_nothing() -> None:
     timers = Timers(FakeClock(), Metrics(), enabled=False)
     timers.start([(FnTask("a", lambda: None), S)])
     assert timers.registered() == set() and not timers.running
+
+
+# --- the wall-clock watchdog (issue 14 item 7) ---------------------------------------------
+
+
+def test_watchdog_reports_each_step_once_and_both_sides_of_the_threshold() -> None:
+    clock = FakeClock()
+    jumps: list[int] = []
+    dog = WallClockWatchdog(clock, jumps.append)
+    assert dog.check_once() == 0  # the first check only takes readings
+    clock.advance(WALL_JUMP_CHECK_US)
+    assert dog.check_once() == 0  # both clocks moved alike: no step
+    clock.jump(WALL_JUMP_THRESHOLD_US)
+    assert dog.check_once() == 0  # at the threshold: not a step
+    clock.jump(-WALL_JUMP_THRESHOLD_US)
+    assert dog.check_once() == 0
+    clock.jump(WALL_JUMP_THRESHOLD_US + 1)
+    assert dog.check_once() == WALL_JUMP_THRESHOLD_US + 1
+    assert dog.check_once() == 0  # reported once
+    clock.advance(S)
+    clock.jump(-3600 * S)
+    assert dog.run_once() == -3600 * S
+    assert jumps == [WALL_JUMP_THRESHOLD_US + 1, -3600 * S]
+
+
+def test_watchdog_survives_a_failing_handler_and_stops() -> None:
+    clock = FakeClock()
+
+    def boom(_: int) -> None:
+        raise RuntimeError("handler failed")
+
+    dog = WallClockWatchdog(clock, boom, period_us=1_000)
+    dog.start()
+    try:
+        clock.jump(3600 * S)
+        # The thread checks every millisecond; its handler fails, the thread lives on.
+        for _ in range(2_000):
+            if dog._last is not None and dog._last[0] == clock.now_us():
+                break
+            threading.Event().wait(0.005)
+        assert dog._last is not None and dog._last[0] == clock.now_us()
+        assert dog._thread is not None and dog._thread.is_alive()
+    finally:
+        dog.stop()
+    assert dog._thread is None
+
+
+def test_make_all_due_runs_a_job_scheduled_an_hour_ahead() -> None:
+    """What a -1 h step does to APScheduler (every next run time an hour ahead), and the
+    fix: every job made due now runs at once and is next due one interval later."""
+    timers = Timers(SystemClock(), Metrics(), enabled=True)
+    ran = threading.Event()
+    try:
+        timers.start([(FnTask("hb", ran.set), S // 10)])
+        job = timers.scheduler.get_job("hb")
+        ahead = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+        job.modify(next_run_time=ahead)
+        ran.clear()
+        assert not ran.wait(0.3)  # nothing runs for an hour
+        assert timers.make_all_due() == 1
+        assert ran.wait(10)
+        nxt = timers.scheduler.get_job("hb").next_run_time
+        assert nxt is not None and nxt < ahead - dt.timedelta(minutes=59)
+    finally:
+        timers.shutdown()
+    assert timers.make_all_due() == 0  # not running: nothing to do
+
+
+def test_a_job_an_hour_behind_catches_up_in_two_steps() -> None:
+    """After a +1 h step a 100 ms job's missed run times are not walked one by one (36,000
+    steps under the scheduler's lock): the trigger goes to the last one not after now."""
+    trig = CatchUpIntervalTrigger(seconds=0.1, timezone=dt.UTC)
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    now = t0 + dt.timedelta(hours=1, milliseconds=50)
+    runs, nxt = [], trig.get_next_fire_time(t0, now)
+    while nxt is not None and nxt <= now and len(runs) < 10:
+        runs.append(nxt)
+        nxt = trig.get_next_fire_time(nxt, now)
+    assert len(runs) == 1 and now - dt.timedelta(milliseconds=100) < runs[0] <= now
+    assert nxt is not None and now < nxt <= now + dt.timedelta(milliseconds=100)
+    # Two intervals behind or less: the plain walk, one interval at a time.
+    near = t0 + dt.timedelta(milliseconds=200)
+    assert trig.get_next_fire_time(t0, near) == t0 + dt.timedelta(milliseconds=100)
+    late = t0 + dt.timedelta(milliseconds=201)
+    assert trig.get_next_fire_time(t0, late) == t0 + dt.timedelta(milliseconds=200)

@@ -240,6 +240,7 @@ def test_a_refused_lease_changes_nothing(rs: RootService) -> None:
     flush(rs)
     # A refused renewal must not extend the lease either (an accepted one sets it to now).
     rs.whitelist.records[A].last_hb_time -= 1
+    rs.whitelist.records[A].last_hb_mono_us -= 1
     record, row, n_events = rs.whitelist.get(A), server_row(rs, A), len(events(rs))
     for _, _, bad, _ in BOUNDS:
         with pytest.raises(ObError):

@@ -108,6 +108,7 @@ def test_loader_alone_takes_office_with_candidates_and_marks_with_rootserver(
     p.loader.load(take_office=True)
     assert p.grace.candidates == {A}
     assert p.grace.no_expire_until == p.clock.now_us() + LEASE
+    assert p.grace.no_expire_until_mono == p.clock.monotonic_us() + LEASE
     assert p.whitelist.get(A).hb_status is HeartbeatStatus.LEASE_EXPIRED
     assert p.whitelist.get(B).with_rootserver and not p.whitelist.get(A).with_rootserver
     assert p.zones.exists(ZA) and p.whitelist.counts()["servers"] == len(SEEDED)
@@ -121,8 +122,9 @@ def test_table_value_compares_status_case_insensitively() -> None:
     assert table_value({"status": "active"}, "status") == "ACTIVE"
     assert table_value({"zone": "z1"}, "zone") == "z1"
     grace = TakeOfficeGrace()
-    grace.begin(5, {"a", "b"})
+    grace.begin(5, {"a", "b"}, 7)
     grace.keep_only(["b", "c"])
-    assert grace.candidates == {"b"} and grace.no_expire_until == 5
+    assert grace.candidates == {"b"} and grace.no_expire_until_mono == 5
+    assert grace.no_expire_until == 7
     grace.clear()
     assert grace.candidates == set()

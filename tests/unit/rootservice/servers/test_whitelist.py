@@ -62,7 +62,7 @@ def test_counts_deleting_and_servers_to_empty() -> None:
 
 def test_alive_order_offline_heap_and_removal() -> None:
     w = Whitelist()
-    a, b = server(1, last_hb_time=10), server(2, last_hb_time=20)
+    a, b = server(1, last_hb_mono_us=10), server(2, last_hb_mono_us=20)
     w.add([a, b], offline=100)
     assert sorted(w.offline_heap) == [(110, a.key), (120, b.key)]
     with w.lock:
@@ -95,8 +95,8 @@ def test_replace_all_keeps_the_same_containers() -> None:
     fresh = {
         s.key: s
         for s in (
-            server(1, hb_status=HeartbeatStatus.ALIVE, last_hb_time=30),
-            server(2, hb_status=HeartbeatStatus.ALIVE, last_hb_time=10),
+            server(1, hb_status=HeartbeatStatus.ALIVE, last_hb_mono_us=30),
+            server(2, hb_status=HeartbeatStatus.ALIVE, last_hb_mono_us=10),
             server(3),
         )
     }
