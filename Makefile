@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 # first, by size).
 PYTEST_WORKERS ?= 4
 
-.PHONY: setup pg-binaries mysql-clients browser faketime test demo demo-spark-cluster bench bench-storm bench-mysql bench-spark chaos lint proto clean
+.PHONY: setup pg-binaries mysql-clients browser faketime test demo demo-spark-cluster bench bench-storm bench-mysql bench-spark bench-empty chaos lint proto clean
 
 # The Spark jobs (rootservice/jobs) read PostgreSQL through JDBC with Debian's driver jar.
 PG_JDBC_JAR ?= /usr/share/java/postgresql.jar
@@ -146,6 +146,7 @@ demo-spark-cluster: setup
 bench: setup
 	$(VENV)/bin/python -m tests.bench.heartbeat_bench
 	$(VENV)/bin/python -m tests.bench.mysql_bench $(BENCH_MYSQL_ARGS)
+	$(VENV)/bin/python -m tests.bench.empty_bench $(BENCH_EMPTY_ARGS)
 	$(VENV)/bin/python -m tests.bench.storm_bench $(BENCH_STORM_ARGS)
 
 # Storms at 10,000 agents over mutual TLS (issue 14 items 1-4): RS kill -9 and restart,
@@ -159,6 +160,12 @@ bench-storm: setup
 # 1,000 servers, beside the same queries run directly against the database.
 bench-mysql: setup
 	$(VENV)/bin/python -m tests.bench.mysql_bench $(BENCH_MYSQL_ARGS)
+
+# Emptying speed (issue 14 item 5): DELETE SERVER of a server holding 2 GiB of replicas (4 LS)
+# beside cp -r + sync of the same files on the same disk; e.g. BENCH_EMPTY_ARGS="--quick".
+BENCH_EMPTY_ARGS ?=
+bench-empty: setup
+	$(VENV)/bin/python -m tests.bench.empty_bench $(BENCH_EMPTY_ARGS)
 
 # Spark jobs (issue 4) beside pandas and SQL in PostgreSQL at 100k, 1M and 5M replicas;
 # e.g. BENCH_SPARK_ARGS="--sizes 100k" for a quick run.

@@ -28,7 +28,7 @@ from obcommon.security.gate import PeerGate
 from obcommon.security.tls import TransportSecurity
 from rootservice.auth.audit import Audit
 from rootservice.auth.users import Users
-from rootservice.balancer.copy_tasks import CopyTasks
+from rootservice.balancer.copy_tasks import COPY_WATCH_INTERVAL_US, CopyTasks, CopyWatch
 from rootservice.balancer.dry_run import DeleteDryRun
 from rootservice.balancer.job_progress import DeleteJobProgress
 from rootservice.balancer.lost_replica_checker import LostReplicaChecker
@@ -341,6 +341,15 @@ class RootService:
             removal=tl.probes,
             jobs=self.delete_jobs,
         )
+        # Wakes the balancer / the empty-server checker when a copy ends or a server is empty,
+        # instead of their next period (issue 14 item 5).
+        self.copy_watch = CopyWatch(
+            copies=self.copy_tasks,
+            servers=self.whitelist,
+            contents=tl.probes,
+            wake=self.timers.wake,
+            term=self.term,
+        )
         # Users, privileges and the audit trail of statements (issue 10).
         self.users = Users(self.store, self.clock, settings)
         self.audit = Audit(self.store, self.clock)
@@ -531,6 +540,7 @@ class RootService:
             (tl.rebuilder, s.ls_check_interval),
             (tl.meta_sync, s.ls_check_interval),
             (self.migration, s.balancer_interval),
+            (self.copy_watch, COPY_WATCH_INTERVAL_US),
             (self.lost_replica_checker, s.lost_replica_check_interval),
             (self.history_pruner, PRUNE_INTERVAL_US),
         ]

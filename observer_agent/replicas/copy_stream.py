@@ -103,13 +103,14 @@ async def receive_data_file(
                     )
                 first = chunk
                 b.total_size = chunk.total_size
-            end = chunk.offset + len(chunk.data)
+            # Read once: every read of a bytes field of a upb message copies the bytes.
+            data = chunk.data
+            end = chunk.offset + len(data)
             if chunk.offset != received or end > first.total_size:
                 raise CopyFailed(
                     f"{src} sent bytes [{chunk.offset}, {end}) of {first.total_size} "
                     f"when byte {received} was due"
                 )
-            data = chunk.data
             try:
                 crc = await run_blocking(_write_chunk, fh, data, crc)
             except OSError as e:

@@ -19,6 +19,16 @@ flight pops the task, and the hand-out then drops what it just sent. The tasks a
 a short lock of their own, never held across an RPC, a transaction or a plan, so CANCEL
 DELETE never waits for a balancer round.
 
+Nothing here waits for the next balancer round to notice that a copy ended (issue 14 item 5):
+:class:`CopyWatch` looks at the in-memory reports every :data:`COPY_WATCH_INTERVAL_US` while
+copies are in flight or servers are being emptied, and wakes the balancer when a copy is done
+or failed or its old replica left the member list (a slot is free, a retry or a unit
+completion is due), and the empty-server checker when a DELETING server holds nothing any
+more; with the product's 10 s ``balancer_interval`` and ``empty_server_check_interval`` a
+2 GiB DELETE SERVER otherwise spent most of its time waiting for those two periods. This is
+OceanBase's ``ObDRTaskMgr``, whose finished task wakes the disaster-recovery worker
+(``ObDRWorker``) at once rather than at its next check.
+
 Times are microseconds since the epoch.
 """
 
@@ -28,25 +38,38 @@ import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from obcommon.clock import Clock
 from obcommon.errors import ObError
 from rootservice.balancer.planner import Row
 from rootservice.balancer.ports import (
     EventSink,
+    Gate,
     LsKey,
     LsPlan,
     LsView,
     ReplicaWork,
     Store,
+    Waker,
     Whitelist,
 )
 from rootservice.config import RsSettings
 from rootservice.db.event_repo import Event
 from rootservice.metrics import Metrics
-from rootservice.servers.status import HeartbeatStatus
+from rootservice.servers.status import AdminStatus, HeartbeatStatus
 
 log = logging.getLogger(__name__)
+
+#: Period of :class:`CopyWatch`, microseconds: how late at most a finished copy or an emptied
+#: server is noticed (beside the agent's heartbeat that reports it). Cheap when idle.
+COPY_WATCH_INTERVAL_US = 300_000
+
+#: What a copy task's destination reports of it (:meth:`CopyTasks.outcomes`).
+COPY_READY = "ready"
+COPY_FAILED = "failed"
+#: Its old replica left the leader's member list: the move is complete.
+COPY_REPLACED = "replaced"
 
 
 @dataclass
@@ -222,6 +245,36 @@ class CopyTasks:
             self.metrics.inc("replica_tasks_total", sent)
         return sent
 
+    def outcomes(self) -> frozenset[tuple[LsKey, str, str]]:
+        """The copies in flight that the balancer has something to do about, as
+        ``(ls key, dest, what)`` with ``what`` one of :data:`COPY_READY` (in service at the
+        destination: its slot is free), :data:`COPY_FAILED` (``build_error``: to resend) and
+        :data:`COPY_REPLACED` (the old replica left the member list: the task ends, its unit
+        may complete). In-memory reads only (no transaction, no RPC); empty when no copy is
+        in flight."""
+        with self._lock:
+            tasks = list(self.tasks.values())
+        if not tasks:
+            return frozenset()
+        reports = self.ls.reports()
+        views = self.ls.views()
+        plans = self.ls.topology().plans
+        out: set[tuple[LsKey, str, str]] = set()
+        for t in tasks:
+            r = reports.get(t.dest, {}).get(t.key)
+            if r is not None and r.build_error:
+                out.add((t.key, t.dest, COPY_FAILED))
+            elif r is not None and r.in_service:
+                out.add((t.key, t.dest, COPY_READY))
+            p, v = plans.get(t.key), views.get(t.key)
+            if (
+                p is None
+                or v is None
+                or (v.leader is not None and t.old not in self.ls.members(p, v))
+            ):
+                out.add((t.key, t.dest, COPY_REPLACED))
+        return frozenset(out)
+
     def _count_stale(self, n: int) -> None:
         self.last_stale = n
         if n:
@@ -320,3 +373,81 @@ class CopyTasks:
             return
         for server, err in self.ls.apply_many({}, drops).items():
             log.warning("cancel: dropping partial replicas on %s failed: %s", server, err)
+
+
+class ServerContents(Protocol):
+    """Whether a server still holds something (the tenant layer's
+    :class:`rootservice.tenants.server_probes.ServerProbes`, as the empty-server checker
+    asks it)."""
+
+    def has_units(self, server: str, /) -> bool:
+        """``server`` hosts a unit, or a unit is migrating away from it."""
+        ...
+
+    def has_replicas(self, server: str, /) -> bool:
+        """Some LS leader has ``server`` in its member list, or ``__all_ls_meta_table`` has a
+        replica on it."""
+        ...
+
+
+class CopyWatch:
+    """The ``copy_watch`` task (every :data:`COPY_WATCH_INTERVAL_US`): wakes the
+    ``balancer`` when :meth:`CopyTasks.outcomes` shows an event it has not seen yet, and the
+    ``empty_server_checker`` when a DELETING server with no copy in flight from it has no
+    unit and no replica left (once per server until it is DELETING again). See the module
+    doc; OceanBase's ``ObDRTaskMgr`` wakes ``ObDRWorker`` when a task finishes.
+
+    ``copies`` are the copies in flight, ``servers`` the whitelist, ``contents`` answers
+    the emptiness questions (two indexed reads per DELETING server per run), ``wake`` runs a
+    task by name, ``term`` gates every run (a standby wakes nothing). ``run_once`` returns
+    the wakes it made.
+    """
+
+    name = "copy_watch"
+
+    def __init__(
+        self,
+        *,
+        copies: CopyTasks,
+        servers: Whitelist,
+        contents: ServerContents,
+        wake: Waker,
+        term: Gate,
+    ) -> None:
+        """Nothing seen yet."""
+        self.copies = copies
+        self.servers = servers
+        self.contents = contents
+        self.wake = wake
+        self.term = term
+        self._seen: frozenset[tuple[LsKey, str, str]] = frozenset()
+        self._emptied: set[str] = set()
+
+    def run_once(self) -> int:
+        """One look (see the class doc). Raises ``ObError`` when a read fails (the task
+        registry logs it; the next run starts afresh)."""
+        if not self.term.may_act():
+            self._seen, self._emptied = frozenset(), set()
+            return 0
+        woke = 0
+        events = self.copies.outcomes()
+        if events - self._seen:
+            self.wake("balancer")
+            woke += 1
+        self._seen = events
+        if not self.servers.has_servers_to_empty():
+            self._emptied.clear()
+            return woke
+        deleting = {
+            s.key for s in self.servers.snapshot() if s.admin_status is AdminStatus.DELETING
+        }
+        self._emptied &= deleting
+        for key in sorted(deleting - self._emptied):
+            if self.copies.from_server(key):
+                continue
+            if self.contents.has_units(key) or self.contents.has_replicas(key):
+                continue
+            self._emptied.add(key)
+            self.wake("empty_server_checker")
+            woke += 1
+        return woke

@@ -9,13 +9,21 @@ from typing import Any
 import pytest
 
 from obcommon.clock import FakeClock
-from rootservice.balancer.copy_tasks import CopyTasks
+from rootservice.balancer.copy_tasks import (
+    COPY_FAILED,
+    COPY_READY,
+    COPY_REPLACED,
+    CopyTasks,
+    CopyWatch,
+)
 from rootservice.config import RsSettings
 from rootservice.metrics import Metrics
 from rootservice.servers.status import HeartbeatStatus
 from tests.unit.rootservice.balancer.fakes import (
     FakeEvents,
+    FakeGate,
     FakeLs,
+    FakeWaker,
     FakeWhitelist,
     NoDbStore,
     info,
@@ -222,3 +230,72 @@ def test_a_copy_whose_source_cannot_be_told_is_not_sent() -> None:
     w.ls.refuse.clear()
     assert w.copies.hand_out([row(KEYS[0], B, D)]) == 1
     assert w.ls.announced == [(KEYS[0], D, B)]
+
+
+class FakeContents:
+    """What the empty-server checker would find: ``full`` servers still hold something."""
+
+    def __init__(self, *full: str) -> None:
+        self.full = set(full)
+
+    def has_units(self, server: str, /) -> bool:
+        return server in self.full
+
+    def has_replicas(self, server: str, /) -> bool:
+        return server in self.full
+
+
+def test_outcomes_name_the_copies_the_balancer_has_to_act_on() -> None:
+    w = World(KEYS)
+    assert w.copies.outcomes() == frozenset()
+    w.copies.hand_out([row(k, B, D) for k in KEYS[:2]])
+    w.report_on_d(KEYS[0], in_service=False, copy_from=B, bytes_copied=10)
+    assert w.copies.outcomes() == frozenset()  # building: nothing to do yet
+    w.report_on_d(KEYS[0], in_service=True, copy_from=B)
+    w.report_on_d(KEYS[1], in_service=False, copy_from=B, build_error="checksum mismatch")
+    assert w.copies.outcomes() == {(KEYS[0], D, COPY_READY), (KEYS[1], D, COPY_FAILED)}
+    for s in (B, C, D):
+        w.ls.report_table.setdefault(s, {})[KEYS[0]] = info(KEYS[0], [B, C, D], leader=B)
+    assert (KEYS[0], D, COPY_REPLACED) in w.copies.outcomes()
+
+
+def test_copy_watch_wakes_the_balancer_once_per_new_outcome() -> None:
+    w = World(KEYS)
+    waker, gate = FakeWaker(), FakeGate()
+    watch = CopyWatch(
+        copies=w.copies, servers=w.servers, contents=FakeContents(A), wake=waker, term=gate
+    )
+    assert watch.run_once() == 0 and waker.woken == []
+    w.copies.hand_out([row(k, B, D) for k in KEYS[:2]])
+    w.report_on_d(KEYS[0], in_service=False, copy_from=B)
+    assert watch.run_once() == 0
+    w.report_on_d(KEYS[0], in_service=True, copy_from=B)
+    assert watch.run_once() == 1 and waker.woken == ["balancer"]
+    assert watch.run_once() == 0  # seen already
+    w.report_on_d(KEYS[1], in_service=True, copy_from=B)
+    assert watch.run_once() == 1 and waker.woken == ["balancer"] * 2
+    gate.in_service = False  # a standby wakes nothing, and forgets what it saw
+    assert watch.run_once() == 0
+    gate.in_service = True
+    assert watch.run_once() == 1
+
+
+def test_copy_watch_wakes_the_empty_server_checker_once_the_deleting_server_is_empty() -> None:
+    w = World(KEYS[:1])
+    waker = FakeWaker()
+    contents = FakeContents()
+    watch = CopyWatch(
+        copies=w.copies, servers=w.servers, contents=contents, wake=waker, term=FakeGate()
+    )
+    w.copies.hand_out([row(KEYS[0], B, D)])
+    w.report_on_d(KEYS[0], in_service=False, copy_from=B)
+    assert watch.run_once() == 0  # a copy from A is in flight
+    for s in (B, C, D):
+        w.ls.report_table.setdefault(s, {})[KEYS[0]] = info(KEYS[0], [B, C, D], leader=B)
+    contents.full.add(A)  # its unit has not left yet
+    assert watch.run_once() == 1 and waker.woken == ["balancer"]  # the move is complete
+    w.copies.hand_out([])  # the balancer's round ends the task
+    assert watch.run_once() == 0
+    contents.full.clear()
+    assert watch.run_once() == 1 and waker.woken[-1] == "empty_server_checker"
+    assert watch.run_once() == 0  # once per server
