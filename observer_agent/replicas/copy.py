@@ -407,7 +407,10 @@ class ReplicaCopier:
             if not self._hosted.hosts(rep) or rep.build is not b:
                 return
             leader = rep.meta.leader
-            if leader and leader != self._me.server:
+            if rep.leader_hint:
+                # A newer leader a peer named: a catch-up (term 0) is served by whoever leads.
+                peer, term = rep.leader_hint, 0
+            elif leader and leader != self._me.server:
                 peer, term = leader, rep.meta.term
             else:
                 # A catch-up claims no term (see serving.fetch_log): served if the source leads.

@@ -85,6 +85,11 @@ class Replica:
         # The leader's last log index as of the last FetchLog answer (0 = none yet): the
         # agent's log lag of this LS is how far ``log.end_index`` is behind it (issue 12).
         self.leader_end_index = 0
+        # The leader a peer named in an OB_NOT_MASTER answer at a newer term than ``meta``
+        # knows ("" = none): a replica being built by copy asks it for the log, as the RS
+        # tells a building replica nothing of a leader change (issue 14 item 5: a copy handed
+        # out 20 ms before its LS's leader moved asked the old leader forever).
+        self.leader_hint = ""
 
     @property
     def key(self) -> Key:
@@ -97,6 +102,7 @@ class Replica:
         if (meta.leader, meta.term) != (self.meta.leader, self.meta.term):
             self.need_verify = True
             self.verify_window = VERIFY_WINDOW_MIN
+            self.leader_hint = ""
         self.meta = meta
         self.generation += 1
         self.wake.set()

@@ -291,6 +291,15 @@ class LogReplication:
             return "stale"
         err = error_from_proto(resp.error)
         if err is not None:
+            if (
+                err.name == "OB_NOT_MASTER"
+                and resp.leader
+                and resp.leader not in (peer, self._me.server)
+                and resp.term > rep.meta.term
+            ):
+                rep.leader_hint = resp.leader
+            elif peer == rep.leader_hint:
+                rep.leader_hint = ""  # the hinted leader no longer leads: back to the meta's
             return f"{err.name}: {err.message}"
         entries: list[Entry] = [(e.index, e.term, e.ts) for e in resp.entries]
         if any(e[0] != entries[0][0] + i for i, e in enumerate(entries)):

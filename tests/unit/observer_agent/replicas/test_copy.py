@@ -475,3 +475,33 @@ def test_receive_refuses_an_oversized_announcement_and_bytes_past_it(tmp_path: P
         assert "sent bytes [32, 64) of 63" in await receive(stream(63, data), 64)
 
     run(scenario())
+
+
+def test_a_copy_whose_leader_moved_follows_the_leader_named_by_the_old_one(
+    tmp_path: Path,
+) -> None:
+    """Issue 14 item 5: a copy in its log phase knows the leader of its hand-out (a, term
+    1); the leadership moves to b at term 2 and nobody tells the copy. The old leader answers
+    the catch-up with OB_NOT_MASTER naming b at term 2; the copy asks b and goes in service
+    (before: it asked a forever and the DELETE SERVER job stalled, bench-empty at 1 GiB)."""
+
+    async def scenario() -> None:
+        async with copy_nodes(tmp_path, 2) as (a, b):
+            c = await start_copy_node(tmp_path / "c")
+            try:
+                members = await lead(a, b)
+                await wait_until(lambda: b.end_index() > 3, "b following a")
+                stop = fault(c, FAULT_REPLICATION_STOP_FILE)
+                resp = await c.apply(copy_upsert(copy_spec(members, a.addr, 1, copy_from=b.addr)))
+                assert resp.error.code == 0, resp.error
+                await wait_until(lambda: (c.rdir() / "data").exists(), "the data copied")
+                assert not c.in_service()
+                for n in (a, b):
+                    resp = await n.apply(copy_upsert(copy_spec(members, b.addr, 2)))
+                    assert resp.error.code == 0, resp.error
+                stop.unlink()
+                await wait_until(c.in_service, "the copy in service")
+            finally:
+                await c.stop()
+
+    run(scenario())
