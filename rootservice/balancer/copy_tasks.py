@@ -75,7 +75,7 @@ COPY_REPLACED = "replaced"
 @dataclass
 class CopyTask:
     """A replica of LS ``key`` (``(tenant_id, ls_id)``) being built on ``dest`` by copying
-    from ``src``, replacing the one on ``old`` (servers as ``'ip:port'``; ``started_us`` when
+    from ``src``, replacing the one on ``old`` (servers as ``'ip:port'``; ``started_us``, monotonic, when
     last sent). In memory only: after an RS restart the next plan finds the same work
     again."""
 
@@ -223,7 +223,7 @@ class CopyTasks:
                     elif (
                         task is not None
                         and r is None
-                        and now - task.started_us < self.settings.rpc_timeout
+                        and self.clock.monotonic_us() - task.started_us < self.settings.rpc_timeout
                     ):
                         continue  # just sent; the report may not have it yet
                     if r is None and building.get(dest, 0) >= limit:
@@ -232,7 +232,7 @@ class CopyTasks:
                     if task is None:
                         # Recorded before the call leaves, so that a CANCEL DELETE landing while
                         # it is in flight finds (and pops) it.
-                        task = CopyTask(key, dest, src, old, now)
+                        task = CopyTask(key, dest, src, old, self.clock.monotonic_us())
                         self.tasks[(key, dest)] = task
                     sends.append((task, new, plan, view, src, str(row.get("reason") or "")))
                     building[dest] = building.get(dest, 0) + (1 if r is None else 0)
@@ -310,7 +310,7 @@ class CopyTasks:
             wanted = self.tasks.get((key, dest)) is task
             if wanted and not new:
                 task.src = src
-                task.started_us = now
+                task.started_us = self.clock.monotonic_us()
         if not wanted:
             log.info("copy of LS %s to %s cancelled while it was sent: dropping it", key, dest)
             self.drop({dest: [key]})
