@@ -76,16 +76,20 @@ class SparkPlanner:
         self.sessions = SparkSessionManager(settings.spark_master, conf, db_url=self.db_url)
 
     def _inputs(self, servers: list[Row]) -> Any:
-        from rootservice.balancer.spark.readers import read_inputs
+        from rootservice.balancer.spark.readers import PLAN_COLUMNS, read_inputs
 
         spark = self.sessions.get()
-        return read_inputs(spark, self.db_url, servers=_servers_frame(servers))
+        # Only the columns the plans read travel from PostgreSQL (issue 14 item 6).
+        return read_inputs(
+            spark, self.db_url, servers=_servers_frame(servers), columns=PLAN_COLUMNS
+        )
 
     def _run(self, job: Any, servers: list[Row]) -> list[Row]:
         # Each plan reads the tables afresh (the unit plan's moves change what the replica
         # plan must see); within one plan the inputs are cached, since a job may scan
-        # __all_ls_meta_table more than once and each scan would be a JDBC read.
-        inputs = self._inputs(servers).persist()
+        # __all_ls_meta_table more than once and each scan would be a JDBC read. Lazily: a
+        # table the plan does not touch is never read (the unit plan skips ls_meta).
+        inputs = self._inputs(servers).persist(eager=False)
         try:
             return _records(job(inputs).toPandas())
         finally:
@@ -123,9 +127,11 @@ class PandasPlanner:
         self.db_url = db_url
 
     def _inputs(self, servers: list[Row]) -> Any:
-        from rootservice.balancer.spark.readers import read_pandas_inputs
+        from rootservice.balancer.spark.readers import PLAN_COLUMNS, read_pandas_inputs
 
-        return read_pandas_inputs(self.db_url, servers=_servers_frame(servers))
+        return read_pandas_inputs(
+            self.db_url, servers=_servers_frame(servers), columns=PLAN_COLUMNS
+        )
 
     def unit_plan(self, servers: list[Row]) -> list[Row]:
         """``pandas_unit_migration_plan``."""

@@ -9,13 +9,21 @@ For each size (replica rows of ``__all_ls_meta_table``; default 100k, 1M, 5M):
    PostgreSQL (tests/support/pgserver.py, run as the postgres user when root), plus the servers
    input (the RS's in-memory statuses) into a table for the SQL variant;
 2. Spark (one SparkSession for the whole run, ``--master local[2]``, driver memory 6g):
-   reads the tables by JDBC (2 partitions) and caches them (``Inputs.persist``: the RS reads
-   once per round), then runs each plan once (first) and ``--repeats`` more times (warm, the
-   best is reported), collecting the plan with ``toPandas``;
-3. pandas: reads the tables by ``COPY ... TO STDOUT`` into Arrow/pandas, runs each plan
-   (best of ``--repeats``);
-4. SQL: runs each plan inside PostgreSQL (best of ``--repeats``; ``work_mem`` 256MB);
+   reads the tables by JDBC - only the columns the plans use (``readers.PLAN_COLUMNS``,
+   pushed into the query), one partition per core split on ``mod(ls_id, n)``, 20k rows per
+   fetch - and caches them (``Inputs.persist``), best of ``--repeats`` reads; then runs each
+   plan once (first) and ``--repeats`` more times (warm, the best is reported), collecting
+   the plan with ``toPandas`` (Arrow);
+3. pandas: reads the same columns by ``COPY (SELECT ...) TO STDOUT`` (CSV) parsed by Arrow
+   into pandas (best of ``--repeats``), runs each plan (best of ``--repeats``);
+4. SQL: runs each plan inside PostgreSQL (best of ``--repeats``; ``work_mem`` 256MB); its
+   read is part of each plan;
 5. checks that the three plans agree (row count and a hash of the sorted rows).
+
+The end-to-end table gives, per engine, read + the three warm plans and the ratio to the
+fastest engine (issue 14 item 6: Spark within 1.5x, read included). ``--also-full-read``
+also times each engine's read of every column of the layouts (the read before column
+pruning), in the same run.
 
 Peak memory is sampled every 100 ms: the JVM's RSS (psutil, the Java child process), the
 PySpark Python workers', this process's (where pandas runs) and the largest PostgreSQL
@@ -52,7 +60,11 @@ import spark_metadata as gen  # noqa: E402
 from rootservice.balancer.spark import reference as R  # noqa: E402
 from rootservice.balancer.spark import schema as S  # noqa: E402
 from rootservice.balancer.spark.lost_replicas import lost_replicas  # noqa: E402
-from rootservice.balancer.spark.readers import read_inputs, read_pandas_inputs  # noqa: E402
+from rootservice.balancer.spark.readers import (  # noqa: E402
+    PLAN_COLUMNS,
+    read_inputs,
+    read_pandas_inputs,
+)
 from rootservice.balancer.spark.replica_plan import replica_migration_plan  # noqa: E402
 from rootservice.balancer.spark.session import SparkSessionManager  # noqa: E402
 from rootservice.balancer.spark.unit_plan import unit_migration_plan  # noqa: E402
@@ -188,6 +200,7 @@ def run_size(
     sampler: Sampler,
     repeats: int,
     seed: int,
+    full_read: bool = False,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {"replicas_target": n, "plans": {}}
     cluster, t_gen = timed(lambda: gen.generate(n, seed=seed))
@@ -220,9 +233,21 @@ def run_size(
 
     # Spark
     with sampler.during(f"spark-{n}"):
-        inputs, t_read = timed(lambda: read_inputs(spark, url, servers=servers).persist())
+        if full_read:
+            full, t_full = timed(lambda: read_inputs(spark, url, servers=servers).persist())
+            full.unpersist()
+            out["spark_full_read_s"] = t_full
+            log(f"{human(n)}: Spark read of every column (JDBC, cached) in {t_full:.1f} s")
+        t_read = float("inf")
+        for i in range(repeats):
+            inputs, t = timed(
+                lambda: read_inputs(spark, url, servers=servers, columns=PLAN_COLUMNS).persist()
+            )
+            t_read = min(t_read, t)
+            if i < repeats - 1:
+                inputs.unpersist()
         out["spark_read_s"] = t_read
-        log(f"{human(n)}: Spark read (JDBC, cached) in {t_read:.1f} s")
+        log(f"{human(n)}: Spark read (JDBC, plans' columns, cached) in {t_read:.1f} s")
         for name, (job, _pd_job, _sql_job, layout) in PLANS.items():
             df, first = timed(lambda job=job: job(inputs).toPandas())
             warm = min(timed(lambda job=job: job(inputs).toPandas())[1] for _ in range(repeats))
@@ -240,9 +265,16 @@ def run_size(
 
     # pandas
     with sampler.during(f"pandas-{n}"):
-        p, t_read = timed(lambda: read_pandas_inputs(url, servers=servers))
+        if full_read:
+            _, t_full = timed(lambda: read_pandas_inputs(url, servers=servers))
+            out["pandas_full_read_s"] = t_full
+            log(f"{human(n)}: pandas read of every column (COPY -> Arrow) in {t_full:.1f} s")
+        t_read = float("inf")
+        for _ in range(repeats):
+            p, t = timed(lambda: read_pandas_inputs(url, servers=servers, columns=PLAN_COLUMNS))
+            t_read = min(t_read, t)
         out["pandas_read_s"] = t_read
-        log(f"{human(n)}: pandas read (COPY -> Arrow) in {t_read:.1f} s")
+        log(f"{human(n)}: pandas read (COPY -> Arrow, plans' columns) in {t_read:.1f} s")
         for name, (_job, pd_job, _sql_job, layout) in PLANS.items():
             best = float("inf")
             for _ in range(repeats):
@@ -287,6 +319,16 @@ def linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return my - slope * mx, slope
 
 
+def e2e(r: dict[str, Any]) -> dict[str, tuple[float, float]]:
+    """Engine -> (read s, sum of the three warm plans s) of one size's result."""
+    ps = list(r["plans"].values())
+    return {
+        "Spark": (r["spark_read_s"], sum(p["spark_warm_s"] for p in ps)),
+        "pandas": (r["pandas_read_s"], sum(p["pandas_s"] for p in ps)),
+        "SQL in PG": (0.0, sum(p["sql_s"] for p in ps)),
+    }
+
+
 def report(results: list[dict[str, Any]], startup: dict[str, Any]) -> str:
     lines = [
         f"SparkSession start {startup['session_s']:.1f} s, first job "
@@ -308,20 +350,34 @@ def report(results: list[dict[str, Any]], startup: dict[str, Any]) -> str:
             )
     lines += [
         "",
-        "| replicas | load by COPY (s) | Spark read, JDBC + cache (s) | pandas read, COPY (s) "
-        "| Spark read + 3 warm plans (s) | pandas read + 3 plans (s) | SQL 3 plans (s) "
-        "| JVM peak RSS | Spark Python workers peak | Python (pandas) peak RSS "
-        "| PG backend peak RSS |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "End to end, read included (read: best of the repeats; plans: the three warm plans; "
+        "SQL in PG reads inside each plan):",
+        "",
+        "| replicas | engine | read (s) | 3 plans (s) | read + plans (s) | / fastest "
+        "| read of every column (s) |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results:
-        ps = r["plans"].values()
-        spark_e2e = r["spark_read_s"] + sum(p["spark_warm_s"] for p in ps)
-        pandas_e2e = r["pandas_read_s"] + sum(p["pandas_s"] for p in ps)
-        sql_e2e = sum(p["sql_s"] for p in ps)
+        for engine, total in e2e(r).items():
+            read, plans_s = total
+            fastest = min(a + b for a, b in e2e(r).values())
+            full = r.get(
+                {"Spark": "spark_full_read_s", "pandas": "pandas_full_read_s"}.get(engine, "")
+            )
+            lines.append(
+                f"| {r['replicas']:,} | {engine} | {read:.1f} | {plans_s:.1f} "
+                f"| {read + plans_s:.1f} | {(read + plans_s) / fastest:.2f}x "
+                f"| {'-' if full is None else f'{full:.1f}'} |"
+            )
+    lines += [
+        "",
+        "| replicas | load by COPY (s) | JVM peak RSS | Spark Python workers peak "
+        "| Python (pandas) peak RSS | PG backend peak RSS |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in results:
         lines.append(
-            f"| {r['replicas']:,} | {r['load_s']:.1f} | {r['spark_read_s']:.1f} "
-            f"| {r['pandas_read_s']:.1f} | {spark_e2e:.1f} | {pandas_e2e:.1f} | {sql_e2e:.1f} "
+            f"| {r['replicas']:,} | {r['load_s']:.1f} "
             f"| {r['jvm_peak_rss'] / MIB:,.0f} MiB | {r['spark_workers_peak_rss'] / MIB:,.0f} MiB "
             f"| {r['pandas_python_peak_rss'] / MIB:,.0f} MiB "
             f"| {r['postgres_backend_peak_rss'] / MIB:,.0f} MiB |"
@@ -389,6 +445,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--driver-memory", default="6g")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--also-full-read",
+        action="store_true",
+        help="also time each engine's read of every column (before column pruning)",
+    )
     ap.add_argument("--out", default=".bench/spark.json")
     args = ap.parse_args(argv)
     sizes = [parse_size(s) for s in ("20k,100k" if args.quick else args.sizes).split(",")]
@@ -415,7 +476,15 @@ def main(argv: list[str] | None = None) -> int:
         log(f"SparkSession ready in {t_session:.1f} s; first job {t_first:.2f} s")
         for n in sizes:
             results.append(
-                run_size(n, pg=pg, spark=spark, sampler=sampler, repeats=repeats, seed=args.seed)
+                run_size(
+                    n,
+                    pg=pg,
+                    spark=spark,
+                    sampler=sampler,
+                    repeats=repeats,
+                    seed=args.seed,
+                    full_read=args.also_full_read,
+                )
             )
         startup["load_after"] = os.getloadavg()[0]
     finally:

@@ -11,12 +11,15 @@ API:
   several jobs.
 - :func:`read_inputs` ``(spark, db_url, servers=...)`` - PostgreSQL through JDBC (the
   session needs the driver jar: ``SparkSessionManager(..., db_url=db_url)`` adds it), the
-  large tables in :data:`JDBC_PARTITIONS` partitions split on a numeric key; SQLite through
+  large tables in one partition per core (at most :data:`JDBC_MAX_PARTITIONS`) split on a
+  numeric key, :data:`JDBC_FETCH_SIZE` rows per round trip, only the ``columns`` asked for
+  (:data:`PLAN_COLUMNS`: what the plans read) pushed into the query; SQLite through
   SQLAlchemy into pandas, then ``spark.createDataFrame`` over Arrow.
 - :func:`inputs_from_pandas` - the same from :class:`rootservice.balancer.spark.schema.PandasInputs`
   (tests; an RS that holds the state in memory).
 - :func:`read_pandas_inputs` - the tables as pandas frames without Spark (PostgreSQL by
-  ``COPY ... TO STDOUT`` into Arrow; SQLite through SQLAlchemy), for the pandas reference.
+  ``COPY (SELECT <columns>) TO STDOUT`` parsed by Arrow's CSV reader; SQLite through
+  SQLAlchemy), for the pandas reference; the same ``columns`` pruning.
 - :func:`servers_from_table` - a servers input derived from ``__all_server`` rows when the
   caller has no in-memory statuses: heartbeat status from ``last_offline_time`` as an RS
   loading the table does (SPEC.md §3), capacities 0 (so the unit plan places nothing).
@@ -28,6 +31,7 @@ again when it applies it in its own fenced transaction (SPEC.md §10).
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -40,13 +44,52 @@ from rootservice.balancer.spark.schema import PandasInputs
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-JDBC_PARTITIONS = 2
-"""JDBC reads of the large tables run in this many partitions (2 beat 1 on 2 cores)."""
+JDBC_MAX_PARTITIONS = 8
+"""JDBC reads of the large tables run in one partition per core of the session
+(``defaultParallelism``: 2 for ``local[2]``, where 2 beat 1) up to this many: each partition
+is one PostgreSQL backend scanning the whole table for its ``mod(key, n) = i`` share."""
 JDBC_FETCH_SIZE = 20_000
+"""Rows per round trip of a JDBC read. Spark's PostgreSQL dialect turns autocommit off when
+a fetch size is set, which is what makes the driver use a cursor at all (without it
+pgjdbc buffers the whole result in the JVM); 5k and 20k measured alike at 1M replicas,
+100k used more CPU (a larger heap per batch)."""
 # Tables worth splitting, and the numeric key each is split on (mod(key, n) = i).
 JDBC_PARTITION_KEYS = {"ls_meta": "ls_id", "ls_status": "ls_id", "units": "unit_id"}
 DEFAULT_PERMANENT_OFFLINE_TIME_US = 3_600_000_000
 DEFAULT_LEASE_TIME_US = 10_000_000
+
+PLAN_COLUMNS: dict[str, tuple[str, ...]] = {
+    "units": (
+        "unit_id",
+        "resource_pool_id",
+        "zone",
+        "svr_ip",
+        "svr_port",
+        "migrate_from_svr_ip",
+        "migrate_from_svr_port",
+    ),
+    "pools": ("resource_pool_id", "unit_config_id", "tenant_id"),
+    "unit_configs": ("unit_config_id", "max_cpu", "min_cpu", "memory_size", "log_disk_size"),
+    "ls_status": ("tenant_id", "ls_id"),
+    "ls_meta": (
+        "tenant_id",
+        "ls_id",
+        "svr_ip",
+        "svr_port",
+        "role",
+        "replica_type",
+        "replica_status",
+        "unit_id",
+    ),
+    "tenants": (),
+}
+"""The columns of each table input that the three plans (unit, replica, lost replicas - on
+Spark, in pandas and in SQL) read: what the RS and the benchmark pass as ``columns`` to
+:func:`read_inputs` / :func:`read_pandas_inputs` so that neither reads what no plan uses
+(``ls_meta.zone``, ``ls_status.status`` / ``unit_group_id``, ``units.unit_group_id`` /
+``status``, no column of ``__all_tenant``). A plan that starts reading another column must
+add it here; ``tests/unit/rootservice/balancer/test_spark_jobs.py`` reads with and without
+it and compares the plans."""
 
 
 @dataclass
@@ -65,13 +108,19 @@ class Inputs:
         """Input name -> DataFrame."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
-    def persist(self) -> Inputs:
-        """Cache every input and read it now (one ``count`` each), so that several jobs
-        share one read of the database. Returns ``self``."""
+    def persist(self, *, eager: bool = True) -> Inputs:
+        """Cache every input so that several jobs (or a job scanning an input twice, like
+        the replica plan) share one read of the database. Returns ``self``.
+
+        ``eager`` reads every input now (one ``count`` each; the benchmark times the read
+        apart from the plans). ``eager=False`` only marks them: the first job that uses an
+        input reads and caches it, and an input no job touches is never read - the RS's unit
+        plan needs units, pools and unit configs, not the replicas of ``ls_meta``."""
         for df in self.frames().values():
             df.persist()
-        for df in self.frames().values():
-            df.count()
+        if eager:
+            for df in self.frames().values():
+                df.count()
         return self
 
     def unpersist(self) -> None:
@@ -117,7 +166,8 @@ def read_inputs(
     now_us: int | None = None,
     permanent_offline_time_us: int = DEFAULT_PERMANENT_OFFLINE_TIME_US,
     lease_time_us: int = DEFAULT_LEASE_TIME_US,
-    partitions: int = JDBC_PARTITIONS,
+    partitions: int | None = None,
+    columns: Mapping[str, Sequence[str]] | None = None,
 ) -> Inputs:
     """The inputs read from the database at ``db_url`` (an SQLAlchemy URL, like the RS's
     ``--db``). Lazy for PostgreSQL: the JDBC reads run when a job runs (or on
@@ -126,6 +176,12 @@ def read_inputs(
     ``servers`` is the RS's in-memory server statuses (pandas or Spark,
     :data:`rootservice.balancer.spark.schema.SERVERS_SCHEMA`); without it they are derived from
     ``__all_server`` by :func:`servers_from_table` with ``now_us`` and the two durations.
+    ``columns`` (table input -> column names, e.g. :data:`PLAN_COLUMNS`) reads only those
+    columns of each table input named in it (the others of its layout are ``''`` / ``0``;
+    an input given no column is not read at all); the default reads every column.
+    ``partitions`` is the JDBC partition count (default: the session's
+    ``defaultParallelism``, at most :data:`JDBC_MAX_PARTITIONS`).
+
     Raises ``ValueError`` for a database that is neither PostgreSQL nor SQLite; database
     errors surface as SQLAlchemy or Spark (``Py4JJavaError``) errors.
     """
@@ -140,12 +196,15 @@ def read_inputs(
             lease_time_us=lease_time_us,
         )
     frames: dict[str, Any] = {"servers": servers_frame(spark, servers)}
+    cols = _read_columns(columns)
     if backend == "postgresql":
         url, props = jdbc_url(db_url)
-        for name, table in S.INPUT_TABLES.items():
-            frames[name] = _read_jdbc(spark, url, props, name, table, partitions)
+        if partitions is None:
+            partitions = max(1, min(spark.sparkContext.defaultParallelism, JDBC_MAX_PARTITIONS))
+        for name in S.INPUT_TABLES:
+            frames[name] = _read_jdbc(spark, url, props, name, cols[name], partitions)
     else:
-        pdfs = _read_sqlalchemy(db_url)
+        pdfs = _read_sqlalchemy(db_url, cols)
         for name in S.INPUT_TABLES:
             frames[name] = spark_frame(spark, pdfs[name], S.INPUT_LAYOUTS[name])
     return Inputs(**frames)
@@ -158,10 +217,11 @@ def read_pandas_inputs(
     now_us: int | None = None,
     permanent_offline_time_us: int = DEFAULT_PERMANENT_OFFLINE_TIME_US,
     lease_time_us: int = DEFAULT_LEASE_TIME_US,
+    columns: Mapping[str, Sequence[str]] | None = None,
 ) -> PandasInputs:
     """The inputs as pandas frames (no Spark): PostgreSQL tables by ``COPY (SELECT ...) TO
-    STDOUT`` parsed by Arrow, SQLite tables through SQLAlchemy; ``servers`` as in
-    :func:`read_inputs`."""
+    STDOUT`` parsed by Arrow, SQLite tables through SQLAlchemy; ``servers`` and ``columns``
+    as in :func:`read_inputs`."""
     backend = sa.make_url(db_url).get_backend_name()
     if servers is None:
         servers = servers_from_table(
@@ -170,10 +230,11 @@ def read_pandas_inputs(
             permanent_offline_time_us=permanent_offline_time_us,
             lease_time_us=lease_time_us,
         )
+    cols = _read_columns(columns)
     if backend == "postgresql":
-        pdfs = _read_copy(db_url)
+        pdfs = _read_copy(db_url, cols)
     elif backend == "sqlite":
-        pdfs = _read_sqlalchemy(db_url)
+        pdfs = _read_sqlalchemy(db_url, cols)
     else:
         raise ValueError(f"unsupported database {backend!r}: PostgreSQL or SQLite")
     return PandasInputs(servers=S.conform_pandas(servers, S.SERVERS_SCHEMA), **pdfs)
@@ -242,24 +303,71 @@ def _cast(df: DataFrame, layout: S.Layout) -> DataFrame:
     return df.select(*[F.col(c).cast(S.spark_type(k)).alias(c) for c, k in layout])
 
 
-def _select_sql(name: str) -> str:
-    cols = ", ".join(S.columns(S.INPUT_LAYOUTS[name]))
-    return f"SELECT {cols} FROM {S.INPUT_TABLES[name]}"
+def _read_columns(columns: Mapping[str, Sequence[str]] | None) -> dict[str, tuple[str, ...]]:
+    """Table input -> the columns to read, in layout order (all of them by default)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for name in S.INPUT_TABLES:
+        every = S.columns(S.INPUT_LAYOUTS[name])
+        if columns is None or name not in columns:
+            out[name] = tuple(every)
+            continue
+        unknown = set(columns[name]) - set(every)
+        if unknown:
+            raise ValueError(f"{name} has no columns {sorted(unknown)}")
+        out[name] = tuple(c for c in every if c in columns[name])
+    return out
+
+
+def _filler(kind: str) -> Any:
+    """The value of a column that is not read: '' for strings, 0 for numbers."""
+    return "" if kind == "string" else 0
+
+
+def _select_sql(name: str, cols: Sequence[str] | None = None) -> str:
+    """``SELECT <cols> FROM <table>`` (every column of the input's layout by default)."""
+    cols = S.columns(S.INPUT_LAYOUTS[name]) if cols is None else cols
+    return f"SELECT {', '.join(cols)} FROM {S.INPUT_TABLES[name]}"
+
+
+def _filled(pdf: pd.DataFrame, name: str) -> pd.DataFrame:
+    """``pdf`` with the layout's columns that were not read added ('' / 0), conformed."""
+    layout = S.INPUT_LAYOUTS[name]
+    for c, k in layout:
+        if c not in pdf.columns:
+            pdf[c] = _filler(k)
+    return S.conform_pandas(pdf, layout)
 
 
 def _read_jdbc(
-    spark: SparkSession, url: str, props: dict[str, str], name: str, table: str, partitions: int
+    spark: SparkSession,
+    url: str,
+    props: dict[str, str],
+    name: str,
+    cols: tuple[str, ...],
+    partitions: int,
 ) -> DataFrame:
+    """One table input read over JDBC: only ``cols`` travel (the rest of the layout is added
+    as literals on Spark's side), split on the input's numeric key into ``partitions``.
+    An input with no column to read is an empty frame of its layout (no query at all)."""
+    from pyspark.sql import functions as F
+
     layout = S.INPUT_LAYOUTS[name]
-    sub = f"({_select_sql(name)}) AS src"
+    if not cols:
+        return spark.createDataFrame([], schema=S.spark_schema(layout))
+    sub = f"({_select_sql(name, cols)}) AS src"
     props = {**props, "fetchsize": str(JDBC_FETCH_SIZE)}
     key = JDBC_PARTITION_KEYS.get(name)
-    if key is not None and partitions > 1:
+    if key is not None and key in cols and partitions > 1:
         preds = [f"mod({key}, {partitions}) = {i}" for i in range(partitions)]
         df = spark.read.jdbc(url, sub, predicates=preds, properties=props)
     else:
         df = spark.read.jdbc(url, sub, properties=props)
-    return _cast(df, layout)
+    return df.select(
+        *[
+            (F.col(c) if c in cols else F.lit(_filler(k))).cast(S.spark_type(k)).alias(c)
+            for c, k in layout
+        ]
+    )
 
 
 def _read_all_server(db_url: str) -> pd.DataFrame:
@@ -279,23 +387,29 @@ def _read_all_server(db_url: str) -> pd.DataFrame:
         engine.dispose()
 
 
-def _read_sqlalchemy(db_url: str) -> dict[str, pd.DataFrame]:
+def _read_sqlalchemy(db_url: str, cols: dict[str, tuple[str, ...]]) -> dict[str, pd.DataFrame]:
     from rootservice.db.engine import make_engine
 
     engine = make_engine(db_url)
     try:
         with engine.connect().execution_options(read_only=True) as conn, conn.begin():
-            return {
-                name: S.conform_pandas(
-                    pd.read_sql_query(sa.text(_select_sql(name)), conn), S.INPUT_LAYOUTS[name]
-                )
-                for name in S.INPUT_TABLES
-            }
+            return {name: _read_sql_or_empty(conn, name, cols[name]) for name in S.INPUT_TABLES}
     finally:
         engine.dispose()
 
 
-def _read_copy(db_url: str) -> dict[str, pd.DataFrame]:
+def _read_sql_or_empty(conn: sa.Connection, name: str, cols: tuple[str, ...]) -> pd.DataFrame:
+    if not cols:
+        return _empty_frame(name)
+    return _filled(pd.read_sql_query(sa.text(_select_sql(name, cols)), conn), name)
+
+
+def _empty_frame(name: str) -> pd.DataFrame:
+    layout = S.INPUT_LAYOUTS[name]
+    return S.conform_pandas(pd.DataFrame({c: [] for c in S.columns(layout)}), layout)
+
+
+def _read_copy(db_url: str, cols: dict[str, tuple[str, ...]]) -> dict[str, pd.DataFrame]:
     import psycopg
     import pyarrow as pa
     from pyarrow import csv
@@ -308,27 +422,29 @@ def _read_copy(db_url: str) -> dict[str, pd.DataFrame]:
     with psycopg.connect(conninfo) as conn:
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         for name in S.INPUT_TABLES:
-            layout = S.INPUT_LAYOUTS[name]
+            kinds = dict(S.INPUT_LAYOUTS[name])
+            read = cols[name]
+            if not read:
+                out[name] = _empty_frame(name)
+                continue
             buf = io.BytesIO()
             with conn.cursor().copy(
-                f"COPY ({_select_sql(name)}) TO STDOUT WITH (FORMAT csv, HEADER false)"
+                f"COPY ({_select_sql(name, read)}) TO STDOUT WITH (FORMAT csv, HEADER false)"
             ) as copy:
                 for chunk in copy:
                     buf.write(chunk)
             if buf.tell() == 0:
-                out[name] = S.conform_pandas(
-                    pd.DataFrame({c: [] for c in S.columns(layout)}), layout
-                )
+                out[name] = _empty_frame(name)
                 continue
             buf.seek(0)
             table = csv.read_csv(
                 buf,
-                read_options=csv.ReadOptions(column_names=S.columns(layout)),
+                read_options=csv.ReadOptions(column_names=list(read)),
                 convert_options=csv.ConvertOptions(
-                    column_types={c: arrow_types[k] for c, k in layout},
+                    column_types={c: arrow_types[kinds[c]] for c in read},
                     strings_can_be_null=False,
                     quoted_strings_can_be_null=False,
                 ),
             )
-            out[name] = S.conform_pandas(table.to_pandas(), layout)
+            out[name] = _filled(table.to_pandas(), name)
     return out

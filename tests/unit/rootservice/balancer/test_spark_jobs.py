@@ -24,6 +24,7 @@ from rootservice.balancer.spark import reference as R
 from rootservice.balancer.spark import schema as S
 from rootservice.balancer.spark.lost_replicas import lost_replicas
 from rootservice.balancer.spark.readers import (
+    PLAN_COLUMNS,
     Inputs,
     inputs_from_pandas,
     jdbc_url,
@@ -708,6 +709,30 @@ def test_read_inputs_from_the_database(spark: Any, db_url: str) -> None:
         pd.testing.assert_frame_equal(
             _sorted(getattr(p, name), layout), _sorted(getattr(expected, name), layout), obj=name
         )
+
+
+def test_reading_only_the_plans_columns_gives_the_same_plans(spark: Any, db_url: str) -> None:
+    """PLAN_COLUMNS (issue 14 item 6) lists every column a plan reads: the plans on inputs
+    read with it, lazily persisted as the RS does, equal the plans on every column."""
+    cluster = gen.generate(1500, seed=5)
+    engine = make_engine(db_url)
+    try:
+        upgrade(engine)
+        gen.load_sqlalchemy(engine, cluster)
+    finally:
+        engine.dispose()
+    full = cluster.pandas_inputs()
+    pruned = read_pandas_inputs(db_url, servers=cluster.servers, columns=PLAN_COLUMNS)
+    assert set(pruned.ls_meta["zone"]) == {""} and len(pruned.tenants) == 0
+    inputs = read_inputs(spark, db_url, servers=cluster.servers, columns=PLAN_COLUMNS)
+    inputs = inputs.persist(eager=False)
+    try:
+        for job, pandas_job, layout in (UNIT, REPLICA, LOST):
+            ref = Q.plan_digest(pandas_job(full), layout)
+            assert Q.plan_digest(pandas_job(pruned), layout) == ref, pandas_job
+            assert Q.plan_digest(job(inputs).toPandas(), layout) == ref, job
+    finally:
+        inputs.unpersist()
 
 
 def test_servers_derived_from_all_server_when_the_caller_has_none(tmp_path: Path) -> None:
