@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections import deque
 from collections.abc import Callable
 
@@ -93,16 +94,21 @@ class IntakeHealth:
         self.latest: dict[str, int] = {"tick": 0, "loop": 0, "rate": 0}
         self.current_us = 0
         self.source = ""
+        # The probe runs on the gRPC event loop, the checker on a timer thread and the status
+        # API on a worker: the deques are shared (a bench run hit "deque mutated during
+        # iteration" in allowance_us, which failed the checker's rounds).
+        self._lock = threading.Lock()
 
     # --- the signals ---------------------------------------------------------------------
 
     def loop_lag(self, lag_us: int) -> None:
         """One probe: the event loop ran the probe ``lag_us`` microseconds late."""
         now = self.clock.monotonic_us()
-        self._loop_lags.append((now, lag_us))
-        while self._loop_lags and now - self._loop_lags[0][0] > RATE_WINDOW_US:
-            self._loop_lags.popleft()
-        self._sample(now, lag_us, "loop")
+        with self._lock:
+            self._loop_lags.append((now, lag_us))
+            while self._loop_lags and now - self._loop_lags[0][0] > RATE_WINDOW_US:
+                self._loop_lags.popleft()
+            self._sample(now, lag_us, "loop")
 
     async def run_probe(self, stop: asyncio.Event) -> None:
         """Run on the gRPC event loop until ``stop``: every 100 ms, how late did we wake?"""
@@ -120,17 +126,18 @@ class IntakeHealth:
         """Called by the lease checker at the start of each tick: records the tick's lateness
         and the heartbeat rate, returns :meth:`allowance_us`."""
         now = self.clock.monotonic_us()
-        if self.measure_ticks:
-            if self._last_tick is not None:
-                late = now - self._last_tick - self.settings.heartbeat_check_interval
-                self._sample(now, max(0, late), "tick")
-            self._last_tick = now
         served = self.served()
-        if self._rate_since is None:
-            self._rate_since, self._rate_served = now, served
-        elif now - self._rate_since >= RATE_WINDOW_US:
-            self._sample(now, self._rate_deficit(now, served), "rate")
-            self._rate_since, self._rate_served = now, served
+        with self._lock:
+            if self.measure_ticks:
+                if self._last_tick is not None:
+                    late = now - self._last_tick - self.settings.heartbeat_check_interval
+                    self._sample(now, max(0, late), "tick")
+                self._last_tick = now
+            if self._rate_since is None:
+                self._rate_since, self._rate_served = now, served
+            elif now - self._rate_since >= RATE_WINDOW_US:
+                self._sample(now, self._rate_deficit(now, served), "rate")
+                self._rate_since, self._rate_served = now, served
         return self.allowance_us()
 
     def _rate_deficit(self, now: int, served: int) -> int:
@@ -160,13 +167,14 @@ class IntakeHealth:
         INFO when it falls back (at most once per :data:`LOG_EVERY_US`)."""
         now = self.clock.monotonic_us()
         lease = self.settings.lease_time
-        while self._samples and now - self._samples[0][0] > lease:
-            self._samples.popleft()
-        best, source = 0, ""
-        for _, value, signal in self._samples:
-            if value > best:
-                best, source = value, signal
-        self.current_us, self.source = min(best, lease), source
+        with self._lock:
+            while self._samples and now - self._samples[0][0] > lease:
+                self._samples.popleft()
+            best, source = 0, ""
+            for _, value, signal in self._samples:
+                if value > best:
+                    best, source = value, signal
+            self.current_us, self.source = min(best, lease), source
         self._log(now)
         return self.current_us
 
