@@ -277,6 +277,9 @@ class RootService:
             wake=self.timers.wake,
             background=self.background,
         )
+        # Issue 14: the RS's own intake delay lengthens the leases (item 3); the checker's
+        # tick lateness is measured only when the timers run it (unit tests tick by hand).
+        self.intake_health = IntakeHealth(self.clock, settings, measure_ticks=start_scheduler)
         self.heartbeats = HeartbeatIntake(
             self.whitelist,
             self.zones,
@@ -291,17 +294,10 @@ class RootService:
             server_ops=self.server_admin,
             wake=self.timers.wake,
             background=self.background,
+            transit=self.intake_health,
         )
-        # Issue 14: the RS's own intake delay lengthens the leases (item 3); a mass expiry
-        # makes it suspect itself and hold permanent offline (item 7). The checker's tick
-        # lateness is measured only when the timers run it (unit tests tick by hand).
-        self.intake_health = IntakeHealth(
-            self.clock,
-            settings,
-            served=lambda: self.heartbeats_total + self.heartbeats_refused_total,
-            alive=lambda: len(self.whitelist.alive),
-            measure_ticks=start_scheduler,
-        )
+        # A mass expiry makes the RS suspect itself and hold permanent offline (issue 14
+        # item 7).
         self.self_suspicion = SelfSuspicion(
             self.clock,
             settings,

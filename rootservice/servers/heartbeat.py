@@ -26,7 +26,7 @@ from rootservice.servers.identity import ClusterIdentity
 from rootservice.servers.lease_bounds import check_lease_request
 from rootservice.servers.loader import TakeOfficeGrace
 from rootservice.servers.persist_queue import PersistQueue
-from rootservice.servers.ports import Background, Wake
+from rootservice.servers.ports import Background, TransitSink, Wake
 from rootservice.servers.status import (
     DATA_DISK_ERROR_BIT,
     HeartbeatStatus,
@@ -89,8 +89,11 @@ class HeartbeatIntake:
         server_ops: ServerStopStart,
         wake: Wake,
         background: Background,
+        transit: TransitSink | None = None,
     ) -> None:
-        """Serve heartbeats from ``whitelist``; the term's epoch is sent in every response."""
+        """Serve heartbeats from ``whitelist``; the term's epoch is sent in every response.
+        ``transit`` gets every accepted heartbeat's send and receive times (the RS's intake
+        delay, issue 14 item 3)."""
         self.whitelist = whitelist
         self.zones = zones
         self.persist = persist
@@ -108,7 +111,9 @@ class HeartbeatIntake:
         self._servers = whitelist.records
         self._set_alive = whitelist.set_alive
         self._candidates = grace.candidates
+        self._grace = grace
         self._report = replicas.report
+        self._transit = transit.transit if transit is not None else None
         self._monotonic_us = clock.monotonic_us
 
     def receive_hb(self, req: obrpc_pb2.LeaseRequest) -> obrpc_pb2.LeaseResponse:
@@ -156,7 +161,9 @@ class HeartbeatIntake:
                 mono = self._monotonic_us()
                 if not s.is_alive():
                     why = _online_reason(s, mono)
-                    self._candidates.discard(key)
+                    if key in self._candidates:
+                        self._candidates.discard(key)
+                        self._grace.returned(mono)
                     # Only a server back from permanent offline changes the balancer's
                     # plans; waking it on every transition would run it thousands of
                     # times when a whole cluster comes online.
@@ -172,6 +179,8 @@ class HeartbeatIntake:
                 s.last_hb_time = now
                 s.last_hb_mono_us = mono
                 self._set_alive(s)
+                if self._transit is not None:
+                    self._transit(key, req.current_server_time, now)
             if req.start_service_time != s.start_service_time:
                 s.start_service_time = req.start_service_time
                 changed = True

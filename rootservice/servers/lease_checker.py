@@ -75,7 +75,7 @@ class LeaseChecker:
             return 0
         t0 = time.perf_counter_ns()
         mono = self.clock.monotonic_us()
-        if mono < self.grace.no_expire_until_mono:
+        if self.grace.holds(mono, self.settings.lease_time):
             return 0
         now = self.clock.now_us()
         # An overloaded RS must not mistake its own backlog for dead servers (issue 14 item 3).

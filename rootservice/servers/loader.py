@@ -39,6 +39,13 @@ def table_value(row: dict[str, Any], col: str) -> Any:
     return v.upper() if col == "status" and isinstance(v, str) else v
 
 
+#: While candidates keep coming back, the take-office grace lasts up to this many
+#: ``lease_time`` after the take office (issue 14 item 1: 10,000 agents reconnecting over TLS
+#: to a restarted RS on one Python core took 90 s; with a grace of one lease every one of them
+#: was shown INACTIVE).
+MAX_GRACE_LEASES = 10
+
+
 class TakeOfficeGrace:
     """The take-office grace (SPEC.md section 6).
 
@@ -48,6 +55,13 @@ class TakeOfficeGrace:
     neither ends nor stretches it; 0 before any take office). ``no_expire_until``: the same
     instant in wall time, for display only (``take_office_grace_until_us``). ``candidates``
     is guarded by the whitelist lock.
+
+    The grace is extended past ``no_expire_until_mono`` while candidates still wait and one
+    came back within the last half ``lease_time`` (the RS is still re-admitting its
+    servers), at most until :data:`MAX_GRACE_LEASES` leases after the take office
+    (:meth:`holds`). Kubernetes' node lifecycle controller likewise gives nodes a grace from
+    its own start (``nodeStartupGracePeriod``) rather than judging them by heartbeats it
+    could not have received.
     """
 
     def __init__(self) -> None:
@@ -55,14 +69,33 @@ class TakeOfficeGrace:
         self.candidates: set[str] = set()
         self.no_expire_until_mono = 0
         self.no_expire_until = 0
+        self.last_return_mono = 0
 
     def begin(self, until_mono: int, candidates: set[str], until_wall: int = 0) -> None:
         """A take-office load: no lease expires before monotonic ``until_mono`` (wall
         ``until_wall``, shown only); ``candidates`` wait for it."""
         self.no_expire_until_mono = until_mono
         self.no_expire_until = until_wall
+        self.last_return_mono = 0
         self.candidates.clear()
         self.candidates |= candidates
+
+    def returned(self, mono: int) -> None:
+        """A candidate heartbeated at monotonic ``mono`` (microseconds); the heartbeat path
+        calls it under the whitelist lock."""
+        self.last_return_mono = mono
+
+    def holds(self, mono: int, lease: int) -> bool:
+        """True while no lease may expire at monotonic ``mono``: before
+        ``no_expire_until_mono``, then while candidates still wait and one came back within
+        ``lease / 2`` microseconds, but never past ``no_expire_until_mono + (MAX_GRACE_LEASES
+        - 1) * lease``."""
+        if mono < self.no_expire_until_mono:
+            return True
+        if not self.candidates:
+            return False
+        cap = self.no_expire_until_mono + (MAX_GRACE_LEASES - 1) * lease
+        return mono - self.last_return_mono < lease // 2 and mono < cap
 
     def keep_only(self, keys: Iterable[str]) -> None:
         """A reload: candidates that left the whitelist are forgotten."""

@@ -47,6 +47,17 @@ class LeaseAllowance(Protocol):
         ...
 
 
+class TransitSink(Protocol):
+    """Where the heartbeat path reports each accepted heartbeat's send and receive times
+    (issue 14 item 3), met by :class:`rootservice.servers.intake_health.IntakeHealth`. Called
+    under the whitelist lock for every heartbeat: cheap, no I/O."""
+
+    def transit(self, server: str, sent_us: int, received_us: int, /) -> None:
+        """``server`` sent a heartbeat at ``sent_us`` (its clock), handled at
+        ``received_us`` (the RS's clock); microseconds since the epoch."""
+        ...
+
+
 class MassExpiry(Protocol):
     """Self-suspicion (issue 14 item 7), met by
     :class:`rootservice.servers.self_suspicion.SelfSuspicion`."""

@@ -485,10 +485,24 @@ def overload(rig: Rig) -> dict[str, Any]:
     def detect() -> dict[str, Any]:
         ex = hb.expiry(client, rig.gens, n, args, k=min(100, max(1, n // 10)))
         stopped.update(ex["indexes"])
+        # Also from __all_server: an overloaded RS's GetMetrics (on the heartbeats' gRPC
+        # server) times out, as at 10,000 agents; the table is what dashboards read.
+        ports = [hb.PORT_BASE + i for i in ex["indexes"]]
+        first = rig.watch.first_inactive  # type: ignore[union-attr]
+        wait_until(
+            lambda: all(p in first for p in ports),
+            max(0.0, ex["lease_end"] - time.time()) + 30,
+            WATCH_S,
+        )
+        seen = [first.get(p) for p in ports]
+        t_db = max(x for x in seen if x) if seen and all(seen) else None
         return {
             "stopped": ex["batch"],
             "detected": ex["detected"],
             "lease_end_to_detected_all_ms": ex["all_detected_after_expiry_ms"],
+            "lease_end_to_db_all_inactive_ms": ms(t_db, ex["lease_end"]),
+            "db_inactive_seen": sum(1 for x in seen if x),
+            "getmetrics_failed_polls": ex.get("failed_polls", 0),
         }
 
     # (a) the CPU hog
@@ -649,14 +663,18 @@ def table_rows(results: dict[str, Any], lease_s: float) -> list[list[str]]:
             row(sc, "heartbeat p99 ms", x["p99_ms"])
             fe = len(x["false_expiries"])
             row(sc, "false expiries", fe, "0", fe == 0)
-            v = x["lease_end_to_detected_all_ms"]
-            row(
-                sc,
-                f"{x['stopped']} stopped: lease end -> detected ms",
-                v,
-                "<= 1,000",
-                v is not None and v <= 1000,
-            )
+            for fig, k in (
+                ("lease end -> RS detected (GetMetrics) ms", "lease_end_to_detected_all_ms"),
+                ("lease end -> __all_server all INACTIVE ms", "lease_end_to_db_all_inactive_ms"),
+            ):
+                v = x.get(k)
+                row(
+                    sc,
+                    f"{x['stopped']} stopped: {fig}",
+                    v,
+                    "<= 1,000",
+                    v is not None and v <= 1000,
+                )
     r = results.get("failover")
     if r and "error" not in r:
         sc = f"failover N={r['agents']:,}"

@@ -1,6 +1,6 @@
 """The lease allowance for the RS's own intake delay (issue 14 item 3,
 rootservice/servers/intake_health.py): each signal on both sides of its boundary, the window,
-the cap at lease_time and the log lines. A FakeClock; the counters are plain variables."""
+the cap at lease_time and the log lines. A FakeClock."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from obcommon.clock import FakeClock
 from rootservice.config import RsSettings
 from rootservice.servers.intake_health import (
     LOG_EVERY_US,
-    SATURATED_LAG_US,
+    TRANSIT_WINDOW_US,
     IntakeHealth,
 )
 
@@ -21,18 +21,10 @@ LEASE = 10 * S
 TICK = 100_000
 
 
-class Counters:
-    def __init__(self) -> None:
-        self.served = 0
-        self.alive = 0
-
-
-def make(measure_ticks: bool = True) -> tuple[IntakeHealth, FakeClock, Counters]:
+def make(measure_ticks: bool = True) -> tuple[IntakeHealth, FakeClock, None]:
     clock = FakeClock()
-    c = Counters()
     settings = RsSettings(lease_time="10s", heartbeat_interval="2s")
-    h = IntakeHealth(clock, settings, lambda: c.served, lambda: c.alive, measure_ticks)
-    return h, clock, c
+    return IntakeHealth(clock, settings, measure_ticks), clock, None
 
 
 def test_on_time_ticks_grant_nothing_a_late_tick_grants_its_lateness() -> None:
@@ -79,37 +71,70 @@ def test_loop_lag_counts_as_it_is() -> None:
     assert h.checker_tick() == 30_000 and h.source == "loop"
 
 
-@pytest.mark.parametrize(
-    ("lag", "expected"),
-    [
-        (SATURATED_LAG_US - 1, SATURATED_LAG_US - 1),  # not saturated: the rate is ignored
-        # 1,000 agents answered 200 times a second: each heard every 5 s instead of 2 s.
-        (SATURATED_LAG_US, 3 * S),
-    ],
-)
-def test_rate_deficit_counts_only_while_the_loop_is_saturated(lag: int, expected: int) -> None:
-    h, clock, c = make(measure_ticks=False)
-    c.alive = 1000
+def _window(h: IntakeHealth, clock: FakeClock, waits: list[int], sent_at: int) -> None:
+    """One transit window: server i's heartbeat waited ``waits[i]`` us (its baseline is 0)."""
+    for i, w in enumerate(waits):
+        h.transit(f"s{i}", sent_at, sent_at + w)
+    clock.advance(TRANSIT_WINDOW_US)
     h.checker_tick()
-    for _ in range(10):
-        clock.advance(TICK)
-        h.loop_lag(lag)
-        c.served += 20
-        h.checker_tick()
-    assert h.allowance_us() == expected
 
 
-def test_a_rate_that_keeps_up_grants_nothing() -> None:
-    h, clock, c = make(measure_ticks=False)
-    c.alive = 1000
+def test_transit_is_the_wait_above_each_servers_own_baseline() -> None:
+    """Skew cancels out: server s0's clock is 3 s ahead, s1's 2 s behind; each one's first
+    heartbeat sets its baseline. Then every heartbeat waits 1.5 s more: the 90 % quantile."""
+    h, clock, _ = make(measure_ticks=False)
+    now = clock.now_us()
+    h.transit("s0", now + 3 * S, now)  # received - sent = -3 s: its baseline
+    h.transit("s1", now - 2 * S, now)  # +2 s
     h.checker_tick()
+    clock.advance(TRANSIT_WINDOW_US)
+    now = clock.now_us()
     for _ in range(10):
-        clock.advance(TICK)
-        h.loop_lag(SATURATED_LAG_US)  # saturated, yet every agent is heard every 2 s
-        c.served += 50  # 500/s = 1,000 agents every 2 s
-        h.checker_tick()
-    assert h.latest["rate"] == 0
-    assert h.allowance_us() == SATURATED_LAG_US  # only the loop's own lag
+        h.transit("s0", now + 3 * S - 1_500_000, now)
+        h.transit("s1", now - 2 * S - 1_500_000, now)
+    h.checker_tick()
+    assert h.latest["transit"] == 1_500_000 and h.allowance_us() == 1_500_000
+    assert h.source == "transit"
+
+
+@pytest.mark.parametrize(("slow", "expected"), [(10, 0), (11, 2 * S)])
+def test_the_quantile_ignores_the_slowest_tenth(slow: int, expected: int) -> None:
+    """100 heartbeats: up to 10 that waited 2 s are one agent's slow network (10 %), 11 are
+    the RS's backlog."""
+    h, clock, _ = make(measure_ticks=False)
+    h.checker_tick()
+    t = clock.now_us()
+    for i in range(100):
+        h.transit(f"s{i}", t, t)  # baselines
+    _window(h, clock, [2 * S] * slow + [0] * (100 - slow), t)
+    assert h.latest["transit"] == expected
+
+
+def test_silent_servers_weigh_nothing() -> None:
+    """A mass expiry: 30 of 100 agents stop; the others are answered at once. No allowance
+    (the rate deficit counted the silent ones as backlog)."""
+    h, clock, _ = make(measure_ticks=False)
+    h.checker_tick()
+    t = clock.now_us()
+    for i in range(100):
+        h.transit(f"s{i}", t, t)
+    _window(h, clock, [0] * 70, t)
+    _window(h, clock, [0] * 70, t)
+    assert h.allowance_us() == 0
+
+
+def test_an_agents_clock_step_starts_a_new_baseline() -> None:
+    """received - sent more than lease_time above the baseline: the agent's clock stepped
+    back, not a wait: no sample, the new difference is the baseline."""
+    h, clock, _ = make(measure_ticks=False)
+    h.checker_tick()
+    t = clock.now_us()
+    h.transit("s0", t, t)
+    h.transit("s0", t - 3600 * S, t)  # stepped back an hour
+    h.transit("s0", t - 3600 * S - S, t)  # then a real 1 s wait
+    clock.advance(TRANSIT_WINDOW_US)
+    h.checker_tick()
+    assert h.latest["transit"] == S
 
 
 def test_crossing_the_log_threshold_logs_once_each_way(caplog: pytest.LogCaptureFixture) -> None:
