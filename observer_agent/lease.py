@@ -49,10 +49,11 @@ MAX_REFUSAL_BACKOFF_US = 60_000_000
 REPEAT_LOG_US = 60_000_000
 
 #: How many ``rpc_timeout`` periods the agent waits for a late answer on an open lease stream
-#: before it gives the stream up (issue 14 item 3). An overloaded RS answers late but in
-#: order; a new connection would cost it a TLS handshake and put the agent at the back of its
-#: backlog. With the defaults (2 s) that is 8 s of silence, inside the RS's 10 s lease_time, so
-#: an RS that really hangs is still left in time for a standby.
+#: before it gives the stream up (issue 14 item 3), and only while its lease has more than an
+#: ``rpc_timeout`` left. An overloaded RS answers late but in order; a new connection would
+#: cost it a TLS handshake and put the agent at the back of its backlog. With the defaults
+#: (2 s) that is 8 s of silence, inside the RS's 10 s lease_time, so an RS that really hangs
+#: is still left in time for a standby.
 MAX_LATE_ANSWER_TIMEOUTS = 4
 
 # Refusals that do not back off: a standby or an RS waiting for BOOTSTRAP answers NOT_MASTER,
@@ -498,7 +499,13 @@ class LeaseClient:
                 else:
                     resp = await conn.await_answer(timeout_s)
             except LateAnswer as e:
-                if loop.time() - conn.sent_at < MAX_LATE_ANSWER_TIMEOUTS * timeout_s:
+                # Waited on only while the lease the RS granted still has an rpc_timeout to
+                # run: with a short lease_time the agent moves on as before (a standby may be
+                # taking over), with the default 10 s it waits up to 8 s.
+                if (
+                    loop.time() - conn.sent_at < MAX_LATE_ANSWER_TIMEOUTS * timeout_s
+                    and self.clock.now_us() < self.lease_expire_time - self.settings.rpc_timeout
+                ):
                     # Keep the connection and the request: the answer is late, not lost.
                     self.refusals["late_answer"] = self.refusals.get("late_answer", 0) + 1
                     self.repeat_log.warning(
