@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable
+from typing import TypeVar
 
 import grpc
 
 from obcommon.backoff import BackoffPolicy, grpc_channel_options
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from obcommon.security.tls import TransportSecurity
+
+T = TypeVar("T")
 
 #: Bound on closing a gRPC channel, so a wedged connection cannot block the loop.
 CLOSE_TIMEOUT_S = 1.0
@@ -73,14 +77,7 @@ class LeaseStream:
         if self.outstanding is not None:
             raise RuntimeError(f"request {self.outstanding} is still outstanding")
         loop = asyncio.get_running_loop()
-        try:
-            await asyncio.wait_for(self._call.write(req), timeout_s)
-        except asyncio.InvalidStateError:
-            self.broken = True
-            raise StreamClosed(f"the lease stream ended: {await self._final_status()}") from None
-        except BaseException:
-            self.broken = True
-            raise
+        await self._guarded(asyncio.wait_for(self._call.write(req), timeout_s))
         self.outstanding = req.seq
         self.sent_at = loop.time()
         return await self.await_answer(timeout_s)
@@ -96,31 +93,38 @@ class LeaseStream:
         seq = self.outstanding
         if seq is None:
             raise RuntimeError("no request is outstanding")
+        return await self._guarded(self._answer(seq, timeout_s))
+
+    async def _answer(self, seq: int, timeout_s: float) -> obrpc_pb2.LeaseResponse:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
+        while True:
+            if self._read is None:
+                self._read = asyncio.ensure_future(self._call.read())
+            remaining = deadline - loop.time()
+            done: set[asyncio.Future[object]] = set()
+            if remaining > 0:
+                done, _ = await asyncio.wait({self._read}, timeout=remaining)
+            if not done:
+                raise LateAnswer(
+                    f"no answer to lease request {seq} for {loop.time() - self.sent_at:.1f}s"
+                )
+            read, self._read = self._read, None
+            resp = read.result()
+            if resp is grpc.aio.EOF:
+                raise StreamClosed("the RS closed the lease stream")
+            assert isinstance(resp, obrpc_pb2.LeaseResponse)
+            if resp.seq == seq:
+                self.outstanding = None
+                return resp
+            if resp.seq > seq:
+                raise ValueError(f"response seq {resp.seq} is ahead of request seq {seq}")
+            # A late answer to a request we gave up on: skip it.
+
+    async def _guarded(self, step: Awaitable[T]) -> T:
+        """Await ``step``; any failure but :class:`LateAnswer` leaves the stream broken."""
         try:
-            while True:
-                if self._read is None:
-                    self._read = asyncio.ensure_future(self._call.read())
-                remaining = deadline - loop.time()
-                done: set[asyncio.Future[object]] = set()
-                if remaining > 0:
-                    done, _ = await asyncio.wait({self._read}, timeout=remaining)
-                if not done:
-                    raise LateAnswer(
-                        f"no answer to lease request {seq} for {loop.time() - self.sent_at:.1f}s"
-                    )
-                read, self._read = self._read, None
-                resp = read.result()
-                if resp is grpc.aio.EOF:
-                    raise StreamClosed("the RS closed the lease stream")
-                assert isinstance(resp, obrpc_pb2.LeaseResponse)
-                if resp.seq == seq:
-                    self.outstanding = None
-                    return resp
-                if resp.seq > seq:
-                    raise ValueError(f"response seq {resp.seq} is ahead of request seq {seq}")
-                # A late answer to a request we gave up on: skip it.
+            return await step
         except LateAnswer:
             raise
         except asyncio.InvalidStateError:
