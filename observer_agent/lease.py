@@ -152,7 +152,8 @@ class LeaseClient:
         takes the copy bandwidth limit of each accepted response (None: not kept);
         ``reconnect`` is the backoff between attempts to reach an RS that does not answer
         (default: full jitter from ``settings.reconnect_backoff_base`` to
-        ``reconnect_backoff_cap``, 100 ms and 2 s; issue 14 item 1), drawn from ``rng``."""
+        ``reconnect_backoff_cap``, 100 ms and 2 s, the cap at most ``heartbeat_interval``;
+        issue 14 item 1), drawn from ``rng``."""
         self._copy_rate = copy_rate
         self.metrics = metrics or AgentMetrics()
         self.security = security or TransportSecurity.for_dir(settings.certs_dir, Role.NODE)
@@ -166,12 +167,13 @@ class LeaseClient:
         self.rs = rs
         self._rng = rng
         # Attempts that got no answer (a lost stream, an RS away): jittered exponential
-        # backoff, reset by an accepted lease (issue 14 item 1).
-        self.reconnect = Backoff(
-            reconnect
-            or BackoffPolicy(settings.reconnect_backoff_base, settings.reconnect_backoff_cap),
-            rng,
-        )
+        # backoff, reset by an accepted lease (issue 14 item 1). Never longer than a
+        # heartbeat interval: a new leader's take-office grace is one lease_time (5 intervals
+        # by default), and with a 0.5 s interval and a 2 s lease a 2 s wait left an agent out
+        # of a failover's grace (test_ha, kill -9 of the leader).
+        base = settings.reconnect_backoff_base
+        cap = max(base, min(settings.reconnect_backoff_cap, settings.heartbeat_interval))
+        self.reconnect = Backoff(reconnect or BackoffPolicy(base, cap), rng)
         self.log = log
 
         self.identity = identity
