@@ -58,6 +58,8 @@ class SelfSuspicion:
         self.add_event = add_event
         # key -> monotonic_us of its lease expiry, in the current window (or episode).
         self._expired: dict[str, int] = {}
+        # Monotonic end of the hold that follows an episode (0: none).
+        self._hold_until = 0
         self.suspected = False
         self.since_us = 0
         #: (down, base) of the last judgement: expired servers of the window / episode still
@@ -71,6 +73,7 @@ class SelfSuspicion:
         whose lease expired in this tick, ``alive`` the servers alive after it. Returns
         :attr:`suspected`. Caller holds the whitelist lock (``is_alive`` reads it)."""
         mono = self.clock.monotonic_us()
+        held = self._hold_until > mono
         for key in expired:
             self._expired[key] = mono
         if not self.suspected:
@@ -81,7 +84,7 @@ class SelfSuspicion:
                 del self._expired[key]
         if not self._expired:
             self.down = self.base = 0
-            return self.suspected
+            return self.suspected or held
         for key in [k for k in self._expired if self.is_alive(k)]:
             del self._expired[key]
         self.down = len(self._expired)
@@ -91,7 +94,12 @@ class SelfSuspicion:
             self._start(now)
         elif not mass and self.suspected:
             self._end(now)
-        return self.suspected
+            # The stragglers of a healed partition get one more lease to heartbeat before
+            # their held deadlines fire (CI: one server still reconnecting when the episode
+            # ended went permanently offline at once).
+            self._hold_until = mono + self.settings.lease_time
+            held = True
+        return self.suspected or held
 
     def is_mass(self, down: int, base: int) -> bool:
         """``down`` of ``base`` servers lost is a mass expiry: ``down >= min_count`` and
@@ -144,6 +152,7 @@ class SelfSuspicion:
     def reset(self) -> None:
         """Forget everything (step down: a new term judges afresh)."""
         self._expired.clear()
+        self._hold_until = 0
         self.suspected = False
         self.down = self.base = 0
 

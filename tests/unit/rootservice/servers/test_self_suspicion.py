@@ -73,7 +73,8 @@ def test_the_episode_outlives_the_window_holds_and_ends_when_they_come_back() ->
     w.clock.advance(10 * LEASE)  # still silent long after the window: still suspected
     assert w.back() is True
     assert w.back("s0") is True  # 5 of 8 still down
-    assert w.back("s1") is False  # 4 of 8: not more than 50%, the episode ends
+    # 4 of 8: not more than 50%, the episode ends; the hold lasts one more lease.
+    assert w.back("s1") is True and not w.s.suspected
     assert [e.event for e in w.events] == ["self_suspect", "self_suspect_end"]
     assert dict(w.events[1].values) == {"still_expired": 4, "servers": 8}
     assert w.s.episodes == 1
@@ -82,8 +83,10 @@ def test_the_episode_outlives_the_window_holds_and_ends_when_they_come_back() ->
 def test_the_episode_ends_below_the_minimum_count_and_a_new_one_can_start() -> None:
     w = World(4)
     assert w.lose("s0", "s1", "s2") is True
-    assert w.back("s0") is False  # 2 still down: under the minimum count
-    w.clock.advance(LEASE + 1)
+    assert w.back("s0") is True and not w.s.suspected  # 2 down: under the minimum count
+    w.clock.advance(LEASE - 1)
+    assert w.back() is True  # the stragglers' lease after the episode
+    w.clock.advance(2)
     w.back()  # the window forgets the old expiries
     assert w.lose("s3") is False
     assert w.back("s1", "s2") is False
@@ -109,12 +112,18 @@ def test_mass_expiry_holds_permanent_offline_until_the_agents_return(tmp_path: P
         rs.heartbeats.receive_hb(hb(*kept))
         assert rs.lease_checker.run_once() == 0
         assert all(hb_status(rs, s) is HeartbeatStatus.LEASE_EXPIRED for s, _ in lost)
-        # Two agents come back: one of four still down, the episode ends and the held
-        # deadline of the last one applies at once.
+        # Two agents come back: one of four still down, the episode ends; the last one gets
+        # one more lease_time to come back, then its held deadline applies.
         for server, zone in lost[:2]:
             rs.heartbeats.receive_hb(hb(server, zone))
-        assert rs.lease_checker.run_once() == 1
+        assert rs.lease_checker.run_once() == 0
         assert not rs.self_suspicion.suspected
+        rs.clock.advance(LEASE - 1)
+        for server, zone in [*lost[:2], kept]:
+            rs.heartbeats.receive_hb(hb(server, zone))
+        assert rs.lease_checker.run_once() == 0
+        rs.clock.advance(1)
+        assert rs.lease_checker.run_once() == 1
         assert hb_status(rs, lost[2][0]) is HeartbeatStatus.PERMANENT_OFFLINE
         flush(rs)
         assert [e["event"] for e in events(rs) if e["module"] == "root_service"][-2:] == [

@@ -112,6 +112,7 @@ class ServerStatusMachine(RuleBasedStateMachine):
         # Self-suspicion: server -> when its lease expired, in the window or the episode.
         self.expired_at: dict[str, int] = {}
         self.suspected = False
+        self.hold_until = 0
 
     def teardown(self) -> None:
         if hasattr(self, "rs"):
@@ -168,9 +169,13 @@ class ServerStatusMachine(RuleBasedStateMachine):
         }
         down = len(self.expired_at)
         alive = sum(m.hb is HeartbeatStatus.ALIVE for m in self.model.values())
+        was = self.suspected
         self.suspected = down >= 3 and down * 100 > 50 * (alive + down)
         assert self.rs.self_suspicion.suspected == self.suspected
-        if self.suspected:
+        if was and not self.suspected:
+            # One more lease for the stragglers before the held deadlines fire.
+            self.hold_until = now + LEASE
+        if self.suspected or now < self.hold_until:
             return
         for m in self.model.values():
             if m.hb is HeartbeatStatus.LEASE_EXPIRED and now - m.last_hb >= OFFLINE:
