@@ -54,6 +54,10 @@ log = logging.getLogger(__name__)
 PROBE_PERIOD_US = 100_000
 #: The ``transit`` signal is one quantile per this long (microseconds).
 TRANSIT_WINDOW_US = 1_000_000
+#: At most this many transit samples wait for the checker: during a take-office grace (up to
+#: 10 leases) the checker does not tick and would otherwise let the list grow with every
+#: heartbeat.
+MAX_TRANSIT_SAMPLES = 100_000
 #: The quantile of a window's transit delays taken as the RS's intake delay: most heartbeats
 #: waited at most that long (one agent's slow network does not lengthen every lease).
 TRANSIT_QUANTILE = 0.9
@@ -127,7 +131,8 @@ class IntakeHealth:
         if base is None or d < base or d - base > self.settings.lease_time:
             self._transit_base[server] = d
             return
-        self._transits.append(d - base)
+        if len(self._transits) < MAX_TRANSIT_SAMPLES:
+            self._transits.append(d - base)
 
     def checker_tick(self) -> int:
         """Called by the lease checker at the start of each tick: records the tick's lateness
