@@ -76,6 +76,7 @@ from rootservice.servers.whitelist import Whitelist
 from rootservice.servers.zones import ZoneManager
 from rootservice.tasks import FnTask
 from rootservice.tenants.layer import build_tenant_layer
+from rootservice.tenants.learner_sync import LEARNER_SYNC_INTERVAL_US
 from rootservice.timers import Schedule, Timers, WallClockWatchdog
 
 log = logging.getLogger(__name__)
@@ -381,6 +382,7 @@ class RootService:
                 tl.reports.clear,
                 tl.layout.clear,
                 tl.meta_sync.forget_meta,
+                tl.applier.announced.clear,
                 self.migration.clear,
                 self.self_suspicion.reset,
             ],
@@ -534,6 +536,7 @@ class RootService:
             (self.empty_server_checker, s.empty_server_check_interval),
             (tl.reconciler, s.ls_check_interval),
             (tl.rebuilder, s.ls_check_interval),
+            (tl.learner_sync, LEARNER_SYNC_INTERVAL_US),
             (tl.meta_sync, s.ls_check_interval),
             (self.migration, s.balancer_interval),
             (self.copy_watch, COPY_WATCH_INTERVAL_US),

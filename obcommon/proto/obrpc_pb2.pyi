@@ -301,6 +301,7 @@ class ReplicaInfo(_message.Message):
     COPY_FROM_FIELD_NUMBER: _builtins.int
     BYTES_COPIED_FIELD_NUMBER: _builtins.int
     BUILD_ERROR_FIELD_NUMBER: _builtins.int
+    CATCH_UP_ERROR_FIELD_NUMBER: _builtins.int
     tenant_id: _builtins.int
     ls_id: _builtins.int
     unit_id: _builtins.int
@@ -331,6 +332,10 @@ class ReplicaInfo(_message.Message):
     bytes_copied: _builtins.int
     build_error: _builtins.str
     """"" when none; the RS then retries from another member"""
+    catch_up_error: _builtins.str
+    """While a copy catches its log up: the last refusal of the peer it asked ("" when the last
+    fetch was served). The RS then announces the copy again to the current leader (issue 23).
+    """
     @_builtins.property
     def member_list(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """"ip:port" of the Paxos members, sorted"""
@@ -356,10 +361,11 @@ class ReplicaInfo(_message.Message):
         copy_from: _builtins.str = ...,
         bytes_copied: _builtins.int = ...,
         build_error: _builtins.str = ...,
+        catch_up_error: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_error", b"build_error", "bytes_copied", b"bytes_copied", "copy_from", b"copy_from", "data_checksum", b"data_checksum", "data_size", b"data_size", "in_service", b"in_service", "leader", b"leader", "log_end_index", b"log_end_index", "log_end_ts", b"log_end_ts", "ls_id", b"ls_id", "member_list", b"member_list", "paxos_replica_number", b"paxos_replica_number", "replica_type", b"replica_type", "required_size", b"required_size", "role", b"role", "tenant_id", b"tenant_id", "term", b"term", "unit_id", b"unit_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_error", b"build_error", "bytes_copied", b"bytes_copied", "catch_up_error", b"catch_up_error", "copy_from", b"copy_from", "data_checksum", b"data_checksum", "data_size", b"data_size", "in_service", b"in_service", "leader", b"leader", "log_end_index", b"log_end_index", "log_end_ts", b"log_end_ts", "ls_id", b"ls_id", "member_list", b"member_list", "paxos_replica_number", b"paxos_replica_number", "replica_type", b"replica_type", "required_size", b"required_size", "role", b"role", "tenant_id", b"tenant_id", "term", b"term", "unit_id", b"unit_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -406,15 +406,7 @@ class ReplicaCopier:
         while rep.log.end_index < b.target:
             if not self._hosted.hosts(rep) or rep.build is not b:
                 return
-            leader = rep.meta.leader
-            if rep.leader_hint:
-                # A newer leader a peer named: a catch-up (term 0) is served by whoever leads.
-                peer, term = rep.leader_hint, 0
-            elif leader and leader != self._me.server:
-                peer, term = leader, rep.meta.term
-            else:
-                # A catch-up claims no term (see serving.fetch_log): served if the source leads.
-                peer, term = b.source, 0
+            peer, term = log_peer(rep, b, self._me.server)
             before = rep.log.end_index
             if self._faults.replication().stop:
                 outcome = f"fetching stopped by {FAULT_REPLICATION_STOP_FILE}"
@@ -433,9 +425,20 @@ class ReplicaCopier:
                     outcome = f"{type(e).__name__}: {e}"
             if outcome in ("ok", "stale"):
                 self._note_build_problem(rep, b, "", "")
+                if outcome == "ok":
+                    b.refused.discard(peer)
+                    b.served_by = peer
+                    b.catch_up_error = ""
                 if rep.log.end_index > before:
                     continue  # more may be waiting: no pause
             else:
+                if not self._faults.replication().stop:
+                    # A refusal or an unreachable peer (not the test switch): ask another
+                    # member next, and tell the RS, which announces the copy again.
+                    b.refused.add(peer)
+                    if b.served_by == peer:
+                        b.served_by = ""
+                    b.catch_up_error = f"{peer} {outcome}"[:CATCH_UP_ERROR_CHARS]
                 self._note_build_problem(
                     rep,
                     b,
@@ -474,3 +477,40 @@ class ReplicaCopier:
         elif b.problem:
             self.log.info("replica %s (building): fetching the log again", describe_ls(rep.key))
         b.problem = kind
+
+
+#: At most this many characters of a catch-up refusal are reported (the RS's bound on
+#: ``ReplicaInfo.catch_up_error`` is larger).
+CATCH_UP_ERROR_CHARS = 200
+
+
+def log_peer(rep: Replica, b: Build, me: str) -> tuple[str, int]:
+    """Whom a copy in its log phase asks for the log next, as ``(peer 'ip:port', term)``.
+
+    In order: the newer leader a peer named (``rep.leader_hint``, term 0); the peer that
+    served the last fetch; the leader the spec names (at its term); then, term 0, the
+    members, the source, in address order; each skipped once it refused. A catch-up
+    claims no term (``serving.fetch_log``): whoever leads serves it, so after a refusal by
+    a former leader (it lost the copy from its learners, or no longer leads) the copy finds
+    the current leader by asking the others (issue 23; OceanBase's learners likewise fetch
+    from any member that serves them). When every candidate refused, the refusals are
+    forgotten and the round starts again from the spec's leader, as they are when a new
+    spec changes the replica (its ``generation``: the RS may just have announced it)."""
+    if b.refused_generation != rep.generation:
+        b.refused.clear()
+        b.served_by = ""
+        b.refused_generation = rep.generation
+    if rep.leader_hint and rep.leader_hint not in b.refused:
+        return rep.leader_hint, 0
+    leader = rep.meta.leader
+    if b.served_by and b.served_by != me and b.served_by not in b.refused:
+        return b.served_by, rep.meta.term if b.served_by == leader else 0
+    if leader and leader != me and leader not in b.refused:
+        return leader, rep.meta.term
+    others = sorted({*rep.meta.member_list, b.source} - {me, leader, ""} - b.refused)
+    if others:
+        return others[0], 0
+    b.refused.clear()
+    if leader and leader != me:
+        return leader, rep.meta.term
+    return b.source, 0

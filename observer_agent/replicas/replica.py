@@ -13,7 +13,7 @@ Build states of a replica built by copy (see :mod:`observer_agent.replicas.copy`
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from obcommon.proto import obrpc_pb2
@@ -46,6 +46,16 @@ class Build:
     error: str = ""
     #: Last problem of the log catch-up, logged once per kind.
     problem: str = ""
+    #: The last refusal of the log catch-up (``"<peer> <reason>"``, "" once a fetch is
+    #: served), reported as ``catch_up_error`` so the RS announces the copy again (issue 23).
+    catch_up_error: str = ""
+    #: Peers that refused the log catch-up since the last served fetch: the next fetch asks
+    #: another member, so a copy refused by a former leader finds the current one.
+    refused: set[str] = field(default_factory=set)
+    #: The peer that served the last fetch of the log catch-up ("" = none yet).
+    served_by: str = ""
+    #: ``Replica.generation`` when ``refused`` was last reset.
+    refused_generation: int = -1
     task: asyncio.Task[None] | None = None
 
     @property
@@ -149,4 +159,5 @@ class Replica:
             copy_from=b.source if b is not None else "",
             bytes_copied=b.bytes_copied if b is not None else 0,
             build_error=b.error if b is not None else "",
+            catch_up_error=b.catch_up_error if b is not None else "",
         )

@@ -295,10 +295,10 @@ class CopyTasks:
         asked for is dropped again (logged, not raised)."""
         key, dest = task.key, task.dest
         try:
-            spec = self.ls.copy_spec(plan, view, dest, src)
-            # The source and the leader serve a copy only to a learner (issue 10).
-            self.ls.announce_copy(plan, view, dest, src)
-            self.ls.apply(dest, [spec])
+            # The source and the leader serve a copy only to a learner (issue 10); the spec
+            # names the leader as of the announcement (one may have moved since the plan).
+            view = self.ls.announce_copy(plan, view, dest, src)
+            self.ls.apply(dest, [self.ls.copy_spec(plan, view, dest, src)])
         except ObError as e:
             log.warning("handing the copy of LS %s to %s failed: %s", key, dest, e)
             if new:

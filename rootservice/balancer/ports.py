@@ -163,9 +163,10 @@ class ReplicaWork(LsLayout, ReplicaReports, Protocol):
         """The spec that makes ``dest`` build its replica by copying from ``src``."""
         ...
 
-    def announce_copy(self, plan: LsPlan, view: LsView, dest: str, src: str) -> None:
-        """Make ``dest`` a learner on ``src`` and the leader before it copies; raises
-        ``ObError``."""
+    def announce_copy(self, plan: LsPlan, view: LsView, dest: str, src: str) -> LsView:
+        """Make ``dest`` a learner on ``src`` and the current leader before it copies;
+        returns the LS's view as of then (the copy's spec names its leader and term);
+        raises ``ObError``."""
         ...
 
     def apply(

@@ -196,6 +196,8 @@ def _replica_ok(r: obrpc_pb2.ReplicaInfo, hi_time: int) -> bool:
         and _short_ascii(r.replica_type, MAX_REPLICA_TYPE_CHARS)
         and len(build_error) <= MAX_BUILD_ERROR_CHARS
         and build_error.isprintable()
+        and len(r.catch_up_error) <= MAX_BUILD_ERROR_CHARS
+        and r.catch_up_error.isprintable()
         and 0 <= r.paxos_replica_number <= MAX_MEMBERS
         and 0 <= r.term <= MAX_TERM
         and 0 <= r.log_end_index <= MAX_ID
@@ -210,7 +212,8 @@ def _replica_ok(r: obrpc_pb2.ReplicaInfo, hi_time: int) -> bool:
 def _check_replica(at: str, r: obrpc_pb2.ReplicaInfo, now_us: int) -> None:
     """One reported replica: ids 1..2^53 (unit 0..2^53), a known role, at most 16 members
     and valid addresses, ``term`` and log index 0..2^53, ``log_end_ts`` 0 or a sane time,
-    sizes 0..1 PiB, a crc32 checksum, a bounded ``replica_type`` and ``build_error``."""
+    sizes 0..1 PiB, a crc32 checksum, a bounded ``replica_type``, ``build_error`` and
+    ``catch_up_error``."""
     _check_int(f"{at}.tenant_id", r.tenant_id, 1, MAX_ID)
     _check_int(f"{at}.ls_id", r.ls_id, 1, MAX_ID)
     _check_int(f"{at}.unit_id", r.unit_id, 0, MAX_ID)
@@ -227,9 +230,10 @@ def _check_replica(at: str, r: obrpc_pb2.ReplicaInfo, now_us: int) -> None:
     _check_text(
         f"{at}.replica_type", r.replica_type, MAX_REPLICA_TYPE_CHARS, empty=True, ascii_only=True
     )
-    _check_text(
-        f"{at}.build_error", r.build_error, MAX_BUILD_ERROR_CHARS, empty=True, ascii_only=False
-    )
+    for name in ("build_error", "catch_up_error"):
+        _check_text(
+            f"{at}.{name}", getattr(r, name), MAX_BUILD_ERROR_CHARS, empty=True, ascii_only=False
+        )
     _check_int(f"{at}.paxos_replica_number", r.paxos_replica_number, 0, MAX_MEMBERS)
     _check_int(f"{at}.term", r.term, 0, MAX_TERM)
     _check_int(f"{at}.log_end_index", r.log_end_index, 0, MAX_ID)

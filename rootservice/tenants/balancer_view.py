@@ -84,9 +84,9 @@ class BalancerView:
         """See :meth:`ReplicaApplier.copy_spec`."""
         return self.applier.copy_spec(plan, view, dest, src)
 
-    def announce_copy(self, plan: LsPlan, view: LsView, dest: str, src: str) -> None:
+    def announce_copy(self, plan: LsPlan, view: LsView, dest: str, src: str) -> LsView:
         """See :meth:`ReplicaApplier.announce_copy`. Raises ``ObError``."""
-        self.applier.announce_copy(plan, view, dest, src)
+        return self.applier.announce_copy(plan, view, dest, src)
 
     def switch_leader(self, key: LsKey, new_leader: str, reason: str) -> None:
         """See :meth:`LeaderCoordinator.switch_leader`. Raises ``ObError``."""

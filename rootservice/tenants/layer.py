@@ -15,6 +15,7 @@ from rootservice.tenants.balancer_view import BalancerView
 from rootservice.tenants.ddl import TenantManager
 from rootservice.tenants.host_health import HostHealth
 from rootservice.tenants.leaders import LeaderCoordinator
+from rootservice.tenants.learner_sync import LearnerSync
 from rootservice.tenants.log_streams import TenantReplicas
 from rootservice.tenants.meta_sync import LsMetaSync
 from rootservice.tenants.once_log import OnceLog
@@ -49,6 +50,7 @@ class TenantLayer:
     leaders: LeaderCoordinator
     reconciler: LsReconciler
     rebuilder: ReplicaRebuilder
+    learner_sync: LearnerSync
     replicas: TenantReplicas
     rooms: ServerRooms
     ddl: TenantManager
@@ -77,7 +79,7 @@ def build_tenant_layer(
     layout = LayoutCache(store, version)
     reports = ReplicaReports(servers, layout)
     health = HostHealth(servers, zones)
-    applier = ReplicaApplier(store, agents, servers, reports)
+    applier = ReplicaApplier(store, agents, servers, reports, clock.monotonic_us)
     meta_sync = LsMetaSync(term, store, clock, servers, layout, reports)
     ls_warnings = OnceLog()
     leaders = LeaderCoordinator(
@@ -119,6 +121,15 @@ def build_tenant_layer(
         settings=settings,
         metrics=metrics,
         warnings=ls_warnings,
+    )
+    learner_sync = LearnerSync(
+        term=term,
+        layout=layout,
+        reports=reports,
+        applier=applier,
+        clock=clock,
+        settings=settings,
+        metrics=metrics,
     )
     replicas = TenantReplicas(
         layout=layout,
@@ -172,6 +183,7 @@ def build_tenant_layer(
         leaders=leaders,
         reconciler=reconciler,
         rebuilder=rebuilder,
+        learner_sync=learner_sync,
         replicas=replicas,
         rooms=rooms,
         ddl=ddl,

@@ -16,7 +16,6 @@ Times are microseconds since the epoch.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterable, Set
 
 from obcommon.clock import Clock
@@ -74,7 +73,8 @@ class LeaderCoordinator:
         self.metrics = metrics
         self.sleep = sleep
         self.warnings = warnings
-        self._switch_lock = threading.RLock()
+        # The applier's: a copy's announcement never interleaves with a switch (issue 23).
+        self._switch_lock = applier.ls_change_lock
 
     def choose_leader(
         self, plan: LsPlan, view: LsView, exclude: Set[str], *, require_report: bool = True

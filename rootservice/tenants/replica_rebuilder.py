@@ -184,7 +184,7 @@ class ReplicaRebuilder:
         if plan is None:
             return False
         try:
-            self.applier.announce_copy(plan, view, dest, src)
+            view = self.applier.announce_copy(plan, view, dest, src)
             self.applier.apply(dest, [self.applier.copy_spec(plan, view, dest, src)])
         except ObError as e:
             self.warnings.warn(dest, key, f"LS {key}: rebuilding the replica on {dest} failed: {e}")

@@ -10,19 +10,23 @@ import json
 import shutil
 import zlib
 from pathlib import Path
+from typing import cast
 
 import grpc
 
 from obcommon.clock import SystemClock
 from obcommon.proto import obrpc_pb2
 from observer_agent.agent import Agent
+from observer_agent.replicas.copy import log_peer
 from observer_agent.replicas.copy_stream import CopyFailed, receive_data_file
 from observer_agent.replicas.faults import (
     FAULT_COPY_SLOW_FILE,
     FAULT_REPLICATION_STOP_FILE,
     FAULT_SERVE_DATA_ERROR_FILE,
 )
-from observer_agent.replicas.replica import Build
+from observer_agent.replicas.log import ReplicaLog
+from observer_agent.replicas.replica import Build, Replica
+from observer_agent.replicas.storage import ReplicaMeta
 from tests.support.ports import free_port
 from tests.unit.observer_agent.helpers import run, wait_until
 from tests.unit.observer_agent.replicas.helpers import (
@@ -505,3 +509,74 @@ def test_a_copy_whose_leader_moved_follows_the_leader_named_by_the_old_one(
                 await c.stop()
 
     run(scenario())
+
+
+def test_a_copy_refused_by_a_former_leader_asks_the_current_one(tmp_path: Path) -> None:
+    """Issue 23 item 1: a copy in its log phase knows the leader of its hand-out (a, term
+    1); the leadership moves to b at term 2, and a no longer hosts the LS (it was dropped
+    there), so a's refusal names no newer leader. The copy asks the other members (term 0:
+    served by whoever leads), finds b and goes in service; its refusal was reported as
+    ``catch_up_error`` meanwhile and is cleared once served (before: it asked a forever)."""
+
+    async def scenario() -> None:
+        async with copy_nodes(tmp_path, 2) as (a, b):
+            c = await start_copy_node(tmp_path / "c")
+            try:
+                members = await lead(a, b)
+                await wait_until(lambda: b.end_index() > 3, "b following a")
+                stop = fault(c, FAULT_REPLICATION_STOP_FILE)
+                resp = await c.apply(copy_upsert(copy_spec(members, a.addr, 1, copy_from=b.addr)))
+                assert resp.error.code == 0, resp.error
+                await wait_until(lambda: (c.rdir() / "data").exists(), "the data copied")
+                resp = await b.apply(copy_upsert(copy_spec(members, b.addr, 2)))
+                assert resp.error.code == 0, resp.error
+                resp = await a.apply(copy_drop())
+                assert resp.error.code == 0, resp.error
+                target = b.end_index() + 3
+                await wait_until(lambda: b.end_index() >= target, "b appending at term 2")
+                stop.unlink()
+
+                def refused_then_served() -> bool:
+                    info = c.info()
+                    return info is not None and a.addr in info.catch_up_error
+
+                await wait_until(
+                    lambda: refused_then_served() or c.in_service(), "a's refusal reported"
+                )
+                await wait_until(c.in_service, "the copy in service")
+                info = c.info()
+                assert info is not None and info.catch_up_error == ""
+                assert c.end_index() >= target
+            finally:
+                await c.stop()
+
+    run(scenario())
+
+
+def test_log_peer_asks_the_leader_then_the_others_once_each() -> None:
+    """Whom a copy asks for its log (``copy.log_peer``): the hinted leader, then the peer
+    that served last, then the spec's leader at its term, then the other members and the
+    source at term 0, each skipped once it refused; all refused: the spec's leader again.
+    A new spec (generation) forgets the refusals."""
+    me, a, b, d, src = "127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3", "127.0.0.1:4", "127.0.0.1:5"
+    meta = ReplicaMeta(T, LS, 7, (a, b, d), a, 4, 3, "FULL", 1 << 20, 0)
+    rep = Replica(meta, Path("/nonexistent"), cast(ReplicaLog, None))
+    b_ = Build(source=src)
+    assert log_peer(rep, b_, me) == (a, 4)
+    b_.refused.add(a)
+    assert log_peer(rep, b_, me) == (b, 0)
+    b_.refused.add(b)
+    assert log_peer(rep, b_, me) == (d, 0)
+    b_.refused.add(d)
+    assert log_peer(rep, b_, me) == (src, 0)
+    b_.served_by = d  # d served once, then refused: skipped
+    b_.refused.add(src)
+    assert log_peer(rep, b_, me) == (a, 4) and b_.refused == set()
+    b_.served_by = d
+    assert log_peer(rep, b_, me) == (d, 0)
+    rep.leader_hint = b
+    assert log_peer(rep, b_, me) == (b, 0)
+    b_.refused.add(b)
+    assert log_peer(rep, b_, me) == (d, 0)
+    rep.set_meta(meta)  # a new spec (same leader and term): a new generation
+    assert log_peer(rep, b_, me) == (b, 0) and b_.served_by == ""

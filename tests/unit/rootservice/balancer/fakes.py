@@ -204,10 +204,11 @@ class FakeLs:
             copy_from=src,
         )
 
-    def announce_copy(self, plan: LsPlan, view: LsView, dest: str, src: str) -> None:
+    def announce_copy(self, plan: LsPlan, view: LsView, dest: str, src: str) -> LsView:
         if src in self.refuse:
             raise ObError("OB_TIMEOUT", detail=f"{src} refused")
         self.announced.append((plan.key, dest, src))
+        return view
 
     def apply(
         self, srv: str, upsert: Iterable[obrpc_pb2.ReplicaSpec] = (), drop: Iterable[LsKey] = ()

@@ -1,0 +1,81 @@
+"""Issue 23 item 1 with real processes, on SQLite and PostgreSQL: a DELETE SERVER whose copy
+is handed out, then its log stream's leader moves and the new leader forgets the copy
+before the copy's log catch-up (an agent keeps its learners in memory only, so a restart
+forgets them, as a spec built before the announcement would). The new leader refuses the
+catch-up with ``PERMISSION_DENIED``; the copy reports it (``catch_up_error``), the RS's
+``learner_sync`` announces the copy again to the current leader, and the job reaches
+SUCCESS. Before: the job stalled for ever (a CI run of ``test_planner_failure``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_cluster import LEASE
+from tests.integration.test_delete_server import job
+from tests.integration.test_tenants import RS_FLAGS, TenantCluster, replica_report
+from tests.support.cluster import ProcSet, rs_cmd, wait_until
+
+pytestmark = pytest.mark.integration
+
+KEY = (1002, 1001)
+
+
+@pytest.fixture
+def tc(procs: ProcSet, tmp_path: Path, db_url: str) -> TenantCluster:
+    return TenantCluster(procs, tmp_path, db_url)
+
+
+def test_a_copy_whose_leader_moved_and_forgot_it_still_completes_the_delete(
+    tc: TenantCluster,
+) -> None:
+    c = tc
+    flags = {
+        **RS_FLAGS,
+        "lease_time": LEASE,
+        "heartbeat_interval": "500ms",
+        "allow_short_timings": True,
+        "rpc_timeout": "1s",
+        "balancer_interval": "1s",
+        "empty_server_check_interval": "1s",
+    }
+    c.rs = c.procs.start(rs_cmd(c.db_url, c.rs_addr, c.tmp / "rs", **flags), "rs")
+    c.rs.wait_healthy(c.rs_addr, timeout_s=30)
+    z1, z2, z3 = c.bootstrap()
+    # The pandas plans: this test is about the copy, not the planner (no JVM to start).
+    c.ok("ALTER SYSTEM SET balancer_planner = 'local'")
+    spare = c.start_agent("z1")
+    c.ok(f"ALTER SYSTEM ADD SERVER '{spare}' ZONE 'z1'")
+    wait_until(lambda: c.statuses().get(spare) == "ACTIVE", 15, message="spare ACTIVE")
+    c.make_tenant(ls_count=1)
+    wait_until(lambda: c.leaders_on(z1) == 1, 30, message="the LS led from z1")
+    # The copy to the spare stops before its log catch-up (its data file is copied).
+    stop = c.data_dir(spare) / "FAULT_REPLICATION_STOP"
+    stop.touch()
+    c.ok(f"ALTER SYSTEM DELETE SERVER '{z1}'")
+
+    def data_copied() -> bool:
+        r = replica_report(spare).get(KEY)
+        return r is not None and r.copy_from != "" and 0 < r.data_size == r.bytes_copied
+
+    wait_until(data_copied, 60, message="the copy's data file in place")
+    # The leader moves off the deleted server between the hand-out and the catch-up ...
+    c.ok(f"ALTER SYSTEM SWITCH REPLICA LEADER LS = 1001 SERVER = '{z2}' TENANT = t1")
+    wait_until(lambda: c.leaders_on(z2) == 1, 30, message="the LS led from z2")
+    # ... and the new leader forgets its learners (kill -9 and restart within the lease).
+    c.agents[z2].kill()
+    c.restart_agent(z2)
+    wait_until(
+        lambda: replica_report(z2).get(KEY) is not None and replica_report(z2)[KEY].leader == z2,
+        30,
+        message="z2 back, leading",
+    )
+    stop.unlink()
+    wait_until(lambda: job(c, z1)["status"] == "SUCCESS", 120, message="DELETE SERVER done")
+    assert z1 not in c.statuses()
+    assert KEY in replica_report(spare) and replica_report(spare)[KEY].in_service
+    events = [e for (e,) in c.ok("SELECT event FROM __all_rootservice_event_history")]
+    assert "finish_delete_server" in events
+    assert z3 in c.statuses()
