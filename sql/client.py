@@ -204,8 +204,9 @@ def execute(
                 continue
             with channel:
                 left = attempts.remaining_s()
-                if left <= 0:
-                    return _error_response(ObError("OB_TIMEOUT"))
+                if left <= 0:  # nothing was sent: unreachable in time, not a timeout
+                    attempts.failed(addr, "connected after the deadline; nothing sent")
+                    continue
                 try:
                     response = _send(channel, statement, left, credentials)
                 except Unreached as e:
