@@ -9,22 +9,33 @@ event loop at ``--http-addr`` (default ``127.0.0.1:8088``, OceanBase obagent's m
   cluster CA; the caller must present a certificate of that CA (agents have no users: any
   role of the cluster's PKI - a Prometheus server gets a client certificate). Plaintext and
   open only with ``--insecure``.
+
+After a certificate rotation the endpoint serves the new pair at the next handshakes, as the
+RS's does (issue 26 item 4): :class:`AgentHttp` looks for new files every
+:data:`RELOAD_EVERY_S` (:class:`obcommon.security.tls.ServerTlsContext`), and ``/metrics``
+accepts only a certificate of the current ``ca.crt``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from obcommon.security.tls import RELOAD_CHECK_S, ServerTlsContext
 from observer_agent.agent import Agent
 
 log = logging.getLogger(__name__)
 
 AGENT_KEY = web.AppKey("agent", Agent)
+
+#: How often, in seconds, the endpoint looks for rotated certificate files (the files are
+#: stat'ed at most every ``RELOAD_CHECK_S`` anyway).
+RELOAD_EVERY_S = max(RELOAD_CHECK_S, 1.0)
 
 
 def readiness(agent: Agent) -> str | None:
@@ -43,12 +54,13 @@ def readiness(agent: Agent) -> str | None:
     return None
 
 
-def _has_cluster_cert(request: web.Request) -> bool:
+def _has_cluster_cert(request: web.Request, agent: Agent) -> bool:
     transport = request.transport
     ssl_object = transport.get_extra_info("ssl_object") if transport else None
-    # CERT_OPTIONAL verified whatever was sent against ca.crt: a certificate here is one of
-    # the cluster's.
-    return ssl_object is not None and bool(ssl_object.getpeercert(binary_form=True))
+    der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+    # CERT_OPTIONAL verified whatever was sent against every CA the context ever loaded (it
+    # cannot drop one): after a CA rotation only the current ca.crt counts.
+    return der is not None and bool(der) and agent.security.issued_by_current_ca(der)
 
 
 def _json(status: int, body: dict[str, Any]) -> web.Response:
@@ -69,7 +81,7 @@ async def readyz(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     """The registry in the Prometheus text format; 401 without a cluster certificate."""
     agent = request.app[AGENT_KEY]
-    if not agent.security.insecure and not _has_cluster_cert(request):
+    if not agent.security.insecure and not _has_cluster_cert(request, agent):
         return _json(
             401, {"code": 401, "error": "a client certificate of the cluster CA is required"}
         )
@@ -98,11 +110,27 @@ class AgentHttp:
         self.addr = addr or agent.settings.http_addr
         self.runner = web.AppRunner(build_app(agent), access_log=None, handle_signals=False)
         self.port = 0
+        self.tls: ServerTlsContext | None = None
+        self._follower: asyncio.Task[None] | None = None
+
+    def reload_tls(self) -> bool:
+        """Load the node's certificate pair again when the files changed (a rotation); True
+        when it did (:meth:`ServerTlsContext.reload`)."""
+        return self.tls.reload() if self.tls is not None else False
+
+    async def _follow_rotation(self) -> None:
+        while True:
+            await asyncio.sleep(RELOAD_EVERY_S)
+            try:
+                self.reload_tls()
+            except Exception:  # noqa: BLE001 - the follower must outlive one bad look
+                log.exception("HTTP certificate reload failed")
 
     async def start(self) -> int:
         """Listen in the running loop; returns the bound port. Raises ``OSError``."""
         host, _, port = self.addr.rpartition(":")
-        ctx = self.agent.security.server_ssl_context()
+        self.tls = ServerTlsContext(self.agent.security)
+        ctx = self.tls.ctx
         await self.runner.setup()
         site = web.TCPSite(self.runner, host.strip("[]"), int(port), ssl_context=ctx)
         try:
@@ -113,6 +141,8 @@ class AgentHttp:
         server = site._server  # noqa: SLF001 - aiohttp keeps the asyncio server there
         sockets = getattr(server, "sockets", None) or ()
         self.port = int(sockets[0].getsockname()[1]) if sockets else int(port)
+        if ctx is not None:
+            self._follower = asyncio.ensure_future(self._follow_rotation())
         log.info(
             "HTTP endpoint on %s://%s:%d",
             "https" if ctx is not None else "http",
@@ -122,5 +152,10 @@ class AgentHttp:
         return self.port
 
     async def stop(self) -> None:
-        """Stop listening."""
+        """Stop following rotations and listening."""
+        follower, self._follower = self._follower, None
+        if follower is not None:
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
         await self.runner.cleanup()

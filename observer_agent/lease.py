@@ -493,6 +493,12 @@ class LeaseClient:
         loop = asyncio.get_running_loop()
         renewed = False
         while not is_set(self._stop):
+            if conn.outstanding is None and conn.generation != self.security.generation():
+                # Rotated certificates: renewing over the old connection would leave a bad
+                # new certificate unnoticed until the next reconnect (issue 26 item 4).
+                self.log.info("certificates rotated: opening a new lease stream to %s", addr)
+                await self.close_stream()
+                conn = self._conn = LeaseStream(addr, self.security, self.reconnect.policy)
             started = loop.time()
             error: Exception | None = None
             try:

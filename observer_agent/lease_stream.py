@@ -53,6 +53,9 @@ class LeaseStream:
         agent wait 12 s after its RS came back).
         """
         self.addr = addr
+        #: The certificates the stream was opened with (``TransportSecurity.generation``):
+        #: the lease loop opens a new stream when they rotate (issue 26 item 4).
+        self.generation = security.generation()
         self._channel = security.aio_channel(addr, grpc_channel_options(backoff or BackoffPolicy()))
         self._call = obrpc_pb2_grpc.RootServiceStub(self._channel).LeaseStream()
         self.broken = False

@@ -1,15 +1,17 @@
 """``obadmin``'s connection to the root services: one statement through
 ``AdminService.ExecuteSql`` (obcommon/proto/obrpc.proto), trying each RS of the list and
-following the leader hint of an ``OB_RS_NOT_MASTER`` answer; the answer's cells as Python
-values. Errors come back as responses carrying an OceanBase error (SPEC.md sections 7, 12).
+following the leader hint of an ``OB_RS_NOT_MASTER`` answer, retrying a failed connect or
+handshake until the deadline (:mod:`sql.connect` states when a statement may be sent again);
+the answer's cells as Python values. Errors come back as responses carrying an OceanBase
+error (SPEC.md sections 7, 12).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -17,6 +19,20 @@ from obcommon.errors import ERRORS, ObError, RemoteObError, error_to_proto
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from obcommon.security.certs import Role, cert_file
 from obcommon.security.tls import SecurityConfigError, TransportSecurity
+from sql.connect import Attempts, RsUnreachableError, Unreached, is_read_only
+
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "NOT_MASTER_CODES",
+    "NO_CREDENTIALS",
+    "Credentials",
+    "RsUnreachableError",
+    "Value",
+    "cell_value",
+    "client_security",
+    "execute",
+    "result_rows",
+]
 
 DEFAULT_TIMEOUT_S = 60.0
 
@@ -82,28 +98,6 @@ def client_security(certs_dir: Path, user: str | None) -> TransportSecurity:
     return sec
 
 
-class RsUnreachableError(Exception):
-    """No RootService in the list answered: every address refused the connection (gRPC
-    ``UNAVAILABLE``). ``addr`` is the last address tried, ``detail`` gRPC's explanation."""
-
-    def __init__(self, addr: str, detail: str) -> None:
-        """Record the last address tried and gRPC's explanation of the failure."""
-        super().__init__(f"can't connect to RootService on {addr!r}: {detail}")
-        self.addr = addr
-        self.detail = detail
-
-    def to_sql_text(self) -> str:
-        """The line obadmin prints, shaped like the mysql client's ``ERROR 2003 (HY000):
-        Can't connect to MySQL server on 'host:port' (111)``."""
-        return f"ERROR 2003 (HY000): Can't connect to RootService on '{self.addr}' ({self.detail})"
-
-
-class _Unavailable(Exception):
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.detail = detail
-
-
 def _error_response(err: ObError) -> obrpc_pb2.SqlResponse:
     resp = obrpc_pb2.SqlResponse()
     error_to_proto(err, resp.error)
@@ -139,22 +133,33 @@ def _rpc_error_response(e: grpc.RpcError) -> obrpc_pb2.SqlResponse:
     return _error_response(ObError("OB_ERR_UNEXPECTED", detail=f"{code}: {details}"))
 
 
-def _call(
-    addr: str, statement: str, timeout_s: float, credentials: Credentials
+def _send(
+    channel: grpc.Channel, statement: str, timeout_s: float, credentials: Credentials
 ) -> obrpc_pb2.SqlResponse:
-    sec = credentials.security or TransportSecurity.insecure_mode(Role.CLIENT)
-    with sec.channel(addr) as channel:
-        stub = obrpc_pb2_grpc.AdminServiceStub(channel)
-        try:
-            response: obrpc_pb2.SqlResponse = stub.ExecuteSql(
-                obrpc_pb2.SqlRequest(statement=statement),
-                timeout=timeout_s,
-                metadata=credentials.metadata(),
+    """``ExecuteSql`` once over a proven ``channel``. Raises :class:`Unreached` only when the
+    connection broke (``UNAVAILABLE``) under a read-only statement; a write that lost its
+    connection is answered with an error saying it may have run (never re-sent)."""
+    stub = obrpc_pb2_grpc.AdminServiceStub(channel)
+    try:
+        response: obrpc_pb2.SqlResponse = stub.ExecuteSql(
+            obrpc_pb2.SqlRequest(statement=statement),
+            timeout=timeout_s,
+            metadata=credentials.metadata(),
+            wait_for_ready=False,
+        )
+    except grpc.RpcError as e:
+        if isinstance(e, grpc.Call) and e.code() == grpc.StatusCode.UNAVAILABLE:
+            detail = e.details() or "unavailable"
+            if is_read_only(statement):
+                raise Unreached(f"connection lost during a read: {detail}") from e
+            return _error_response(
+                ObError(
+                    "OB_ERR_UNEXPECTED",
+                    detail=f"the connection broke after the statement was sent ({detail}); "
+                    "it may have run: not sent again",
+                )
             )
-        except grpc.RpcError as e:
-            if isinstance(e, grpc.Call) and e.code() == grpc.StatusCode.UNAVAILABLE:
-                raise _Unavailable(e.details() or "unavailable") from e
-            return _rpc_error_response(e)
+        return _rpc_error_response(e)
     return response
 
 
@@ -163,50 +168,62 @@ def execute(
     statement: str,
     timeout_s: float,
     credentials: Credentials = NO_CREDENTIALS,
+    **retry: Any,
 ) -> obrpc_pb2.SqlResponse:
     """Run ``statement`` on the leader RS as ``credentials`` and return its ``SqlResponse``
     (which may carry an error: check ``error.code``; a refused login is MySQL's 1045).
 
-    The addresses (``"host:port"``) are tried in order; an address is skipped when it refuses
-    the connection (gRPC ``UNAVAILABLE``) or answers ``OB_RS_NOT_MASTER`` / ``OB_NOT_MASTER``.
-    The first not-master answer's ``leader_hint`` is tried next, once. ``timeout_s`` bounds
-    the whole call; when it runs out the response carries ``OB_TIMEOUT`` and no other RS is
-    tried (the statement may be running). When every address only said not-master, the last
-    such response is returned.
+    The addresses (``"host:port"``) are tried in order over proven connections
+    (:mod:`sql.connect`: the retry rule); an address is skipped when it cannot be reached or
+    answers ``OB_RS_NOT_MASTER`` / ``OB_NOT_MASTER``. The first not-master answer's
+    ``leader_hint`` is tried next, once. When every address only said not-master, the last
+    such response is returned. When none could be reached, the round starts again after a
+    backoff, until ``timeout_s`` seconds have passed: a failed connect or TLS handshake never
+    fails a statement whose deadline is not over (issue 26 item 3). ``timeout_s`` bounds the
+    whole call; when it runs out while the RS holds the statement the response carries
+    ``OB_TIMEOUT`` (the statement may be running). ``retry``: ``clock``, ``sleep``,
+    ``policy``, ``rng`` of :class:`sql.connect.Attempts` (tests inject them).
 
-    Raises :class:`RsUnreachableError` when no address could be reached.
+    Raises :class:`RsUnreachableError` (every address tried, and why) when no address could
+    be reached before the deadline.
     """
-    deadline = time.monotonic() + timeout_s
-    pending = [a.strip() for a in rs_addrs if a.strip()]
-    tried: set[str] = set()
-    hint_followed = False
+    addrs = [a.strip() for a in rs_addrs if a.strip()]
+    attempts = Attempts(timeout_s, **retry)
     not_master: obrpc_pb2.SqlResponse | None = None
-    unreachable: RsUnreachableError | None = None
-    while pending:
-        addr = pending.pop(0)
-        if addr in tried:
-            continue
-        tried.add(addr)
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return _error_response(ObError("OB_TIMEOUT"))
-        try:
-            response = _call(addr, statement, remaining, credentials)
-        except _Unavailable as e:
-            unreachable = RsUnreachableError(addr, e.detail)
-            continue
-        if response.error.code not in NOT_MASTER_CODES:
-            return response
-        not_master = response
-        hint = response.leader_hint.strip()
-        if hint and not hint_followed and hint not in tried:
-            hint_followed = True
-            pending.insert(0, hint)
-    if not_master is not None:
-        return not_master
-    if unreachable is None:
-        unreachable = RsUnreachableError(",".join(rs_addrs), "no address given")
-    raise unreachable
+    hint_followed = False
+    while addrs:
+        pending = list(addrs)
+        done: set[str] = set()
+        while pending:
+            addr = pending.pop(0)
+            if addr in done:
+                continue
+            done.add(addr)
+            channel = attempts.connect(addr, credentials.security)
+            if channel is None:
+                continue
+            with channel:
+                left = attempts.remaining_s()
+                if left <= 0:  # nothing was sent: unreachable in time, not a timeout
+                    attempts.failed(addr, "connected after the deadline; nothing sent")
+                    continue
+                try:
+                    response = _send(channel, statement, left, credentials)
+                except Unreached as e:
+                    attempts.failed(addr, e.detail)
+                    continue
+            if response.error.code not in NOT_MASTER_CODES:
+                return response
+            not_master = response
+            hint = response.leader_hint.strip()
+            if hint and not hint_followed and hint not in done:
+                hint_followed = True
+                pending.insert(0, hint)
+        if not_master is not None:
+            return not_master
+        if not attempts.pause():
+            break
+    raise attempts.unreachable(rs_addrs)
 
 
 def cell_value(cell: obrpc_pb2.Cell) -> Value:

@@ -97,7 +97,7 @@ def wait_job(
         per_poll_s = min(timeout_s, left_s, max(2 * interval_s, 2.0))
         problem = ""
         try:
-            resp = execute(rs_addrs, statement, per_poll_s, credentials)
+            resp = execute(rs_addrs, statement, per_poll_s, credentials, clock=clock, sleep=sleep)
         except RsUnreachableError as e:
             problem = e.to_sql_text()
         else:

@@ -327,3 +327,40 @@ class ChannelCache:
             channels, self._channels = list(self._channels.values()), {}
         for ch in channels:
             ch.close()
+
+
+class ServerTlsContext:
+    """The ``ssl.SSLContext`` of a listener that is not gRPC (the RS's and the agents' HTTP
+    endpoints), following certificate rotations as the gRPC listeners do (their
+    :meth:`TransportSecurity.add_port` asks at each handshake): :meth:`reload` loads the
+    process's new pair and ``ca.crt`` into the same context, so the next handshakes use
+    them. ``ctx`` is None in insecure mode."""
+
+    def __init__(self, security: TransportSecurity) -> None:
+        """The context as the files are now (:meth:`TransportSecurity.server_ssl_context`;
+        raises ``OSError`` / ``ssl.SSLError`` for unreadable files)."""
+        self.security = security
+        self._generation = security.generation()
+        self.ctx = security.server_ssl_context()
+
+    def reload(self) -> bool:
+        """Load the pair again when the files changed (a new :meth:`generation`); True when
+        it did. A pair that cannot be loaded is logged and the previous one kept. The context
+        can add trusted CAs but not drop one: endpoints that name callers by certificate
+        check :meth:`TransportSecurity.issued_by_current_ca` too."""
+        sec, ctx = self.security, self.ctx
+        if ctx is None or sec.certs_dir is None:
+            return False
+        gen = sec.generation()
+        if gen == self._generation:
+            return False
+        d = sec.certs_dir
+        try:
+            ctx.load_cert_chain(d / cert_file(sec.role, sec.user), d / key_file(sec.role, sec.user))
+            ctx.load_verify_locations(cafile=str(d / CA_CERT))
+        except (OSError, ssl.SSLError) as e:
+            log.warning("an HTTP endpoint keeps its TLS certificate: %s", e)
+            return False
+        self._generation = gen
+        log.info("HTTP endpoint: certificates reloaded from %s", d)
+        return True

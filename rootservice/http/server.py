@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from obcommon.errors import ObError
-from obcommon.security.certs import CA_CERT, Role, cert_file, key_file
+from obcommon.security.tls import ServerTlsContext
 from rootservice.app import RootService
 from rootservice.auth.principal import Principal
 from rootservice.http.auth import NoCredentials, authenticate
@@ -204,29 +203,14 @@ class HttpServer:
         self.addr = addr or rs.settings.http_addr
         self.runner = web.AppRunner(build_app(rs), access_log=None, handle_signals=False)
         self.port = 0
-        self._ctx: ssl.SSLContext | None = None
-        self._generation = rs.security.generation()
+        self._tls: ServerTlsContext | None = None
 
     def reload_tls(self) -> bool:
         """Load the RS's certificate pair again into the serving context when the files
-        changed (a rotation); returns True when it did. A pair that cannot be loaded is
-        logged and the previous one kept."""
-        ctx = self._ctx
-        if ctx is None:
-            return False
-        gen = self.rs.security.generation()
-        if gen == self._generation:
-            return False
-        d = self.rs.security.certs_dir
-        assert d is not None
-        try:
-            ctx.load_cert_chain(d / cert_file(Role.RS), d / key_file(Role.RS))
-            ctx.load_verify_locations(cafile=str(d / CA_CERT))
-        except (OSError, ssl.SSLError) as e:
-            log.warning("HTTP endpoint keeps its TLS certificate: %s", e)
-            return False
-        self._generation = gen
-        return True
+        changed (a rotation); returns True when it did
+        (:meth:`obcommon.security.tls.ServerTlsContext.reload`: a pair that cannot be loaded
+        is logged and the previous one kept)."""
+        return self._tls.reload() if self._tls is not None else False
 
     @property
     def tls(self) -> bool:
@@ -237,7 +221,8 @@ class HttpServer:
         """Listen (in the running loop); records the bound port on the RS and returns it.
         Raises ``OSError`` when the address cannot be bound or the certificates read."""
         host, _, port = self.addr.rpartition(":")
-        ctx = self._ctx = self.rs.security.server_ssl_context()
+        self._tls = ServerTlsContext(self.rs.security)
+        ctx = self._tls.ctx
         await self.runner.setup()
         site = web.TCPSite(
             self.runner, host.strip("[]"), int(port), ssl_context=ctx, reuse_port=False

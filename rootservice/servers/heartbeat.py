@@ -115,6 +115,9 @@ class HeartbeatIntake:
         self._report = replicas.report
         self._transit = transit.transit if transit is not None else None
         self._monotonic_us = clock.monotonic_us
+        # The wall clock as it was at start, carried by the monotonic clock: lease times are
+        # also checked against it, so a step of the RS's own clock refuses no agent.
+        self._steady_offset_us = clock.now_us() - clock.monotonic_us()
 
     def receive_hb(self, req: obrpc_pb2.LeaseRequest) -> obrpc_pb2.LeaseResponse:
         """Handle one lease request and return the lease response.
@@ -128,7 +131,7 @@ class HeartbeatIntake:
         if not self.term.in_service:
             self.term.check()
         # Every field within its bounds before anything is looked up or changed (issue 10).
-        check_lease_request(req, self.clock.now_us())
+        check_lease_request(req, self.clock.now_us(), self._monotonic_us() + self._steady_offset_us)
         key = req.server
         with self._lock:
             s = self._servers.get(key)

@@ -26,14 +26,17 @@ __all__ = [
     "MAX_ADDR_CHARS",
     "MAX_BUILD_ERROR_CHARS",
     "MAX_BUILD_VERSION_CHARS",
+    "MAX_CLOCK_SKEW_US",
     "MAX_CLUSTER_ID_CHARS",
     "MAX_CPU",
     "MAX_FUTURE_US",
     "MAX_ID",
+    "MAX_LEASE_VERSION",
     "MAX_MEMBERS",
     "MAX_REPLICAS",
     "MAX_SIZE_BYTES",
     "MAX_ZONE_CHARS",
+    "MIN_LEASE_VERSION",
     "MIN_TIME_US",
     "check_lease_request",
 ]
@@ -41,7 +44,28 @@ __all__ = [
 MIN_TIME_US = 946_684_800_000_000
 """2000-01-01T00:00:00Z: no agent's clock, start or log entry is older."""
 MAX_FUTURE_US = 86_400_000_000
-"""A time may be at most one day ahead of the RS's clock (clock skew is seconds)."""
+"""A replica's ``log_end_ts`` may be at most one day ahead of the RS's clock."""
+MAX_CLOCK_SKEW_US = 30_000_000
+"""How far (either way) an agent's ``current_server_time`` may be from the RS's clock, and
+``start_service_time`` ahead of it: 30 s (issue 26 item 4). OceanBase's RS compares the
+same field with its own clock, ``server_behind_time = now - (current_server_time +
+round_trip_time / 2)``, and logs "clock between rs and server not sync" when it exceeds
+``rpc_timeout`` (2 s by default; ``ObServerManager::receive_hb`` in oceanbase/oceanbase
+src/rootserver/ob_server_manager.cpp); its deployment guide asks for clocks within 2 s
+(100 ms before 4.1). A synchronised cluster is therefore never near 30 s. The bound must
+also cover how long a heartbeat may wait before the RS reads it, which the field cannot
+tell from skew (the agent sends no round-trip time): an agent waits up to
+``MAX_LATE_ANSWER_TIMEOUTS`` x ``rpc_timeout`` = 8 s by default for a late answer
+(observer_agent/lease.py, issue 14 item 3), and a refused heartbeat makes it back off (up
+to 60 s), so refusing a merely late one would cost an overloaded RS its live servers. 30 s
+is 15 OceanBase tolerances and over three times the longest wait; a clock a day off, or
+an hour (a time zone mistake), is refused."""
+MIN_LEASE_VERSION = 1
+MAX_LEASE_VERSION = 1
+"""The lease protocol versions this RS speaks: 1, what every agent sends
+(``observer_agent.lease.LEASE_REQUEST_VERSION``). OceanBase's ``ObLeaseRequest::is_valid``
+requires ``version_ > 0`` and its agents send ``LEASE_VERSION`` = 1; a version this RS does
+not know is refused rather than read as if it were 1."""
 MAX_SIZE_BYTES = 1 << 50
 """1 PiB: the largest memory, disk or replica size one server reports."""
 MAX_CPU = 100_000.0
@@ -120,13 +144,37 @@ def _check_time(field: str, value: int, now_us: int, *, zero: bool) -> None:
         )
 
 
-def check_lease_request(req: obrpc_pb2.LeaseRequest, now_us: int) -> None:
-    """Check every field of ``req`` against its bound; ``now_us`` is the RS's clock.
+def _check_clock(field: str, value: int, now_us: int, steady_us: int, *, ahead_only: bool) -> None:
+    """Within :data:`MAX_CLOCK_SKEW_US` of the RS's wall clock ``now_us`` or of its steady
+    clock ``steady_us`` (only ahead of them when ``ahead_only``)."""
+    for ref in (now_us, steady_us):
+        if value <= ref + MAX_CLOCK_SKEW_US and (ahead_only or value >= ref - MAX_CLOCK_SKEW_US):
+            return
+    side = "at most" if ahead_only else "within"
+    raise _refuse(
+        field,
+        value,
+        f"{side} {MAX_CLOCK_SKEW_US // 1_000_000} s {'ahead of' if ahead_only else 'of'} the "
+        f"RS's clock {now_us}",
+    )
 
-    Bounds (issue 10 item 5): ``zone`` 1..128 printable characters; ``server`` 1..128 and
+
+def check_lease_request(
+    req: obrpc_pb2.LeaseRequest, now_us: int, steady_us: int | None = None
+) -> None:
+    """Check every field of ``req`` against its bound; ``now_us`` is the RS's wall clock,
+    ``steady_us`` (default ``now_us``) the same clock carried by the monotonic clock since
+    the RS started, without the steps the wall clock took since (an RS whose own clock was
+    stepped an hour, issue 14 item 7, must not refuse every server: a time agreeing with
+    either is accepted).
+
+    Bounds (issues 10 item 5 and 26 item 4): ``version`` in [:data:`MIN_LEASE_VERSION`,
+    :data:`MAX_LEASE_VERSION`]; ``zone`` 1..128 printable characters; ``server`` 1..128 and
     ``cluster_id`` 0..128 printable ASCII; ``sql_port`` 1..65535; ``build_version`` 0..256
-    printable ASCII; ``start_service_time`` (0 allowed: not in service) and
-    ``current_server_time`` within [2000-01-01, now + 1 day]; ``server_status`` only the data-disk bit; ``rs_epoch`` and
+    printable ASCII; ``start_service_time`` 0 (not in service) or from 2000-01-01 to
+    :data:`MAX_CLOCK_SKEW_US` ahead of the RS's clock (a server cannot have started in the
+    future); ``current_server_time`` within :data:`MAX_CLOCK_SKEW_US` of the RS's clock
+    either way; ``server_status`` only the data-disk bit; ``rs_epoch`` and
     ``seq`` 0..2^53 / >= 0; ``resource_info``: CPU finite in [0, 100,000] cores, sizes in
     [0, 1 PiB]; at most :data:`MAX_REPLICAS` replicas, each checked by
     :func:`_check_replica` (terms at most 2^53, ids, sizes, addresses, times).
@@ -134,6 +182,10 @@ def check_lease_request(req: obrpc_pb2.LeaseRequest, now_us: int) -> None:
     Raises ``ObError("OB_INVALID_ARGUMENT", ...)`` naming the first bad field, its value
     (quoted, truncated to 64 characters) and the bound. Changes nothing.
     """
+    if not MIN_LEASE_VERSION <= req.version <= MAX_LEASE_VERSION:
+        raise _refuse(
+            "version", req.version, f"this RS speaks [{MIN_LEASE_VERSION}, {MAX_LEASE_VERSION}]"
+        )
     _check_text("zone", req.zone, MAX_ZONE_CHARS, empty=False, ascii_only=False)
     _check_text("server", req.server, MAX_ADDR_CHARS, empty=False, ascii_only=True)
     _check_text("cluster_id", req.cluster_id, MAX_CLUSTER_ID_CHARS, empty=True, ascii_only=True)
@@ -141,8 +193,12 @@ def check_lease_request(req: obrpc_pb2.LeaseRequest, now_us: int) -> None:
     _check_text(
         "build_version", req.build_version, MAX_BUILD_VERSION_CHARS, empty=True, ascii_only=True
     )
+    steady = now_us if steady_us is None else steady_us
     _check_time("start_service_time", req.start_service_time, now_us, zero=True)
+    if req.start_service_time:
+        _check_clock("start_service_time", req.start_service_time, now_us, steady, ahead_only=True)
     _check_time("current_server_time", req.current_server_time, now_us, zero=False)
+    _check_clock("current_server_time", req.current_server_time, now_us, steady, ahead_only=False)
     if req.server_status & ~KNOWN_STATUS_BITS:
         raise _refuse(
             "server_status", req.server_status, f"only the bits {KNOWN_STATUS_BITS:#x} are known"

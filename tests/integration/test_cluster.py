@@ -85,7 +85,7 @@ class Cluster:
         }
 
     def metrics(self) -> dict[str, Any]:
-        with pki.channel(self.rs_addr) as ch:
+        with pki.proven_channel(self.rs_addr) as ch:
             resp = obrpc_pb2_grpc.AdminServiceStub(ch).GetMetrics(
                 obrpc_pb2.MetricsRequest(), timeout=5
             )

@@ -42,6 +42,10 @@ from tests.support import pki
 from tests.support.cluster import ProcSet, rs_cmd, wait_until
 from tests.support.ports import free_port
 
+#: The deadline of a statement whose certificate the RS refuses: a refused handshake looks
+#: like a failed one and is retried until the deadline (issue 26 item 3), so keep it short.
+REFUSED_S = 2
+
 # One xdist worker runs the whole module (tests/support/xdist_sched.py): its tests share the
 # module-scoped cluster below, which would otherwise start once per worker.
 pytestmark = pytest.mark.integration
@@ -189,18 +193,25 @@ def test_forged_lease_is_refused_and_the_dead_server_expires_on_time(
     forger.start()
     try:
         c.agents[victim].kill()
-        killed = time.monotonic()
+        # The forger renews every 100 ms: were one renewal accepted, the victim would never
+        # expire. (How soon it expires is the lease checker's business, measured elsewhere.)
         wait_until(
             lambda: c.statuses().get(victim) == "INACTIVE",
             LEASE_S + EXPIRY_MARGIN_S + 5,
             message="killed victim INACTIVE",
         )
-        took = time.monotonic() - killed
+        # Forged renewals after the expiry do not bring it back either.
+        seen = len(outcomes)
+        wait_until(lambda: len(outcomes) >= seen + 5, 10, message="forged renewals go on")
+        assert c.statuses()[victim] == "INACTIVE"
     finally:
         stop.set()
         forger.join(10)
-    assert took <= LEASE_S + EXPIRY_MARGIN_S, f"INACTIVE only after {took:.1f}s"
     assert len(outcomes) >= 5 and set(outcomes) == {grpc.StatusCode.PERMISSION_DENIED}
+    expiries = c.ok(
+        "SELECT value1 FROM __all_rootservice_event_history WHERE event = 'lease_expire'"
+    )
+    assert [r[0] for r in expiries] == [victim]
     assert c.statuses()[other] == "ACTIVE"
     rows = {f"{r[0]}:{r[1]}": r for r in _servers(c)}
     assert rows[victim][4] != "spoofed" and rows[victim][3] == 0
@@ -240,7 +251,7 @@ def test_certificate_from_another_ca_is_refused(
 
     creds = Credentials(security=TransportSecurity(client, Role.CLIENT, "root"))
     with pytest.raises(RsUnreachableError):
-        execute([c.rs_addr], f"ALTER SYSTEM STOP SERVER '{a1}'", 10, creds)
+        execute([c.rs_addr], f"ALTER SYSTEM STOP SERVER '{a1}'", REFUSED_S, creds)
     with TransportSecurity(node, Role.NODE).channel(c.rs_addr) as ch:
         assert _renew(ch, _lease(a1)).code() == grpc.StatusCode.UNAVAILABLE
     # The agents refuse it too (the handshake, before any servicer).
@@ -251,7 +262,16 @@ def test_certificate_from_another_ca_is_refused(
             )
         assert e.value.code() == grpc.StatusCode.UNAVAILABLE
     rc = obadmin(
-        ["--certs-dir", str(client), "--rs", c.rs_addr, "-e", f"ALTER SYSTEM STOP SERVER '{a1}'"]
+        [
+            "--certs-dir",
+            str(client),
+            "--rs",
+            c.rs_addr,
+            "--timeout",
+            str(REFUSED_S),
+            "-e",
+            f"ALTER SYSTEM STOP SERVER '{a1}'",
+        ]
     )
     assert rc == 1 and "ERROR" in capsys.readouterr().err
     assert _servers(c) == before
@@ -268,7 +288,7 @@ def test_expired_certificate_is_refused(shared: Cluster, tmp_path: Path) -> None
     node = _certs(tmp_path, ca_dir, pki.ca_key(), Role.NODE, a1, expired)
     creds = Credentials(security=TransportSecurity(client, Role.CLIENT, "root"))
     with pytest.raises(RsUnreachableError):
-        execute([c.rs_addr], f"ALTER SYSTEM STOP SERVER '{a1}'", 10, creds)
+        execute([c.rs_addr], f"ALTER SYSTEM STOP SERVER '{a1}'", REFUSED_S, creds)
     with TransportSecurity(node, Role.NODE).channel(c.rs_addr) as ch:
         assert _renew(ch, _lease(a1)).code() == grpc.StatusCode.UNAVAILABLE
     assert _servers(c) == before
@@ -320,7 +340,7 @@ def test_no_certificate_is_refused(
     before = _servers(c)
     # Plaintext against a TLS port: no connection at all.
     with pytest.raises(RsUnreachableError):
-        execute([c.rs_addr], f"ALTER SYSTEM STOP SERVER '{a1}'", 10, Credentials())
+        execute([c.rs_addr], f"ALTER SYSTEM STOP SERVER '{a1}'", REFUSED_S, Credentials())
     # TLS trusting the CA but presenting no certificate: the handshake is refused.
     creds = grpc.ssl_channel_credentials(
         root_certificates=(pki.root() / "ca" / CA_CERT).read_bytes()
@@ -546,6 +566,29 @@ def test_certificate_rotation_without_restart(
         == 0
     )
     assert "lease_time" in capsys.readouterr().out
+    # The agent renewed over a new lease stream presenting its new pair (issue 26 item 4),
+    # not over the stream it had opened before the rotation.
+    assert "certificates rotated: opening a new lease stream" in c.agents[a1].log_text()
+
+    # 1b. A bad new pair (another CA's) is found at once: the agent's next renewal opens a
+    # new stream whose handshake the RS refuses, and its server expires. With renewals kept
+    # on the old stream it would stay ACTIVE. A good pair brings it back.
+    bad_ca, bad_key = tmp_path / "bad-ca", tmp_path / "bad-ca.key"
+    create_ca(bad_ca, bad_key, v)
+    bad = _certs(tmp_path, bad_ca, bad_key, Role.NODE, a2, v)
+    for name in (cert_file(Role.NODE), key_file(Role.NODE)):
+        shutil.copy(bad / name, node_dirs[a2] / name)
+    wait_until(
+        lambda: c.statuses().get(a2) == "INACTIVE",
+        LEASE_S + EXPIRY_MARGIN_S + 10,
+        message="the agent with a bad new certificate expires",
+    )
+    create_cert(node_dirs[a2], pki.ca_key(), Role.NODE, a2, v, overwrite=True)
+    wait_until(
+        lambda: c.statuses().get(a2) == "ACTIVE",
+        LEASE_S + EXPIRY_MARGIN_S + 10,
+        message="the agent is back with a good certificate",
+    )
 
     # 2. A new CA. First every process trusts both (new first), then every pair is
     # re-issued by the new CA, then the old CA is dropped: no restart at any step.
@@ -599,7 +642,7 @@ def test_certificate_rotation_without_restart(
 
     def old_refused() -> bool:
         try:
-            execute([c.rs_addr], "SELECT 1 FROM __all_server", 5, pki.credentials())
+            execute([c.rs_addr], "SELECT 1 FROM __all_server", REFUSED_S, pki.credentials())
         except RsUnreachableError:
             return True
         return False

@@ -27,6 +27,18 @@ from rootservice.servers.status import HeartbeatStatus, ServerStatus
 S = 1_000_000
 # Where every FakeClock starts (2026-01-01): the times of the lease requests built here.
 FAKE_START_US = FakeClock().now_us()
+
+#: The clock of the last RS :func:`make_rs` made. The agents of these tests live on its host:
+#: their lease requests carry its time, as a real agent's carry its own clock (the RS refuses
+#: a ``current_server_time`` more than ``MAX_CLOCK_SKEW_US`` off its clock, issue 26 item 4).
+_agent_clock: FakeClock | None = None
+
+
+def agent_now_us() -> int:
+    """The test agents' clock: the last RS's fake clock, :data:`FAKE_START_US` before any."""
+    return _agent_clock.now_us() if _agent_clock is not None else FAKE_START_US
+
+
 LEASE = 10 * S
 OFFLINE = 3600 * S
 
@@ -51,7 +63,8 @@ def make_rs(
     planner: Planner | None = None,
     **overrides: Any,
 ) -> RootService:
-    clock = FakeClock()
+    global _agent_clock
+    clock = _agent_clock = FakeClock()
     settings = RsSettings(
         data_dir=tmp_path,
         db_url=db_url,
@@ -103,9 +116,9 @@ def hb(server: str, zone: str, **fields: Any) -> obrpc_pb2.LeaseRequest:
         server=server,
         sql_port=port + 1000,
         build_version="4.2.0.0-test",
-        # FakeClock's start: the RS refuses times before 2000 or over a day ahead (issue 10).
+        # FakeClock's start: the RS refuses times before 2000 or ahead of its clock (issue 10).
         start_service_time=FAKE_START_US,
-        current_server_time=FAKE_START_US,
+        current_server_time=agent_now_us(),
         cluster_id="c0ffee",
     )
     req.resource_info.cpu_total = 2

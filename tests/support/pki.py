@@ -33,6 +33,7 @@ from obcommon.security.certs import (
 )
 from obcommon.security.tls import TransportSecurity
 from sql.client import Credentials
+from sql.connect import connect
 
 _lock = threading.Lock()
 _root: Path | None = None
@@ -91,6 +92,15 @@ def channel(addr: str, role: Role = Role.CLIENT, name: str = "root") -> grpc.Cha
     if addr in INSECURE_ADDRS:
         return grpc.insecure_channel(addr, options=[("grpc.enable_http_proxy", 0)])
     return security(role, name).channel(addr)
+
+
+def proven_channel(addr: str, timeout_s: float = 30.0) -> grpc.Channel:
+    """A channel to the RS at ``addr`` as the root client whose connection was proven
+    (:func:`sql.connect.connect`: a failed connect or handshake is retried with backoff for
+    ``timeout_s`` seconds, issue 26 item 3); for read-only calls. The caller closes it.
+    Raises :class:`sql.connect.RsUnreachableError`."""
+    sec = None if addr in INSECURE_ADDRS else security()
+    return connect([addr], timeout_s, sec)[1]
 
 
 def obadmin_flags(user: str = "root") -> list[str]:

@@ -13,6 +13,10 @@ forwards. Modes, switched from any thread:
   closed (their byte streams have holes: like a TCP connection that timed out meanwhile);
 - ``cut`` with ``how="reset"``: open connections are reset (RST: ``SO_LINGER`` 0) and new
   ones accepted and reset at once: the peer answers but refuses;
+- :meth:`TcpProxy.fail_handshakes` (on top of any mode): the next ``n`` connections are
+  accepted, their first bytes (a TLS ClientHello) read, and then closed without an answer:
+  the client's handshake fails (``Handshake read failed``), as on a loaded machine whose
+  server gave up on it (issue 26 item 3);
 - ``delay`` (:meth:`TcpProxy.delay`): every client -> server chunk is held ``delay_s``
   seconds (order kept) before it is sent on; server -> client is not delayed. For psycopg's
   one-write-per-statement traffic this is "the database answers each statement ``delay_s``
@@ -20,7 +24,7 @@ forwards. Modes, switched from any thread:
 
 Bounded: at most ``max_conns`` open client connections (more are reset), reads of at most
 64 KiB, :meth:`TcpProxy.close` waits at most a few seconds for the loop. Counters in
-:attr:`TcpProxy.counters` (``accepted``, ``refused``, ``reset``, ``blackholed_bytes``,
+:attr:`TcpProxy.counters` (``accepted``, ``refused``, ``reset``, ``failed_handshakes``, ``blackholed_bytes``,
 ``delayed_chunks``, ``forwarded_bytes``). Use it as a context manager, which closes it.
 """
 
@@ -75,6 +79,7 @@ class TcpProxy:
         self.max_conns = max_conns
         self.mode: Mode = "pass"
         self.delay_s = 0.0
+        self._fail_next = 0
         self.counters: Counter[str] = Counter()
         self._conns: set[_Conn] = set()
         self._loop = asyncio.new_event_loop()
@@ -111,6 +116,11 @@ class TcpProxy:
         """Hold each client -> server chunk ``seconds`` before sending it on."""
         self.delay_s = seconds
         self._call(self._set_mode, "delay")
+
+    def fail_handshakes(self, n: int) -> None:
+        """Make the next ``n`` connections fail their handshake: read what the client sends
+        first, then close (see the module docstring)."""
+        self._fail_next = n
 
     def open_connections(self) -> int:
         """Client connections currently open through the proxy."""
@@ -191,6 +201,13 @@ class TcpProxy:
             _rst(writer)
             return
         self.counters["accepted"] += 1
+        if self._fail_next > 0:
+            self._fail_next -= 1
+            self.counters["failed_handshakes"] += 1
+            with contextlib.suppress(OSError, ConnectionError):
+                await reader.read(CHUNK)
+            writer.close()
+            return
         self._conns.add(c)
         if self.mode == "blackhole":
             # Hang: never connect upstream; whatever the client sends vanishes.

@@ -18,7 +18,7 @@ from obcommon.errors import ObError
 from obcommon.proto import obrpc_pb2
 from rootservice.api.dispatch import execute_sql
 from rootservice.app import RootService
-from tests.support.harness import FAKE_START_US, ROOT, make_rs
+from tests.support.harness import FAKE_START_US, ROOT, agent_now_us, make_rs
 
 GIB = 1 << 30
 A, B, C, D = "127.0.0.1:3001", "127.0.0.1:3002", "127.0.0.1:3003", "127.0.0.1:3004"
@@ -34,9 +34,9 @@ def lease(server: str, replicas: list[obrpc_pb2.ReplicaInfo] | None = None, **re
         server=server,
         sql_port=int(server.rsplit(":", 1)[1]) + 1000,
         build_version="4.2.0.0-test",
-        # FakeClock's start: the RS refuses times before 2000 or over a day ahead (issue 10).
+        # FakeClock's start: the RS refuses times before 2000 or ahead of its clock (issue 10).
         start_service_time=FAKE_START_US,
-        current_server_time=FAKE_START_US,
+        current_server_time=agent_now_us(),
         cluster_id="c0ffee",
     )
     req.resource_info.cpu_total = res.get("cpu", 8)

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import socket
 import ssl
+import time
 from pathlib import Path
 
 import aiohttp
+from cryptography import x509
 from prometheus_client import Gauge
 
 from obcommon.clock import FakeClock
 from obcommon.proto import obrpc_pb2
-from obcommon.security.certs import CA_CERT, Role, cert_file, key_file
+from obcommon.security.certs import CA_CERT, Role, Validity, cert_file, create_cert, key_file
 from observer_agent.agent import Agent
 from observer_agent.http import AgentHttp, readiness
 from observer_agent.settings import AgentSettings
@@ -111,6 +115,45 @@ def test_insecure_metrics_are_open(tmp_path: Path) -> None:
         port = await http.start()
         try:
             assert (await _get(f"http://127.0.0.1:{port}/metrics", False))[0] == 200
+        finally:
+            await http.stop()
+
+    asyncio.run(scenario())
+
+
+def _served_serial(port: int) -> int:
+    """The serial number of the certificate the endpoint presents to a new connection."""
+    ctx = ssl.create_default_context(cafile=str(pki.root() / "ca" / CA_CERT))
+    ctx.check_hostname = False
+    with (
+        socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
+        ctx.wrap_socket(raw) as conn,
+    ):
+        der = conn.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+def test_https_follows_a_certificate_rotation(tmp_path: Path) -> None:
+    # Issue 26 item 4: as the RS's endpoint, the agent's serves a rotated pair without a
+    # restart (new connections get it).
+    certs = tmp_path / "certs"
+    shutil.copytree(pki.certs_dir(Role.NODE, NODE), certs)
+    agent = _agent(tmp_path, certs_dir=certs)
+
+    async def scenario() -> None:
+        http = AgentHttp(agent)
+        port = await http.start()
+        loop = asyncio.get_running_loop()
+        try:
+            before = await asyncio.to_thread(_served_serial, port)
+            v = Validity.starting(int(time.time()), 3600)
+            new = create_cert(certs, pki.ca_key(), Role.NODE, NODE, v, overwrite=True)
+            assert new.serial_number != before
+            give_up = loop.time() + 30
+            while await asyncio.to_thread(_served_serial, port) != new.serial_number:
+                assert loop.time() < give_up, "the endpoint still presents the old certificate"
+                await asyncio.sleep(0.1)
         finally:
             await http.stop()
 

@@ -20,14 +20,17 @@ from rootservice.app import RootService
 from rootservice.servers.lease_bounds import (
     MAX_ADDR_CHARS,
     MAX_BUILD_VERSION_CHARS,
+    MAX_CLOCK_SKEW_US,
     MAX_CLUSTER_ID_CHARS,
     MAX_CPU,
     MAX_FUTURE_US,
     MAX_ID,
+    MAX_LEASE_VERSION,
     MAX_MEMBERS,
     MAX_REPLICAS,
     MAX_SIZE_BYTES,
     MAX_ZONE_CHARS,
+    MIN_LEASE_VERSION,
     MIN_TIME_US,
     check_lease_request,
 )
@@ -35,6 +38,7 @@ from rootservice.servers.status import HeartbeatStatus
 from tests.support.harness import FAKE_START_US, ZA, A, events, flush, hb, server_row
 
 NOW = FAKE_START_US
+DAY_US = 86_400_000_000
 Edit = Callable[[obrpc_pb2.LeaseRequest], Any]
 
 
@@ -67,7 +71,7 @@ def replica(**fields: Any) -> obrpc_pb2.ReplicaInfo:
 
 
 def request(edit: Edit | None = None) -> obrpc_pb2.LeaseRequest:
-    req = hb(A, ZA)
+    req = hb(A, ZA, current_server_time=NOW)
     req.replicas.append(replica())
     if edit is not None:
         edit(req)
@@ -125,12 +129,14 @@ BOUNDS: list[tuple[str, Edit, Edit, str]] = [
     ),
     ("build_version ASCII", setter("build_version", "4.2 ~"), setter("build_version", "4.2é"), "build_version"),
     ("build_version control", setter("build_version", "4.2"), setter("build_version", "4.2\n"), "build_version"),
+    # Issue 26 item 4: a server cannot have started in the future (beyond the clock skew).
     (
         "start_service_time future",
-        setter("start_service_time", NOW + MAX_FUTURE_US),
-        setter("start_service_time", NOW + MAX_FUTURE_US + 1),
+        setter("start_service_time", NOW + MAX_CLOCK_SKEW_US),
+        setter("start_service_time", NOW + MAX_CLOCK_SKEW_US + 1),
         "start_service_time",
     ),
+    ("start_service_time a day ahead", setter("start_service_time", NOW), setter("start_service_time", NOW + DAY_US), "start_service_time"),
     (
         "start_service_time past",
         setter("start_service_time", MIN_TIME_US),
@@ -138,18 +144,27 @@ BOUNDS: list[tuple[str, Edit, Edit, str]] = [
         "start_service_time",
     ),
     ("start_service_time zero", setter("start_service_time", 0), setter("start_service_time", -1), "start_service_time"),
+    # Issue 26 item 4: the agent's clock within MAX_CLOCK_SKEW_US of the RS's, either way.
     (
-        "current_server_time future",
-        setter("current_server_time", NOW + MAX_FUTURE_US),
-        setter("current_server_time", NOW + MAX_FUTURE_US + 1),
+        "current_server_time ahead",
+        setter("current_server_time", NOW + MAX_CLOCK_SKEW_US),
+        setter("current_server_time", NOW + MAX_CLOCK_SKEW_US + 1),
         "current_server_time",
     ),
     (
-        "current_server_time past",
-        setter("current_server_time", MIN_TIME_US),
-        setter("current_server_time", 0),
+        "current_server_time behind",
+        setter("current_server_time", NOW - MAX_CLOCK_SKEW_US),
+        setter("current_server_time", NOW - MAX_CLOCK_SKEW_US - 1),
         "current_server_time",
     ),
+    ("current_server_time a day ahead", setter("current_server_time", NOW), setter("current_server_time", NOW + DAY_US), "current_server_time"),
+    ("current_server_time a day behind", setter("current_server_time", NOW), setter("current_server_time", NOW - DAY_US), "current_server_time"),
+    ("current_server_time zero", setter("current_server_time", NOW), setter("current_server_time", 0), "current_server_time"),
+    # The protocol's versions (issue 26 item 4): only 1.
+    ("version low", setter("version", MIN_LEASE_VERSION), setter("version", MIN_LEASE_VERSION - 1), "version"),
+    ("version negative", setter("version", 1), setter("version", -1), "version"),
+    ("version high", setter("version", MAX_LEASE_VERSION), setter("version", MAX_LEASE_VERSION + 1), "version"),
+    ("version int64", setter("version", 1), setter("version", 2**63 - 1), "version"),
     ("server_status", setter("server_status", 1), setter("server_status", 2), "server_status"),
     ("server_status negative", setter("server_status", 0), setter("server_status", -1), "server_status"),
     ("rs_epoch", setter("rs_epoch", MAX_TERM), setter("rs_epoch", MAX_TERM + 1), "rs_epoch"),
@@ -224,6 +239,26 @@ def test_each_bound_accepts_its_extreme_and_refuses_one_past_it(
         check_lease_request(request(bad), NOW)
     assert e.value.name == "OB_INVALID_ARGUMENT"
     assert field in e.value.message and "lease request field" in e.value.message
+
+
+def test_a_step_of_the_rs_clock_refuses_no_agent() -> None:
+    """The RS's wall clock stepped an hour either way (issue 14 item 7): an agent whose time
+    agrees with the RS's steady clock (its wall clock before the step) is accepted, one that
+    agrees with neither is refused."""
+    hour = 3_600_000_000
+    for step in (hour, -hour):
+        check_lease_request(request(), NOW + step, NOW)
+        for off in (MAX_CLOCK_SKEW_US + 1, -MAX_CLOCK_SKEW_US - 1):
+            bad = request(setter("current_server_time", NOW + off))
+            with pytest.raises(ObError) as e:
+                check_lease_request(bad, NOW + step, NOW)
+            assert "current_server_time" in e.value.message
+
+
+def test_the_agents_version_is_the_one_this_rs_speaks() -> None:
+    from observer_agent.lease import LEASE_REQUEST_VERSION
+
+    assert MIN_LEASE_VERSION <= LEASE_REQUEST_VERSION <= MAX_LEASE_VERSION
 
 
 def test_the_refusal_quotes_a_long_value_truncated() -> None:
