@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 # first, by size).
 PYTEST_WORKERS ?= 4
 
-.PHONY: setup pg-binaries mysql-clients browser faketime prometheus test demo demo-spark-cluster bench bench-storm bench-mysql bench-spark bench-empty chaos lint proto clean
+.PHONY: setup pg-binaries mysql-clients browser faketime prometheus test demo demo-spark-cluster bench bench-storm bench-mysql bench-spark bench-empty bench-parse chaos lint proto clean
 
 # The Spark jobs (rootservice/jobs) read PostgreSQL through JDBC with Debian's driver jar.
 PG_JDBC_JAR ?= /usr/share/java/postgresql.jar
@@ -190,6 +190,12 @@ bench-empty: setup
 BENCH_SPARK_ARGS ?=
 bench-spark: setup
 	$(VENV)/bin/python tests/bench/spark_bench.py $(BENCH_SPARK_ARGS)
+
+# The SQL parser and the admission token count on 1-4 MiB statements (issue 26): the times the
+# unit tests no longer assert; e.g. BENCH_PARSE_ARGS="--quick".
+BENCH_PARSE_ARGS ?=
+bench-parse: setup
+	$(VENV)/bin/python -m tests.bench.parse_bench $(BENCH_PARSE_ARGS)
 
 # RS failover under load (issue 5): two root services on a private PostgreSQL, 200 agents,
 # kill -9 / SIGSTOP / DELETE + kill -9 / PostgreSQL restart in turn; prints the figures.

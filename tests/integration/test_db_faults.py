@@ -324,6 +324,14 @@ def test_slow_database_one_second_per_statement(
         stmt = timed_statement(rs, "ALTER SYSTEM SET server_check_interval = '42s'", 25)
         samples: list[float] = []
         answers: list[str] = []
+        # A burst of probes at once, while the leader still holds its lease (it may step down
+        # later, unable to renew): each passes the leader gate and is refused by the
+        # heartbeat's in-memory checks.
+        m0, chunks0 = metrics(rs) or {}, c.proxies[rs].counters["delayed_chunks"]
+        burst: list[str] = []
+        for s in servers:
+            burst += lease_p99_ms(c, rs, s, n=30)[1]
+        m1, chunks1 = metrics(rs) or {}, c.proxies[rs].counters["delayed_chunks"]
         # About 10 s of slowness (more than one lease - margin), probing leases meanwhile.
         for _ in range(3):
             for s in servers:
@@ -346,7 +354,10 @@ def test_slow_database_one_second_per_statement(
         "step_downs": m.get("rs_step_down_total", 0) - base.get("rs_step_down_total", 0),
         "renewals": m.get("rs_lease_renewals_total", 0) - base.get("rs_lease_renewals_total", 0),
         "delayed_chunks": chunks,
-        "heartbeats_handled": handled(m) - handled(base),
+        "burst_answers": sorted(set(burst)),
+        "burst_state_after": m1.get("state"),
+        "burst_heartbeats_handled": handled(m1) - handled(m0),
+        "burst_delayed_chunks": chunks1 - chunks0,
         "rs_hb_handle_us": m.get("hb_handle_us"),
     }
     for k, v in figures.items():
@@ -356,9 +367,14 @@ def test_slow_database_one_second_per_statement(
     assert stmt.result[0] in ("OK", "OB_ERR_SYS", "OB_RS_NOT_MASTER"), stmt.result
     assert watch.bad == [], watch.bad[:10]
     assert set(answers) <= {"OB_RS_NOT_MASTER", "OB_INVALID_ARGUMENT"}, answers
-    # Off the database: more heartbeats handled (60 probes, ~40 agent renewals) than chunks
-    # sent to it by everything else the RS did meanwhile (lease renewals, the statement).
-    assert figures["heartbeats_handled"] > chunks, figures
+    # Off the database: during the burst the leader stayed in office and handled more
+    # heartbeats (60 probes and the agents' renewals) than chunks went to the database - a
+    # heartbeat needing a database round trip would make at least one chunk each, on top of
+    # the RS's own (lease renewal, the statement), and 60 of them at 1 s each would outlast
+    # the leader's lease.
+    assert burst == ["OB_INVALID_ARGUMENT"] * 60, figures
+    assert m1.get("state") in LEADER_STATES, figures
+    assert figures["burst_heartbeats_handled"] > figures["burst_delayed_chunks"], figures
     c.ok("ALTER SYSTEM SET server_check_interval = '43s'")
 
 
