@@ -34,6 +34,7 @@ Usage::
 
     .venv/bin/python tests/bench/spark_bench.py                   # 100k, 1M, 5M
     .venv/bin/python tests/bench/spark_bench.py --sizes 100k,1M   # or --quick: 20k,100k
+    .venv/bin/python tests/bench/spark_bench.py --quick --sizes 5k  # smoke run (its test)
 """
 
 from __future__ import annotations
@@ -439,8 +440,8 @@ def report(results: list[dict[str, Any]], startup: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--sizes", default="100k,1M,5M", help="replica counts (default 100k,1M,5M)")
-    ap.add_argument("--quick", action="store_true", help="sizes 20k,100k and one repeat")
+    ap.add_argument("--sizes", help="replica counts (default 100k,1M,5M; 20k,100k with --quick)")
+    ap.add_argument("--quick", action="store_true", help="one repeat (and sizes 20k,100k)")
     ap.add_argument("--repeats", type=int, default=2, help="warm runs per plan (best is kept)")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--driver-memory", default="6g")
@@ -452,7 +453,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out", default=".bench/spark.json")
     args = ap.parse_args(argv)
-    sizes = [parse_size(s) for s in ("20k,100k" if args.quick else args.sizes).split(",")]
+    default_sizes = "20k,100k" if args.quick else "100k,1M,5M"
+    sizes = [parse_size(s) for s in (args.sizes or default_sizes).split(",")]
     repeats = 1 if args.quick else max(1, args.repeats)
 
     log("starting PostgreSQL")

@@ -34,6 +34,7 @@ Usage::
 
     .venv/bin/python tests/chaos/chaos.py                    # 200 agents, 20 trials
     .venv/bin/python tests/chaos/chaos.py --agents 50 --trials 4 --lease-time 2s
+    .venv/bin/python tests/chaos/chaos.py --quick --out counts.json  # smoke run (its test)
 """
 
 from __future__ import annotations
@@ -269,7 +270,10 @@ class Chaos:
         self.pg.create_database("chaos")
         self.url = self.pg.url("chaos")
         base = args.port_base
-        self.servers = [f"127.0.0.1:{base + i}" for i in range(args.agents)]
+        if base:
+            self.servers = [f"127.0.0.1:{base + i}" for i in range(args.agents)]
+        else:  # ports of this process's block (tests/support/ports.py): beside other runs
+            self.servers = [f"127.0.0.1:{free_port()}" for _ in range(args.agents)]
         seed(self.url, self.servers)
         self.rs_addrs = [f"127.0.0.1:{free_port()}" for _ in range(2)]
         self.rs: dict[str, Proc] = {}
@@ -489,6 +493,22 @@ class Chaos:
         ]
         print("\n".join(lines), flush=True)
         bad = len(w.lost) + len(w.resurrected) + in_grace + two_leaders
+        if self.args.out is not None:
+            counts = {
+                "agents": len(self.servers),
+                "trials": len(self.results),
+                "kinds": {k: sum(1 for r in self.results if r["kind"] == k) for k in KINDS},
+                "failovers": len(took),
+                "leader_survived_pg_restarts": survived,
+                "deleted": len(w.deleted),
+                "lost": len(w.lost),
+                "resurrected": len(w.resurrected),
+                "inactive_in_grace": in_grace,
+                "inactive_after_grace": after_grace,
+                "trials_without_one_leader": two_leaders,
+                "table_polls": w.polls,
+            }
+            Path(self.args.out).write_text(json.dumps(counts, indent=1))
         return 1 if bad else 0
 
 
@@ -499,13 +519,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trials", type=int, default=20)
     p.add_argument("--lease-time", default="3s")
     p.add_argument("--heartbeat-interval", default="500ms")
-    p.add_argument("--port-base", type=int, default=41000, help="agent i is 127.0.0.1:base+i")
+    p.add_argument(
+        "--port-base",
+        type=int,
+        default=41000,
+        help="agent i is 127.0.0.1:base+i; 0: free ports of tests/support/ports.py",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: 20 agents, one trial of each kind, lease_time 2s, free ports",
+    )
+    p.add_argument("--out", type=Path, help="also write the counts of the report as JSON")
     p.add_argument(
         "--no-agent-servers",
         action="store_true",
         help="agents serve no ObserverService (a new leader's heartbeat requests then fail)",
     )
     args = p.parse_args(argv)
+    if args.quick:
+        args.agents, args.trials, args.lease_time, args.port_base = 20, len(KINDS), "2s", 0
     logging.basicConfig(level=logging.ERROR)
     tmp = Path(tempfile.mkdtemp(prefix="ob-chaos-"))
     chaos = None

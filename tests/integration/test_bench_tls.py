@@ -16,6 +16,7 @@ import pytest
 
 from tests.bench import heartbeat_bench as hb
 from tests.bench.bench_pki import BenchPki
+from tests.support.cluster import wait_until
 from tests.support.ports import free_port
 
 pytestmark = pytest.mark.integration
@@ -79,8 +80,14 @@ def test_every_agent_heartbeats_over_its_own_tls_connection(tmp_path: Path, clie
         assert ready["tls_load"]["contexts"] == AGENTS
         assert ready["connect_failures"] == 0
         gen.send("start")
-        # Real processes exchanging real heartbeats: a few periods of wall time.
-        time.sleep(1.0)
+        gen.send("mark")
+
+        def every_agent_answered() -> bool:
+            # Each agent's first accepted lease since "mark" (0 while it has none).
+            gen.send("recovery")
+            return all(t > 0 for t in gen.expect("recovery", 30)["recovered_at"])
+
+        wait_until(every_agent_answered, 30, 0.1, message="every agent answered over TLS")
         gen.send("stop")
         window = gen.expect("window", 30)
         assert window["responses"] >= AGENTS

@@ -33,6 +33,7 @@ from tests.integration.test_ha import (
     StatusWatch,
     execute_on,
     metrics,
+    wait_past_take_office_grace,
 )
 from tests.support import pki
 from tests.support.cluster import Proc, ProcSet, agent_cmd, rs_cmd, wait_until
@@ -201,7 +202,7 @@ def test_leader_cut_from_database_standby_takes_office(
         )
         alive_s = time.monotonic() - t0
         stmt.join(30)
-        time.sleep(2.5)  # through the take-office grace (one lease)
+        wait_past_take_office_grace(new, watch)
     answer, stmt_s = stmt.result
     figures = {
         "statement_on_cut_leader": f"{answer} after {stmt_s:.2f}s",
@@ -270,7 +271,7 @@ def test_single_rs_cut_from_database_then_healed(
             20,
             message="every agent alive again",
         )
-        time.sleep(2.5)  # the take-office grace
+        wait_past_take_office_grace(rs, watch)
     figures = {
         "step_down_s": round(step_down_s, 2),
         "lease_answers_while_cut": sorted(set(errors)),
@@ -297,11 +298,18 @@ def test_single_rs_cut_from_database_then_healed(
 # --- (b) a database that answers each statement 1 s late ---------------------------------------
 
 
+def handled(m: dict[str, Any]) -> int:
+    """Lease requests the RS handled (accepted and refused) by its GetMetrics ``m``."""
+    return int(m.get("heartbeats_total", 0)) + int(m.get("heartbeats_refused_total", 0))
+
+
 def test_slow_database_one_second_per_statement(
     make_cluster: Callable[[int], ProxiedCluster], record_property: Callable[[str, object], None]
 ) -> None:
     """Every client -> PostgreSQL chunk held 1 s (one statement's round trip, for psycopg)
-    with the default 10 s lease: heartbeats stay a memory path (p99 measured), admin
+    with the default 10 s lease: heartbeats stay a memory path - the RS handles more of them
+    (the agents' and the probes') than the proxy carries chunks to the database, where one
+    database round trip per heartbeat would make it at least as many (p99 recorded) - admin
     statements complete slowly or fail with a clear error, no false INACTIVE, no crash; the
     leader keeps its lease or steps down cleanly (recorded)."""
     c = make_cluster(1)
@@ -316,6 +324,14 @@ def test_slow_database_one_second_per_statement(
         stmt = timed_statement(rs, "ALTER SYSTEM SET server_check_interval = '42s'", 25)
         samples: list[float] = []
         answers: list[str] = []
+        # A burst of probes at once, while the leader still holds its lease (it may step down
+        # later, unable to renew): each passes the leader gate and is refused by the
+        # heartbeat's in-memory checks.
+        m0, chunks0 = metrics(rs) or {}, c.proxies[rs].counters["delayed_chunks"]
+        burst: list[str] = []
+        for s in servers:
+            burst += lease_p99_ms(c, rs, s, n=30)[1]
+        m1, chunks1 = metrics(rs) or {}, c.proxies[rs].counters["delayed_chunks"]
         # About 10 s of slowness (more than one lease - margin), probing leases meanwhile.
         for _ in range(3):
             for s in servers:
@@ -327,6 +343,7 @@ def test_slow_database_one_second_per_statement(
         slow_s = time.monotonic() - t0
         state = c.states()[rs]
         m = metrics(rs) or {}
+        chunks = c.proxies[rs].counters["delayed_chunks"]
         c.proxies[rs].heal()
         c.wait_full_service(rs, 40)
     figures = {
@@ -336,7 +353,11 @@ def test_slow_database_one_second_per_statement(
         "state_after_slow_s": f"{state} after {slow_s:.1f}s",
         "step_downs": m.get("rs_step_down_total", 0) - base.get("rs_step_down_total", 0),
         "renewals": m.get("rs_lease_renewals_total", 0) - base.get("rs_lease_renewals_total", 0),
-        "delayed_chunks": c.proxies[rs].counters["delayed_chunks"],
+        "delayed_chunks": chunks,
+        "burst_answers": sorted(set(burst)),
+        "burst_state_after": m1.get("state"),
+        "burst_heartbeats_handled": handled(m1) - handled(m0),
+        "burst_delayed_chunks": chunks1 - chunks0,
         "rs_hb_handle_us": m.get("hb_handle_us"),
     }
     for k, v in figures.items():
@@ -346,6 +367,14 @@ def test_slow_database_one_second_per_statement(
     assert stmt.result[0] in ("OK", "OB_ERR_SYS", "OB_RS_NOT_MASTER"), stmt.result
     assert watch.bad == [], watch.bad[:10]
     assert set(answers) <= {"OB_RS_NOT_MASTER", "OB_INVALID_ARGUMENT"}, answers
+    # Off the database: during the burst the leader stayed in office and handled more
+    # heartbeats (60 probes and the agents' renewals) than chunks went to the database - a
+    # heartbeat needing a database round trip would make at least one chunk each, on top of
+    # the RS's own (lease renewal, the statement), and 60 of them at 1 s each would outlast
+    # the leader's lease.
+    assert burst == ["OB_INVALID_ARGUMENT"] * 60, figures
+    assert m1.get("state") in LEADER_STATES, figures
+    assert figures["burst_heartbeats_handled"] > figures["burst_delayed_chunks"], figures
     c.ok("ALTER SYSTEM SET server_check_interval = '43s'")
 
 

@@ -61,17 +61,23 @@ def job(c: TenantCluster, server: str) -> dict[str, Any]:
 
 
 def members_ok(c: TenantCluster, servers: list[str], ls_ids: list[int]) -> bool:
-    """Every LS has a leader whose member list is exactly ``servers``' replicas of it, all
-    in service with one checksum."""
+    """Every LS has one leader among ``servers``, which every replica of it follows at one
+    term, whose member list is exactly ``servers``; all replicas in service with one
+    checksum."""
     reports = {s: replica_report(s) for s in servers}
     for ls in ls_ids:
-        reps = [reports[s].get((1002, ls)) for s in servers]
-        if any(r is None or not r.in_service for r in reps):
+        reps = {s: reports[s].get((1002, ls)) for s in servers}
+        if any(r is None or not r.in_service for r in reps.values()):
             return False
-        leaders = [r for r in reps if r is not None and r.leader == r.leader and r.role == 1]
-        if len(leaders) != 1 or sorted(leaders[0].member_list) != sorted(servers):
+        leaders = [s for s, r in reps.items() if r is not None and r.role == 1]
+        if len(leaders) != 1 or sorted(reps[leaders[0]].member_list) != sorted(servers):
             return False
-        if len({r.data_checksum for r in reps if r is not None}) != 1:
+        # A follower of another (old or removed) leader, or of another term, is not moved.
+        if {(r.leader, r.term) for r in reps.values() if r is not None} != {
+            (leaders[0], reps[leaders[0]].term)
+        }:
+            return False
+        if len({r.data_checksum for r in reps.values() if r is not None}) != 1:
             return False
     return True
 

@@ -16,12 +16,13 @@ import pytest
 
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from obcommon.security.certs import Role
+from sql.client import execute, result_rows
 from tests.integration.test_cluster import Cluster
 from tests.support import pki
 from tests.support.cluster import ProcSet
 
 # One xdist worker runs it, never beside the Spark tests (tests/support/xdist_sched.py):
-# its latency bound is a wall-clock one.
+# it floods the RS with CPU work.
 pytestmark = pytest.mark.integration
 
 MIB = 1 << 20
@@ -83,14 +84,22 @@ def test_flood_of_large_statements_causes_no_step_down(
     threads = [threading.Thread(target=flood, args=(i,), daemon=True) for i in range(10)]
     for t in threads:
         t.start()
-    small_latencies: list[float] = []
+    small: Counter[str] = Counter()
     deadline = time.monotonic() + FLOOD_S
     try:
         while time.monotonic() < deadline:
-            t0 = time.monotonic()
-            rows = c.ok("SELECT svr_ip, svr_port, status FROM __all_server")
-            small_latencies.append(time.monotonic() - t0)
-            assert len(rows) == 3
+            # The admin path stays usable: a small statement is answered before its deadline
+            # of 5 lease times (before admission one waited ~270 s). Its latency is a
+            # benchmark's figure, not this test's.
+            resp = execute(
+                [c.rs_addr],
+                "SELECT svr_ip, svr_port, status FROM __all_server",
+                timeout_s=5 * 2.0,
+                credentials=pki.credentials(),
+            )
+            small[resp.error.name or "OK"] += 1
+            if not resp.error.name:
+                assert len(result_rows(resp)) == 3
             time.sleep(0.5)
     finally:
         stop.set()
@@ -105,8 +114,5 @@ def test_flood_of_large_statements_causes_no_step_down(
     assert outcomes["OK"] > 0 and outcomes["OB_NOT_SUPPORTED"] > 0, outcomes
     assert outcomes["ER_TOO_MANY_USER_CONNECTIONS"] > 0, outcomes
     assert not [k for k in outcomes if k.startswith("grpc:")], outcomes
-    # The admin path stayed usable: before admission a small statement waited ~270 s. The
-    # bound is generous (5 lease times) because this is a liveness check, not a latency
-    # target: the suite runs on 4 xdist workers on 2 cores, where 2.1-3.5 s were seen beside
-    # other tests (the flood alone answers in well under a lease time).
-    assert max(small_latencies) < 5 * 2.0, small_latencies
+    # Every small statement issued during the flood was answered OK within its deadline.
+    assert set(small) == {"OK"} and small["OK"] >= 2, small

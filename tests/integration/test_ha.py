@@ -235,6 +235,38 @@ class StatusWatch:
         self._t.join(10)
 
 
+def wait_past_take_office_grace(addr: str, watch: StatusWatch, timeout_s: float = 30.0) -> None:
+    """Wait until the take-office grace of the leader at ``addr`` is over and judged: its end
+    (``take_office_grace_until_us`` of GetMetrics, wall-clock microseconds of this same host)
+    has passed, the lease checker ticked twice since (``checker_tick_us`` count), the persist
+    queue is empty and ``watch`` polled ``__all_server`` again. A lease the grace held that
+    had run out would have been expired and written by then, so ``watch.bad`` shows it.
+    Raises ``AssertionError`` (:func:`wait_until`) when any step takes over ``timeout_s``."""
+
+    def reading() -> dict[str, Any] | None:
+        m = metrics(addr)
+        return m if m and m.get("take_office_grace_until_us") else None
+
+    until_us = wait_until(reading, timeout_s, message=f"{addr} has a take-office grace")[
+        "take_office_grace_until_us"
+    ]
+    wait_until(lambda: time.time() * 1e6 > until_us, timeout_s, 0.05, message="grace over")
+    # The checker does not tick during the grace (so the window may not exist yet).
+    ticks = wait_until(reading, timeout_s).get("checker_tick_us", {}).get("count", 0)
+    wait_until(
+        lambda: (
+            (m := reading()) is not None
+            and m.get("checker_tick_us", {}).get("count", 0) >= ticks + 2
+            and m["persist_queue_depth"] == 0
+        ),
+        timeout_s,
+        0.05,
+        message="two lease-checker ticks after the grace, persist queue empty",
+    )
+    polls = watch.polls
+    wait_until(lambda: watch.polls >= polls + 2, timeout_s, 0.05, message="the watch polled")
+
+
 # --- two RS at the same instant ---------------------------------------------------------------
 
 
@@ -403,8 +435,8 @@ def test_kill_9_of_the_leader_standby_takes_office(
         c.rs[old].kill()
         c.wait_full_service(new)
         took = time.monotonic() - t0
-        # Through the take-office grace (one lease) and a bit: nobody INACTIVE, nobody lost.
-        time.sleep(LEASE_S + 1.0)
+        # Through the take-office grace and its judgement: nobody INACTIVE, nobody lost.
+        wait_past_take_office_grace(new, watch)
     record_property("take_office_s", round(took, 3))
     assert watch.polls > 10 and watch.bad == [], watch.bad[:10]
     # Epoch 2 unless the new leader stepped down and took office again (a loaded machine).
@@ -523,7 +555,7 @@ def test_acknowledged_delete_then_kill_9_of_the_leader(ha: HaCluster) -> None:
         survivor = next(x for x in c.rs_addrs if x != leader)
         with StatusWatch(c, {d: {"DELETING", "<missing>"} for d in deleted}) as watch:
             c.wait_full_service(survivor)
-            time.sleep(LEASE_S)  # the take-office grace
+            wait_past_take_office_grace(survivor, watch)
         assert watch.bad == [], watch.bad[:10]
         if a != extra[-1]:
             c.spawn_rs(leader, empty_server_check_interval="1h").wait_healthy(leader, 30)

@@ -3,8 +3,9 @@ recording rules, and the Grafana dashboard. Their structure is checked, and ever
 name they use must be in a real exposition of an in-process RS and agent (parsed with
 prometheus_client's parser), so that renaming a metric cannot silently blank a panel.
 
-``promtool`` (Prometheus' own checker) is not installed on this machine, so the PromQL
-itself is not parsed here; only its metric names are checked."""
+The PromQL itself is checked by ``promtool``, and the configuration proved by a real
+Prometheus scraping a real RS and agent with it, in tests/integration/test_prometheus.py;
+here only the structure and the metric names are checked."""
 
 from __future__ import annotations
 

@@ -145,6 +145,9 @@ class SparkSessionManager:
         self.postgresql_driver = postgresql_driver
         self.startup_s: float | None = None
         """Seconds the last creation took (None before the first one finished)."""
+        self.created_on: str | None = None
+        """Name of the thread that created the current session (None before one exists):
+        ``spark-session-start`` when :meth:`start_async` did, never a caller's thread."""
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._done = threading.Event()
@@ -283,6 +286,7 @@ class SparkSessionManager:
         with self._lock:
             self._session = session
             self._tmpdir = tmpdir
+            self.created_on = threading.current_thread().name
         self._done.set()
 
     def _prepare_environment(self, conf: Mapping[str, str]) -> None:

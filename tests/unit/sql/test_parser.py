@@ -4,7 +4,6 @@ the AST of sql/ast.py, and MySQL-style errors (SPEC.md section 12); and sql/size
 from __future__ import annotations
 
 import random
-import time
 import typing
 
 import pytest
@@ -786,21 +785,19 @@ def test_packet_too_large_counts_utf8_bytes_and_is_checked_before_parsing() -> N
     assert parse_error("x" * (4 * MB + 1)).name == "ER_NET_PACKET_TOO_LARGE"
 
 
-def test_one_megabyte_string_parses_quickly() -> None:
+def test_one_megabyte_string_parses() -> None:
+    # How long it takes is measured by tests/bench/micro_bench.py (make bench-micro); a
+    # regex that backtracks would not return here before the suite's timeout.
     address = "1" * MB
-    started = time.perf_counter()
     statement = parse(f"ALTER SYSTEM ADD SERVER '{address}' ZONE 'z1'")
-    elapsed = time.perf_counter() - started
     assert statement == ast.ServerOp(op="ADD", servers=(address,), zone="z1")
-    assert elapsed < 1.0
 
 
-def test_unterminated_megabyte_string_fails_quickly() -> None:
-    # Backslashes and doubled quotes are where a naive string regex backtracks exponentially.
-    started = time.perf_counter()
+def test_unterminated_megabyte_string_fails() -> None:
+    # Backslashes and doubled quotes are where a naive string regex backtracks exponentially
+    # (timed by tests/bench/micro_bench.py).
     err = parse_error("ALTER SYSTEM ADD SERVER '" + "a\\'b''" * (MB // 6))
     assert err.name == "ER_PARSE_ERROR"
-    assert time.perf_counter() - started < 1.0
 
 
 # --- sizes (sql/sizes.py) ------------------------------------------------------------------

@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import grpc
@@ -115,11 +114,10 @@ def test_proc_healthy_pause_resume_stop(procs: ProcSet, tmp_path: Path) -> None:
 def test_wait_healthy_waits_for_serving(procs: ProcSet, tmp_path: Path) -> None:
     gate = tmp_path / "ready"
     p, addr = _health_server(tmp_path, gate=gate)
-    started = time.monotonic()
+    # Bounded: it gives up at its deadline while the server stays NOT_SERVING (the gate is
+    # not there yet), saying what it last saw.
     with pytest.raises(AssertionError, match="NOT_SERVING"):
         p.wait_healthy(addr, timeout_s=1.0)
-    # Bounded: it gave up at its deadline, not much later.
-    assert time.monotonic() - started < 5
     assert health_status(addr) == health_pb2.HealthCheckResponse.NOT_SERVING
     gate.touch()
     p.wait_healthy(addr, timeout_s=10)
@@ -129,9 +127,9 @@ def test_wait_healthy_waits_for_serving(procs: ProcSet, tmp_path: Path) -> None:
 def test_stop_escalates_to_sigkill(procs: ProcSet, tmp_path: Path) -> None:
     p, addr = _health_server(tmp_path, mode="ignore-term")
     p.wait_healthy(addr, timeout_s=30)  # the SIGTERM handler is in place by now
-    started = time.monotonic()
+    # The process ignores SIGTERM: only the escalation can end it.
     assert p.stop(timeout_s=0.5) == -signal.SIGKILL
-    assert time.monotonic() - started < 5
+    assert not p.alive
 
 
 def test_kill_and_stop_of_a_paused_process(procs: ProcSet, tmp_path: Path) -> None:
@@ -156,10 +154,9 @@ def test_wait_healthy_reports_an_early_exit(tmp_path: Path) -> None:
         tmp_path,
         name="crasher",
     )
-    started = time.monotonic()
+    # A deadline past the suite's per-test timeout (300 s): only noticing the exit returns.
     with pytest.raises(AssertionError) as err:
-        p.wait_healthy(f"127.0.0.1:{free_port()}", timeout_s=30)
-    assert time.monotonic() - started < 15
+        p.wait_healthy(f"127.0.0.1:{free_port()}", timeout_s=3600)
     assert "exited with 3" in str(err.value)
     assert "bad flag --nope" in str(err.value)
     assert (tmp_path / "crasher.log").read_text().strip() == "bad flag --nope"
@@ -169,10 +166,14 @@ def test_wait_until() -> None:
     calls = iter([0, None, "", "ready"])
     assert wait_until(lambda: next(calls), timeout_s=5, interval_s=0.01) == "ready"
 
-    started = time.monotonic()
+    # It asks again until its deadline, then gives up (at least the first call and one
+    # more after an interval of a quarter of the timeout).
+    asked: list[int] = []
     with pytest.raises(AssertionError, match="the moon to rise"):
-        wait_until(lambda: False, timeout_s=0.2, interval_s=0.05, message="the moon to rise")
-    assert 0.2 <= time.monotonic() - started < 5
+        wait_until(
+            lambda: asked.append(1), timeout_s=0.2, interval_s=0.05, message="the moon to rise"
+        )
+    assert len(asked) >= 2
 
     attempts = []
 

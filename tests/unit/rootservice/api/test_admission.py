@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -51,13 +50,13 @@ def test_limits_refuse_at_once_and_admit_again_once_the_others_finish() -> None:
         for _ in range(2):
             assert await asyncio.to_thread(gate.started.acquire, True, 5)
         assert adm.admitted("alice") == 2 and adm.admitted() == 2
-        # Per-user limit (2): alice's third is refused at once; bob still gets in.
-        t0 = time.monotonic()
+        # Per-user limit (2): alice's third is refused at once - the gate is still shut, so
+        # a refusal that waited for a slot would never come - and bob still gets in.
         assert await _refusal(adm, "alice") == "ER_TOO_MANY_USER_CONNECTIONS"
-        assert time.monotonic() - t0 < 1
         b = asyncio.ensure_future(adm.run("bob", lambda: gate.work(7)))
-        await asyncio.sleep(0.05)
-        assert adm.admitted() == 3  # bob's waits for a thread (both are busy)
+        while adm.admitted() < 3:  # bob's is admitted and waits for a thread (both busy)
+            await asyncio.sleep(0.01)
+        assert adm.admitted() == 3 and adm.admitted("bob") == 1
         # Total limit (3): carol is refused though she has nothing running.
         assert await _refusal(adm, "carol") == "ER_CON_COUNT_ERROR"
         assert adm.refused_total == 2
@@ -109,12 +108,12 @@ def test_token_bound_both_sides() -> None:
     with pytest.raises(ObError) as e:
         check_tokens(stmt, 4)
     assert e.value.name == "OB_NOT_SUPPORTED" and "more than 4 tokens" in e.value.message
-    # A huge statement is counted only up to the limit (cheap).
+    # A huge statement is refused at the limit (counting stops there; how long it takes is
+    # measured by tests/bench/micro_bench.py).
     big = "x," * 2_000_000
-    t0 = time.perf_counter()
-    with pytest.raises(ObError):
+    with pytest.raises(ObError) as e:
         check_tokens(big, 100_000)
-    assert time.perf_counter() - t0 < 2
+    assert "more than 100000 tokens" in e.value.message
 
 
 def test_execute_sql_refuses_too_many_tokens_before_parsing(db_url: str, tmp_path: Path) -> None:

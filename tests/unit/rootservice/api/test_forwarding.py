@@ -11,7 +11,6 @@ real gRPC channels."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -257,14 +256,13 @@ def test_the_leader_accepts_a_forwarded_identity_from_an_rs_certificate_only(
 
 
 def test_an_unreachable_leader_is_not_master_with_the_hint_without_waiting(pair: Pair) -> None:
-    # Nothing listens at the leader's address: the standby answers at once.
+    # Nothing listens at the leader's address: the standby answers OB_RS_NOT_MASTER, not
+    # the deadline error a forward still waiting at rpc_timeout (200 ms) would give.
     forwarder = forwarder_for(pair.standby)
     assert isinstance(forwarder, GrpcForwarder)
     try:
-        t0 = time.monotonic()
         with pytest.raises(ObError) as refused:
             run_statement(pair.standby, "ALTER SYSTEM ADD ZONE 'z6'", ROOT, forwarder=forwarder)
-        assert time.monotonic() - t0 < 5  # rpc_timeout is 200 ms
         assert refused.value.name == "OB_RS_NOT_MASTER"
         assert not isinstance(refused.value, LeaderRefusal)
         assert pair.leader_addr in refused.value.message

@@ -12,6 +12,7 @@ One SparkSession (local[2]) serves the whole test session: starting one costs ~7
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -822,6 +823,9 @@ def test_session_start_failure_is_reported_and_retried() -> None:
 def test_the_shared_session_was_started_off_thread(spark_manager: SparkSessionManager) -> None:
     spark_manager.get(timeout=180)
     assert spark_manager.ready
+    # The JVM started on the manager's own daemon thread, not on a caller's (this one's).
+    assert spark_manager.created_on == "spark-session-start"
+    assert spark_manager.created_on != threading.current_thread().name
     assert spark_manager.startup_s is not None and spark_manager.startup_s > 0
     assert spark_manager.get() is spark_manager.get()
 

@@ -4,10 +4,11 @@ a hang, and the pool recovers after the heal; ``set_local`` sets several setting
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 
-from rootservice.db.engine import io_deadline, make_engine, set_local
+from rootservice.db.engine import DatabaseTimeout, io_deadline, make_engine, set_local
 from tests.support.pgserver import PgServer
 from tests.support.tcp_proxy import TcpProxy
 
@@ -16,23 +17,32 @@ def test_blackholed_database_fails_within_the_deadline_then_recovers(
     pg_server: PgServer,
 ) -> None:
     with TcpProxy(("127.0.0.1", pg_server.port)) as proxy:
-        engine = make_engine(f"postgresql+psycopg://postgres@{proxy.address}/postgres")
+        # connect_timeout at libpq's minimum (2 s): the start-up of a fresh connection is
+        # bounded by it, not by io_deadline (libpq counts whole seconds).
+        url = f"postgresql+psycopg://postgres@{proxy.address}/postgres"
+        engine = make_engine(url, connect_timeout_s=2)
         try:
             with engine.connect() as conn:
                 assert conn.execute(sa.text("SELECT 1")).scalar() == 1
-            proxy.cut("blackhole")
-            # The pooled connection's pre-ping gets no answer (closed at the deadline); the
-            # fresh connection the pool then tries hangs in its start-up until
-            # connect_timeout: an error either way, never a hang.
+                proxy.cut("blackhole")
+                # A statement on an open connection: no answer, so the connection is closed
+                # at the deadline and DatabaseTimeout (raised only by that bound) surfaces.
+                with pytest.raises(sa.exc.OperationalError) as stmt_failed, io_deadline(0.5):
+                    conn.execute(sa.text("SELECT 2"))
+            assert isinstance(stmt_failed.value.orig, DatabaseTimeout), stmt_failed.value
+            # The next checkout opens a fresh connection, which hangs in its start-up until
+            # connect_timeout: libpq's ConnectionTimeout, never a hang.
             with (
-                pytest.raises(sa.exc.OperationalError),
+                pytest.raises(sa.exc.OperationalError) as connect_failed,
                 io_deadline(0.5),
                 engine.connect() as conn,
             ):
-                conn.execute(sa.text("SELECT 2"))
+                conn.execute(sa.text("SELECT 3"))
+            orig = connect_failed.value.orig
+            assert isinstance(orig, psycopg.errors.ConnectionTimeout), connect_failed.value
             proxy.heal()
             with engine.connect() as conn:
-                assert conn.execute(sa.text("SELECT 3")).scalar() == 3
+                assert conn.execute(sa.text("SELECT 4")).scalar() == 4
         finally:
             engine.dispose()
 

@@ -3,8 +3,10 @@ with a FakeClock, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from obcommon.proto import obrpc_pb2
@@ -142,12 +144,26 @@ def test_data_disk_error_stops_and_recovery_starts(rs: RootService) -> None:
     assert server_row(rs, A)["stop_time"] == 0
 
 
-def test_data_disk_error_stop_keeps_the_stop_checks(rs: RootService) -> None:
+def test_data_disk_error_stop_keeps_the_stop_checks(
+    rs: RootService, caplog: pytest.LogCaptureFixture
+) -> None:
     heartbeat_all(rs)
     rs.server_admin.stop_servers([B], None, "STOP")
+    with caplog.at_level(logging.WARNING, logger="rootservice.servers.heartbeat"):
+        rs.heartbeats.receive_hb(hb(A, ZA, server_status=1))
+    # A server of another zone is stopped: the automatic STOP ran and was refused like a
+    # typed one, with the statement's own error.
+    s = rs.whitelist.get(A)
+    assert s.server_report_status.value == "DATA_DISK_ERROR"
+    assert s.stop_time == 0
+    refused = [r.getMessage() for r in caplog.records if "automatic STOP SERVER" in r.getMessage()]
+    assert len(refused) == 1 and "OB_STOP_SERVER_IN_MULTIPLE_ZONES" in refused[0], refused
+    # Without the other zone's stop the same report stops the server: only the check held it.
+    rs.server_admin.start_servers([B], None)
+    rs.heartbeats.receive_hb(hb(A, ZA, server_status=0))
+    rs.clock.advance(1)
     rs.heartbeats.receive_hb(hb(A, ZA, server_status=1))
-    # A server of another zone is stopped: the automatic STOP is refused like a typed one.
-    assert rs.whitelist.get(A).stop_time == 0
+    assert rs.whitelist.get(A).stop_time == rs.clock.now_us()
 
 
 def test_resource_changes_are_applied_and_checked(rs: RootService) -> None:
