@@ -846,3 +846,29 @@ def test_empty_database_gives_empty_plans(spark: Any, tmp_path: Path) -> None:
     assert len(R.pandas_unit_migration_plan(p)) == 0
     assert len(R.pandas_replica_migration_plan(p)) == 0
     assert len(R.pandas_lost_replicas(p)) == 0
+
+
+def test_spark_bench_quick_size_computes_every_plan_alike_on_three_engines(
+    spark: Any, pg_server: Any
+) -> None:
+    """``make bench-spark`` smoke run (issue 26): one size of the Spark jobs benchmark
+    (``spark_bench.run_size``, 5k replicas, one repeat) on this file's SparkSession and the
+    session's PostgreSQL, so that no second JVM starts. No figure is asserted, only counts:
+    the generated cluster, and the three plans computed by Spark, pandas and SQL agreeing
+    row for row (what the bench's exit code says)."""
+    from tests.bench import spark_bench
+
+    sampler = spark_bench.Sampler(pg_server)
+    try:
+        size = spark_bench.run_size(
+            5000, pg=pg_server, spark=spark, sampler=sampler, repeats=1, seed=0
+        )
+    finally:
+        sampler.stop()
+    assert size["replicas_target"] == 5000 and size["replicas"] > 0
+    assert size["servers"] > 0 and size["units"] > 0
+    assert set(size["plans"]) == set(spark_bench.PLANS)
+    for name, plan in size["plans"].items():
+        assert plan["agree"], (name, plan)
+    # The generated cluster has work for the plans (DELETING servers, lost replicas).
+    assert sum(p["rows"] for p in size["plans"].values()) > 0
