@@ -157,8 +157,6 @@ class OpenConnections:
         only). Raises ``RuntimeError`` outside a running event loop."""
         loop = asyncio.get_running_loop()
         with self._lock:
-            if id(conn) in self._conns:
-                return
             for key in [k for k, (_, c, _) in self._conns.items() if c.is_closing()]:
                 del self._conns[key]
             self._conns[id(conn)] = (serial, conn, loop)
