@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from obcommon.errors import error_from_proto
+from obcommon.errors import ObError, error_from_proto
 from obcommon.security.revocation import list_version
 from rootservice.api.dispatch import execute_sql
 from rootservice.api.lease_servicer import LeaseServicer
@@ -19,6 +19,8 @@ from rootservice.app import RootService
 from rootservice.auth.principal import Principal
 from rootservice.db import revoked_cert_repo
 from rootservice.db.revoked_cert_repo import RevokedCert
+from sql import ast
+from sql.parser import parse
 from tests.support.harness import ROOT, SEEDED, events, hb, make_rs
 
 ALICE = Principal("alice", "10.0.0.9:5555")
@@ -111,3 +113,18 @@ def test_lease_answers_carry_the_list_when_the_agent_lacks_it(rs: RootService) -
     # An agent that holds this version gets the version only (one integer per heartbeat).
     again = servicer._handle(hb(server, zone, revocation_version=version))
     assert again.revocation_version == version and list(again.revoked_serials) == []
+
+
+def test_the_statement_parses_with_its_optional_clauses() -> None:
+    assert parse("alter system revoke certificate serial = '0a'") == ast.RevokeCertificate("0a")
+    assert parse(
+        "ALTER SYSTEM REVOKE CERTIFICATE SERIAL '0a' SUBJECT = 'CN=x' REASON 'it''s gone';"
+    ) == ast.RevokeCertificate("0a", "CN=x", "it's gone")
+    for bad in (
+        "ALTER SYSTEM REVOKE CERTIFICATE '0a'",
+        "ALTER SYSTEM REVOKE CERTIFICATE SERIAL '0a' REASON 'r' SUBJECT 's'",
+        "ALTER SYSTEM REVOKE CERTIFICATE SERIAL 0a",
+    ):
+        with pytest.raises(ObError) as e:
+            parse(bad)
+        assert e.value.name == "ER_PARSE_ERROR", bad
