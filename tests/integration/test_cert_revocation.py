@@ -11,6 +11,7 @@ and each revokes more: the RS certificate's, which cripples the cluster, last.
 from __future__ import annotations
 
 import http.client
+import shutil
 import socket
 import ssl
 import subprocess
@@ -228,7 +229,7 @@ def _refused_as_revoked(err: grpc.RpcError) -> bool:
     return err.code() == grpc.StatusCode.UNAUTHENTICATED and "revoked" in (err.details() or "")
 
 
-def test_revoked_node_certificate_loses_its_lease(c: Revoking) -> None:
+def test_revoked_node_certificate_loses_its_lease(c: Revoking, tmp_path: Path) -> None:
     victim, other = sorted(c.agents)
     certs = pki.certs_dir(Role.NODE, victim)
     serial = _serial(certs / cert_file(Role.NODE))
@@ -246,6 +247,14 @@ def test_revoked_node_certificate_loses_its_lease(c: Revoking) -> None:
         message=f"{victim} INACTIVE after its certificate was revoked",
     )
     assert c.metrics().get("peer_refused_revoked_total", 0) > 0
+    # cert list marks the file revoked (a directory with it and the admin's certificate).
+    both = tmp_path / "both"
+    shutil.copytree(pki.client_certs(), both)
+    shutil.copy(certs / cert_file(Role.NODE), both / cert_file(Role.NODE))
+    ls = _cli("list", "--certs-dir", str(both), "--rs", c.rs_addr)
+    assert ls.returncode == 0, ls.stderr
+    assert f"node.crt\tnode\t{victim}\tREVOKED until " in ls.stdout
+    assert "client.root.crt\tclient\troot\tvalid until " in ls.stdout
     assert c.statuses()[other] == "ACTIVE"
     # The other agent got the list with its lease answers and refuses the node too.
     wait_until(
