@@ -153,6 +153,7 @@ class Agent:
             self.security,
             self.metrics,
             self.replicas.copy_bandwidth,
+            revoked=self.peer_gate.revoked,
         )
         # The Prometheus exposition (issue 12): read from the components at each scrape.
         self.metrics.registry.register(AgentCollector(self))

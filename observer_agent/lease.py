@@ -31,6 +31,7 @@ from obcommon.errors import ObError, error_from_proto
 from obcommon.proto import obrpc_pb2
 from obcommon.ratelimit_log import RateLimitedLog
 from obcommon.security.certs import Role
+from obcommon.security.revocation import RevokedSerials
 from obcommon.security.tls import TransportSecurity
 from observer_agent.address import LocalServer
 from observer_agent.background import describe_exception, is_set, sleep_unless_stopped
@@ -145,6 +146,7 @@ class LeaseClient:
         metrics: AgentMetrics | None = None,
         copy_rate: CopyRateLimit | None = None,
         reconnect: BackoffPolicy | None = None,
+        revoked: RevokedSerials | None = None,
     ) -> None:
         """Unregistered and not serving; lease streams are opened through ``security``
         (default: what ``settings.certs_dir`` says); renewal round trips are observed in
@@ -153,8 +155,10 @@ class LeaseClient:
         ``reconnect`` is the backoff between attempts to reach an RS that does not answer
         (default: full jitter from ``settings.reconnect_backoff_base`` to
         ``reconnect_backoff_cap``, 100 ms and 2 s, the cap at most ``heartbeat_interval``;
-        issue 14 item 1), drawn from ``rng``."""
+        issue 14 item 1), drawn from ``rng``. ``revoked`` takes the RS's revocation list from
+        the accepted answers (issue 26 item 5; the agent's peer gate refuses what it holds)."""
         self._copy_rate = copy_rate
+        self.revoked = revoked if revoked is not None else RevokedSerials()
         self.metrics = metrics or AgentMetrics()
         self.security = security or TransportSecurity.for_dir(settings.certs_dir, Role.NODE)
         self.settings = settings
@@ -234,6 +238,7 @@ class LeaseClient:
             cluster_id=self.identity.cluster_id if self.identity else "",
             server_id=self.identity.server_id if self.identity else 0,
             seq=self._seq,
+            revocation_version=self.revoked.version,
         )
         req.resource_info.CopyFrom(self._resources.info)
         req.replicas.extend(self._replicas.report())
@@ -350,6 +355,9 @@ class LeaseClient:
             self.rs_server_status = resp.rs_server_status
         self.reconnect.reset()
         self.rs.adopt(resp.rs_list)
+        if resp.revocation_version != self.revoked.version:
+            # The RS sent its whole list because our version is another (issue 26 item 5).
+            self.revoked.replace(resp.revoked_serials)
         if self._copy_rate is not None and self._copy_rate.set_rate(
             resp.migration_max_bytes_per_second
         ):

@@ -23,10 +23,14 @@ from typing import Any
 import sqlalchemy as sa
 
 from obcommon.clock import Clock, SystemClock
+from obcommon.errors import ObError
 from obcommon.security.certs import Role
 from obcommon.security.gate import PeerGate
+from obcommon.security.revocation import OpenConnections
 from obcommon.security.tls import TransportSecurity
 from rootservice.auth.audit import Audit
+from rootservice.auth.revocations import REFRESH_INTERVAL_US as REVOCATION_REFRESH_INTERVAL_US
+from rootservice.auth.revocations import Revocations
 from rootservice.auth.users import Users
 from rootservice.balancer.copy_tasks import COPY_WATCH_INTERVAL_US, CopyTasks, CopyWatch
 from rootservice.balancer.dry_run import DeleteDryRun
@@ -350,6 +354,10 @@ class RootService:
         # Users, privileges and the audit trail of statements (issue 10).
         self.users = Users(self.store, self.clock, settings)
         self.audit = Audit(self.store, self.clock)
+        # The revocation list every front end checks (issue 26 item 5).
+        self.revocations = Revocations(self.store, self.clock, self.peer_gate.revoked)
+        # The MySQL and HTTP connections by client certificate, closed when it is revoked.
+        self.cert_connections = OpenConnections(self.peer_gate.revoked)
         # Table and column names for SELECT, read from the database on first use.
         self.catalog = Catalog()
         self.parameters = Parameters(
@@ -508,6 +516,11 @@ class RootService:
         SQLite mode is single-RS: raises :class:`StartupError` when another RS holds a live
         lease on the same file, instead of running as a second leader or a standby."""
         sqlite = self.store.engine.dialect.name == "sqlite"
+        try:
+            # Before the first call is served, not a timer period later (issue 26 item 5).
+            self.revocations.refresh()
+        except ObError as e:
+            log.warning("revocation list not read yet: %s", e)
         if sqlite:
             log.warning(
                 "SQLite mode: this is the only root service of the cluster (no standby can "
@@ -556,6 +569,8 @@ class RootService:
         return [
             (self.election, lease_timings(s.lease_time)[0]),
             (FnTask("rs_lease_watchdog", self.election.check_lease), s.heartbeat_check_interval),
+            # Every RS, leader or not, refuses what is revoked (issue 26 item 5).
+            (self.revocations, REVOCATION_REFRESH_INTERVAL_US),
         ]
 
     def _start_election(self) -> None:

@@ -7,10 +7,14 @@ of ``cockroach cert``.
     rootservice cert create-rs     IP:PORT [HOST ...] --certs-dir D --ca-key K [...]
     rootservice cert create-node   IP:PORT [HOST ...] --certs-dir D --ca-key K [...]
     rootservice cert create-client USER               --certs-dir D --ca-key K [...]
-    rootservice cert list          --certs-dir D
+    rootservice cert list          --certs-dir D [--rs HOST:PORT [-u USER]]
+    rootservice cert revoke        (--serial HEX | FILE) [--reason TEXT] --certs-dir D [...]
 
-The files are described in :mod:`obcommon.security.certs`. Exit status 0 on success, 1 when
-a file cannot be written or the CA cannot be read, 2 for bad arguments.
+The files are described in :mod:`obcommon.security.certs`. ``revoke`` and ``list --rs`` ask
+the running cluster (:mod:`rootservice.cert_revoke`): ``list`` then marks the revoked files
+``REVOKED`` and lists every revoked certificate. Exit status 0 on success, 1 when a file
+cannot be written or the CA cannot be read (or the cluster refused or could not be
+reached), 2 for bad arguments.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ from obcommon.security.certs import (
     create_cert,
 )
 from obcommon.security.identity import identity_of_pem
+from obcommon.security.revocation import serial_text
+from rootservice import cert_revoke
 
 _CREATE = {"create-rs": Role.RS, "create-node": Role.NODE, "create-client": Role.CLIENT}
 
@@ -70,15 +76,28 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                 "hosts", nargs="*", metavar="HOST", help="more names for the subjectAltName"
             )
         common(p, DEFAULT_CERT_LIFETIME_S)
-    ls = csub.add_parser("list", help="the certificates in a directory")
+    ls = csub.add_parser(
+        "list", help="the certificates in a directory (and, with --rs, the revoked ones)"
+    )
     ls.add_argument("--certs-dir", required=True, type=Path)
+    cert_revoke.add_cluster_args(ls, required=False)
+    rv = csub.add_parser("revoke", help="refuse a certificate in the running cluster from now on")
+    rv.add_argument("file", nargs="?", metavar="FILE", help="the certificate (PEM) to revoke")
+    rv.add_argument("--serial", help="or its serial in hex, as 'cert list' prints it")
+    rv.add_argument("--reason", default="", help="why, kept with the revocation")
+    rv.add_argument(
+        "--certs-dir", required=True, type=Path, help="ca.crt and client.USER.crt / .key"
+    )
+    cert_revoke.add_cluster_args(rv, required=True)
 
 
 def run(args: argparse.Namespace, clock: Clock | None = None) -> int:
     """Run one ``cert`` sub-command; returns the exit status and prints what was written."""
     now_s = (clock or SystemClock()).now_us() // 1_000_000
     if args.cert_command == "list":
-        return _list(args.certs_dir, now_s)
+        return _list(args, now_s)
+    if args.cert_command == "revoke":
+        return cert_revoke.revoke(args)
     try:
         lifetime_s = parse_duration(args.lifetime) // 1_000_000
         validity = Validity.starting(now_s, lifetime_s)
@@ -114,11 +133,20 @@ def _until(cert: x509.Certificate) -> str:
     return cert.not_valid_after_utc.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _list(certs_dir: Path, now_s: int) -> int:
+def _list(args: argparse.Namespace, now_s: int) -> int:
+    certs_dir: Path = args.certs_dir
     files = sorted(certs_dir.glob("*.crt"))
     if not files:
         print(f"rootservice cert: no certificates in {certs_dir}", file=sys.stderr)
         return 1
+    revoked: list[list[object]] = []
+    if getattr(args, "rs", None):
+        try:
+            revoked = cert_revoke.revoked_in_cluster(args)
+        except cert_revoke.ClusterError as e:
+            print(f"rootservice cert list: {e}", file=sys.stderr)
+            return 1
+    serials = {str(r[0]) for r in revoked}
     now = dt.datetime.fromtimestamp(now_s, tz=dt.UTC)
     for f in files:
         pem = f.read_bytes()
@@ -131,6 +159,13 @@ def _list(certs_dir: Path, now_s: int) -> int:
         who = (
             f"{ident.role.value}\t{ident.name}" if ident else f"ca\t{cert.subject.rfc4514_string()}"
         )
+        serial = serial_text(cert.serial_number)
         state = "EXPIRED" if cert.not_valid_after_utc < now else "valid"
-        print(f"{f.name}\t{who}\t{state} until {_until(cert)}")
+        if serial in serials:
+            state = "REVOKED"
+        print(f"{f.name}\t{who}\t{state} until {_until(cert)}\tserial {serial}")
+    if getattr(args, "rs", None):
+        print(f"revoked in the cluster: {len(revoked)}")
+        for rserial, cn, when, reason, by in revoked:
+            print(f"REVOKED\tserial {rserial}\t{cn or '-'}\tat {when}\tby {by}\t{reason}")
     return 0

@@ -175,6 +175,21 @@ class SwitchLeader:
     tenant: str
 
 
+@dataclass(frozen=True)
+class RevokeCertificate:
+    """ALTER SYSTEM REVOKE CERTIFICATE SERIAL [=] 'hex' [SUBJECT [=] 'dn'] [REASON [=] 'text']
+
+    Puts a certificate on the cluster's revocation list (issue 26 item 5); ``serial`` as
+    written (the executor normalises it), ``subject`` and ``reason`` "" when left out.
+    """
+
+    serial: str
+    subject: str = ""
+    reason: str = ""
+    #: Who revokes: filled by the executor's caller from the principal, never parsed.
+    revoked_by: str = ""
+
+
 # --- reads (issue 11 item 2; parsed and checked by sql.reads with sqlglot) ------------------
 
 
@@ -302,6 +317,7 @@ Statement = (
     | CreateTenant
     | DropTenant
     | SwitchLeader
+    | RevokeCertificate
     | CreateUser
     | DropUser
     | AlterUser

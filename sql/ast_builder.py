@@ -186,6 +186,16 @@ class ToAst(Transformer[Token, Any]):
     def switch_leader(self, ls_id: Token, server: str, tenant: str) -> ast.SwitchLeader:
         return ast.SwitchLeader(ls_id=_to_int64(ls_id), server=server, tenant=tenant)
 
+    def revoke_certificate(
+        self, serial: str, subject: str | None, reason: str | None
+    ) -> ast.RevokeCertificate:
+        return ast.RevokeCertificate(serial=serial, subject=subject or "", reason=reason or "")
+
+    def cert_subject(self, value: str) -> str:
+        return value
+
+    cert_reason = cert_subject
+
     # --- resource units, resource pools, tenants ----------------------------------------
 
     def create_resource_unit(

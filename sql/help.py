@@ -95,6 +95,13 @@ STATEMENTS: tuple[HelpTopic, ...] = (
         "ALTER SYSTEM SWITCH REPLICA LEADER LS = n SERVER = 'ip:port' TENANT = name",
     ),
     HelpTopic(
+        "ALTER SYSTEM REVOKE CERTIFICATE",
+        "refuse a certificate from now on (gRPC, MySQL, HTTP, agents); never undone",
+        "ALTER SYSTEM REVOKE CERTIFICATE SERIAL 'hex' [SUBJECT 'dn'] [REASON 'text']\n"
+        "    serial as 'rootservice cert list' or 'openssl x509 -serial' prints it;\n"
+        "    open connections with it are closed; see DBA_OB_REVOKED_CERTIFICATES",
+    ),
+    HelpTopic(
         "SHOW PARAMETERS",
         "list cluster parameters",
         "SHOW PARAMETERS [LIKE 'pattern']",

@@ -164,6 +164,7 @@ class LeaseRequest(_message.Message):
     SEQ_FIELD_NUMBER: _builtins.int
     REPLICAS_FIELD_NUMBER: _builtins.int
     SERVER_ID_FIELD_NUMBER: _builtins.int
+    REVOCATION_VERSION_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     zone: _builtins.str
     server: _builtins.str
@@ -182,6 +183,10 @@ class LeaseRequest(_message.Message):
     """echoed in the response, to pair them on a stream"""
     server_id: _builtins.int
     """server id the agent keeps (identity.json), 0 when empty"""
+    revocation_version: _builtins.int
+    """The version of the revocation list the agent holds (issue 26 item 5; 0 = empty): the
+    RS sends its list only when its own version differs.
+    """
     @_builtins.property
     def resource_info(self) -> Global___ResourceInfo: ...
     @_builtins.property
@@ -205,10 +210,11 @@ class LeaseRequest(_message.Message):
         seq: _builtins.int = ...,
         replicas: _abc.Iterable[Global___ReplicaInfo] | None = ...,
         server_id: _builtins.int = ...,
+        revocation_version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["resource_info", b"resource_info"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_version", b"build_version", "cluster_id", b"cluster_id", "current_server_time", b"current_server_time", "replicas", b"replicas", "resource_info", b"resource_info", "rs_epoch", b"rs_epoch", "seq", b"seq", "server", b"server", "server_id", b"server_id", "server_status", b"server_status", "sql_port", b"sql_port", "start_service_time", b"start_service_time", "version", b"version", "zone", b"zone"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_version", b"build_version", "cluster_id", b"cluster_id", "current_server_time", b"current_server_time", "replicas", b"replicas", "resource_info", b"resource_info", "revocation_version", b"revocation_version", "rs_epoch", b"rs_epoch", "seq", b"seq", "server", b"server", "server_id", b"server_id", "server_status", b"server_status", "sql_port", b"sql_port", "start_service_time", b"start_service_time", "version", b"version", "zone", b"zone"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -234,6 +240,8 @@ class LeaseResponse(_message.Message):
     LEADER_HINT_FIELD_NUMBER: _builtins.int
     SEQ_FIELD_NUMBER: _builtins.int
     MIGRATION_MAX_BYTES_PER_SECOND_FIELD_NUMBER: _builtins.int
+    REVOCATION_VERSION_FIELD_NUMBER: _builtins.int
+    REVOKED_SERIALS_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     lease_expire_time: _builtins.int
     heartbeat_expire_time: _builtins.int
@@ -249,10 +257,18 @@ class LeaseResponse(_message.Message):
     0 = unlimited. Carried by every accepted response so a change reaches running copies
     within a heartbeat.
     """
+    revocation_version: _builtins.int
+    """The RS's revocation list (issue 26 item 5): its version in every accepted response, the
+    serials (lower-case hex) only when the request's revocation_version differs, so an
+    unchanged list costs one integer per heartbeat. The agent refuses these certificates
+    on its own gRPC services.
+    """
     @_builtins.property
     def rs_list(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
     def error(self) -> Global___ObError: ...
+    @_builtins.property
+    def revoked_serials(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
         self,
         *,
@@ -268,10 +284,12 @@ class LeaseResponse(_message.Message):
         leader_hint: _builtins.str = ...,
         seq: _builtins.int = ...,
         migration_max_bytes_per_second: _builtins.int = ...,
+        revocation_version: _builtins.int = ...,
+        revoked_serials: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "error", b"error", "heartbeat_expire_time", b"heartbeat_expire_time", "leader_hint", b"leader_hint", "lease_expire_time", b"lease_expire_time", "migration_max_bytes_per_second", b"migration_max_bytes_per_second", "rs_epoch", b"rs_epoch", "rs_list", b"rs_list", "rs_server_status", b"rs_server_status", "seq", b"seq", "server_id", b"server_id", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "error", b"error", "heartbeat_expire_time", b"heartbeat_expire_time", "leader_hint", b"leader_hint", "lease_expire_time", b"lease_expire_time", "migration_max_bytes_per_second", b"migration_max_bytes_per_second", "revocation_version", b"revocation_version", "revoked_serials", b"revoked_serials", "rs_epoch", b"rs_epoch", "rs_list", b"rs_list", "rs_server_status", b"rs_server_status", "seq", b"seq", "server_id", b"server_id", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

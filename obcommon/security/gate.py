@@ -9,6 +9,10 @@ is counted, and logged at most once per :data:`LOG_EVERY_US` per kind of refusal
 (:class:`obcommon.ratelimit_log.RateLimitedLog`), so that a
 flood of forged calls cannot flood the log. Nothing else happens for a refused call.
 In insecure mode every call is admitted (there are no identities).
+
+A certificate on the revocation list (:class:`obcommon.security.revocation.RevokedSerials`,
+issue 26 item 5) is refused with ``UNAUTHENTICATED`` and kind ``revoked`` before its role
+is looked at: one set lookup of the serial, no database read.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from obcommon.clock import Clock, SystemClock
 from obcommon.ratelimit_log import RateLimitedLog
 from obcommon.security.certs import Role
 from obcommon.security.identity import PeerIdentity, peer_identity
+from obcommon.security.revocation import RevokedSerials
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +57,8 @@ class PeerGate:
 
     ``insecure``: admit everything. ``count(kind)`` is called once per refusal (e.g. the RS's
     metrics); :attr:`refused_total` keeps the same counts per kind. ``clock`` paces the log
-    (its monotonic time).
+    (its monotonic time). ``revoked`` is the process's revocation list (default: a new,
+    empty one, kept as :attr:`revoked`).
     """
 
     def __init__(
@@ -60,9 +66,11 @@ class PeerGate:
         insecure: bool,
         count: Callable[[str], None] | None = None,
         clock: Clock | None = None,
+        revoked: RevokedSerials | None = None,
     ) -> None:
         """``insecure`` True admits every call; ``count`` receives each refusal's kind."""
         self.insecure = insecure
+        self.revoked = revoked if revoked is not None else RevokedSerials()
         self._count = count
         self.refused_total: dict[str, int] = {}
         # One line per kind of refusal per LOG_EVERY_US (the shared rate limiter, issue 12).
@@ -94,6 +102,13 @@ class PeerGate:
                 "no_certificate",
                 f"{method} needs a certificate of this cluster ({_describe(roles)}); "
                 f"the peer {context.peer()} presented none",
+            )
+        if ident.serial in self.revoked.serials:
+            raise self._refuse(
+                grpc.StatusCode.UNAUTHENTICATED,
+                "revoked",
+                f"{method}: the certificate of {ident} (serial {ident.serial}) presented by "
+                f"{context.peer()} is revoked",
             )
         if ident.role not in roles:
             raise self._refuse(
@@ -133,6 +148,11 @@ class PeerGate:
         except PeerRefused as e:
             await context.abort(e.code, e.message)
             raise  # unreachable: abort raises
+
+    def is_revoked(self, ident: PeerIdentity | None) -> bool:
+        """True when ``ident``'s certificate is on the revocation list (a set lookup, for
+        long-lived streams that check each message)."""
+        return ident is not None and ident.serial in self.revoked.serials
 
     async def refuse(
         self, context: grpc.aio.ServicerContext, code: grpc.StatusCode, kind: str, message: str

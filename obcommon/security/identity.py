@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from obcommon.security.certs import ORGANIZATION, Role
+from obcommon.security.revocation import serial_text
 
 _CACHE_SIZE = 4096
 
@@ -24,10 +25,13 @@ _CACHE_SIZE = 4096
 @dataclass(frozen=True)
 class PeerIdentity:
     """A verified peer: ``role`` (the subject's OU) and ``name`` (its CN: ``ip:port`` for RS
-    and node certificates, the user for client certificates)."""
+    and node certificates, the user for client certificates). ``serial`` is the
+    certificate's serial number in lower-case hex (the key of the revocation list, issue 26
+    item 5; not part of equality: two certificates of one peer are the same identity)."""
 
     role: Role
     name: str
+    serial: str = field(default="", compare=False)
 
     def __str__(self) -> str:
         return f"{self.role.value} '{self.name}'"
@@ -64,13 +68,14 @@ def identity_of_pem(pem: bytes) -> PeerIdentity | None:
         return ident
     ident = None
     try:
-        subject = x509.load_pem_x509_certificate(pem).subject
+        cert = x509.load_pem_x509_certificate(pem)
+        subject = cert.subject
         org = subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)
         ou = subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)
         cn = subject.get_attributes_for_oid(NameOID.COMMON_NAME)
         if org and org[0].value == ORGANIZATION and len(ou) == 1 and len(cn) == 1:
             role = Role(str(ou[0].value))
-            ident = PeerIdentity(role, str(cn[0].value))
+            ident = PeerIdentity(role, str(cn[0].value), serial_text(cert.serial_number))
     except ValueError:
         ident = None
     _cache.put(pem, ident)

@@ -11,6 +11,7 @@ which read through :mod:`rootservice.db.query_repo` and the catalog.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import time
@@ -220,6 +221,14 @@ def _switch_leader(rs: RootService, st: ast.SwitchLeader) -> Result:
     return Result(affected_rows=1)
 
 
+def _revoke_certificate(rs: RootService, st: ast.RevokeCertificate) -> Result:
+    serial, added = rs.revocations.revoke(
+        st.serial, subject=st.subject, reason=st.reason, revoked_by=st.revoked_by
+    )
+    info = f"certificate {serial} revoked" if added else f"certificate {serial} already revoked"
+    return Result(affected_rows=int(added), info=info)
+
+
 def _query(rs: RootService, st: ast.Query) -> Result:
     with rs.store.read() as conn:
         r = query_repo.run_query(
@@ -333,6 +342,7 @@ EXECUTORS: dict[type, Callable[[RootService, Any], Result]] = {
     ast.CreateTenant: _create_tenant,
     ast.DropTenant: _drop_tenant,
     ast.SwitchLeader: _switch_leader,
+    ast.RevokeCertificate: _revoke_certificate,
     ast.CreateUser: _create_user,
     ast.DropUser: _drop_user,
     ast.AlterUser: _alter_user,
@@ -356,6 +366,8 @@ LEADER_ONLY = frozenset(
         ast.AlterUser,
         ast.Grant,
         ast.Revoke,
+        # A revocation must work whatever state the servers are in (issue 26 item 5).
+        ast.RevokeCertificate,
     }
 )
 _READ_KINDS = (
@@ -397,6 +409,8 @@ def execute(
     rs.users.check(principal, statement)
     if isinstance(statement, ast.ShowGrants) and statement.user is None:
         statement = ast.ShowGrants(user=principal.user)
+    elif isinstance(statement, ast.RevokeCertificate):
+        statement = dataclasses.replace(statement, revoked_by=principal.user)
     kind = type(statement)
     if kind not in UNGATED:
         try:

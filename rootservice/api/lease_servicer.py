@@ -46,6 +46,12 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
                 # watchdog has stepped it down.
                 raise ObError("OB_RS_NOT_MASTER", detail=why)
             resp = self.rs.heartbeats.receive_hb(req)
+            # The revocation list rides on accepted answers (issue 26 item 5): its version
+            # always, the serials only when the agent's version is another.
+            serials, version = self.rs.peer_gate.revoked.state
+            resp.revocation_version = version
+            if req.revocation_version != version:
+                resp.revoked_serials.extend(sorted(serials))
             # Plain attributes, not Metrics.inc: only the event-loop thread counts these, so
             # the heartbeat path takes no lock for them.
             self.rs.heartbeats_total += 1
@@ -95,11 +101,12 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
         Each request goes through ``HeartbeatIntake.receive_hb`` (SPEC.md section 5); a refusal
         is carried in-band in the response's ``error`` (with this RS's epoch), so the stream
         stays open. The peer's certificate is read once per stream; a request for any server
-        but the one it names ends the stream with ``PERMISSION_DENIED``.
+        but the one it names ends the stream with ``PERMISSION_DENIED``, and the first request
+        after its certificate is revoked with ``UNAUTHENTICATED`` (a set lookup per request).
         """
         gate = self.rs.peer_gate
         ident = await gate.admit(context, "RootService.LeaseStream", NODES)
         async for req in request_iterator:
-            if ident is not None and req.server != ident.name:
+            if ident is not None and (req.server != ident.name or gate.is_revoked(ident)):
                 await gate.admit(context, "RootService.LeaseStream", NODES, name=req.server)
             yield self._handle(req)

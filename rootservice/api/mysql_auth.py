@@ -64,11 +64,13 @@ NONCE_BYTES = 20
 class LoginFacts:
     """What the connection knows of the client when it logs in: ``tls`` (the handshake
     was upgraded to TLS), ``cert_user`` (the CN of a verified client certificate of role
-    ``client``, else None) and ``client_addr`` (``host:port``)."""
+    ``client``, else None), ``client_addr`` (``host:port``) and ``cert_serial`` (the
+    serial of any verified certificate of the cluster, "" without one; issue 26 item 5)."""
 
     tls: bool = False
     cert_user: str | None = None
     client_addr: str = ""
+    cert_serial: str = ""
 
 
 @dataclass

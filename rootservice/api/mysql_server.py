@@ -73,6 +73,7 @@ from rootservice.api.mysql_auth import (
 )
 from rootservice.app import RootService
 from rootservice.auth.principal import Principal
+from rootservice.auth.users import access_denied
 
 log = logging.getLogger(__name__)
 
@@ -559,6 +560,10 @@ class RsConnection(Connection):
             ident = identity_of_pem(ssl.DER_cert_to_PEM_cert(der).encode())
             if ident is not None and ident.role is Role.CLIENT:
                 self.facts.cert_user = ident.name
+            if ident is not None:
+                self.facts.cert_serial = ident.serial
+                # Closed when its certificate is revoked (issue 26 item 5).
+                self.rs.cert_connections.add(ident.serial, self.stream.writer)
 
     async def authenticate(
         self,
@@ -577,6 +582,14 @@ class RsConnection(Connection):
         self._tls_facts()
         if self.require_tls and not self.facts.tls:
             await self._refuse(username, ObError("ER_SECURE_TRANSPORT_REQUIRED"), audit=False)
+        if self.facts.cert_serial in self.rs.peer_gate.revoked:
+            revoked = access_denied(username, self.facts.client_addr, False)
+            log.warning(
+                "MySQL login from %s refused: certificate %s is revoked",
+                self.facts.client_addr,
+                self.facts.cert_serial,
+            )
+            await self._refuse(username, revoked, audit=True)
         provider = self.identity_provider
         assert isinstance(provider, RsIdentityProvider)
         try:

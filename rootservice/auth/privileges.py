@@ -31,6 +31,8 @@ REQUIRED: dict[type, str] = {
     ast.ZoneOp: ALTER_SYSTEM,
     ast.SetParameters: ALTER_SYSTEM,
     ast.SwitchLeader: ALTER_SYSTEM,
+    # Revoking a certificate refuses a node, an RS or a user: a change of the cluster.
+    ast.RevokeCertificate: ALTER_SYSTEM,
     ast.CreateResourceUnit: ALTER_SYSTEM,
     ast.DropResourceUnit: ALTER_SYSTEM,
     ast.CreateResourcePool: ALTER_SYSTEM,

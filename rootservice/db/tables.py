@@ -279,6 +279,7 @@ SYSTEM_VIEWS = (
     "dba_ob_ls",
     "dba_ob_ls_locations",
     "dba_ob_rootservice_jobs",
+    "dba_ob_revoked_certificates",
 )
 
 
@@ -312,5 +313,24 @@ all_rootservice_member = sa.Table(
     sa.Column("svr_port", sa.Integer, primary_key=True, autoincrement=False),
     # When its election round last ran, microseconds by the database's clock (the lease's).
     sa.Column("last_seen_time", sa.BigInteger, nullable=False, server_default="0"),
+    *_gmt(),
+)
+
+
+# --- revoked certificates (issue 26 item 5; migration 0007) ---------------------------------
+
+all_revoked_certificate = sa.Table(
+    "__all_revoked_certificate",
+    metadata,
+    # The certificate's serial number, lower-case hex without separators (up to 20 octets).
+    sa.Column("serial", sa.String(64), primary_key=True),
+    # Its subject (RFC 4514) and common name, when the revocation was given the certificate.
+    sa.Column("subject", sa.String(1024), nullable=False, server_default=""),
+    sa.Column("common_name", sa.String(256), nullable=False, server_default=""),
+    # When it was revoked, microseconds since the epoch (the revoking RS's clock).
+    sa.Column("revoked_at", sa.BigInteger, nullable=False),
+    sa.Column("reason", sa.String(1024), nullable=False, server_default=""),
+    # The user who revoked it (the statement's principal, or the CLI's certificate user).
+    sa.Column("revoked_by", sa.String(128), nullable=False, server_default=""),
     *_gmt(),
 )

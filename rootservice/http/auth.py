@@ -45,6 +45,37 @@ def peer_addr(request: web.Request) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+def refuse_revoked(rs: RootService, request: web.Request) -> None:
+    """Refuse a request whose connection presented a revoked certificate (issue 26 item 5):
+    ``ObError("ER_ACCESS_DENIED_ERROR")``, counted and audited, whatever credentials it
+    brings; other connections with a certificate are remembered so that a later revocation
+    closes them (``rs.cert_connections``)."""
+    transport = request.transport
+    ssl_object = transport.get_extra_info("ssl_object") if transport else None
+    if ssl_object is None or transport is None:
+        return
+    try:
+        der = ssl_object.getpeercert(binary_form=True)
+    except (ValueError, ssl.SSLError):
+        return
+    ident = identity_of_pem(ssl.DER_cert_to_PEM_cert(der).encode()) if der else None
+    if ident is None:
+        return
+    if ident.serial not in rs.peer_gate.revoked:
+        rs.cert_connections.add(ident.serial, transport)
+        return
+    addr = peer_addr(request)
+    rs.metrics.inc("logins_refused_total")
+    _audit(rs, ident.name, addr, LOGIN_STATEMENT, "ER_ACCESS_DENIED_ERROR", "login")
+    raise ObError(
+        "ER_ACCESS_DENIED_ERROR",
+        ident.name,
+        addr,
+        "NO",
+        detail=f"certificate {ident.serial} is revoked",
+    )
+
+
 def cert_user(rs: RootService, request: web.Request) -> str | None:
     """The user named by the verified client certificate (role ``client``) when the current
     cluster CA issued it, else None."""
@@ -97,6 +128,7 @@ async def authenticate(rs: RootService, request: web.Request) -> Principal:
     addr = peer_addr(request)
     if rs.settings.insecure:
         return Principal(ROOT_USER, addr)
+    refuse_revoked(rs, request)
     basic = basic_credentials(request)
     cert = cert_user(rs, request)
     if basic is None and cert is None:

@@ -74,7 +74,12 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         extra = {}
         if e.name == "OB_RS_NOT_MASTER":
             extra["leader"] = rs.leader_hint()
-        return ob_error_response(e, **extra)
+        resp = ob_error_response(e, **extra)
+        if e.name == "ER_ACCESS_DENIED_ERROR":
+            # A refused login ends the connection, as on the MySQL endpoint: a revoked
+            # certificate must not keep a connection open (issue 26 item 5).
+            resp.force_close()
+        return resp
     except web.HTTPException as e:
         if e.status >= 400 and e.content_type != "application/json":
             return json_error(e.status, e.reason)

@@ -19,7 +19,7 @@ PACKAGES = ("obcommon", "rootservice", "observer_agent", "sql", "migrations")
 # Layers, top first: a module may import its own layer and the ones below it. The longest
 # matching prefix of a module's name decides its layer.
 LAYERS: list[tuple[str, ...]] = [
-    ("rootservice.cli", "rootservice.demo", "rootservice.cert_commands"),
+    ("rootservice.cli", "rootservice.demo", "rootservice.cert_commands", "rootservice.cert_revoke"),
     # The front ends: gRPC / MySQL (api) and HTTP (issue 12).
     ("rootservice.api", "rootservice.http"),
     ("rootservice.app",),

@@ -125,3 +125,24 @@ def test_exit_2_for_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[
             main(argv)
         assert e.value.code == 2, argv
     assert "the following arguments are required" in capsys.readouterr().err
+
+
+def test_revoke_arguments_are_checked_before_the_cluster_is_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 26 item 5. No RS listens on port 1: any answer below came before dialling.
+    d, k = _ca(tmp_path)
+    assert main(["cert", "create-node", "127.0.0.1:2900", "--certs-dir", d, "--ca-key", k]) == 0
+    rs = ["--certs-dir", d, "--rs", "127.0.0.1:1"]
+    assert main(["cert", "revoke", *rs]) == 2
+    assert "give --serial HEX or a certificate FILE" in capsys.readouterr().err
+    assert main(["cert", "revoke", f"{d}/node.crt", "--serial", "0a", *rs]) == 2
+    assert main(["cert", "revoke", f"{d}/missing.crt", *rs]) == 1
+    assert "cannot read a certificate from" in capsys.readouterr().err
+    assert main(["cert", "revoke", "--serial", "0x", *rs]) == 1
+    assert "not a certificate serial" in capsys.readouterr().err
+    # The serial each listed file carries, as revoke takes it.
+    assert main(["cert", "list", "--certs-dir", d]) == 0
+    node = x509.load_pem_x509_certificate(Path(d, "node.crt").read_bytes())
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("node.crt"))
+    assert line.endswith(f"\tserial {node.serial_number:x}")

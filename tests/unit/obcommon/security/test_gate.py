@@ -13,6 +13,7 @@ from typing import Any
 
 import grpc
 import pytest
+from cryptography import x509
 
 from obcommon.clock import FakeClock
 from obcommon.security import gate as gate_mod
@@ -271,3 +272,33 @@ def test_check_returns_the_identity_and_none_when_insecure(tmp_path: Path) -> No
         PeerIdentity(Role.NODE, "127.0.0.1:7")
     )
     assert PeerGate(True).check(_Context(None), "m", {Role.NODE}, name="x") is None
+
+
+def test_a_revoked_certificate_is_refused_on_a_channel_opened_before(tmp_path: Path) -> None:
+    # Issue 26 item 5: the list is looked up at every call, so a channel (and its HTTP/2
+    # connection) opened before the revocation gets no further call through.
+    pki = Pki(tmp_path)
+    gate = PeerGate(False)
+    victim = pki.security(Role.CLIENT, "root")
+    serial = format(
+        x509.load_pem_x509_certificate(
+            (victim.certs_dir / "client.root.crt").read_bytes()
+        ).serial_number,  # type: ignore[operator]
+        "x",
+    )
+
+    async def body(call: Caller, addr: str) -> None:
+        async with victim.aio_channel(addr) as ch:
+            rpc = ch.unary_unary(METHOD)
+            assert await rpc(b'{"roles": ["client"]}', timeout=10) == b"client 'root'"
+            gate.revoked.replace({serial})
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await rpc(b'{"roles": ["client"]}', timeout=10)
+        assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert f"client 'root' (serial {serial})" in (e.value.details() or "")
+        assert "is revoked" in (e.value.details() or "")
+        # Another certificate of the same user, and other peers, are not.
+        assert (await call(Role.NODE, "127.0.0.1:7", {"roles": ["node"]}))[0] == grpc.StatusCode.OK
+
+    _run(pki, gate, body)
+    assert gate.refused_total == {"revoked": 1}

@@ -41,6 +41,7 @@ def test_the_gate_table_names_statements() -> None:
         ast.AlterUser,
         ast.Grant,
         ast.Revoke,
+        ast.RevokeCertificate,
     } == LEADER_ONLY
     assert {
         ast.Query,

@@ -1,0 +1,295 @@
+"""Certificate revocation against real ``rootservice`` and ``observer-agent`` processes
+(issue 26 item 5): a revoked root client certificate is refused on gRPC, MySQL and HTTPS and
+the connections open with it are closed; a revoked node certificate loses its lease (the
+server goes INACTIVE) and the other agents refuse it; a revoked RS certificate is refused by
+the agents.
+
+One secure cluster (SQLite, one RS, two agents) for the module. The tests run in file order
+and each revokes more: the RS certificate's, which cripples the cluster, last.
+"""
+
+from __future__ import annotations
+
+import http.client
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pymysql
+import pytest
+from cryptography import x509
+
+from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
+from obcommon.security.certs import CA_CERT, Role, Validity, cert_file, create_cert, key_file
+from obcommon.security.revocation import serial_text
+from obcommon.security.tls import TransportSecurity
+from sql.client import Credentials, execute
+from tests.integration.test_cluster import LEASE, Cluster
+from tests.support import pki
+from tests.support.cluster import ProcSet, wait_until
+from tests.support.ports import free_port
+
+pytestmark = pytest.mark.integration
+
+LEASE_S = 2.0
+assert LEASE == "2s"
+#: Lease expiry is checked every 100 ms, the last accepted renewal may be one heartbeat
+#: (0.5 s) old, the status is read through SQL and the revocation reaches the lease path at
+#: once (the RS that ran the statement replaced its list): this margin covers all of it.
+EXPIRY_MARGIN_S = 2.0
+#: Time for one accepted lease answer to carry the list to an agent (heartbeat 0.5 s).
+TO_AGENTS_S = 10.0
+
+
+class Revoking(Cluster):
+    """The shared :class:`Cluster` with its MySQL and HTTPS ports known."""
+
+    mysql_port = 0
+    http_port = 0
+
+
+@pytest.fixture(scope="module")
+def c(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Revoking]:
+    """One secure cluster for the module: an RS (SQLite) and two bootstrapped agents."""
+    tmp = tmp_path_factory.mktemp("revoke")
+    procs = ProcSet(tmp / "logs")
+    cl = Revoking(procs, tmp, f"sqlite:///{tmp}/rs.db")
+    cl.mysql_port, cl.http_port = free_port(), free_port()
+    try:
+        cl.start_rs(mysql_addr=f"127.0.0.1:{cl.mysql_port}", http_addr=f"127.0.0.1:{cl.http_port}")
+        cl.bootstrap(2)
+        yield cl
+    finally:
+        errors = procs.stop_all()
+        assert not errors, errors
+
+
+def _victim(tmp: Path, user: str = "root") -> Path:
+    """A directory with ``ca.crt`` and a fresh client certificate of ``user`` signed by the
+    session CA: another serial than the one the other tests use."""
+    d = tmp / f"victim-{user}"
+    d.mkdir()
+    (d / CA_CERT).write_bytes((pki.client_certs() / CA_CERT).read_bytes())
+    create_cert(d, pki.ca_key(), Role.CLIENT, user, Validity.starting(_now_s(), 86400))
+    return d
+
+
+def _now_s() -> int:
+    return int(time.time())
+
+
+def _serial(path: Path) -> str:
+    return serial_text(x509.load_pem_x509_certificate(path.read_bytes()).serial_number)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rootservice.cli", "cert", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _mysql(c: Revoking, d: Path) -> pymysql.Connection:  # type: ignore[type-arg]
+    return pymysql.connect(
+        host="127.0.0.1",
+        port=c.mysql_port,
+        user="root",
+        password="",
+        ssl={
+            "ca": str(d / CA_CERT),
+            "cert": str(d / cert_file(Role.CLIENT, "root")),
+            "key": str(d / key_file(Role.CLIENT, "root")),
+        },
+        connect_timeout=10,
+        read_timeout=10,
+    )
+
+
+def _https(c: Revoking, d: Path) -> http.client.HTTPSConnection:
+    ctx = ssl.create_default_context(cafile=str(d / CA_CERT))
+    ctx.check_hostname = False
+    ctx.load_cert_chain(d / cert_file(Role.CLIENT, "root"), d / key_file(Role.CLIENT, "root"))
+    return http.client.HTTPSConnection("127.0.0.1", c.http_port, context=ctx, timeout=10)
+
+
+def _get(conn: http.client.HTTPSConnection, path: str = "/api/v1/servers") -> int:
+    conn.request("GET", path)
+    r = conn.getresponse()
+    r.read()
+    return r.status
+
+
+def _closed_by_peer(sock: socket.socket | None) -> bool:
+    """True once the server has closed the connection (an end of stream or a reset)."""
+    if sock is None:
+        return True
+    sock.settimeout(0.05)
+    try:
+        return sock.recv(1) == b""
+    except (TimeoutError, ssl.SSLWantReadError):
+        return False
+    except (ConnectionError, ssl.SSLError, OSError):
+        return True
+
+
+def _mysql_dead(conn: pymysql.Connection) -> bool:  # type: ignore[type-arg]
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT count(*) FROM __all_server")
+    except pymysql.err.OperationalError as e:
+        # 2013 lost connection / 2006 gone away: the server closed it.
+        return int(e.args[0]) in (2006, 2013)
+    except pymysql.err.InterfaceError:
+        return True
+    return False
+
+
+def test_revoked_root_client_certificate_is_refused_everywhere(c: Revoking, tmp_path: Path) -> None:
+    d = _victim(tmp_path)
+    creds = Credentials(security=TransportSecurity(d, Role.CLIENT, "root"))
+    statement = "SELECT count(*) FROM __all_server"
+    # Open with the victim's certificate on every front end, and working.
+    assert execute([c.rs_addr], statement, 30, creds).error.code == 0
+    my = _mysql(c, d)
+    with my.cursor() as cur:
+        cur.execute(statement)
+        assert cur.fetchall() == ((2,),)
+    web = _https(c, d)
+    assert _get(web) == 200
+
+    crt = d / cert_file(Role.CLIENT, "root")
+    r = _cli(
+        "revoke",
+        str(crt),
+        "--reason",
+        "laptop stolen",
+        "--certs-dir",
+        str(pki.client_certs()),
+        "--rs",
+        c.rs_addr,
+    )
+    assert r.returncode == 0, r.stderr
+    serial = _serial(crt)
+    assert serial in r.stdout
+
+    # gRPC: the channel opened before is refused at its next call, with the reason.
+    resp = execute([c.rs_addr], statement, 30, creds)
+    assert resp.error.code != 0 and "revoked" in resp.error.message, resp
+    # MySQL and HTTPS: the connections open with it are closed by the RS.
+    wait_until(lambda: _mysql_dead(my), 10, message="MySQL connection of a revoked cert closed")
+    wait_until(lambda: _closed_by_peer(web.sock), 10, message="HTTPS connection closed")
+    # New connections with it are refused (1045; 401), the others are not.
+    with pytest.raises(pymysql.err.OperationalError) as e:
+        _mysql(c, d).close()
+    assert e.value.args[0] == 1045
+    assert _get(_https(c, d)) == 401
+    assert _get(_https(c, pki.client_certs())) == 200
+
+    # Recorded once, by whom and why; visible to cert list and in the view.
+    rows = c.ok(
+        f"SELECT COMMON_NAME, REASON, REVOKED_BY FROM DBA_OB_REVOKED_CERTIFICATES WHERE SERIAL = '{serial}'"
+    )
+    assert rows == [["root", "laptop stolen", "root"]]
+    again = c.sql(f"ALTER SYSTEM REVOKE CERTIFICATE SERIAL '{serial.upper()}'")
+    assert again.error.code == 0 and again.affected_rows == 0
+    ls = _cli("list", "--certs-dir", str(pki.client_certs()), "--rs", c.rs_addr)
+    assert ls.returncode == 0, ls.stderr
+    assert f"REVOKED\tserial {serial}\troot\t" in ls.stdout
+    assert "laptop stolen" in ls.stdout
+
+
+def test_cert_revoke_fails_clearly_without_a_cluster(tmp_path: Path) -> None:
+    down = f"127.0.0.1:{free_port()}"
+    r = _cli("revoke", "--serial", "0a", "--certs-dir", str(pki.client_certs()), "--rs", down)
+    assert r.returncode == 1
+    assert f"cannot reach the cluster (tried {down})" in r.stderr
+    assert "nothing was revoked" in r.stderr
+    r = _cli("revoke", "--serial", "xyz", "--certs-dir", str(pki.client_certs()), "--rs", down)
+    assert r.returncode == 1 and "not a certificate serial" in r.stderr
+
+
+def _fetch_log_as(node_certs: Path, name: str, agent: str) -> grpc.RpcError:
+    sec = TransportSecurity(node_certs, Role.NODE)
+    with sec.channel(agent) as ch, pytest.raises(grpc.RpcError) as e:
+        obrpc_pb2_grpc.ReplicaServiceStub(ch).FetchLog(
+            obrpc_pb2.FetchLogRequest(tenant_id=1, ls_id=1, follower=name), timeout=5
+        )
+    return e.value
+
+
+def _refused_as_revoked(err: grpc.RpcError) -> bool:
+    return err.code() == grpc.StatusCode.UNAUTHENTICATED and "revoked" in (err.details() or "")
+
+
+def test_revoked_node_certificate_loses_its_lease(c: Revoking, tmp_path: Path) -> None:
+    victim, other = sorted(c.agents)
+    certs = pki.certs_dir(Role.NODE, victim)
+    serial = _serial(certs / cert_file(Role.NODE))
+    assert c.statuses()[victim] == "ACTIVE"
+    # Before: the other agent refuses this node for another reason (not a member of an LS
+    # it does not host), not as revoked.
+    assert not _refused_as_revoked(_fetch_log_as(certs, victim, other))
+
+    c.ok(f"ALTER SYSTEM REVOKE CERTIFICATE SERIAL '{serial}' REASON 'decommissioned host'")
+
+    # Its renewals are refused from now on: INACTIVE within a lease and the margin.
+    wait_until(
+        lambda: c.statuses()[victim] == "INACTIVE",
+        LEASE_S + EXPIRY_MARGIN_S,
+        message=f"{victim} INACTIVE after its certificate was revoked",
+    )
+    assert c.metrics().get("peer_refused_revoked_total", 0) > 0
+    # cert list marks the file revoked (a directory with it and the admin's certificate).
+    both = tmp_path / "both"
+    shutil.copytree(pki.client_certs(), both)
+    shutil.copy(certs / cert_file(Role.NODE), both / cert_file(Role.NODE))
+    ls = _cli("list", "--certs-dir", str(both), "--rs", c.rs_addr)
+    assert ls.returncode == 0, ls.stderr
+    assert f"node.crt\tnode\t{victim}\tREVOKED until " in ls.stdout
+    assert "client.root.crt\tclient\troot\tvalid until " in ls.stdout
+    assert c.statuses()[other] == "ACTIVE"
+    # The other agent got the list with its lease answers and refuses the node too.
+    wait_until(
+        lambda: _refused_as_revoked(_fetch_log_as(certs, victim, other)),
+        TO_AGENTS_S,
+        message="agent-to-agent call with a revoked node certificate refused",
+    )
+
+
+def _heartbeat_as_rs(rs_certs: Path, agent: str) -> grpc.RpcError | None:
+    sec = TransportSecurity(rs_certs, Role.RS)
+    with sec.channel(agent) as ch:
+        try:
+            obrpc_pb2_grpc.ObserverServiceStub(ch).RequestHeartbeat(
+                obrpc_pb2.RequestHeartbeatRequest(), timeout=5
+            )
+        except grpc.RpcError as e:
+            return e
+    return None
+
+
+def test_revoked_rs_certificate_is_refused_by_the_agents(c: Revoking) -> None:
+    live = [a for a in sorted(c.agents) if c.statuses()[a] == "ACTIVE"]
+    assert live, c.statuses()
+    agent = live[0]
+    rs_certs = pki.certs_dir(Role.RS, c.rs_addr)
+    assert _heartbeat_as_rs(rs_certs, agent) is None  # the RS's certificate works before
+    serial = _serial(rs_certs / cert_file(Role.RS))
+    r = _cli(
+        "revoke", "--serial", serial, "--certs-dir", str(pki.client_certs()), "--rs", c.rs_addr
+    )
+    assert r.returncode == 0, r.stderr
+    err = wait_until(
+        lambda: _heartbeat_as_rs(rs_certs, agent),
+        TO_AGENTS_S,
+        message="an agent refuses the revoked RS certificate",
+    )
+    assert _refused_as_revoked(err), err
