@@ -41,7 +41,11 @@ For each N and configuration, it
    CPU per heartbeat and p99 with / without (means over the windows of each kind), the
    scrape time p50 / max and the body size (issue 12);
 8. runs the same load against a bare ``grpc.aio`` echo server (tests/bench/echo_server.py)
-   so the RS's CPU and p99 are also given as a ratio to gRPC's own cost.
+   so the RS's CPU and p99 are also given as a ratio to gRPC's own cost;
+9. with ``--profile`` (issue 23 item 4), one more window per configuration with the server
+   under py-spy (tests/bench/profile.py; after the measured windows, so the sampling is in
+   none of their figures): the top functions by own and by inclusive samples are printed
+   and kept in the JSON, the raw stacks written beside ``--out``.
 
 Reported per configuration: the server's CPU per heartbeat (microseconds of CPU time per
 answered heartbeat in the window), heartbeats/s, latency p50/p99/max, the server's RSS,
@@ -70,7 +74,7 @@ one TCP connection in a plaintext load generator, 1; TLS is always 1), ``--conne
 minimal HTTP/2 client, ~0.05 ms of CPU per heartbeat, default; ``grpc``: grpc.aio like
 observer_agent, ~0.4 ms, which saturates a 2-core machine before the server does),
 ``--servers`` (comma-separated of ``rs-tls,rs,echo,echo-tls``, all by default),
-``--out`` (JSON path).
+``--profile`` (step 9), ``--out`` (JSON path).
 Client-side latency includes the load generators' own scheduling delay; when the machine
 is saturated or other processes use it, the output says so.
 """
