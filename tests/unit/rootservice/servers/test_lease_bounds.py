@@ -331,3 +331,19 @@ def test_a_stream_rechecks_a_field_changed_in_a_reused_request() -> None:
     req.build_version = "4.2\n"
     with pytest.raises(ObError, match="build_version"):
         stream_check(checks, req)
+
+
+def test_a_stream_refuses_a_changed_field_in_band_and_changes_nothing(rs: RootService) -> None:
+    """Through the servicer with one stream's checks (as ``LeaseStream`` calls it): after an
+    accepted request, a request whose resent field changed out of its bounds is refused
+    in-band and leaves the record as it was; the next valid one is accepted."""
+    servicer, checks = LeaseServicer(rs), StreamChecks()
+    assert servicer._handle(request(), checks).error.code == 0
+    flush(rs)
+    record = rs.whitelist.get(A)
+    for _, _, bad, field in BOUNDS:
+        resp = servicer._handle(request(bad), checks)
+        assert resp.error.name == "OB_INVALID_ARGUMENT" and field in resp.error.message
+    assert rs.whitelist.get(A).resource_info == record.resource_info
+    assert rs.whitelist.get(A).build_version == record.build_version
+    assert servicer._handle(request(setter("seq", 9)), checks).seq == 9
