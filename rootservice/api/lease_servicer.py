@@ -24,6 +24,7 @@ from obcommon.errors import ObError, error_to_proto
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from obcommon.security.certs import Role
 from rootservice.app import RootService
+from rootservice.servers.lease_bounds import StreamChecks
 
 #: Who may renew a lease: the agents, each for its own server only.
 NODES = frozenset({Role.NODE})
@@ -37,7 +38,11 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
         self.rs = rs
         self._hb_window = rs.metrics.window("hb_handle_us")
 
-    def _handle(self, req: obrpc_pb2.LeaseRequest) -> obrpc_pb2.LeaseResponse:
+    def _handle(
+        self, req: obrpc_pb2.LeaseRequest, checks: StreamChecks | None = None
+    ) -> obrpc_pb2.LeaseResponse:
+        """``receive_hb(req, checks)`` with the term guard, the counters and the handling
+        time; a refusal becomes the response's ``error``."""
         t0 = time.perf_counter_ns()
         try:
             why = self.rs.term.guard()
@@ -45,7 +50,7 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
                 # A leader past its safety margin must not grant leases, even before the
                 # watchdog has stepped it down.
                 raise ObError("OB_RS_NOT_MASTER", detail=why)
-            resp = self.rs.heartbeats.receive_hb(req)
+            resp = self.rs.heartbeats.receive_hb(req, checks)
             # The revocation list rides on accepted answers (issue 26 item 5): its version
             # always, the serials only when the agent's version is another.
             serials, version = self.rs.peer_gate.revoked.state
@@ -103,10 +108,14 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
         stays open. The peer's certificate is read once per stream; a request for any server
         but the one it names ends the stream with ``PERMISSION_DENIED``, and the first request
         after its certificate is revoked with ``UNAUTHENTICATED`` (a set lookup per request).
+        The bounds of the fields an agent resends unchanged are checked once per stream and
+        again when one changes (``StreamChecks``, issue 23 item 4).
         """
         gate = self.rs.peer_gate
         ident = await gate.admit(context, "RootService.LeaseStream", NODES)
+        checks = StreamChecks()
+        handle = self._handle
         async for req in request_iterator:
             if ident is not None and (req.server != ident.name or gate.is_revoked(ident)):
                 await gate.admit(context, "RootService.LeaseStream", NODES, name=req.server)
-            yield self._handle(req)
+            yield handle(req, checks)

@@ -23,7 +23,7 @@ from rootservice.ha.store import MetaStore
 from rootservice.ha.term import Term
 from rootservice.servers.events import log_transition, seconds, server_event
 from rootservice.servers.identity import ClusterIdentity
-from rootservice.servers.lease_bounds import check_lease_request
+from rootservice.servers.lease_bounds import StreamChecks, check_lease_request
 from rootservice.servers.loader import TakeOfficeGrace
 from rootservice.servers.persist_queue import PersistQueue
 from rootservice.servers.ports import Background, TransitSink, Wake
@@ -118,9 +118,17 @@ class HeartbeatIntake:
         # The wall clock as it was at start, carried by the monotonic clock: lease times are
         # also checked against it, so a step of the RS's own clock refuses no agent.
         self._steady_offset_us = clock.now_us() - clock.monotonic_us()
+        # The lease response's common fields (_response_template) and what they were made of.
+        self._template: obrpc_pb2.LeaseResponse | None = None
+        self._template_of: tuple[int, int] = (0, 0)
+        self._template_rs_list: list[str] | None = None
 
-    def receive_hb(self, req: obrpc_pb2.LeaseRequest) -> obrpc_pb2.LeaseResponse:
-        """Handle one lease request and return the lease response.
+    def receive_hb(
+        self, req: obrpc_pb2.LeaseRequest, checks: StreamChecks | None = None
+    ) -> obrpc_pb2.LeaseResponse:
+        """Handle one lease request and return the lease response. ``checks``: the bounds
+        checks of the lease stream ``req`` came on (each field is checked by both; with it,
+        the fields an agent resends unchanged are checked once per stream and per change).
 
         Raises ``ObError``: OB_RS_NOT_MASTER before the RS is in service; OB_INVALID_ARGUMENT
         for a malformed request or another cluster's agent; OB_ZONE_INFO_NOT_EXIST;
@@ -130,8 +138,16 @@ class HeartbeatIntake:
         """
         if not self.term.in_service:
             self.term.check()
+        # One clock reading per request (issue 23 item 4): the bounds, the record and the
+        # lease are all dated by it.
+        now = self.clock.now_us()
+        raw = req.resource_info.SerializeToString()
         # Every field within its bounds before anything is looked up or changed (issue 10).
-        check_lease_request(req, self.clock.now_us(), self._monotonic_us() + self._steady_offset_us)
+        steady = self._monotonic_us() + self._steady_offset_us
+        if checks is None:
+            check_lease_request(req, now, steady)
+        else:
+            checks.check(req, now, raw, steady)
         key = req.server
         with self._lock:
             s = self._servers.get(key)
@@ -140,8 +156,6 @@ class HeartbeatIntake:
                 # OB_INVALID_ARGUMENT rather than "not in white list".
                 key = self.whitelist.resolve_key(req.server)
                 s = self._servers.get(key)
-            raw = req.resource_info.SerializeToString()
-            resources = self._changed_resources(req, None if s is None else s.resource_raw, raw)
             if not self.zones.exists(req.zone):
                 raise ObError("OB_ZONE_INFO_NOT_EXIST", req.zone[:128])
             if s is None:
@@ -152,7 +166,6 @@ class HeartbeatIntake:
                     detail=f"server '{key}' is in zone '{s.zone}', not '{req.zone}'",
                 )
             self._check_cluster_id(req, s)
-            now = self.clock.now_us()
             changed = False
             if req.cluster_id and not s.with_partition:
                 # The agent keeps this cluster's identity: from now on an empty one from
@@ -196,24 +209,15 @@ class HeartbeatIntake:
                 s.build_version = req.build_version
                 s.sql_port = req.sql_port
                 changed = True
-            if resources is not None:
-                s.resource_info = resources
+            # Agents resend the same resource info most of the time: compare the bytes and
+            # only convert it when it changed (its bounds are checked above).
+            if raw != s.resource_raw:
+                s.resource_info = ResourceInfo.from_proto(req.resource_info)
                 s.resource_raw = raw
             self._report(s, req.replicas)
             if changed:
                 self.persist.mark(key)
-            return self._lease_response(s, req.seq)
-
-    def _changed_resources(
-        self, req: obrpc_pb2.LeaseRequest, last_raw: bytes | None, raw: bytes
-    ) -> ResourceInfo | None:
-        """The request's resources when they changed (None: the same bytes as last time).
-        Their bounds were checked by :func:`check_lease_request`."""
-        # Agents resend the same resource info most of the time: compare the bytes and only
-        # convert it when it changed.
-        if raw == last_raw:
-            return None
-        return ResourceInfo.from_proto(req.resource_info)
+            return self._lease_response(s, req.seq, now)
 
     def _check_cluster_id(self, req: obrpc_pb2.LeaseRequest, s: ServerStatus) -> None:
         """Refuse another cluster's ``cluster_id`` and, once the cluster is bootstrapped, an
@@ -274,34 +278,59 @@ class HeartbeatIntake:
                 "service in this cluster)",
             )
 
-    def _lease_response(self, s: ServerStatus, seq: int) -> obrpc_pb2.LeaseResponse:
-        """The answer to an accepted request: the lease runs ``lease_time`` from now (from
-        the last heartbeat for a server whose lease is no longer extended, measured on the
-        monotonic clock and expressed in the current wall time so a step of the RS's wall
-        clock does not stretch or cut it), IS_STOPPED for a
+    def _lease_response(self, s: ServerStatus, seq: int, now: int) -> obrpc_pb2.LeaseResponse:
+        """The answer to an accepted request at ``now`` (the RS's wall clock): the lease runs
+        ``lease_time`` from now (from the last heartbeat for a server whose lease is no
+        longer extended, measured on the monotonic clock and expressed in the current wall
+        time so a step of the RS's wall clock does not stretch or cut it), IS_STOPPED for a
         stopped server or a server of a stopped zone. It carries the current
         ``migration_max_bytes_per_second`` (issue 13 item 6: the agent's copy bandwidth limit;
         read from the shared settings, so an ALTER SYSTEM SET reaches every agent with its
-        next heartbeat)."""
+        next heartbeat), the term's epoch, the rs_list and the cluster id."""
         lease = self.settings.lease_time
-        now = self.clock.now_us()
         if s.force_stop_hb:
             expire = now + lease - (self._monotonic_us() - s.last_hb_mono_us)
         else:
             expire = now + lease
-        stopped = s.stop_time != 0 or not self.zones.is_active(s.zone)
-        return obrpc_pb2.LeaseResponse(
+        resp = obrpc_pb2.LeaseResponse()
+        # The fields every server is sent alike come from a template, remade when one of
+        # them changes: copying it is about a third of building the message field by field
+        # (issue 23 item 4).
+        resp.CopyFrom(self._response_template())
+        resp.lease_expire_time = expire
+        resp.heartbeat_expire_time = expire
+        resp.server_id = s.id
+        resp.seq = seq
+        if s.stop_time != 0 or not self.zones.is_active(s.zone):
+            resp.rs_server_status = obrpc_pb2.IS_STOPPED
+        return resp
+
+    def _response_template(self) -> obrpc_pb2.LeaseResponse:
+        """A response with the fields every server is sent alike: ``version``,
+        ``rs_server_status`` IS_WORKING, the term's epoch, the rs_list and cluster id of
+        :class:`ClusterIdentity` (each replaced whole, never changed in place) and
+        ``migration_max_bytes_per_second``; remade when one of them is not the one it was
+        made from. Do not change the returned message."""
+        ident = self.identity
+        made_of = (self.term.epoch, self.settings.migration_max_bytes_per_second)
+        t = self._template
+        if (
+            t is not None
+            and made_of == self._template_of
+            and ident.rs_list is self._template_rs_list
+            and ident.cluster_id == t.cluster_id
+        ):
+            return t
+        t = obrpc_pb2.LeaseResponse(
             version=1,
-            lease_expire_time=expire,
-            heartbeat_expire_time=expire,
-            server_id=s.id,
-            rs_server_status=obrpc_pb2.IS_STOPPED if stopped else obrpc_pb2.IS_WORKING,
-            rs_epoch=self.term.epoch,
-            rs_list=self.identity.rs_list,
-            cluster_id=self.identity.cluster_id,
-            seq=seq,
-            migration_max_bytes_per_second=self.settings.migration_max_bytes_per_second,
+            rs_server_status=obrpc_pb2.IS_WORKING,
+            rs_epoch=made_of[0],
+            rs_list=ident.rs_list,
+            cluster_id=ident.cluster_id,
+            migration_max_bytes_per_second=made_of[1],
         )
+        self._template, self._template_of, self._template_rs_list = t, made_of, ident.rs_list
+        return t
 
     def _on_report_status_change(self, s: ServerStatus, now: int) -> None:
         """The data-disk reaction (SPEC.md section 5): an error on a started server stops it,

@@ -7,14 +7,26 @@ and on PostgreSQL some then made every write of the persistence queue fail (issu
 ``OB_INVALID_ARGUMENT`` naming the field, the value (truncated) and the bound, before
 :meth:`rootservice.servers.heartbeat.HeartbeatIntake.receive_hb` changes anything.
 
-It runs on the heartbeat path for every request (5,000 a second in ``make bench``): plain
-comparisons on the message's attributes, no allocation for a valid request beyond the loop
-over the replicas. Times are microseconds since the epoch; sizes bytes; CPU cores.
+The checks come in two groups (issue 23 item 4: the heartbeat path runs 5,000 times a
+second in ``make bench``):
+
+- :func:`_check_stable`: the fields of :data:`STABLE_FIELDS`, which an agent resends unchanged
+  from one heartbeat to the next (its zone, address, versions, identity, resources). On a
+  lease stream :class:`StreamChecks` runs them on the stream's first request and again only
+  when one of these fields differs from the last request that passed them: the cheap test
+  is one tuple comparison.
+- :func:`_check_each`: the fields that change with every heartbeat or are judged against the
+  RS's clock (:data:`EACH_FIELDS`): run for every request.
+
+A new check is one line in the group of its field; a new field of ``LeaseRequest`` goes in
+one of the two tuples (a unit test fails while a field is in neither). Times are microseconds
+since the epoch; sizes bytes; CPU cores.
 """
 
 from __future__ import annotations
 
 import math
+from operator import attrgetter
 
 from obcommon.bounds import MAX_TERM, quote
 from obcommon.errors import ObError
@@ -22,6 +34,7 @@ from obcommon.proto import obrpc_pb2
 from rootservice.servers.status import DATA_DISK_ERROR_BIT
 
 __all__ = [
+    "EACH_FIELDS",
     "KNOWN_STATUS_BITS",
     "MAX_ADDR_CHARS",
     "MAX_BUILD_ERROR_CHARS",
@@ -38,6 +51,8 @@ __all__ = [
     "MAX_ZONE_CHARS",
     "MIN_LEASE_VERSION",
     "MIN_TIME_US",
+    "STABLE_FIELDS",
+    "StreamChecks",
     "check_lease_request",
 ]
 
@@ -159,6 +174,34 @@ def _check_clock(field: str, value: int, now_us: int, steady_us: int, *, ahead_o
     )
 
 
+#: Fields an agent resends unchanged from one heartbeat to the next: checked by
+#: :func:`_check_stable`, on a stream only when one of them changed (:class:`StreamChecks`).
+#: ``resource_info`` is compared as its serialized bytes.
+STABLE_FIELDS = (
+    "version",
+    "zone",
+    "server",
+    "sql_port",
+    "build_version",
+    "cluster_id",
+    "server_id",
+    "resource_info",
+)
+#: Fields that change with each heartbeat or are judged against the RS's clock: checked by
+#: :func:`_check_each` on every request.
+EACH_FIELDS = (
+    "start_service_time",
+    "current_server_time",
+    "server_status",
+    "rs_epoch",
+    "seq",
+    "replicas",
+    "revocation_version",
+)
+
+_stable_scalars = attrgetter(*(f for f in STABLE_FIELDS if f != "resource_info"))
+
+
 def check_lease_request(
     req: obrpc_pb2.LeaseRequest, now_us: int, steady_us: int | None = None
 ) -> None:
@@ -175,13 +218,47 @@ def check_lease_request(
     :data:`MAX_CLOCK_SKEW_US` ahead of the RS's clock (a server cannot have started in the
     future); ``current_server_time`` within :data:`MAX_CLOCK_SKEW_US` of the RS's clock
     either way; ``server_status`` only the data-disk bit; ``rs_epoch`` and
-    ``seq`` 0..2^53 / >= 0; ``resource_info``: CPU finite in [0, 100,000] cores, sizes in
+    ``seq`` 0..2^53 / >= 0; ``revocation_version`` >= 0; ``resource_info``: CPU finite in [0, 100,000] cores, sizes in
     [0, 1 PiB]; at most :data:`MAX_REPLICAS` replicas, each checked by
     :func:`_check_replica` (terms at most 2^53, ids, sizes, addresses, times).
 
-    Raises ``ObError("OB_INVALID_ARGUMENT", ...)`` naming the first bad field, its value
-    (quoted, truncated to 64 characters) and the bound. Changes nothing.
+    Raises ``ObError("OB_INVALID_ARGUMENT", ...)`` naming the first bad field (the stable
+    fields first, in the order above), its value (quoted, truncated to 64 characters) and
+    the bound. Changes nothing.
     """
+    _check_stable(req)
+    _check_each(req, now_us, now_us if steady_us is None else steady_us)
+
+
+class StreamChecks:
+    """:func:`check_lease_request` for the requests of one lease stream, with the checks of
+    :data:`STABLE_FIELDS` run only when one of those fields differs from the last request
+    of the stream that passed them (issue 23 item 4: an agent resends them unchanged, so
+    on the heartbeat path they are checked once per stream and once per change). The
+    same requests are refused, with the same error, as by :func:`check_lease_request`."""
+
+    __slots__ = ("_passed",)
+
+    def __init__(self) -> None:
+        """Nothing checked yet: the first request gets every check."""
+        self._passed: tuple[object, ...] | None = None
+
+    def check(
+        self, req: obrpc_pb2.LeaseRequest, now_us: int, resource_raw: bytes, steady_us: int
+    ) -> None:
+        """:func:`check_lease_request` of ``req`` at ``now_us`` / ``steady_us``;
+        ``resource_raw`` is ``req.resource_info.SerializeToString()`` (the heartbeat path
+        has it anyway). Raises as it does."""
+        # Values, not the message: a caller may reuse and change its request object.
+        stable = (_stable_scalars(req), resource_raw)
+        if stable != self._passed:
+            _check_stable(req)
+            self._passed = stable
+        _check_each(req, now_us, steady_us)
+
+
+def _check_stable(req: obrpc_pb2.LeaseRequest) -> None:
+    """The checks of :data:`STABLE_FIELDS` (see :func:`check_lease_request`)."""
     if not MIN_LEASE_VERSION <= req.version <= MAX_LEASE_VERSION:
         raise _refuse(
             "version", req.version, f"this RS speaks [{MIN_LEASE_VERSION}, {MAX_LEASE_VERSION}]"
@@ -193,19 +270,6 @@ def check_lease_request(
     _check_text(
         "build_version", req.build_version, MAX_BUILD_VERSION_CHARS, empty=True, ascii_only=True
     )
-    steady = now_us if steady_us is None else steady_us
-    _check_time("start_service_time", req.start_service_time, now_us, zero=True)
-    if req.start_service_time:
-        _check_clock("start_service_time", req.start_service_time, now_us, steady, ahead_only=True)
-    _check_time("current_server_time", req.current_server_time, now_us, zero=False)
-    _check_clock("current_server_time", req.current_server_time, now_us, steady, ahead_only=False)
-    if req.server_status & ~KNOWN_STATUS_BITS:
-        raise _refuse(
-            "server_status", req.server_status, f"only the bits {KNOWN_STATUS_BITS:#x} are known"
-        )
-    _check_int("rs_epoch", req.rs_epoch, 0, MAX_TERM)
-    if req.seq < 0:
-        raise _refuse("seq", req.seq, "must be >= 0")
     ri = req.resource_info
     for name in ("cpu_total", "cpu_assigned"):
         cpu = getattr(ri, name)
@@ -214,6 +278,28 @@ def check_lease_request(
             raise _refuse(f"resource_info.{name}", cpu, f"must be finite in [0, {MAX_CPU:g}]")
     for name in _SIZE_FIELDS:
         _check_int(f"resource_info.{name}", getattr(ri, name), 0, MAX_SIZE_BYTES)
+
+
+def _check_each(req: obrpc_pb2.LeaseRequest, now_us: int, steady_us: int) -> None:
+    """The checks of :data:`EACH_FIELDS` (see :func:`check_lease_request`)."""
+    _check_time("start_service_time", req.start_service_time, now_us, zero=True)
+    if req.start_service_time:
+        _check_clock(
+            "start_service_time", req.start_service_time, now_us, steady_us, ahead_only=True
+        )
+    _check_time("current_server_time", req.current_server_time, now_us, zero=False)
+    _check_clock(
+        "current_server_time", req.current_server_time, now_us, steady_us, ahead_only=False
+    )
+    if req.server_status & ~KNOWN_STATUS_BITS:
+        raise _refuse(
+            "server_status", req.server_status, f"only the bits {KNOWN_STATUS_BITS:#x} are known"
+        )
+    _check_int("rs_epoch", req.rs_epoch, 0, MAX_TERM)
+    if req.seq < 0:
+        raise _refuse("seq", req.seq, "must be >= 0")
+    if req.revocation_version < 0:
+        raise _refuse("revocation_version", req.revocation_version, "must be >= 0")
     n = len(req.replicas)
     if n > MAX_REPLICAS:
         raise _refuse("replicas", f"{n} replicas", f"at most {MAX_REPLICAS}")

@@ -139,11 +139,13 @@ class ServerStatus:
     first_sessid: int = 0
     # The last accepted resource_info as serialized bytes (heartbeat fast path).
     resource_raw: bytes = b""
+    #: The whitelist key, ``'ip:port'`` of ``ip`` and ``port`` (which never change: a record
+    #: is replaced, not readdressed). Formatted once: the heartbeat path reads it several
+    #: times per request (issue 23 item 4).
+    key: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def key(self) -> str:
-        """The whitelist key, ``'ip:port'``."""
-        return format_server(self.ip, self.port)
+    def __post_init__(self) -> None:
+        self.key = format_server(self.ip, self.port)
 
     def is_alive(self) -> bool:
         """Heartbeat status is alive."""

@@ -41,7 +41,11 @@ For each N and configuration, it
    CPU per heartbeat and p99 with / without (means over the windows of each kind), the
    scrape time p50 / max and the body size (issue 12);
 8. runs the same load against a bare ``grpc.aio`` echo server (tests/bench/echo_server.py)
-   so the RS's CPU and p99 are also given as a ratio to gRPC's own cost.
+   so the RS's CPU and p99 are also given as a ratio to gRPC's own cost;
+9. with ``--profile`` (issue 23 item 4), one more window per configuration with the server
+   under py-spy (tests/bench/profile.py; after the measured windows, so the sampling is in
+   none of their figures): the top functions by own and by inclusive samples are printed
+   and kept in the JSON, the raw stacks written beside ``--out``.
 
 Reported per configuration: the server's CPU per heartbeat (microseconds of CPU time per
 answered heartbeat in the window), heartbeats/s, latency p50/p99/max, the server's RSS,
@@ -70,7 +74,7 @@ one TCP connection in a plaintext load generator, 1; TLS is always 1), ``--conne
 minimal HTTP/2 client, ~0.05 ms of CPU per heartbeat, default; ``grpc``: grpc.aio like
 observer_agent, ~0.4 ms, which saturates a 2-core machine before the server does),
 ``--servers`` (comma-separated of ``rs-tls,rs,echo,echo-tls``, all by default),
-``--out`` (JSON path).
+``--profile`` (step 9), ``--out`` (JSON path).
 Client-side latency includes the load generators' own scheduling delay; when the machine
 is saturated or other processes use it, the output says so.
 """
@@ -113,6 +117,7 @@ from rootservice.db.tables import all_server
 from rootservice.db.zone_repo import ZoneInfo
 from rootservice.servers.status import ServerStatus
 from tests.bench.bench_pki import BenchPki
+from tests.bench.profile import Profile, render
 from tests.support.ports import free_port
 
 HERE = Path(__file__).resolve().parent
@@ -587,7 +592,7 @@ def measure(
     n: int,
     args: argparse.Namespace,
     snap: Callable[[], dict[str, Any]] | None = None,
-    scraper: Scraper | None = None,
+    scraper: Scraper | Profile | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """Warm up, then measure one window. ``snap`` (the RS's GetMetrics) is called as the
     window starts and ends; ``scraper`` runs during the window only (its first scrape at
@@ -659,6 +664,23 @@ def measure(
         "machine_cores": psutil.cpu_count() or 0,
     }
     return out, before, after
+
+
+def profile_window(
+    server: Child, gens: list[Child], n: int, args: argparse.Namespace, config: str
+) -> dict[str, Any]:
+    """One more window (after the measured ones, so py-spy's sampling is in none of their
+    figures) with ``server`` profiled by py-spy (``--profile``, issue 23 item 4): the raw
+    stacks go to ``.bench/profile-<config>-<n>.txt`` beside ``--out``; returns the summary
+    (tests/bench/profile.py) with the window's CPU per heartbeat."""
+    out = Path(args.out).parent / f"profile-{config}-{n}.txt"
+    log(f"{config}: profiled window (py-spy) -> {out}")
+    prof = Profile(server.proc.pid, out)
+    res, _, _ = measure(server, gens, n, args, None, prof)
+    summary = prof.stop()
+    summary["server_cpu_us_per_hb"] = res["server_cpu_us_per_hb"]
+    summary["raw"] = str(out)
+    return summary
 
 
 def scrape_comparison(
@@ -801,6 +823,8 @@ def run_rs(n: int, args: argparse.Namespace, pki: BenchPki | None = None) -> dic
                     plain, _, after = measure(rs, gens, n, args, snap)
                     plains.append(plain)
             res["scraped"] = scrape_comparison(plains, scrapeds, scraper)
+        if args.profile:
+            res["profile"] = profile_window(rs, gens, n, args, "rs-tls" if tls else "rs")
         res["server"] = "rs"
         res["tls"] = tls
         res["config"] = "rs-tls" if tls else "rs"
@@ -958,6 +982,8 @@ def run_echo(n: int, args: argparse.Namespace, pki: BenchPki | None = None) -> d
         gens = start_loadgens(children, f"127.0.0.1:{port}", n, args, tmp, "echo", nodes)
         ready = connect_phase(echo, gens, n, args)
         res, _, _ = measure(echo, gens, n, args)
+        if args.profile:
+            res["profile"] = profile_window(echo, gens, n, args, "echo-tls" if tls else "echo")
         res["server"] = "echo"
         res["tls"] = tls
         res["config"] = "echo-tls" if tls else "echo"
@@ -1273,6 +1299,12 @@ def main(argv: list[str] | None = None) -> int:
         help="scraped windows, alternating with plain ones after the first (default 2: P S P S)",
     )
     p.add_argument("--quick", action="store_true", help="smoke run: N=200, 5 s, 2 s warm-up")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="one more window per configuration with the server under py-spy; prints its "
+        "top functions (issue 23 item 4)",
+    )
     p.add_argument("--out", default=str(ROOT / ".bench" / "heartbeat.json"))
     args = p.parse_args(argv)
     if args.quick:
@@ -1341,6 +1373,9 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, previous)
     if results or failures:
         print(report(results))
+        for r in results:
+            if "profile" in r:
+                print(render(r["config"], r["agents"], r["profile"]))
         for f in failures:
             print(f"FAILED: {f['config']} N={f['agents']:,}: {f['error'][:300]}")
         out = Path(args.out)

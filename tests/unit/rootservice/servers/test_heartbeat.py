@@ -241,3 +241,33 @@ def test_intake_alone_accepts_reports_and_reacts_to_the_data_disk(
     assert error_name(intake.receive_hb, hb(A, ZA, cluster_id="other")) == "OB_INVALID_ARGUMENT"
     p.term.close_service()
     assert error_name(intake.receive_hb, hb(A, ZA)) == "OB_RS_NOT_MASTER"
+
+
+def test_each_lease_response_carries_what_the_rs_holds_now(rs: RootService) -> None:
+    """Issue 23 item 4: the fields every server is sent alike come from a template, which
+    must follow each change (a replaced rs_list or cluster id, ALTER SYSTEM SET
+    migration_max_bytes_per_second, a new term's epoch), and one server's stop must not
+    reach another server's answer."""
+    first = rs.heartbeats.receive_hb(hb(A, ZA))
+    assert first.rs_server_status == obrpc_pb2.IS_WORKING and first.version == 1
+    rs.parameters.set((("migration_max_bytes_per_second", "64M"),))
+    rs.identity.rs_list = [*first.rs_list, "127.0.0.1:2999"]
+    resp = rs.heartbeats.receive_hb(hb(A, ZA, seq=2))
+    assert resp.migration_max_bytes_per_second == 64 << 20
+    assert list(resp.rs_list) == [*first.rs_list, "127.0.0.1:2999"]
+    assert resp.rs_epoch == first.rs_epoch and resp.seq == 2 and resp.server_id == 1
+    rs.identity.cluster_id = "beef"
+    assert rs.heartbeats.receive_hb(hb(A, ZA, cluster_id="beef")).cluster_id == "beef"
+    rs.server_admin.stop_servers([A], None, "STOP")
+    assert rs.heartbeats.receive_hb(hb(A, ZA, cluster_id="beef")).rs_server_status == (
+        obrpc_pb2.IS_STOPPED
+    )
+    other = rs.heartbeats.receive_hb(hb(B, ZB, cluster_id="beef"))
+    assert other.rs_server_status == obrpc_pb2.IS_WORKING and other.server_id == 2
+    rs.server_admin.start_servers([A], None)
+    assert rs.heartbeats.receive_hb(hb(A, ZA, cluster_id="beef")).rs_server_status == (
+        obrpc_pb2.IS_WORKING
+    )
+    # Last: this RS's writes are fenced by its epoch, which the database does not know.
+    rs.term.begin(first.rs_epoch + 1, rs.clock.monotonic_us())
+    assert rs.heartbeats.receive_hb(hb(A, ZA, cluster_id="beef")).rs_epoch == first.rs_epoch + 1

@@ -18,6 +18,7 @@ from obcommon.proto import obrpc_pb2
 from rootservice.api.lease_servicer import LeaseServicer
 from rootservice.app import RootService
 from rootservice.servers.lease_bounds import (
+    EACH_FIELDS,
     MAX_ADDR_CHARS,
     MAX_BUILD_VERSION_CHARS,
     MAX_CLOCK_SKEW_US,
@@ -32,6 +33,8 @@ from rootservice.servers.lease_bounds import (
     MAX_ZONE_CHARS,
     MIN_LEASE_VERSION,
     MIN_TIME_US,
+    STABLE_FIELDS,
+    StreamChecks,
     check_lease_request,
 )
 from rootservice.servers.status import HeartbeatStatus
@@ -316,3 +319,66 @@ def test_a_server_not_in_service_learns_the_cluster_id(rs: RootService) -> None:
     # Before BOOTSTRAP nothing is required.
     rs.identity.bootstrapped = False
     assert rs.heartbeats.receive_hb(hb(A, ZA, cluster_id="")).cluster_id == "c0ffee"
+
+
+def test_every_request_field_is_checked_per_stream_or_per_heartbeat() -> None:
+    """Issue 23 item 4: each LeaseRequest field is in exactly one group of lease_bounds, so a
+    field added to obrpc.proto cannot escape the stream's change test."""
+    names = [f.name for f in obrpc_pb2.LeaseRequest.DESCRIPTOR.fields]
+    assert sorted(STABLE_FIELDS + EACH_FIELDS) == sorted(names)
+    assert not set(STABLE_FIELDS) & set(EACH_FIELDS)
+
+
+def stream_check(checks: StreamChecks, req: obrpc_pb2.LeaseRequest) -> None:
+    checks.check(req, NOW, req.resource_info.SerializeToString(), NOW)
+
+
+@pytest.mark.parametrize(
+    ("ok", "bad", "field"), [b[1:] for b in BOUNDS], ids=[b[0] for b in BOUNDS]
+)
+def test_a_stream_refuses_what_the_full_check_refuses(ok: Edit, bad: Edit, field: str) -> None:
+    """Issue 23 item 4: on a stream the fields an agent resends unchanged are checked only when
+    they change, yet each bound refuses the same requests, naming the same field: as the
+    stream's first request, after an accepted one, and after a refused one."""
+    checks = StreamChecks()
+    stream_check(checks, request(ok))
+    stream_check(checks, request())
+    for _ in range(2):
+        with pytest.raises(ObError) as e:
+            stream_check(checks, request(bad))
+        assert e.value.name == "OB_INVALID_ARGUMENT"
+        assert field in e.value.message and "lease request field" in e.value.message
+    with pytest.raises(ObError):
+        stream_check(StreamChecks(), request(bad))
+    stream_check(checks, request(ok))
+
+
+def test_a_stream_rechecks_a_field_changed_in_a_reused_request() -> None:
+    """The change test compares values, not the message: an agent (or a test) that reuses
+    one request object and changes a field in place gets that field checked."""
+    checks = StreamChecks()
+    req = request()
+    stream_check(checks, req)
+    req.resource_info.mem_total = MAX_SIZE_BYTES + 1
+    with pytest.raises(ObError, match="mem_total"):
+        stream_check(checks, req)
+    req.resource_info.mem_total = 1
+    req.build_version = "4.2\n"
+    with pytest.raises(ObError, match="build_version"):
+        stream_check(checks, req)
+
+
+def test_a_stream_refuses_a_changed_field_in_band_and_changes_nothing(rs: RootService) -> None:
+    """Through the servicer with one stream's checks (as ``LeaseStream`` calls it): after an
+    accepted request, a request whose resent field changed out of its bounds is refused
+    in-band and leaves the record as it was; the next valid one is accepted."""
+    servicer, checks = LeaseServicer(rs), StreamChecks()
+    assert servicer._handle(request(), checks).error.code == 0
+    flush(rs)
+    record = rs.whitelist.get(A)
+    for _, _, bad, field in BOUNDS:
+        resp = servicer._handle(request(bad), checks)
+        assert resp.error.name == "OB_INVALID_ARGUMENT" and field in resp.error.message
+    assert rs.whitelist.get(A).resource_info == record.resource_info
+    assert rs.whitelist.get(A).build_version == record.build_version
+    assert servicer._handle(request(setter("seq", 9)), checks).seq == 9
