@@ -5,6 +5,9 @@ event loop at ``--http-addr`` (default ``127.0.0.1:8088``, OceanBase obagent's m
 - ``/healthz``: 200 while the process lives; no credentials (a probe).
 - ``/readyz``: 200 when the agent is registered with the RS, serving, its lease not expired
   and its data disk healthy; else 503 ``{"ready": false, "reason": ...}``; no credentials.
+- ``/replica-data/{tenant_id}/{ls_id}``: an LS's data file for an agent copying it, the bulk
+  path of replica copies (issue 23, :mod:`observer_agent.http_data`); the RS's or a member's
+  or an announced learner's node certificate.
 - ``/metrics``: HTTPS with the node's certificate (``node.crt`` / ``node.key``) and the
   cluster CA; the caller must present a certificate of that CA (agents have no users: any
   role of the cluster's PKI - a Prometheus server gets a client certificate). Plaintext and
@@ -21,6 +24,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from observer_agent.agent import Agent
+from observer_agent.http_data import ROUTE, data_handler
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +90,7 @@ def build_app(agent: Agent) -> web.Application:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
+    app.router.add_get(ROUTE, data_handler(agent))
     return app
 
 
@@ -113,6 +118,15 @@ class AgentHttp:
         server = site._server  # noqa: SLF001 - aiohttp keeps the asyncio server there
         sockets = getattr(server, "sockets", None) or ()
         self.port = int(sockets[0].getsockname()[1]) if sockets else int(port)
+        # Copies fetch data files here (issue 23); a wildcard listener is reached at the
+        # host peers already use for this agent, its RPC address's.
+        url_host = host.strip("[]")
+        if url_host in ("", "0.0.0.0", "::"):
+            url_host = self.agent.server.rpartition(":")[0].strip("[]")
+        if ":" in url_host:
+            url_host = f"[{url_host}]"
+        scheme = "https" if ctx is not None else "http"
+        self.agent.replicas.serving.serve_data_at(f"{scheme}://{url_host}:{self.port}")
         log.info(
             "HTTP endpoint on %s://%s:%d",
             "https" if ctx is not None else "http",
@@ -122,5 +136,6 @@ class AgentHttp:
         return self.port
 
     async def stop(self) -> None:
-        """Stop listening."""
+        """Stop listening (copies stop being offered the bulk path first)."""
+        self.agent.replicas.serving.serve_data_at("")
         await self.runner.cleanup()
