@@ -121,6 +121,7 @@ async def replica_data(agent: Agent, request: web.Request) -> web.StreamResponse
             await resp.write(data)
             pos += len(data)
         await resp.write_eof()
+        agent.replicas.serving.bulk_served += 1
         return resp
     finally:
         os.close(fd)

@@ -391,11 +391,12 @@ class ReplicaCopier:
             b.state = BUILD_LOG
             rep.set_meta(meta)
         self.log.info(
-            "replica %s: %d bytes copied from %s (crc32 %d); catching up its log from index "
-            "%d to %d",
+            "replica %s: %d bytes copied from %s over %s (crc32 %d); catching up its log from "
+            "index %d to %d",
             describe_ls(key),
             first.total_size,
             b.source,
+            first.data_url.partition(":")[0] if first.data_url else "the FetchData stream",
             first.checksum,
             base + 1,
             b.target,

@@ -50,7 +50,8 @@ class ReplicaServing:
 
     ``me`` gives this agent's ``ip:port`` (named in errors, and compared with leaders);
     ``faults`` tells whether :data:`FAULT_SERVE_DATA_ERROR_FILE` is set; ``log`` is the
-    agent's logger.
+    agent's logger. :attr:`bulk_served` counts the data files served whole over the bulk
+    path (:mod:`observer_agent.http_data`).
     """
 
     def __init__(
@@ -66,6 +67,8 @@ class ReplicaServing:
         self._faults = faults
         self.log = log
         self._data_base_url = ""
+        # Data files served over the bulk path (issue 23), by observer_agent.http_data.
+        self.bulk_served = 0
 
     def fetch_log(self, request: obrpc_pb2.FetchLogRequest) -> obrpc_pb2.FetchLogResponse:
         """``ReplicaService.FetchLog``: entries from ``request.from_index`` on.
