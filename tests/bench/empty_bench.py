@@ -146,6 +146,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         with database(args.db, tmp) as db_url:
             c = TenantCluster(procs, tmp, db_url)
             c.extra_flags = {"replica_size": format_size(per_ls)}
+            for kv in args.agent_flag:
+                k, _, v = kv.partition("=")
+                c.extra_flags[k] = v
             flags: dict[str, Any] = {
                 **RS_FLAGS,
                 **PACING,
@@ -162,6 +165,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             result["rs_flags"] = {
                 k: flags[k] for k in (*PACING, *(kv.split("=")[0] for kv in args.rs_flag))
             }
+            result["agent_flags"] = dict(kv.partition("=")[::2] for kv in args.agent_flag)
             c.start_rs(**flags)
             a1, _a2, _a3 = c.bootstrap()
             spare = c.start_agent("z1")
@@ -294,7 +298,7 @@ def report(r: dict[str, Any]) -> str:
     last = max(c["data"] for c in r["copies"])
     lines = [
         f"DELETE SERVER of {format_size(size)} in {r['ls']} LS ({format_size(r['per_ls'])} each); "
-        f"RS flags {r['rs_flags']}",
+        f"RS flags {r['rs_flags']}, agent flags {r.get('agent_flags') or {}}",
         "",
         "| what | seconds | MiB/s |",
         "| --- | ---: | ---: |",
@@ -331,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--db", choices=("sqlite", "postgresql"), default="sqlite")
     p.add_argument("--dir", default=str(ROOT / ".bench"), help="where the data dirs go")
     p.add_argument("--rs-flag", action="append", default=[], help="k=v, repeatable")
+    p.add_argument(
+        "--agent-flag", action="append", default=[], help="k=v for every agent, repeatable"
+    )
     p.add_argument("--timeout", type=float, default=900.0, help="seconds for the job")
     p.add_argument("--keep", action="store_true", help="keep the run's directory")
     p.add_argument("--out", default=str(OUT))
