@@ -66,7 +66,9 @@ PACING = {"balancer_interval": "10s", "empty_server_check_interval": "10s"}
 _STAMP = r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z)"
 _LS = r"replica tenant (\d+) ls (\d+)"
 START_RE = re.compile(_STAMP + r" .*" + _LS + r": (?:building it by copy from|copy restarted)")
-DATA_RE = re.compile(_STAMP + r" .*" + _LS + r": (\d+) bytes copied from")
+DATA_RE = re.compile(
+    _STAMP + r" .*" + _LS + r": (\d+) bytes copied from \S+(?: over (https?|the))?"
+)
 DONE_RE = re.compile(_STAMP + r" .*" + _LS + r" ?: built by copy")
 
 
@@ -98,7 +100,8 @@ def time_cp(src: Path, dest: Path, files: list[Path]) -> dict[str, float]:
 
 def copies_from_log(text: str, since: float) -> list[dict[str, Any]]:
     """The copies a destination agent's log shows after ``since`` (epoch seconds): per LS
-    ``start``, ``data`` (file in place), ``done`` (in service) as epoch seconds, ``bytes``."""
+    ``start``, ``data`` (file in place), ``done`` (in service) as epoch seconds, ``bytes``,
+    ``over`` (``https`` / ``http``: the bulk path; ``stream``: gRPC ``FetchData``)."""
     out: dict[tuple[int, int], dict[str, Any]] = {}
     for line in text.splitlines():
         for kind, rx in (("start", START_RE), ("data", DATA_RE), ("done", DONE_RE)):
@@ -113,6 +116,8 @@ def copies_from_log(text: str, since: float) -> list[dict[str, Any]]:
             c[kind] = _stamp(m.group(1))
             if kind == "data":
                 c["bytes"] = int(m.group(4))
+                # The data path: https / http (the bulk path, issue 23) or the gRPC stream.
+                c["over"] = {"the": "stream", None: "stream"}.get(m.group(5), m.group(5))
     return [out[k] for k in sorted(out)]
 
 
