@@ -98,8 +98,9 @@ class BulkHttp:
                         f"not the {first.total_size} bytes of crc32 {first.checksum} it announced"
                     )
                 while True:
+                    piece = sink.piece(PIECE)
                     try:
-                        data = await asyncio.wait_for(resp.content.read(PIECE), timeout_s)
+                        data = await asyncio.wait_for(resp.content.read(piece), timeout_s)
                     except TimeoutError:
                         raise CopyFailed(
                             f"{src} sent nothing for {timeout_s:g} s after {sink.received} bytes"

@@ -21,6 +21,9 @@ from observer_agent.disk import is_out_of_space, os_error_to_ob
 from observer_agent.replicas.replica import Build
 from observer_agent.replicas.tasks import run_blocking
 
+#: The fewest bytes :meth:`DataSink.piece` asks for under a limit.
+MIN_PIECE = 16 * 1024
+
 
 class CopySlowdown(Protocol):
     """The fault switch that slows copies down (implemented by
@@ -37,6 +40,11 @@ class ChunkThrottle(Protocol):
 
     async def take(self, n: int) -> None:
         """Wait until ``n`` more received bytes may pass (at once when unlimited)."""
+        ...
+
+    @property
+    def burst(self) -> float:
+        """Bytes let through at once after an idle spell (0 when unlimited)."""
         ...
 
 
@@ -95,6 +103,13 @@ class DataSink:
             )
         self.first = first
         self._b.total_size = first.total_size
+
+    def piece(self, most: int) -> int:
+        """Bytes to read at a time, at most ``most``: under a limit no more than its burst
+        (and at least :data:`MIN_PIECE`), so a throttled copy moves smoothly rather than a
+        large piece every many seconds."""
+        burst = self._throttle.burst if self._throttle is not None else 0
+        return most if not burst else max(MIN_PIECE, min(most, int(burst)))
 
     async def add(self, offset: int, data: bytes) -> None:
         """Append ``data``, which must start at byte ``offset`` = the bytes received so far
