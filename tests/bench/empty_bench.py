@@ -87,6 +87,12 @@ def drop_cache(files: list[Path]) -> None:
             os.close(fd)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds ``pid`` has used so far (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def time_cp(src: Path, dest: Path, files: list[Path]) -> dict[str, float]:
     """``cp -r src dest`` from a dropped cache, then ``sync``; seconds of each."""
     drop_cache(files)
@@ -247,6 +253,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     else []
                 )
             ]
+            # CPU seconds of the RS and the agents during the job: unlike wall time, not
+            # inflated by other load on the machine.
+            who = {"rs": c.rs, "source": c.agents[gone], "destination": c.agents[target]}
+            cpu0 = {k: cpu_seconds(p.pid) for k, p in who.items()}
             since = time.time()
             t0 = time.perf_counter()
             c.ok(f"ALTER SYSTEM DELETE SERVER '{gone}'")
@@ -272,6 +282,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             else:
                 raise SystemExit(f"the job did not end within {args.timeout} s")
             result["job"] = marks
+            result["cpu_s"] = {k: cpu_seconds(p.pid) - cpu0[k] for k, p in who.items()}
             for spy in spies:
                 spy.send_signal(2)  # SIGINT: py-spy writes its profile and exits
                 spy.wait(30)
@@ -319,12 +330,14 @@ def report(r: dict[str, Any]) -> str:
     ]
     for c in r["copies"]:
         lines.append(
-            f"| copy of LS {c['ls_id']} (data phase; started at +{c['start_s']:.2f} s, in "
+            f"| copy of LS {c['ls_id']} over {c.get('over', '?')} (data phase; started at +{c['start_s']:.2f} s, in "
             f"service at +{c['done_s']:.2f} s) | {c['data_s']:.2f} | "
             f"{c['bytes_per_s'] / mib:.0f} |"
         )
     lines += [
         "",
+        "CPU seconds during the job: "
+        + ", ".join(f"{k} {v:.1f}" for k, v in (r.get("cpu_s") or {}).items()),
         f"job / (cp + sync) = {job_s / cp['cp_sync_s']:.2f}x; checksums "
         f"{'equal' if r['checksums_ok'] else 'DIFFER'}",
     ]
