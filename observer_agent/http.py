@@ -118,15 +118,7 @@ class AgentHttp:
         server = site._server  # noqa: SLF001 - aiohttp keeps the asyncio server there
         sockets = getattr(server, "sockets", None) or ()
         self.port = int(sockets[0].getsockname()[1]) if sockets else int(port)
-        # Copies fetch data files here (issue 23); a wildcard listener is reached at the
-        # host peers already use for this agent, its RPC address's.
-        url_host = host.strip("[]")
-        if url_host in ("", "0.0.0.0", "::"):
-            url_host = self.agent.server.rpartition(":")[0].strip("[]")
-        if ":" in url_host:
-            url_host = f"[{url_host}]"
-        scheme = "https" if ctx is not None else "http"
-        self.agent.replicas.serving.serve_data_at(f"{scheme}://{url_host}:{self.port}")
+        self._offer_data(host.strip("[]"), "https" if ctx is not None else "http")
         log.info(
             "HTTP endpoint on %s://%s:%d",
             "https" if ctx is not None else "http",
@@ -134,6 +126,23 @@ class AgentHttp:
             self.port,
         )
         return self.port
+
+    def _offer_data(self, host: str, scheme: str) -> None:
+        # Copies fetch data files here (issue 23) at the host peers already reach this agent
+        # at and its certificate names: its RPC address's. A listener on another host (the
+        # default 127.0.0.1 beside a routable RPC address) is not offered: peers elsewhere
+        # would reach their own loopback, and their copies stream over gRPC instead.
+        rpc_host = self.agent.server.rpartition(":")[0].strip("[]")
+        if host not in ("", "0.0.0.0", "::", rpc_host):
+            log.info(
+                "copies from this agent stream over gRPC: the HTTP endpoint's host %s is not "
+                "its RPC host %s",
+                host,
+                rpc_host,
+            )
+            return
+        url_host = f"[{rpc_host}]" if ":" in rpc_host else rpc_host
+        self.agent.replicas.serving.serve_data_at(f"{scheme}://{url_host}:{self.port}")
 
     async def stop(self) -> None:
         """Stop listening (copies stop being offered the bulk path first)."""

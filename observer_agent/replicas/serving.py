@@ -142,6 +142,11 @@ class ReplicaServing:
         :mod:`observer_agent.http_data`) instead of the streamed chunks. ``""`` stops it."""
         self._data_base_url = base_url.rstrip("/")
 
+    @property
+    def data_base_url(self) -> str:
+        """Where the bulk path is offered (``scheme://host:port``), ``""`` when it is not."""
+        return self._data_base_url
+
     async def open_data(self, tenant_id: int, ls_id: int) -> tuple[DataSource, int]:
         """The data file of a replica in service here, opened for reading, and the fd (the
         caller closes it: it keeps the file readable even if the replica is dropped

@@ -244,3 +244,30 @@ def test_the_https_data_path_serves_members_and_announced_learners_only(
             await stop_server(agent, server)
 
     run(scenario(), 60)
+
+
+def test_the_bulk_path_is_offered_only_at_the_rpc_host(tmp_path: Path) -> None:
+    """The data URL names the agent's RPC host (the one peers reach and its certificate
+    names): offered when the HTTP endpoint listens there (or on every address: not bound
+    here, tests bind 127.0.0.1 only), not when it listens on another host (the default 127.0.0.1 beside a routable RPC address: a peer
+    elsewhere would reach its own loopback), and withdrawn when the endpoint stops."""
+
+    async def offered(rpc_host: str, http_host: str) -> str:
+        agent = in_process_agent(
+            tmp_path / f"{rpc_host}-{http_host}",
+            SystemClock(),
+            rpc_addr=f"{rpc_host}:2882",
+            insecure=True,
+        )
+        http = AgentHttp(agent, f"{http_host}:0")
+        port = await http.start()
+        url = agent.replicas.serving.data_base_url
+        await http.stop()
+        assert agent.replicas.serving.data_base_url == ""
+        return url.replace(str(port), "PORT")
+
+    async def scenario() -> None:
+        assert await offered("127.0.0.1", "127.0.0.1") == "http://127.0.0.1:PORT"
+        assert await offered("10.0.0.1", "127.0.0.1") == ""
+
+    run(scenario(), 30)
