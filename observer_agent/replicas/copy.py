@@ -253,6 +253,8 @@ class ReplicaCopier:
         try:
             async with self._slots():
                 b.state = BUILD_COPYING
+                # Apart from "building it by copy": a queued copy starts here (issue 23).
+                self.log.info("replica %s: copying its data from %s", describe_ls(key), b.source)
                 await self._check_room(rep)
                 first = await self._copy_data(rep, b, tmp)
             installed = await self._install(rep, b, tmp, first)

@@ -18,7 +18,8 @@ beside ``cp -r`` of the same files on the same disk in the same run.
    holds the replicas; polled every 100 ms until its job is SUCCESS and the server has left
    ``__all_server``. Per copy, from the destination agent's log (microsecond UTC stamps):
    start (``building it by copy``), data in place (``bytes copied``) and in service
-   (``built by copy``); bytes/s = data size / (data in place - start).
+   (``built by copy``); bytes/s = data size / (data in place - the copy's slot taken,
+   ``copying its data``: a queued copy waits before it).
 5. Checks that the destination's replicas have the source's checksums.
 
 Prints a markdown table and writes ``.bench/empty.json``. Wall-clock seconds; nothing is
@@ -69,6 +70,7 @@ START_RE = re.compile(_STAMP + r" .*" + _LS + r": (?:building it by copy from|co
 DATA_RE = re.compile(
     _STAMP + r" .*" + _LS + r": (\d+) bytes copied from \S+(?: over (https?|the))?"
 )
+MOVING_RE = re.compile(_STAMP + r" .*" + _LS + r": copying its data from")
 DONE_RE = re.compile(_STAMP + r" .*" + _LS + r" ?: built by copy")
 
 
@@ -106,11 +108,17 @@ def time_cp(src: Path, dest: Path, files: list[Path]) -> dict[str, float]:
 
 def copies_from_log(text: str, since: float) -> list[dict[str, Any]]:
     """The copies a destination agent's log shows after ``since`` (epoch seconds): per LS
-    ``start``, ``data`` (file in place), ``done`` (in service) as epoch seconds, ``bytes``,
+    ``start``, ``moving`` (got a copy slot), ``data`` (file in place), ``done`` (in service)
+    as epoch seconds, ``bytes``,
     ``over`` (``https`` / ``http``: the bulk path; ``stream``: gRPC ``FetchData``)."""
     out: dict[tuple[int, int], dict[str, Any]] = {}
     for line in text.splitlines():
-        for kind, rx in (("start", START_RE), ("data", DATA_RE), ("done", DONE_RE)):
+        for kind, rx in (
+            ("start", START_RE),
+            ("moving", MOVING_RE),
+            ("data", DATA_RE),
+            ("done", DONE_RE),
+        ):
             m = rx.search(line)
             if not m or _stamp(m.group(1)) < since:
                 continue
@@ -289,7 +297,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             copies = copies_from_log(c.agents[target].log_text(), since)
             for cp in copies:
                 cp["start_s"] = cp["start"] - since
-                cp["data_s"] = cp["data"] - cp["start"]
+                # From the moment it got a copy slot (queued before that), when logged.
+                cp["data_s"] = cp["data"] - cp.get("moving", cp["start"])
                 cp["done_s"] = cp["done"] - since
                 cp["bytes_per_s"] = cp["bytes"] / cp["data_s"]
             result["copies"] = copies
