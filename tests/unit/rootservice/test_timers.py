@@ -155,6 +155,16 @@ def test_a_wake_during_a_cycle_runs_another_cycle_right_after_it() -> None:
         timers.wake("round")
         assert started.wait(20)
         timers.wake("round")  # during the first cycle
+        # ...and APScheduler has seen it: the run it made due was dropped (max_instances=1)
+        # and the job's next run put a period ahead.
+        pause = threading.Event()
+        soon = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=30)
+        for _ in range(1000):
+            if timers.scheduler.get_job("round").next_run_time > soon:
+                break
+            pause.wait(0.02)
+        assert timers.scheduler.get_job("round").next_run_time > soon
+        assert len(runs) == 1
         release.set()
         deadline = threading.Event()
         for _ in range(1000):
