@@ -14,7 +14,7 @@ Who may GET (issue 10, ARCHITECTURE section 2a), as for ``FetchData``: the RS an
 certificates of the LS's members and learners (copies the RS announced), checked by the
 agent's :class:`~obcommon.security.gate.PeerGate` on the certificate TLS verified (and one of
 the *current* CA: Python's ``ssl`` never forgets a rotated-out CA). Refusals: 401 without a
-certificate of the cluster, 403 for another role or a node that is neither member nor
+certificate of the cluster (``UNAUTHENTICATED`` of the gate), 403 for another role or a node that is neither member nor
 learner, counted and logged as the gRPC refusals are. In ``--insecure`` mode (plaintext)
 everything is served, as there.
 
@@ -31,6 +31,7 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import grpc
 from aiohttp import web
 
 from obcommon.errors import ObError
@@ -96,7 +97,8 @@ async def replica_data(agent: Agent, request: web.Request) -> web.StreamResponse
     try:
         admit(agent, request, tenant_id, ls_id)
     except PeerRefused as e:
-        return _error(401 if e.kind == "no_certificate" else 403, e.code.name, e.message)
+        unauthenticated = e.code is grpc.StatusCode.UNAUTHENTICATED
+        return _error(401 if unauthenticated else 403, e.code.name, e.message)
     try:
         src, fd = await agent.replicas.serving.open_data(tenant_id, ls_id)
     except ObError as e:
