@@ -47,6 +47,7 @@ from observer_agent.identity import (
 )
 from observer_agent.lease import LeaseClient
 from observer_agent.metrics import AgentCollector, AgentMetrics, AgentReadings
+from observer_agent.replicas.bandwidth import CopyBandwidth
 from observer_agent.replicas.log import LOG_KEEP_ENTRIES
 from observer_agent.replicas.manager import ReplicaManager
 from observer_agent.replicas.serving import DATA_CHUNK_DEFAULT
@@ -87,6 +88,7 @@ class Agent:
         resource_timeout_us: int = DEFAULT_RESOURCE_TIMEOUT_US,
         replica_log_keep: int = LOG_KEEP_ENTRIES,
         copy_chunk_size: int = DATA_CHUNK_DEFAULT,
+        copy_bandwidth: CopyBandwidth | None = None,
     ) -> None:
         """Create ``settings.data_dir`` and load its identity; start unregistered and not
         serving.
@@ -96,7 +98,9 @@ class Agent:
         verified their data files). ``disk_probe_timeout_us`` / ``resource_timeout_us``
         (microseconds) bound one data-disk probe and one resource sample;
         ``replica_log_keep`` is the log entries a replica keeps after compaction and
-        ``copy_chunk_size`` the bytes per chunk a replica copy asks its source for. Raises
+        ``copy_chunk_size`` the bytes per chunk a replica copy asks its source for,
+        ``copy_bandwidth`` the copy limit (default: an unlimited one on the system's monotonic
+        time; tests pass one on a fake time). Raises
         :class:`observer_agent.identity.IdentityError` when the identity file exists but
         cannot be read or parsed.
         """
@@ -138,6 +142,7 @@ class Agent:
             log_keep=replica_log_keep,
             copy_chunk_size=copy_chunk_size,
             security=self.security,
+            copy_bandwidth=copy_bandwidth,
         )
         self.lease = LeaseClient(
             settings,

@@ -5,6 +5,9 @@ event loop at ``--http-addr`` (default ``127.0.0.1:8088``, OceanBase obagent's m
 - ``/healthz``: 200 while the process lives; no credentials (a probe).
 - ``/readyz``: 200 when the agent is registered with the RS, serving, its lease not expired
   and its data disk healthy; else 503 ``{"ready": false, "reason": ...}``; no credentials.
+- ``/replica-data/{tenant_id}/{ls_id}``: an LS's data file for an agent copying it, the bulk
+  path of replica copies (issue 23, :mod:`observer_agent.http_data`); the RS's or a member's
+  or an announced learner's node certificate.
 - ``/metrics``: HTTPS with the node's certificate (``node.crt`` / ``node.key``) and the
   cluster CA; the caller must present a certificate of that CA (agents have no users: any
   role of the cluster's PKI - a Prometheus server gets a client certificate). Plaintext and
@@ -28,6 +31,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from obcommon.security.tls import RELOAD_CHECK_S, ServerTlsContext
 from observer_agent.agent import Agent
+from observer_agent.http_data import ROUTE, data_handler
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +102,7 @@ def build_app(agent: Agent) -> web.Application:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)
+    app.router.add_get(ROUTE, data_handler(agent))
     return app
 
 
@@ -143,6 +148,7 @@ class AgentHttp:
         self.port = int(sockets[0].getsockname()[1]) if sockets else int(port)
         if ctx is not None:
             self._follower = asyncio.ensure_future(self._follow_rotation())
+        self._offer_data(host.strip("[]"), "https" if ctx is not None else "http")
         log.info(
             "HTTP endpoint on %s://%s:%d",
             "https" if ctx is not None else "http",
@@ -151,8 +157,27 @@ class AgentHttp:
         )
         return self.port
 
+    def _offer_data(self, host: str, scheme: str) -> None:
+        # Copies fetch data files here (issue 23) at the host peers already reach this agent
+        # at and its certificate names: its RPC address's. A listener on another host (the
+        # default 127.0.0.1 beside a routable RPC address) is not offered: peers elsewhere
+        # would reach their own loopback, and their copies stream over gRPC instead.
+        rpc_host = self.agent.server.rpartition(":")[0].strip("[]")
+        if host not in ("", "0.0.0.0", "::", rpc_host):
+            log.info(
+                "copies from this agent stream over gRPC: the HTTP endpoint's host %s is not "
+                "its RPC host %s",
+                host,
+                rpc_host,
+            )
+            return
+        url_host = f"[{rpc_host}]" if ":" in rpc_host else rpc_host
+        self.agent.replicas.serving.serve_data_at(f"{scheme}://{url_host}:{self.port}")
+
     async def stop(self) -> None:
-        """Stop following rotations and listening."""
+        """Stop following rotations and listening (copies stop being offered the bulk path
+        first)."""
+        self.agent.replicas.serving.serve_data_at("")
         follower, self._follower = self._follower, None
         if follower is not None:
             follower.cancel()

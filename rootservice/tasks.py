@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,23 +57,57 @@ class FnTask:
 FAILURE_LOG_US = 60_000_000
 
 
-def guarded(task: Task, metrics: Metrics, failures: RateLimitedLog) -> Callable[[], None]:
-    """Wrap ``task.run_once`` so one failed cycle is counted (``task_failures_total.<name>``)
-    and logged with its traceback through ``failures`` (keyed by the task's name: the first
-    failure at once, then at most once per its interval with the number suppressed), not
-    fatal; a success after failures is logged once at INFO. Every cycle's duration lands in
-    the ``task_run_us.<name>`` latency window."""
-    window = metrics.window(f"task_run_us.{task.name}")
-    failing = [0]  # failures in a row; only this task's one scheduler thread touches it
+class Guarded:
+    """``task.run_once`` as a scheduler job: one failed cycle is counted
+    (``task_failures_total.<name>``) and logged with its traceback through ``failures``
+    (keyed by the task's name: the first failure at once, then at most once per its interval
+    with the number suppressed), not fatal; a success after failures is logged once at INFO.
+    Every cycle's duration lands in the ``task_run_us.<name>`` latency window.
 
-    def run() -> None:
+    A :func:`wake` that comes while a cycle runs makes the job run one more cycle right after
+    it (issue 23): APScheduler drops a run due while its one instance still runs
+    (``max_instances=1``), so a wake landing there waited a whole period (a DELETE SERVER
+    whose last copies were noticed during a balancer round waited 10 s more for the next)."""
+
+    def __init__(self, task: Task, metrics: Metrics, failures: RateLimitedLog) -> None:
+        """Not running."""
+        self.task = task
+        self._metrics = metrics
+        self._failures = failures
+        self._window = metrics.window(f"task_run_us.{task.name}")
+        self._failing = 0  # failures in a row; only this task's one scheduler thread touches it
+        self._lock = threading.Lock()
+        self._running = False
+        self._again = False
+
+    def woken(self) -> None:
+        """A wake: if a cycle runs now, another one follows it."""
+        with self._lock:
+            if self._running:
+                self._again = True
+
+    def __call__(self) -> None:
+        """Run cycles until no wake came during the last one."""
+        while True:
+            with self._lock:
+                self._running, self._again = True, False
+            try:
+                self._cycle()
+            finally:
+                with self._lock:
+                    self._running = again = self._again
+            if not again:
+                return
+
+    def _cycle(self) -> None:
+        task = self.task
         t0 = time.perf_counter_ns()
         try:
             task.run_once()
         except Exception:
-            metrics.inc(f"task_failures_total.{task.name}")
-            failing[0] += 1
-            failures.log(
+            self._metrics.inc(f"task_failures_total.{task.name}")
+            self._failing += 1
+            self._failures.log(
                 logging.ERROR,
                 task.name,
                 "%s: cycle failed; the task keeps running",
@@ -81,19 +116,22 @@ def guarded(task: Task, metrics: Metrics, failures: RateLimitedLog) -> Callable[
                 exc_info=True,
             )
         else:
-            if failing[0]:
+            if self._failing:
                 log.info(
                     "%s: cycle succeeded after %d failed cycles",
                     task.name,
-                    failing[0],
+                    self._failing,
                     extra={"task": task.name},
                 )
-                failing[0] = 0
-                failures.reset(task.name)
+                self._failing = 0
+                self._failures.reset(task.name)
         finally:
-            window.record((time.perf_counter_ns() - t0) // 1000)
+            self._window.record((time.perf_counter_ns() - t0) // 1000)
 
-    return run
+
+def guarded(task: Task, metrics: Metrics, failures: RateLimitedLog) -> Callable[[], None]:
+    """:class:`Guarded` of ``task`` (see there)."""
+    return Guarded(task, metrics, failures)
 
 
 _US = dt.timedelta(microseconds=1)
@@ -179,6 +217,8 @@ def wake(scheduler: BackgroundScheduler, clock: Clock, name: str) -> bool:
     job = scheduler.get_job(name)
     if job is None:
         return False
+    if isinstance(job.func, Guarded):
+        job.func.woken()
     job.modify(next_run_time=dt.datetime.fromtimestamp(clock.now_us() / 1e6, tz=dt.UTC))
     return True
 

@@ -722,12 +722,17 @@ class FetchDataRequest(_message.Message):
     LS_ID_FIELD_NUMBER: _builtins.int
     OFFSET_FIELD_NUMBER: _builtins.int
     CHUNK_SIZE_FIELD_NUMBER: _builtins.int
+    BULK_FIELD_NUMBER: _builtins.int
     tenant_id: _builtins.int
     ls_id: _builtins.int
     offset: _builtins.int
     """first byte wanted"""
     chunk_size: _builtins.int
     """bytes per chunk, 0 = the source's default"""
+    bulk: _builtins.bool
+    """The caller can fetch the bytes over HTTPS: the source may then answer one chunk with the
+    header fields and data_url, and no data (issue 23: the bulk path).
+    """
     def __init__(
         self,
         *,
@@ -735,10 +740,11 @@ class FetchDataRequest(_message.Message):
         ls_id: _builtins.int = ...,
         offset: _builtins.int = ...,
         chunk_size: _builtins.int = ...,
+        bulk: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_size", b"chunk_size", "ls_id", b"ls_id", "offset", b"offset", "tenant_id", b"tenant_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bulk", b"bulk", "chunk_size", b"chunk_size", "ls_id", b"ls_id", "offset", b"offset", "tenant_id", b"tenant_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -760,6 +766,7 @@ class DataChunk(_message.Message):
     LOG_START_INDEX_FIELD_NUMBER: _builtins.int
     LOG_END_INDEX_FIELD_NUMBER: _builtins.int
     TERM_FIELD_NUMBER: _builtins.int
+    DATA_URL_FIELD_NUMBER: _builtins.int
     offset: _builtins.int
     data: _builtins.bytes
     total_size: _builtins.int
@@ -768,6 +775,10 @@ class DataChunk(_message.Message):
     """the source's first kept log entry"""
     log_end_index: _builtins.int
     term: _builtins.int
+    data_url: _builtins.str
+    """Only when the request asked for bulk and the source serves HTTP(S): where to GET the
+    whole file (the same node certificate, the same authorisation); no data in the stream.
+    """
     @_builtins.property
     def error(self) -> Global___ObError:
         """e.g. OB_ENTRY_NOT_EXIST when the source has no replica"""
@@ -783,10 +794,11 @@ class DataChunk(_message.Message):
         log_start_index: _builtins.int = ...,
         log_end_index: _builtins.int = ...,
         term: _builtins.int = ...,
+        data_url: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["checksum", b"checksum", "data", b"data", "error", b"error", "log_end_index", b"log_end_index", "log_start_index", b"log_start_index", "offset", b"offset", "term", b"term", "total_size", b"total_size"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checksum", b"checksum", "data", b"data", "data_url", b"data_url", "error", b"error", "log_end_index", b"log_end_index", "log_start_index", b"log_start_index", "offset", b"offset", "term", b"term", "total_size", b"total_size"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

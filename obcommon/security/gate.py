@@ -95,40 +95,57 @@ class PeerGate:
         """
         if self.insecure:
             return None
-        ident = peer_identity(context)
+        return self.check_identity(
+            peer_identity(context), context.peer(), method, roles, name=name, names=names
+        )
+
+    def check_identity(
+        self,
+        ident: PeerIdentity | None,
+        peer: str,
+        method: str,
+        roles: Collection[Role],
+        *,
+        name: str | None = None,
+        names: Collection[str] | None = None,
+    ) -> PeerIdentity:
+        """:meth:`check` of an identity already read from a verified certificate (``None``:
+        none was presented) by a listener that is not gRPC (the agent's HTTPS data path,
+        issue 23); ``peer`` names the remote end in the message. Raises
+        :class:`PeerRefused`; the caller answers the refusal in its own protocol."""
         if ident is None:
             raise self._refuse(
                 grpc.StatusCode.UNAUTHENTICATED,
                 "no_certificate",
                 f"{method} needs a certificate of this cluster ({_describe(roles)}); "
-                f"the peer {context.peer()} presented none",
+                f"the peer {peer} presented none",
             )
         if ident.serial in self.revoked.serials:
             raise self._refuse(
                 grpc.StatusCode.UNAUTHENTICATED,
                 "revoked",
                 f"{method}: the certificate of {ident} (serial {ident.serial}) presented by "
-                f"{context.peer()} is revoked",
+                f"{peer} is revoked",
             )
         if ident.role not in roles:
             raise self._refuse(
                 grpc.StatusCode.PERMISSION_DENIED,
                 "wrong_role",
-                f"{method} needs a {_describe(roles)} certificate; {context.peer()} presented {ident}",
+                f"{method} needs a {_describe(roles)} certificate; {peer} presented {ident}",
             )
         if name is not None and ident.name != name:
             raise self._refuse(
                 grpc.StatusCode.PERMISSION_DENIED,
                 "wrong_name",
                 f"{method} for '{name}' needs {ident.role.value} '{name}'; "
-                f"{context.peer()} presented {ident}",
+                f"{peer} presented {ident}",
             )
         if names is not None and ident.role is Role.NODE and ident.name not in names:
             shown = ", ".join(sorted(names)[:8]) or "none"
             raise self._refuse(
                 grpc.StatusCode.PERMISSION_DENIED,
                 "not_member",
-                f"{method} needs the rs or a member ({shown}); {context.peer()} presented {ident}",
+                f"{method} needs the rs or a member ({shown}); {peer} presented {ident}",
             )
         return ident
 

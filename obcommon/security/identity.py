@@ -8,6 +8,7 @@ cached by the certificate's bytes, because a unary lease renewal asks on every c
 
 from __future__ import annotations
 
+import ssl
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -80,6 +81,12 @@ def identity_of_pem(pem: bytes) -> PeerIdentity | None:
         ident = None
     _cache.put(pem, ident)
     return ident
+
+
+def identity_of_der(der: bytes) -> PeerIdentity | None:
+    """:func:`identity_of_pem` of a DER certificate (what Python's ``ssl`` gives of a peer:
+    the agent's HTTPS data path, issue 23). Same caveat: only on verified certificates."""
+    return identity_of_pem(ssl.DER_cert_to_PEM_cert(der).encode())
 
 
 def peer_identity(context: Any) -> PeerIdentity | None:

@@ -194,6 +194,22 @@ class TransportSecurity:
         ctx.verify_mode = ssl.CERT_OPTIONAL
         return ctx
 
+    def client_ssl_context(self) -> ssl.SSLContext | None:
+        """A client context for HTTPS to another process of the cluster (the agents' bulk
+        copy path, issue 23): ``ca.crt`` as the only root, the peer's address checked
+        against its certificate's subjectAltName, this process's pair as the client
+        certificate, TLS 1.2+, as they are now (callers rebuild it when :meth:`generation`
+        changes). None in insecure mode. Raises ``OSError`` / ``ssl.SSLError`` for
+        unreadable files."""
+        if self.insecure or self.certs_dir is None:
+            return None
+        self.refresh()
+        d = self.certs_dir
+        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(d / CA_CERT))
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        ctx.load_cert_chain(d / cert_file(self.role, self.user), d / key_file(self.role, self.user))
+        return ctx
+
     def issued_by_current_ca(self, cert_der: bytes) -> bool:
         """True when the DER certificate ``cert_der`` is signed by one of the certificates of
         the current ``ca.crt`` (re-read after a rotation). For listeners whose TLS library

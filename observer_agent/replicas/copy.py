@@ -5,9 +5,11 @@ A spec with ``copy_from`` for a replica this agent does not host builds it from 
 instead of generating it (``ApplyReplicas`` returns at once; the build goes on in a task):
 
 1. *queued* while :attr:`AgentSettings.max_concurrent_copies` copies already run;
-2. *copying*: ``ReplicaService.FetchData`` streams the data file into a temp file in the
-   replica's directory; size and crc32 are checked against the stream's first chunk, the
-   file is fsynced and renamed to ``data``;
+2. *copying*: ``ReplicaService.FetchData`` (asked for ``bulk``) gives the data file's size,
+   crc32 and log position, and either streams the file or, when the source serves HTTP(S),
+   names the URL of the bulk path (issue 23, :mod:`observer_agent.replicas.copy_http`); the
+   bytes go into a temp file in the replica's directory; size and crc32 are checked against
+   that first chunk, the file is fsynced and renamed to ``data``;
 3. *log*: the log is created empty right before the source's first kept entry (the data file
    is the snapshot, older entries are not needed), ``meta.json`` is written (with
    ``copy_from`` and ``catch_up_to`` = the source's ``log_end_index``), and the log is fetched
@@ -251,6 +253,8 @@ class ReplicaCopier:
         try:
             async with self._slots():
                 b.state = BUILD_COPYING
+                # Apart from "building it by copy": a queued copy starts here (issue 23).
+                self.log.info("replica %s: copying its data from %s", describe_ls(key), b.source)
                 await self._check_room(rep)
                 first = await self._copy_data(rep, b, tmp)
             installed = await self._install(rep, b, tmp, first)
@@ -303,6 +307,7 @@ class ReplicaCopier:
             ls_id=rep.meta.ls_id,
             offset=0,
             chunk_size=self._chunk_size,
+            bulk=True,
         )
         # No deadline on the whole stream (a copy may take long): each chunk has one instead.
         call = self._peers.stub(src).FetchData(req)
@@ -319,6 +324,7 @@ class ReplicaCopier:
                 self._faults,
                 self.settings.replica_size,
                 throttle=self._bandwidth,
+                bulk=lambda first, sink: self._peers.http.fetch(first, sink, src, timeout_s),
             )
         finally:
             with self._count_lock:
@@ -387,11 +393,12 @@ class ReplicaCopier:
             b.state = BUILD_LOG
             rep.set_meta(meta)
         self.log.info(
-            "replica %s: %d bytes copied from %s (crc32 %d); catching up its log from index "
-            "%d to %d",
+            "replica %s: %d bytes copied from %s over %s (crc32 %d); catching up its log from "
+            "index %d to %d",
             describe_ls(key),
             first.total_size,
             b.source,
+            first.data_url.partition(":")[0] if first.data_url else "the FetchData stream",
             first.checksum,
             base + 1,
             b.target,

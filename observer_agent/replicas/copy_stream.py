@@ -1,6 +1,7 @@
 """The data phase of a copy (replica migration, SPEC.md section 9): a member's data file
-received over ``ReplicaService.FetchData`` into a temp file, every chunk checked against the
-first one's announced size and the whole file against its crc32."""
+received over ``ReplicaService.FetchData`` (or, when the source offers it, the bulk HTTP(S)
+path of :mod:`observer_agent.replicas.copy_http`, issue 23) into a temp file, every piece
+checked against the first chunk's announced size and the whole file against its crc32."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import contextlib
 import os
 import zlib
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -18,6 +20,9 @@ from obcommon.proto import obrpc_pb2
 from observer_agent.disk import is_out_of_space, os_error_to_ob
 from observer_agent.replicas.replica import Build
 from observer_agent.replicas.tasks import run_blocking
+
+#: The fewest bytes :meth:`DataSink.piece` asks for under a limit.
+MIN_PIECE = 16 * 1024
 
 
 class CopySlowdown(Protocol):
@@ -37,10 +42,129 @@ class ChunkThrottle(Protocol):
         """Wait until ``n`` more received bytes may pass (at once when unlimited)."""
         ...
 
+    @property
+    def burst(self) -> float:
+        """Bytes let through at once after an idle spell (0 when unlimited)."""
+        ...
+
 
 class CopyFailed(Exception):
     """A copy of a replica's data file failed; the message is the one-line reason reported as
     ``build_error``."""
+
+
+class DataSink:
+    """The temp file ``tmp`` a copy from ``src`` (``ip:port``) writes into, on either path
+    (the ``FetchData`` stream or the bulk HTTP(S) body): every piece appended in order, the
+    crc32 kept, progress in ``b.bytes_copied`` (bytes), no byte past ``first.total_size``
+    (the header: size and checksum announced by the source).
+
+    Each :meth:`add` waits for ``throttle`` (the agent's ``migration_max_bytes_per_second``,
+    issue 13 item 6) before it returns, so the reader holds back and the transport's flow
+    control slows the source down too; ``faults`` may ask for a pause after each piece.
+    Errors raise :class:`CopyFailed` (one-line reason); :meth:`close` after a failure leaves
+    ``tmp`` for the caller to remove.
+    """
+
+    def __init__(
+        self,
+        src: str,
+        tmp: Path,
+        b: Build,
+        faults: CopySlowdown,
+        throttle: ChunkThrottle | None,
+    ) -> None:
+        """Nothing opened until :meth:`open`."""
+        self.src = src
+        self.tmp = tmp
+        self._b = b
+        self._faults = faults
+        self._throttle = throttle
+        self._fh: Any = None
+        self.first: obrpc_pb2.DataChunk | None = None
+        self.received = 0
+        self._crc = 0
+
+    async def open(self) -> None:
+        """Create ``tmp`` (and its directory). Raises :class:`CopyFailed`."""
+        try:
+            self._fh = await run_blocking(_open_for_copy, self.tmp)
+        except OSError as e:
+            raise CopyFailed(write_failed(self.tmp, e)) from None
+
+    def start(self, first: obrpc_pb2.DataChunk, max_size: int) -> None:
+        """Take the source's header; its ``total_size`` must be within ``[0, max_size]``
+        bytes (the expected replica size: a source announcing more is refused before
+        anything is written, issue 10). Raises :class:`CopyFailed`."""
+        if not 0 <= first.total_size <= max_size:
+            raise CopyFailed(
+                f"{self.src} announced {first.total_size} bytes, expected 0..{max_size} "
+                "(the replica size)"
+            )
+        self.first = first
+        self._b.total_size = first.total_size
+
+    def piece(self, most: int) -> int:
+        """Bytes to read at a time, at most ``most``: under a limit no more than its burst
+        (and at least :data:`MIN_PIECE`), so a throttled copy moves smoothly rather than a
+        large piece every many seconds."""
+        burst = self._throttle.burst if self._throttle is not None else 0
+        return most if not burst else max(MIN_PIECE, min(most, int(burst)))
+
+    async def add(self, offset: int, data: bytes) -> None:
+        """Append ``data``, which must start at byte ``offset`` = the bytes received so far
+        and not reach past the announced size. Raises :class:`CopyFailed`."""
+        assert self.first is not None
+        end = offset + len(data)
+        if offset != self.received or end > self.first.total_size:
+            raise CopyFailed(
+                f"{self.src} sent bytes [{offset}, {end}) of {self.first.total_size} "
+                f"when byte {self.received} was due"
+            )
+        try:
+            self._crc = await run_blocking(_write_chunk, self._fh, data, self._crc)
+        except OSError as e:
+            raise CopyFailed(write_failed(self.tmp, e)) from None
+        self.received = end
+        self._b.bytes_copied = end
+        if self._throttle is not None:
+            await self._throttle.take(len(data))
+        delay_s = self._faults.copy_delay_s()
+        if delay_s > 0:
+            await asyncio.sleep(delay_s)
+
+    async def finish(self) -> obrpc_pb2.DataChunk:
+        """Check the size and the crc32 against the header, fsync and close ``tmp``; returns
+        the header. Raises :class:`CopyFailed`."""
+        first, src, received = self.first, self.src, self.received
+        if first is None:
+            raise CopyFailed(f"{src} ended the stream without any chunk")
+        if received != first.total_size:
+            raise CopyFailed(f"{src} ended the stream after {received} of {first.total_size} bytes")
+        if self._crc != first.checksum:
+            raise CopyFailed(
+                f"checksum mismatch: the {received} bytes from {src} have crc32 {self._crc}, "
+                f"{src} announced {first.checksum}"
+            )
+        done, self._fh = self._fh, None
+        try:
+            await run_blocking(_sync_and_close, done)
+        except OSError as e:
+            raise CopyFailed(write_failed(self.tmp, e)) from None
+        return first
+
+    def close(self) -> None:
+        """Close ``tmp`` if still open (a failed or cancelled copy)."""
+        fh, self._fh = self._fh, None
+        if fh is not None:
+            # Inline: it only flushes Python's small buffer of an abandoned temp file.
+            with contextlib.suppress(OSError):
+                fh.close()
+
+
+#: How the body of a bulk answer is fetched: ``(header with data_url, sink)``, adding every
+#: byte to the sink (:func:`observer_agent.replicas.copy_http.fetch_bulk`).
+BulkFetch = Callable[[obrpc_pb2.DataChunk, DataSink], Awaitable[None]]
 
 
 async def receive_data_file(
@@ -53,6 +177,7 @@ async def receive_data_file(
     max_size: int,
     *,
     throttle: ChunkThrottle | None = None,
+    bulk: BulkFetch | None = None,
 ) -> obrpc_pb2.DataChunk:
     """Read the ``FetchData`` stream ``call`` from ``src`` (``ip:port``) into ``tmp`` (created,
     fsynced and closed); returns the first chunk (size, checksum, log indexes).
@@ -60,31 +185,26 @@ async def receive_data_file(
     The first chunk's announced ``total_size`` must be within ``[0, max_size]`` bytes (the
     expected replica size: a source announcing more is refused before anything is written,
     issue 10: an attacker's source made an agent copy 64 MiB), and no chunk may reach past
-    it (more bytes than announced are refused at the chunk that brings them).
+    it (more bytes than announced are refused at the chunk that brings them). When the first
+    chunk carries ``data_url`` (the request asked for ``bulk``, issue 23) the bytes come from
+    ``bulk`` instead of the stream; a ``data_url`` without ``bulk`` fails the copy.
 
     Progress goes to ``b.total_size`` / ``b.bytes_copied`` (bytes). Each chunk must come
-    within ``timeout_s`` seconds; ``throttle`` (the agent's ``migration_max_bytes_per_second``,
-    issue 13 item 6) holds the next read back until the chunk's bytes may pass, so the
-    stream's flow control slows the source down too; ``faults`` may ask for a pause after
-    each. The wait for the throttle is not part of a chunk's ``timeout_s``. The call is
-    cancelled when this returns or raises. Raises :class:`CopyFailed` (one-line reason);
-    ``tmp`` is left for the caller to remove.
+    within ``timeout_s`` seconds; ``throttle`` holds the next read back until the chunk's
+    bytes may pass (:class:`DataSink`); ``faults`` may ask for a pause after each. The wait
+    for the throttle is not part of a chunk's ``timeout_s``. The call is cancelled when this
+    returns or raises. Raises :class:`CopyFailed` (one-line reason); ``tmp`` is left for the
+    caller to remove.
     """
-    fh: Any = None
-    first: obrpc_pb2.DataChunk | None = None
-    received = 0
-    crc = 0
+    sink = DataSink(src, tmp, b, faults, throttle)
     try:
-        try:
-            fh = await run_blocking(_open_for_copy, tmp)
-        except OSError as e:
-            raise CopyFailed(write_failed(tmp, e)) from None
+        await sink.open()
         while True:
             try:
                 chunk = await asyncio.wait_for(call.read(), timeout_s)
             except TimeoutError:
                 raise CopyFailed(
-                    f"{src} sent nothing for {timeout_s:g} s after {received} bytes"
+                    f"{src} sent nothing for {timeout_s:g} s after {sink.received} bytes"
                 ) from None
             except grpc.aio.AioRpcError as e:
                 details = (e.details() or "").replace("\n", " ")
@@ -95,54 +215,20 @@ async def receive_data_file(
             err = error_from_proto(chunk.error)
             if err is not None:
                 raise CopyFailed(f"{src} answered {err.name}: {err.message}")
-            if first is None:
-                if not 0 <= chunk.total_size <= max_size:
-                    raise CopyFailed(
-                        f"{src} announced {chunk.total_size} bytes, expected 0..{max_size} "
-                        "(the replica size)"
-                    )
-                first = chunk
-                b.total_size = chunk.total_size
+            if sink.first is None:
+                sink.start(chunk, max_size)
+                if chunk.data_url:
+                    if bulk is None:
+                        raise CopyFailed(f"{src} answered a data_url that was not asked for")
+                    call.cancel()
+                    await bulk(chunk, sink)
+                    break
             # Read once: every read of a bytes field of a upb message copies the bytes.
-            data = chunk.data
-            end = chunk.offset + len(data)
-            if chunk.offset != received or end > first.total_size:
-                raise CopyFailed(
-                    f"{src} sent bytes [{chunk.offset}, {end}) of {first.total_size} "
-                    f"when byte {received} was due"
-                )
-            try:
-                crc = await run_blocking(_write_chunk, fh, data, crc)
-            except OSError as e:
-                raise CopyFailed(write_failed(tmp, e)) from None
-            received = end
-            b.bytes_copied = received
-            if throttle is not None:
-                await throttle.take(len(data))
-            delay_s = faults.copy_delay_s()
-            if delay_s > 0:
-                await asyncio.sleep(delay_s)
-        if first is None:
-            raise CopyFailed(f"{src} ended the stream without any chunk")
-        if received != first.total_size:
-            raise CopyFailed(f"{src} ended the stream after {received} of {first.total_size} bytes")
-        if crc != first.checksum:
-            raise CopyFailed(
-                f"checksum mismatch: the {received} bytes from {src} have crc32 {crc}, "
-                f"{src} announced {first.checksum}"
-            )
-        done, fh = fh, None
-        try:
-            await run_blocking(_sync_and_close, done)
-        except OSError as e:
-            raise CopyFailed(write_failed(tmp, e)) from None
-        return first
+            await sink.add(chunk.offset, chunk.data)
+        return await sink.finish()
     finally:
         call.cancel()
-        if fh is not None:
-            # Inline: it only flushes Python's small buffer of an abandoned temp file.
-            with contextlib.suppress(OSError):
-                fh.close()
+        sink.close()
 
 
 def write_failed(tmp: Path, e: OSError) -> str:

@@ -482,3 +482,9 @@ class ReplicaManager:
         """``ReplicaService.FetchData``: see :meth:`ReplicaServing.fetch_data
         <observer_agent.replicas.serving.ReplicaServing.fetch_data>`; never raises."""
         return self._serving.fetch_data(request)
+
+    @property
+    def serving(self) -> ReplicaServing:
+        """The source side of copies, for the HTTP(S) data path (:mod:`observer_agent.http_data`,
+        issue 23): :meth:`ReplicaServing.open_data` and :meth:`ReplicaServing.serve_data_at`."""
+        return self._serving

@@ -10,12 +10,14 @@ import grpc
 
 from obcommon.proto import obrpc_pb2_grpc
 from obcommon.security.tls import TransportSecurity
+from observer_agent.replicas.copy_http import BulkHttp
 from observer_agent.replicas.tasks import CLOSE_TIMEOUT_S
 
 
 class PeerChannels:
     """One gRPC channel per peer ``ip:port``, opened on first use and kept until
-    :meth:`close`. No HTTP proxy: peers are addressed directly."""
+    :meth:`close`, and :attr:`http`, the HTTP(S) client of the copies' bulk path (issue 23).
+    No HTTP proxy: peers are addressed directly."""
 
     def __init__(self, security: TransportSecurity) -> None:
         """No channel yet; channels are opened through ``security`` (the node certificate)."""
@@ -23,6 +25,7 @@ class PeerChannels:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._generation = security.generation()
         self._closing: set[asyncio.Task[None]] = set()
+        self.http = BulkHttp(security)
 
     def stub(self, peer: str) -> obrpc_pb2_grpc.ReplicaServiceStub:
         """A ``ReplicaService`` stub to ``peer`` (``ip:port``). Must run on the event loop.
@@ -45,6 +48,7 @@ class PeerChannels:
     async def close(self) -> None:
         """Close every channel, each bounded in time; never raises. A later :meth:`stub`
         opens new ones (on the loop running then)."""
+        await self.http.close()
         channels, self._channels = self._channels, {}
         for ch in channels.values():
             with contextlib.suppress(Exception):

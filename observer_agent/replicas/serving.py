@@ -15,11 +15,14 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from obcommon.errors import ObError, error_to_proto
 from obcommon.proto import obrpc_pb2
 from observer_agent.address import LocalServer
+from observer_agent.replicas.copy_http import data_path
 from observer_agent.replicas.faults import FAULT_SERVE_DATA_ERROR_FILE
 from observer_agent.replicas.hosted import HostedReplicas
 from observer_agent.replicas.replication import FETCH_MAX_ENTRIES
@@ -47,7 +50,8 @@ class ReplicaServing:
 
     ``me`` gives this agent's ``ip:port`` (named in errors, and compared with leaders);
     ``faults`` tells whether :data:`FAULT_SERVE_DATA_ERROR_FILE` is set; ``log`` is the
-    agent's logger.
+    agent's logger. :attr:`bulk_served` counts the data files served whole over the bulk
+    path (:mod:`observer_agent.http_data`).
     """
 
     def __init__(
@@ -62,6 +66,9 @@ class ReplicaServing:
         self._hosted = hosted
         self._faults = faults
         self.log = log
+        self._data_base_url = ""
+        # Data files served over the bulk path (issue 23), by observer_agent.http_data.
+        self.bulk_served = 0
 
     def fetch_log(self, request: obrpc_pb2.FetchLogRequest) -> obrpc_pb2.FetchLogResponse:
         """``ReplicaService.FetchLog``: entries from ``request.from_index`` on.
@@ -129,6 +136,58 @@ class ReplicaServing:
 
     # -- FetchData (the source's side of a copy)
 
+    def serve_data_at(self, base_url: str) -> None:
+        """Offer the bulk path (issue 23): a ``FetchData`` asking for ``bulk`` is answered
+        with ``data_url`` = ``base_url`` + :func:`data_path` (this agent's HTTP(S) endpoint,
+        :mod:`observer_agent.http_data`) instead of the streamed chunks. ``""`` stops it."""
+        self._data_base_url = base_url.rstrip("/")
+
+    @property
+    def data_base_url(self) -> str:
+        """Where the bulk path is offered (``scheme://host:port``), ``""`` when it is not."""
+        return self._data_base_url
+
+    async def open_data(self, tenant_id: int, ls_id: int) -> tuple[DataSource, int]:
+        """The data file of a replica in service here, opened for reading, and the fd (the
+        caller closes it: it keeps the file readable even if the replica is dropped
+        meanwhile). Raises ``ObError``: ``OB_ERR_SYS`` while
+        :data:`FAULT_SERVE_DATA_ERROR_FILE` exists or when the file cannot be opened,
+        ``OB_ENTRY_NOT_EXIST`` when no replica of the LS is here, ``OB_STATE_NOT_MATCH``
+        when it is not in service (being built, or not verified since a restart)."""
+        key = (tenant_id, ls_id)
+        me = self._me.server
+        if self._faults.serve_data_error():
+            self.log.warning(
+                "FetchData of %s refused: fault injected (%s)",
+                describe_ls(key),
+                FAULT_SERVE_DATA_ERROR_FILE,
+            )
+            raise ObError(
+                "OB_ERR_SYS", detail=f"{me}: fault injected ({FAULT_SERVE_DATA_ERROR_FILE})"
+            )
+        rep = self._hosted.find(key)
+        if rep is None:
+            raise ObError("OB_ENTRY_NOT_EXIST", f"{me} hosts no replica of {describe_ls(key)}")
+        if not rep.in_service:
+            why = "is being built" if rep.build is not None else "is not verified yet"
+            raise ObError(
+                "OB_STATE_NOT_MATCH", detail=f"the replica of {describe_ls(key)} on {me} {why}"
+            )
+        m, log = rep.meta, rep.log
+        src = DataSource(
+            path=rep.dir / DATA_FILE,
+            total_size=m.data_size,
+            checksum=m.data_checksum,
+            log_start_index=log.base_index + 1,
+            log_end_index=log.end_index,
+            term=m.term,
+        )
+        try:
+            fd = await run_blocking(os.open, src.path, os.O_RDONLY)
+        except OSError as e:
+            raise ObError("OB_ERR_SYS", detail=f"{me}: cannot read {src.path}: {e}") from None
+        return src, fd
+
     async def fetch_data(
         self, request: obrpc_pb2.FetchDataRequest
     ) -> AsyncIterator[obrpc_pb2.DataChunk]:
@@ -143,76 +202,51 @@ class ReplicaServing:
         ``log_end_index`` and ``term``, all taken when the stream starts. An offset equal to
         the size gives one chunk without data.
 
-        Errors are one chunk with ``error`` set, ending the stream: ``OB_ENTRY_NOT_EXIST`` when
-        no replica of the LS is here, ``OB_STATE_NOT_MATCH`` when it is not in service
-        (being built, or not verified since a restart), ``OB_INVALID_ARGUMENT`` for an
-        offset outside ``[0, total_size]`` or a negative chunk size, ``OB_ERR_SYS`` when the
-        file cannot be read (or while :data:`FAULT_SERVE_DATA_ERROR_FILE` exists). Never
-        raises.
+        Bulk (issue 23): when ``request.bulk`` is set and this agent serves the data over
+        HTTP(S) (:meth:`serve_data_at`), the stream is that first chunk without data and
+        with ``data_url``, where the caller GETs the whole file.
+
+        Errors are one chunk with ``error`` set, ending the stream: those of
+        :meth:`open_data`, and ``OB_INVALID_ARGUMENT`` for an offset outside
+        ``[0, total_size]`` or a negative chunk size, ``OB_ERR_SYS`` when the file cannot be
+        read. Never raises.
         """
-        key = (request.tenant_id, request.ls_id)
-        me = self._me.server
 
         def fail(err: ObError) -> obrpc_pb2.DataChunk:
             chunk = obrpc_pb2.DataChunk()
             error_to_proto(err, chunk.error)
             return chunk
 
-        if self._faults.serve_data_error():
-            self.log.warning(
-                "FetchData of %s refused: fault injected (%s)",
-                describe_ls(key),
-                FAULT_SERVE_DATA_ERROR_FILE,
-            )
-            yield fail(
-                ObError(
-                    "OB_ERR_SYS", detail=f"{me}: fault injected ({FAULT_SERVE_DATA_ERROR_FILE})"
-                )
-            )
-            return
-        rep = self._hosted.find(key)
-        if rep is None:
-            yield fail(
-                ObError("OB_ENTRY_NOT_EXIST", f"{me} hosts no replica of {describe_ls(key)}")
-            )
-            return
-        if not rep.in_service:
-            why = "is being built" if rep.build is not None else "is not verified yet"
-            yield fail(
-                ObError(
-                    "OB_STATE_NOT_MATCH",
-                    detail=f"the replica of {describe_ls(key)} on {me} {why}",
-                )
-            )
-            return
-        m, log = rep.meta, rep.log
-        total = m.data_size
-        if request.chunk_size < 0 or not 0 <= request.offset <= total:
-            yield fail(
-                ObError(
-                    "OB_INVALID_ARGUMENT",
-                    "FetchDataRequest",
-                    detail=f"offset {request.offset} must be in [0, {total}] and chunk_size "
-                    f"{request.chunk_size} >= 0",
-                )
-            )
-            return
-        size = min(request.chunk_size or DATA_CHUNK_DEFAULT, DATA_CHUNK_MAX)
-        chunk = obrpc_pb2.DataChunk(
-            total_size=total,
-            checksum=m.data_checksum,
-            log_start_index=log.base_index + 1,
-            log_end_index=log.end_index,
-            term=m.term,
-        )
-        path = rep.dir / DATA_FILE
+        me = self._me.server
         try:
-            # The fd keeps the file readable even if the replica is dropped meanwhile.
-            fd = await run_blocking(os.open, path, os.O_RDONLY)
-        except OSError as e:
-            yield fail(ObError("OB_ERR_SYS", detail=f"{me}: cannot read {path}: {e}"))
+            src, fd = await self.open_data(request.tenant_id, request.ls_id)
+        except ObError as e:
+            yield fail(e)
             return
+        path, total = src.path, src.total_size
         try:
+            if request.chunk_size < 0 or not 0 <= request.offset <= total:
+                yield fail(
+                    ObError(
+                        "OB_INVALID_ARGUMENT",
+                        "FetchDataRequest",
+                        detail=f"offset {request.offset} must be in [0, {total}] and chunk_size "
+                        f"{request.chunk_size} >= 0",
+                    )
+                )
+                return
+            size = min(request.chunk_size or DATA_CHUNK_DEFAULT, DATA_CHUNK_MAX)
+            chunk = obrpc_pb2.DataChunk(
+                total_size=total,
+                checksum=src.checksum,
+                log_start_index=src.log_start_index,
+                log_end_index=src.log_end_index,
+                term=src.term,
+            )
+            if request.bulk and self._data_base_url and request.offset == 0:
+                chunk.data_url = self._data_base_url + data_path(request.tenant_id, request.ls_id)
+                yield chunk
+                return
             pos = request.offset
             while True:
                 n = min(size, total - pos)
@@ -239,3 +273,17 @@ class ReplicaServing:
                 chunk = obrpc_pb2.DataChunk(total_size=total)
         finally:
             os.close(fd)
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """What a source tells of a data file it serves (the header of ``FetchData``): its
+    ``path``, ``total_size`` (bytes), ``checksum`` (crc32 as recorded), the log's
+    ``log_start_index`` / ``log_end_index`` and ``term``, taken when it was opened."""
+
+    path: Path
+    total_size: int
+    checksum: int
+    log_start_index: int
+    log_end_index: int
+    term: int

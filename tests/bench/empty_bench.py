@@ -18,7 +18,8 @@ beside ``cp -r`` of the same files on the same disk in the same run.
    holds the replicas; polled every 100 ms until its job is SUCCESS and the server has left
    ``__all_server``. Per copy, from the destination agent's log (microsecond UTC stamps):
    start (``building it by copy``), data in place (``bytes copied``) and in service
-   (``built by copy``); bytes/s = data size / (data in place - start).
+   (``built by copy``); bytes/s = data size / (data in place - the copy's slot taken,
+   ``copying its data``: a queued copy waits before it).
 5. Checks that the destination's replicas have the source's checksums.
 
 Prints a markdown table and writes ``.bench/empty.json``. Wall-clock seconds; nothing is
@@ -66,7 +67,10 @@ PACING = {"balancer_interval": "10s", "empty_server_check_interval": "10s"}
 _STAMP = r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z)"
 _LS = r"replica tenant (\d+) ls (\d+)"
 START_RE = re.compile(_STAMP + r" .*" + _LS + r": (?:building it by copy from|copy restarted)")
-DATA_RE = re.compile(_STAMP + r" .*" + _LS + r": (\d+) bytes copied from")
+DATA_RE = re.compile(
+    _STAMP + r" .*" + _LS + r": (\d+) bytes copied from \S+(?: over (https?|the))?"
+)
+MOVING_RE = re.compile(_STAMP + r" .*" + _LS + r": copying its data from")
 DONE_RE = re.compile(_STAMP + r" .*" + _LS + r" ?: built by copy")
 
 
@@ -85,6 +89,12 @@ def drop_cache(files: list[Path]) -> None:
             os.close(fd)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds ``pid`` has used so far (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def time_cp(src: Path, dest: Path, files: list[Path]) -> dict[str, float]:
     """``cp -r src dest`` from a dropped cache, then ``sync``; seconds of each."""
     drop_cache(files)
@@ -98,10 +108,17 @@ def time_cp(src: Path, dest: Path, files: list[Path]) -> dict[str, float]:
 
 def copies_from_log(text: str, since: float) -> list[dict[str, Any]]:
     """The copies a destination agent's log shows after ``since`` (epoch seconds): per LS
-    ``start``, ``data`` (file in place), ``done`` (in service) as epoch seconds, ``bytes``."""
+    ``start``, ``moving`` (got a copy slot), ``data`` (file in place), ``done`` (in service)
+    as epoch seconds, ``bytes``,
+    ``over`` (``https`` / ``http``: the bulk path; ``stream``: gRPC ``FetchData``)."""
     out: dict[tuple[int, int], dict[str, Any]] = {}
     for line in text.splitlines():
-        for kind, rx in (("start", START_RE), ("data", DATA_RE), ("done", DONE_RE)):
+        for kind, rx in (
+            ("start", START_RE),
+            ("moving", MOVING_RE),
+            ("data", DATA_RE),
+            ("done", DONE_RE),
+        ):
             m = rx.search(line)
             if not m or _stamp(m.group(1)) < since:
                 continue
@@ -113,6 +130,8 @@ def copies_from_log(text: str, since: float) -> list[dict[str, Any]]:
             c[kind] = _stamp(m.group(1))
             if kind == "data":
                 c["bytes"] = int(m.group(4))
+                # The data path: https / http (the bulk path, issue 23) or the gRPC stream.
+                c["over"] = {"the": "stream", None: "stream"}.get(m.group(5), m.group(5))
     return [out[k] for k in sorted(out)]
 
 
@@ -146,6 +165,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         with database(args.db, tmp) as db_url:
             c = TenantCluster(procs, tmp, db_url)
             c.extra_flags = {"replica_size": format_size(per_ls)}
+            for kv in args.agent_flag:
+                k, _, v = kv.partition("=")
+                c.extra_flags[k] = v
             flags: dict[str, Any] = {
                 **RS_FLAGS,
                 **PACING,
@@ -162,6 +184,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             result["rs_flags"] = {
                 k: flags[k] for k in (*PACING, *(kv.split("=")[0] for kv in args.rs_flag))
             }
+            result["agent_flags"] = dict(kv.partition("=")[::2] for kv in args.agent_flag)
             c.start_rs(**flags)
             a1, _a2, _a3 = c.bootstrap()
             spare = c.start_agent("z1")
@@ -238,6 +261,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     else []
                 )
             ]
+            # CPU seconds of the RS and the agents during the job: unlike wall time, not
+            # inflated by other load on the machine.
+            who = {"rs": c.rs, "source": c.agents[gone], "destination": c.agents[target]}
+            cpu0 = {k: cpu_seconds(p.pid) for k, p in who.items()}
             since = time.time()
             t0 = time.perf_counter()
             c.ok(f"ALTER SYSTEM DELETE SERVER '{gone}'")
@@ -263,13 +290,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             else:
                 raise SystemExit(f"the job did not end within {args.timeout} s")
             result["job"] = marks
+            result["cpu_s"] = {k: cpu_seconds(p.pid) - cpu0[k] for k, p in who.items()}
             for spy in spies:
                 spy.send_signal(2)  # SIGINT: py-spy writes its profile and exits
                 spy.wait(30)
             copies = copies_from_log(c.agents[target].log_text(), since)
             for cp in copies:
                 cp["start_s"] = cp["start"] - since
-                cp["data_s"] = cp["data"] - cp["start"]
+                # From the moment it got a copy slot (queued before that), when logged.
+                cp["data_s"] = cp["data"] - cp.get("moving", cp["start"])
                 cp["done_s"] = cp["done"] - since
                 cp["bytes_per_s"] = cp["bytes"] / cp["data_s"]
             result["copies"] = copies
@@ -294,7 +323,7 @@ def report(r: dict[str, Any]) -> str:
     last = max(c["data"] for c in r["copies"])
     lines = [
         f"DELETE SERVER of {format_size(size)} in {r['ls']} LS ({format_size(r['per_ls'])} each); "
-        f"RS flags {r['rs_flags']}",
+        f"RS flags {r['rs_flags']}, agent flags {r.get('agent_flags') or {}}",
         "",
         "| what | seconds | MiB/s |",
         "| --- | ---: | ---: |",
@@ -310,12 +339,14 @@ def report(r: dict[str, Any]) -> str:
     ]
     for c in r["copies"]:
         lines.append(
-            f"| copy of LS {c['ls_id']} (data phase; started at +{c['start_s']:.2f} s, in "
+            f"| copy of LS {c['ls_id']} over {c.get('over', '?')} (data phase; started at +{c['start_s']:.2f} s, in "
             f"service at +{c['done_s']:.2f} s) | {c['data_s']:.2f} | "
             f"{c['bytes_per_s'] / mib:.0f} |"
         )
     lines += [
         "",
+        "CPU seconds during the job: "
+        + ", ".join(f"{k} {v:.1f}" for k, v in (r.get("cpu_s") or {}).items()),
         f"job / (cp + sync) = {job_s / cp['cp_sync_s']:.2f}x; checksums "
         f"{'equal' if r['checksums_ok'] else 'DIFFER'}",
     ]
@@ -331,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--db", choices=("sqlite", "postgresql"), default="sqlite")
     p.add_argument("--dir", default=str(ROOT / ".bench"), help="where the data dirs go")
     p.add_argument("--rs-flag", action="append", default=[], help="k=v, repeatable")
+    p.add_argument(
+        "--agent-flag", action="append", default=[], help="k=v for every agent, repeatable"
+    )
     p.add_argument("--timeout", type=float, default=900.0, help="seconds for the job")
     p.add_argument("--keep", action="store_true", help="keep the run's directory")
     p.add_argument("--out", default=str(OUT))

@@ -132,3 +132,46 @@ def test_a_job_an_hour_behind_catches_up_in_two_steps() -> None:
     assert trig.get_next_fire_time(t0, near) == t0 + dt.timedelta(milliseconds=100)
     late = t0 + dt.timedelta(milliseconds=201)
     assert trig.get_next_fire_time(t0, late) == t0 + dt.timedelta(milliseconds=200)
+
+
+def test_a_wake_during_a_cycle_runs_another_cycle_right_after_it() -> None:
+    """Issue 23: APScheduler drops a run that falls due while the job's one instance still
+    runs; a wake landing during a cycle (a copy noticed while a balancer round runs) must
+    not wait for the next period (1 h here): the job runs again as soon as the cycle ends.
+    A cycle without a wake is not repeated."""
+    started, release = threading.Event(), threading.Event()
+    runs: list[int] = []
+
+    def cycle() -> None:
+        runs.append(1)
+        if len(runs) == 1:
+            started.set()
+            assert release.wait(20)
+
+    timers = Timers(SystemClock(), Metrics(), enabled=True)
+    timers.scheduler.start()
+    try:
+        timers.start([(FnTask("round", cycle), 3600 * S)])
+        timers.wake("round")
+        assert started.wait(20)
+        timers.wake("round")  # during the first cycle
+        # ...and APScheduler has seen it: the run it made due was dropped (max_instances=1)
+        # and the job's next run put a period ahead.
+        pause = threading.Event()
+        soon = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=30)
+        for _ in range(1000):
+            if timers.scheduler.get_job("round").next_run_time > soon:
+                break
+            pause.wait(0.02)
+        assert timers.scheduler.get_job("round").next_run_time > soon
+        assert len(runs) == 1
+        release.set()
+        deadline = threading.Event()
+        for _ in range(1000):
+            if len(runs) >= 2:
+                break
+            deadline.wait(0.02)
+        assert len(runs) == 2
+    finally:
+        timers.shutdown()
+    assert len(runs) == 2

@@ -14,6 +14,8 @@ import grpc
 from obcommon.clock import Clock, SystemClock
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from observer_agent.agent import Agent
+from observer_agent.http import AgentHttp
+from observer_agent.replicas.bandwidth import CopyBandwidth
 from observer_agent.service import start_server, stop_server
 from observer_agent.settings import AgentSettings
 from tests.support.ports import free_port
@@ -188,6 +190,8 @@ class CopyNode:
         self.stub = obrpc_pb2_grpc.ObserverServiceStub(channel)
         self.replica_stub = obrpc_pb2_grpc.ReplicaServiceStub(channel)
         self.stopped = False
+        #: The agent's HTTP endpoint when started with ``http=True`` (the bulk data path).
+        self.http: AgentHttp | None = None
 
     @property
     def addr(self) -> str:
@@ -236,23 +240,41 @@ class CopyNode:
     async def stop(self) -> None:
         if not self.stopped:
             self.stopped = True
+            if self.http is not None:
+                await self.http.stop()
             await self.channel.close()
             await stop_server(self.agent, self.server, grace_s=0.2)
 
 
 async def start_copy_node(
-    data_dir: Path, *, log_keep: int = 0, clock: Clock | None = None, **over: object
+    data_dir: Path,
+    *,
+    log_keep: int = 0,
+    clock: Clock | None = None,
+    http: bool = False,
+    bandwidth: CopyBandwidth | None = None,
+    **over: object,
 ) -> CopyNode:
+    """An agent copying in :data:`CHUNK` chunks; ``http`` also starts its HTTP endpoint, so
+    it serves its data files over the bulk path (issue 23)."""
     keep = {"replica_log_keep": log_keep} if log_keep else {}
     agent = Agent(
-        copy_settings(data_dir, **over), clock or SystemClock(), copy_chunk_size=CHUNK, **keep
+        copy_settings(data_dir, **over),
+        clock or SystemClock(),
+        copy_chunk_size=CHUNK,
+        copy_bandwidth=bandwidth,
+        **keep,  # type: ignore[arg-type]
     )
     server, port = await start_server(agent, "127.0.0.1:0")
     agent.replicas.start()
     channel = grpc.aio.insecure_channel(
         f"127.0.0.1:{port}", options=[("grpc.enable_http_proxy", 0)]
     )
-    return CopyNode(agent, server, channel)
+    node = CopyNode(agent, server, channel)
+    if http:
+        node.http = AgentHttp(agent, "127.0.0.1:0")
+        await node.http.start()
+    return node
 
 
 @asynccontextmanager
