@@ -23,6 +23,7 @@ import grpc
 from obcommon.errors import ObError, error_to_proto
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from obcommon.security.certs import Role
+from obcommon.security.identity import session_resumed
 from rootservice.app import RootService
 
 #: Who may renew a lease: the agents, each for its own server only.
@@ -99,6 +100,12 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
         """
         gate = self.rs.peer_gate
         ident = await gate.admit(context, "RootService.LeaseStream", NODES)
+        if ident is not None:
+            # Once per stream, off the per-heartbeat path: how many reconnects resumed TLS.
+            resumed = session_resumed(context)
+            self.rs.metrics.inc(
+                "lease_streams_resumed_total" if resumed else "lease_streams_full_tls_total"
+            )
         async for req in request_iterator:
             if ident is not None and req.server != ident.name:
                 await gate.admit(context, "RootService.LeaseStream", NODES, name=req.server)
