@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,28 +17,19 @@ from tests.bench import storm_bench
 pytestmark = pytest.mark.integration
 
 
-def test_quick_mass_expiry_run_produces_its_figures(tmp_path: Path) -> None:
+def run(tmp_path: Path, scenario: str, *extra: str) -> dict[str, Any]:
+    """``storm_bench.main`` on ``scenario`` at N=50, 3 s lease, no warm-up, one load
+    generator; returns the JSON it wrote (the run must succeed)."""
     out = tmp_path / "storm.json"
-    status = storm_bench.main(
-        [
-            "--agents",
-            "50",
-            "--scenarios",
-            "mass-expiry",
-            "--lease-time",
-            "3s",
-            "--warmup",
-            "0",
-            "--procs",
-            "1",
-            "--connect-spread",
-            "0.5",
-            "--out",
-            str(out),
-        ]
-    )
-    assert status == 0
-    doc = json.loads(out.read_text())
+    argv = ["--agents", "50", "--scenarios", scenario, "--lease-time", "3s", "--warmup", "0"]
+    argv += ["--procs", "1", "--connect-spread", "0.5", "--out", str(out), *extra]
+    assert storm_bench.main(argv) == 0
+    doc: dict[str, Any] = json.loads(out.read_text())
+    return doc
+
+
+def test_quick_mass_expiry_run_produces_its_figures(tmp_path: Path) -> None:
+    doc = run(tmp_path, "mass-expiry")
     r = doc["results"]["mass-expiry"]
     assert r["stopped"] == 15 and r["rs_detected"] == 15
     assert r["survivors_expired"] == 0
@@ -55,31 +47,7 @@ def test_quick_mass_expiry_run_produces_its_figures(tmp_path: Path) -> None:
 def test_quick_reconnect_run_brings_every_agent_back_and_expires_the_killed(
     tmp_path: Path,
 ) -> None:
-    out = tmp_path / "storm.json"
-    status = storm_bench.main(
-        [
-            "--agents",
-            "50",
-            "--scenarios",
-            "reconnect",
-            "--lease-time",
-            "3s",
-            "--down",
-            "1",
-            "--kill",
-            "2",
-            "--warmup",
-            "0",
-            "--procs",
-            "1",
-            "--connect-spread",
-            "0.5",
-            "--out",
-            str(out),
-        ]
-    )
-    assert status == 0
-    r = json.loads(out.read_text())["results"]["reconnect"]
+    r = run(tmp_path, "reconnect", "--down", "1", "--kill", "2")["results"]["reconnect"]
     assert r["reconnect"]["not_recovered"] == 0 and r["reconnect"]["agents"] == 48
     assert r["restart_to_all_back_ms"] is not None
     assert r["shown_inactive_not_killed"] == 0
