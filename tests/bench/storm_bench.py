@@ -115,6 +115,9 @@ class DbWatch:
         self.engine = sa.create_engine(url, pool_pre_ping=True)
         self.samples: list[tuple[float, int]] = []
         self.first_inactive: dict[int, float] = {}
+        # Per port, the first time seen not ACTIVE after :meth:`mark` (empty before a mark).
+        self.inactive_since_mark: dict[int, float] = {}
+        self.marked = False
         self.failures = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -136,6 +139,8 @@ class DbWatch:
                 self.samples.append((now, len(ports)))
                 for p in ports:
                     self.first_inactive.setdefault(p, now)
+                    if self.marked:
+                        self.inactive_since_mark.setdefault(p, now)
 
     def start(self) -> DbWatch:
         self._t.start()
@@ -145,6 +150,12 @@ class DbWatch:
         with self._lock:
             self.samples.clear()
             self.first_inactive.clear()
+
+    def mark(self) -> None:
+        """Start recording, per port, when it is first seen not ACTIVE from now on."""
+        with self._lock:
+            self.inactive_since_mark.clear()
+            self.marked = True
 
     def not_active_now(self) -> int:
         with self._lock:
@@ -420,9 +431,10 @@ def reconnect(rig: Rig) -> dict[str, Any]:
                 args.kill // len(rig.gens) + (i < args.kill % len(rig.gens))
                 for i in range(len(rig.gens))
             ]
+            rig.watch.mark()  # type: ignore[union-attr]
+            t_killed.append(time.time())
             for g, k in zip(rig.gens, per, strict=True):
                 g.send(f"pause {k}")
-            t_killed.append(time.time())
             killed.extend(g.expect("paused", args.period * 2 + 10) for g in rig.gens)
             log(f"reconnect: {args.kill} agents killed with {back} of {live} back")
             return False
@@ -433,16 +445,17 @@ def reconnect(rig: Rig) -> dict[str, Any]:
     t_end = max(rec.pop("recovered_at_max"), t_restart)
     ports = {hb.PORT_BASE + i for p in killed for i in p["indexes"]}
     first = rig.watch.first_inactive
+    since_kill = rig.watch.inactive_since_mark
 
     def killed_shown() -> bool:
-        return all(p in first for p in ports)
+        return all(p in since_kill for p in ports)
 
     wait_until(killed_shown, max(0.0, t_end + 3 * lease_s - time.time()) + 10, WATCH_S)
     # A late expiry would show right after the grace: keep watching a little longer.
     time.sleep(2.0)
     expired = rig.watch.expired_since(t_restart)
     m = rig.metrics(addr, timeout=5.0) or {}
-    seen = [first.get(p) for p in ports]
+    seen = [since_kill.get(p) for p in ports]
     t_db = max(x for x in seen if x) if seen and all(seen) else None
     return {
         "agents": n,
@@ -461,7 +474,9 @@ def reconnect(rig: Rig) -> dict[str, Any]:
         "killed_back_before": sum(p["recovered"] for p in killed),
         "restart_to_kill_ms": ms(t_killed[0] if t_killed else None, t_restart),
         "killed_shown_inactive": sum(1 for x in seen if x),
-        "all_back_to_killed_shown_inactive_ms": ms(t_db, t_end),
+        "all_back_to_killed_shown_inactive_ms": ms(t_db, t_end)
+        if rec["not_recovered"] == 0
+        else None,
         "rs_lease_streams_resumed": m.get("lease_streams_resumed_total", 0),
         "rs_lease_streams_full_tls": m.get("lease_streams_full_tls_total", 0),
         "rs_peak_rss_mib": rss.stop(),
