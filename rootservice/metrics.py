@@ -273,6 +273,14 @@ COUNTERS: dict[str, tuple[str, str] | None] = {
         "Steps of this RS's wall clock (> 1 s against the monotonic clock) seen by its "
         "watchdog; lease ages are monotonic, the timers are rescheduled (issue 14 item 7).",
     ),
+    "lease_streams_resumed_total": (
+        "ob_rs_lease_streams_resumed",
+        "Lease streams whose TLS connection resumed an earlier session (issue 23 item 3).",
+    ),
+    "lease_streams_full_tls_total": (
+        "ob_rs_lease_streams_full_tls",
+        "Lease streams whose TLS connection made a full handshake (issue 23 item 3).",
+    ),
     "statements_total": None,
     "statements_refused_total": None,
     "statements_forwarded_total": None,

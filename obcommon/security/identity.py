@@ -100,3 +100,14 @@ def peer_identity(context: Any) -> PeerIdentity | None:
     if not pems:
         return None
     return identity_of_pem(pems[0])
+
+
+def session_resumed(context: Any) -> bool:
+    """True when the TLS connection of a gRPC call (``grpc.ServicerContext`` or its aio twin)
+    resumed an earlier session instead of a full handshake (gRPC's ``ssl_session_reused``
+    auth property); False for a full handshake and in plaintext."""
+    try:
+        auth = context.auth_context()
+    except Exception:
+        return False
+    return bool(auth) and auth.get("ssl_session_reused") == [b"true"]

@@ -23,6 +23,7 @@ import grpc
 from obcommon.errors import ObError, error_to_proto
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from obcommon.security.certs import Role
+from obcommon.security.identity import session_resumed
 from rootservice.app import RootService
 from rootservice.servers.lease_bounds import StreamChecks
 
@@ -115,6 +116,12 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
         ident = await gate.admit(context, "RootService.LeaseStream", NODES)
         checks = StreamChecks()
         handle = self._handle
+        if ident is not None:
+            # Once per stream, off the per-heartbeat path: how many reconnects resumed TLS.
+            resumed = session_resumed(context)
+            self.rs.metrics.inc(
+                "lease_streams_resumed_total" if resumed else "lease_streams_full_tls_total"
+            )
         async for req in request_iterator:
             if ident is not None and (req.server != ident.name or gate.is_revoked(ident)):
                 await gate.admit(context, "RootService.LeaseStream", NODES, name=req.server)

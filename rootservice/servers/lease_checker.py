@@ -70,13 +70,20 @@ class LeaseChecker:
         >= lease_time``, inclusive) and declare permanent offline (``>=
         server_permanent_offline_time``). Returns the number of transitions. Does nothing
         while this RS may not act (``Term.may_act``: not in office, not in service, lease not
-        safely held) or during the take-office grace (SPEC.md section 6)."""
+        safely held) or in the first ``lease_time`` after the take office (SPEC.md section 6).
+
+        The take-office grace is per server (:class:`TakeOfficeGrace`, issue 23 item 3): a
+        server that came back is judged on its own lease from then on; the candidates still
+        away are written INACTIVE only once the grace stops holding them, and no permanent
+        offline is declared while it does (an INACTIVE server may be one of those reconnecting).
+        """
         if not self.term.may_act():
             return 0
         t0 = time.perf_counter_ns()
         mono = self.clock.monotonic_us()
-        if self.grace.holds(mono, self.settings.lease_time):
+        if self.grace.first_lease(mono):
             return 0
+        held = self.grace.holds(mono, self.settings.lease_time)
         now = self.clock.now_us()
         # An overloaded RS must not mistake its own backlog for dead servers (issue 14 item 3).
         lease = self.settings.lease_time + (self.allowance.checker_tick() if self.allowance else 0)
@@ -89,7 +96,7 @@ class LeaseChecker:
         logged: list[tuple[Event, str]] = []
         expired: list[str] = []
         with self.whitelist.lock:
-            if self.grace.candidates:
+            if self.grace.candidates and not held:
                 n += self._expire_candidates(now, logged)
             while alive:
                 key = next(iter(alive))
@@ -118,8 +125,10 @@ class LeaseChecker:
                 self.metrics.window("expire_detect_lag_us").record(age - lease)
                 n += 1
             # A mass expiry holds permanent offline (issue 14 item 7): the heap keeps them.
-            held = self.suspicion is not None and self.suspicion.observe(now, expired, len(alive))
-            while not held and heap and heap[0][0] <= mono:
+            suspected = self.suspicion is not None and self.suspicion.observe(
+                now, expired, len(alive)
+            )
+            while not held and not suspected and heap and heap[0][0] <= mono:
                 deadline, key = heapq.heappop(heap)
                 s = servers.get(key)
                 if s is None or s.hb_status is not HeartbeatStatus.LEASE_EXPIRED:

@@ -39,29 +39,34 @@ def table_value(row: dict[str, Any], col: str) -> Any:
     return v.upper() if col == "status" and isinstance(v, str) else v
 
 
-#: While candidates keep coming back, the take-office grace lasts up to this many
-#: ``lease_time`` after the take office (issue 14 item 1: 10,000 agents reconnecting over TLS
-#: to a restarted RS on one Python core took 90 s; with a grace of one lease every one of them
-#: was shown INACTIVE).
+#: While candidates keep coming back, their grace lasts up to this many ``lease_time`` after
+#: the take office (issue 14 item 1: 10,000 agents reconnecting over TLS to a restarted RS on
+#: one Python core took 90 s; with a grace of one lease every one of them was shown INACTIVE).
 MAX_GRACE_LEASES = 10
 
 
 class TakeOfficeGrace:
-    """The take-office grace (SPEC.md section 6).
+    """The take-office grace (SPEC.md section 6), per server (issue 23 item 3).
 
     ``candidates``: servers the table shows alive that a take-office load could not prove alive
-    yet; their rows stay as they are until the grace ends. ``no_expire_until_mono``: end of
-    the grace on the monotonic clock (what the lease checker compares, so a wall-clock step
-    neither ends nor stretches it; 0 before any take office). ``no_expire_until``: the same
-    instant in wall time, for display only (``take_office_grace_until_us``). ``candidates``
-    is guarded by the whitelist lock.
+    yet; their rows stay as they are while the grace holds them. ``no_expire_until_mono``: end
+    of the first ``lease_time`` after the take office on the monotonic clock (what the lease
+    checker compares, so a wall-clock step neither ends nor stretches it; 0 before any take
+    office): until then no lease expires at all. ``no_expire_until``: the same instant in wall
+    time, for display only (``take_office_grace_until_us``). ``candidates`` is guarded by the
+    whitelist lock.
 
-    The grace is extended past ``no_expire_until_mono`` while candidates still wait and one
-    came back within the last half ``lease_time`` (the RS is still re-admitting its
-    servers), at most until :data:`MAX_GRACE_LEASES` leases after the take office
-    (:meth:`holds`). Kubernetes' node lifecycle controller likewise gives nodes a grace from
-    its own start (``nodeStartupGracePeriod``) rather than judging them by heartbeats it
-    could not have received.
+    A server's grace ends as soon as its agent is back: from its first heartbeat it is alive
+    and its lease is judged as any other (after the first ``lease_time``). The candidates still
+    away are held past ``no_expire_until_mono`` while one came back within the last half
+    ``lease_time`` (the RS is still re-admitting its servers), at most until
+    :data:`MAX_GRACE_LEASES` leases after the take office (:meth:`holds`); then they are shown
+    INACTIVE. So a server that died during a reconnect storm is expired within ``lease_time``
+    of its last heartbeat if it came back first, and within half a ``lease_time`` of the
+    storm's last return if it never did (before, every server waited for the whole storm).
+    Kubernetes' node lifecycle controller likewise gives nodes a grace from its own start
+    (``nodeStartupGracePeriod``) rather than judging them by heartbeats it could not have
+    received.
     """
 
     def __init__(self) -> None:
@@ -85,11 +90,18 @@ class TakeOfficeGrace:
         calls it under the whitelist lock."""
         self.last_return_mono = mono
 
+    def first_lease(self, mono: int) -> bool:
+        """True before ``no_expire_until_mono``: one ``lease_time`` after the take office no
+        lease may expire at monotonic ``mono`` (SPEC.md section 6: the agents need the chance
+        to find the new RS)."""
+        return mono < self.no_expire_until_mono
+
     def holds(self, mono: int, lease: int) -> bool:
-        """True while no lease may expire at monotonic ``mono``: before
-        ``no_expire_until_mono``, then while candidates still wait and one came back within
-        ``lease / 2`` microseconds, but never past ``no_expire_until_mono + (MAX_GRACE_LEASES
-        - 1) * lease``."""
+        """True while the candidates not back yet keep their rows at monotonic ``mono``
+        (microseconds): before ``no_expire_until_mono``, then while candidates still wait and
+        one came back within ``lease / 2`` microseconds, but never past
+        ``no_expire_until_mono + (MAX_GRACE_LEASES - 1) * lease``. Servers that came back are
+        not held (their grace ended with their first heartbeat)."""
         if mono < self.no_expire_until_mono:
             return True
         if not self.candidates:

@@ -25,7 +25,10 @@ tests/bench/bench_pki.py), with ``DIR/ca.crt`` as the only root, as a real agent
 the RS accepts a lease for server X only from node certificate X. The raw client wraps its
 sockets with the stdlib ``ssl`` module (one ``SSLContext`` per agent, ALPN ``h2``, server
 name 127.0.0.1); the grpc client opens one ``grpc.aio.secure_channel`` per agent with
-``grpc.ssl_channel_credentials(ca, key, cert)``. No crypto of our own. The time and memory
+``grpc.ssl_channel_credentials(ca, key, cert)``. No crypto of our own. A reconnect offers the
+agent's last TLS session (issue 23 item 3, as a real agent's ``grpc.ssl_session_cache``):
+the raw client keeps each agent's ``ssl.SSLSession`` and counts the handshakes resumed and
+full; the grpc client gives each agent a session cache of its own. The time and memory
 spent loading the contexts are reported in the ``ready`` event. ``--connect-spread S``
 opens the connections at random offsets over S seconds, so that the handshakes (and, in
 plaintext, the connects) do not all arrive at once.
@@ -44,12 +47,16 @@ stdin commands:
   cancelled, as when an agent dies); answers ``{"event": "paused", "count", "last_ok_send":
   <wall-clock seconds of the latest accepted request among them>}`` once none has a request
   in flight.
+  The answer also has ``recovered``: how many of them had an accepted lease since ``mark``.
 - ``pause K silent``: the same without closing the streams (raw client): the agents just
   stop sending, as after a power loss - the RS sees no end of stream, only silence.
 - ``mark``: note the time; each agent's first accepted lease after it is recorded.
 - ``recovery``: answers ``{"event": "recovery", "marked", "recovered_at": [wall-clock
   seconds of each unpaused agent's first accepted lease since ``mark``, 0 when none],
-  "last_ok_send": [...], "moves", "connect_failures"}``.
+  "last_ok_send": [...], "moves", "connect_failures", "tls_resumed", "tls_full"}`` (TLS
+  handshakes of the raw client since start, resumed and full).
+- ``progress``: answers ``{"event": "progress", "recovered", "live"}``: how many unpaused
+  agents had an accepted lease since ``mark``, of how many.
 - ``period S``: heartbeat every S seconds from the next request on.
 - ``quit`` (or EOF): exit.
 
@@ -80,8 +87,10 @@ import sys
 import threading
 import time
 from collections import Counter, deque
+from typing import Any
 
 import grpc
+from grpc.experimental import session_cache
 
 from obcommon.backoff import BackoffPolicy
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
@@ -127,10 +136,31 @@ def node_cert_paths(certs: str, port: int) -> tuple[str, str]:
     return f"{d}/node.crt", f"{d}/node.key"
 
 
-def client_ssl_context(ca: str, cert: str, key: str) -> ssl.SSLContext:
+class ResumingContext(ssl.SSLContext):
+    """One agent's TLS client context that offers ``session`` (its last TLS session, None
+    at first) at each new handshake: asyncio's ``create_connection`` has no session
+    argument, so the context adds it where asyncio wraps the socket (``wrap_bio``)."""
+
+    session: ssl.SSLSession | None = None
+
+    def wrap_bio(  # type: ignore[override]
+        self,
+        incoming: ssl.MemoryBIO,
+        outgoing: ssl.MemoryBIO,
+        server_side: bool = False,
+        server_hostname: str | None = None,
+        session: ssl.SSLSession | None = None,
+    ) -> ssl.SSLObject:
+        return super().wrap_bio(
+            incoming, outgoing, server_side, server_hostname, session or self.session
+        )
+
+
+def client_ssl_context(ca: str, cert: str, key: str) -> ResumingContext:
     """A TLS client context for one agent: ``ca`` (a file) as the only root, the agent's
-    certificate chain and key, ALPN ``h2`` (gRPC's HTTP/2), host name checks on."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies the peer and its host name
+    certificate chain and key, ALPN ``h2`` (gRPC's HTTP/2), host name checks on; it offers
+    the agent's last session when it reconnects."""
+    ctx = ResumingContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies the peer and its host name
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_verify_locations(cafile=ca)
     ctx.load_cert_chain(cert, key)
@@ -268,6 +298,8 @@ class LoadGen:
         self.targets = [t for t in (args.targets or args.target).split(",") if t]
         self.marked = 0.0  # wall clock of the last ``mark`` command
         self.moves = 0  # connections moved to another RS (leader hint or next address)
+        self.tls_resumed = 0  # raw client: TLS handshakes that resumed the agent's session
+        self.tls_full = 0  # ... and full ones
 
     # --- shared per-response bookkeeping ----------------------------------------------------
 
@@ -377,6 +409,7 @@ class LoadGen:
                 "indexes": [a.index for a in batch],
                 "last_ok_send": max((a.last_ok_send for a in batch), default=0.0),
                 "never_ok": sum(1 for a in batch if a.last_ok_send == 0.0),
+                "recovered": sum(1 for a in batch if a.recovered_at),
             }
         )
 
@@ -422,6 +455,17 @@ class LoadGen:
                     "last_ok_send": [a.last_ok_send for a in live],
                     "moves": self.moves,
                     "connect_failures": self.connect_failures,
+                    "tls_resumed": self.tls_resumed,
+                    "tls_full": self.tls_full,
+                }
+            )
+        elif words[0] == "progress":
+            live = [a for a in self.agents if not a.paused]
+            emit(
+                {
+                    "event": "progress",
+                    "recovered": sum(1 for a in live if a.recovered_at),
+                    "live": len(live),
                 }
             )
         elif words[0] == "period" and len(words) == 2:
@@ -484,7 +528,7 @@ class GrpcLoadGen(LoadGen):
             ]
         self.stubs = [obrpc_pb2_grpc.RootServiceStub(ch) for ch in self.channels]
 
-    def secure_channels(self, options: list[tuple[str, int]]) -> list[grpc.aio.Channel]:
+    def secure_channels(self, options: list[tuple[str, Any]]) -> list[grpc.aio.Channel]:
         """One ``grpc.aio.secure_channel`` per agent with its own node certificate."""
         t0, c0, m0 = time.perf_counter(), cpu_s(), rss_mib()
         with open(f"{self.args.node_certs}/ca.crt", "rb") as f:
@@ -494,7 +538,11 @@ class GrpcLoadGen(LoadGen):
             cert, key = node_cert_paths(self.args.node_certs, self.args.port_base + a.index)
             with open(cert, "rb") as fc, open(key, "rb") as fk:
                 creds = grpc.ssl_channel_credentials(ca, fk.read(), fc.read())
-            channels.append(grpc.aio.secure_channel(self.args.target, creds, options=options))
+            # Each agent's own cache, as each real agent process has (TransportSecurity).
+            cache = ("grpc.ssl_session_cache", session_cache.ssl_session_cache_lru(4))
+            channels.append(
+                grpc.aio.secure_channel(self.args.target, creds, options=[*options, cache])
+            )
         self.tls_load = {
             "seconds": time.perf_counter() - t0,
             "cpu_s": cpu_s() - c0,
@@ -635,6 +683,9 @@ class H2Conn(asyncio.Protocol):
         # Set when we close the connection on purpose to move to another RS: the delay
         # before connecting there (None: the connection was lost).
         self.reconnect_delay: float | None = None
+        # TLS: the agent's session is taken once the server's first bytes arrived (a TLS 1.3
+        # server sends its session tickets after the handshake).
+        self.session_noted = not gen.tls
 
     # writing
     def write(self, data: bytes) -> None:
@@ -706,6 +757,9 @@ class H2Conn(asyncio.Protocol):
         self.gen.connection_lost(self, exc)
 
     def data_received(self, data: bytes) -> None:
+        if not self.session_noted:
+            self.session_noted = True
+            self.gen.note_session(self)
         buf = self.buf
         buf += data
         t1 = time.perf_counter()
@@ -820,7 +874,7 @@ class RawLoadGen(LoadGen):
         self.header_block = request_headers(args.target, self.tls)
         self.conns: list[H2Conn] = []
         self.lost = 0  # connections lost (not moved on purpose)
-        self.contexts: dict[int, ssl.SSLContext] = {}  # agent index -> its TLS context
+        self.contexts: dict[int, ResumingContext] = {}  # agent index -> its TLS context
         if self.tls:
             self.load_contexts()
 
@@ -884,6 +938,18 @@ class RawLoadGen(LoadGen):
                         a.rng.uniform(0.0, self.args.period) if first else 0.0, self.begin, a
                     )
             return
+
+    def note_session(self, conn: H2Conn) -> None:
+        """Count the connection's handshake as resumed or full and keep its session for the
+        lead agent's next connect."""
+        ssl_obj = conn.transport.get_extra_info("ssl_object") if conn.transport else None
+        if ssl_obj is None:
+            return
+        if ssl_obj.session_reused:
+            self.tls_resumed += 1
+        else:
+            self.tls_full += 1
+        self.contexts[conn.agents[0].index].session = ssl_obj.session
 
     def next_target(self, lead: SimAgent, hint: str = "") -> None:
         """Point ``lead``'s group at ``hint`` (a leader hint), else at the next RS address."""

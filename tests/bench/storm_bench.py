@@ -9,11 +9,14 @@ policy of obcommon/backoff.py), and a thread polling ``__all_server`` every 100 
 (:class:`DbWatch`; a read-only SQLite connection, or PostgreSQL). Scenarios (``--scenarios``):
 
 1. ``reconnect``: steady state, then kill -9 of the RS and, after ``--down`` seconds (5),
-   the same RS again on the same port and database. Figures: restart -> FULL_SERVICE,
-   restart -> all N alive (GetMetrics ``alive``) and all ACTIVE in ``__all_server``, the most
-   servers shown not ACTIVE at one poll after the restart plus the ``lease_expire`` events
-   written after it (goal 0), the new RS's peak RSS (psutil every 100 ms), and the agents'
-   reconnect spread: per agent, restart -> its first accepted lease (p50/p99/max).
+   the same RS again on the same port and database; once half of the agents are back,
+   ``--kill`` of them die (streams cancelled, no reconnect). Figures: restart ->
+   FULL_SERVICE, restart -> every live agent back (its first accepted lease; goal 2
+   lease_time), servers shown not ACTIVE in ``__all_server`` and ``lease_expire`` events
+   after the restart other than the killed ones (goal 0), every agent back -> the killed all
+   shown INACTIVE (goal lease_time + 2 s), the lease streams the RS saw on resumed / full
+   TLS handshakes, the new RS's peak RSS (psutil every 100 ms), and the agents' reconnect
+   spread: per agent, restart -> its first accepted lease (p50/p99/max).
 2. ``mass-expiry``: 30 % of the agents stop at once, silently (``pause K silent``: no more
    requests, streams and TCP connections left open - what a power loss looks like to the RS
    until TCP keepalive notices; the simulated agents' process still answers HTTP/2 PINGs).
@@ -112,6 +115,9 @@ class DbWatch:
         self.engine = sa.create_engine(url, pool_pre_ping=True)
         self.samples: list[tuple[float, int]] = []
         self.first_inactive: dict[int, float] = {}
+        # Per port, the first time seen not ACTIVE after :meth:`mark` (empty before a mark).
+        self.inactive_since_mark: dict[int, float] = {}
+        self.marked = False
         self.failures = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -133,6 +139,8 @@ class DbWatch:
                 self.samples.append((now, len(ports)))
                 for p in ports:
                     self.first_inactive.setdefault(p, now)
+                    if self.marked:
+                        self.inactive_since_mark.setdefault(p, now)
 
     def start(self) -> DbWatch:
         self._t.start()
@@ -142,6 +150,12 @@ class DbWatch:
         with self._lock:
             self.samples.clear()
             self.first_inactive.clear()
+
+    def mark(self) -> None:
+        """Start recording, per port, when it is first seen not ACTIVE from now on."""
+        with self._lock:
+            self.inactive_since_mark.clear()
+            self.marked = True
 
     def not_active_now(self) -> int:
         with self._lock:
@@ -310,10 +324,13 @@ class Rig:
         return {
             "agents": len(at),
             "not_recovered": sum(1 for t in at if not t),
+            "recovered_at_max": max(at, default=0.0),
             "spread_s": pcts(spread),
             "from_first_answer_s": pcts([t - answering for t in at if t]) if answering else None,
             "moves": sum(r["moves"] for r in got),
             "connect_failures": sum(r["connect_failures"] for r in got),
+            "tls_resumed": sum(r.get("tls_resumed", 0) for r in got),
+            "tls_full": sum(r.get("tls_full", 0) for r in got),
         }
 
     def close(self) -> None:
@@ -371,9 +388,18 @@ def ms(a: float | None, b: float | None) -> float | None:
 # --- scenarios -----------------------------------------------------------------------------------
 
 
+def progress(rig: Rig) -> tuple[int, int]:
+    """(agents back since ``mark``, live agents) over every load generator."""
+    rig.send_all("progress")
+    got = [g.expect("progress", 30) for g in rig.gens]
+    return sum(r["recovered"] for r in got), sum(r["live"] for r in got)
+
+
 def reconnect(rig: Rig) -> dict[str, Any]:
-    """kill -9 the RS under N agents, restart it after ``--down`` s on the same port/DB."""
+    """kill -9 the RS under N agents, restart it after ``--down`` s on the same port/DB;
+    ``--kill`` agents die (streams cancelled) once half of the agents are back."""
     n, args = rig.n, rig.args
+    lease_s = parse_duration(args.lease_time) / 1e6
     addr = single_rs(rig)
     assert rig.watch is not None
     t_kill = time.time()
@@ -387,37 +413,75 @@ def reconnect(rig: Rig) -> dict[str, Any]:
     rss = PeakRss(rs.proc.pid)
     full: list[float] = []
     serving: list[float] = []
+    killed: list[dict[str, Any]] = []
+    t_killed: list[float] = []
 
-    def all_alive() -> bool:
+    def all_back() -> bool:
         if rs.proc.poll() is not None:
             raise RuntimeError(f"the restarted RS exited:\n{rs.tail()}")
-        m = rig.metrics(addr)
+        m = rig.metrics(addr, timeout=0.5)
         if m and not serving:
             serving.append(time.time())
         if m and m.get("state") == "FULL_SERVICE" and not full:
             full.append(time.time())
-        return bool(m) and m.get("alive", 0) >= n
+        back, live = progress(rig)
+        if args.kill and not killed and back >= live // 2:
+            # Agents that die during the storm: some had come back, some had not.
+            per = [
+                args.kill // len(rig.gens) + (i < args.kill % len(rig.gens))
+                for i in range(len(rig.gens))
+            ]
+            rig.watch.mark()  # type: ignore[union-attr]
+            t_killed.append(time.time())
+            for g, k in zip(rig.gens, per, strict=True):
+                g.send(f"pause {k}")
+            killed.extend(g.expect("paused", args.period * 2 + 10) for g in rig.gens)
+            log(f"reconnect: {args.kill} agents killed with {back} of {live} back")
+            return False
+        return back >= live
 
-    t_alive = wait_until(all_alive, 120 + n / 50, 0.1)
+    wait_until(all_back, 120 + n / 50, 0.2)
+    rec = rig.recovery(t_restart, serving[0] if serving else None)
+    t_end = max(rec.pop("recovered_at_max"), t_restart)
+    ports = {hb.PORT_BASE + i for p in killed for i in p["indexes"]}
+    first = rig.watch.first_inactive
+    since_kill = rig.watch.inactive_since_mark
+
+    def killed_shown() -> bool:
+        return all(p in since_kill for p in ports)
+
+    wait_until(killed_shown, max(0.0, t_end + 3 * lease_s - time.time()) + 10, WATCH_S)
     # A late expiry would show right after the grace: keep watching a little longer.
     time.sleep(2.0)
-    t_db = rig.watch.first_all_active(t_restart)
     expired = rig.watch.expired_since(t_restart)
-    out = {
+    m = rig.metrics(addr, timeout=5.0) or {}
+    seen = [since_kill.get(p) for p in ports]
+    t_db = max(x for x in seen if x) if seen and all(seen) else None
+    return {
         "agents": n,
         "down_s": args.down,
+        "lease_time_s": lease_s,
         "killed_to_restart_s": t_restart - t_kill,
         # Process start, imports, database open: until GetMetrics first answers.
         "restart_to_first_answer_ms": ms(serving[0] if serving else None, t_restart),
         "restart_to_full_service_ms": ms(full[0] if full else None, t_restart),
-        "restart_to_all_alive_ms": ms(t_alive, t_restart),
-        "restart_to_all_active_in_db_ms": ms(t_db, t_restart),
-        "max_not_active_after_restart": rig.watch.max_not_active(t_restart),
-        "lease_expire_events_after_restart": len(expired),
+        "restart_to_all_back_ms": ms(t_end, t_restart) if rec["not_recovered"] == 0 else None,
+        "shown_inactive_not_killed": len(
+            [p for p, t in first.items() if t >= t_restart and p not in ports]
+        ),
+        "lease_expire_events_not_killed": len([p for p in expired if p not in ports]),
+        "killed": len(ports),
+        "killed_back_before": sum(p["recovered"] for p in killed),
+        "restart_to_kill_ms": ms(t_killed[0] if t_killed else None, t_restart),
+        "killed_shown_inactive": sum(1 for x in seen if x),
+        "all_back_to_killed_shown_inactive_ms": ms(t_db, t_end)
+        if rec["not_recovered"] == 0
+        else None,
+        "rs_lease_streams_resumed": m.get("lease_streams_resumed_total", 0),
+        "rs_lease_streams_full_tls": m.get("lease_streams_full_tls_total", 0),
         "rs_peak_rss_mib": rss.stop(),
-        "reconnect": rig.recovery(t_restart, serving[0] if serving else None),
+        "reconnect": rec,
     }
-    return out
 
 
 def mass_expiry(rig: Rig) -> dict[str, Any]:
@@ -625,14 +689,42 @@ def table_rows(results: dict[str, Any], lease_s: float) -> list[list[str]]:
     r = results.get("reconnect")
     if r and "error" not in r:
         sc = f"reconnect N={r['agents']:,} down {r['down_s']:g}s"
+        lease = r["lease_time_s"]
         row(sc, "restart -> RS answers GetMetrics ms", r["restart_to_first_answer_ms"])
         row(sc, "restart -> FULL_SERVICE ms", r["restart_to_full_service_ms"])
-        row(sc, "restart -> all alive ms", r["restart_to_all_alive_ms"])
-        row(sc, "restart -> all ACTIVE in __all_server ms", r["restart_to_all_active_in_db_ms"])
-        m = r["max_not_active_after_restart"]
-        row(sc, "max not ACTIVE after restart", m, "0", m == 0)
-        e = r["lease_expire_events_after_restart"]
-        row(sc, "lease_expire events after restart", e, "0", e == 0)
+        v = r["restart_to_all_back_ms"]
+        goal = 2 * lease * 1000
+        row(sc, "restart -> every agent back ms", v, f"<= {goal:,.0f}", v is not None and v <= goal)
+        m = r["shown_inactive_not_killed"]
+        row(sc, "servers shown not ACTIVE (not killed)", m, "0", m == 0)
+        e = r["lease_expire_events_not_killed"]
+        row(sc, "lease_expire events (not killed)", e, "0", e == 0)
+        if r["killed"]:
+            row(
+                sc,
+                "killed during the storm (back before) / shown INACTIVE",
+                f"{r['killed']} ({r['killed_back_before']}) / {r['killed_shown_inactive']}",
+                "-",
+                r["killed_shown_inactive"] == r["killed"],
+            )
+            v = r["all_back_to_killed_shown_inactive_ms"]
+            goal = (lease + 2) * 1000
+            row(
+                sc,
+                "every agent back -> killed all shown INACTIVE ms",
+                v,
+                f"<= {goal:,.0f}",
+                v is not None and v <= goal,
+            )
+        row(
+            sc,
+            "RS lease streams TLS resumed / full",
+            f"{r['rs_lease_streams_resumed']:,} / {r['rs_lease_streams_full_tls']:,}",
+        )
+        x = r["reconnect"]
+        row(
+            sc, "agents' TLS handshakes resumed / full", f"{x['tls_resumed']:,} / {x['tls_full']:,}"
+        )
         row(sc, "RS peak RSS MiB", r["rs_peak_rss_mib"])
         spread(sc, r["reconnect"], "restart")
     r = results.get("mass-expiry")
@@ -698,6 +790,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--agents", type=int, default=10_000)
     p.add_argument("--scenarios", default=",".join(SCENARIOS))
     p.add_argument("--down", type=float, default=5.0, help="reconnect: seconds the RS is down")
+    p.add_argument(
+        "--kill",
+        type=int,
+        default=None,
+        help="reconnect: agents killed once half are back (default min(10, max(2, N/1000)))",
+    )
     p.add_argument("--duration", type=float, default=20.0, help="overload: seconds per phase")
     p.add_argument("--capacity-s", type=float, default=5.0, help="overload: capacity window")
     p.add_argument("--warmup", type=float, default=5.0, help="steady seconds before a storm")
@@ -711,6 +809,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.quick:
         args.agents, args.duration, args.warmup, args.capacity_s = 200, 5.0, 2.0, 3.0
+    if args.kill is None:
+        args.kill = min(10, max(2, args.agents // 1000))
     # What heartbeat_bench's helpers read.
     args.streams_per_channel, args.client = 1, "raw"
     scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]

@@ -11,10 +11,14 @@ makes a server alive, a lease expires at ``mono - last heartbeat >= lease_time``
 monotonic clock (a wall step changes nothing, issue 14 item 7), a server is permanently
 offline at ``>= server_permanent_offline_time`` unless the RS suspects itself (issue 14 item
 7: at least 3 and more than half of the servers alive at the start of a lease_time window
-lost their lease in it; held until those still down are no longer such a share), nothing expires during the take-office
-grace, STOP is
-refused while another zone has a stopped server, DELETE of a DELETING server and CANCEL of a
-NORMAL one are refused. After a flush, ``__all_server`` shows the display status.
+lost their lease in it; held until those still down are no longer such a share), nothing
+expires in the first lease_time after the take office, the take-office grace is per server
+(issue 23 item 3: the servers the table showed ACTIVE at the take office keep their rows until
+they come back or the grace ends, half a lease_time after the last of them came back and at
+most MAX_GRACE_LEASES leases after the take office; a server back is judged on its own lease;
+no permanent offline while the grace holds), STOP is refused while another zone has a stopped
+server, DELETE of a DELETING server and CANCEL of a NORMAL one are refused. After a flush,
+``__all_server`` shows the display status (ACTIVE for a candidate still held).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from obcommon.errors import ObError
 from rootservice.app import RootService
+from rootservice.servers.loader import MAX_GRACE_LEASES
 from rootservice.servers.status import AdminStatus, HeartbeatStatus, display_status
 from tests.support.harness import SEEDED, hb, make_rs, server_row
 
@@ -93,8 +98,8 @@ class ServerModel:
 class ServerStatusMachine(RuleBasedStateMachine):
     """Drives one RS and the model side by side."""
 
-    @initialize()
-    def start(self) -> None:
+    @initialize(table_alive=st.sets(st.sampled_from(SERVERS)))
+    def start(self, table_alive: set[str]) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="obrs-model-"))
         self.rs = make_rs(
             f"sqlite:///{self.tmp}/rs.db",
@@ -109,6 +114,25 @@ class ServerStatusMachine(RuleBasedStateMachine):
         self.model = {
             s: ServerModel(HeartbeatStatus.LEASE_EXPIRED, last_hb=now - LEASE) for s in SERVERS
         }
+        # The take-office grace (issue 23 item 3): servers the table shows ACTIVE at the take
+        # office are candidates until they come back or the grace ends.
+        self.office = now
+        self.candidates: set[str] = set()
+        self.last_return = 0
+        # Candidates whose row an admin statement rewrote (write-through): no longer ACTIVE.
+        self.rewritten: set[str] = set()
+        if table_alive:
+            # Those servers heartbeated and their rows were written ACTIVE; then the RS took
+            # office again (what a step-down and do_restart do to memory), the clock unmoved.
+            for server in sorted(table_alive):
+                receive_hb(self.rs, server)
+            flush(self.rs)
+            self.rs.whitelist.clear()
+            self.rs.take_office_grace.clear()
+            self.rs.server_loader.load(take_office=True)
+            self.candidates = set(table_alive)
+            for server in table_alive:
+                self.model[server].last_hb = now
         # Self-suspicion: server -> when its lease expired, in the window or the episode.
         self.expired_at: dict[str, int] = {}
         self.suspected = False
@@ -143,12 +167,58 @@ class ServerStatusMachine(RuleBasedStateMachine):
         if target > self.now():
             self.rs.clock.advance(target - self.now())
 
+    @rule(
+        which=st.sampled_from(["first_lease", "return", "cap"]), offset=st.sampled_from([-1, 0, 1])
+    )
+    def to_a_grace_boundary(self, which: str, offset: int) -> None:
+        # Both sides of each boundary of the take-office grace.
+        target = {
+            "first_lease": self.office + LEASE,
+            "return": self.last_return + LEASE // 2,
+            "cap": self.office + MAX_GRACE_LEASES * LEASE,
+        }[which] + offset
+        if target > self.now():
+            self.rs.clock.advance(target - self.now())
+
     @rule(server=st.sampled_from(SERVERS))
     def heartbeat(self, server: str) -> None:
         receive_hb(self.rs, server)
         m = self.model[server]
         m.hb = HeartbeatStatus.ALIVE
         m.last_hb = self.now()
+        if server in self.candidates:
+            self.candidates.discard(server)
+            self.last_return = self.now()
+
+    @rule(offset=st.sampled_from([-1, 0]))
+    def to_the_next_lease_end(self, offset: int) -> None:
+        # Both sides of the earliest lease end among the alive servers.
+        ends = [m.last_hb + LEASE for m in self.model.values() if m.hb is HeartbeatStatus.ALIVE]
+        target = min(ends, default=0) + offset
+        if target > self.now():
+            self.rs.clock.advance(target - self.now())
+
+    @rule()
+    def storm_return(self) -> None:
+        # A reconnect storm: the next candidate comes back just inside the grace's window
+        # (half a lease after the last return), so the grace outlasts the first lease.
+        if not self.candidates:
+            return
+        target = self.last_return + LEASE // 2 - 1 if self.last_return else self.office + LEASE // 2
+        if target > self.now():
+            self.rs.clock.advance(target - self.now())
+        self.heartbeat(min(self.candidates))
+
+    def grace_holds(self, now: int) -> bool:
+        """The candidates still away keep their rows: in the first lease, then while one came
+        back within half a lease, never past MAX_GRACE_LEASES leases."""
+        if now < self.grace_until:
+            return True
+        return (
+            bool(self.candidates)
+            and now - self.last_return < LEASE // 2
+            and now < self.office + MAX_GRACE_LEASES * LEASE
+        )
 
     @rule()
     def checker_tick(self) -> None:
@@ -156,6 +226,9 @@ class ServerStatusMachine(RuleBasedStateMachine):
         now = self.now()
         if now < self.grace_until:
             return
+        held = self.grace_holds(now)
+        if not held:
+            self.candidates.clear()
         for server, m in self.model.items():
             if m.hb is HeartbeatStatus.ALIVE and now - m.last_hb >= LEASE:
                 m.hb = HeartbeatStatus.LEASE_EXPIRED
@@ -175,7 +248,7 @@ class ServerStatusMachine(RuleBasedStateMachine):
         if was and not self.suspected:
             # One more lease for the stragglers before the held deadlines fire.
             self.hold_until = now + LEASE
-        if self.suspected or now < self.hold_until:
+        if self.suspected or now < self.hold_until or held:
             return
         for m in self.model.values():
             if m.hb is HeartbeatStatus.LEASE_EXPIRED and now - m.last_hb >= OFFLINE:
@@ -190,11 +263,13 @@ class ServerStatusMachine(RuleBasedStateMachine):
         else:
             assert got == ""
             self.model[server].stopped = True
+            self.rewritten.add(server)
 
     @rule(server=st.sampled_from(SERVERS))
     def start_server(self, server: str) -> None:
         assert statement(self.rs, "start", server) == ""
         self.model[server].stopped = False
+        self.rewritten.add(server)
 
     @rule(server=st.sampled_from(SERVERS))
     def delete(self, server: str) -> None:
@@ -205,6 +280,7 @@ class ServerStatusMachine(RuleBasedStateMachine):
         else:
             assert got == ""
             m.admin = AdminStatus.DELETING
+            self.rewritten.add(server)
 
     @rule(server=st.sampled_from(SERVERS))
     def cancel_delete(self, server: str) -> None:
@@ -215,6 +291,7 @@ class ServerStatusMachine(RuleBasedStateMachine):
         else:
             assert got == ""
             m.admin = AdminStatus.NORMAL
+            self.rewritten.add(server)
 
     @rule()
     def persist(self) -> None:
@@ -222,7 +299,12 @@ class ServerStatusMachine(RuleBasedStateMachine):
         for server, m in self.model.items():
             row = server_row(self.rs, server)
             assert row is not None
-            assert row["status"] == display_status(m.admin, m.hb).value, server
+            if server in self.candidates:
+                # Held by the grace: the row as the table had it, unless a statement wrote it.
+                if server not in self.rewritten:
+                    assert row["status"] == "ACTIVE", server
+            else:
+                assert row["status"] == display_status(m.admin, m.hb).value, server
             assert (row["stop_time"] != 0) == m.stopped, server
 
     @invariant()
@@ -231,6 +313,7 @@ class ServerStatusMachine(RuleBasedStateMachine):
             return
         for server, m in self.model.items():
             assert record(self.rs, server) == (m.hb, m.admin, m.stopped), server
+        assert self.rs.take_office_grace.candidates == self.candidates
 
 
 ServerStatusMachine.TestCase.settings = settings(
