@@ -43,7 +43,7 @@ For each N and configuration, it
 8. runs the same load against a bare ``grpc.aio`` echo server (tests/bench/echo_server.py)
    so the RS's CPU and p99 are also given as a ratio to gRPC's own cost;
 9. with ``--profile`` (issue 23 item 4), one more window per configuration with the server
-   under py-spy (tests/bench/profile.py; after the measured windows, so the sampling is in
+   under py-spy (tests/bench/pyspy_profile.py; after the measured windows, so the sampling is in
    none of their figures): the top functions by own and by inclusive samples are printed
    and kept in the JSON, the raw stacks written beside ``--out``.
 
@@ -117,7 +117,7 @@ from rootservice.db.tables import all_server
 from rootservice.db.zone_repo import ZoneInfo
 from rootservice.servers.status import ServerStatus
 from tests.bench.bench_pki import BenchPki
-from tests.bench.profile import Profile, render
+from tests.bench.pyspy_profile import Profile, render
 from tests.support.ports import free_port
 
 HERE = Path(__file__).resolve().parent
@@ -672,7 +672,7 @@ def profile_window(
     """One more window (after the measured ones, so py-spy's sampling is in none of their
     figures) with ``server`` profiled by py-spy (``--profile``, issue 23 item 4): the raw
     stacks go to ``.bench/profile-<config>-<n>.txt`` beside ``--out``; returns the summary
-    (tests/bench/profile.py) with the window's CPU per heartbeat."""
+    (tests/bench/pyspy_profile.py) with the window's CPU per heartbeat."""
     out = Path(args.out).parent / f"profile-{config}-{n}.txt"
     log(f"{config}: profiled window (py-spy) -> {out}")
     prof = Profile(server.proc.pid, out)

@@ -1,9 +1,9 @@
-"""The summary of a py-spy profile (tests/bench/profile.py, ``heartbeat_bench --profile``,
+"""The summary of a py-spy profile (tests/bench/pyspy_profile.py, ``heartbeat_bench --profile``,
 issue 23 item 4): own and inclusive shares from py-spy's raw collapsed stacks."""
 
 from __future__ import annotations
 
-from tests.bench.profile import render, summarise
+from tests.bench.pyspy_profile import render, summarise
 
 RAW = """\
 main (a.py);loop (a.py);handle (b.py);check (c.py) 6
