@@ -15,9 +15,11 @@ Certificates are re-read when their files change (checked at most every
 not match (a rotation caught between writing the key and the certificate) is ignored until
 it does.
 
-Every channel a process dials shares its TLS session cache
-(:meth:`TransportSecurity.session_cache`), so a reconnect to a server dialled by host name
-resumes the session instead of a full handshake (issue 23 item 3).
+Channels do not resume TLS sessions (issue 23 item 3 tried gRPC's experimental
+``grpc.ssl_session_cache``, shared by a process's channels: worker processes of the test
+suite then died of segmentation faults in TLS code, and gRPC resumes nothing anyway for a
+server dialled by IP address, as every rs_list is, or restarted, since its ticket key is
+per process).
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ import grpc
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
-from grpc.experimental import session_cache
 
 from obcommon.security.certs import CA_CERT, Role, cert_file, key_file
 
@@ -42,8 +43,6 @@ log = logging.getLogger(__name__)
 
 #: How often, at most, the certificate files are stat'ed for changes (seconds).
 RELOAD_CHECK_S = 0.5
-#: TLS sessions a process keeps for resumption, one per server name it dialled (LRU).
-SESSION_CACHE_SIZE = 1024
 
 
 class SecurityConfigError(Exception):
@@ -86,8 +85,6 @@ class TransportSecurity:
     _generation: int = field(default=0, init=False, repr=False)
     _checked_at: float = field(default=0.0, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
-    _sessions: Any = field(default=None, init=False, repr=False)
-    _sessions_generation: int = field(default=-1, init=False, repr=False)
 
     @classmethod
     def from_flags(
@@ -286,33 +283,11 @@ class TransportSecurity:
             root_certificates=m.ca, private_key=m.key, certificate_chain=m.cert
         )
 
-    def session_cache(self) -> Any:
-        """The process's TLS session cache (``grpc.experimental.session_cache``, LRU of
-        :data:`SESSION_CACHE_SIZE`), given to every channel it dials so that a reconnect
-        resumes the session instead of a full handshake (issue 23 item 3). A new, empty cache
-        after each certificate change: a resumed session keeps the certificates of its first
-        handshake.
-
-        gRPC keys the sessions by the server name sent in the handshake (SNI), and sends none
-        for an IP address: only peers dialled by host name resume (``rs1.example:2882``, not
-        ``10.0.0.1:2882``). A restarted server never resumes an old session either: gRPC's
-        server makes a new ticket key per process."""
-        generation = self.generation()
-        with self._lock:
-            if self._sessions is None or self._sessions_generation != generation:
-                self._sessions = session_cache.ssl_session_cache_lru(SESSION_CACHE_SIZE)
-                self._sessions_generation = generation
-            return self._sessions
-
     def _client_options(self, options: list[tuple[str, Any]] | None) -> list[tuple[str, Any]]:
-        opts = [("grpc.enable_http_proxy", 0), *(options or [])]
-        if not self.insecure:
-            opts.append(("grpc.ssl_session_cache", self.session_cache()))
-        return opts
+        return [("grpc.enable_http_proxy", 0), *(options or [])]
 
     def channel(self, addr: str, options: list[tuple[str, Any]] | None = None) -> grpc.Channel:
-        """A synchronous channel to ``addr`` (``host:port``), secured as configured (TLS
-        sessions resumed through :meth:`session_cache`)."""
+        """A synchronous channel to ``addr`` (``host:port``), secured as configured."""
         opts = self._client_options(options)
         if self.insecure:
             return grpc.insecure_channel(addr, options=opts)
@@ -321,8 +296,7 @@ class TransportSecurity:
     def aio_channel(
         self, addr: str, options: list[tuple[str, Any]] | None = None
     ) -> grpc.aio.Channel:
-        """An asyncio channel to ``addr`` (``host:port``), secured as configured (TLS
-        sessions resumed through :meth:`session_cache`)."""
+        """An asyncio channel to ``addr`` (``host:port``), secured as configured."""
         opts = self._client_options(options)
         if self.insecure:
             return grpc.aio.insecure_channel(addr, options=opts)
