@@ -1,12 +1,10 @@
-"""One executor per statement of the admin language (SPEC.md section 7).
+"""Statement dispatch for the admin language (SPEC.md section 7).
 
 :func:`execute_sql` parses a statement (``sql.parser``), checks that the caller has the
 privilege it needs (:mod:`rootservice.auth.privileges`, issue 10), passes the term's gate,
-runs the executor registered for its AST class, turns the outcome into an ``SqlResponse``
-and audits it (:mod:`rootservice.auth.audit`); every refusal is an ``ObError`` and is
-returned in-band with its OceanBase (or MySQL) code. Executors validate, then call
-the RS; they never touch tables themselves except the reads (SELECT, SHOW TABLES, DESC; issue 11),
-which read through :mod:`rootservice.db.query_repo` and the catalog.
+runs the executor registered for its AST class (:data:`rootservice.api.statements.EXECUTORS`),
+turns the outcome into an ``SqlResponse`` and audits it (:mod:`rootservice.auth.audit`);
+every refusal is an ``ObError`` and is returned in-band with its OceanBase (or MySQL) code.
 """
 
 from __future__ import annotations
@@ -16,45 +14,22 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from obcommon.addresses import format_server, parse_server
 from obcommon.errors import ObError, RemoteObError, error_to_proto
 from obcommon.proto import obrpc_pb2
 from rootservice.api.admission import check_tokens
+from rootservice.api.statements import EXECUTORS, Result
 from rootservice.app import RootService
 from rootservice.auth.audit import log as audit_log
 from rootservice.auth.audit import redact
 from rootservice.auth.principal import Principal
-from rootservice.balancer.dry_run import COLUMNS as DRY_RUN_COLUMNS
-from rootservice.balancer.dry_run import TYPES as DRY_RUN_TYPES
-from rootservice.bootstrap import BootstrapItem
-from rootservice.db import query_repo
-from rootservice.parameters import sql_like
-from rootservice.tenants.ddl_requests import NewPool, NewTenant, NewUnitConfig
 from sql import ast
 from sql.parser import parse
-from sql.reads import SCHEMA, is_read
+from sql.reads import is_read
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Result:
-    """What a statement returns: a result set (``columns`` + ``rows``) or an OK packet
-    (``affected_rows`` and ``info``).
-
-    ``types`` is None or one MySQL column type name per column (``BIGINT``, ``DOUBLE``,
-    ``DECIMAL``, ``VARCHAR``, ``DATETIME``, ...) for front ends that declare types (the MySQL
-    endpoint); None lets a front end infer them from the values."""
-
-    columns: list[str] = field(default_factory=list)
-    rows: list[tuple[Any, ...]] = field(default_factory=list)
-    affected_rows: int = 0
-    info: str = ""
-    is_result_set: bool = False
-    types: list[str] | None = None
 
 
 @dataclass
@@ -81,275 +56,6 @@ class Forwarder(Protocol):
         cannot be reached raises ``ObError("OB_RS_NOT_MASTER")`` (nothing ran there), one that does
         not answer in time once reached ``ObError("OB_TIMEOUT")``."""
         ...
-
-
-def _bootstrap(rs: RootService, st: ast.Bootstrap) -> Result:
-    rs.bootstrap.run([BootstrapItem(e.region, e.zone, e.server) for e in st.entries])
-    return Result(info=f"bootstrapped with {len(st.entries)} server(s)")
-
-
-def _server_op(rs: RootService, st: ast.ServerOp) -> Result:
-    m = rs.server_admin
-    servers = list(st.servers)
-    if st.op == "ADD":
-        ids = m.add_servers(servers, st.zone)
-        return Result(affected_rows=len(ids), info="server id(s) " + ", ".join(map(str, ids)))
-    if st.op == "DELETE":
-        jobs = m.delete_servers(servers, st.zone)
-        return Result(
-            affected_rows=len(jobs), info="DELETE_SERVER job(s) " + ", ".join(map(str, jobs))
-        )
-    if st.op == "CANCEL_DELETE":
-        m.cancel_delete_servers(servers, st.zone)
-    elif st.op in ("STOP", "FORCE_STOP", "ISOLATE"):
-        m.stop_servers(servers, st.zone, st.op)
-        return Result(
-            affected_rows=len(servers),
-            info="leaders moved off: leader_cnt is 0 on the stopped server(s)",
-        )
-    elif st.op == "START":
-        m.start_servers(servers, st.zone)
-    else:  # pragma: no cover - the parser produces only the kinds above
-        raise ObError("OB_NOT_SUPPORTED", f"{st.op} SERVER")
-    return Result(affected_rows=len(servers))
-
-
-def _explain_delete(rs: RootService, st: ast.ExplainDeleteServer) -> Result:
-    # DELETE SERVER's own validation first, so a refusal is the very error DELETE SERVER
-    # would give (issue 13 item 4); then the plan, with nothing written.
-    keys = rs.server_admin.check_delete_servers(list(st.servers), st.zone)
-    rows = rs.delete_dry_run.explain(keys)
-    return Result(
-        columns=list(DRY_RUN_COLUMNS),
-        rows=[r.as_tuple() for r in rows],
-        types=list(DRY_RUN_TYPES),
-        is_result_set=True,
-    )
-
-
-def _reload(rs: RootService, st: ast.ReloadServer) -> Result:
-    # load_server_manager without a take-office grace (SPEC.md section 6).
-    rs.server_loader.load(take_office=False)
-    return Result()
-
-
-def _zone_op(rs: RootService, st: ast.ZoneOp) -> Result:
-    # The rules of each statement are OceanBase's (docs/ZONES.md); STOP ZONE goes through the
-    # server statements, which check the zone's servers as STOP SERVER does.
-    zones = rs.zones
-    if st.op not in ("ADD", "ALTER") and (st.idc is not None or st.region is not None):
-        raise ObError(
-            "OB_INVALID_ARGUMENT", "IDC / REGION", detail="they are only accepted by ADD ZONE"
-        )
-    if st.op == "ADD":
-        zones.add_zone(st.zone, st.region, st.idc)
-    elif st.op == "ALTER":
-        zones.alter_zone(st.zone, st.region, st.idc)
-    elif st.op == "START":
-        zones.start_zone(st.zone)
-    elif st.op in ("STOP", "FORCE_STOP"):
-        rs.server_admin.stop_zone(st.zone, force=st.op == "FORCE_STOP")
-    elif st.op == "DELETE":
-        zones.delete_zone(st.zone)
-    return Result(affected_rows=1)
-
-
-def _set(rs: RootService, st: ast.SetParameters) -> Result:
-    rs.parameters.set(st.items)
-    return Result()
-
-
-def _show_parameters(rs: RootService, st: ast.ShowParameters) -> Result:
-    return Result(
-        columns=["name", "value", "default_value", "range", "source", "info"],
-        rows=list(rs.parameters.show(st.like)),
-        is_result_set=True,
-    )
-
-
-def _create_unit(rs: RootService, st: ast.CreateResourceUnit) -> Result:
-    created = rs.tenant_layer.ddl.create_unit_config(
-        NewUnitConfig(st.name, st.options, st.if_not_exists)
-    )
-    return Result(affected_rows=int(created), info="" if created else "resource unit exists")
-
-
-def _drop_unit(rs: RootService, st: ast.DropResourceUnit) -> Result:
-    dropped = rs.tenant_layer.ddl.drop_unit_config(st.name, if_exists=st.if_exists)
-    return Result(affected_rows=int(dropped), info="" if dropped else "resource unit not exist")
-
-
-def _create_pool(rs: RootService, st: ast.CreateResourcePool) -> Result:
-    units = rs.tenant_layer.ddl.create_pool(
-        NewPool(st.name, st.unit, st.unit_num, st.zone_list, st.if_not_exists)
-    )
-    info = f"unit(s) {', '.join(map(str, units))}" if units else "resource pool exists"
-    return Result(affected_rows=len(units), info=info)
-
-
-def _drop_pool(rs: RootService, st: ast.DropResourcePool) -> Result:
-    dropped = rs.tenant_layer.ddl.drop_pool(st.name, if_exists=st.if_exists)
-    return Result(affected_rows=int(dropped), info="" if dropped else "resource pool not exist")
-
-
-def _create_tenant(rs: RootService, st: ast.CreateTenant) -> Result:
-    tenant_id, ls_count = rs.tenant_layer.ddl.create_tenant(
-        NewTenant(st.name, st.pools, st.primary_zone, st.ls_count, st.if_not_exists)
-    )
-    if not tenant_id:
-        return Result(info="tenant exists")
-    return Result(affected_rows=1, info=f"tenant {tenant_id} with {ls_count} log stream(s)")
-
-
-def _drop_tenant(rs: RootService, st: ast.DropTenant) -> Result:
-    tenant_id = rs.tenant_layer.ddl.drop_tenant(st.name, force=st.force, if_exists=st.if_exists)
-    return Result(
-        affected_rows=int(bool(tenant_id)),
-        info=f"tenant {tenant_id} dropped" if tenant_id else "tenant not exist",
-    )
-
-
-def _switch_leader(rs: RootService, st: ast.SwitchLeader) -> Result:
-    topo = rs.tenant_layer.layout.topology(force=True)
-    tenant = next((t for t in topo.tenants.values() if t.tenant_name == st.tenant.lower()), None)
-    if tenant is None:
-        raise ObError("OB_TENANT_NOT_EXIST", st.tenant.lower())
-    ip, port = parse_server(st.server)
-    rs.tenant_layer.leaders.switch_leader(
-        (tenant.tenant_id, st.ls_id), format_server(ip, port), "manual"
-    )
-    return Result(affected_rows=1)
-
-
-def _revoke_certificate(rs: RootService, st: ast.RevokeCertificate) -> Result:
-    serial, added = rs.revocations.revoke(
-        st.serial, subject=st.subject, reason=st.reason, revoked_by=st.revoked_by
-    )
-    info = f"certificate {serial} revoked" if added else f"certificate {serial} already revoked"
-    return Result(affected_rows=int(added), info=info)
-
-
-def _query(rs: RootService, st: ast.Query) -> Result:
-    with rs.store.read() as conn:
-        r = query_repo.run_query(
-            conn,
-            rs.catalog,
-            st,
-            timeout_us=rs.settings.select_timeout,
-            max_rows=rs.settings.select_max_rows,
-        )
-    return Result(
-        columns=r.columns,
-        rows=r.rows,
-        types=r.types,
-        is_result_set=True,
-        info="result truncated" if r.truncated else "",
-    )
-
-
-def _show_tables(rs: RootService, st: ast.ShowTables) -> Result:
-    with rs.store.read() as conn:
-        tables = rs.catalog.tables(conn)
-    rows = [
-        (t.name, t.kind) if st.full else (t.name,)
-        for t in tables
-        if st.like is None or sql_like(t.name, st.like)
-    ]
-    header = f"Tables_in_{SCHEMA}" + (f" ({st.like})" if st.like is not None else "")
-    return Result(
-        columns=[header, "Table_type"] if st.full else [header],
-        rows=rows,
-        types=["VARCHAR", "VARCHAR"] if st.full else ["VARCHAR"],
-        is_result_set=True,
-    )
-
-
-def _show_databases(rs: RootService, st: ast.ShowDatabases) -> Result:
-    names = [n for n in ("information_schema", SCHEMA) if st.like is None or sql_like(n, st.like)]
-    header = "Database" + (f" ({st.like})" if st.like is not None else "")
-    return Result(
-        columns=[header], rows=[(n,) for n in names], types=["VARCHAR"], is_result_set=True
-    )
-
-
-def _describe(rs: RootService, st: ast.Describe) -> Result:
-    with rs.store.read() as conn:
-        info = rs.catalog.get(conn, st.table)
-    rows = [
-        (c.name, c.mysql_type, "YES" if c.nullable else "NO", c.key, c.default, "")
-        for c in info.columns
-        if st.like is None or sql_like(c.name, st.like)
-    ]
-    return Result(
-        columns=["Field", "Type", "Null", "Key", "Default", "Extra"],
-        rows=rows,
-        types=["VARCHAR"] * 6,
-        is_result_set=True,
-    )
-
-
-def _create_user(rs: RootService, st: ast.CreateUser) -> Result:
-    created = rs.users.create_user(st.user, st.password, if_not_exists=st.if_not_exists)
-    return Result(affected_rows=int(created), info="" if created else "user exists")
-
-
-def _drop_user(rs: RootService, st: ast.DropUser) -> Result:
-    dropped = rs.users.drop_user(st.user, if_exists=st.if_exists)
-    return Result(affected_rows=int(dropped), info="" if dropped else "user not exist")
-
-
-def _alter_user(rs: RootService, st: ast.AlterUser) -> Result:
-    rs.users.alter_password(st.user, st.password)
-    return Result()
-
-
-def _grant(rs: RootService, st: ast.Grant) -> Result:
-    rs.users.grant(st.user, st.privileges)
-    return Result()
-
-
-def _revoke(rs: RootService, st: ast.Revoke) -> Result:
-    rs.users.revoke(st.user, st.privileges)
-    return Result()
-
-
-def _show_grants(rs: RootService, st: ast.ShowGrants) -> Result:
-    # execute() has put the caller's name in a SHOW GRANTS without FOR.
-    user = st.user or ""
-    return Result(
-        columns=[f"Grants for {user}@%"],
-        rows=[(line,) for line in rs.users.show_grants(user)],
-        is_result_set=True,
-    )
-
-
-EXECUTORS: dict[type, Callable[[RootService, Any], Result]] = {
-    ast.Bootstrap: _bootstrap,
-    ast.ServerOp: _server_op,
-    ast.ExplainDeleteServer: _explain_delete,
-    ast.ReloadServer: _reload,
-    ast.ZoneOp: _zone_op,
-    ast.SetParameters: _set,
-    ast.ShowParameters: _show_parameters,
-    ast.Query: _query,
-    ast.ShowTables: _show_tables,
-    ast.ShowDatabases: _show_databases,
-    ast.Describe: _describe,
-    ast.CreateResourceUnit: _create_unit,
-    ast.DropResourceUnit: _drop_unit,
-    ast.CreateResourcePool: _create_pool,
-    ast.DropResourcePool: _drop_pool,
-    ast.CreateTenant: _create_tenant,
-    ast.DropTenant: _drop_tenant,
-    ast.SwitchLeader: _switch_leader,
-    ast.RevokeCertificate: _revoke_certificate,
-    ast.CreateUser: _create_user,
-    ast.DropUser: _drop_user,
-    ast.AlterUser: _alter_user,
-    ast.Grant: _grant,
-    ast.Revoke: _revoke,
-    ast.ShowGrants: _show_grants,
-}
 
 
 # What each statement needs of the term, the one gate (rootservice.ha.term.Term.check),

@@ -160,7 +160,7 @@ class Users:
         if needed not in self.privileges(principal.user):
             raise ObError("ER_SPECIFIC_ACCESS_DENIED_ERROR", needed)
 
-    # --- the user statements (executed by rootservice.api.dispatch) ----------------------
+    # --- the user statements (executed by rootservice.api.statements) --------------------
 
     def create_user(self, user: str, password: str, *, if_not_exists: bool = False) -> bool:
         """CREATE USER: a user with no privilege (MySQL's USAGE), with its argon2 hash and

@@ -1,6 +1,6 @@
 """The one translation of ``ObError`` into HTTP answers (issue 12), beside the gRPC one
 (:meth:`obcommon.errors.ObError.grpc_code`) and the MySQL one
-(:func:`rootservice.api.mysql_server.error_packet`).
+(:func:`rootservice.api.mysql_results.error_packet`).
 
 An error is JSON ``{"code": <OceanBase / MySQL code, or the HTTP status>, "error":
 "<message>"}`` (plus ``leader`` when a standby names the leader). The HTTP status follows

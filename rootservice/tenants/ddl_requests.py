@@ -1,6 +1,6 @@
 """The DDL statements of the tenant layer as plain values (SPEC.md section 7).
 
-:mod:`rootservice.api.dispatch` turns the parsed statements (``sql.ast``) into these, so the
+:mod:`rootservice.api.statements` turns the parsed statements (``sql.ast``) into these, so the
 tenant layer does not depend on the admin language. Values are as written by the operator;
 :class:`rootservice.tenants.ddl.TenantManager` validates them.
 """

@@ -1,6 +1,6 @@
-"""The MySQL endpoint's pure parts (rootservice.api.mysql_server, issue 11): which side
-answers a statement, ObError -> ERR packet (own code and SQLSTATE), OK with info, and the
-column types of a result set."""
+"""The MySQL endpoint's pure parts (rootservice.api.mysql_session, mysql_results and
+mysql_server, issue 11): which side answers a statement, ObError -> ERR packet (own code and
+SQLSTATE), OK with info, and the column types of a result set."""
 
 from __future__ import annotations
 
@@ -12,17 +12,15 @@ import pytest
 from mysql_mimic.types import Capabilities, ColumnType, ServerStatus
 
 from obcommon.errors import ObError
-from rootservice.api.dispatch import Result
-from rootservice.api.mysql_server import (
-    LOCAL,
-    RS,
+from rootservice.api.mysql_results import (
     column_type,
     error_message,
     error_packet,
     ok_packet,
     result_set,
-    route,
 )
+from rootservice.api.mysql_session import LOCAL, RS, route
+from rootservice.api.statements import Result
 
 P41 = Capabilities.CLIENT_PROTOCOL_41
 

@@ -10,7 +10,8 @@ import pytest
 import sqlalchemy as sa
 
 from obcommon.errors import ObError
-from rootservice.api.dispatch import Result, run_statement
+from rootservice.api.dispatch import run_statement
+from rootservice.api.statements import Result
 from rootservice.app import RootService
 from tests.support.harness import ROOT, make_rs
 

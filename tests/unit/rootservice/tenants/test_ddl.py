@@ -136,7 +136,7 @@ def test_tenant_layout_grant_and_errors(rs: RootService) -> None:
 
 def test_parse_is_wired(rs: RootService) -> None:
     # the executor table covers every new statement class
-    from rootservice.api.dispatch import EXECUTORS
+    from rootservice.api.statements import EXECUTORS
 
     for text in (
         "CREATE RESOURCE UNIT u MAX_CPU 1, MEMORY_SIZE '1G'",
