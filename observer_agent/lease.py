@@ -113,8 +113,10 @@ class CopyRateLimit(Protocol):
         ...
 
 
-class LeaseClient:
-    """The lease state of one agent and the loop that keeps it.
+class LeaseDecisions:
+    """The lease state of one agent and its decisions: the next request, whether an answer
+    is accepted (and what it changes), how long to wait after a refusal.
+    :class:`LeaseClient` adds the loop that carries them over lease streams.
 
     ``settings`` gives the zone, ports, intervals and ``data_dir`` (where the identity is
     written); ``clock`` all the times (integer microseconds since the epoch); ``address`` the
@@ -446,6 +448,16 @@ class LeaseClient:
         now, self._heartbeat_now = self._heartbeat_now, False
         return now
 
+    def forget_registration(self) -> None:
+        """The agent stopped: no longer registered (the lease itself is kept)."""
+        self.registered = False
+
+
+class LeaseClient(LeaseDecisions):
+    """:class:`LeaseDecisions` carried over lease streams: try the RSs one after the other,
+    register, renew every ``heartbeat_interval`` on the same stream, back off after a
+    refusal or a lost stream (SPEC.md section 5; issue 14 item 1)."""
+
     def _check_lease_lapse(self) -> None:
         if (
             self.lease_expire_time
@@ -567,7 +579,3 @@ class LeaseClient:
                 continue
             await sleep_unless_stopped(self._stop, hb_s - (loop.time() - started))
         return 0.0
-
-    def forget_registration(self) -> None:
-        """The agent stopped: no longer registered (the lease itself is kept)."""
-        self.registered = False
