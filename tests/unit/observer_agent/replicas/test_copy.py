@@ -33,6 +33,7 @@ from tests.unit.observer_agent.replicas.helpers import (
     CHUNK,
     LS,
     SIZE,
+    CopyNode,
     T,
     copy_drop,
     copy_nodes,
@@ -481,6 +482,21 @@ def test_receive_refuses_an_oversized_announcement_and_bytes_past_it(tmp_path: P
     run(scenario())
 
 
+async def copy_held_in_its_log_phase(
+    a: CopyNode, b: CopyNode, c: CopyNode
+) -> tuple[list[str], Path]:
+    """a leads, b follows; c copies from b, following a at term 1, and is held (by the
+    replication-stop fault file, returned) once its data file is in place. Returns the
+    members and the fault file."""
+    members = await lead(a, b)
+    await wait_until(lambda: b.end_index() > 3, "b following a")
+    stop = fault(c, FAULT_REPLICATION_STOP_FILE)
+    resp = await c.apply(copy_upsert(copy_spec(members, a.addr, 1, copy_from=b.addr)))
+    assert resp.error.code == 0, resp.error
+    await wait_until(lambda: (c.rdir() / "data").exists(), "the data copied")
+    return members, stop
+
+
 def test_a_copy_whose_leader_moved_follows_the_leader_named_by_the_old_one(
     tmp_path: Path,
 ) -> None:
@@ -493,12 +509,7 @@ def test_a_copy_whose_leader_moved_follows_the_leader_named_by_the_old_one(
         async with copy_nodes(tmp_path, 2) as (a, b):
             c = await start_copy_node(tmp_path / "c")
             try:
-                members = await lead(a, b)
-                await wait_until(lambda: b.end_index() > 3, "b following a")
-                stop = fault(c, FAULT_REPLICATION_STOP_FILE)
-                resp = await c.apply(copy_upsert(copy_spec(members, a.addr, 1, copy_from=b.addr)))
-                assert resp.error.code == 0, resp.error
-                await wait_until(lambda: (c.rdir() / "data").exists(), "the data copied")
+                members, stop = await copy_held_in_its_log_phase(a, b, c)
                 assert not c.in_service()
                 for n in (a, b):
                     resp = await n.apply(copy_upsert(copy_spec(members, b.addr, 2)))
@@ -522,12 +533,7 @@ def test_a_copy_refused_by_a_former_leader_asks_the_current_one(tmp_path: Path) 
         async with copy_nodes(tmp_path, 2) as (a, b):
             c = await start_copy_node(tmp_path / "c")
             try:
-                members = await lead(a, b)
-                await wait_until(lambda: b.end_index() > 3, "b following a")
-                stop = fault(c, FAULT_REPLICATION_STOP_FILE)
-                resp = await c.apply(copy_upsert(copy_spec(members, a.addr, 1, copy_from=b.addr)))
-                assert resp.error.code == 0, resp.error
-                await wait_until(lambda: (c.rdir() / "data").exists(), "the data copied")
+                members, stop = await copy_held_in_its_log_phase(a, b, c)
                 resp = await b.apply(copy_upsert(copy_spec(members, b.addr, 2)))
                 assert resp.error.code == 0, resp.error
                 resp = await a.apply(copy_drop())
