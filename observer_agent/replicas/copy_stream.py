@@ -23,6 +23,8 @@ from observer_agent.replicas.tasks import run_blocking
 
 #: The fewest bytes :meth:`DataSink.piece` asks for under a limit.
 MIN_PIECE = 16 * 1024
+#: Piece size while the slow-copy fault is set: the default ``FetchData`` chunk.
+FAULT_PIECE = 256 * 1024
 
 
 class CopySlowdown(Protocol):
@@ -108,6 +110,11 @@ class DataSink:
         """Bytes to read at a time, at most ``most``: under a limit no more than its burst
         (and at least :data:`MIN_PIECE`), so a throttled copy moves smoothly rather than a
         large piece every many seconds."""
+        if self._faults.copy_delay_s() > 0:
+            # The slow-copy fault pauses after each piece; its tests size replicas in
+            # FetchData chunks (a 1M replica stays visible for 4 pauses), so keep its pieces
+            # that size on the bulk path too rather than one pause per MiB.
+            most = min(most, FAULT_PIECE)
         burst = self._throttle.burst if self._throttle is not None else 0
         return most if not burst else max(MIN_PIECE, min(most, int(burst)))
 
