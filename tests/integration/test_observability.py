@@ -17,7 +17,7 @@ from grpc_health.v1 import health_pb2
 from obcommon.security.certs import CA_CERT, Role, cert_file, key_file
 from sql.obadmin import main as obadmin
 from tests.support import pki
-from tests.support.cluster import ProcSet, agent_cmd, health_status, rs_cmd, wait_until
+from tests.support.cluster import ProcSet, health_status, rs_cmd, wait_until
 from tests.support.ports import free_port
 
 S = health_pb2.HealthCheckResponse
@@ -72,21 +72,7 @@ def test_rs_and_agent_over_https(procs: ProcSet, tmp_path: Path) -> None:
     assert health_status(rs_addr, service="oceanbase.rs.RootService") == S.NOT_SERVING
     assert _get(base + "/api/v1/cluster", client=False)[0] == 401
 
-    node = f"127.0.0.1:{free_port()}"
-    agent_http = f"127.0.0.1:{free_port()}"
-    agent = procs.start(
-        agent_cmd(
-            rs_addr,
-            node,
-            free_port(),
-            "z1",
-            tmp_path / "n1",
-            heartbeat_interval="200ms",
-            http_addr=agent_http,
-        ),
-        "agent",
-    )
-    agent.wait_healthy(node, timeout_s=30)
+    node, agent_http = procs.start_agent_with_http(rs_addr, tmp_path / "n1")
     statement = f"ALTER SYSTEM BOOTSTRAP REGION 'r1' ZONE 'z1' SERVER '{node}'"
     assert obadmin([*pki.obadmin_flags(), "--rs", rs_addr, "-e", statement]) == 0
 

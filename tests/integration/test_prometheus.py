@@ -30,7 +30,7 @@ import yaml
 from obcommon.security.certs import Role
 from sql.obadmin import main as obadmin
 from tests.support import pki
-from tests.support.cluster import ProcSet, agent_cmd, rs_cmd, wait_until
+from tests.support.cluster import ProcSet, rs_cmd, wait_until
 from tests.support.ports import free_port
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
@@ -120,21 +120,7 @@ def test_prometheus_scrapes_rs_and_agent_with_the_shipped_config(
         rs_cmd(f"sqlite:///{tmp_path}/rs.db", rs_addr, tmp_path / "rs", http_addr=rs_http), "rs"
     )
     rs.wait_healthy(rs_addr, timeout_s=30)
-    node = f"127.0.0.1:{free_port()}"
-    agent_http = f"127.0.0.1:{free_port()}"
-    agent = procs.start(
-        agent_cmd(
-            rs_addr,
-            node,
-            free_port(),
-            "z1",
-            tmp_path / "n1",
-            heartbeat_interval="200ms",
-            http_addr=agent_http,
-        ),
-        "agent",
-    )
-    agent.wait_healthy(node, timeout_s=30)
+    node, agent_http = procs.start_agent_with_http(rs_addr, tmp_path / "n1")
     root = [*pki.obadmin_flags(), "--rs", rs_addr, "-e"]
     assert obadmin([*root, f"ALTER SYSTEM BOOTSTRAP REGION 'r1' ZONE 'z1' SERVER '{node}'"]) == 0
     # The user the shipped file's comments tell the operator to create.

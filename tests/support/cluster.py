@@ -358,6 +358,20 @@ class ProcSet:
         """Start ``args`` as a :class:`Proc` logging to ``<log_dir>/<name>.log``."""
         return Proc(args, self.log_dir, name=name, env=env, cwd=cwd)
 
+    def start_agent_with_http(
+        self, rs_addr: str, data_dir: Path, zone: str = "z1"
+    ) -> tuple[str, str]:
+        """Start one agent of ``rs_addr`` in ``zone`` with its HTTPS endpoint on (heartbeats
+        every 200 ms) and wait until its gRPC health answers; returns ``(node, http)``, both
+        ``ip:port`` on free ports."""
+        node = f"127.0.0.1:{free_port()}"
+        http = f"127.0.0.1:{free_port()}"
+        args = agent_cmd(
+            rs_addr, node, free_port(), zone, data_dir, heartbeat_interval="200ms", http_addr=http
+        )
+        self.start(args, "agent").wait_healthy(node, timeout_s=30)
+        return node, http
+
     @property
     def started(self) -> list[Proc]:
         """Every Proc created since this set was made, in start order."""
