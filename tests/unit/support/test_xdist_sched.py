@@ -10,7 +10,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from tests.support.xdist_sched import FILE_GROUPS, file_group
+from tests.support.xdist_sched import FILE_GROUPS, POSTGRESQL_UNGROUPED, file_group
 
 ROOT = Path(__file__).resolve().parents[3]
 GROUPED = "tests/unit/support/test_ports.py"
@@ -24,6 +24,13 @@ def test_file_group_by_the_path_of_the_node_id() -> None:
     # Every file of the table exists: a renamed file would silently lose its group.
     for path in FILE_GROUPS:
         assert (ROOT / path).is_file(), path
+
+
+def test_postgresql_variants_of_some_files_leave_their_group() -> None:
+    (path,) = POSTGRESQL_UNGROUPED
+    assert file_group(f"{path}::test_x[postgresql]") is None
+    assert file_group(f"{path}::test_x[sqlite]") == FILE_GROUPS[path] == "cpu"
+    assert path in FILE_GROUPS
 
 
 def test_a_grouped_file_runs_on_one_worker_and_first(tmp_path: Path) -> None:
