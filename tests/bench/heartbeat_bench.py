@@ -62,7 +62,7 @@ No figure is asserted: this is a benchmark, not a test.
 Usage::
 
     .venv/bin/python -m tests.bench.heartbeat_bench                 # N = 1,000 and 10,000
-    .venv/bin/python -m tests.bench.heartbeat_bench --quick         # smoke run: N=200, 5 s
+    .venv/bin/python -m tests.bench.heartbeat_bench --quick         # smoke run: N=200, 3 s
     .venv/bin/python -m tests.bench.heartbeat_bench --agents 5000 --duration 30 --servers rs-tls
 
 Options: ``--agents`` (comma-separated N, default 1000,10000), ``--duration`` (steady-state
@@ -1298,7 +1298,7 @@ def main(argv: list[str] | None = None) -> int:
         default=2,
         help="scraped windows, alternating with plain ones after the first (default 2: P S P S)",
     )
-    p.add_argument("--quick", action="store_true", help="smoke run: N=200, 5 s, 2 s warm-up")
+    p.add_argument("--quick", action="store_true", help="smoke run: N=200, 3 s, 1 s warm-up")
     p.add_argument(
         "--profile",
         action="store_true",
@@ -1308,7 +1308,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(ROOT / ".bench" / "heartbeat.json"))
     args = p.parse_args(argv)
     if args.quick:
-        args.agents, args.duration, args.warmup = "200", 5.0, 2.0
+        args.agents, args.duration, args.warmup = "200", 3.0, 1.0
     try:
         ns = [int(x) for x in args.agents.split(",") if x.strip()]
     except ValueError:

@@ -28,7 +28,7 @@ Writes ``.bench/mysql.json``. No figure is asserted.
 Usage::
 
     .venv/bin/python -m tests.bench.mysql_bench                     # N=1,000, 20 s per case
-    .venv/bin/python -m tests.bench.mysql_bench --quick --db sqlite # smoke run: 3 s per case
+    .venv/bin/python -m tests.bench.mysql_bench --quick --db sqlite # smoke run: 1 s per case
 """
 
 from __future__ import annotations
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=ROOT / ".bench" / "mysql.json")
     args = p.parse_args(argv)
     if args.quick:
-        args.duration, args.warmup = 3.0, 1.0
+        args.duration, args.warmup = 1.0, 0.5
     results: list[dict[str, Any]] = []
     for engine in args.db.split(","):
         results += run_engine(engine.strip(), args)

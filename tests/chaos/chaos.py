@@ -528,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--quick",
         action="store_true",
-        help="smoke run: 20 agents, one trial of each kind, lease_time 2s, free ports",
+        help="smoke run: 6 agents, one trial of each kind, lease_time 2s, free ports",
     )
     p.add_argument("--out", type=Path, help="also write the counts of the report as JSON")
     p.add_argument(
@@ -538,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     if args.quick:
-        args.agents, args.trials, args.lease_time, args.port_base = 20, len(KINDS), "2s", 0
+        args.agents, args.trials, args.lease_time, args.port_base = 6, len(KINDS), "2s", 0
     logging.basicConfig(level=logging.ERROR)
     tmp = Path(tempfile.mkdtemp(prefix="ob-chaos-"))
     chaos = None

@@ -1,4 +1,4 @@
-"""``make chaos`` smoke run (issue 26): tests/chaos/chaos.py with ``--quick`` (20 agents,
+"""``make chaos`` smoke run (issue 26): tests/chaos/chaos.py with ``--quick`` (6 agents,
 one trial of each fault, a 2 s lease, agents on free ports), in a process of its own as
 ``make chaos`` runs it. No figure is asserted, only the report's counts: every kind of
 trial ran, one server was deleted, and nothing was lost, resurrected, shown INACTIVE during
@@ -31,7 +31,7 @@ def test_quick_chaos_run_loses_nothing(tmp_path: Path) -> None:
     )
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     counts = json.loads(out.read_text())
-    assert counts["agents"] == 20 and counts["trials"] == len(KINDS)
+    assert counts["agents"] == 6 and counts["trials"] == len(KINDS)
     assert counts["kinds"] == dict.fromkeys(KINDS, 1)
     # kill9, sigstop, delete_kill9 and pg_outage each end with a take office; a PostgreSQL
     # restart may be survived by the leader.
