@@ -34,6 +34,7 @@ def test_no_java_stalls_the_delete_until_the_local_planner_takes_over(tc: Tenant
         "balancer_interval": "1s",
         "empty_server_check_interval": "1s",
         "migration_stall_time": "2s",
+        "balancer_planner": "spark",
     }
     c.rs = c.procs.start(
         rs_cmd(c.db_url, c.rs_addr, c.tmp / "rs", **flags), "rs", env={"JAVA_HOME": "/nowhere"}

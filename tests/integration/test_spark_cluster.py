@@ -52,7 +52,12 @@ def test_delete_server_planned_on_a_standalone_cluster(
 ) -> None:
     c = TenantCluster(procs, tmp_path, db_url)
     c.start_rs(
-        **{**MIGRATION_FLAGS, "spark_master": spark_cluster.master_url, "spark_conf": CLUSTER_CONF}
+        **{
+            **MIGRATION_FLAGS,
+            "balancer_planner": "spark",
+            "spark_master": spark_cluster.master_url,
+            "spark_conf": CLUSTER_CONF,
+        }
     )
     assert c.rs is not None
     a1, _, _ = c.bootstrap()

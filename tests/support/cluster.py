@@ -97,14 +97,21 @@ def _security_flags(role: Role, rpc_addr: str, flags: dict[str, Any]) -> dict[st
 def rs_cmd(db_url: str, rpc_addr: str, data_dir: str | Path, **flags: Any) -> list[str]:
     """Command line of ``rootservice serve`` (run with this interpreter, as a module), with
     ``--certs-dir`` of the test PKI for ``rpc_addr`` unless ``insecure=True`` or a
-    ``certs_dir`` is given, and ``--mysql-addr`` / ``--http-addr`` on free ports unless
-    ``mysql_addr`` / ``http_addr`` are."""
+    ``certs_dir`` is given, ``--mysql-addr`` / ``--http-addr`` on free ports unless
+    ``mysql_addr`` / ``http_addr`` are, and ``--balancer-planner local`` unless
+    ``balancer_planner`` is given."""
     flags = _security_flags(Role.RS, rpc_addr, flags)
     # Every test RS gets its own MySQL port: the default (2881) would be shared by the RS
     # processes of one test and by concurrent tests.
     flags = {"mysql_addr": f"127.0.0.1:{free_port()}", **flags}
     # Likewise the HTTP endpoint (issue 12; default 8080).
     flags = {"http_addr": f"127.0.0.1:{free_port()}", **flags}
+    # The pandas planner unless a test asks for Spark (the product's default): every RS that
+    # planned a DELETE SERVER or a rebuild otherwise started a JVM of its own, about half a
+    # minute of a core each on the 2-core machine, in tests about something else. Spark in
+    # the RS is exercised by test_delete_server [sqlite], test_planner_failure and
+    # test_spark_cluster, which pass ``balancer_planner="spark"``.
+    flags = {"balancer_planner": "local", **flags}
     return [
         sys.executable,
         "-m",
@@ -278,12 +285,17 @@ class Proc:
                 f"{self.name} still running after {timeout_s}s\n{self.log_tail()}"
             ) from None
 
+    def terminate(self) -> None:
+        """SIGTERM (then SIGCONT, so that a paused process can act on it) without waiting."""
+        if self.alive:
+            self._signal(signal.SIGTERM)
+            self._signal(signal.SIGCONT)
+
     def stop(self, timeout_s: float = 10.0) -> int:
         """SIGTERM, then SIGKILL if it has not exited within ``timeout_s``. Returns the exit
         status. A paused process is resumed first so that it can act on SIGTERM."""
         if self.alive:
-            self._signal(signal.SIGTERM)
-            self._signal(signal.SIGCONT)
+            self.terminate()
             try:
                 self.popen.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
@@ -330,9 +342,18 @@ def stop_all(procs: Sequence[Proc], timeout_s: float = 10.0) -> list[str]:
     """Stop each of ``procs``; returns the errors instead of stopping at the first one, so
     one stubborn process does not leave the others running."""
     errors: list[str] = []
+    # SIGTERM to every process first, then wait for each: a test's RS and its six agents
+    # then take as long to stop as the slowest of them, not the sum (one to three seconds
+    # each on a loaded machine: teardowns of 10-20 s).
     for p in procs:
         try:
-            p.stop(timeout_s)
+            p.terminate()
+        except Exception as e:  # collected and reported by the caller
+            errors.append(f"{p!r}: {e}")
+    deadline = time.monotonic() + timeout_s
+    for p in procs:
+        try:
+            p.stop(max(0.0, deadline - time.monotonic()))
         except Exception as e:  # collected and reported by the caller
             errors.append(f"{p!r}: {e}")
     return errors
