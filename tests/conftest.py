@@ -19,7 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from rootservice.db.engine import make_engine, upgrade
-from tests.support.cluster import ProcSet
+from tests.support.cluster import ProcSet, procs_since, registry_mark, stop_all
 from tests.support.pgserver import PgNotAvailable, PgServer
 
 SKIP_PG_ENV = "OB_TEST_SKIP_PG"
@@ -91,9 +91,14 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     server: PgServer = request.getfixturevalue("pg_server")
     name = f"obrs_{uuid.uuid4().hex[:16]}"
     server.create_database(name)
+    mark = registry_mark()
     try:
         yield server.url(name)
     finally:
+        # The processes of the test first (``procs`` is torn down after this fixture when it
+        # was set up before it): an RS whose database vanished under it logs tracebacks and
+        # steps down instead of stopping cleanly.
+        stop_all(procs_since(mark))
         server.drop_database(name)
 
 
