@@ -167,6 +167,7 @@ class RootService(RsComponents):
             (self.migration, s.balancer_interval),
             (self.copy_watch, COPY_WATCH_INTERVAL_US),
             (self.lost_replica_checker, s.lost_replica_check_interval),
+            (self.lost_servers, s.ls_check_interval),
             (self.history_pruner, PRUNE_INTERVAL_US),
         ]
 

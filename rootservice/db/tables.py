@@ -267,6 +267,23 @@ all_space_usage = sa.Table(
     *_gmt(),
 )
 
+# --- retired server identities (issue 24 items 3-4; migration 0008) -----------------------
+
+all_server_tombstone = sa.Table(
+    "__all_server_tombstone",
+    metadata,
+    sa.Column("svr_ip", sa.String(46), primary_key=True),
+    sa.Column("svr_port", sa.Integer, primary_key=True, autoincrement=False),
+    # The id the server had: an agent presenting it under another address is refused too.
+    sa.Column("server_id", sa.BigInteger, nullable=False),
+    sa.Column("zone", sa.String(128), nullable=False, server_default=""),
+    # When it was buried, microseconds since the epoch (the RS's clock).
+    sa.Column("deleted_at", sa.BigInteger, nullable=False),
+    # FORCE DELETE SERVER, or RECOVER LS with its plan id.
+    sa.Column("reason", sa.String(1024), nullable=False, server_default=""),
+    *_gmt(),
+)
+
 # Names of the tables and views operators may SELECT from (lower case).
 SYSTEM_TABLES = tuple(t.name for t in metadata.sorted_tables)
 SYSTEM_VIEWS = (
@@ -280,6 +297,7 @@ SYSTEM_VIEWS = (
     "dba_ob_ls_locations",
     "dba_ob_rootservice_jobs",
     "dba_ob_revoked_certificates",
+    "dba_ob_server_tombstones",
 )
 
 

@@ -19,6 +19,7 @@ from rootservice.tenants.learner_sync import LearnerSync
 from rootservice.tenants.log_streams import TenantReplicas
 from rootservice.tenants.meta_sync import LsMetaSync
 from rootservice.tenants.once_log import OnceLog
+from rootservice.tenants.pause import PausableGate, SchedulingPause
 from rootservice.tenants.ports import (
     EventSink,
     HeartbeatRequester,
@@ -57,6 +58,9 @@ class TenantLayer:
     pre_checks: ServerPreChecks
     probes: ServerProbes
     balancer_view: BalancerView
+    #: Held by RECOVER LS / FORCE DELETE SERVER (issue 24); the scheduling tasks' gate.
+    pause: SchedulingPause
+    gate: PausableGate
 
 
 def build_tenant_layer(
@@ -82,6 +86,8 @@ def build_tenant_layer(
     applier = ReplicaApplier(store, agents, servers, reports, clock.monotonic_us)
     meta_sync = LsMetaSync(term, store, clock, servers, layout, reports)
     ls_warnings = OnceLog()
+    pause = SchedulingPause()
+    gate = PausableGate(term, pause)
     leaders = LeaderCoordinator(
         servers=servers,
         health=health,
@@ -98,7 +104,7 @@ def build_tenant_layer(
         warnings=ls_warnings,
     )
     reconciler = LsReconciler(
-        term=term,
+        term=gate,
         health=health,
         layout=layout,
         reports=reports,
@@ -111,7 +117,7 @@ def build_tenant_layer(
         warnings=ls_warnings,
     )
     rebuilder = ReplicaRebuilder(
-        term=term,
+        term=gate,
         health=health,
         layout=layout,
         reports=reports,
@@ -190,4 +196,6 @@ def build_tenant_layer(
         pre_checks=pre_checks,
         probes=probes,
         balancer_view=balancer_view,
+        pause=pause,
+        gate=gate,
     )
