@@ -322,15 +322,12 @@ class LostServers:
         """End the job: SUCCESS, or FAILED with ``error``; event ``recover_ls_done`` /
         ``recover_ls_failed``."""
         now = self.clock.now_us()
-        ip, port = parse_server(plan.removed[0])
         status = "SUCCESS" if error is None else "FAILED"
         info = self._info(plan, "done" if error is None else "failed", str(error or ""))
         name = "recover_ls_done" if error is None else "recover_ls_failed"
         with self.store.txn() as conn:
             job_repo.set_job_progress(conn, job, 100 if error is None else 40, info, now)
-            job_repo.finish_jobs(
-                conn, JOB_TYPE, ip, port, status, now, error.code if error is not None else 0
-            )
+            job_repo.finish_job(conn, job, status, now, error.code if error is not None else 0)
             event_repo.insert_events(
                 conn, [self._event(job, plan, name, str(error or ""))], self.store.rs_addr
             )
