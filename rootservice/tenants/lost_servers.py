@@ -144,15 +144,17 @@ class LostServers:
         with self._lock, self.pause.hold("FORCE DELETE SERVER"):
             keys = self._resolve(servers, allow_buried=False)
             gone = set(keys)
-            plan = make_plan(keys, self.removal.inputs(gone))
-            for step in plan.recovering():
-                raise ObError(
+
+            def minority(key: LsKey, members: int) -> ObError:
+                return ObError(
                     "OB_OP_NOT_ALLOW",
-                    f"force delete server(s) {', '.join(keys)} while log stream {step.ls_id} "
-                    f"of tenant {step.tenant_id} would keep less than a majority of "
-                    f"{len(step.members_before)} members",
+                    f"force delete server(s) {', '.join(keys)} while log stream {key[1]} "
+                    f"of tenant {key[0]} would keep less than a majority of {members} "
+                    "members in service",
                     detail="recover it with ALTER SYSTEM RECOVER LS ... FROM LOST SERVERS",
                 )
+
+            plan = make_plan(keys, self.removal.inputs(gone), minority=minority)
             text = "ALTER SYSTEM FORCE DELETE SERVER " + ", ".join(f"'{k}'" for k in keys)
             out = Outcome(plan, self.burial.bury(keys, "FORCE DELETE SERVER", text))
             self.removal.forget(keys)

@@ -175,12 +175,17 @@ def _ls_name(key: LsKey) -> str:
 
 
 def make_plan(
-    lost: Iterable[str], inputs: PlanInputs, only: Callable[[LsKey], bool] = lambda k: True
+    lost: Iterable[str],
+    inputs: PlanInputs,
+    only: Callable[[LsKey], bool] = lambda k: True,
+    *,
+    minority: Callable[[LsKey, int], ObError] | None = None,
 ) -> RecoveryPlan:
     """The plan of removing the ``lost`` servers from every LS (``only`` those it accepts)
     that has one of them as a member. Raises OB_OP_NOT_ALLOW naming the LS when an LS to
     recover has a member that is neither alive nor lost, or no live member reporting its
-    replica."""
+    replica; with ``minority`` (FORCE DELETE, which recovers nothing), raises
+    ``minority(key, member count)`` for the first LS that would lose its majority."""
     removed = tuple(sorted(set(lost)))
     gone = set(removed)
     steps: list[LsStep] = []
@@ -216,6 +221,8 @@ def make_plan(
                 )
             )
             continue
+        if minority is not None:
+            raise minority(key, len(members))
         unknown = [m for m in left if not inputs.is_alive(m)]
         if unknown:
             raise ObError(

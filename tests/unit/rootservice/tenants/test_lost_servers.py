@@ -128,6 +128,8 @@ def test_refusals_change_nothing(rs: RootService) -> None:
     assert e.name == "OB_OP_NOT_ALLOW"
     assert f"log stream 1001 of tenant {tid} would keep less than a majority" in str(e)
     assert "RECOVER LS" in str(e)
+    e = err(sql, rs, f"ALTER SYSTEM FORCE DELETE SERVER '{z1}'")  # B is dead too
+    assert e.name == "OB_OP_NOT_ALLOW" and "would keep less than a majority" in str(e)
     # RECOVER naming one of the two dead members: the other may come back with more.
     e = err(sql, rs, f"ALTER SYSTEM RECOVER LS FROM LOST SERVERS '{z1}'")
     assert e.name == "OB_OP_NOT_ALLOW" and B in str(e) and "log stream 1001" in str(e)
