@@ -7,6 +7,10 @@ deleted: an agent presenting that address or that server id is refused at lease 
 ever, and ADD SERVER of the address is refused (TiDB PD's tombstone stores, for the same
 reason: a "dead" node that returns must not rejoin with its old replicas).
 
+``__all_ls_log_mark`` keeps, per log stream, the highest log end index any replica ever
+reported (with its term and server), so that RECOVER LS can tell what its survivor lacks
+even after the replicas that had it died and the RS that saw them failed over.
+
 Revision ID: 0008
 Revises: 0007
 Create Date: 2026-11-28
@@ -50,6 +54,21 @@ def upgrade() -> None:
             "gmt_modified", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()
         ),
     )
+    op.create_table(
+        "__all_ls_log_mark",
+        sa.Column("tenant_id", sa.BigInteger, primary_key=True, autoincrement=False),
+        sa.Column("ls_id", sa.BigInteger, primary_key=True, autoincrement=False),
+        sa.Column("log_end_index", sa.BigInteger, nullable=False, server_default="0"),
+        sa.Column("term", sa.BigInteger, nullable=False, server_default="0"),
+        sa.Column("svr_ip", sa.String(46), nullable=False, server_default=""),
+        sa.Column("svr_port", sa.Integer, nullable=False, server_default="0"),
+        sa.Column(
+            "gmt_create", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()
+        ),
+        sa.Column(
+            "gmt_modified", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()
+        ),
+    )
     op.execute(
         f"""
         CREATE VIEW dba_ob_server_tombstones AS
@@ -62,4 +81,5 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.execute("DROP VIEW IF EXISTS dba_ob_server_tombstones")
+    op.drop_table("__all_ls_log_mark")
     op.drop_table("__all_server_tombstone")

@@ -374,6 +374,7 @@ class RsComponents(ABC):
                 events=self.persist,
                 clock=self.clock,
                 settings=self.settings,
+                marks=tl.log_marks,
             ),
             layout=tl.layout,
             pause=tl.pause,

@@ -284,6 +284,19 @@ all_server_tombstone = sa.Table(
     *_gmt(),
 )
 
+all_ls_log_mark = sa.Table(
+    "__all_ls_log_mark",
+    metadata,
+    sa.Column("tenant_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("ls_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    # The highest log end index any replica of the LS ever reported, its term and server.
+    sa.Column("log_end_index", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("term", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("svr_ip", sa.String(46), nullable=False, server_default=""),
+    sa.Column("svr_port", sa.Integer, nullable=False, server_default="0"),
+    *_gmt(),
+)
+
 # Names of the tables and views operators may SELECT from (lower case).
 SYSTEM_TABLES = tuple(t.name for t in metadata.sorted_tables)
 SYSTEM_VIEWS = (

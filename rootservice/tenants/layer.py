@@ -16,6 +16,7 @@ from rootservice.tenants.ddl import TenantManager
 from rootservice.tenants.host_health import HostHealth
 from rootservice.tenants.leaders import LeaderCoordinator
 from rootservice.tenants.learner_sync import LearnerSync
+from rootservice.tenants.log_marks import LogMarks
 from rootservice.tenants.log_streams import TenantReplicas
 from rootservice.tenants.meta_sync import LsMetaSync
 from rootservice.tenants.once_log import OnceLog
@@ -61,6 +62,7 @@ class TenantLayer:
     #: Held by RECOVER LS / FORCE DELETE SERVER (issue 24); the scheduling tasks' gate.
     pause: SchedulingPause
     gate: PausableGate
+    log_marks: LogMarks
 
 
 def build_tenant_layer(
@@ -198,4 +200,5 @@ def build_tenant_layer(
         balancer_view=balancer_view,
         pause=pause,
         gate=gate,
+        log_marks=LogMarks(term, store, clock, reports),
     )

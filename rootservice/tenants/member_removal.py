@@ -29,6 +29,7 @@ from rootservice.db.event_repo import Event
 from rootservice.ha.store import MetaStore
 from rootservice.tenants.host_health import HostHealth
 from rootservice.tenants.leaders import LeaderCoordinator
+from rootservice.tenants.log_marks import LogMarks
 from rootservice.tenants.ports import EventSink, HeartbeatRequester
 from rootservice.tenants.recovery_plan import LsStep, PlanInputs
 from rootservice.tenants.replica_specs import ReplicaApplier
@@ -55,6 +56,7 @@ class MemberRemoval:
         events: EventSink,
         clock: Clock,
         settings: RsSettings,
+        marks: LogMarks,
     ) -> None:
         """Wire the collaborators; nothing is read until a call."""
         self.store = store
@@ -67,6 +69,7 @@ class MemberRemoval:
         self.events = events
         self.clock = clock
         self.settings = settings
+        self.marks = marks
 
     def inputs(self, lost: Set[str]) -> PlanInputs:
         """Fresh plan inputs: first a heartbeat is requested from every live server hosting
@@ -93,6 +96,7 @@ class MemberRemoval:
             views=self.reports.views(),
             reports=self.reports.reports(),
             meta_terms=meta_terms,
+            marks=self.marks.highest(),
             is_alive=self.health.is_alive,
             healthy=self.health.healthy_member,
             zone_priority=lambda plan, m: plan.zone_priority.get(self.health.zone_of(plan, m), 99),

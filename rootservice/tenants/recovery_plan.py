@@ -17,8 +17,9 @@ make-plan``, reduced to this project's log streams):
   zone priority (then the address, so the choice is deterministic); the member list shrinks
   to the members left and the survivor leads at a term above every term seen (reports of
   every server, dead ones' last reports included, and ``__all_ls_meta_table``).
-- ``highest_log_end`` is the highest log end any replica of the LS reported (dead ones'
-  last reports included): ``lost_entries`` = what the survivor lacks of it.
+- ``highest_log_end`` is the highest log end any replica of the LS ever reported (dead
+  ones' last reports and ``__all_ls_log_mark`` included): ``lost_entries`` = what the
+  survivor lacks of it.
 - The **digest** covers what the plan depends on and does not move by itself: the removed
   servers, every touched LS's member list and, for RECOVER, each holder's (term, log end,
   in service) (a leaderless LS appends nothing; a holder still leading without a majority
@@ -158,13 +159,15 @@ def plan_digest(removed: Iterable[str], steps: Iterable[LsStep]) -> str:
 class PlanInputs:
     """What :func:`make_plan` reads: the layout's ``plans``, the ``views`` built from the
     reports, every server's last ``reports`` (dead ones' included), the highest
-    ``proposal_id`` of each LS in ``__all_ls_meta_table`` (``meta_terms``), and three
+    ``proposal_id`` of each LS in ``__all_ls_meta_table`` (``meta_terms``), the highest log
+    end ever reported of each LS (``marks``, :mod:`rootservice.tenants.log_marks`), and three
     questions on the whitelist and the zones."""
 
     plans: Mapping[LsKey, LsPlan]
     views: Mapping[LsKey, LsView]
     reports: Mapping[str, Mapping[LsKey, obrpc_pb2.ReplicaInfo]]
     meta_terms: Mapping[LsKey, int]
+    marks: Mapping[LsKey, int]
     is_alive: Callable[[str], bool]
     healthy: Callable[[str, obrpc_pb2.ReplicaInfo | None, Set[str]], bool]
     zone_priority: Callable[[LsPlan, str], int]
@@ -202,7 +205,7 @@ def make_plan(
         majority = len(members) // 2 + 1
         healthy = [m for m in left if inputs.healthy(m, view.replicas.get(m), gone)]
         all_reports = [t[key] for t in inputs.reports.values() if key in t]
-        highest = max((r.log_end_index for r in all_reports), default=0)
+        highest = max([inputs.marks.get(key, 0), *(r.log_end_index for r in all_reports)])
         if len(healthy) >= majority:
             leader = view.leader if view.leader not in gone else None
             r = view.replicas.get(leader) if leader else None

@@ -291,3 +291,22 @@ def test_a_new_leader_ends_what_the_old_one_left(rs: RootService) -> None:
         r = report_of(agents, C, (tid, ls))
         assert r.role == obrpc_pb2.LEADER and list(r.member_list) == [C]
     assert lost.run_once() == 0  # once per term
+
+
+def test_the_highest_log_end_outlives_the_reports_that_showed_it(rs: RootService) -> None:
+    tid, z1, _ = cluster(rs, ["z1", B], {"z1": 120, B: 95, C: 90})
+    marks = rs.tenant_layer.log_marks
+    assert marks.run_once() == 2  # one row per LS, at the dead leader's 120
+    assert marks.run_once() == 0  # nothing rose
+    with rs.store.engine.connect() as conn:
+        got = conn.execute(
+            sa.text("SELECT ls_id, log_end_index, svr_port FROM __all_ls_log_mark ORDER BY ls_id")
+        ).all()
+    assert [tuple(r) for r in got] == [(ls, 120, int(z1.rsplit(":", 1)[1])) for ls in (1001, 1002)]
+    # A new leader never saw the dead leader's reports: the table still tells.
+    rs.tenant_layer.reports.forget_server(z1)
+    rs.tenant_layer.reports.forget_server(B)
+    text = f"ALTER SYSTEM RECOVER LS TENANT t1 LS 1002 FROM LOST SERVERS '{z1}', '{B}' DRY RUN"
+    (row,) = rows_of(sql(rs, text))
+    assert (row["LS_ID"], row["HIGHEST_LOG_END"], row["LOST_ENTRIES"]) == (1002, 120, 30)
+    assert row["TENANT_ID"] == tid

@@ -63,6 +63,7 @@ def _step_inputs(
     alive: Set[str],
     *,
     meta_term: int = 0,
+    mark: int = 0,
     dead_reports: dict[str, obrpc_pb2.ReplicaInfo] | None = None,
 ) -> PlanInputs:
     """One LS of A, B, C (primary zone z1); ``reports`` of the alive servers shape the view
@@ -83,6 +84,7 @@ def _step_inputs(
         views={KEY: view},
         reports=every,
         meta_terms={KEY: meta_term},
+        marks={KEY: mark},
         is_alive=lambda s: s in alive,
         healthy=healthy,
         zone_priority=lambda p, s: p.zone_priority[ZONES[s]],
@@ -187,3 +189,12 @@ def test_plan_round_trips_through_the_job_row() -> None:
     plan = make_plan([A, B], inputs)
     back = RecoveryPlan.from_json(plan.to_json())
     assert back == plan and back.plan_id == plan.plan_id
+
+
+def test_the_highest_log_end_kept_in_the_table_counts() -> None:
+    # The replica that reached 150 died before this RS saw it: only the table remembers.
+    plan = make_plan([A, B], _step_inputs({C: rep(C, end=90)}, {C}, mark=150))
+    step = plan.steps[0]
+    assert (step.highest_log_end, step.lost_entries) == (150, 60)
+    low = make_plan([A, B], _step_inputs({C: rep(C, end=90)}, {C}, mark=50))
+    assert low.steps[0].lost_entries == 0
