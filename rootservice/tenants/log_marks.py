@@ -67,7 +67,7 @@ class LogMarks:
     def highest(self) -> dict[LsKey, int]:
         """The highest log end index ever reported per LS: the table's and the reports'.
         Raises ``ObError`` when the table cannot be read."""
-        marks: dict[LsKey, int] = {}
+        marks = {k: m.log_end_index for k, m in self._load().items()}
         for k, m in self._reported().items():
             marks[k] = max(marks.get(k, 0), m.log_end_index)
         return marks
