@@ -2,12 +2,16 @@
 tenant of three log streams with three replicas each, two agents (the leader's and one
 follower's) killed. DELETE SERVER is refused naming the LS without a leader; FORCE DELETE of
 the live server is refused; RECOVER LS's DRY RUN lists exactly the three LS with the survivor
-and its log end and changes nothing; RECOVER LS applied gives every LS a leader within 30 s;
-a removed agent restarted with its old data directory is refused at lease time.
+and its log end and changes nothing; RECOVER LS applied with the RS killed at its commit point (the survivor
+holding the call in flight) is finished by the next RS: every LS gets a leader within 30 s of
+its start, none was changed half-way before; a removed agent restarted with its old data
+directory is refused at lease time.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +37,12 @@ def snapshot(c: TenantCluster, survivor: str) -> tuple[Any, ...]:
         c.ok("SELECT job_id, job_type, job_status FROM DBA_OB_ROOTSERVICE_JOBS ORDER BY job_id"),
         c.ok("SELECT svr_ip, svr_port FROM DBA_OB_SERVER_TOMBSTONES"),
     )
+
+
+def _quietly(c: TenantCluster, text: str) -> None:
+    """Run ``text``; the RS is killed under it, so its answer (or none) does not matter."""
+    with contextlib.suppress(Exception):
+        c.sql(text)
 
 
 def leads_alone(server: str) -> bool:
@@ -84,32 +94,46 @@ def test_recover_ls_after_losing_two_of_three(procs: ProcSet, tmp_path: Path, db
     assert len({r[2] for r in rows}) == 1  # one plan id
     assert snapshot(c, a3) == before
 
-    # Applied: every LS led by a3 alone within 30 s.
-    done = c.ok(f"ALTER SYSTEM RECOVER LS FROM LOST SERVERS '{a1}', '{a2}'")
-    assert [r[4] for r in done] == [a3] * 3
+    # Applied, and the RS killed at its commit point: a3 holds every ApplyReplicas 8 s, the
+    # RS is killed once the lost servers are buried (its call to the survivor in flight),
+    # and the next RS finishes the run from the plan in the job row.
+    hold = c.data_dir(a3) / "FAULT_APPLY_HOLD_MS"
+    hold.write_text("8000")
+    text = f"ALTER SYSTEM RECOVER LS FROM LOST SERVERS '{a1}', '{a2}'"
+    runner = threading.Thread(target=lambda: _quietly(c, text), daemon=True)
+    runner.start()
+    wait_until(
+        lambda: c.ok(
+            "SELECT 1 FROM __all_rootservice_event_history WHERE event = 'recover_ls_bury'"
+        ),
+        20,
+        message="the lost servers buried",
+    )
+    assert c.rs is not None
+    c.rs.kill()
+    hold.unlink()
+    runner.join(timeout=70)
+    # No LS half-changed meanwhile: a3 still follows nobody at the old term.
+    assert all(r.term == 1 and r.role != obrpc_pb2.LEADER for r in replica_report(a3).values())
+    c.start_rs(**RS_FLAGS)
     wait_until(lambda: leads_alone(a3), 30, message="every LS led by the survivor")
+    assert "resumed after an RS failover" in c.rs.log_text()
     first = replica_report(a3)[(TENANT, 1001)].log_end_index
     wait_until(
         lambda: replica_report(a3)[(TENANT, 1001)].log_end_index > first,
         10,
         message="the survivor appends again",
     )
-    jobs = c.ok(
-        "SELECT job_type, job_status FROM DBA_OB_ROOTSERVICE_JOBS WHERE job_type = 'RECOVER_LS'"
-    )
-    assert jobs == [["RECOVER_LS", "SUCCESS"]]
-    events = {e for (e,) in c.ok("SELECT event FROM __all_rootservice_event_history")}
-    assert {"recover_ls_plan", "recover_ls_check", "recover_ls_bury", "recover_ls"} <= events
     wait_until(
         lambda: (
-            ["recover_ls_done"]
-            in c.ok(
-                "SELECT event FROM __all_rootservice_event_history WHERE event = 'recover_ls_done'"
-            )
+            c.ok("SELECT job_status FROM DBA_OB_ROOTSERVICE_JOBS WHERE job_type = 'RECOVER_LS'")
+            == [["SUCCESS"]]
         ),
         10,
-        message="recover_ls_done event",
+        message="the RECOVER_LS job SUCCESS",
     )
+    events = {e for (e,) in c.ok("SELECT event FROM __all_rootservice_event_history")}
+    assert {"recover_ls_plan", "recover_ls_check", "recover_ls_bury", "recover_ls_done"} <= events
 
     # a1 restarted with its old data directory: refused at lease time, never ACTIVE.
     c.restart_agent(a1)
