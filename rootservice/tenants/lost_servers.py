@@ -237,7 +237,12 @@ class LostServers:
             except ObError as e:
                 self._finish(job, plan, e)
                 raise
-            out.failures = self._apply(plan)
+            try:
+                out.failures = self._apply(plan)
+            except Exception as e:
+                # Not left INPROGRESS until the next term: the statement runs again.
+                self._finish(job, plan, ObError("OB_ERR_UNEXPECTED", detail=str(e)[:200]))
+                raise
             self._finish(job, plan, self._failure(out.failures))
         self._wake_all()
         return out

@@ -23,6 +23,10 @@ from tests.support.cluster import ProcSet, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
+# The buried servers are emptied by the balancer once RECOVER ends: plans in pandas, not a
+# SparkSession started inside the RS (test_delete_server.py does the same on PostgreSQL).
+FLAGS = {**RS_FLAGS, "balancer_planner": "local"}
+
 LS_IDS = (1001, 1002, 1003)
 TENANT = 1002
 
@@ -59,7 +63,7 @@ def leads_alone(server: str) -> bool:
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 def test_recover_ls_after_losing_two_of_three(procs: ProcSet, tmp_path: Path, db_url: str) -> None:
     c = TenantCluster(procs, tmp_path, db_url)
-    c.start_rs(**RS_FLAGS)
+    c.start_rs(**FLAGS)
     a1, a2, a3 = c.bootstrap()
     c.make_tenant(ls_count=3)
     wait_until(lambda: c.leaders_on(a1) == 3, 20, message="3 leaders in primary zone z1")
@@ -115,7 +119,7 @@ def test_recover_ls_after_losing_two_of_three(procs: ProcSet, tmp_path: Path, db
     # No LS half-changed meanwhile: a3 (its call held) still follows nobody at the old term.
     assert all(r.term == 1 and r.role != obrpc_pb2.LEADER for r in replica_report(a3).values())
     runner.join(timeout=70)
-    c.start_rs(**RS_FLAGS)
+    c.start_rs(**FLAGS)
     wait_until(lambda: leads_alone(a3), 30, message="every LS led by the survivor")
     assert "resumed after an RS failover" in c.rs.log_text()
     first = replica_report(a3)[(TENANT, 1001)].log_end_index
