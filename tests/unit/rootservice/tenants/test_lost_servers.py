@@ -219,6 +219,14 @@ def test_recover_applies_buries_and_refuses_the_dead(rs: RootService) -> None:
     )
     e = err(sql, rs, f"ALTER SYSTEM RECOVER LS FROM LOST SERVERS '{z1}', '{B}'")
     assert e.name == "OB_OP_NOT_ALLOW" and "no selected log stream lost its majority" in str(e)
+    # The tombstones come back from the table at a load (take office, RELOAD SERVER).
+    rs.whitelist.tombstones.replace_all([])
+    sql(rs, "ALTER SYSTEM RELOAD SERVER")
+    assert rs.whitelist.tombstones.keys() == {z1, B}
+    # ADD SERVER of a buried address that left the whitelist is refused before any RPC.
+    rs.whitelist.remove(B)
+    e = err(sql, rs, f"ALTER SYSTEM ADD SERVER '{B}' ZONE 'z2'")
+    assert e.name == "OB_SERVER_ALREADY_DELETED" and "may never rejoin" in str(e)
 
 
 class ChangingReports:
