@@ -102,6 +102,8 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
         applied to the end.
         """
         await self.agent.peer_gate.admit(context, "ObserverService.ApplyReplicas", RS_ONLY)
+        # A test fault holds the call before the epoch is read (issue 24).
+        await self.agent.replicas.hold_apply()
         budget = context.time_remaining() if context is not None else None
         return await self.agent.replicas.apply(request, self.agent.highest_epoch, budget)
 

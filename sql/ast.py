@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-ServerOpKind = Literal["ADD", "DELETE", "CANCEL_DELETE", "START", "STOP", "FORCE_STOP", "ISOLATE"]
+ServerOpKind = Literal[
+    "ADD", "DELETE", "CANCEL_DELETE", "START", "STOP", "FORCE_STOP", "FORCE_DELETE", "ISOLATE"
+]
 ZoneOpKind = Literal["ADD", "START", "STOP", "FORCE_STOP", "DELETE", "ALTER"]
 
 
@@ -36,8 +38,10 @@ class Bootstrap:
 
 @dataclass(frozen=True)
 class ServerOp:
-    """ALTER SYSTEM {ADD|DELETE|CANCEL DELETE|START|STOP|FORCE STOP|ISOLATE} SERVER
-    'ip:port' [, 'ip:port' ...] [ZONE [=] 'z']"""
+    """ALTER SYSTEM {ADD|DELETE|CANCEL DELETE|START|STOP|FORCE STOP|FORCE DELETE|ISOLATE}
+    SERVER 'ip:port' [, 'ip:port' ...] [ZONE [=] 'z']
+
+    FORCE DELETE (issue 24 item 3) buries servers that no longer heartbeat."""
 
     op: ServerOpKind
     servers: tuple[str, ...]
@@ -173,6 +177,18 @@ class SwitchLeader:
     ls_id: int
     server: str
     tenant: str
+
+
+@dataclass(frozen=True)
+class RecoverLs:
+    """ALTER SYSTEM RECOVER LS [TENANT [=] name] [LS [=] n] FROM LOST SERVERS 'ip:port'
+    [, ...] [DRY RUN] (issue 24 item 4): recover the log streams that lost their majority
+    with the servers named; ``tenant`` / ``ls_id`` None select every one."""
+
+    servers: tuple[str, ...]
+    tenant: str | None = None
+    ls_id: int | None = None
+    dry_run: bool = False
 
 
 @dataclass(frozen=True)
@@ -317,6 +333,7 @@ Statement = (
     | CreateTenant
     | DropTenant
     | SwitchLeader
+    | RecoverLs
     | RevokeCertificate
     | CreateUser
     | DropUser

@@ -186,6 +186,19 @@ class ToAst(Transformer[Token, Any]):
     def switch_leader(self, ls_id: Token, server: str, tenant: str) -> ast.SwitchLeader:
         return ast.SwitchLeader(ls_id=_to_int64(ls_id), server=server, tenant=tenant)
 
+    def recover_ls(self, tenant: str | None, ls_id: int | None, *rest: Any) -> ast.RecoverLs:
+        servers = tuple(r for r in rest if isinstance(r, str))
+        return ast.RecoverLs(servers=servers, tenant=tenant, ls_id=ls_id, dry_run=rest[-1] is True)
+
+    def recover_tenant(self, name: str) -> str:
+        return name
+
+    def recover_ls_id(self, ls_id: Token) -> int:
+        return _to_int64(ls_id)
+
+    def dry_run(self) -> bool:
+        return True
+
     def revoke_certificate(
         self, serial: str, subject: str | None, reason: str | None
     ) -> ast.RevokeCertificate:

@@ -57,6 +57,24 @@ STATEMENTS: tuple[HelpTopic, ...] = (
         "ALTER SYSTEM CANCEL DELETE SERVER 'ip:port' [, 'ip:port' ...] [ZONE 'z']",
     ),
     HelpTopic(
+        "ALTER SYSTEM FORCE DELETE SERVER",
+        "bury servers that are gone for good: out of every member list, never back",
+        "ALTER SYSTEM FORCE DELETE SERVER 'ip:port' [, 'ip:port' ...] [ZONE 'z']\n"
+        "    only servers that do not heartbeat; refused when an LS would lose its\n"
+        "    majority (see RECOVER LS); their units move as after DELETE SERVER;\n"
+        "    see DBA_OB_SERVER_TOMBSTONES",
+    ),
+    HelpTopic(
+        "ALTER SYSTEM RECOVER LS",
+        "give the log streams that lost their majority a leader again (can lose data)",
+        "ALTER SYSTEM RECOVER LS [TENANT name] [LS n] FROM LOST SERVERS 'ip:port'\n"
+        "    [, 'ip:port' ...] [DRY RUN]\n"
+        "    rows: tenant_id, ls_id, plan_id, action, survivor, survivor_term,\n"
+        "    survivor_log_end, highest_log_end, lost_entries, new_term, members_before,\n"
+        "    members_after, removed, report_digest; DRY RUN changes nothing; the run is\n"
+        "    a RECOVER_LS job (DBA_OB_ROOTSERVICE_JOBS) and buries the lost servers",
+    ),
+    HelpTopic(
         "ALTER SYSTEM START SERVER",
         "let stopped servers serve again",
         "ALTER SYSTEM START SERVER 'ip:port' [, 'ip:port' ...] [ZONE 'z']",

@@ -9,7 +9,10 @@ replication or replica migration misbehave on one agent (SPEC.md section 9).
 - :data:`FAULT_COPY_SLOW_FILE` holding an integer N makes copies on this agent sleep N ms
   after every chunk received (:meth:`FaultSwitches.copy_delay_s`);
 - :data:`FAULT_SERVE_DATA_ERROR_FILE` makes this agent answer every ``FetchData`` with an
-  error chunk (:meth:`FaultSwitches.serve_data_error`); both checked at every chunk / call.
+  error chunk (:meth:`FaultSwitches.serve_data_error`); both checked at every chunk / call;
+- :data:`FAULT_APPLY_HOLD_FILE` holding an integer N makes every ``ApplyReplicas`` wait N ms
+  before it is looked at (:meth:`FaultSwitches.apply_hold_s`; issue 24: an RS killed while a
+  recovery's call is in flight, whose call then arrives after a new RS took office).
 
 A malformed number is ignored (logged once per content).
 """
@@ -34,6 +37,9 @@ FAULT_COPY_SLOW_FILE = "FAULT_COPY_SLOW_MS"
 #: While this file exists in DATA_DIR, ``FetchData`` served by this agent answers an error
 #: chunk (``OB_ERR_SYS``), as a broken source would.
 FAULT_SERVE_DATA_ERROR_FILE = "FAULT_SERVE_DATA_ERROR"
+#: This file in DATA_DIR holding an integer N makes every ``ApplyReplicas`` wait N ms before
+#: its epoch is checked.
+FAULT_APPLY_HOLD_FILE = "FAULT_APPLY_HOLD_MS"
 
 
 @dataclass
@@ -106,7 +112,15 @@ class FaultSwitches:
     def copy_delay_s(self) -> float:
         """Seconds :data:`FAULT_COPY_SLOW_FILE` asks to sleep after a chunk (0 when absent
         or malformed)."""
-        path = self.data_dir / FAULT_COPY_SLOW_FILE
+        return self._millis_file(FAULT_COPY_SLOW_FILE)
+
+    def apply_hold_s(self) -> float:
+        """Seconds :data:`FAULT_APPLY_HOLD_FILE` asks an ``ApplyReplicas`` to wait (0 when
+        absent or malformed)."""
+        return self._millis_file(FAULT_APPLY_HOLD_FILE)
+
+    def _millis_file(self, name: str) -> float:
+        path = self.data_dir / name
         try:
             raw = path.read_text(encoding="utf-8", errors="replace").strip()
         except OSError:

@@ -366,6 +366,14 @@ class ReplicaManager:
 
     # -- ApplyReplicas
 
+    async def hold_apply(self) -> None:
+        """Wait as :data:`observer_agent.replicas.faults.FAULT_APPLY_HOLD_FILE` asks (a test
+        fault; no wait without the file)."""
+        hold = self._faults.apply_hold_s()
+        if hold > 0:
+            self.log.warning("ApplyReplicas held %.1fs by a fault file", hold)
+            await asyncio.sleep(hold)
+
     async def apply(
         self,
         request: obrpc_pb2.ApplyReplicasRequest,

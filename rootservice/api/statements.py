@@ -21,6 +21,9 @@ from rootservice.bootstrap import BootstrapItem
 from rootservice.db import query_repo
 from rootservice.parameters import sql_like
 from rootservice.tenants.ddl_requests import NewPool, NewTenant, NewUnitConfig
+from rootservice.tenants.recovery_plan import COLUMNS as RECOVER_COLUMNS
+from rootservice.tenants.recovery_plan import TYPES as RECOVER_TYPES
+from rootservice.tenants.recovery_plan import plan_rows
 from sql import ast
 from sql.reads import SCHEMA
 
@@ -58,6 +61,8 @@ def _server_op(rs: RootService, st: ast.ServerOp) -> Result:
         return Result(
             affected_rows=len(jobs), info="DELETE_SERVER job(s) " + ", ".join(map(str, jobs))
         )
+    if st.op == "FORCE_DELETE":
+        return _force_delete(rs, st)
     if st.op == "CANCEL_DELETE":
         m.cancel_delete_servers(servers, st.zone)
     elif st.op in ("STOP", "FORCE_STOP", "ISOLATE"):
@@ -71,6 +76,50 @@ def _server_op(rs: RootService, st: ast.ServerOp) -> Result:
     else:  # pragma: no cover - the parser produces only the kinds above
         raise ObError("OB_NOT_SUPPORTED", f"{st.op} SERVER")
     return Result(affected_rows=len(servers))
+
+
+def _force_delete(rs: RootService, st: ast.ServerOp) -> Result:
+    # FORCE DELETE SERVER (issue 24 item 3): the ZONE clause is checked as DELETE's is.
+    if st.zone is not None:
+        rs.server_admin.check_zone_of(list(st.servers), st.zone)
+    out = rs.lost_servers.force_delete(list(st.servers))
+    removed = [s for s in out.plan.steps if s.key not in out.failures]
+    info = (
+        f"buried {', '.join(out.plan.removed)}; DELETE_SERVER job(s) "
+        f"{', '.join(map(str, out.jobs)) or 'none'}; removed from {len(removed)} log stream(s)"
+    )
+    if out.failures:
+        info += "; still a member of " + ", ".join(
+            f"LS {k[1]} of tenant {k[0]} ({e.name})" for k, e in sorted(out.failures.items())
+        )
+    return Result(affected_rows=len(out.plan.removed), info=info)
+
+
+def _recover_ls(rs: RootService, st: ast.RecoverLs) -> Result:
+    tenant_id = None
+    if st.tenant is not None:
+        topo = rs.tenant_layer.layout.topology(force=True)
+        tenant = next((t for t in topo.tenants.values() if t.tenant_name == st.tenant), None)
+        if tenant is None:
+            raise ObError("OB_TENANT_NOT_EXIST", st.tenant)
+        tenant_id = tenant.tenant_id
+    out = rs.lost_servers.recover(list(st.servers), tenant_id, st.ls_id, dry_run=st.dry_run)
+    plan = out.plan
+    if st.dry_run:
+        info = f"DRY RUN of plan {plan.plan_id}: nothing changed"
+    else:
+        info = f"plan {plan.plan_id} applied: RECOVER_LS job {out.jobs[0]}"
+        if out.failures:
+            info += "; FAILED for " + ", ".join(
+                f"LS {k[1]} of tenant {k[0]}" for k in sorted(out.failures)
+            )
+    return Result(
+        columns=list(RECOVER_COLUMNS),
+        rows=plan_rows(plan),
+        types=list(RECOVER_TYPES),
+        is_result_set=True,
+        info=info,
+    )
 
 
 def _explain_delete(rs: RootService, st: ast.ExplainDeleteServer) -> Result:
@@ -301,6 +350,7 @@ EXECUTORS: dict[type, Callable[[RootService, Any], Result]] = {
     ast.CreateTenant: _create_tenant,
     ast.DropTenant: _drop_tenant,
     ast.SwitchLeader: _switch_leader,
+    ast.RecoverLs: _recover_ls,
     ast.RevokeCertificate: _revoke_certificate,
     ast.CreateUser: _create_user,
     ast.DropUser: _drop_user,

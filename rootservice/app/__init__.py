@@ -35,6 +35,7 @@ from rootservice.metrics import JobReading, Readings
 from rootservice.servers.history_pruner import PRUNE_INTERVAL_US
 from rootservice.tasks import FnTask
 from rootservice.tenants.learner_sync import LEARNER_SYNC_INTERVAL_US
+from rootservice.tenants.log_marks import INTERVAL_US as LOG_MARK_INTERVAL_US
 from rootservice.timers import Schedule
 
 log = logging.getLogger(__name__)
@@ -167,6 +168,8 @@ class RootService(RsComponents):
             (self.migration, s.balancer_interval),
             (self.copy_watch, COPY_WATCH_INTERVAL_US),
             (self.lost_replica_checker, s.lost_replica_check_interval),
+            (self.lost_servers, s.ls_check_interval),
+            (tl.log_marks, LOG_MARK_INTERVAL_US),
             (self.history_pruner, PRUNE_INTERVAL_US),
         ]
 

@@ -61,9 +61,12 @@ from rootservice.servers.loader import ServerLoader, TakeOfficeGrace
 from rootservice.servers.persist_queue import PersistQueue
 from rootservice.servers.ports import Background
 from rootservice.servers.self_suspicion import SelfSuspicion
+from rootservice.servers.tombstones import ServerBurial
 from rootservice.servers.whitelist import Whitelist
 from rootservice.servers.zones import ZoneManager
 from rootservice.tenants.layer import build_tenant_layer
+from rootservice.tenants.lost_servers import LostServers
+from rootservice.tenants.member_removal import MemberRemoval
 from rootservice.timers import Schedule, Timers, WallClockWatchdog
 
 log = logging.getLogger(__name__)
@@ -150,6 +153,7 @@ class RsComponents(ABC):
         self._wire_servers(sleep)
         self._wire_emptying(planner)
         self._wire_intake(sleep)
+        self._wire_lost_servers()
         self._wire_office(flags_set, sleep)
 
     def _wire_servers(self, sleep: Callable[[float], None]) -> None:
@@ -241,7 +245,7 @@ class RsComponents(ABC):
             servers=self.whitelist,
             ls=tl.balancer_view,
             planner=self.planner,
-            term=self.term,
+            term=tl.gate,
             units=self.unit_moves,
             copies=self.copy_tasks,
             jobs=self.delete_jobs,
@@ -255,7 +259,7 @@ class RsComponents(ABC):
             servers=self.whitelist,
             ls=tl.balancer_view,
             planner=self.planner,
-            term=self.term,
+            term=tl.gate,
             store=self.store,
             wake=self.timers.wake,
             metrics=self.metrics,
@@ -350,6 +354,34 @@ class RsComponents(ABC):
             contents=tl.probes,
             wake=self.timers.wake,
             term=self.term,
+        )
+
+    def _wire_lost_servers(self) -> None:
+        tl = self.tenant_layer
+        # FORCE DELETE SERVER and RECOVER LS (issue 24 items 3-4), and the task that ends a
+        # recovery a previous leader left half-way.
+        self.lost_servers = LostServers(
+            whitelist=self.whitelist,
+            burial=ServerBurial(self.whitelist, self.whitelist.tombstones, self.store, self.clock),
+            removal=MemberRemoval(
+                store=self.store,
+                layout=tl.layout,
+                reports=tl.reports,
+                health=tl.health,
+                applier=tl.applier,
+                leaders=tl.leaders,
+                heartbeats=self.heartbeat_requester,
+                events=self.persist,
+                clock=self.clock,
+                settings=self.settings,
+                marks=tl.log_marks,
+            ),
+            layout=tl.layout,
+            pause=tl.pause,
+            term=self.term,
+            store=self.store,
+            clock=self.clock,
+            wake=self.timers.wake,
         )
 
     def _wire_office(self, flags_set: set[str] | None, sleep: Callable[[float], None]) -> None:

@@ -56,6 +56,7 @@ VIEW_EXPRESSION_TYPES: dict[str, str] = {
     "dba_ob_ls_locations.learner_list": "varchar(65536)",
     "dba_ob_ls_locations.rebuild": "varchar(5)",
     "dba_ob_revoked_certificates.revoked_time": "datetime(6)",
+    "dba_ob_server_tombstones.delete_time": "datetime(6)",
 }
 
 

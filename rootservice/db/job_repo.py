@@ -96,6 +96,25 @@ def finish_jobs(
     return int(r.rowcount or 0)
 
 
+def finish_job(
+    conn: sa.Connection, job_id: int, status: str, now_us: int, return_code: int = 0
+) -> int:
+    """Move job ``job_id`` to ``status`` (SUCCESS / CANCELED / FAILED) if it is INPROGRESS;
+    returns rows changed."""
+    t = all_rootservice_job
+    r = conn.execute(
+        t.update()
+        .where(t.c.job_id == job_id, t.c.job_status == "INPROGRESS")
+        .values(
+            job_status=status,
+            return_code=return_code,
+            progress=100 if status == "SUCCESS" else t.c.progress,
+            gmt_modified=us_to_datetime(now_us),
+        )
+    )
+    return int(r.rowcount or 0)
+
+
 def inprogress_jobs(conn: sa.Connection, job_type: str) -> list[Job]:
     """The INPROGRESS jobs of ``job_type`` (with their ``extra_info``), in the database's
     order."""

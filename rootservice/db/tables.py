@@ -267,6 +267,36 @@ all_space_usage = sa.Table(
     *_gmt(),
 )
 
+# --- retired server identities (issue 24 items 3-4; migration 0008) -----------------------
+
+all_server_tombstone = sa.Table(
+    "__all_server_tombstone",
+    metadata,
+    sa.Column("svr_ip", sa.String(46), primary_key=True),
+    sa.Column("svr_port", sa.Integer, primary_key=True, autoincrement=False),
+    # The id the server had: an agent presenting it under another address is refused too.
+    sa.Column("server_id", sa.BigInteger, nullable=False),
+    sa.Column("zone", sa.String(128), nullable=False, server_default=""),
+    # When it was buried, microseconds since the epoch (the RS's clock).
+    sa.Column("deleted_at", sa.BigInteger, nullable=False),
+    # FORCE DELETE SERVER, or RECOVER LS with its plan id.
+    sa.Column("reason", sa.String(1024), nullable=False, server_default=""),
+    *_gmt(),
+)
+
+all_ls_log_mark = sa.Table(
+    "__all_ls_log_mark",
+    metadata,
+    sa.Column("tenant_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("ls_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    # The highest log end index any replica of the LS ever reported, its term and server.
+    sa.Column("log_end_index", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("term", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("svr_ip", sa.String(46), nullable=False, server_default=""),
+    sa.Column("svr_port", sa.Integer, nullable=False, server_default="0"),
+    *_gmt(),
+)
+
 # Names of the tables and views operators may SELECT from (lower case).
 SYSTEM_TABLES = tuple(t.name for t in metadata.sorted_tables)
 SYSTEM_VIEWS = (
@@ -280,6 +310,7 @@ SYSTEM_VIEWS = (
     "dba_ob_ls_locations",
     "dba_ob_rootservice_jobs",
     "dba_ob_revoked_certificates",
+    "dba_ob_server_tombstones",
 )
 
 

@@ -149,10 +149,16 @@ class ServerAdmin:
                 out.append(replace(s))
         return out
 
+    def check_zone_of(self, servers: list[str], zone: str) -> None:
+        """The ZONE clause of a server statement: every server whitelisted and in ``zone``.
+        Raises OB_INVALID_ARGUMENT, OB_SERVER_NOT_IN_WHITE_LIST, OB_SERVER_ZONE_NOT_MATCH."""
+        self._existing(servers, zone)
+
     def add_servers(self, servers: list[str], zone: str | None) -> list[int]:
         """ADD SERVER: new ids, rows NORMAL and lease_expired (display INACTIVE) until the
         first heartbeat; event ``add_server``. All or none. Raises OB_INVALID_ARGUMENT,
-        OB_ENTRY_EXIST, OB_SERVER_CONNECTION_ERROR, then per server in OceanBase 4.3.3's order
+        OB_ENTRY_EXIST, OB_SERVER_ALREADY_DELETED (a buried address, issue 24: refused for
+        ever), OB_SERVER_CONNECTION_ERROR, then per server in OceanBase 4.3.3's order
         (ObServerZoneOpService::add_servers): OB_SERVER_ZONE_NOT_MATCH (agent's own zone
         differs from the statement's, zone_checking_for_adding_server_), OB_OP_NOT_ALLOW
         (agent not empty, "add non-empty server ... not allowed"), OB_ZONE_INFO_NOT_EXIST / OB_ZONE_NOT_ACTIVE (the
@@ -167,6 +173,8 @@ class ServerAdmin:
                         raise ObError(
                             "OB_ENTRY_EXIST", f"server '{key}' is already in the whitelist"
                         )
+                    if (buried := self.whitelist.tombstones.refusal(key, 0)) is not None:
+                        raise buried
             new: list[ServerStatus] = []
             for key in keys:
                 check = self.agents.check_server_empty(key, self.store.epoch)

@@ -133,7 +133,8 @@ class HeartbeatIntake:
         Raises ``ObError``: OB_RS_NOT_MASTER before the RS is in service; OB_INVALID_ARGUMENT
         for a malformed request or another cluster's agent; OB_ZONE_INFO_NOT_EXIST;
         OB_SERVER_NOT_IN_WHITE_LIST (nothing is added); OB_SERVER_ZONE_NOT_MATCH;
-        OB_STATE_NOT_MATCH for a joined server whose identity is gone or differs. Only
+        OB_STATE_NOT_MATCH for a joined server whose identity is gone or differs;
+        OB_SERVER_ALREADY_DELETED for a buried address or server id (issue 24). Only
         memory is touched here; table changes are queued.
         """
         if not self.term.in_service:
@@ -156,6 +157,9 @@ class HeartbeatIntake:
                 # OB_INVALID_ARGUMENT rather than "not in white list".
                 key = self.whitelist.resolve_key(req.server)
                 s = self._servers.get(key)
+            # A buried identity (FORCE DELETE / RECOVER LS, issue 24) never rejoins.
+            if (refusal := self.whitelist.tombstones.refusal(key, req.server_id)) is not None:
+                raise refusal
             if not self.zones.exists(req.zone):
                 raise ObError("OB_ZONE_INFO_NOT_EXIST", req.zone[:128])
             if s is None:

@@ -16,7 +16,7 @@ from typing import Any
 from obcommon.addresses import format_server
 from obcommon.clock import Clock
 from rootservice.config import RsSettings
-from rootservice.db import server_repo, zone_repo
+from rootservice.db import server_repo, tombstone_repo, zone_repo
 from rootservice.ha.store import MetaStore
 from rootservice.servers.identity import ClusterIdentity
 from rootservice.servers.persist_queue import PersistQueue
@@ -162,11 +162,13 @@ class ServerLoader:
             with self.store.read() as conn:
                 rows = server_repo.load_servers(conn)
                 zones = zone_repo.load_zones(conn)
+                stones = tombstone_repo.load_tombstones(conn)
             now = self.clock.now_us()
             mono = self.clock.monotonic_us()
             self_server = self.identity.self_server
             with self.whitelist.lock:
                 self.zones.replace_all(zones)
+                self.whitelist.tombstones.replace_all(stones)
                 fresh: dict[str, ServerStatus] = {}
                 candidates: set[str] = set()
                 for r in rows:

@@ -28,6 +28,7 @@ from rootservice.servers.status import (
     ServerStatus,
     display_status,
 )
+from rootservice.servers.tombstone_set import Tombstones
 
 
 class Whitelist:
@@ -52,6 +53,9 @@ class Whitelist:
         # (permanent-offline deadline on the monotonic clock, key) of lease-expired servers;
         # stale entries are skipped when popped.
         self.offline_heap: list[tuple[int, str]] = []
+        # The buried identities (issue 24): refused at lease time and by ADD SERVER; kept
+        # here because every reader of the whitelist's keys must see them.
+        self.tombstones = Tombstones()
 
     # --- the read API (any layer) ----------------------------------------------------------
 

@@ -16,9 +16,11 @@ from rootservice.tenants.ddl import TenantManager
 from rootservice.tenants.host_health import HostHealth
 from rootservice.tenants.leaders import LeaderCoordinator
 from rootservice.tenants.learner_sync import LearnerSync
+from rootservice.tenants.log_marks import LogMarks
 from rootservice.tenants.log_streams import TenantReplicas
 from rootservice.tenants.meta_sync import LsMetaSync
 from rootservice.tenants.once_log import OnceLog
+from rootservice.tenants.pause import PausableGate, SchedulingPause
 from rootservice.tenants.ports import (
     EventSink,
     HeartbeatRequester,
@@ -57,6 +59,10 @@ class TenantLayer:
     pre_checks: ServerPreChecks
     probes: ServerProbes
     balancer_view: BalancerView
+    #: Held by RECOVER LS / FORCE DELETE SERVER (issue 24); the scheduling tasks' gate.
+    pause: SchedulingPause
+    gate: PausableGate
+    log_marks: LogMarks
 
 
 def build_tenant_layer(
@@ -82,6 +88,8 @@ def build_tenant_layer(
     applier = ReplicaApplier(store, agents, servers, reports, clock.monotonic_us)
     meta_sync = LsMetaSync(term, store, clock, servers, layout, reports)
     ls_warnings = OnceLog()
+    pause = SchedulingPause()
+    gate = PausableGate(term, pause)
     leaders = LeaderCoordinator(
         servers=servers,
         health=health,
@@ -98,7 +106,7 @@ def build_tenant_layer(
         warnings=ls_warnings,
     )
     reconciler = LsReconciler(
-        term=term,
+        term=gate,
         health=health,
         layout=layout,
         reports=reports,
@@ -111,7 +119,7 @@ def build_tenant_layer(
         warnings=ls_warnings,
     )
     rebuilder = ReplicaRebuilder(
-        term=term,
+        term=gate,
         health=health,
         layout=layout,
         reports=reports,
@@ -190,4 +198,7 @@ def build_tenant_layer(
         pre_checks=pre_checks,
         probes=probes,
         balancer_view=balancer_view,
+        pause=pause,
+        gate=gate,
+        log_marks=LogMarks(term, store, clock, reports),
     )

@@ -61,10 +61,21 @@ class ServerPreChecks:
         self.sleep = sleep
 
     def check_delete(self, targets: list[ServerStatus]) -> None:
-        """DELETE SERVER: the other active servers of each zone can hold every unit of the
-        deleted servers (CPU, memory, log disk, one unit per tenant and server), else
-        OB_DELETE_SERVER_NOT_ALLOWED naming the unit and the resource short; every LS has a
-        leader, else OB_OP_NOT_ALLOW naming the first LS without one."""
+        """DELETE SERVER: every LS has a leader, else OB_OP_NOT_ALLOW naming the first LS
+        without one (checked first: an LS that lost its majority blocks every removal, and
+        its way out is RECOVER LS, issue 24); the other active servers of each zone can
+        hold every unit of the deleted servers (CPU, memory, log disk, one unit per tenant
+        and server), else OB_DELETE_SERVER_NOT_ALLOWED naming the unit and the resource
+        short."""
+        views = self.reports.views()
+        for key in sorted(self.layout.topology().plans):
+            if views.get(key, LsView(key)).leader is None:
+                raise ObError(
+                    "OB_OP_NOT_ALLOW",
+                    f"delete server while log stream {key[1]} of tenant {key[0]} has no leader; it is",
+                    detail="if it lost its majority, see ALTER SYSTEM RECOVER LS ... FROM LOST "
+                    "SERVERS",
+                )
         keys = {s.key for s in targets}
         with self.store.read() as conn:
             rooms = self.rooms.rooms(conn, exclude_usable=keys)
@@ -88,13 +99,6 @@ class ServerPreChecks:
                 f"cannot delete server '{u.server}': unit {u.unit_id} has nowhere to go "
                 f"({f.reason})",
             )
-        views = self.reports.views()
-        for key in sorted(self.layout.topology().plans):
-            if views.get(key, LsView(key)).leader is None:
-                raise ObError(
-                    "OB_OP_NOT_ALLOW",
-                    f"delete server while log stream {key[1]} of tenant {key[0]} has no leader; it is",
-                )
 
     def check_stop(self, targets: list[ServerStatus], mode: StopMode) -> None:
         """STOP / FORCE STOP SERVER (SPEC.md section 7; OceanBase's

@@ -15,11 +15,11 @@ from obcommon.errors import ObError
 from obcommon.proto import obrpc_pb2
 from rootservice.config import RsSettings
 from rootservice.db.event_repo import Event
-from rootservice.ha.term import Term
 from rootservice.metrics import Metrics
 from rootservice.tenants.host_health import HostHealth
 from rootservice.tenants.leaders import LeaderCoordinator
 from rootservice.tenants.once_log import OnceLog
+from rootservice.tenants.pause import ActGate
 from rootservice.tenants.ports import EventSink
 from rootservice.tenants.replica_specs import ReplicaApplier
 from rootservice.tenants.reports import LsView, ReplicaReports, effective_members, in_sync
@@ -38,7 +38,7 @@ class LsReconciler:
     def __init__(
         self,
         *,
-        term: Term,
+        term: ActGate,
         health: HostHealth,
         layout: LayoutCache,
         reports: ReplicaReports,

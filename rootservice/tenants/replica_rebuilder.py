@@ -24,10 +24,10 @@ from obcommon.clock import Clock
 from obcommon.errors import ObError
 from rootservice.config import RsSettings
 from rootservice.db.event_repo import Event
-from rootservice.ha.term import Term
 from rootservice.metrics import Metrics
 from rootservice.tenants.host_health import HostHealth
 from rootservice.tenants.once_log import OnceLog
+from rootservice.tenants.pause import ActGate
 from rootservice.tenants.ports import EventSink
 from rootservice.tenants.replica_specs import ReplicaApplier
 from rootservice.tenants.reports import LsView, ReplicaReports, effective_members
@@ -61,7 +61,7 @@ class ReplicaRebuilder:
     def __init__(
         self,
         *,
-        term: Term,
+        term: ActGate,
         health: HostHealth,
         layout: LayoutCache,
         reports: ReplicaReports,

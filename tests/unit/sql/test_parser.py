@@ -71,6 +71,7 @@ def test_bootstrap_needs_a_server() -> None:
         ("START", "START"),
         ("STOP", "STOP"),
         ("FORCE STOP", "FORCE_STOP"),
+        ("FORCE DELETE", "FORCE_DELETE"),
         ("ISOLATE", "ISOLATE"),
         ("cancel   delete", "CANCEL_DELETE"),
         ("Force\nStop", "FORCE_STOP"),
@@ -161,6 +162,45 @@ def test_explain_delete_server(text: str, statement: ast.Statement) -> None:
 )
 def test_explain_syntax_errors(text: str, rest: str) -> None:
     assert parse_error(text).to_sql_text() == near(rest)
+
+
+# --- ALTER SYSTEM RECOVER LS (issue 24 item 4) ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "statement"),
+    [
+        (
+            "ALTER SYSTEM RECOVER LS FROM LOST SERVERS '10.0.0.1:2882'",
+            ast.RecoverLs(servers=("10.0.0.1:2882",)),
+        ),
+        (
+            "alter system recover ls tenant T1 ls = 1001 from lost servers 'a:1', 'b:2' dry run;",
+            ast.RecoverLs(servers=("a:1", "b:2"), tenant="t1", ls_id=1001, dry_run=True),
+        ),
+        (
+            "ALTER SYSTEM RECOVER LS LS 1002 FROM LOST SERVERS 'a:1' DRY RUN",
+            ast.RecoverLs(servers=("a:1",), ls_id=1002, dry_run=True),
+        ),
+    ],
+)
+def test_recover_ls(text: str, statement: ast.Statement) -> None:
+    assert parse(text) == statement
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ALTER SYSTEM RECOVER LS FROM LOST SERVERS",
+        "ALTER SYSTEM RECOVER LS LS 1 TENANT t FROM LOST SERVERS 'a:1'",
+        "ALTER SYSTEM RECOVER LS FROM SERVERS 'a:1'",
+        "ALTER SYSTEM RECOVER LS FROM LOST SERVERS 'a:1' DRY",
+    ],
+)
+def test_recover_ls_syntax_errors(text: str) -> None:
+    with pytest.raises(ObError) as e:
+        parse(text)
+    assert e.value.name == "ER_PARSE_ERROR"
 
 
 # --- ALTER SYSTEM ... ZONE -----------------------------------------------------------------

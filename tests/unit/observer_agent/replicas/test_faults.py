@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import statistics
 from pathlib import Path
 
 from obcommon.clock import SystemClock
-from observer_agent.replicas.faults import FAULT_REPLICATION_DELAY_FILE
+from observer_agent.replicas.faults import (
+    FAULT_APPLY_HOLD_FILE,
+    FAULT_REPLICATION_DELAY_FILE,
+    FaultSwitches,
+)
 from tests.unit.observer_agent.helpers import run, wait_until
 from tests.unit.observer_agent.replicas.helpers import end_index, nodes, spec, upsert
 
@@ -40,3 +45,12 @@ def test_replication_delay_fault_gives_a_steady_lag(tmp_path: Path) -> None:
             )
 
     run(scenario())
+
+
+def test_apply_hold_fault_is_read_in_milliseconds(tmp_path: Path) -> None:
+    switches = FaultSwitches(tmp_path, 0.1, logging.getLogger("test"))
+    assert switches.apply_hold_s() == 0.0  # no file, no hold
+    (tmp_path / FAULT_APPLY_HOLD_FILE).write_text("1500\n")
+    assert switches.apply_hold_s() == 1.5
+    (tmp_path / FAULT_APPLY_HOLD_FILE).write_text("soon")
+    assert switches.apply_hold_s() == 0.0  # malformed: ignored

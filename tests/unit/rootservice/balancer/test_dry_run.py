@@ -195,7 +195,9 @@ def _refusal(rs: RootService, text: str) -> tuple[str, str]:
         (f"'{A}', '{A}'", "OB_INVALID_ARGUMENT"),
         ("'not-an-address'", "OB_INVALID_ARGUMENT"),
         (f"'{A}'", "OB_OP_NOT_ALLOW"),  # the LS has no leader
-        (f"'{B}'", "OB_DELETE_SERVER_NOT_ALLOWED"),  # z2 has no other server for the unit
+        # z2 has no other server for the unit, but the LS without a leader is checked
+        # first (issue 24: its way out is RECOVER LS)
+        (f"'{B}'", "OB_OP_NOT_ALLOW"),
     ],
 )
 def test_refusals_are_delete_servers_own(rs: RootService, servers: str, name: str) -> None:

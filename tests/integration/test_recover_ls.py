@@ -1,0 +1,152 @@
+"""Integration test of issue 24 items 3-4 with real processes on PostgreSQL: three agents, a
+tenant of three log streams with three replicas each, two agents (the leader's and one
+follower's) killed. DELETE SERVER is refused naming the LS without a leader; FORCE DELETE of
+the live server is refused; RECOVER LS's DRY RUN lists exactly the three LS with the survivor
+and its log end and changes nothing; RECOVER LS applied with the RS killed at its commit point (the survivor
+holding the call in flight) is finished by the next RS: every LS gets a leader within 30 s of
+its start, none was changed half-way before; a removed agent restarted with its old data
+directory is refused at lease time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from obcommon.proto import obrpc_pb2
+from tests.integration.test_tenants import RS_FLAGS, TenantCluster, replica_report
+from tests.support.cluster import ProcSet, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+# The buried servers are emptied by the balancer once RECOVER ends: plans in pandas, not a
+# SparkSession started inside the RS (test_delete_server.py does the same on PostgreSQL).
+FLAGS = {**RS_FLAGS, "balancer_planner": "local"}
+
+LS_IDS = (1001, 1002, 1003)
+TENANT = 1002
+
+
+def snapshot(c: TenantCluster, survivor: str) -> tuple[Any, ...]:
+    """What a dry run must not change: the survivor's replicas (role, term, members), the
+    servers' statuses, the jobs and the tombstones."""
+    reps = replica_report(survivor)
+    return (
+        sorted((k, r.role, r.term, tuple(r.member_list), r.leader) for k, r in reps.items()),
+        sorted(c.statuses().items()),
+        c.ok("SELECT job_id, job_type, job_status FROM DBA_OB_ROOTSERVICE_JOBS ORDER BY job_id"),
+        c.ok("SELECT svr_ip, svr_port FROM DBA_OB_SERVER_TOMBSTONES"),
+    )
+
+
+def _quietly(c: TenantCluster, text: str) -> None:
+    """Run ``text``; the RS is killed under it, so its answer (or none) does not matter."""
+    with contextlib.suppress(Exception):
+        c.sql(text)
+
+
+def leads_alone(server: str) -> bool:
+    """``server`` leads every LS with itself as the only member."""
+    reps = replica_report(server)
+    return all(
+        (r := reps.get((TENANT, ls))) is not None
+        and r.role == obrpc_pb2.LEADER
+        and list(r.member_list) == [server]
+        for ls in LS_IDS
+    )
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_recover_ls_after_losing_two_of_three(procs: ProcSet, tmp_path: Path, db_url: str) -> None:
+    c = TenantCluster(procs, tmp_path, db_url)
+    c.start_rs(**FLAGS)
+    a1, a2, a3 = c.bootstrap()
+    c.make_tenant(ls_count=3)
+    wait_until(lambda: c.leaders_on(a1) == 3, 20, message="3 leaders in primary zone z1")
+    # The follower first: were the leader's lease to expire first, a3 would be elected
+    # while a2 still counted for the majority.
+    c.agents[a2].kill()
+    wait_until(lambda: c.statuses().get(a2) == "INACTIVE", 15, message="a2 INACTIVE")
+    c.agents[a1].kill()
+    wait_until(lambda: c.statuses().get(a1) == "INACTIVE", 15, message="a1 INACTIVE")
+
+    # DELETE SERVER names the LS without a leader.
+    resp = c.sql(f"ALTER SYSTEM DELETE SERVER '{a1}'")
+    assert resp.error.name == "OB_OP_NOT_ALLOW", resp.error
+    assert f"log stream 1001 of tenant {TENANT} has no leader" in resp.error.message
+    # FORCE DELETE of the live server is refused; of a1 it is too (every LS would be left
+    # with 1 of 3 members), naming the LS and RECOVER LS.
+    live = c.sql(f"ALTER SYSTEM FORCE DELETE SERVER '{a3}'")
+    assert live.error.name == "OB_OP_NOT_ALLOW" and "heartbeats" in live.error.message
+    minority = c.sql(f"ALTER SYSTEM FORCE DELETE SERVER '{a1}'")
+    assert minority.error.name == "OB_OP_NOT_ALLOW" and "RECOVER LS" in minority.error.message
+
+    # DRY RUN: exactly the three LS, survivor a3 with its log end; nothing changes.
+    before = snapshot(c, a3)
+    rows = c.ok(f"ALTER SYSTEM RECOVER LS FROM LOST SERVERS '{a1}', '{a2}' DRY RUN")
+    ends = {k[1]: r.log_end_index for k, r in replica_report(a3).items()}
+    assert [r[1] for r in rows] == list(LS_IDS)
+    for r in rows:
+        tenant_id, ls, _plan, action, survivor, _term, end, highest, lost = r[:9]
+        assert (tenant_id, action, survivor) == (TENANT, "RECOVER", a3)
+        assert end == ends[ls] and highest >= end and lost == highest - end
+        assert r[11] == a3  # MEMBERS_AFTER
+    assert len({r[2] for r in rows}) == 1  # one plan id
+    assert snapshot(c, a3) == before
+
+    # Applied, and the RS killed at its commit point: a3 holds every ApplyReplicas 20 s, the
+    # RS is killed once the lost servers are buried (its call to the survivor in flight),
+    # and the next RS finishes the run from the plan in the job row.
+    hold = c.data_dir(a3) / "FAULT_APPLY_HOLD_MS"
+    hold.write_text("20000")
+    text = f"ALTER SYSTEM RECOVER LS FROM LOST SERVERS '{a1}', '{a2}'"
+    runner = threading.Thread(target=lambda: _quietly(c, text), daemon=True)
+    runner.start()
+    wait_until(
+        lambda: c.ok(
+            "SELECT 1 FROM __all_rootservice_event_history WHERE event = 'recover_ls_bury'"
+        ),
+        20,
+        message="the lost servers buried",
+    )
+    assert c.rs is not None
+    c.rs.kill()
+    hold.unlink()
+    # No LS half-changed meanwhile: a3 (its call held) still follows nobody at the old term.
+    assert all(r.term == 1 and r.role != obrpc_pb2.LEADER for r in replica_report(a3).values())
+    runner.join(timeout=70)
+    c.start_rs(**FLAGS)
+    wait_until(lambda: leads_alone(a3), 30, message="every LS led by the survivor")
+    assert "resumed after an RS failover" in c.rs.log_text()
+    first = replica_report(a3)[(TENANT, 1001)].log_end_index
+    wait_until(
+        lambda: replica_report(a3)[(TENANT, 1001)].log_end_index > first,
+        10,
+        message="the survivor appends again",
+    )
+    wait_until(
+        lambda: (
+            c.ok("SELECT job_status FROM DBA_OB_ROOTSERVICE_JOBS WHERE job_type = 'RECOVER_LS'")
+            == [["SUCCESS"]]
+        ),
+        10,
+        message="the RECOVER_LS job SUCCESS",
+    )
+    events = {e for (e,) in c.ok("SELECT event FROM __all_rootservice_event_history")}
+    assert {"recover_ls_plan", "recover_ls_check", "recover_ls_bury", "recover_ls_done"} <= events
+
+    # a1 restarted with its old data directory: refused at lease time, never ACTIVE.
+    c.restart_agent(a1)
+    again = c.agents[a1]
+    wait_until(
+        lambda: "OB_SERVER_ALREADY_DELETED" in again.log_text(),
+        20,
+        message="the buried agent refused",
+    )
+    assert "may never rejoin" in again.log_text()
+    assert c.statuses()[a1] == "DELETING"
+    assert leads_alone(a3)
