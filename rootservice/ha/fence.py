@@ -43,7 +43,7 @@ def choose_epoch(row_epoch: int, reported: Iterable[int]) -> int:
     """The epoch a root service takes office (or re-takes the lease row) with: one above the
     lease row's ``row_epoch`` and every epoch an agent reported (issue 24 item 1). Without
     the reports an RS on a store that lost the last bump would reuse that epoch."""
-    return max(row_epoch, *reported) + 1
+    return max([row_epoch, *reported]) + 1
 
 
 class EpochFence:
