@@ -11,6 +11,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import sqlalchemy as sa
 
@@ -35,7 +36,7 @@ from rootservice.bootstrap import Bootstrap
 from rootservice.config import RsSettings
 from rootservice.db.catalog import Catalog
 from rootservice.ha.election import Election
-from rootservice.ha.fence import EpochFence
+from rootservice.ha.fence import METADATA_SERVER_FILE, EpochFence
 from rootservice.ha.readiness import Readiness
 from rootservice.ha.store import MetaStore
 from rootservice.ha.term import Term
@@ -133,6 +134,7 @@ class RsComponents(ABC):
             lambda: self.settings.lease_time,
             self.metrics,
             on_primary_change=lambda until: self.take_office_grace.hold_until(until),
+            state_file=Path(settings.data_dir) / METADATA_SERVER_FILE,
         )
         self.store = MetaStore(
             sa.create_engine("sqlite://"),

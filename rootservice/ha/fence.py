@@ -27,16 +27,22 @@ Times are integer microseconds (monotonic for the hold).
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from obcommon.clock import Clock
 from obcommon.fencing import FenceToken, reports_conflict
+from obcommon.files import write_atomic
 from rootservice.db.server_identity import ServerIdentity
 from rootservice.metrics import Metrics
 
 log = logging.getLogger(__name__)
+
+#: The file in the RS's data directory keeping the metadata server seen (issue 24).
+METADATA_SERVER_FILE = "metadata_server.json"
 
 
 def choose_epoch(row_epoch: int, reported: Iterable[int]) -> int:
@@ -53,7 +59,9 @@ class EpochFence:
     ``on_primary_change(until_mono)`` is told when one starts (the take-office grace then
     holds agents' leases until ``until_mono``); ``metrics`` counts
     ``rs_epoch_conflicts_total``, ``rs_db_servers_refused_total`` and
-    ``rs_primary_changes_total``. Thread-safe.
+    ``rs_primary_changes_total``. ``state_file`` keeps the server seen across restarts of
+    this RS (a restarted RS must not take the old primary listed first in its URL for the
+    one it wrote through; None: memory only). Thread-safe.
     """
 
     def __init__(
@@ -62,8 +70,11 @@ class EpochFence:
         lease_time: Callable[[], int],
         metrics: Metrics | None = None,
         on_primary_change: Callable[[int], None] | None = None,
+        state_file: Path | None = None,
     ) -> None:
-        """Nothing reported, no server seen."""
+        """Nothing reported; the server seen is the one ``state_file`` keeps (an unreadable
+        file is logged and ignored)."""
+        self.state_file = state_file
         self.clock = clock
         self.lease_time = lease_time
         self.metrics = metrics or Metrics()
@@ -76,7 +87,7 @@ class EpochFence:
         # (token, server).
         self._demand: tuple[FenceToken, str] | None = None
         #: The highest-timeline server seen (None before the first, and on SQLite).
-        self.seen: ServerIdentity | None = None
+        self.seen: ServerIdentity | None = self._load()
         self._hold_until_mono = 0
 
     # --- agents' reports ------------------------------------------------------------------
@@ -142,6 +153,7 @@ class EpochFence:
             if seen is None or ident.timeline > seen.timeline:
                 changed = seen is not None
                 self.seen = ident
+                self._save(ident)
                 if changed:
                     until = self.clock.monotonic_us() + self.lease_time()
                     self._hold_until_mono = max(self._hold_until_mono, until)
@@ -156,6 +168,28 @@ class EpochFence:
             if self.on_primary_change is not None:
                 self.on_primary_change(self._hold_until_mono)
         return None
+
+    def _load(self) -> ServerIdentity | None:
+        if self.state_file is None or not self.state_file.exists():
+            return None
+        try:
+            d = json.loads(self.state_file.read_text())
+            return ServerIdentity(int(d["system_id"]), int(d["timeline"]), str(d["server"]))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            log.error("ignoring %s: %s", self.state_file, e)
+            return None
+
+    def _save(self, ident: ServerIdentity) -> None:
+        # Under the lock: the file follows the memory in order. A failed write is logged:
+        # this process still remembers.
+        if self.state_file is None:
+            return
+        d = {"system_id": ident.system_id, "timeline": ident.timeline, "server": ident.server}
+        try:
+            self.state_file.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.state_file, json.dumps(d).encode())
+        except OSError as e:
+            log.error("cannot keep the metadata server seen in %s: %s", self.state_file, e)
 
     def holding(self, mono: int) -> bool:
         """True within one ``lease_time`` (monotonic ``mono``) after a change of primary."""

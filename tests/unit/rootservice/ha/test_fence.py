@@ -161,3 +161,14 @@ def test_a_report_below_our_token_is_no_conflict() -> None:
         FenceToken(5, 2),
         "a",
     )
+
+
+def test_the_server_seen_survives_a_restart_of_the_rs(tmp_path: Path) -> None:
+    state = tmp_path / "rs" / "metadata_server.json"
+    first = EpochFence(FakeClock(), lambda: LEASE, state_file=state)
+    assert first.judge_server(ServerIdentity(7, 1, "p1")) is None
+    assert first.judge_server(ServerIdentity(7, 2, "p2")) is None
+    again = EpochFence(FakeClock(), lambda: LEASE, state_file=state)
+    assert again.seen == ServerIdentity(7, 2, "p2")
+    # The old primary, listed first in the URL and restarted writable, is refused at once.
+    assert again.judge_server(ServerIdentity(7, 1, "p1")) is not None
