@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import logging
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,6 +29,8 @@ from alembic.script import ScriptDirectory
 
 import migrations
 from rootservice.db.server_identity import ServerIdentity, read_dbapi_identity
+
+log = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = Path(migrations.__file__).resolve().parent
 # pg_advisory_xact_lock key serialising schema migrations (an arbitrary constant).
@@ -211,6 +214,7 @@ def make_engine(
                     return conn
                 host, port = conn.info.host, conn.info.port
                 conn.close()
+                log.warning("not using the database server %s:%s: %s", host, port, why)
                 rest = _without_server(params, host, port)
                 if rest is None:
                     raise psycopg.OperationalError(f"server {host}:{port} refused: {why}")

@@ -46,10 +46,14 @@ class PgPair:
     def __init__(self, *, synchronous: bool) -> None:
         """Start both and wait until the standby streams (``pg_stat_replication``)."""
         settings = {"synchronous_commit": "on", "wal_level": "replica"}
+        primary = dict(settings)
         if synchronous:
-            settings["synchronous_standby_names"] = "standby"
-        self.primary = PgServer(settings=settings)
+            primary["synchronous_standby_names"] = "standby"
+        self.primary = PgServer(settings=primary)
         try:
+            # Without synchronous_standby_names: once promoted it has no standby to wait
+            # for, and with the setting every commit would hang (Patroni's synchronous_mode
+            # changes it at the promotion; by hand, the promoted server starts without it).
             self.standby = PgServer(settings=settings, standby_of=self.primary)
         except BaseException:
             self.primary.stop()
@@ -82,17 +86,19 @@ class PgPair:
         return bool(row and row[0])
 
     def pause_replication(self) -> None:
-        """SIGSTOP the standby's WAL receiver: nothing the primary commits from now on reaches
-        it (an asynchronous standby's lag, made certain). :meth:`resume_replication` ends it."""
-        with self.standby.connect() as c:
-            row = c.execute("SELECT pid FROM pg_stat_wal_receiver").fetchone()
+        """SIGSTOP the primary's WAL sender: nothing the primary commits from now on reaches
+        the standby (an asynchronous standby's lag, made certain; stopping the standby's
+        receiver instead would not do: the kernel keeps receiving into its socket buffer).
+        :meth:`resume_replication` ends it; :meth:`kill_primary` kills it with the rest."""
+        with self.primary.connect() as c:
+            row = c.execute("SELECT pid FROM pg_stat_replication").fetchone()
         if row is None or row[0] is None:
-            raise PgServerError("the standby has no WAL receiver")
+            raise PgServerError("the primary has no WAL sender")
         self._paused = int(row[0])
         os.kill(self._paused, signal.SIGSTOP)
 
     def resume_replication(self) -> None:
-        """SIGCONT the WAL receiver :meth:`pause_replication` stopped (a no-op otherwise)."""
+        """SIGCONT the WAL sender :meth:`pause_replication` stopped (a no-op otherwise)."""
         pid, self._paused = self._paused, None
         if pid is not None:
             with contextlib.suppress(ProcessLookupError):
@@ -109,7 +115,9 @@ class PgPair:
 
     def restart_old_primary(self) -> None:
         """Start the killed primary again on its data directory: crash recovery, then a
-        writable primary of its own history (its timeline is the old one)."""
+        writable primary of its own history (its timeline is the old one), without a
+        synchronous standby to wait for (so it would commit whatever reached it)."""
+        self.primary.settings.pop("synchronous_standby_names", None)
         self.primary.recover()
 
     def timeline(self, server: PgServer) -> int:

@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import psycopg
@@ -69,6 +70,20 @@ def find_pg_bindir() -> Path:
         "`postgresql` package) or install PostgreSQL 15 yourself. Set OB_TEST_SKIP_PG=1 to "
         "skip the PostgreSQL half of the suite in a quick local run."
     )
+
+
+def _wait_dead(pid: int, timeout_s: float = 10.0) -> None:
+    """Wait (bounded) until ``pid`` is gone or a zombie."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return
+        if state in ("Z", "X"):
+            return
+        time.sleep(0.01)
+    raise PgServerError(f"process {pid} still alive {timeout_s}s after SIGKILL")
 
 
 def _major_of(name: str) -> int:
@@ -199,6 +214,17 @@ class PgServer:
                 os.kill(child, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
+        # The dead postmaster may stay a zombie (its parent, pg_ctl, is gone and the
+        # container's init may not reap): PostgreSQL would take its pid file for a live
+        # server and refuse to start again. It is dead, so the file goes.
+        _wait_dead(pid)
+        for left in (
+            self.data_dir / "postmaster.pid",
+            self.base_dir / f".s.PGSQL.{self.port}.lock",
+            self.base_dir / f".s.PGSQL.{self.port}",
+        ):
+            with contextlib.suppress(FileNotFoundError):
+                left.unlink()
         self._running = False
 
     def promote(self) -> None:
