@@ -187,8 +187,7 @@ class FencingModel(RuleBasedStateMachine):
             for token, _ in agent.obeyed:
                 by_epoch.setdefault(token.epoch, set()).add(token.incarnation)
                 assert len(by_epoch[token.epoch]) == 1, (
-                    f"agent {i} obeyed two root services with epoch {token.epoch}: "
-                    f"{agent.obeyed}"
+                    f"agent {i} obeyed two root services with epoch {token.epoch}: {agent.obeyed}"
                 )
                 assert token.epoch >= last, f"agent {i} obeyed a lower epoch: {agent.obeyed}"
                 last = token.epoch
