@@ -48,7 +48,7 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
         # Every epoch an agent obeyed, seen by standbys too: a take-office starts above it
         # (issue 24 item 1).
         if req.rs_epoch > self.rs.fence.highest_known:
-            self.rs.fence.note_epoch(req.rs_epoch)
+            self.rs.fence.note_epoch(req.rs_epoch, req.server)
         try:
             why = self.rs.term.guard()
             if why is not None:

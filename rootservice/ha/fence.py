@@ -33,6 +33,7 @@ import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from obcommon.bounds import MAX_TERM_JUMP
 from obcommon.clock import Clock
 from obcommon.fencing import FenceToken, reports_conflict
 from obcommon.files import write_atomic
@@ -97,7 +98,8 @@ class EpochFence:
         RS holding ``own`` (epoch 0: not in office). True when it conflicts with ``own``:
         the demand is recorded for :meth:`take_demand` (the caller refuses the agent and
         wakes the election). Cheap when it does not conflict."""
-        self.note_epoch(reported.epoch)
+        if not self.note_epoch(reported.epoch, server):
+            return False
         if own.epoch == 0 or not reports_conflict(own, reported):
             return False
         with self._lock:
@@ -106,12 +108,21 @@ class EpochFence:
         self.metrics.inc("rs_epoch_conflicts_total")
         return True
 
-    def note_epoch(self, epoch: int) -> None:
-        """``epoch`` was used (a term of ours, an agent's report): a later take-office starts
-        above it. Cheap when it is not above :attr:`highest_known`."""
-        if epoch > self.highest_known:
-            with self._lock:
-                self.highest_known = max(self.highest_known, epoch)
+    def note_epoch(self, epoch: int, reporter: str = "") -> bool:
+        """``epoch`` was used (a term of ours, an agent's report from ``reporter``): a later
+        take-office starts above it. Cheap when it is not above :attr:`highest_known`.
+        A report more than :data:`~obcommon.bounds.MAX_TERM_JUMP` above every epoch known is
+        ignored and False returned (a forged or corrupt one must not push the epoch out of
+        the agents' bounds: issue 10)."""
+        if epoch <= self.highest_known:
+            return True
+        if reporter and epoch > max(self.highest_known, 1) + MAX_TERM_JUMP:
+            self.metrics.inc("rs_epoch_reports_ignored_total")
+            log.warning("ignoring epoch %d reported by %s: an absurd jump", epoch, reporter)
+            return False
+        with self._lock:
+            self.highest_known = max(self.highest_known, epoch)
+        return True
 
     def take_demand(self) -> tuple[FenceToken, str] | None:
         """The highest conflicting report since the last call (then forgotten), or None."""

@@ -157,6 +157,8 @@ def test_a_report_below_our_token_is_no_conflict() -> None:
     assert not fence.report("a", FenceToken(5, 1), own)
     assert not fence.report("a", FenceToken(9, 9), FenceToken(0, 0))  # a standby: noted only
     assert fence.highest_known == 9 and not fence.pending()
+    # A forged epoch far above everything known is not believed (issue 10).
+    assert not fence.report("a", FenceToken(10**9, 9), own) and fence.highest_known == 9
     assert fence.report("a", FenceToken(5, 2), own) and fence.take_demand() == (
         FenceToken(5, 2),
         "a",
