@@ -45,9 +45,13 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
         """``receive_hb(req, checks)`` with the term guard, the counters and the handling
         time; a refusal becomes the response's ``error``."""
         t0 = time.perf_counter_ns()
-        # Every epoch an agent obeyed, seen by standbys too: a take-office starts above it
-        # (issue 24 item 1).
-        if req.rs_epoch > self.rs.fence.highest_known:
+        # Every epoch an agent of this cluster obeyed, seen by standbys too: a take-office
+        # starts above it (issue 24 item 1).
+        if (
+            req.rs_epoch > self.rs.fence.highest_known
+            and req.cluster_id
+            and req.cluster_id == self.rs.identity.cluster_id
+        ):
             self.rs.fence.note_epoch(req.rs_epoch, req.server)
         try:
             why = self.rs.term.guard()

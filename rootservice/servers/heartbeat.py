@@ -153,11 +153,6 @@ class HeartbeatIntake:
             check_lease_request(req, now, steady)
         else:
             checks.check(req, now, raw, steady)
-        epoch = self.term.epoch
-        if req.rs_epoch > epoch or (
-            req.rs_epoch == epoch and req.rs_incarnation != self.term.incarnation
-        ):
-            self._token_reported(req)
         key = req.server
         with self._lock:
             s = self._servers.get(key)
@@ -176,6 +171,12 @@ class HeartbeatIntake:
                     detail=f"server '{key}' is in zone '{s.zone}', not '{req.zone}'",
                 )
             self._check_cluster_id(req, s)
+            # Only a server of this cluster's whitelist may make this RS raise its epoch.
+            epoch = self.term.epoch
+            if req.rs_epoch > epoch or (
+                req.rs_epoch == epoch and req.rs_incarnation != self.term.incarnation
+            ):
+                self._token_reported(req)
             changed = False
             if req.cluster_id and not s.with_partition:
                 # The agent keeps this cluster's identity: from now on an empty one from

@@ -54,6 +54,10 @@ def test_a_conflicting_report_is_refused_and_the_leader_raises_its_epoch(
     # Our own token, or a lower one, reported back: nothing to do.
     rs.heartbeats.receive_hb(hb(A, ZA, rs_epoch=own.epoch, rs_incarnation=own.incarnation))
     assert not rs.fence.pending()
+    # A server outside the whitelist cannot make it raise anything.
+    stranger = hb("127.0.0.1:3999", ZA, rs_epoch=own.epoch + 3)
+    assert error_name(rs.heartbeats.receive_hb, stranger) == "OB_SERVER_NOT_IN_WHITE_LIST"
+    assert not rs.fence.pending()
     # The agent obeyed another root service with our epoch (the store went back in time).
     other = own.incarnation ^ 0x55
     conflict = hb(A, ZA, rs_epoch=own.epoch, rs_incarnation=other)
