@@ -39,6 +39,7 @@ from observer_agent.disk import (
     DiskProbe,
     probe_data_disk,
 )
+from observer_agent.fence import TokenKeeper
 from observer_agent.identity import (
     ClusterIdentity,
     IdentityError,
@@ -65,7 +66,8 @@ class Agent:
 
     ``settings`` gives the addresses and intervals; ``clock`` all the times (integer
     microseconds since the epoch). ``data_dir`` is created if needed and its identity file
-    loaded: raises :class:`observer_agent.identity.IdentityError` when that file is
+    loaded (with the fencing token it keeps): raises
+    :class:`observer_agent.identity.IdentityError` when either file is
     unreadable. ``rng`` drives the reconnect jitter; ``disk_probe`` is the blocking probe
     (defaults to :func:`observer_agent.disk.probe_data_disk`).
 
@@ -129,6 +131,11 @@ class Agent:
             self.data_dir, self.log, disk_probe, disk_probe_timeout_us, self.metrics
         )
         self.resources = ResourceMonitor(settings, self.log, resource_timeout_us)
+        try:
+            # The highest RS fencing token obeyed before this start (issue 24 item 1).
+            self.tokens = TokenKeeper(self.data_dir, self.log)
+        except ValueError as e:
+            raise IdentityError(str(e)) from e
         self.rs = RsAddresses(settings.rs_list, self.log)
         # One per process, shared by every channel, so a rotation is seen everywhere.
         self.security = TransportSecurity.for_dir(settings.certs_dir, Role.NODE)
@@ -159,6 +166,7 @@ class Agent:
             self.metrics,
             self.replicas.copy_bandwidth,
             revoked=self.peer_gate.revoked,
+            tokens=self.tokens,
         )
         # The Prometheus exposition (issue 12): read from the components at each scrape.
         self.metrics.registry.register(AgentCollector(self))
@@ -231,8 +239,9 @@ class Agent:
 
     @property
     def highest_epoch(self) -> int:
-        """The highest ``rs_epoch`` of an accepted lease response."""
-        return self.lease.highest_epoch
+        """The epoch of the highest RS fencing token obeyed (a lease answer or a command;
+        kept in ``DATA_DIR/rs_token.json`` across restarts)."""
+        return self.tokens.highest.epoch
 
     @property
     def lease_expire_time(self) -> int:

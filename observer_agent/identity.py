@@ -8,12 +8,13 @@ reports to ADD SERVER / BOOTSTRAP, and what stops an agent from ever joining ano
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+# Re-exported: the replicas' files use them from here.
+from obcommon.files import fsync_dir as fsync_dir
+from obcommon.files import write_atomic as write_atomic
 
 IDENTITY_FILE = "identity.json"
 
@@ -85,30 +86,3 @@ def write_identity(data_dir: Path, ident: ClusterIdentity) -> Path:
     target = identity_path(directory)
     write_atomic(target, ident.to_json().encode("utf-8"))
     return target
-
-
-def write_atomic(path: Path, payload: bytes) -> None:
-    """Replace ``path`` with ``payload``: temp file in the same directory, fsync, rename,
-    fsync the directory. After a crash the file is the old or the new one, never half of
-    one. Raises ``OSError`` (the temp file is removed)."""
-    tmp = path.with_name(f".{path.name}.tmp.{uuid.uuid4().hex}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    fsync_dir(path.parent)
-
-
-def fsync_dir(directory: Path) -> None:
-    """fsync ``directory``: a rename is only durable once the directory entry is on disk."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

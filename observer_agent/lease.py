@@ -28,6 +28,7 @@ from obcommon.addresses import parse_host_port
 from obcommon.backoff import Backoff, BackoffPolicy
 from obcommon.clock import Clock
 from obcommon.errors import ObError, error_from_proto
+from obcommon.fencing import FenceToken
 from obcommon.proto import obrpc_pb2
 from obcommon.ratelimit_log import RateLimitedLog
 from obcommon.security.certs import Role
@@ -35,6 +36,7 @@ from obcommon.security.revocation import RevokedSerials
 from obcommon.security.tls import TransportSecurity
 from observer_agent.address import LocalServer
 from observer_agent.background import describe_exception, is_set, sleep_unless_stopped
+from observer_agent.fence import TokenKeeper
 from observer_agent.identity import ClusterIdentity, write_identity
 from observer_agent.lease_stream import LateAnswer, LeaseStream
 from observer_agent.metrics import AgentMetrics
@@ -149,6 +151,7 @@ class LeaseDecisions:
         copy_rate: CopyRateLimit | None = None,
         reconnect: BackoffPolicy | None = None,
         revoked: RevokedSerials | None = None,
+        tokens: TokenKeeper | None = None,
     ) -> None:
         """Unregistered and not serving; lease streams are opened through ``security``
         (default: what ``settings.certs_dir`` says); renewal round trips are observed in
@@ -158,7 +161,10 @@ class LeaseDecisions:
         (default: full jitter from ``settings.reconnect_backoff_base`` to
         ``reconnect_backoff_cap``, 100 ms and 2 s, the cap at most ``heartbeat_interval``;
         issue 14 item 1), drawn from ``rng``. ``revoked`` takes the RS's revocation list from
-        the accepted answers (issue 26 item 5; the agent's peer gate refuses what it holds)."""
+        the accepted answers (issue 26 item 5; the agent's peer gate refuses what it holds).
+        ``tokens`` keeps the highest RS fencing token obeyed (issue 24; default: the one kept
+        in ``settings.data_dir``)."""
+        self.tokens = tokens if tokens is not None else TokenKeeper(Path(settings.data_dir), log)
         self._copy_rate = copy_rate
         self.revoked = revoked if revoked is not None else RevokedSerials()
         self.metrics = metrics or AgentMetrics()
@@ -183,7 +189,6 @@ class LeaseDecisions:
         self.log = log
 
         self.identity = identity
-        self.highest_epoch = 0
         self.lease_expire_time = 0
         self.server_id = identity.server_id if identity else 0
         self.rs_server_status: obrpc_pb2.RsServerStatus.ValueType = obrpc_pb2.RSS_INVALID
@@ -209,6 +214,11 @@ class LeaseDecisions:
         self._conn: LeaseStream | None = None
 
     @property
+    def highest_epoch(self) -> int:
+        """The epoch of the highest fencing token obeyed (:attr:`tokens`)."""
+        return self.tokens.highest.epoch
+
+    @property
     def server(self) -> str:
         """This server's ``ip:port``."""
         return self._address.server
@@ -222,11 +232,12 @@ class LeaseDecisions:
     def build_lease_request(self) -> obrpc_pb2.LeaseRequest:
         """The next ``LeaseRequest`` (SPEC.md section 5); every call takes a new ``seq``.
 
-        ``current_server_time`` is ``clock.now_us()``; ``rs_epoch`` the highest epoch
-        accepted; ``cluster_id`` and ``server_id`` the kept identity's or "" / 0; ``server_status`` 0x1 while the
+        ``current_server_time`` is ``clock.now_us()``; ``rs_epoch`` / ``rs_incarnation`` the
+        highest fencing token obeyed; ``cluster_id`` and ``server_id`` the kept identity's or "" / 0; ``server_status`` 0x1 while the
         data disk is failing; ``replicas`` every hosted replica (from memory, no I/O).
         """
         self._seq += 1
+        token = self.tokens.highest
         req = obrpc_pb2.LeaseRequest(
             version=LEASE_REQUEST_VERSION,
             zone=self.settings.zone,
@@ -236,7 +247,8 @@ class LeaseDecisions:
             start_service_time=self.start_service_time,
             current_server_time=self.clock.now_us(),
             server_status=self._disk.server_status,
-            rs_epoch=self.highest_epoch,
+            rs_epoch=token.epoch,
+            rs_incarnation=token.incarnation,
             cluster_id=self.identity.cluster_id if self.identity else "",
             server_id=self.identity.server_id if self.identity else 0,
             seq=self._seq,
@@ -252,9 +264,11 @@ class LeaseDecisions:
         Refused, in this order: an in-band error (``error.code != 0``; a ``leader_hint``
         becomes the next address to try); ``heartbeat_expire_time <= now``; a ``cluster_id``
         other than the kept identity's (logged at ERROR: a server never joins another
-        cluster); ``rs_epoch`` lower than the highest accepted (a deposed RS). Epochs are
-        only learnt from accepted responses: a refusal, or an RS of another cluster, must not
-        be able to fence our own RS out.
+        cluster); a fencing token ``(rs_epoch, rs_incarnation)`` that does not follow the
+        highest obeyed (:func:`obcommon.fencing.refusal`: a deposed RS, or two with one epoch).
+        Tokens are only learnt from accepted responses (and kept on disk before the answer
+        is acted on): a refusal, or an RS of another cluster, must not be able to fence our
+        own RS out.
 
         A ``server_id`` other than the kept identity's is refused too (issue 13 item 5:
         logged at ERROR, rate-limited; service never starts).
@@ -291,13 +305,10 @@ class LeaseDecisions:
             self._count_refusal("other_cluster")
             self.registered = False
             return False
-        if resp.rs_epoch < self.highest_epoch:
-            return self._refuse(
-                rs_addr,
-                "stale_epoch",
-                f"rs_epoch {resp.rs_epoch} is lower than epoch {self.highest_epoch} already seen "
-                "(a deposed RS)",
-            )
+        token = FenceToken(resp.rs_epoch, resp.rs_incarnation)
+        why = self.tokens.judge(token)
+        if why is not None:
+            return self._refuse(rs_addr, "stale_epoch", why)
         if self.identity is None and resp.server_id > 0 and resp.cluster_id:
             ident = ClusterIdentity(
                 resp.cluster_id, resp.server_id, self.settings.zone, self.server
@@ -343,7 +354,13 @@ class LeaseDecisions:
             )
             return False
 
-        self.highest_epoch = max(self.highest_epoch, resp.rs_epoch)
+        try:
+            self.tokens.obey(token)
+        except OSError as e:
+            self.log.error("lease from %s refused: cannot keep its fencing token: %s", rs_addr, e)
+            self._count_refusal("token_write_failed")
+            self.registered = False
+            return False
         self.lease_expire_time = resp.lease_expire_time or resp.heartbeat_expire_time
         if resp.server_id > 0:
             self.server_id = resp.server_id

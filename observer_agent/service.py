@@ -25,6 +25,8 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
+from obcommon.errors import error_to_proto
+from obcommon.fencing import FenceToken
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from obcommon.security.certs import Role
 from observer_agent.agent import Agent
@@ -72,8 +74,12 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
     ) -> obrpc_pb2.ApplyReplicasResponse:
         """``ObserverService.ApplyReplicas`` of obrpc.proto; answers in-band, never aborts.
 
-        - ``rs_epoch`` lower than the highest epoch the agent accepted -> ``error``
-          ``OB_RS_NOT_MASTER``, nothing applied (the epoch is not learnt from this call).
+        - The fencing token ``(rs_epoch, rs_incarnation)`` is judged first (issue 24 item 1,
+          :meth:`observer_agent.fence.TokenKeeper.admit`): an epoch lower than the highest
+          obeyed, or equal with another incarnation -> ``error`` ``OB_RS_NOT_MASTER`` naming
+          both tokens, nothing applied; an absurd epoch -> ``OB_INVALID_ARGUMENT``. A higher
+          token is kept on disk before anything is applied, so no other root service with
+          the same epoch is obeyed afterwards, not even after a restart.
         - Each ``upsert``, in order: an absent replica is created (data file built, awaited,
           then in service) as leaderless at term 0, then the spec is applied like for a
           present one. With ``copy_from``, an absent replica is instead built by copy from
@@ -104,6 +110,14 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
         await self.agent.peer_gate.admit(context, "ObserverService.ApplyReplicas", RS_ONLY)
         # A test fault holds the call before the epoch is read (issue 24).
         await self.agent.replicas.hold_apply()
+        refused = self.agent.tokens.admit(
+            FenceToken(request.rs_epoch, request.rs_incarnation), "ApplyReplicas"
+        )
+        if refused is not None:
+            resp = obrpc_pb2.ApplyReplicasResponse()
+            error_to_proto(refused, resp.error)
+            resp.replicas.extend(self.agent.replicas.report())
+            return resp
         budget = context.time_remaining() if context is not None else None
         return await self.agent.replicas.apply(request, self.agent.highest_epoch, budget)
 

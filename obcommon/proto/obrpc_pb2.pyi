@@ -165,6 +165,7 @@ class LeaseRequest(_message.Message):
     REPLICAS_FIELD_NUMBER: _builtins.int
     SERVER_ID_FIELD_NUMBER: _builtins.int
     REVOCATION_VERSION_FIELD_NUMBER: _builtins.int
+    RS_INCARNATION_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     zone: _builtins.str
     server: _builtins.str
@@ -186,6 +187,11 @@ class LeaseRequest(_message.Message):
     revocation_version: _builtins.int
     """The version of the revocation list the agent holds (issue 26 item 5; 0 = empty): the
     RS sends its list only when its own version differs.
+    """
+    rs_incarnation: _builtins.int
+    """The incarnation of the highest RS fencing token the agent obeyed (with rs_epoch; issue
+    24 item 1): an RS whose own token is lower, or of the same epoch and another
+    incarnation, raises its epoch above it before it commands anything.
     """
     @_builtins.property
     def resource_info(self) -> Global___ResourceInfo: ...
@@ -211,10 +217,11 @@ class LeaseRequest(_message.Message):
         replicas: _abc.Iterable[Global___ReplicaInfo] | None = ...,
         server_id: _builtins.int = ...,
         revocation_version: _builtins.int = ...,
+        rs_incarnation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["resource_info", b"resource_info"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_version", b"build_version", "cluster_id", b"cluster_id", "current_server_time", b"current_server_time", "replicas", b"replicas", "resource_info", b"resource_info", "revocation_version", b"revocation_version", "rs_epoch", b"rs_epoch", "seq", b"seq", "server", b"server", "server_id", b"server_id", "server_status", b"server_status", "sql_port", b"sql_port", "start_service_time", b"start_service_time", "version", b"version", "zone", b"zone"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_version", b"build_version", "cluster_id", b"cluster_id", "current_server_time", b"current_server_time", "replicas", b"replicas", "resource_info", b"resource_info", "revocation_version", b"revocation_version", "rs_epoch", b"rs_epoch", "rs_incarnation", b"rs_incarnation", "seq", b"seq", "server", b"server", "server_id", b"server_id", "server_status", b"server_status", "sql_port", b"sql_port", "start_service_time", b"start_service_time", "version", b"version", "zone", b"zone"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -242,6 +249,7 @@ class LeaseResponse(_message.Message):
     MIGRATION_MAX_BYTES_PER_SECOND_FIELD_NUMBER: _builtins.int
     REVOCATION_VERSION_FIELD_NUMBER: _builtins.int
     REVOKED_SERIALS_FIELD_NUMBER: _builtins.int
+    RS_INCARNATION_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     lease_expire_time: _builtins.int
     heartbeat_expire_time: _builtins.int
@@ -262,6 +270,10 @@ class LeaseResponse(_message.Message):
     serials (lower-case hex) only when the request's revocation_version differs, so an
     unchanged list costs one integer per heartbeat. The agent refuses these certificates
     on its own gRPC services.
+    """
+    rs_incarnation: _builtins.int
+    """The random id the RS drew when it took office with rs_epoch: (rs_epoch, rs_incarnation)
+    is its fencing token (issue 24 item 1). Sent with refusals too.
     """
     @_builtins.property
     def rs_list(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
@@ -286,10 +298,11 @@ class LeaseResponse(_message.Message):
         migration_max_bytes_per_second: _builtins.int = ...,
         revocation_version: _builtins.int = ...,
         revoked_serials: _abc.Iterable[_builtins.str] | None = ...,
+        rs_incarnation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "error", b"error", "heartbeat_expire_time", b"heartbeat_expire_time", "leader_hint", b"leader_hint", "lease_expire_time", b"lease_expire_time", "migration_max_bytes_per_second", b"migration_max_bytes_per_second", "revocation_version", b"revocation_version", "revoked_serials", b"revoked_serials", "rs_epoch", b"rs_epoch", "rs_list", b"rs_list", "rs_server_status", b"rs_server_status", "seq", b"seq", "server_id", b"server_id", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "error", b"error", "heartbeat_expire_time", b"heartbeat_expire_time", "leader_hint", b"leader_hint", "lease_expire_time", b"lease_expire_time", "migration_max_bytes_per_second", b"migration_max_bytes_per_second", "revocation_version", b"revocation_version", "revoked_serials", b"revoked_serials", "rs_epoch", b"rs_epoch", "rs_incarnation", b"rs_incarnation", "rs_list", b"rs_list", "rs_server_status", b"rs_server_status", "seq", b"seq", "server_id", b"server_id", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -489,7 +502,10 @@ class ApplyReplicasRequest(_message.Message):
     RS_EPOCH_FIELD_NUMBER: _builtins.int
     UPSERT_FIELD_NUMBER: _builtins.int
     DROP_FIELD_NUMBER: _builtins.int
+    RS_INCARNATION_FIELD_NUMBER: _builtins.int
     rs_epoch: _builtins.int
+    rs_incarnation: _builtins.int
+    """with rs_epoch, the RS's fencing token (issue 24)"""
     @_builtins.property
     def upsert(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaSpec]:
         """create when absent, else adopt members / leader / term"""
@@ -504,10 +520,11 @@ class ApplyReplicasRequest(_message.Message):
         rs_epoch: _builtins.int = ...,
         upsert: _abc.Iterable[Global___ReplicaSpec] | None = ...,
         drop: _abc.Iterable[Global___ReplicaKey] | None = ...,
+        rs_incarnation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["drop", b"drop", "rs_epoch", b"rs_epoch", "upsert", b"upsert"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["drop", b"drop", "rs_epoch", b"rs_epoch", "rs_incarnation", b"rs_incarnation", "upsert", b"upsert"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -645,15 +662,19 @@ class RequestHeartbeatRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RS_EPOCH_FIELD_NUMBER: _builtins.int
+    RS_INCARNATION_FIELD_NUMBER: _builtins.int
     rs_epoch: _builtins.int
+    rs_incarnation: _builtins.int
+    """with rs_epoch, the RS's fencing token (issue 24)"""
     def __init__(
         self,
         *,
         rs_epoch: _builtins.int = ...,
+        rs_incarnation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["rs_epoch", b"rs_epoch"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rs_epoch", b"rs_epoch", "rs_incarnation", b"rs_incarnation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -664,15 +685,19 @@ class CheckServerEmptyRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RS_EPOCH_FIELD_NUMBER: _builtins.int
+    RS_INCARNATION_FIELD_NUMBER: _builtins.int
     rs_epoch: _builtins.int
+    rs_incarnation: _builtins.int
+    """with rs_epoch, the RS's fencing token (issue 24)"""
     def __init__(
         self,
         *,
         rs_epoch: _builtins.int = ...,
+        rs_incarnation: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["rs_epoch", b"rs_epoch"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rs_epoch", b"rs_epoch", "rs_incarnation", b"rs_incarnation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

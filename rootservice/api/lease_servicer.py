@@ -45,6 +45,14 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
         """``receive_hb(req, checks)`` with the term guard, the counters and the handling
         time; a refusal becomes the response's ``error``."""
         t0 = time.perf_counter_ns()
+        # Every epoch an agent of this cluster obeyed, seen by standbys too: a take-office
+        # starts above it (issue 24 item 1).
+        if (
+            req.rs_epoch > self.rs.fence.highest_known
+            and req.cluster_id
+            and req.cluster_id == self.rs.identity.cluster_id
+        ):
+            self.rs.fence.note_epoch(req.rs_epoch, req.server)
         try:
             why = self.rs.term.guard()
             if why is not None:
@@ -65,7 +73,10 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
             self.rs.heartbeats_refused_total += 1
             refused = self.rs.heartbeats_refused
             refused[e.name] = refused.get(e.name, 0) + 1
-            resp = obrpc_pb2.LeaseResponse(seq=req.seq, rs_epoch=self.rs.store.epoch)
+            token = self.rs.term.token()
+            resp = obrpc_pb2.LeaseResponse(
+                seq=req.seq, rs_epoch=token.epoch, rs_incarnation=token.incarnation
+            )
             error_to_proto(e, resp.error)
             if e.name == "OB_RS_NOT_MASTER":
                 resp.leader_hint = self.rs.leader_hint()

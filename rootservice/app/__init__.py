@@ -76,7 +76,7 @@ class RootService(RsComponents):
         url = self.settings.effective_db_url()
         shown = sa.make_url(url).render_as_string(hide_password=True)
         try:
-            self.engine = dbengine.make_engine(url)
+            self.engine = dbengine.make_engine(url, server_judge=self.fence.judge_server)
             dbengine.upgrade(self.engine)
             self.store.engine = self.engine
             with self.engine.connect() as conn:

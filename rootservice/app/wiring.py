@@ -11,6 +11,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import sqlalchemy as sa
 
@@ -35,6 +36,7 @@ from rootservice.bootstrap import Bootstrap
 from rootservice.config import RsSettings
 from rootservice.db.catalog import Catalog
 from rootservice.ha.election import Election
+from rootservice.ha.fence import METADATA_SERVER_FILE, EpochFence
 from rootservice.ha.readiness import Readiness
 from rootservice.ha.store import MetaStore
 from rootservice.ha.term import Term
@@ -128,11 +130,21 @@ class RsComponents(ABC):
             metrics=self.metrics,
             wake_election=self._wake_election,
         )
+        # Issue 24 item 1: the agents' reported epochs and the metadata servers seen; after
+        # a change of primary the take-office grace holds agents' leases for one lease.
+        self.fence = EpochFence(
+            self.clock,
+            lambda: self.settings.lease_time,
+            self.metrics,
+            on_primary_change=lambda until: self.take_office_grace.hold_until(until),
+            state_file=Path(settings.data_dir) / METADATA_SERVER_FILE,
+        )
         self.store = MetaStore(
             sa.create_engine("sqlite://"),
             (host, int(port)),
             self.term,
             idle_timeout_us=lambda: self.settings.lease_time,
+            fence=self.fence,
         )
         # Transport security: mutual TLS with rs.crt when a certificates directory is given,
         # else plaintext. The command line insists on one of --certs-dir / --insecure;
@@ -147,7 +159,9 @@ class RsComponents(ABC):
             count=lambda kind: self.metrics.inc(f"peer_refused_{kind}_total"),
             clock=self.clock,
         )
-        self.agents = AgentClient(settings.rpc_timeout, self.security)
+        self.agents = AgentClient(
+            settings.rpc_timeout, self.security, incarnation=lambda: self.term.incarnation
+        )
         self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rs-bg")
         self.background: Background = background or self._background
         self._wire_servers(sleep)
@@ -304,6 +318,7 @@ class RsComponents(ABC):
             wake=self.timers.wake,
             background=self.background,
             transit=self.intake_health,
+            fence=self.fence,
         )
         # A mass expiry makes the RS suspect itself and hold permanent offline (issue 14
         # item 7).
@@ -455,6 +470,7 @@ class RsComponents(ABC):
             on_elected=self.office.take_office,
             on_step_down=self.office.step_down,
             metrics=self.metrics,
+            fence=self.fence,
         )
         # Readiness for /readyz and the gRPC health service (issue 12): the term, a
         # rate-limited database probe; a standby's admin service can forward statements

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,9 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 import migrations
+from rootservice.db.server_identity import ServerIdentity, read_dbapi_identity
+
+log = logging.getLogger(__name__)
 
 MIGRATIONS_DIR = Path(migrations.__file__).resolve().parent
 # pg_advisory_xact_lock key serialising schema migrations (an arbitrary constant).
@@ -109,8 +113,36 @@ class BoundedConnection(psycopg.Connection[Any]):
             ) from None
 
 
+#: ``ConnectionRecord.info`` key of the :class:`ServerIdentity` a connection reached.
+IDENTITY_KEY = "ob_server_identity"
+
+#: Judges the server a new connection reached: the reason to refuse it, or None.
+ServerJudge = Callable[[ServerIdentity | None], str | None]
+
+
+def _without_server(params: dict[str, Any], host: str, port: int) -> dict[str, Any] | None:
+    """``params`` of a libpq multi-host connection without the ``host:port`` entry, or None
+    when no other server is left (or the hosts cannot be told apart)."""
+    hosts = str(params.get("host") or "").split(",")
+    ports = str(params.get("port") or "").split(",")
+    if len(hosts) < 2:
+        return None
+    if len(ports) != len(hosts):
+        ports = [ports[0] if ports else ""] * len(hosts)
+    keep = [
+        (h, p) for h, p in zip(hosts, ports, strict=True) if (h, p or "5432") != (host, str(port))
+    ]
+    if not keep or len(keep) == len(hosts):
+        return None
+    return {**params, "host": ",".join(h for h, _ in keep), "port": ",".join(p for _, p in keep)}
+
+
 def make_engine(
-    url: str, *, connect_timeout_s: int = 5, pool_timeout_s: float = POOL_TIMEOUT_S
+    url: str,
+    *,
+    connect_timeout_s: int = 5,
+    pool_timeout_s: float = POOL_TIMEOUT_S,
+    server_judge: ServerJudge | None = None,
 ) -> sa.Engine:
     """Create an engine for ``url`` (``sqlite:///path`` or ``postgresql+psycopg://...``).
 
@@ -118,6 +150,12 @@ def make_engine(
     of ``connect_timeout_s`` (libpq: the whole connection start-up), :data:`TCP_ARGS`, a
     pre-ping on checkout, at most ``POOL_SIZE + MAX_OVERFLOW`` connections and
     ``pool_timeout_s`` of waiting for one. SQLite files' parent directories are created.
+    ``server_judge`` (PostgreSQL, issue 24 item 1) sees the :class:`ServerIdentity` of every
+    new connection (None when unreadable) and may refuse it: the connection is closed and,
+    with a multi-host URL, the next server of the list is tried without the refused one (libpq
+    alone would pick the first writable one again: an old primary restarted writable); with
+    none left the connection fails (``psycopg.OperationalError``). The accepted identity is
+    kept in the connection's ``info`` under :data:`IDENTITY_KEY`.
     Raises ``sqlalchemy.exc.ArgumentError`` for a malformed URL; connection errors surface on
     first use.
     """
@@ -159,8 +197,28 @@ def make_engine(
         engine = sa.create_engine(u, **kwargs)
 
         @sa.event.listens_for(engine, "do_connect")
-        def _connect(_d: Any, _rec: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
-            return BoundedConnection.connect(*cargs, **cparams)
+        def _connect(_d: Any, rec: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
+            params = cparams
+            while True:
+                conn = BoundedConnection.connect(*cargs, **params)
+                if server_judge is None:
+                    return conn
+                try:
+                    ident = read_dbapi_identity(conn)
+                except BaseException:
+                    conn.close()
+                    raise
+                why = server_judge(ident)
+                if why is None:
+                    rec.info[IDENTITY_KEY] = ident
+                    return conn
+                host, port = conn.info.host, conn.info.port
+                conn.close()
+                log.warning("not using the database server %s:%s: %s", host, port, why)
+                rest = _without_server(params, host, port)
+                if rest is None:
+                    raise psycopg.OperationalError(f"server {host}:{port} refused: {why}")
+                params = rest
 
         return engine
     return sa.create_engine(u, **kwargs)

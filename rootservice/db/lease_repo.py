@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from obcommon.errors import ObError
+from rootservice.db.server_identity import ServerIdentity
 from rootservice.db.tables import (
     all_service_epoch,
 )
@@ -24,12 +25,18 @@ RS_EPOCH_NAME = "rootservice_epoch"
 @dataclass(frozen=True)
 class RsLease:
     """The lease row: ``epoch`` (0 = never taken), ``holder`` (``"ip:port"``, "" = nobody),
-    ``expire_us`` and ``renew_us`` (microseconds since the epoch by the database's clock)."""
+    ``expire_us`` and ``renew_us`` (microseconds since the epoch by the database's clock);
+    ``incarnation`` (the holder's random id, 0 = none: issue 24), ``pg_system_id`` and
+    ``pg_timeline`` (the PostgreSQL server the holder took office or last renewed through;
+    None on SQLite)."""
 
     epoch: int
     holder: str
     expire_us: int
     renew_us: int
+    incarnation: int = 0
+    pg_system_id: int | None = None
+    pg_timeline: int | None = None
 
 
 def db_now_us(conn: sa.Connection) -> int:
@@ -62,15 +69,37 @@ def read_lease(conn: sa.Connection, *, lock: bool = False) -> RsLease:
     ``FOR UPDATE``: a take-over then waits for every fenced transaction of the old leader,
     which hold the row ``FOR SHARE`` (see :func:`check_epoch`)."""
     t = all_service_epoch
-    q = sa.select(t.c.value, t.c.svr_ip, t.c.svr_port, t.c.lease_expire_time, t.c.lease_renew_time)
-    q = q.where(t.c.name == RS_EPOCH_NAME)
+    q = sa.select(
+        t.c.value,
+        t.c.svr_ip,
+        t.c.svr_port,
+        t.c.lease_expire_time,
+        t.c.lease_renew_time,
+        t.c.incarnation,
+        t.c.pg_system_id,
+        t.c.pg_timeline,
+    ).where(t.c.name == RS_EPOCH_NAME)
     if lock:
         q = q.with_for_update()
     r = conn.execute(q).first()
     if r is None:
         return RsLease(0, "", 0, 0)
     holder = f"{r.svr_ip}:{r.svr_port}" if r.svr_ip else ""
-    return RsLease(int(r.value), holder, int(r.lease_expire_time), int(r.lease_renew_time))
+    return RsLease(
+        int(r.value),
+        holder,
+        int(r.lease_expire_time),
+        int(r.lease_renew_time),
+        int(r.incarnation),
+        r.pg_system_id,
+        r.pg_timeline,
+    )
+
+
+def _server_values(server: ServerIdentity | None) -> dict[str, int]:
+    if server is None:
+        return {}
+    return {"pg_system_id": server.system_id, "pg_timeline": server.timeline}
 
 
 def check_epoch(conn: sa.Connection, epoch: int) -> None:
@@ -92,13 +121,23 @@ def check_epoch(conn: sa.Connection, epoch: int) -> None:
 
 
 def take_lease(
-    conn: sa.Connection, old: RsLease, holder: tuple[str, int], now_us: int, expire_us: int
+    conn: sa.Connection,
+    old: RsLease,
+    holder: tuple[str, int],
+    now_us: int,
+    expire_us: int,
+    *,
+    epoch: int = 0,
+    incarnation: int = 0,
+    server: ServerIdentity | None = None,
 ) -> int:
     """Take office: raise the epoch from ``old.epoch`` (as read with ``lock=True`` in the same
-    transaction) and make ``holder`` the leader until ``expire_us``; returns the new epoch.
-    Creates the row when it is missing (a database migrated before 0002 inserted it)."""
+    transaction) to ``epoch`` (default and at least ``old.epoch + 1``) and make ``holder``
+    the leader until ``expire_us`` with ``incarnation``, recording ``server`` (issue 24);
+    returns the new epoch. Creates the row when it is missing (a database migrated before
+    0002 inserted it)."""
     t = all_service_epoch
-    new = old.epoch + 1
+    new = max(epoch, old.epoch + 1)
     ts = us_to_datetime(now_us)
     values = {
         "value": new,
@@ -107,6 +146,8 @@ def take_lease(
         "lease_expire_time": expire_us,
         "lease_renew_time": now_us,
         "gmt_modified": ts,
+        "incarnation": incarnation,
+        **_server_values(server),
     }
     n = conn.execute(
         t.update().where(t.c.name == RS_EPOCH_NAME, t.c.value == old.epoch).values(**values)
@@ -117,10 +158,16 @@ def take_lease(
 
 
 def renew_lease(
-    conn: sa.Connection, epoch: int, holder: tuple[str, int], now_us: int, expire_us: int
+    conn: sa.Connection,
+    epoch: int,
+    holder: tuple[str, int],
+    now_us: int,
+    expire_us: int,
+    server: ServerIdentity | None = None,
 ) -> bool:
-    """Extend the lease of ``holder`` at ``epoch`` to ``expire_us``; False (nothing changed)
-    when the row has another epoch or holder, i.e. this RS was deposed."""
+    """Extend the lease of ``holder`` at ``epoch`` to ``expire_us``, recording ``server`` (the
+    PostgreSQL server renewed through, issue 24; None leaves the columns); False (nothing
+    changed) when the row has another epoch or holder, i.e. this RS was deposed."""
     t = all_service_epoch
     n = conn.execute(
         t.update()
@@ -134,6 +181,7 @@ def renew_lease(
             lease_expire_time=expire_us,
             lease_renew_time=now_us,
             gmt_modified=us_to_datetime(now_us),
+            **_server_values(server),
         )
     ).rowcount
     return bool(n)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import secrets
 import threading
 from collections.abc import Callable
 
@@ -42,9 +43,13 @@ import sqlalchemy as sa
 from obcommon.addresses import parse_server
 from obcommon.clock import Clock
 from obcommon.errors import ObError
+from obcommon.fencing import FenceToken
 from obcommon.ratelimit_log import RateLimitedLog
-from rootservice.db import lease_repo, member_repo
+from rootservice.db import event_repo, lease_repo, member_repo
 from rootservice.db.engine import db_error_summary, io_deadline, set_local
+from rootservice.db.event_repo import Event
+from rootservice.db.server_identity import ServerIdentity, read_identity
+from rootservice.ha.fence import EpochFence, choose_epoch
 from rootservice.ha.store import MetaStore
 from rootservice.ha.term import CLEAN_STOP, Term, lease_timings
 from rootservice.metrics import Metrics
@@ -69,6 +74,12 @@ def merge_rs_list(stored: str, me: str, keep: int = MAX_RS_LIST) -> list[str]:
     return [*addrs, me][-keep:]
 
 
+def new_incarnation() -> int:
+    """A random incarnation id for a new term: 63 bits (a positive int64 on the wire), never
+    0 (0 means "none")."""
+    return secrets.randbits(63) or 1
+
+
 def is_wildcard(host: str) -> bool:
     """True for an unspecified listen address (``0.0.0.0``, ``::``): not an identity."""
     try:
@@ -87,7 +98,12 @@ class Election:
     SYSTEM SET applies at the next renewal). ``db_clock`` replaces the database's clock (unit
     tests pass their FakeClock); None reads the database's. ``on_elected(epoch)`` takes
     office (in the round that won; raising makes the round step down again);
-    ``on_step_down(reason)`` cleans up in the election thread.
+    ``on_step_down(reason)`` cleans up in the election thread. ``fence`` holds the agents'
+    reported epochs and the metadata servers seen (issue 24 item 1): a take-office starts
+    above both the row and every reported epoch, a conflicting report makes the leader re-take
+    the row above it (:meth:`_retake`), a server of a lower timeline is refused, and no
+    take-office happens within one lease after a change of primary. ``incarnation()`` draws
+    each term's incarnation id.
     """
 
     name = "rs_election"
@@ -103,8 +119,12 @@ class Election:
         on_step_down: Callable[[str], None],
         metrics: Metrics | None = None,
         db_clock: Clock | None = None,
+        fence: EpochFence | None = None,
+        incarnation: Callable[[], int] = new_incarnation,
     ) -> None:
         """Start as a standby; nothing is read until a round."""
+        self.fence = fence or EpochFence(clock, lease_time, metrics)
+        self.incarnation = incarnation
         self.store = store
         self.term = term
         self.clock = clock
@@ -150,7 +170,9 @@ class Election:
             self.term.round_thread = threading.get_ident()
             try:
                 self._finish_step_down()
-                if self.term.epoch:
+                if self.term.epoch and self.fence.pending():
+                    self._retake()
+                elif self.term.epoch:
                     self._renew()
                 else:
                     self._try_take_office()
@@ -193,11 +215,17 @@ class Election:
         try:
             with io_deadline(self._round_bound_s()), self.store.engine.begin() as conn:
                 self._begin_round(conn)
+                server = self._judge_server(conn)
                 now = self._db_now(conn)
                 member_repo.touch(conn, holder, now)
                 row = None
-                if not lease_repo.renew_lease(conn, epoch, holder, now, now + lease):
+                if not lease_repo.renew_lease(conn, epoch, holder, now, now + lease, server):
                     row = lease_repo.read_lease(conn)
+                    if row.epoch < epoch:
+                        self._went_back(conn, now, epoch, row.epoch, "the lease row")
+        except ObError as e:
+            self.term.request_step_down(f"lease renewal refused: {e.message}", epoch)
+            return
         except sa.exc.SQLAlchemyError as e:
             self.metrics.inc("rs_election_errors_total")
             self.term.request_step_down(f"lease renewal failed: {db_error_summary(e)}", epoch)
@@ -220,6 +248,7 @@ class Election:
         try:
             with io_deadline(self._round_bound_s()), self.store.engine.begin() as conn:
                 self._begin_round(conn)
+                server = self._judge_server(conn)
                 row = lease_repo.read_lease(conn, lock=True)
                 now = self._db_now(conn)
                 # Seen by the status API's root services (issue 12): standbys too.
@@ -228,10 +257,33 @@ class Election:
                 # of this RS: binding the same port proves that process is gone. Not so for
                 # a wildcard address, which several hosts may be configured with.
                 own = row.holder == me and not is_wildcard(holder[0])
-                if row.holder and not own and now < row.expire_us:
+                if row.holder and row.holder != me:
                     self.term.leader = row.holder
+                if (row.holder and not own and now < row.expire_us) or self.fence.holding(
+                    self.clock.monotonic_us()
+                ):
+                    # After a change of primary, the new server's clock and its copy of the
+                    # row are not trusted for one lease (issue 24 item 1).
                     return
-                epoch = lease_repo.take_lease(conn, row, holder, now, now + lease)
+                reported = self.fence.highest_known
+                if reported > row.epoch:
+                    self._went_back(conn, now, reported, row.epoch, "epochs agents obeyed")
+                epoch = choose_epoch(row.epoch, [reported])
+                incarnation = self.incarnation()
+                epoch = lease_repo.take_lease(
+                    conn,
+                    row,
+                    holder,
+                    now,
+                    now + lease,
+                    epoch=epoch,
+                    incarnation=incarnation,
+                    server=server,
+                )
+        except ObError as e:
+            self.metrics.inc("rs_election_errors_total")
+            self._failures.warning("round", "election round refused: %s", e.message)
+            return
         except sa.exc.SQLAlchemyError as e:
             self.metrics.inc("rs_election_errors_total")
             self._failures.warning(
@@ -242,11 +294,12 @@ class Election:
         with self.store.write_lock:
             # Under the write lock: a write of the previous term still in flight finishes
             # (and fails its fence) before the new epoch is used.
-            self.term.begin(epoch, started)
+            self.term.begin(epoch, started, incarnation)
+        self.fence.note_epoch(epoch)
         self.metrics.inc("rs_elected_total")
         log.info(
-            "won the RS lease with epoch %d (previous: epoch %d held by %s)",
-            epoch,
+            "won the RS lease with %s (previous: epoch %d held by %s)",
+            FenceToken(epoch, incarnation),
             row.epoch,
             row.holder or "nobody",
         )
@@ -275,6 +328,99 @@ class Election:
             # Let this RS (or another) try again from scratch at once instead of after the
             # lease runs out.
             self._release(epoch, holder)
+
+    # --- fencing (issue 24 item 1) ---------------------------------------------------------
+
+    def _judge_server(self, conn: sa.Connection) -> ServerIdentity | None:
+        # The server this round runs on, read again: one promoted while we were connected
+        # has moved to a higher timeline; one below the highest seen is refused.
+        server = read_identity(conn)
+        why = self.fence.judge_server(server)
+        if why is not None:
+            conn.connection.invalidate()
+            raise ObError("OB_RS_NOT_MASTER", detail=why)
+        return server
+
+    def _went_back(self, conn: sa.Connection, now: int, high: int, low: int, what: str) -> None:
+        """The metadata store lost committed writes: log at ERROR, count, and record the
+        event ``epoch_went_back`` in the round's transaction."""
+        self.metrics.inc("rs_epoch_went_back_total")
+        log.error(
+            "epoch went back from %d to %d (%s): the metadata store lost committed writes "
+            "(an asynchronous standby promoted, a restored backup?); whatever was written "
+            "with epochs above %d is lost; taking an epoch above %d",
+            high,
+            low,
+            what,
+            low,
+            high,
+            extra={"reason": "epoch_went_back"},
+        )
+        event_repo.insert_events(
+            conn,
+            [
+                Event(
+                    now,
+                    "root_service",
+                    "epoch_went_back",
+                    (("from", high), ("to", low), ("seen_in", what), ("rs", self.term.address())),
+                )
+            ],
+            self.store.rs_addr,
+        )
+
+    def _retake(self) -> None:
+        """An agent obeyed a token this term's does not follow: raise the epoch above it in
+        the lease row (still ours, locked) before anything else is commanded."""
+        demand = self.fence.take_demand()
+        epoch = self.term.epoch
+        if demand is None or epoch == 0:
+            return
+        reported, server = demand
+        me, holder = self._me()
+        started = self.clock.monotonic_us()
+        lease = self.lease_time()
+        incarnation = self.incarnation()
+        try:
+            with io_deadline(self._round_bound_s()), self.store.engine.begin() as conn:
+                self._begin_round(conn)
+                ident = self._judge_server(conn)
+                row = lease_repo.read_lease(conn, lock=True)
+                now = self._db_now(conn)
+                if row.epoch != epoch or row.holder != me:
+                    self.term.request_step_down(
+                        f"the lease is now epoch {row.epoch} held by {row.holder or 'nobody'}",
+                        epoch,
+                    )
+                    return
+                self._went_back(conn, now, reported.epoch, epoch, f"reported by {server}")
+                new = lease_repo.take_lease(
+                    conn,
+                    row,
+                    holder,
+                    now,
+                    now + lease,
+                    epoch=choose_epoch(row.epoch, [reported.epoch, self.fence.highest_known]),
+                    incarnation=incarnation,
+                    server=ident,
+                )
+        except (ObError, sa.exc.SQLAlchemyError) as e:
+            self.metrics.inc("rs_election_errors_total")
+            why = e.message if isinstance(e, ObError) else db_error_summary(e)
+            self.term.request_step_down(f"raising the epoch failed: {why}", epoch)
+            return
+        old = self.term.token()
+        with self.store.write_lock:
+            self.term.begin(new, started, incarnation)
+        self.fence.note_epoch(new)
+        self.metrics.inc("rs_epoch_raised_total")
+        log.error(
+            "raised the epoch from %s to %s: server %s had obeyed %s",
+            old,
+            FenceToken(new, incarnation),
+            server,
+            reported,
+        )
 
     # --- clean stop --------------------------------------------------------------------
 

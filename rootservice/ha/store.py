@@ -19,7 +19,8 @@ import sqlalchemy as sa
 
 from obcommon.errors import ObError
 from rootservice.db import lease_repo
-from rootservice.db.engine import db_error_summary, io_deadline, set_local
+from rootservice.db.engine import IDENTITY_KEY, db_error_summary, io_deadline, set_local
+from rootservice.ha.fence import EpochFence
 from rootservice.ha.term import Term
 
 log = logging.getLogger(__name__)
@@ -33,7 +34,9 @@ class MetaStore:
     (:meth:`Term.request_step_down`). ``idle_timeout_us()`` bounds, on PostgreSQL, how long
     one of our transactions may sit idle holding the lease row: a paused RS must not keep a
     standby from taking office. ``rejected_writes`` counts the fenced transactions refused
-    (issue 5's "writes rejected").
+    (issue 5's "writes rejected"). ``fence`` judges the PostgreSQL server each fenced
+    transaction's connection reached (issue 24 item 1: a lower timeline than seen, or another
+    system, is refused and ends the term); None: not judged.
     """
 
     def __init__(
@@ -42,8 +45,10 @@ class MetaStore:
         rs_addr: tuple[str, int],
         term: Term,
         idle_timeout_us: Callable[[], int] | None = None,
+        fence: EpochFence | None = None,
     ) -> None:
         """Wrap ``engine``; ``rs_addr`` is this RS's ``(ip, port)`` for event-history rows."""
+        self.fence = fence
         self.engine = engine
         self.rs_addr = rs_addr
         self.term = term
@@ -74,6 +79,7 @@ class MetaStore:
                 with io_deadline(self._bound_s(fenced)), self.engine.begin() as conn:
                     self._limit_idle(conn)
                     if fenced:
+                        self._judge_server(conn)
                         lease_repo.check_epoch(conn, epoch)
                     yield conn
             except ObError as e:
@@ -88,6 +94,16 @@ class MetaStore:
                     "OB_ERR_SYS",
                     detail=f"system tables unavailable, nothing was changed: {db_error_summary(e)}",
                 ) from e
+
+    def _judge_server(self, conn: sa.Connection) -> None:
+        # The server this connection reached, judged again: a higher timeline may have been
+        # seen since it was opened (issue 24 item 1). Refused: the connection is dropped.
+        if self.fence is None:
+            return
+        why = self.fence.judge_server(conn.info.get(IDENTITY_KEY))
+        if why is not None:
+            conn.invalidate()
+            raise ObError("OB_RS_NOT_MASTER", detail=why)
 
     def _bound_s(self, fenced: bool) -> float | None:
         # A fenced transaction of a leader cut off from its database must end (with an

@@ -32,6 +32,7 @@ from enum import StrEnum
 
 from obcommon.clock import Clock
 from obcommon.errors import ObError
+from obcommon.fencing import FenceToken
 from rootservice.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -105,6 +106,9 @@ class Term:
         # micro-benchmark). Only this class writes them.
         #: The epoch this RS holds (0 when not in office: nothing may be written).
         self.epoch = 0
+        #: The random id drawn when this term began: with the epoch, the fencing token every
+        #: command and lease answer carries (issue 24 item 1).
+        self.incarnation = 0
         #: The whitelist is loaded and served (between open_service and close_service).
         self.in_service = False
         self._renewed_mono = 0
@@ -135,6 +139,11 @@ class Term:
         if since >= lease - margin:
             return f"lease of epoch {epoch} not renewed for {since // 1000} ms"
         return None
+
+    def token(self) -> FenceToken:
+        """``(epoch, incarnation)``: the fencing token of this term (epoch 0 = none)."""
+        epoch = self.epoch
+        return FenceToken(epoch, self.incarnation if epoch else 0)
 
     def trust_left_us(self) -> int | None:
         """How much longer (microseconds, >= 0) :meth:`guard` trusts the lease, or None when
@@ -196,13 +205,14 @@ class Term:
         rounds run); unit tests that drive rounds by hand leave it unsupervised."""
         self.supervised = True
 
-    def begin(self, epoch: int, renewal_started_mono: int) -> None:
-        """A round won the lease with ``epoch``; its renewal started at the monotonic time
-        ``renewal_started_mono``."""
+    def begin(self, epoch: int, renewal_started_mono: int, incarnation: int = 0) -> None:
+        """A round won the lease with ``epoch`` and ``incarnation``; its renewal started at
+        the monotonic time ``renewal_started_mono``."""
         with self._lock:
             # In this order: guard() reads the epoch first, so it never pairs the new epoch
             # with the previous term's renewal time.
             self._renewed_mono = renewal_started_mono
+            self.incarnation = incarnation
             self.epoch = epoch
         self.leader = self.address()
 

@@ -10,6 +10,7 @@ the certificates are rotated. Every call has a deadline of ``rpc_timeout``; a fa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
@@ -33,9 +34,16 @@ class EmptyCheck:
 class AgentClient:
     """Synchronous client of the agents' ``ObserverService``; ``timeout_us`` per call."""
 
-    def __init__(self, timeout_us: int, security: TransportSecurity) -> None:
+    def __init__(
+        self,
+        timeout_us: int,
+        security: TransportSecurity,
+        incarnation: Callable[[], int] = lambda: 0,
+    ) -> None:
         """No channel is opened yet; ``timeout_us`` (microseconds) is the deadline of every
-        call; channels are opened through ``security``."""
+        call; channels are opened through ``security``; ``incarnation()`` is sent with the
+        epoch (the term's, issue 24 item 1)."""
+        self.incarnation = incarnation
         self.timeout_us = timeout_us
         self.security = security
         self._channels = ChannelCache(security)
@@ -48,7 +56,10 @@ class AgentClient:
         ``ObError(OB_SERVER_CONNECTION_ERROR)`` when it cannot be reached in time."""
         try:
             r = self._stub(server).CheckServerEmpty(
-                obrpc_pb2.CheckServerEmptyRequest(rs_epoch=epoch), timeout=self.timeout_us / 1e6
+                obrpc_pb2.CheckServerEmptyRequest(
+                    rs_epoch=epoch, rs_incarnation=self.incarnation()
+                ),
+                timeout=self.timeout_us / 1e6,
             )
         except grpc.RpcError as e:
             self.forget(server)
@@ -60,7 +71,10 @@ class AgentClient:
         Raises ``ObError(OB_SERVER_CONNECTION_ERROR)``."""
         try:
             return self._stub(server).RequestHeartbeat(
-                obrpc_pb2.RequestHeartbeatRequest(rs_epoch=epoch), timeout=self.timeout_us / 1e6
+                obrpc_pb2.RequestHeartbeatRequest(
+                    rs_epoch=epoch, rs_incarnation=self.incarnation()
+                ),
+                timeout=self.timeout_us / 1e6,
             )
         except grpc.RpcError as e:
             # An unreachable server keeps no channel: after a take-office with thousands of

@@ -17,8 +17,10 @@ from typing import Protocol
 from obcommon.bounds import quote
 from obcommon.clock import Clock
 from obcommon.errors import ObError
+from obcommon.fencing import FenceToken
 from obcommon.proto import obrpc_pb2
 from rootservice.config import RsSettings
+from rootservice.ha.fence import EpochFence
 from rootservice.ha.store import MetaStore
 from rootservice.ha.term import Term
 from rootservice.servers.events import log_transition, seconds, server_event
@@ -90,10 +92,13 @@ class HeartbeatIntake:
         wake: Wake,
         background: Background,
         transit: TransitSink | None = None,
+        fence: EpochFence | None = None,
     ) -> None:
-        """Serve heartbeats from ``whitelist``; the term's epoch is sent in every response.
+        """Serve heartbeats from ``whitelist``; the term's token is sent in every response.
         ``transit`` gets every accepted heartbeat's send and receive times (the RS's intake
-        delay, issue 14 item 3)."""
+        delay, issue 14 item 3). ``fence`` gets the reports of agents that obeyed a token
+        this term's does not follow (issue 24 item 1; None: not checked)."""
+        self._fence = fence
         self.whitelist = whitelist
         self.zones = zones
         self.persist = persist
@@ -120,7 +125,7 @@ class HeartbeatIntake:
         self._steady_offset_us = clock.now_us() - clock.monotonic_us()
         # The lease response's common fields (_response_template) and what they were made of.
         self._template: obrpc_pb2.LeaseResponse | None = None
-        self._template_of: tuple[int, int] = (0, 0)
+        self._template_of: tuple[int, int, int] = (0, 0, 0)
         self._template_rs_list: list[str] | None = None
 
     def receive_hb(
@@ -170,6 +175,12 @@ class HeartbeatIntake:
                     detail=f"server '{key}' is in zone '{s.zone}', not '{req.zone}'",
                 )
             self._check_cluster_id(req, s)
+            # Only a server of this cluster's whitelist may make this RS raise its epoch.
+            epoch = self.term.epoch
+            if req.rs_epoch > epoch or (
+                req.rs_epoch == epoch and req.rs_incarnation != self.term.incarnation
+            ):
+                self._token_reported(req)
             changed = False
             if req.cluster_id and not s.with_partition:
                 # The agent keeps this cluster's identity: from now on an empty one from
@@ -282,6 +293,24 @@ class HeartbeatIntake:
                 "service in this cluster)",
             )
 
+    def _token_reported(self, req: obrpc_pb2.LeaseRequest) -> None:
+        """The agent reports a token above ours or of our epoch with another incarnation: it
+        would refuse our answers and commands. Refused (OB_RS_NOT_MASTER) while the election
+        raises the epoch above it (issue 24 item 1)."""
+        if self._fence is None:
+            return
+        own = self.term.token()
+        reported = FenceToken(req.rs_epoch, req.rs_incarnation)
+        if self._fence.report(req.server, reported, own):
+            self.term.wake_election()
+            raise ObError(
+                "OB_RS_NOT_MASTER",
+                detail=(
+                    f"server '{req.server}' obeyed {reported}, which {own} of this root "
+                    "service does not follow: raising the epoch"
+                ),
+            )
+
     def _lease_response(self, s: ServerStatus, seq: int, now: int) -> obrpc_pb2.LeaseResponse:
         """The answer to an accepted request at ``now`` (the RS's wall clock): the lease runs
         ``lease_time`` from now (from the last heartbeat for a server whose lease is no
@@ -316,7 +345,11 @@ class HeartbeatIntake:
         ``migration_max_bytes_per_second``; remade when one of them is not the one it was
         made from. Do not change the returned message."""
         ident = self.identity
-        made_of = (self.term.epoch, self.settings.migration_max_bytes_per_second)
+        made_of = (
+            self.term.epoch,
+            self.settings.migration_max_bytes_per_second,
+            self.term.incarnation,
+        )
         t = self._template
         if (
             t is not None
@@ -332,6 +365,7 @@ class HeartbeatIntake:
             rs_list=ident.rs_list,
             cluster_id=ident.cluster_id,
             migration_max_bytes_per_second=made_of[1],
+            rs_incarnation=made_of[2],
         )
         self._template, self._template_of, self._template_rs_list = t, made_of, ident.rs_list
         return t

@@ -194,6 +194,7 @@ EACH_FIELDS = (
     "current_server_time",
     "server_status",
     "rs_epoch",
+    "rs_incarnation",
     "seq",
     "replicas",
     "revocation_version",
@@ -218,7 +219,7 @@ def check_lease_request(
     :data:`MAX_CLOCK_SKEW_US` ahead of the RS's clock (a server cannot have started in the
     future); ``current_server_time`` within :data:`MAX_CLOCK_SKEW_US` of the RS's clock
     either way; ``server_status`` only the data-disk bit; ``rs_epoch`` and
-    ``seq`` 0..2^53 / >= 0; ``revocation_version`` >= 0; ``resource_info``: CPU finite in [0, 100,000] cores, sizes in
+    ``seq`` 0..2^53 / >= 0; ``rs_incarnation`` >= 0; ``revocation_version`` >= 0; ``resource_info``: CPU finite in [0, 100,000] cores, sizes in
     [0, 1 PiB]; at most :data:`MAX_REPLICAS` replicas, each checked by
     :func:`_check_replica` (terms at most 2^53, ids, sizes, addresses, times).
 
@@ -296,6 +297,8 @@ def _check_each(req: obrpc_pb2.LeaseRequest, now_us: int, steady_us: int) -> Non
             "server_status", req.server_status, f"only the bits {KNOWN_STATUS_BITS:#x} are known"
         )
     _check_int("rs_epoch", req.rs_epoch, 0, MAX_TERM)
+    if req.rs_incarnation < 0:
+        raise _refuse("rs_incarnation", req.rs_incarnation, "must be >= 0")
     if req.seq < 0:
         raise _refuse("seq", req.seq, "must be >= 0")
     if req.revocation_version < 0:

@@ -85,6 +85,12 @@ class TakeOfficeGrace:
         self.candidates.clear()
         self.candidates |= candidates
 
+    def hold_until(self, until_mono: int) -> None:
+        """No lease expires before monotonic ``until_mono`` (at least): the metadata server
+        changed (a PostgreSQL failover, issue 24 item 1), and agents that could not reach
+        this RS while it failed over get one lease to come back, as after a take office."""
+        self.no_expire_until_mono = max(self.no_expire_until_mono, until_mono)
+
     def returned(self, mono: int) -> None:
         """A candidate heartbeated at monotonic ``mono`` (microseconds); the heartbeat path
         calls it under the whitelist lock."""

@@ -228,7 +228,8 @@ class ReplicaApplier:
         """One ApplyReplicas call; adopts the report it returns. ``timeout_us`` defaults to
         ``rpc_timeout``. Raises ``ObError`` (OB_SERVER_CONNECTION_ERROR, or the agent's own
         refusal)."""
-        req = obrpc_pb2.ApplyReplicasRequest(rs_epoch=self.store.epoch)
+        token = self.store.term.token()
+        req = obrpc_pb2.ApplyReplicasRequest(rs_epoch=token.epoch, rs_incarnation=token.incarnation)
         req.upsert.extend(upsert)
         for t, ls in drop:
             req.drop.append(obrpc_pb2.ReplicaKey(tenant_id=t, ls_id=ls))

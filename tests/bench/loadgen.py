@@ -323,7 +323,9 @@ class LoadGen:
             if self.marked and not a.recovered_at:
                 a.recovered_at = time.time()
             if resp.rs_epoch != a.req.rs_epoch:
+                # The whole fencing token, as a real agent reports it (issue 24).
                 a.req.rs_epoch = resp.rs_epoch
+                a.req.rs_incarnation = resp.rs_incarnation
         if st.measuring:
             st.responses += 1
             us = int((t1 - t0) * 1e6)

@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import psycopg
@@ -71,6 +72,20 @@ def find_pg_bindir() -> Path:
     )
 
 
+def _wait_dead(pid: int, timeout_s: float = 10.0) -> None:
+    """Wait (bounded) until ``pid`` is gone or a zombie."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return
+        if state in ("Z", "X"):
+            return
+        time.sleep(0.01)
+    raise PgServerError(f"process {pid} still alive {timeout_s}s after SIGKILL")
+
+
 def _major_of(name: str) -> int:
     try:
         return int(name)
@@ -86,10 +101,21 @@ class PgServer:
     ``atexit``, which it registers itself). :meth:`restart` keeps the data directory and the port, for fault tests.
     """
 
-    def __init__(self, *, bindir: Path | None = None, max_connections: int = 200) -> None:
+    def __init__(
+        self,
+        *,
+        bindir: Path | None = None,
+        max_connections: int = 200,
+        settings: dict[str, str] | None = None,
+        standby_of: PgServer | None = None,
+    ) -> None:
         """``max_connections``: PostgreSQL's limit (a small one for the connection-exhaustion
-        test, tests/integration/test_db_faults.py)."""
+        test, tests/integration/test_db_faults.py). ``settings``: server settings (``-c``)
+        over the defaults of this fixture (e.g. ``synchronous_commit``). ``standby_of``: make
+        this server a streaming standby of that running one (``pg_basebackup -R`` instead of
+        ``initdb``; issue 24's HA recipe, tests/support/pg_ha.py)."""
         self.max_connections = max_connections
+        self.settings = dict(settings or {})
         self.bindir = bindir or find_pg_bindir()
         self._as_postgres = os.geteuid() == 0
         if self._as_postgres and shutil.which("runuser") is None:
@@ -115,7 +141,10 @@ class PgServer:
         try:
             if self._pw is not None:
                 os.chown(self.base_dir, self._pw.pw_uid, self._pw.pw_gid)
-            self._initdb()
+            if standby_of is None:
+                self._initdb()
+            else:
+                self._basebackup(standby_of)
             self._start_on_free_port()
         except BaseException:
             self.stop()
@@ -168,6 +197,41 @@ class PgServer:
     def recover(self) -> None:
         """Start the server again after :meth:`outage`, on the same data and port."""
         self._pg_start()
+
+    def kill9(self) -> None:
+        """SIGKILL the postmaster and every process it started, at once (a crash); the data
+        directory and port stay, :meth:`recover` starts it again (crash recovery)."""
+        from tests.support.pg_ha import children_of
+
+        try:
+            pid = int((self.data_dir / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError) as e:
+            raise PgServerError(f"no postmaster to kill: {e}") from e
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGSTOP)
+        for child in children_of(pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(child, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+        # The dead postmaster may stay a zombie (its parent, pg_ctl, is gone and the
+        # container's init may not reap): PostgreSQL would take its pid file for a live
+        # server and refuse to start again. It is dead, so the file goes.
+        _wait_dead(pid)
+        for left in (
+            self.data_dir / "postmaster.pid",
+            self.base_dir / f".s.PGSQL.{self.port}.lock",
+            self.base_dir / f".s.PGSQL.{self.port}",
+        ):
+            with contextlib.suppress(FileNotFoundError):
+                left.unlink()
+        self._running = False
+
+    def promote(self) -> None:
+        """``pg_ctl promote -w`` (a standby becomes a primary on the next timeline)."""
+        self._run(
+            ["pg_ctl", "-D", str(self.data_dir), "-w", "-t", str(PG_CTL_TIMEOUT_S), "promote"]
+        )
 
     def stop(self) -> None:
         """Shut the server down and delete its directory. Safe to call more than once."""
@@ -248,6 +312,29 @@ class PgServer:
             ]
         )
 
+    def _basebackup(self, primary: PgServer) -> None:
+        # -R writes primary_conninfo and standby.signal; the standby names itself with the
+        # port-independent application_name "standby" (synchronous_standby_names may list it).
+        self._run(
+            [
+                "pg_basebackup",
+                "-D",
+                str(self.data_dir),
+                "-h",
+                HOST,
+                "-p",
+                str(primary.port),
+                "-U",
+                SUPERUSER,
+                "-R",
+                "-X",
+                "stream",
+                "--no-sync",
+                "-d",
+                f"host={HOST} port={primary.port} user={SUPERUSER} application_name=standby",
+            ]
+        )
+
     def _start_on_free_port(self) -> None:
         last: PgServerError | None = None
         for _ in range(START_ATTEMPTS):
@@ -265,17 +352,17 @@ class PgServer:
         raise last
 
     def _pg_start(self) -> None:
-        options = " ".join(
-            [
-                f"-c listen_addresses={HOST}",
-                f"-c port={self.port}",
-                f"-c unix_socket_directories={self.base_dir}",
-                "-c fsync=off",
-                "-c synchronous_commit=off",
-                "-c full_page_writes=off",
-                f"-c max_connections={self.max_connections}",
-            ]
-        )
+        settings = {
+            "listen_addresses": HOST,
+            "port": str(self.port),
+            "unix_socket_directories": str(self.base_dir),
+            "fsync": "off",
+            "synchronous_commit": "off",
+            "full_page_writes": "off",
+            "max_connections": str(self.max_connections),
+            **self.settings,
+        }
+        options = " ".join(f"-c {k}={v}" for k, v in settings.items())
         self._running = True  # from here on a stop attempt is worthwhile even if start fails
         self._run(
             [

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from obcommon import files as files_mod
 from obcommon.clock import FakeClock
-from observer_agent import identity as identity_mod
 from observer_agent.identity import (
     ClusterIdentity,
     IdentityError,
@@ -94,7 +94,7 @@ def test_identity_write_is_atomic_when_rename_fails(
     def broken_replace(src: object, dst: object) -> None:
         raise OSError("disk full")
 
-    monkeypatch.setattr(identity_mod.os, "replace", broken_replace)
+    monkeypatch.setattr(files_mod.os, "replace", broken_replace)
     assert agent.handle_response(ok_response(clock), RS1) is False
     assert agent.identity is None
     assert list(agent.data_dir.glob("*identity*")) == []  # no half-written file, no temp left
@@ -113,7 +113,7 @@ def test_write_identity_fsyncs_file_and_directory(
         synced.append(os.path.isdir(f"/proc/self/fd/{fd}"))
         real_fsync(fd)
 
-    monkeypatch.setattr(identity_mod.os, "fsync", spy)
+    monkeypatch.setattr(files_mod.os, "fsync", spy)
     write_identity(tmp_path, ClusterIdentity("c", 1, "z1", ME))
     assert synced == [False, True]  # the temp file first, then the directory after the rename
 

@@ -58,7 +58,7 @@ def test_lower_epoch_refused_equal_and_higher_accepted_highest_remembered(
     assert agent.highest_epoch == 5
     with caplog.at_level(logging.WARNING, logger="observer_agent"):
         assert not agent.handle_response(ok_response(clock, epoch=4), RS2)
-    assert "rs_epoch 4 is lower than epoch 5" in caplog.text
+    assert "epoch 4 (incarnation 0) is lower than epoch 5 (incarnation 0)" in caplog.text
     assert agent.handle_response(ok_response(clock, epoch=5), RS1)
     assert agent.handle_response(ok_response(clock, epoch=6), RS1)
     assert agent.highest_epoch == 6

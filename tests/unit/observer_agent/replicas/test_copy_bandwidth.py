@@ -73,7 +73,10 @@ def test_alter_system_set_reaches_a_running_copy(db_url: str, tmp_path: Path) ->
                 assert metric(c, "ob_agent_copy_rate_limit_bytes_per_second") == 16 * KIB
 
                 members = await lead(a)
-                resp = await c.apply(copy_upsert(copy_spec(members, a.addr, 1, copy_from=a.addr)))
+                req = copy_upsert(copy_spec(members, a.addr, 1, copy_from=a.addr))
+                # The RS's own token: the agent obeyed it in its lease (issue 24).
+                req.rs_incarnation = rs.term.incarnation
+                resp = await c.apply(req)
                 assert resp.error.code == 0, resp.error
                 await wait_until(
                     lambda: (c.info() or obrpc_pb2.ReplicaInfo()).bytes_copied >= 2 * 16 * KIB,

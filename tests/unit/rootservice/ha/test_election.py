@@ -5,6 +5,7 @@ leader's fenced transactions, and two candidates racing for an empty lease."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -149,7 +150,12 @@ def test_first_round_takes_an_empty_lease(nodes: tuple[Node, Node], clock: FakeC
     assert a.election.run_once()
     assert a.elected == [1] and a.term.epoch == 1 and a.term.leader == a.addr
     now = clock.now_us()
-    assert lease_row(a.store.engine) == lease_repo.RsLease(1, a.addr, now + LEASE, now)
+    row = lease_row(a.store.engine)
+    assert row.incarnation == a.term.incarnation > 0
+    assert row.pg_timeline == (1 if a.store.engine.dialect.name == "postgresql" else None)
+    assert dataclasses.replace(row, incarnation=0, pg_system_id=None, pg_timeline=None) == (
+        lease_repo.RsLease(1, a.addr, now + LEASE, now)
+    )
 
 
 def test_standby_takes_office_only_after_expiry_by_the_database_clock(

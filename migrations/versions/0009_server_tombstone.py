@@ -11,8 +11,8 @@ reason: a "dead" node that returns must not rejoin with its old replicas).
 reported (with its term and server), so that RECOVER LS can tell what its survivor lacks
 even after the replicas that had it died and the RS that saw them failed over.
 
-Revision ID: 0008
-Revises: 0007
+Revision ID: 0009
+Revises: 0008
 Create Date: 2026-11-28
 """
 
@@ -21,8 +21,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0008"
-down_revision = "0007"
+revision = "0009"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
