@@ -153,6 +153,46 @@ def test_a_unit_finishes_once_no_replica_is_left_on_its_source(rs: RootService) 
     assert (job_row(rs)["job_status"], job_row(rs)["progress"]) == ("SUCCESS", 100)
 
 
+def run_woken(rs: RootService) -> list[str]:
+    """Run the leader tasks the RS woke, as the timers would at once, until nothing more is
+    woken; the fake clock does not move, so no task runs for its period. Returns what ran."""
+    tasks = {task.name: task for task, _ in rs.leader_tasks()}
+    ran: list[str] = []
+    while woken := rs.timers.take_woken():
+        for name in dict.fromkeys(woken):
+            if name in tasks:
+                tasks[name].run_once()
+                ran.append(name)
+    return ran
+
+
+def test_the_last_replica_leaving_ends_the_job_without_waiting_for_a_period(
+    rs: RootService,
+) -> None:
+    """Issue 23: after the last replica of a DELETING server is gone, the job reached SUCCESS
+    only at the next ``balancer_interval`` (10 s in ``make bench-empty``). With the clock
+    frozen, the wakes alone now carry it: the server's report without the replica wakes the
+    meta sync, whose deleted row wakes the balancer (the unit's move finishes) and the
+    empty-server checker (the server goes, job SUCCESS)."""
+    tid = make_tenant(rs, ls_count=1)
+    report_all(rs, tid)
+    gone = z1_member(rs, tid)
+    other = D if gone == A else A
+    rs.server_admin.delete_servers([gone], None)
+    rs.unit_moves.apply_unit_plan(unit_plan(rs))
+    rs.tenant_layer.meta_sync.sync_meta()
+    members = sorted([other, B, C])
+    for s in members:
+        rs.heartbeats.receive_hb(lease(s, [replica((tid, 1001), other, members, me=s)]))
+    run_woken(rs)  # whatever DELETE and the new member list woke
+    assert job_row(rs)["job_status"] == "INPROGRESS"
+    rs.heartbeats.receive_hb(lease(gone, []))  # the source has dropped its replica
+    ran = run_woken(rs)
+    assert ran[:1] == ["ls_meta_sync"] and {"balancer", "empty_server_checker"} <= set(ran)
+    assert rs.whitelist.get(gone) is None
+    assert (job_row(rs)["job_status"], job_row(rs)["progress"]) == ("SUCCESS", 100)
+
+
 def test_lost_replicas_on_a_permanently_offline_server_are_deleted(rs: RootService) -> None:
     tid = make_tenant(rs, ls_count=1)
     report_all(rs, tid)
