@@ -69,6 +69,23 @@ class BulkHttp:
         self._pool: ThreadPoolExecutor | None = None
         self._ctx: ssl.SSLContext | None = None
         self._generation = -1
+        self._count_lock = threading.Lock()
+        self._receiving = 0
+
+    @property
+    def receiving(self) -> int:
+        """Bodies being received in their worker threads now."""
+        with self._count_lock:
+            return self._receiving
+
+    def _run(self, receive: _Receive) -> None:
+        with self._count_lock:
+            self._receiving += 1
+        try:
+            receive.run()
+        finally:
+            with self._count_lock:
+                self._receiving -= 1
 
     def _context(self) -> ssl.SSLContext | None:
         generation = self.security.generation()
@@ -95,7 +112,9 @@ class BulkHttp:
         error, a short body)."""
         ctx = None if self.security.insecure else self._context()
         receive = _Receive(first, sink, src, timeout_s, ctx, asyncio.get_running_loop())
-        fut = asyncio.get_running_loop().run_in_executor(self._threads(), receive.run)
+        fut = asyncio.get_running_loop().run_in_executor(self._threads(), self._run, receive)
+        # Retrieved even when the copy was cancelled first (its "stopped" failure is moot).
+        fut.add_done_callback(lambda f: f.cancelled() or f.exception())
         try:
             await asyncio.shield(fut)
         except asyncio.CancelledError:
