@@ -40,7 +40,8 @@ class Timers:
     """One scheduler and the tasks registered on it.
 
     ``enabled`` False (unit tests that call ``run_once`` themselves) makes :meth:`start` a
-    no-op. ``phase_step_us`` staggers the first runs (see :func:`register_tasks`).
+    no-op and :meth:`wake` only note the name for :meth:`take_woken`, so such tests can run
+    what the RS woke. ``phase_step_us`` staggers the first runs (see :func:`register_tasks`).
     """
 
     def __init__(
@@ -53,6 +54,7 @@ class Timers:
         self.phase_step_us = phase_step_us
         self.scheduler = make_scheduler()
         self._registered: set[str] = set()
+        self._woken: list[str] = []
 
     @property
     def running(self) -> bool:
@@ -86,6 +88,14 @@ class Timers:
         # nothing.
         if name in self._registered and self.scheduler.running:
             wake(self.scheduler, self.clock, name)
+        elif not self.enabled:
+            self._woken.append(name)
+
+    def take_woken(self) -> list[str]:
+        """The names :meth:`wake` was called with since the last call, in order, while the
+        timers are not ``enabled`` (empty otherwise)."""
+        woken, self._woken = self._woken, []
+        return woken
 
     def reschedule(self, tasks: Schedule) -> None:
         """Apply new intervals to registered tasks (ALTER SYSTEM SET of an ``*_interval``)."""

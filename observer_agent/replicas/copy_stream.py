@@ -6,8 +6,10 @@ checked against the first chunk's announced size and the whole file against its 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
+import threading
 import zlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -25,6 +27,8 @@ from observer_agent.replicas.tasks import run_blocking
 MIN_PIECE = 16 * 1024
 #: Piece size while the slow-copy fault is set: the default ``FetchData`` chunk.
 FAULT_PIECE = 256 * 1024
+#: How often a thread waiting for the throttle looks whether its copy was stopped, seconds.
+PACE_POLL_S = 0.2
 
 
 class CopySlowdown(Protocol):
@@ -121,6 +125,17 @@ class DataSink:
     async def add(self, offset: int, data: bytes) -> None:
         """Append ``data``, which must start at byte ``offset`` = the bytes received so far
         and not reach past the announced size. Raises :class:`CopyFailed`."""
+        await run_blocking(self.append, offset, data)
+        if self._throttle is not None:
+            await self._throttle.take(len(data))
+        delay_s = self._faults.copy_delay_s()
+        if delay_s > 0:
+            await asyncio.sleep(delay_s)
+
+    def append(self, offset: int, data: bytes | memoryview) -> None:
+        """Blocking (a worker thread): write ``data``, which must start at byte ``offset`` =
+        the bytes received so far and not reach past the announced size, and update the crc32
+        and the progress. Raises :class:`CopyFailed`."""
         assert self.first is not None
         end = offset + len(data)
         if offset != self.received or end > self.first.total_size:
@@ -129,16 +144,29 @@ class DataSink:
                 f"when byte {self.received} was due"
             )
         try:
-            self._crc = await run_blocking(_write_chunk, self._fh, data, self._crc)
+            self._crc = _write_chunk(self._fh, data, self._crc)
         except OSError as e:
             raise CopyFailed(write_failed(self.tmp, e)) from None
         self.received = end
         self._b.bytes_copied = end
-        if self._throttle is not None:
-            await self._throttle.take(len(data))
+
+    def pace(self, n: int, loop: asyncio.AbstractEventLoop, stop: threading.Event) -> None:
+        """Blocking (a worker thread), after :meth:`append` of ``n`` bytes: wait for the
+        throttle (on ``loop``, where it runs; skipped while unlimited) and the slow-copy
+        fault's pause. Returns early once ``stop`` is set."""
+        if self._throttle is not None and self._throttle.burst:
+            fut = asyncio.run_coroutine_threadsafe(self._throttle.take(n), loop)
+            while not stop.is_set():
+                try:
+                    fut.result(timeout=PACE_POLL_S)
+                    break
+                except concurrent.futures.TimeoutError:
+                    continue
+            else:
+                fut.cancel()
         delay_s = self._faults.copy_delay_s()
         if delay_s > 0:
-            await asyncio.sleep(delay_s)
+            stop.wait(delay_s)
 
     async def finish(self) -> obrpc_pb2.DataChunk:
         """Check the size and the crc32 against the header, fsync and close ``tmp``; returns
@@ -251,7 +279,7 @@ def _open_for_copy(tmp: Path) -> Any:
     return open(tmp, "wb")  # noqa: SIM115 - written chunk by chunk, closed by the caller
 
 
-def _write_chunk(fh: Any, data: bytes, crc: int) -> int:
+def _write_chunk(fh: Any, data: bytes | memoryview, crc: int) -> int:
     fh.write(data)
     return zlib.crc32(data, crc)
 

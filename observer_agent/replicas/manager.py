@@ -159,6 +159,10 @@ class ReplicaManager:
         """Copies receiving a data file now."""
         return self._copier.copies_running()
 
+    def bulk_receiving(self) -> int:
+        """Bulk-path bodies being received in their worker threads now (issue 23)."""
+        return self._peers.http.receiving
+
     def report(self) -> list[obrpc_pb2.ReplicaInfo]:
         """``ReplicaInfo`` of every hosted replica, sorted by ``(tenant_id, ls_id)``. Memory
         only (the heartbeat path calls it)."""

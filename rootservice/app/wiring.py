@@ -25,6 +25,7 @@ from rootservice.auth.revocations import Revocations
 from rootservice.auth.users import Users
 from rootservice.balancer.copy_tasks import CopyTasks, CopyWatch
 from rootservice.balancer.dry_run import DeleteDryRun
+from rootservice.balancer.emptying_wake import EmptyingWake
 from rootservice.balancer.job_progress import DeleteJobProgress
 from rootservice.balancer.lost_replica_checker import LostReplicaChecker
 from rootservice.balancer.planner import Planner
@@ -195,6 +196,9 @@ class RsComponents(ABC):
             self.clock,
             settings,
         )
+        # The steps of a replica move the tenant layer learns wake the task of the next
+        # step (issue 23: the end of a DELETE SERVER waited for the balancer's period).
+        self.emptying_wake = EmptyingWake(servers=self.whitelist, wake=self.timers.wake)
         # The tenant layer (rootservice.tenants), one object per concern, reading the
         # whitelist through consumer protocols.
         self.tenant_layer = build_tenant_layer(
@@ -209,6 +213,7 @@ class RsComponents(ABC):
             settings=settings,
             metrics=self.metrics,
             sleep=sleep,
+            moves=self.emptying_wake,
         )
 
     def _wire_emptying(self, planner: Planner | None) -> None:

@@ -70,6 +70,8 @@ COPY_READY = "ready"
 COPY_FAILED = "failed"
 #: Its old replica left the leader's member list: the move is complete.
 COPY_REPLACED = "replaced"
+#: (:class:`CopyWatch` only) an LS whose row the hand-out skipped for want of a leader has one.
+COPY_LEADER = "leader"
 
 
 @dataclass
@@ -119,6 +121,10 @@ class CopyTasks:
         self.metrics = metrics
         self.tasks: dict[tuple[LsKey, str], CopyTask] = {}
         self.last_stale = 0
+        # The log streams whose rows the last hand-out skipped only because they had no
+        # leader (one moving off a DELETING server): CopyWatch wakes the balancer once one
+        # has a leader again rather than leaving the copy to the next period (issue 23).
+        self.leaderless: frozenset[LsKey] = frozenset()
         # Guards ``tasks`` (read by the job progress and CANCEL DELETE while a round runs).
         self._lock = threading.Lock()
 
@@ -174,6 +180,7 @@ class CopyTasks:
         # (task, is it new, plan, view, src, reason) to send once the locks are released
         sends: list[tuple[CopyTask, bool, LsPlan, LsView, str, str]] = []
         stale = 0
+        leaderless: set[LsKey] = set()
         with self.store.txn():
             topo = self.ls.topology()
             with self._lock:
@@ -204,6 +211,8 @@ class CopyTasks:
                     view = views.get(key)
                     s = self.servers.get(dest)
                     if view is None or view.leader is None or s is None or not s.is_alive():
+                        if view is not None and view.leader is None:
+                            leaderless.add(key)
                         continue
                     r = reports.get(dest, {}).get(key)
                     task = self.tasks.get((key, dest))
@@ -237,6 +246,7 @@ class CopyTasks:
                     sends.append((task, new, plan, view, src, str(row.get("reason") or "")))
                     building[dest] = building.get(dest, 0) + (1 if r is None else 0)
         self._count_stale(stale)
+        self.leaderless = frozenset(leaderless)
         sent = 0
         for task, new, plan, view, src, reason in sends:
             if self._send(task, new, plan, view, src, reason, now):
@@ -274,6 +284,19 @@ class CopyTasks:
             ):
                 out.add((t.key, t.dest, COPY_REPLACED))
         return frozenset(out)
+
+    def led_again(self) -> frozenset[LsKey]:
+        """The log streams whose rows the last :meth:`hand_out` skipped for want of a leader
+        and that have one now (each returned once: the next hand-out sets what it still
+        waits for). In-memory reads only; empty at once when nothing waits."""
+        waiting = self.leaderless
+        if not waiting:
+            return frozenset()
+        views = self.ls.views()
+        led = frozenset(k for k in waiting if (v := views.get(k)) is not None and v.leader)
+        if led:
+            self.leaderless = waiting - led
+        return led
 
     def _count_stale(self, n: int) -> None:
         self.last_stale = n
@@ -392,7 +415,10 @@ class ServerContents(Protocol):
 
 class CopyWatch:
     """The ``copy_watch`` task (every :data:`COPY_WATCH_INTERVAL_US`): wakes the
-    ``balancer`` when :meth:`CopyTasks.outcomes` shows an event it has not seen yet, and the
+    ``balancer`` when :meth:`CopyTasks.outcomes` shows an event it has not seen yet or an LS
+    whose copy the last hand-out skipped for want of a leader has one again
+    (:meth:`CopyTasks.led_again`: a copy of an LS whose leader was moving off the DELETING
+    server waited for the next ``balancer_interval``, issue 23), and the
     ``empty_server_checker`` when a DELETING server with no copy in flight from it has no
     unit and no replica left (once per server until it is DELETING again). See the module
     doc; OceanBase's ``ObDRTaskMgr`` wakes ``ObDRWorker`` when a task finishes.
@@ -431,6 +457,9 @@ class CopyWatch:
             return 0
         woke = 0
         events = self.copies.outcomes()
+        led = self.copies.led_again()
+        if led:
+            events |= {(k, "", COPY_LEADER) for k in led}
         if events - self._seen:
             self.wake("balancer")
             woke += 1

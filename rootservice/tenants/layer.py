@@ -25,6 +25,7 @@ from rootservice.tenants.ports import (
     EventSink,
     HeartbeatRequester,
     ReplicaAgents,
+    ReplicaMoves,
     ServerDirectory,
     Sleep,
     ZoneDirectory,
@@ -78,15 +79,17 @@ def build_tenant_layer(
     settings: RsSettings,
     metrics: Metrics,
     sleep: Sleep,
+    moves: ReplicaMoves,
 ) -> TenantLayer:
     """Every tenant-layer object, wired: ``servers`` is the whitelist, ``events`` the
-    persistence queue's event sink, ``heartbeats`` the RS -> agent heartbeat requester."""
+    persistence queue's event sink, ``heartbeats`` the RS -> agent heartbeat requester,
+    ``moves`` hears the steps of replica moves (the reports and the meta sync tell it)."""
     version = LayoutVersion()
     layout = LayoutCache(store, version)
-    reports = ReplicaReports(servers, layout)
+    reports = ReplicaReports(servers, layout, moves)
     health = HostHealth(servers, zones)
     applier = ReplicaApplier(store, agents, servers, reports, clock.monotonic_us)
-    meta_sync = LsMetaSync(term, store, clock, servers, layout, reports)
+    meta_sync = LsMetaSync(term, store, clock, servers, layout, reports, moves)
     ls_warnings = OnceLog()
     pause = SchedulingPause()
     gate = PausableGate(term, pause)

@@ -19,7 +19,7 @@ from rootservice.db.ls_repo import MetaKey
 from rootservice.db.space_usage_repo import SpaceKey
 from rootservice.ha.store import MetaStore
 from rootservice.ha.term import Term
-from rootservice.tenants.ports import ServerDirectory
+from rootservice.tenants.ports import ReplicaMoves, ServerDirectory
 from rootservice.tenants.reports import LsView, ReplicaReports, effective_members
 from rootservice.tenants.topology import LayoutCache, Topology
 from rootservice.tenants.vocabulary import LsKey
@@ -27,7 +27,9 @@ from rootservice.tenants.vocabulary import LsKey
 
 class LsMetaSync:
     """``run_once()`` -> rows written. Keeps what the two tables hold (as far as this RS
-    wrote or read them) to write only the differences."""
+    wrote or read them) to write only the differences. ``moves`` hears of the replica rows it
+    deleted once they are committed (:meth:`ReplicaMoves.rows_deleted`: the last step a unit
+    moving off a server, and the server's removal, wait for, issue 23)."""
 
     name = "ls_meta_sync"
 
@@ -39,8 +41,10 @@ class LsMetaSync:
         servers: ServerDirectory,
         layout: LayoutCache,
         reports: ReplicaReports,
+        moves: ReplicaMoves,
     ) -> None:
         """Start with nothing read: the first sync loads both tables."""
+        self.moves = moves
         self.term = term
         self.store = store
         self.clock = clock
@@ -161,6 +165,8 @@ class LsMetaSync:
                 space.pop(sk, None)
             else:
                 space[sk] = sv
+        if deletes:
+            self.moves.rows_deleted(frozenset(f"{k[2]}:{k[3]}" for k in deletes))
         return len(inserts) + len(updates) + len(deletes) + len(space_changes)
 
     def _removed_member(self, views: dict[LsKey, LsView], topo: Topology, k: MetaKey) -> bool:

@@ -82,3 +82,23 @@ class ReplicaAgents(Protocol):
         """Send the desired state of some replicas to ``server``; the answer carries the
         agent's full report. Raises ``ObError(OB_SERVER_CONNECTION_ERROR)``."""
         ...
+
+
+class ReplicaMoves(Protocol):
+    """Hears the steps of a replica move as the tenant layer learns them, so that the task
+    that takes the next step runs now rather than at its next period (issue 23: a DELETE
+    SERVER waited up to ``balancer_interval`` after its last replica had left). The RS's
+    :class:`rootservice.balancer.emptying_wake.EmptyingWake`; called on the heartbeat path
+    and in the meta sync's round, so it must be cheap and never raise."""
+
+    def copy_built(self, server: str, /) -> None:
+        """A replica being built on ``server`` ('ip:port') reported in service."""
+        ...
+
+    def replica_dropped(self, server: str, /) -> None:
+        """``server`` ('ip:port'), DELETING, reported fewer replicas than before."""
+        ...
+
+    def rows_deleted(self, servers: frozenset[str], /) -> None:
+        """``__all_ls_meta_table`` rows of ``servers`` ('ip:port') were deleted (committed)."""
+        ...

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 from obcommon.bounds import MAX_TERM
 from obcommon.proto import obrpc_pb2
-from rootservice.servers.status import ServerStatus
-from rootservice.tenants.ports import ServerDirectory
+from rootservice.servers.status import AdminStatus, ServerStatus
+from rootservice.tenants.ports import ReplicaMoves, ServerDirectory
 from rootservice.tenants.topology import LayoutCache, LsPlan
 from rootservice.tenants.vocabulary import LsKey
 
@@ -63,38 +63,71 @@ class ReplicaReports:
     """The latest replica report of every server and the views built from them.
 
     ``servers`` tells which reporting servers are alive; ``layout`` names the log streams
-    that should exist (a view exists for each, reported or not).
+    that should exist (a view exists for each, reported or not); ``moves`` hears, from the
+    reports, the steps of replica moves that let the next step run at once (issue 23): a
+    replica being built that is now in service (:meth:`ReplicaMoves.copy_built`), a DELETING
+    server that reports fewer replicas than before (:meth:`ReplicaMoves.replica_dropped`).
     """
 
-    def __init__(self, servers: ServerDirectory, layout: LayoutCache) -> None:
+    def __init__(self, servers: ServerDirectory, layout: LayoutCache, moves: ReplicaMoves) -> None:
         """Start with no reports."""
         self.servers = servers
         self.layout = layout
+        self.moves = moves
         self._lock = threading.Lock()
         # server -> {LsKey: ReplicaInfo}; replaced whole by each report of that server.
         self._reports: dict[str, dict[LsKey, obrpc_pb2.ReplicaInfo]] = {}
+        # Servers whose last report had a replica not in service: only their next report is
+        # compared with it (the heartbeat path stays one pass over the replicas otherwise).
+        self._building: set[str] = set()
 
     def report(self, server: ServerStatus, replicas: Sequence[obrpc_pb2.ReplicaInfo]) -> None:
         """Record the replica report of an accepted heartbeat of ``server`` (called on the
-        heartbeat path, under the whitelist lock: cheap, no I/O) and set its ``leader_cnt``."""
+        heartbeat path, under the whitelist lock: cheap, no I/O), set its ``leader_cnt`` and
+        tell ``moves`` of a copy built or a replica dropped by a DELETING server."""
         s = server
+        old = self._reports.get(s.key)
         if not replicas:
             s.leader_cnt = 0
             # Keep an empty report (not none) for a server that had replicas: the meta sync
             # must see that it reports and has dropped them.
-            if self._reports.get(s.key):
+            if old:
                 with self._lock:
                     self._reports[s.key] = {}
+                self._building.discard(s.key)
+                if s.admin_status is AdminStatus.DELETING:
+                    self.moves.replica_dropped(s.key)
             return
         table = {(r.tenant_id, r.ls_id): r for r in replicas}
-        s.leader_cnt = sum(1 for r in replicas if r.role == obrpc_pb2.LEADER)
+        leaders, building = 0, False
+        for r in replicas:
+            leaders += r.role == obrpc_pb2.LEADER
+            building = building or not r.in_service
+        s.leader_cnt = leaders
         with self._lock:
             self._reports[s.key] = table
+        if old is None:
+            if building:
+                self._building.add(s.key)
+            return
+        if s.key in self._building:
+            if not building:
+                self._building.discard(s.key)
+            if any(
+                not was.in_service and (now := table.get(k)) is not None and now.in_service
+                for k, was in old.items()
+            ):
+                self.moves.copy_built(s.key)
+        elif building:
+            self._building.add(s.key)
+        if s.admin_status is AdminStatus.DELETING and any(k not in table for k in old):
+            self.moves.replica_dropped(s.key)
 
     def forget_server(self, key: str) -> None:
         """Drop what ``key`` reported (it left the whitelist)."""
         with self._lock:
             self._reports.pop(key, None)
+        self._building.discard(key)
 
     def reports(self) -> dict[str, dict[LsKey, obrpc_pb2.ReplicaInfo]]:
         """A shallow copy of the latest reports by server."""
@@ -105,6 +138,7 @@ class ReplicaReports:
         """Forget every report (the RS steps down)."""
         with self._lock:
             self._reports.clear()
+        self._building.clear()
 
     def views(self) -> dict[LsKey, LsView]:
         """Every LS that the layout names or some server reports, with its current leader.

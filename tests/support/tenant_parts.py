@@ -135,6 +135,25 @@ class HeartbeatLog:
         return 0
 
 
+@dataclass
+class MoveLog:
+    """A ``ReplicaMoves`` recording what it hears as ``(step, server(s))``."""
+
+    heard: list[tuple[str, object]] = field(default_factory=list)
+
+    def copy_built(self, server: str, /) -> None:
+        """Record it."""
+        self.heard.append(("copy_built", server))
+
+    def replica_dropped(self, server: str, /) -> None:
+        """Record it."""
+        self.heard.append(("replica_dropped", server))
+
+    def rows_deleted(self, servers: frozenset[str], /) -> None:
+        """Record it."""
+        self.heard.append(("rows_deleted", servers))
+
+
 class FakeAgents:
     """Agents that apply replica specs in memory (``ReplicaAgents``): a spec at a term not
     lower than the kept one replaces it; the leader of a spec reports LEADER; every replica
@@ -198,6 +217,7 @@ class Layer(TenantLayer):
     events: EventList
     heartbeats: HeartbeatLog
     agents: FakeAgents
+    moves: MoveLog
 
     @property
     def view(self) -> BalancerView:
@@ -235,6 +255,7 @@ def build_layer(
     zones = FakeZones(ZoneInfo(z, "ACTIVE", "r1", "") for z in sorted({z for _, z in servers}))
     events, heartbeats, agents = EventList(), HeartbeatLog(), FakeAgents()
     metrics = Metrics()
+    moves = MoveLog()
 
     def sleep(seconds: float) -> None:
         clock.advance(int(seconds * S))
@@ -251,6 +272,7 @@ def build_layer(
         settings=settings,
         metrics=metrics,
         sleep=sleep,
+        moves=moves,
     )
     return Layer(
         **{f.name: getattr(tl, f.name) for f in fields(TenantLayer)},
@@ -263,6 +285,7 @@ def build_layer(
         events=events,
         heartbeats=heartbeats,
         agents=agents,
+        moves=moves,
     )
 
 

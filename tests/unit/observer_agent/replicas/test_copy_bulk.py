@@ -19,7 +19,8 @@ from obcommon.security.certs import CA_CERT, Role, cert_file, key_file
 from observer_agent.http import AgentHttp
 from observer_agent.replicas.bandwidth import BURST_S, CopyBandwidth
 from observer_agent.replicas.copy_http import data_path
-from observer_agent.replicas.copy_stream import MIN_PIECE
+from observer_agent.replicas.copy_stream import FAULT_PIECE, MIN_PIECE
+from observer_agent.replicas.faults import FAULT_COPY_SLOW_FILE
 from observer_agent.service import create_server, stop_server
 from tests.support import pki
 from tests.support.ports import free_port
@@ -28,10 +29,13 @@ from tests.unit.observer_agent.replicas.helpers import (
     LS,
     SIZE,
     T,
+    copy_drop,
     copy_nodes,
     copy_spec,
     copy_upsert,
+    fault,
     lead,
+    leftovers,
     start_copy_node,
 )
 from tests.unit.observer_agent.test_service import in_process_agent
@@ -92,6 +96,36 @@ def test_a_source_serving_other_bytes_than_announced_fails_the_copy(tmp_path: Pa
             assert info is not None and "checksum mismatch" in info.build_error
             assert not (c.rdir() / "data").exists()
             assert a.agent.replicas.serving.bulk_served == 1
+
+    run(scenario(), 60)
+
+
+def test_a_copy_dropped_during_its_bulk_body_stops_its_receiving_thread(tmp_path: Path) -> None:
+    """The body is received in a worker thread (issue 23): a copy dropped while it runs (here
+    paused for a minute after its first piece by the slow-copy fault) stops that thread at
+    once and leaves no temp file."""
+
+    async def scenario() -> None:
+        a = await start_copy_node(tmp_path / "a", http=True, replica_size="2M")
+        c = await start_copy_node(tmp_path / "c", replica_size="2M")
+        try:
+            members = await lead(a)
+            fault(c, FAULT_COPY_SLOW_FILE, "60000")
+            await c.apply(copy_upsert(copy_spec(members, a.addr, 1, copy_from=a.addr)))
+            await wait_until(
+                lambda: (c.info() or obrpc_pb2.ReplicaInfo()).bytes_copied >= FAULT_PIECE,
+                "the bulk body under way",
+            )
+            assert c.agent.replicas.bulk_receiving() == 1
+            resp = await c.apply(copy_drop())
+            assert resp.error.code == 0, resp.error
+            await wait_until(
+                lambda: c.agent.replicas.bulk_receiving() == 0, "the receiving thread to end", 10
+            )
+            assert c.info() is None and leftovers(c) == []
+        finally:
+            await c.stop()
+            await a.stop()
 
     run(scenario(), 60)
 

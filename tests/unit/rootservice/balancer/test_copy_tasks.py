@@ -299,3 +299,23 @@ def test_copy_watch_wakes_the_empty_server_checker_once_the_deleting_server_is_e
     contents.full.clear()
     assert watch.run_once() == 1 and waker.woken[-1] == "empty_server_checker"
     assert watch.run_once() == 0  # once per server
+
+
+def test_copy_watch_wakes_the_balancer_when_a_skipped_leaderless_ls_is_led_again() -> None:
+    """Issue 23: a row skipped because its LS had no leader (its leader moving off the
+    DELETING server) is handed out as soon as the LS is led again, not at the next
+    ``balancer_interval``."""
+    w = World(KEYS[:2])
+    waker = FakeWaker()
+    watch = CopyWatch(
+        copies=w.copies, servers=w.servers, contents=FakeContents(A), wake=waker, term=FakeGate()
+    )
+    del w.ls.leaders[KEYS[1]]
+    assert w.copies.hand_out([row(k, B, D) for k in KEYS[:2]]) == 1
+    assert w.copies.leaderless == {KEYS[1]}
+    assert watch.run_once() == 0 and waker.woken == []  # still no leader
+    w.ls.leaders[KEYS[1]] = C
+    assert watch.run_once() == 1 and waker.woken == ["balancer"]
+    assert watch.run_once() == 0  # once
+    assert w.copies.hand_out([row(k, B, D) for k in KEYS[:2]]) == 1
+    assert w.copies.leaderless == frozenset()

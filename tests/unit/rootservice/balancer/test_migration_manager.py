@@ -129,7 +129,10 @@ def test_cancel_delete_moves_the_unit_back(rs: RootService) -> None:
     assert len(events(rs, "cancel_migrate_unit")) == 1
 
 
-def test_a_unit_finishes_once_no_replica_is_left_on_its_source(rs: RootService) -> None:
+def delete_and_move(rs: RootService, *, check: bool = False) -> str:
+    """A tenant with one LS; DELETE of its z1 server, whose unit starts moving; then the new
+    member list without that server (its replica not dropped yet). Returns the server.
+    ``check``: also that no unit finishes while the source still reports its replica."""
     tid = make_tenant(rs, ls_count=1)
     report_all(rs, tid)
     gone = z1_member(rs, tid)
@@ -137,11 +140,17 @@ def test_a_unit_finishes_once_no_replica_is_left_on_its_source(rs: RootService) 
     rs.server_admin.delete_servers([gone], None)
     rs.unit_moves.apply_unit_plan(unit_plan(rs))
     rs.tenant_layer.meta_sync.sync_meta()
-    assert rs.unit_moves.finish_units() == 0  # the source still reports its replica
-    # the replica moved: the new member list excludes the source, which dropped it
+    if check:
+        assert rs.unit_moves.finish_units() == 0  # the source still reports its replica
     members = sorted([other, B, C])
     for s in members:
         rs.heartbeats.receive_hb(lease(s, [replica((tid, 1001), other, members, me=s)]))
+    return gone
+
+
+def test_a_unit_finishes_once_no_replica_is_left_on_its_source(rs: RootService) -> None:
+    gone = delete_and_move(rs, check=True)
+    # the replica moved: the new member list excludes the source, which dropped it
     rs.heartbeats.receive_hb(lease(gone, []))
     rs.tenant_layer.meta_sync.sync_meta()
     assert rs.unit_moves.finish_units() == 1
@@ -149,6 +158,37 @@ def test_a_unit_finishes_once_no_replica_is_left_on_its_source(rs: RootService) 
     assert unit["migrate_from_svr_ip"] == ""
     # nothing left on the source: the empty-server checker removes it, job SUCCESS 100
     assert rs.empty_server_checker.run_once() == 1
+    assert rs.whitelist.get(gone) is None
+    assert (job_row(rs)["job_status"], job_row(rs)["progress"]) == ("SUCCESS", 100)
+
+
+def run_woken(rs: RootService) -> list[str]:
+    """Run the leader tasks the RS woke, as the timers would at once, until nothing more is
+    woken; the fake clock does not move, so no task runs for its period. Returns what ran."""
+    tasks = {task.name: task for task, _ in rs.leader_tasks()}
+    ran: list[str] = []
+    while woken := rs.timers.take_woken():
+        for name in dict.fromkeys(woken):
+            if name in tasks:
+                tasks[name].run_once()
+                ran.append(name)
+    return ran
+
+
+def test_the_last_replica_leaving_ends_the_job_without_waiting_for_a_period(
+    rs: RootService,
+) -> None:
+    """Issue 23: after the last replica of a DELETING server is gone, the job reached SUCCESS
+    only at the next ``balancer_interval`` (10 s in ``make bench-empty``). With the clock
+    frozen, the wakes alone now carry it: the server's report without the replica wakes the
+    meta sync, whose deleted row wakes the balancer (the unit's move finishes) and the
+    empty-server checker (the server goes, job SUCCESS)."""
+    gone = delete_and_move(rs)
+    run_woken(rs)  # whatever DELETE and the new member list woke
+    assert job_row(rs)["job_status"] == "INPROGRESS"
+    rs.heartbeats.receive_hb(lease(gone, []))  # the source has dropped its replica
+    ran = run_woken(rs)
+    assert ran[:1] == ["ls_meta_sync"] and {"balancer", "empty_server_checker"} <= set(ran)
     assert rs.whitelist.get(gone) is None
     assert (job_row(rs)["job_status"], job_row(rs)["progress"]) == ("SUCCESS", 100)
 

@@ -77,3 +77,19 @@ def test_meta_sync_deletes_the_rows_of_a_dropped_tenant(layer: Layer) -> None:
     assert layer.meta_sync.run_once() >= 3
     assert _meta_rows(layer) == []
     assert tid > 0
+
+
+def test_meta_sync_tells_of_the_rows_it_deleted_once_committed(layer: Layer) -> None:
+    """Issue 23: the last step a unit moving off a server waits for is its row leaving
+    ``__all_ls_meta_table``; the sync says so (``rows_deleted``) after its commit, and only
+    when it deleted something."""
+    tid = make_tenant_alone(layer, ls_count=1)
+    layer.meta_sync.run_once()
+    assert layer.moves.heard == []
+    dropping = next(s for s in layer.reports.views()[(tid, 1001)].replicas if s != B)
+    layer.servers.with_server(dropping, lambda s: layer.reports.report(s, []))
+    layer.moves.heard.clear()  # what the report itself told (tests of reports.py)
+    assert layer.meta_sync.run_once() >= 1
+    assert layer.moves.heard == [("rows_deleted", frozenset({dropping}))]
+    assert dropping not in {f"{r['svr_ip']}:{r['svr_port']}" for r in _meta_rows(layer)}
+    assert layer.meta_sync.run_once() == 0 and len(layer.moves.heard) == 1

@@ -4,7 +4,7 @@ rootservice.tenants.reports), built without a RootService."""
 from __future__ import annotations
 
 from obcommon.proto import obrpc_pb2
-from rootservice.servers.status import HeartbeatStatus
+from rootservice.servers.status import AdminStatus, HeartbeatStatus
 from rootservice.tenants.reports import LsView, effective_members, in_sync
 from rootservice.tenants.topology import LsPlan
 from tests.support.tenant_parts import A, B, C, D, Layer
@@ -31,6 +31,34 @@ def test_report_sets_leader_cnt_and_keeps_an_empty_report(layer: Layer) -> None:
     assert B not in layer.reports.reports()
     layer.reports.clear()
     assert layer.reports.reports() == {}
+
+
+def test_reports_tell_of_a_copy_built_and_of_a_deleting_server_dropping_a_replica(
+    layer: Layer,
+) -> None:
+    """Issue 23: the steps of a move the heartbeats bring are heard at once (the tasks of the
+    next steps are woken by :class:`rootservice.balancer.emptying_wake.EmptyingWake`)."""
+    members, other = [A, B, C], (1002, 1002)
+    # D builds a copy: nothing is heard while it builds, once when it is in service
+    _report(layer, D, [replica(KEY, A, members, me=D, in_service=False)])
+    _report(layer, D, [replica(KEY, A, members, me=D, in_service=False)])
+    assert layer.moves.heard == []
+    _report(layer, D, [replica(KEY, A, members, me=D)])
+    assert layer.moves.heard == [("copy_built", D)]
+    _report(layer, D, [replica(KEY, A, members, me=D)])
+    assert len(layer.moves.heard) == 1  # in service already
+    # a server that is not being deleted drops a replica: not a step of an emptying
+    _report(layer, B, [replica(KEY, A, members, me=B), replica(other, A, members, me=B)])
+    _report(layer, B, [replica(KEY, A, members, me=B)])
+    assert len(layer.moves.heard) == 1
+    # a DELETING server drops one replica, then its last one
+    layer.servers.get(A).admin_status = AdminStatus.DELETING
+    _report(layer, A, [replica(KEY, A, members, me=A), replica(other, A, members, me=A)])
+    _report(layer, A, [replica(KEY, A, members, me=A)])
+    _report(layer, A, [replica(KEY, A, members, me=A)])
+    _report(layer, A, [])
+    _report(layer, A, [])
+    assert layer.moves.heard[1:] == [("replica_dropped", A), ("replica_dropped", A)]
 
 
 def test_views_take_the_alive_leader_at_the_highest_term(layer: Layer) -> None:
