@@ -5,7 +5,9 @@ the live server is refused; RECOVER LS's DRY RUN lists exactly the three LS with
 and its log end and changes nothing; RECOVER LS applied with the RS killed at its commit point (the survivor
 holding the call in flight) is finished by the next RS: every LS gets a leader within 30 s of
 its start, none was changed half-way before; a removed agent restarted with its old data
-directory is refused at lease time.
+directory is refused at lease time. Then five replicas of one LS, three lost, two survivors
+whose logs end apart (one stopped fetching): the one with the longer log is chosen, leads, and
+the other follows it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import pytest
 
 from obcommon.proto import obrpc_pb2
+from observer_agent.replicas.faults import FAULT_REPLICATION_STOP_FILE
 from tests.integration.test_tenants import RS_FLAGS, TenantCluster, replica_report
 from tests.support.cluster import ProcSet, wait_until
 
@@ -150,3 +153,83 @@ def test_recover_ls_after_losing_two_of_three(procs: ProcSet, tmp_path: Path, db
     assert "may never rejoin" in again.log_text()
     assert c.statuses()[a1] == "DELETING"
     assert leads_alone(a3)
+
+
+def _follower_of(server: str, leader: str) -> bool:
+    """Every replica ``server`` reports follows ``leader`` and is in service."""
+    reps = replica_report(server)
+    return bool(reps) and all(r.leader == leader and r.in_service for r in reps.values())
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_recover_ls_survivor_with_the_longer_log_wins(
+    procs: ProcSet, tmp_path: Path, db_url: str
+) -> None:
+    """Five replicas of one LS, three lost, two survivors whose logs end apart: RECOVER LS
+    picks the one with the longer log (DRY RUN shows it and its log end), it leads and the
+    other follows it (issue 24 item 4, "the survivor with the longer log wins")."""
+    c = TenantCluster(procs, tmp_path, db_url)
+    c.start_rs(**FLAGS)
+    a1, a2, a3, behind, ahead = c.bootstrap(5)
+    # z4 before z5 in the primary zone: every rule after the log end (in service, zone
+    # priority, address order aside) favours ``behind``, so only the log end picks ``ahead``.
+    c.make_tenant(ls_count=1, primary="z1;z4", zones=5)
+    key = (TENANT, LS_IDS[0])
+    wait_until(lambda: c.leaders_on(a1) == 1, 20, message="the leader in primary zone z1")
+    wait_until(
+        lambda: _follower_of(behind, a1) and _follower_of(ahead, a1),
+        20,
+        message="z4 and z5 follow a1 in service",
+    )
+    # ``behind`` stops fetching; ``ahead`` goes on following a1 for a second of log.
+    stop = c.data_dir(behind) / FAULT_REPLICATION_STOP_FILE
+    stop.touch()
+    wait_until(lambda: "followers stop fetching" in c.agents[behind].log_text(), 10)
+    frozen = replica_report(behind)[key].log_end_index
+    wait_until(
+        lambda: replica_report(ahead)[key].log_end_index > frozen + 10,
+        10,
+        message="z5's log 10 entries past z4's",
+    )
+    # The followers first: with a1 killed first, four of five would elect a new leader.
+    for lost in (a2, a3, a1):
+        c.agents[lost].kill()
+        wait_until(lambda s=lost: c.statuses().get(s) == "INACTIVE", 15, message=f"{lost} lost")
+    behind_end = replica_report(behind)[key].log_end_index
+    ahead_end = replica_report(ahead)[key].log_end_index
+    assert behind_end == frozen and ahead_end > behind_end + 10
+
+    # DRY RUN: the survivor is ``ahead`` with its own log end; nothing changes.
+    lost_list = f"'{a1}', '{a2}', '{a3}'"
+    before = snapshot(c, ahead)
+    rows = c.ok(f"ALTER SYSTEM RECOVER LS FROM LOST SERVERS {lost_list} DRY RUN")
+    assert len(rows) == 1, rows
+    tenant_id, ls, _plan, action, survivor, _term, end, highest, lost_n, new_term = rows[0][:10]
+    assert (tenant_id, ls, action) == (*key, "RECOVER")
+    assert (survivor, end) == (ahead, ahead_end), rows[0]
+    assert highest >= ahead_end and lost_n == highest - ahead_end
+    assert rows[0][11] == ",".join(sorted((behind, ahead)))  # MEMBERS_AFTER
+    assert snapshot(c, ahead) == before
+
+    # Applied: ``ahead`` leads both at the new term, ``behind`` (fetching again) follows it
+    # past the survivor's log end.
+    stop.unlink()
+    applied = c.ok(f"ALTER SYSTEM RECOVER LS FROM LOST SERVERS {lost_list}")
+    assert applied[0][4] == ahead and applied[0][9] == new_term, applied
+    members = sorted((behind, ahead))
+
+    def recovered() -> bool:
+        lead = replica_report(ahead).get(key)
+        follow = replica_report(behind).get(key)
+        return (
+            lead is not None
+            and follow is not None
+            and lead.role == obrpc_pb2.LEADER
+            and sorted(lead.member_list) == members
+            and follow.role != obrpc_pb2.LEADER
+            and follow.leader == ahead
+            and follow.term == lead.term == new_term
+            and follow.log_end_index > ahead_end
+        )
+
+    wait_until(recovered, 30, message="z5 leads, z4 follows it past z5's old log end")

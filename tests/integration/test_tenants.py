@@ -83,9 +83,12 @@ class TenantCluster(Cluster):
         port = server.rsplit(":", 1)[1]
         return int(self.ok(f"SELECT stop_time FROM __all_server WHERE svr_port = {port}")[0][0])
 
-    def make_tenant(self, ls_count: int, primary: str = "z1") -> None:
+    def make_tenant(self, ls_count: int, primary: str = "z1", zones: int = 3) -> None:
+        """Tenant t1 with one unit in each of zones z1..z``zones`` (a replica of every LS
+        there), ``ls_count`` log streams, primary zone ``primary``."""
         self.ok("CREATE RESOURCE UNIT u1 MAX_CPU 1, MEMORY_SIZE '2G', LOG_DISK_SIZE '4G'")
-        self.ok("CREATE RESOURCE POOL p1 UNIT 'u1', UNIT_NUM 1, ZONE_LIST ('z1', 'z2', 'z3')")
+        zone_list = ", ".join(f"'z{i}'" for i in range(1, zones + 1))
+        self.ok(f"CREATE RESOURCE POOL p1 UNIT 'u1', UNIT_NUM 1, ZONE_LIST ({zone_list})")
         self.ok(
             f"CREATE TENANT t1 RESOURCE_POOL_LIST ('p1'), PRIMARY_ZONE '{primary}', "
             f"LS_COUNT {ls_count}"
