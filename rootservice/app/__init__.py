@@ -275,6 +275,7 @@ class RootService(RsComponents):
             planner_ready=self.planner_check.ready if self.planner_check else None,
             lease_allowance_us=self.intake_health.current_us,
             self_suspect=self.self_suspicion.suspected,
+            servers_suspect=self.whitelist.suspect_count(),
         )
 
     def metrics_snapshot(self) -> dict[str, Any]:

@@ -205,6 +205,10 @@ class CopyTasks:
                     s = self.servers.get(dest)
                     if view is None or view.leader is None or s is None or not s.is_alive():
                         continue
+                    if s.is_suspect(self.clock.monotonic_us()):
+                        # No copy to a SUSPECT server (issue 25 item 1): it waits for the
+                        # suspicion to end (the planner no longer sends units there).
+                        continue
                     r = reports.get(dest, {}).get(key)
                     task = self.tasks.get((key, dest))
                     if r is not None and not r.build_error:

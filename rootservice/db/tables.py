@@ -35,6 +35,8 @@ all_server = sa.Table(
     sa.Column(
         "gmt_modified", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()
     ),
+    # Issue 25 item 1 (migration 0008): end of the SUSPECT period, 0 when not SUSPECT.
+    sa.Column("suspect_end_time", sa.BigInteger, nullable=False, server_default="0"),
 )
 
 all_zone = sa.Table(

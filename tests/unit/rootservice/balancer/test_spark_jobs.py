@@ -110,6 +110,7 @@ class World:
                 "cpu_total": cpu,
                 "mem_total": mem_g * GIB,
                 "log_disk_total": log_g * GIB,
+                "suspect": False,
             }
         )
         return ip
