@@ -295,4 +295,5 @@ class RootService(RsComponents):
         out["planner_ready"] = self.planner_check.ready if self.planner_check else None
         out["lease_allowance_us"] = self.intake_health.current_us
         out["self_suspect"] = self.self_suspicion.suspected
+        out["servers_suspect"] = self.whitelist.suspect_count()
         return out
