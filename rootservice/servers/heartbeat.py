@@ -197,7 +197,7 @@ class HeartbeatIntake:
                     log_transition(ev, why)
                     if s.suspect.down_since_mono_us:
                         # Back after a lease expiry this RS saw: SUSPECT (issue 25 item 1).
-                        pass
+                        self._returned(s, mono, now)
                 s.last_hb_time = now
                 s.last_hb_mono_us = mono
                 self._set_alive(s)
