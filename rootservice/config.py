@@ -82,6 +82,18 @@ PARAMETERS: dict[str, ParamDef] = {
             "after this long without a heartbeat a server is permanently offline",
             1 * S,
         ),
+        # Issue 25 item 1 (rootservice/servers/suspect_policy.py): a server whose lease
+        # expired and came back gets no new leaders and no copies for this long of gap-free
+        # heartbeats, doubled by each repeat up to 5 min. CockroachDB's
+        # server.time_after_store_suspect is 30s.
+        ParamDef(
+            "server_suspect_time",
+            4 * S,
+            300 * S,
+            "a server back after its lease expired is SUSPECT (no new leaders, no copies) for "
+            "this long, doubled by each repeat up to 5m",
+            100_000,
+        ),
         ParamDef(
             "heartbeat_interval", 100_000, 60 * S, "how often agents renew their lease", 10_000
         ),
@@ -262,6 +274,7 @@ class RsSettings(BaseSettings):
     http_addr: str = "127.0.0.1:8080"
     lease_time: Duration = 10 * S
     server_permanent_offline_time: Duration = 3600 * S
+    server_suspect_time: Duration = 30 * S
     heartbeat_interval: Duration = 2 * S
     heartbeat_check_interval: Duration = 100_000
     server_check_interval: Duration = 30 * S

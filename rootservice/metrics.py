@@ -243,6 +243,9 @@ class Readings:
     # RS suspects itself after a mass expiry (item 7).
     lease_allowance_us: int = 0
     self_suspect: bool = False
+    # Issue 25 item 1: alive servers SUSPECT after their lease expired (no new leaders, no
+    # copies).
+    servers_suspect: int = 0
 
 
 class RsReadings(Protocol):
@@ -453,6 +456,12 @@ class RsCollector(Collector):
             "1 while this RS suspects itself after a mass lease expiry (permanent offline "
             "held), else 0.",
             value=int(r.self_suspect),
+        )
+        yield GaugeMetricFamily(
+            "ob_rs_servers_suspect",
+            "Alive servers SUSPECT after their lease expired: no new leaders and no copies "
+            "until __all_server.suspect_end_time.",
+            value=r.servers_suspect,
         )
         labels = ["job_id", "job_type", "server"]
         progress = GaugeMetricFamily(

@@ -278,6 +278,7 @@ class RootService(RsComponents):
             planner_ready=self.planner_check.ready if self.planner_check else None,
             lease_allowance_us=self.intake_health.current_us,
             self_suspect=self.self_suspicion.suspected,
+            servers_suspect=self.whitelist.suspect_count(),
         )
 
     def metrics_snapshot(self) -> dict[str, Any]:
@@ -297,4 +298,5 @@ class RootService(RsComponents):
         out["planner_ready"] = self.planner_check.ready if self.planner_check else None
         out["lease_allowance_us"] = self.intake_health.current_us
         out["self_suspect"] = self.self_suspicion.suspected
+        out["servers_suspect"] = self.whitelist.suspect_count()
         return out

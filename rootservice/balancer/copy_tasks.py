@@ -214,6 +214,10 @@ class CopyTasks:
                         if view is not None and view.leader is None:
                             leaderless.add(key)
                         continue
+                    if s.is_suspect(self.clock.monotonic_us()):
+                        # No copy to a SUSPECT server (issue 25 item 1): it waits for the
+                        # suspicion to end (the planner no longer sends units there).
+                        continue
                     r = reports.get(dest, {}).get(key)
                     task = self.tasks.get((key, dest))
                     if r is not None and not r.build_error:

@@ -27,6 +27,7 @@ SERVER_COLUMNS = (
     "cpu_total",
     "mem_total",
     "log_disk_total",
+    "suspect",
 )
 
 
@@ -82,7 +83,8 @@ def short_cause(exc: BaseException, limit: int = 200) -> str:
 def server_rows(servers: Whitelist) -> list[Row]:
     """The whitelist as planner rows (:data:`SERVER_COLUMNS`): status and heartbeat status
     as their display strings, ``stop_time`` in microseconds, CPU in cores, memory and log
-    disk in bytes."""
+    disk in bytes, ``suspect`` whether it is SUSPECT as ``__all_server.suspect_end_time``
+    shows it (issue 25 item 1: no unit, hence no copy, goes to it)."""
     out = []
     for s in servers.snapshot():
         r = s.resource_info
@@ -97,6 +99,7 @@ def server_rows(servers: Whitelist) -> list[Row]:
                 "cpu_total": float(r.cpu_total),
                 "mem_total": int(r.mem_total),
                 "log_disk_total": int(r.log_disk_total),
+                "suspect": bool(s.suspect_end_time) and s.is_alive(),
             }
         )
     return out

@@ -35,6 +35,8 @@ all_server = sa.Table(
     sa.Column(
         "gmt_modified", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()
     ),
+    # Issue 25 item 1 (migration 0010): end of the SUSPECT period, 0 when not SUSPECT.
+    sa.Column("suspect_end_time", sa.BigInteger, nullable=False, server_default="0"),
 )
 
 all_zone = sa.Table(
@@ -272,7 +274,7 @@ all_space_usage = sa.Table(
     *_gmt(),
 )
 
-# --- retired server identities (issue 24 items 3-4; migration 0008) -----------------------
+# --- retired server identities (issue 24 items 3-4; migration 0009) -----------------------
 
 all_server_tombstone = sa.Table(
     "__all_server_tombstone",

@@ -1,5 +1,5 @@
 """``__all_server_tombstone``: the retired server identities (issue 24 items 3-4, migration
-0008).
+0009).
 
 Every function takes a connection inside the caller's transaction and never commits. Rows
 are never deleted: a buried ``ip:port`` and server id stay refused.

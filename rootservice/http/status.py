@@ -31,7 +31,9 @@ EVENTS_MAX, EVENTS_DEFAULT = 1000, 100
 def server_doc(s: ServerStatus, now_us: int, replicas: int) -> dict[str, Any]:
     """One server of ``servers``: the whitelist record ``s`` at ``now_us`` holding
     ``replicas`` reported replicas. ``leader_count`` is 0 until its first report (the
-    record's -1), ``last_heartbeat_age_us`` None when it never heartbeated."""
+    record's -1), ``last_heartbeat_age_us`` None when it never heartbeated; ``suspect``
+    whether it is SUSPECT (issue 25 item 1: back after its lease expired, no new leaders and
+    no copies) until ``suspect_end_time_us`` (0 when not)."""
     r = s.resource_info
     return {
         "server": s.key,
@@ -45,6 +47,8 @@ def server_doc(s: ServerStatus, now_us: int, replicas: int) -> dict[str, Any]:
         "last_heartbeat_age_us": max(0, now_us - s.last_hb_time) if s.last_hb_time else None,
         "stop_time_us": s.stop_time,
         "start_service_time_us": s.start_service_time,
+        "suspect": bool(s.suspect_end_time) and s.is_alive(),
+        "suspect_end_time_us": s.suspect_end_time if s.is_alive() else 0,
         "leader_count": max(0, s.leader_cnt),
         "replica_count": replicas,
         "resources": {

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from obcommon.bounds import quote
 from obcommon.clock import Clock
+from obcommon.durations import format_duration
 from obcommon.errors import ObError
 from obcommon.fencing import FenceToken
 from obcommon.proto import obrpc_pb2
@@ -27,6 +28,7 @@ from rootservice.servers.events import log_transition, seconds, server_event
 from rootservice.servers.identity import ClusterIdentity
 from rootservice.servers.lease_bounds import StreamChecks, check_lease_request
 from rootservice.servers.loader import TakeOfficeGrace
+from rootservice.servers.offline_window import closed
 from rootservice.servers.persist_queue import PersistQueue
 from rootservice.servers.ports import Background, TransitSink, Wake
 from rootservice.servers.status import (
@@ -37,6 +39,7 @@ from rootservice.servers.status import (
     ServerStatus,
     StopMode,
 )
+from rootservice.servers.suspect_policy import on_return
 from rootservice.servers.whitelist import Whitelist
 from rootservice.servers.zones import ZoneManager
 
@@ -207,6 +210,9 @@ class HeartbeatIntake:
                     ev = server_event(now, "online", s)
                     self.persist.add_event(ev)
                     log_transition(ev, why)
+                    if s.suspect.down_since_mono_us:
+                        # Back after a lease expiry this RS saw: SUSPECT (issue 25 item 1).
+                        self._returned(s, mono, now)
                 s.last_hb_time = now
                 s.last_hb_mono_us = mono
                 self._set_alive(s)
@@ -233,6 +239,34 @@ class HeartbeatIntake:
             if changed:
                 self.persist.mark(key)
             return self._lease_response(s, req.seq, now)
+
+    def _returned(self, s: ServerStatus, mono: int, now: int) -> None:
+        """``s`` heartbeats again at ``mono`` / ``now`` after its lease expired: its outage
+        since its last heartbeat joins the permanent-offline window and it is SUSPECT for its
+        current suspect time (issue 25 item 1), with event ``suspect``. Caller holds the
+        whitelist lock."""
+        s.offline_spans = closed(
+            s.offline_spans,
+            s.suspect.down_since_mono_us,
+            mono,
+            self.settings.server_permanent_offline_time,
+        )
+        s.suspect = on_return(s.suspect, mono, self.settings.server_suspect_time)
+        p = s.suspect.until_mono_us - mono
+        s.suspect_end_time = now + p
+        self.whitelist.push_suspect(s)
+        ev = server_event(
+            now,
+            "suspect",
+            s,
+            ("suspect_end_time", s.suspect_end_time),
+            ("suspect_time", format_duration(p)),
+        )
+        self.persist.add_event(ev)
+        log_transition(
+            ev,
+            f"back after its lease expired: no new leaders and no copies for {format_duration(p)}",
+        )
 
     def _check_cluster_id(self, req: obrpc_pb2.LeaseRequest, s: ServerStatus) -> None:
         """Refuse another cluster's ``cluster_id`` and, once the cluster is bootstrapped, an

@@ -6,6 +6,11 @@ order of the whitelist has the next lease to expire at its front, and lease-expi
 wait in a heap keyed by their permanent-offline deadline. Memory only; the changes go through
 the persistence queue.
 
+The permanent-offline clock is the offline total within a sliding window (issue 25 item 1,
+:mod:`rootservice.servers.offline_window`), so a flapping server gets there too; each expiry
+feeds the SUSPECT damping (:mod:`rootservice.servers.suspect_policy`), and the tick clears
+``suspect_end_time`` of the servers whose SUSPECT period is over (event ``suspect_end``).
+
 Ages are measured on the monotonic clock (``ServerStatus.last_hb_mono_us``), never on the
 wall clock: a +1 h step of the RS's wall clock used to expire every live server and declare
 it permanently offline in one tick (issue 14 item 7). Wall time is only written (events,
@@ -25,9 +30,11 @@ from rootservice.ha.term import Term
 from rootservice.metrics import Metrics
 from rootservice.servers.events import log_transitions, seconds, server_event
 from rootservice.servers.loader import TakeOfficeGrace
+from rootservice.servers.offline_window import due_at, offline_in_window, window_us
 from rootservice.servers.persist_queue import PersistQueue
 from rootservice.servers.ports import LeaseAllowance, MassExpiry, Wake
 from rootservice.servers.status import HeartbeatStatus
+from rootservice.servers.suspect_policy import on_expiry
 from rootservice.servers.whitelist import Whitelist
 
 
@@ -67,8 +74,10 @@ class LeaseChecker:
 
     def run_once(self) -> int:
         """One tick of the 100 ms checker: expire leases (monotonic ``mono - last_hb_mono_us
-        >= lease_time``, inclusive) and declare permanent offline (``>=
-        server_permanent_offline_time``). Returns the number of transitions. Does nothing
+        >= lease_time``, inclusive), declare permanent offline (offline for ``>=
+        server_permanent_offline_time`` in total within the sliding window, issue 25) and end
+        SUSPECT periods (``mono >= suspect.until_mono_us``). Returns the number of
+        transitions. Does nothing
         while this RS may not act (``Term.may_act``: not in office, not in service, lease not
         safely held) or in the first ``lease_time`` after the take office (SPEC.md section 6).
 
@@ -111,7 +120,13 @@ class LeaseChecker:
                 s.hb_status = HeartbeatStatus.LEASE_EXPIRED
                 s.last_offline_time = now
                 s.start_service_time = 0
-                heapq.heappush(heap, (s.last_hb_mono_us + offline, key))
+                s.suspect = on_expiry(
+                    s.suspect, s.last_hb_mono_us, self.settings.server_suspect_time
+                )
+                s.suspect_end_time = 0
+                heapq.heappush(
+                    heap, (due_at(s.offline_spans, s.last_hb_mono_us, mono, offline), key)
+                )
                 self.persist.mark(key)
                 expired.append(key)
                 ev = server_event(now, "lease_expire", s, ("last_hb_time", s.last_hb_time))
@@ -129,28 +144,40 @@ class LeaseChecker:
                 now, expired, len(alive)
             )
             while not held and not suspected and heap and heap[0][0] <= mono:
-                deadline, key = heapq.heappop(heap)
+                _, key = heapq.heappop(heap)
                 s = servers.get(key)
                 if s is None or s.hb_status is not HeartbeatStatus.LEASE_EXPIRED:
                     continue
                 age = mono - s.last_hb_mono_us
-                if s.last_hb_mono_us + offline != deadline and age < offline:
-                    # Stale entry (the setting changed, a reload): re-queue with the current one.
-                    heapq.heappush(heap, (s.last_hb_mono_us + offline, key))
+                total = offline_in_window(s.offline_spans, s.last_hb_mono_us, mono, offline)
+                if total < offline:
+                    # Not yet (a lower-bound entry, the setting changed, a reload): re-queue
+                    # at the earliest time the total can get there.
+                    heapq.heappush(
+                        heap, (due_at(s.offline_spans, s.last_hb_mono_us, mono, offline), key)
+                    )
                     continue
                 s.hb_status = HeartbeatStatus.PERMANENT_OFFLINE
-                ev = server_event(now, "permanent_offline", s, ("last_hb_time", s.last_hb_time))
+                ev = server_event(
+                    now,
+                    "permanent_offline",
+                    s,
+                    ("last_hb_time", s.last_hb_time),
+                    ("offline_in_window", format_duration(total)),
+                )
                 self.persist.add_event(ev)
                 logged.append(
                     (
                         ev,
-                        f"no heartbeat for {seconds(age)} "
+                        f"no heartbeat for {seconds(age)}, offline {seconds(total)} within the "
+                        f"last {format_duration(window_us(offline))} "
                         f"(server_permanent_offline_time {format_duration(offline)})",
                     )
                 )
                 self.wake("balancer")
                 self.wake("lost_replica_checker")
                 n += 1
+            n += self._end_suspects(mono, now, logged)
         self.metrics.window("checker_tick_us").record((time.perf_counter_ns() - t0) // 1000)
         log_transitions(logged)
         return n
@@ -164,6 +191,8 @@ class LeaseChecker:
             s = self.whitelist.records.get(key)
             if s is None or s.is_alive():
                 continue
+            s.suspect_end_time = 0
+            s.suspect = on_expiry(s.suspect, s.last_hb_mono_us, self.settings.server_suspect_time)
             self.persist.mark(key)
             ev = server_event(now, "lease_expire", s, ("last_hb_time", s.last_hb_time))
             self.persist.add_event(ev)
@@ -172,6 +201,27 @@ class LeaseChecker:
         self.grace.clear()
         return n
 
+    def _end_suspects(self, mono: int, now: int, logged: list[tuple[Event, str]]) -> int:
+        """Clear ``suspect_end_time`` of the alive servers whose SUSPECT period ended by
+        ``mono`` (event ``suspect_end``, appended to ``logged``). Placement never waits for
+        this: it judges ``suspect.until_mono_us`` itself. Caller holds the whitelist lock."""
+        heap = self.whitelist.suspect_heap
+        n = 0
+        while heap and heap[0][0] <= mono:
+            until, key = heapq.heappop(heap)
+            s = self.whitelist.records.get(key)
+            if s is None or s.suspect.until_mono_us != until or not s.suspect_end_time:
+                continue
+            s.suspect_end_time = 0
+            self.persist.mark(key)
+            ev = server_event(now, "suspect_end", s)
+            self.persist.add_event(ev)
+            logged.append((ev, "gap-free heartbeats for its whole suspect time"))
+            n += 1
+        return n
+
     def resort_offline_deadlines(self) -> None:
         """Rebuild the permanent-offline heap (after ``server_permanent_offline_time`` changed)."""
-        self.whitelist.rebuild_offline_heap(self.settings.server_permanent_offline_time)
+        self.whitelist.rebuild_offline_heap(
+            self.settings.server_permanent_offline_time, self.clock.monotonic_us()
+        )

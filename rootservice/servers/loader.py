@@ -26,6 +26,7 @@ from rootservice.servers.status import (
     ServerStatus,
     admin_from_display,
 )
+from rootservice.servers.suspect_policy import restored
 from rootservice.servers.whitelist import Whitelist
 from rootservice.servers.zones import ZoneManager
 
@@ -205,6 +206,9 @@ class ServerLoader:
                         s.force_stop_hb = old.force_stop_hb
                         s.leader_cnt = old.leader_cnt
                         s.server_report_status = old.server_report_status
+                        s.suspect = old.suspect
+                        s.suspect_end_time = old.suspect_end_time
+                        s.offline_spans = old.offline_spans
                         if s.is_alive():
                             s.last_offline_time = 0
                     else:
@@ -223,10 +227,20 @@ class ServerLoader:
                             s.hb_status = HeartbeatStatus.PERMANENT_OFFLINE
                         elif take_office and r["last_offline_time"] == 0:
                             candidates.add(key)
+                        if r["suspect_end_time"] > now:
+                            # The old leader's SUSPECT period goes on (issue 25 item 1).
+                            s.suspect_end_time = r["suspect_end_time"]
+                            s.suspect = restored(
+                                s.suspect_end_time - now, mono, self.settings.server_suspect_time
+                            )
                     s.with_rootserver = bool(self_server) and key == self_server
                     fresh[key] = s
                 self.whitelist.replace_all(fresh)
-                self.whitelist.rebuild_offline_heap(offline)
+                self.whitelist.rebuild_offline_heap(offline, mono)
+                self.whitelist.suspect_heap.clear()
+                for s in fresh.values():
+                    if s.suspect_end_time:
+                        self.whitelist.push_suspect(s)
                 if take_office:
                     self.grace.begin(mono + lease, candidates, now + lease)
                 else:

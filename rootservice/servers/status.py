@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from obcommon.addresses import format_server
 from obcommon.errors import ObError
+from rootservice.servers.offline_window import Span
+from rootservice.servers.suspect_policy import SuspectState
 
 DATA_DISK_ERROR_BIT = 0x1
 
@@ -113,7 +115,14 @@ class ServerStatus:
     (:meth:`obcommon.clock.Clock.monotonic_us`), memory only: lease ages and the
     permanent-offline deadline are measured on it, so a step of the wall clock (NTP, an
     operator's ``date -s``) neither expires live servers nor keeps dead ones alive (issue 14
-    item 7). ``last_hb_time`` stays wall time for the table, the events and the dashboards."""
+    item 7). ``last_hb_time`` stays wall time for the table, the events and the dashboards.
+
+    SUSPECT (issue 25 item 1, :mod:`rootservice.servers.suspect_policy`): ``suspect`` is the
+    damping state (memory only; SUSPECT while ``suspect.is_suspect(mono)``, exact to the
+    microsecond for placement) and ``suspect_end_time`` its wall-clock end as
+    ``__all_server.suspect_end_time`` shows it (0: not SUSPECT; cleared by the lease checker's
+    tick once the period is over). ``offline_spans`` are the closed outages of the sliding
+    permanent-offline window (:mod:`rootservice.servers.offline_window`), memory only."""
 
     id: int
     zone: str
@@ -137,6 +146,9 @@ class ServerStatus:
     server_report_status: ReportStatus = ReportStatus.NORMAL
     with_partition: int = 0
     first_sessid: int = 0
+    suspect_end_time: int = 0
+    suspect: SuspectState = SuspectState()
+    offline_spans: tuple[Span, ...] = ()
     # The last accepted resource_info as serialized bytes (heartbeat fast path).
     resource_raw: bytes = b""
     #: The whitelist key, ``'ip:port'`` of ``ip`` and ``port`` (which never change: a record
@@ -154,6 +166,10 @@ class ServerStatus:
     def is_active(self) -> bool:
         """alive and admin NORMAL."""
         return self.is_alive() and self.admin_status is AdminStatus.NORMAL
+
+    def is_suspect(self, mono: int) -> bool:
+        """SUSPECT at monotonic ``mono``: alive and within its suspect period (issue 25)."""
+        return self.suspect.until_mono_us > mono and self.is_alive()
 
     def is_stopped(self) -> bool:
         """``stop_time != 0`` (stopped or isolated)."""
@@ -188,6 +204,7 @@ class ServerStatus:
             "first_sessid": self.first_sessid,
             "with_partition": self.with_partition,
             "last_offline_time": self.last_offline_time,
+            "suspect_end_time": self.suspect_end_time,
         }
 
 
@@ -203,4 +220,5 @@ CHECKED_COLUMNS = (
     "start_service_time",
     "with_partition",
     "last_offline_time",
+    "suspect_end_time",
 )

@@ -21,6 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from obcommon.addresses import format_server, parse_server
+from rootservice.servers.offline_window import due_at
 from rootservice.servers.status import (
     AdminStatus,
     DisplayStatus,
@@ -56,6 +57,10 @@ class Whitelist:
         # The buried identities (issue 24): refused at lease time and by ADD SERVER; kept
         # here because every reader of the whitelist's keys must see them.
         self.tombstones = Tombstones()
+        # (end of the SUSPECT period on the monotonic clock, key) of SUSPECT servers (issue
+        # 25 item 1): the lease checker clears their ``suspect_end_time`` when it passes;
+        # stale entries are skipped when popped.
+        self.suspect_heap: list[tuple[int, str]] = []
 
     # --- the read API (any layer) ----------------------------------------------------------
 
@@ -127,6 +132,11 @@ class Whitelist:
             by_hb[hb.value] += n
         return by_status, by_hb
 
+    def suspect_count(self) -> int:
+        """Alive servers whose ``suspect_end_time`` is set (SUSPECT as ``__all_server``
+        shows it), for ``/metrics``; reads without the lock as :meth:`status_counts`."""
+        return sum(1 for s in list(self.records.values()) if s.suspect_end_time and s.is_alive())
+
     def not_alive_servers(self) -> list[str]:
         """Keys of the servers whose heartbeat status is not alive."""
         with self.lock:
@@ -179,17 +189,23 @@ class Whitelist:
         self.alive[s.key] = None
         self.alive.move_to_end(s.key)
 
-    def rebuild_offline_heap(self, offline: int) -> None:
-        """Recompute every lease-expired server's permanent-offline deadline as
-        ``last_hb_mono_us + offline`` (monotonic microseconds: a wall-clock step must not
-        move it)."""
+    def rebuild_offline_heap(self, offline: int, mono: int) -> None:
+        """Recompute every lease-expired server's permanent-offline deadline at monotonic
+        ``mono``: the earliest time its offline total in the sliding window can reach
+        ``offline`` (:func:`rootservice.servers.offline_window.due_at`; monotonic
+        microseconds: a wall-clock step must not move it)."""
         with self.lock:
             self.offline_heap[:] = [
-                (s.last_hb_mono_us + offline, k)
+                (due_at(s.offline_spans, s.last_hb_mono_us, mono, offline), k)
                 for k, s in self.records.items()
                 if s.hb_status is HeartbeatStatus.LEASE_EXPIRED
             ]
             heapq.heapify(self.offline_heap)
+
+    def push_suspect(self, s: ServerStatus) -> None:
+        """Queue the end of ``s``'s SUSPECT period for the lease checker. Caller holds
+        ``lock``."""
+        heapq.heappush(self.suspect_heap, (s.suspect.until_mono_us, s.key))
 
     def add(self, servers: Iterable[ServerStatus], offline: int) -> None:
         """Whitelist new (lease-expired) servers, each due to turn permanently offline at
@@ -238,3 +254,4 @@ class Whitelist:
             self.records.clear()
             self.alive.clear()
             self.offline_heap.clear()
+            self.suspect_heap.clear()

@@ -1,12 +1,20 @@
 """Whether a server may host or lead replicas (SPEC.md section 7, OceanBase's leader
 coordinator): a leader must be alive, started (``stop_time == 0``), in service and in an
 ACTIVE zone; a stopped or isolated server is never chosen.
+
+A SUSPECT server (issue 25 item 1, :mod:`rootservice.servers.suspect_policy`) keeps its
+replicas and its leaders and counts as a healthy member for majority checks
+(:meth:`HostHealth.can_lead`, :meth:`HostHealth.healthy_member`), but is no new leader while a
+server that is not SUSPECT can lead (:meth:`HostHealth.is_suspect`, used by the leader
+coordinator) and no copy destination (the balancer and the rebuilder ask
+:meth:`HostHealth.is_suspect`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Set
 
+from obcommon.clock import Clock
 from obcommon.proto import obrpc_pb2
 from rootservice.tenants.ports import ServerDirectory, ZoneDirectory
 from rootservice.tenants.topology import LsPlan
@@ -15,10 +23,18 @@ from rootservice.tenants.topology import LsPlan
 class HostHealth:
     """Answers about servers as replica hosts, from the whitelist and the zones."""
 
-    def __init__(self, servers: ServerDirectory, zones: ZoneDirectory) -> None:
-        """Read ``servers`` and ``zones`` on every question (no caching)."""
+    def __init__(self, servers: ServerDirectory, zones: ZoneDirectory, clock: Clock) -> None:
+        """Read ``servers`` and ``zones`` on every question (no caching); SUSPECT is judged
+        on ``clock``'s monotonic microseconds."""
         self.servers = servers
         self.zones = zones
+        self.clock = clock
+
+    def is_suspect(self, server: str) -> bool:
+        """``server`` is alive and SUSPECT now (issue 25 item 1): no new leader, no copy
+        destination."""
+        s = self.servers.get(server)
+        return s is not None and s.is_suspect(self.clock.monotonic_us())
 
     def is_alive(self, server: str) -> bool:
         """``server`` is whitelisted and its heartbeat status is alive."""

@@ -87,7 +87,7 @@ def build_tenant_layer(
     version = LayoutVersion()
     layout = LayoutCache(store, version)
     reports = ReplicaReports(servers, layout, moves)
-    health = HostHealth(servers, zones)
+    health = HostHealth(servers, zones, clock)
     applier = ReplicaApplier(store, agents, servers, reports, clock.monotonic_us)
     meta_sync = LsMetaSync(term, store, clock, servers, layout, reports, moves)
     ls_warnings = OnceLog()

@@ -3,6 +3,9 @@ section 7; OceanBase's leader coordinator and ``ALTER SYSTEM SWITCH REPLICA LEAD
 
 - **Choice.** A leader must be alive, started (``stop_time == 0``), in service, in an ACTIVE
   zone, and is preferred in the tenant's primary zone (:mod:`rootservice.tenants.host_health`).
+  A SUSPECT server (issue 25 item 1) is chosen last: only when no other member can lead (an
+  LS without leader is unavailable), never to move a leader to a better zone, and SWITCH
+  REPLICA LEADER refuses it; a leader it already holds stays.
 - **Switch.** The old leader resigns at a new term and reports its last log index; the new
   leader catches up to that index from it before it appends anything, so no entry the old
   leader wrote is lost; then the other members follow.
@@ -81,14 +84,17 @@ class LeaderCoordinator:
     ) -> str | None:
         """The best leader candidate among the plan's members: able to lead (alive, started,
         in service, zone ACTIVE, not in ``exclude``), replica reported in service (unless
-        ``require_report`` is False, at creation), ordered by tenant primary-zone priority,
-        the LS's own primary zone, then the longest log, then address."""
+        ``require_report`` is False, at creation), ordered by not SUSPECT first (issue 25),
+        tenant primary-zone priority, the LS's own primary zone, then the longest log, then
+        address."""
 
-        def rank(server: str) -> tuple[int, int, int, int, str]:
+        def rank(server: str) -> tuple[int, int, int, int, int, str]:
             zone = self.health.zone_of(plan, server)
             r = view.replicas.get(server)
             s = self.servers.get(server)
             return (
+                # a SUSPECT server only when nothing else can lead (issue 25 item 1)
+                1 if self.health.is_suspect(server) else 0,
                 # a replica migrating away (its unit moved) or on a DELETING server leads
                 # only when nothing else can
                 0
@@ -137,6 +143,12 @@ class LeaderCoordinator:
                     "OB_OP_NOT_ALLOW",
                     f"server '{new_leader}' leading log stream {key[1]} (it is stopped, not "
                     "alive or its replica is not in service)",
+                )
+            if self.health.is_suspect(new_leader) and view.leader != new_leader:
+                raise ObError(
+                    "OB_OP_NOT_ALLOW",
+                    f"server '{new_leader}' leading log stream {key[1]} (it is SUSPECT: its "
+                    "lease expired recently; see DBA_OB_SERVERS.SUSPECT_END_TIME)",
                 )
             if view.leader == new_leader:
                 return
@@ -236,7 +248,7 @@ class LeaderCoordinator:
         ]
         if leader is not None and self.health.can_lead(leader, exclude):
             best = self.choose_leader(plan, view, exclude)
-            if best is None or best == leader:
+            if best is None or best == leader or self.health.is_suspect(best):
                 return 0
             cur_zone = self.health.zone_of(plan, leader)
             best_zone = self.health.zone_of(plan, best)

@@ -132,6 +132,8 @@ class ReplicaRebuilder:
                     self._failures.pop((key, server), None)
                 if (r is not None and not failed) or not self.health.is_alive(server):
                     continue
+                if self.health.is_suspect(server):
+                    continue  # no copy to a SUSPECT server (issue 25 item 1): after it
                 if failed and now < self._failures.get((key, server), (0, 0))[1]:
                     continue  # backing off: the same failure would come back at once
                 if r is None and (key, server) in self._sent:

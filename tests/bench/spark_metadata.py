@@ -182,6 +182,7 @@ def generate(n_replicas: int, n_servers: int | None = None, seed: int = 0) -> Cl
             "cpu_total": [BIG_CPU if b else NORMAL_CPU for b in is_big],
             "mem_total": [BIG_MEM if b else NORMAL_MEM for b in is_big],
             "log_disk_total": [BIG_LOG if b else NORMAL_LOG for b in is_big],
+            "suspect": False,
         }
     )
     all_server = pd.DataFrame(

@@ -40,6 +40,9 @@ class Cluster:
     def start_rs(self, **flags: Any) -> Proc:
         opts: dict[str, Any] = {
             "lease_time": LEASE,
+            # Scaled like lease_time (10s -> 2s): the product's 30s would hold leaders and
+            # copies off an agent restarted past its lease for most of a test (issue 25).
+            "server_suspect_time": "6s",
             "heartbeat_interval": "500ms",
             "empty_server_check_interval": "1s",
             "allow_short_timings": True,

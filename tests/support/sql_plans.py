@@ -46,7 +46,13 @@ def load_servers_table(
     by ``COPY``. The caller commits (or uses an autocommit connection)."""
     from psycopg import sql
 
-    pg = {"string": "text", "int": "integer", "long": "bigint", "double": "double precision"}
+    pg = {
+        "string": "text",
+        "int": "integer",
+        "long": "bigint",
+        "double": "double precision",
+        "boolean": "boolean",
+    }
     cols = sql.SQL(", ").join(
         sql.SQL("{} {} NOT NULL").format(sql.Identifier(c), sql.SQL(pg[k]))
         for c, k in S.SERVERS_SCHEMA
@@ -310,7 +316,8 @@ CREATE TEMP TABLE ob_rooms AS
            COALESCE(h.cpu_used, 0)::double precision AS cpu_used,
            COALESCE(h.mem_used, 0)::bigint AS mem_used,
            COALESCE(h.log_used, 0)::bigint AS log_used,
-           (s.status = {active} AND s.hb_status = {alive} AND s.stop_time = 0) AS usable
+           (s.status = {active} AND s.hb_status = {alive} AND s.stop_time = 0
+            AND NOT s.suspect) AS usable
     FROM {servers} s
     LEFT JOIN (SELECT svr_ip, svr_port, sum(min_cpu) AS cpu_used,
                       sum(memory_size) AS mem_used, sum(log_disk_size) AS log_used

@@ -248,7 +248,8 @@ def servers_from_table(
     lease_time_us: int = DEFAULT_LEASE_TIME_US,
 ) -> pd.DataFrame:
     """A servers input (:data:`rootservice.balancer.spark.schema.SERVERS_SCHEMA`) from ``__all_server``
-    rows (columns svr_ip, svr_port, zone, status, stop_time, last_offline_time).
+    rows (columns svr_ip, svr_port, zone, status, stop_time, last_offline_time and, when
+    present, suspect_end_time).
 
     Heartbeat status as SPEC.md §3 loads it: ``last_offline_time == 0`` -> ``alive``;
     otherwise ``permanent_offline`` once ``now_us - last_offline_time >=
@@ -273,9 +274,19 @@ def servers_from_table(
             "cpu_total": 0.0,
             "mem_total": 0,
             "log_disk_total": 0,
+            "suspect": (hb == S.HB_ALIVE) & _suspect(df, now_us),
         }
     )
     return S.conform_pandas(out, S.SERVERS_SCHEMA)
+
+
+def _suspect(all_server: pd.DataFrame, now_us: int | None) -> pd.Series:
+    """SUSPECT as ``__all_server.suspect_end_time`` shows it (issue 25 item 1): set and not
+    past ``now_us`` (any set one when ``now_us`` is None); False for a table without it."""
+    if "suspect_end_time" not in all_server.columns:
+        return pd.Series(False, index=all_server.index)
+    end = all_server["suspect_end_time"].fillna(0).astype("int64")
+    return (end != 0) if now_us is None else (end > now_us)
 
 
 def jdbc_url(db_url: str) -> tuple[str, dict[str, str]]:
@@ -378,8 +389,8 @@ def _read_all_server(db_url: str) -> pd.DataFrame:
         with engine.connect().execution_options(read_only=True) as conn:
             return pd.read_sql_query(
                 sa.text(
-                    "SELECT svr_ip, svr_port, zone, status, stop_time, last_offline_time "
-                    "FROM __all_server"
+                    "SELECT svr_ip, svr_port, zone, status, stop_time, last_offline_time, "
+                    "suspect_end_time FROM __all_server"
                 ),
                 conn,
             )

@@ -84,6 +84,7 @@ def pandas_unit_migration_plan(p: PandasInputs) -> pd.DataFrame:
         (rooms["status"] == S.STATUS_ACTIVE)
         & (rooms["hb_status"] == S.HB_ALIVE)
         & (rooms["stop_time"] == 0)
+        & ~rooms["suspect"]
     )
     rooms = rooms[[*S.columns(ROOMS_LAYOUT), "affinity"]]
     parts = [place_zone(rooms[rooms["zone"] == zone], group) for zone, group in req.groupby("zone")]

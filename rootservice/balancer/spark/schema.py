@@ -34,6 +34,8 @@ SERVERS_SCHEMA: Layout = (
     ("cpu_total", "double"),
     ("mem_total", "long"),
     ("log_disk_total", "long"),
+    # SUSPECT (issue 25 item 1): alive, but no new unit (no copy) goes to it
+    ("suspect", "boolean"),
 )
 """The servers input: one row per whitelisted server, from the RS's memory (``__all_server``
 has ``status`` and ``stop_time`` but neither the heartbeat status nor the capacity). A

@@ -58,7 +58,8 @@ SELECT s.zone, s.svr_ip, s.svr_port, s.cpu_total, s.mem_total, s.log_disk_total,
        CAST(coalesce(l.cpu_used, 0) AS double) AS cpu_used,
        CAST(coalesce(l.mem_used, 0) AS bigint) AS mem_used,
        CAST(coalesce(l.log_disk_used, 0) AS bigint) AS log_disk_used,
-       (s.status = :active AND s.hb_status = :alive AND s.stop_time = 0) AS usable,
+       (s.status = :active AND s.hb_status = :alive AND s.stop_time = 0 AND NOT s.suspect)
+           AS usable,
        l.affinity
 FROM {servers} s
 LEFT JOIN loads l ON l.svr_ip = s.svr_ip AND l.svr_port = s.svr_port
@@ -94,7 +95,7 @@ def server_rooms(inputs: Inputs, demands: DataFrame) -> DataFrame:
     """Every server of the servers input as a placement candidate
     (:data:`rootservice.balancer.spark.placer.ROOMS_LAYOUT` plus ``affinity``, an array of the keys it
     hosts): its units' demands summed, a unit migrating away counted on both its servers;
-    ``usable`` = ACTIVE, alive and not stopped."""
+    ``usable`` = ACTIVE, alive, not stopped and not SUSPECT (issue 25)."""
     return demands.sparkSession.sql(
         _ROOMS,
         {"active": S.STATUS_ACTIVE, "alive": S.HB_ALIVE},

@@ -3,7 +3,8 @@
 // page in place, without a reload. Every value from the API reaches the page through
 // textContent or setAttribute, never innerHTML, so a server or event value cannot inject
 // markup. Stable hooks for tests and scripts: <tr data-server="ip:port"> per server, its
-// status cell <td class="status" data-status="ACTIVE|INACTIVE|DELETING">, <tr data-job-id>
+// status cell <td class="status" data-status="ACTIVE|INACTIVE|DELETING"> (with a SUSPECT badge
+// and data-suspect-until="<microseconds>" while the server is SUSPECT), <tr data-job-id>
 // per job, and on <body> data-polls (successful polls so far), data-connection
 // ("connecting" | "ok" | "lost") and data-now-us (now_us of the last snapshot drawn).
 "use strict";
@@ -150,7 +151,7 @@
     const status = s.status || "";
     return el("tr", { "data-server": s.server, "data-zone": s.zone }, [
       el("td", { className: "mono", text: s.server, title: `id ${s.id}` }),
-      el("td", { className: "status", "data-status": status }, [badge(status, "status")]),
+      suspectCell(s, status),
       el("td", { className: "heartbeat", "data-heartbeat": s.heartbeat_status }, [
         badge(s.heartbeat_status, "hb"),
       ]),
@@ -163,6 +164,20 @@
       el("td", { className: "num", text: s.replica_count }),
       el("td", { className: "stop", text: fmtTime(s.stop_time_us) }),
     ]);
+  }
+
+  // SUSPECT (issue 25 item 1): back after its lease expired; no new leaders and no copies
+  // until suspect_end_time_us. Shown beside the status, which stays ACTIVE.
+  function suspectCell(s, status) {
+    const attrs = { className: "status", "data-status": status };
+    const parts = [badge(status, "status")];
+    if (s.suspect) {
+      attrs["data-suspect-until"] = String(s.suspect_end_time_us);
+      const b = badge("SUSPECT", "status");
+      b.title = `no new leaders and no copies until ${fmtTime(s.suspect_end_time_us)}`;
+      parts.push(" ", b);
+    }
+    return el("td", attrs, parts);
   }
 
   function drawServers(snap) {

@@ -29,6 +29,7 @@ ALL_SERVER_COLUMNS: dict[str, str] = {
     "last_offline_time": "bigint",
     "gmt_create": "timestamp",
     "gmt_modified": "timestamp",
+    "suspect_end_time": "bigint",
 }
 
 OTHER_TABLES = {
@@ -55,6 +56,7 @@ DBA_OB_SERVERS_COLUMNS = [
     "MODIFY_TIME",
     "BUILD_VERSION",
     "LAST_OFFLINE_TIME",
+    "SUSPECT_END_TIME",
 ]
 DBA_OB_ZONES_COLUMNS = ["ZONE", "CREATE_TIME", "MODIFY_TIME", "STATUS", "IDC", "REGION", "TYPE"]
 
@@ -178,6 +180,7 @@ def test_dba_ob_servers_converts_times_and_flags(engine: sa.Engine) -> None:
             # the fraction is kept or dropped, never rounded into the next second.
             block_migrate_in_time=JAN_1_2026_US + 61_500_000,
             build_version="4.2.1.0",
+            suspect_end_time=JAN_1_2026_US + 30_000_000,
         )
         _insert_server(conn, "10.0.0.2", 2882, 2, status="INACTIVE")
     with engine.connect() as conn:
@@ -203,6 +206,9 @@ def test_dba_ob_servers_converts_times_and_flags(engine: sa.Engine) -> None:
     assert a["start_service_time"] is None
     assert a["last_offline_time"] is None
     assert b["stop_time"] is None
+    # Issue 25: SUSPECT until a time, NULL when not SUSPECT.
+    assert _as_utc(a["suspect_end_time"]) == datetime(2026, 1, 1, 0, 0, 30, tzinfo=UTC)
+    assert b["suspect_end_time"] is None
     assert a["status"] == "ACTIVE" and b["status"] == "INACTIVE"
     assert a["build_version"] == "4.2.1.0"
     assert a["create_time"] is not None and a["modify_time"] is not None

@@ -26,6 +26,7 @@ def test_server_rows_carry_the_planner_columns() -> None:
         "cpu_total": 8.0,
         "mem_total": 16 << 30,
         "log_disk_total": 64 << 30,
+        "suspect": False,
     }
 
 

@@ -97,6 +97,7 @@ class World:
         cpu: float = 16.0,
         mem_g: int = 64,
         log_g: int = 192,
+        suspect: bool = False,
     ) -> str:
         self.zone_of[ip] = zone
         self.servers.append(
@@ -110,6 +111,7 @@ class World:
                 "cpu_total": cpu,
                 "mem_total": mem_g * GIB,
                 "log_disk_total": log_g * GIB,
+                "suspect": suspect,
             }
         )
         return ip
@@ -253,6 +255,18 @@ def test_unit_plan_anti_affinity_and_least_loaded_with_ties_by_address(spark: An
     # finds .2 and .3 equally loaded (0.5 after placement): the lower address wins.
     assert rows == [
         (11, 1002, "z1", "10.0.0.1", "10.0.0.3", DELETING),
+        (12, 1004, "z1", "10.0.0.1", "10.0.0.2", DELETING),
+    ]
+
+
+def test_unit_plan_places_nothing_on_a_suspect_server(spark: Any) -> None:
+    # Issue 25 item 1: the emptiest server is SUSPECT (back after its lease expired): no
+    # unit, hence no copy, goes to it; the next one takes both units.
+    w = world_least_loaded()
+    w.servers[2]["suspect"] = True  # 10.0.0.3
+    rows = run(spark, UNIT, w.inputs())
+    assert rows == [
+        (11, 1002, "z1", "10.0.0.1", "10.0.0.4", DELETING),
         (12, 1004, "z1", "10.0.0.1", "10.0.0.2", DELETING),
     ]
 

@@ -9,7 +9,9 @@ flushes, and after every step the whitelist must show, for every server, the hea
 status, admin status and stop state the model computes from first principles: a heartbeat
 makes a server alive, a lease expires at ``mono - last heartbeat >= lease_time`` on the
 monotonic clock (a wall step changes nothing, issue 14 item 7), a server is permanently
-offline at ``>= server_permanent_offline_time`` unless the RS suspects itself (issue 14 item
+offline once its offline total within the last 2 x ``server_permanent_offline_time`` reaches
+``>= server_permanent_offline_time`` (issue 25 item 1: an outage runs from the last heartbeat
+before an expiry to the return) unless the RS suspects itself (issue 14 item
 7: at least 3 and more than half of the servers alive at the start of a lease_time window
 lost their lease in it; held until those still down are no longer such a share), nothing
 expires in the first lease_time after the take office, the take-office grace is per server
@@ -19,13 +21,19 @@ most MAX_GRACE_LEASES leases after the take office; a server back is judged on i
 no permanent offline while the grace holds), STOP is refused while another zone has a stopped
 server, DELETE of a DELETING server and CANCEL of a NORMAL one are refused. After a flush,
 ``__all_server`` shows the display status (ACTIVE for a candidate still held).
+
+SUSPECT (issue 25 item 1): a server back after a lease expiry this RS saw is SUSPECT for
+``p`` (``server_suspect_time`` at first) from its return, exactly; an expiry whose last
+heartbeat is within ``2p`` of the return doubles ``p`` (cap 5 min), and each full clean window
+after the suspect period halves it (floor ``server_suspect_time``); ``suspect_end_time`` is
+set at the return and cleared by the checker tick at the end (or by the expiry).
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hypothesis import settings
@@ -41,6 +49,9 @@ from tests.support.harness import SEEDED, hb, make_rs, server_row
 S = 1_000_000
 LEASE = 10 * S
 OFFLINE = 30 * S
+WINDOW = 2 * OFFLINE
+SUSPECT = 4 * S
+CAP = 300 * S
 SERVERS = [s for s, _ in SEEDED]
 ZONE = dict(SEEDED)
 
@@ -93,6 +104,42 @@ class ServerModel:
     last_hb: int
     admin: AdminStatus = AdminStatus.NORMAL
     stopped: bool = False
+    # SUSPECT (issue 25): the current suspect time, the last return, the end of the suspect
+    # period, the last heartbeat before an expiry this RS saw (0: none since the return),
+    # the closed outages, and whether suspect_end_time is set.
+    p: int = SUSPECT
+    returned: int = 0
+    until: int = 0
+    down_since: int = 0
+    spans: list[tuple[int, int]] = field(default_factory=list)
+    shown: bool = False
+
+    def suspect(self, now: int) -> bool:
+        return self.hb is HeartbeatStatus.ALIVE and now < self.until
+
+    def offline(self, now: int) -> int:
+        """Offline within (now - WINDOW, now]: the closed outages and the open one."""
+        left = now - WINDOW
+        total = sum(max(0, min(b, now) - max(a, left)) for a, b in self.spans)
+        if self.hb is not HeartbeatStatus.ALIVE:
+            total += max(0, now - max(self.last_hb, left))
+        return total
+
+    def expired(self) -> None:
+        """A lease expiry this RS saw (last heartbeat ``last_hb``)."""
+        if self.returned:
+            run = self.last_hb - self.returned
+            if run < 2 * self.p:
+                self.p = min(2 * self.p, CAP)
+            else:
+                # Clean windows after the suspect period, each as long as p was then.
+                end = self.returned + self.p
+                while self.p > SUSPECT and self.last_hb >= end + self.p:
+                    end += self.p
+                    self.p = max(SUSPECT, self.p // 2)
+        self.returned = self.until = 0
+        self.down_since = self.last_hb
+        self.shown = False
 
 
 class ServerStatusMachine(RuleBasedStateMachine):
@@ -106,6 +153,7 @@ class ServerStatusMachine(RuleBasedStateMachine):
             self.tmp,
             lease_time="10s",
             server_permanent_offline_time="30s",
+            server_suspect_time="4s",
         )
         now = self.now()
         # Seeded as BOOTSTRAP + ADD SERVER leave servers that never heartbeated: lease
@@ -147,7 +195,7 @@ class ServerStatusMachine(RuleBasedStateMachine):
         """The model's time: the RS's monotonic clock (a wall step must change nothing)."""
         return self.rs.clock.monotonic_us()
 
-    @rule(us=st.sampled_from([1, LEASE - 1, LEASE, OFFLINE - LEASE, 2 * S]))
+    @rule(us=st.sampled_from([1, LEASE - 1, LEASE, OFFLINE - LEASE, 2 * S, SUSPECT]))
     def advance(self, us: int) -> None:
         self.rs.clock.advance(us)
 
@@ -180,12 +228,52 @@ class ServerStatusMachine(RuleBasedStateMachine):
         if target > self.now():
             self.rs.clock.advance(target - self.now())
 
+    @rule(server=st.sampled_from(SERVERS), offset=st.sampled_from([-1, 0, 1]))
+    def to_a_suspect_boundary(self, server: str, offset: int) -> None:
+        # Both sides of the end of a SUSPECT period and of its watch window (2p).
+        m = self.model[server]
+        for target in (m.until + offset, m.returned + 2 * m.p + offset):
+            if m.returned and target > self.now():
+                self.rs.clock.advance(target - self.now())
+                return
+
+    @rule(server=st.sampled_from(SERVERS), offset=st.sampled_from([-1, 0]))
+    def to_the_offline_boundary(self, server: str, offset: int) -> None:
+        # Both sides of the instant the offline total of a down server reaches the limit.
+        m = self.model[server]
+        if m.hb is not HeartbeatStatus.LEASE_EXPIRED:
+            return
+        t = self.now()
+        for _ in range(100):
+            short = OFFLINE - m.offline(t)
+            if short <= 0:
+                break
+            t += short
+        if t + offset > self.now():
+            self.rs.clock.advance(t + offset - self.now())
+
+    @rule(server=st.sampled_from(SERVERS), up=st.sampled_from([S, SUSPECT, 3 * SUSPECT]))
+    def flap(self, server: str, up: int) -> None:
+        # Down 11 s (its lease expires), back, up for a while: the pattern of issue 25.
+        self.rs.clock.advance(LEASE + S)
+        self.checker_tick()
+        self.heartbeat(server)
+        self.rs.clock.advance(up)
+        self.heartbeat(server)
+
     @rule(server=st.sampled_from(SERVERS))
     def heartbeat(self, server: str) -> None:
         receive_hb(self.rs, server)
         m = self.model[server]
+        now = self.now()
+        if m.hb is not HeartbeatStatus.ALIVE and m.down_since:
+            m.spans.append((m.down_since, now))
+            m.returned, m.until, m.down_since, m.shown = now, now + m.p, 0, True
+            s = self.rs.whitelist.get(server)
+            assert s is not None
+            assert s.suspect_end_time == self.rs.clock.now_us() + m.p, server
         m.hb = HeartbeatStatus.ALIVE
-        m.last_hb = self.now()
+        m.last_hb = now
         if server in self.candidates:
             self.candidates.discard(server)
             self.last_return = self.now()
@@ -228,11 +316,16 @@ class ServerStatusMachine(RuleBasedStateMachine):
             return
         held = self.grace_holds(now)
         if not held:
+            for server in self.candidates:
+                self.model[server].expired()
             self.candidates.clear()
         for server, m in self.model.items():
             if m.hb is HeartbeatStatus.ALIVE and now - m.last_hb >= LEASE:
                 m.hb = HeartbeatStatus.LEASE_EXPIRED
+                m.expired()
                 self.expired_at[server] = now
+            if m.shown and now >= m.until:
+                m.shown = False
         if not self.suspected:
             self.expired_at = {k: t for k, t in self.expired_at.items() if now - t <= LEASE}
         self.expired_at = {
@@ -251,7 +344,7 @@ class ServerStatusMachine(RuleBasedStateMachine):
         if self.suspected or now < self.hold_until or held:
             return
         for m in self.model.values():
-            if m.hb is HeartbeatStatus.LEASE_EXPIRED and now - m.last_hb >= OFFLINE:
+            if m.hb is HeartbeatStatus.LEASE_EXPIRED and m.offline(now) >= OFFLINE:
                 m.hb = HeartbeatStatus.PERMANENT_OFFLINE
 
     @rule(server=st.sampled_from(SERVERS))
@@ -306,13 +399,19 @@ class ServerStatusMachine(RuleBasedStateMachine):
             else:
                 assert row["status"] == display_status(m.admin, m.hb).value, server
             assert (row["stop_time"] != 0) == m.stopped, server
+            assert (row["suspect_end_time"] != 0) == m.shown, server
 
     @invariant()
     def whitelist_agrees_with_the_model(self) -> None:
         if not hasattr(self, "rs"):
             return
+        now = self.now()
         for server, m in self.model.items():
             assert record(self.rs, server) == (m.hb, m.admin, m.stopped), server
+            s = self.rs.whitelist.get(server)
+            assert s is not None
+            assert s.is_suspect(now) == m.suspect(now), server
+            assert (s.suspect_end_time != 0) == m.shown, server
         assert self.rs.take_office_grace.candidates == self.candidates
 
 

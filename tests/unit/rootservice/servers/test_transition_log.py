@@ -57,9 +57,14 @@ def test_online_lease_expire_permanent_offline_and_back(
         assert "server_permanent_offline_time 1h" in reason
         caplog.clear()
         heartbeat_all(rs, [SEEDED[0]])
-        [(server, event, reason)] = _lines(caplog)
+        [(server, event, reason), (_, suspect, why)] = _lines(caplog)
         assert (server, event) == (A, "online")
         assert reason.startswith("heartbeat after permanent offline (none for ")
+        # Back after an expiry this RS saw: SUSPECT (issue 25 item 1).
+        assert (suspect, why) == (
+            "suspect",
+            "back after its lease expired: no new leaders and no copies for 30s",
+        )
     rec = next(r for r in caplog.records if r.name == transitions_log.name)
     assert rec.levelno == logging.INFO and rec.zone == "z1"  # type: ignore[attr-defined]
     assert rec.getMessage().startswith(f"server {A} online: heartbeat after permanent offline")

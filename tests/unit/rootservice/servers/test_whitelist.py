@@ -71,8 +71,11 @@ def test_alive_order_offline_heap_and_removal() -> None:
     assert list(w.alive) == [b.key, a.key]
     w.remove(b.key)
     assert list(w.alive) == [a.key] and w.get(b.key) is None
-    w.rebuild_offline_heap(offline=5)
+    w.rebuild_offline_heap(offline=5, mono=12)
     assert w.offline_heap == [(15, a.key)]
+    # Past the deadline already: due now (the checker judges the total when it pops it).
+    w.rebuild_offline_heap(offline=5, mono=40)
+    assert w.offline_heap == [(40, a.key)]
     w.clear()
     assert w.records == {} and not w.alive and w.offline_heap == []
 
