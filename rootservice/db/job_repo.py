@@ -78,22 +78,8 @@ def finish_jobs(
     """Move the server's INPROGRESS jobs of ``job_type`` to ``status`` (SUCCESS / CANCELED /
     FAILED); returns rows changed."""
     t = all_rootservice_job
-    r = conn.execute(
-        t.update()
-        .where(
-            t.c.job_type == job_type,
-            t.c.svr_ip == ip,
-            t.c.svr_port == port,
-            t.c.job_status == "INPROGRESS",
-        )
-        .values(
-            job_status=status,
-            return_code=return_code,
-            progress=100 if status == "SUCCESS" else t.c.progress,
-            gmt_modified=us_to_datetime(now_us),
-        )
-    )
-    return int(r.rowcount or 0)
+    where = (t.c.job_type == job_type, t.c.svr_ip == ip, t.c.svr_port == port)
+    return _finish(conn, where, status, now_us, return_code)
 
 
 def finish_job(
@@ -101,10 +87,20 @@ def finish_job(
 ) -> int:
     """Move job ``job_id`` to ``status`` (SUCCESS / CANCELED / FAILED) if it is INPROGRESS;
     returns rows changed."""
+    return _finish(conn, (all_rootservice_job.c.job_id == job_id,), status, now_us, return_code)
+
+
+def _finish(
+    conn: sa.Connection,
+    where: tuple[sa.ColumnElement[bool], ...],
+    status: str,
+    now_us: int,
+    return_code: int,
+) -> int:
     t = all_rootservice_job
     r = conn.execute(
         t.update()
-        .where(t.c.job_id == job_id, t.c.job_status == "INPROGRESS")
+        .where(*where, t.c.job_status == "INPROGRESS")
         .values(
             job_status=status,
             return_code=return_code,
