@@ -219,6 +219,8 @@ def test_rs_cmd_and_agent_cmd() -> None:
         "127.0.0.1:2882",
         "--data-dir",
         "/tmp/rs",
+        "--balancer-planner",
+        "local",
         "--http-addr",
         http_addr,
         "--mysql-addr",
