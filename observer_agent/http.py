@@ -29,6 +29,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from obcommon.security.identity import identity_of_der
 from obcommon.security.tls import RELOAD_CHECK_S, ServerTlsContext
 from observer_agent.agent import Agent
 from observer_agent.http_data import ROUTE, data_handler
@@ -58,13 +59,21 @@ def readiness(agent: Agent) -> str | None:
     return None
 
 
-def _has_cluster_cert(request: web.Request, agent: Agent) -> bool:
+def _metrics_refusal(request: web.Request, agent: Agent) -> str | None:
+    """Why the peer may not read /metrics (None: it may): no certificate of the current
+    cluster CA, or a revoked one (the list the RS sends with lease answers, issue 26 item
+    5)."""
     transport = request.transport
     ssl_object = transport.get_extra_info("ssl_object") if transport else None
     der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
     # CERT_OPTIONAL verified whatever was sent against every CA the context ever loaded (it
     # cannot drop one): after a CA rotation only the current ca.crt counts.
-    return der is not None and bool(der) and agent.security.issued_by_current_ca(der)
+    if not der or not agent.security.issued_by_current_ca(der):
+        return "a client certificate of the cluster CA is required"
+    ident = identity_of_der(der)
+    if ident is not None and agent.peer_gate.is_revoked(ident):
+        return f"the certificate of {ident} (serial {ident.serial}) is revoked"
+    return None
 
 
 def _json(status: int, body: dict[str, Any]) -> web.Response:
@@ -83,12 +92,12 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    """The registry in the Prometheus text format; 401 without a cluster certificate."""
+    """The registry in the Prometheus text format; 401 without a cluster certificate or with
+    a revoked one."""
     agent = request.app[AGENT_KEY]
-    if not agent.security.insecure and not _has_cluster_cert(request, agent):
-        return _json(
-            401, {"code": 401, "error": "a client certificate of the cluster CA is required"}
-        )
+    why = None if agent.security.insecure else _metrics_refusal(request, agent)
+    if why is not None:
+        return _json(401, {"code": 401, "error": why})
     data = await asyncio.to_thread(generate_latest, agent.metrics.registry)
     resp = web.Response(body=data)
     resp.headers["Content-Type"] = CONTENT_TYPE_LATEST

@@ -18,6 +18,7 @@ from prometheus_client import Gauge
 from obcommon.clock import FakeClock
 from obcommon.proto import obrpc_pb2
 from obcommon.security.certs import CA_CERT, Role, Validity, cert_file, create_cert, key_file
+from obcommon.security.revocation import serial_of_pem
 from observer_agent.agent import Agent
 from observer_agent.http import AgentHttp, readiness
 from observer_agent.settings import AgentSettings
@@ -97,6 +98,13 @@ def test_https_probes_open_metrics_behind_a_cluster_certificate(tmp_path: Path) 
             status, headers, body = await _get(base + "/metrics", prom)
             assert status == 200 and b"test_agent_level 7.0" in body
             assert headers["Content-Type"].startswith("text/plain; version=")
+            # Revoked (the list an RS sends with lease answers): refused at the next request.
+            root_pem = (d / cert_file(Role.CLIENT, "root")).read_bytes()
+            agent.peer_gate.revoked.replace([serial_of_pem(root_pem)])
+            status, _, body = await _get(base + "/metrics", prom)
+            assert status == 401 and b"is revoked" in body
+            agent.peer_gate.revoked.replace([])
+            assert (await _get(base + "/metrics", prom))[0] == 200
             _accept(agent)
             agent.mark_serving()
             status, _, body = await _get(base + "/readyz", anon)
