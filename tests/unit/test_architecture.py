@@ -34,9 +34,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("rootservice.db", "migrations"),
     ("sql",),
     ("observer_agent",),
-    ("obcommon",),
-    # The top-level packages' __init__ modules: docstrings only.
+    # The root service package's __init__: process set-up that must run before any of its
+    # modules imports grpc (obcommon.grpc_fork), so it may use obcommon and nothing else.
     ("rootservice",),
+    ("obcommon",),
 ]
 # Who may use whom beyond the layer order: the agent and obadmin are separate programs and
 # share only obcommon with the RS; the RS reads the admin language's syntax tree.
