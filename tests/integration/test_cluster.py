@@ -307,6 +307,8 @@ def obadmin(rs_addr: str, *args: str) -> subprocess.CompletedProcess[str]:
     return run([sys.executable, "-m", "sql.obadmin", *pki.obadmin_flags(), "--rs", rs_addr, *args])
 
 
+# One database, the embedded default: obadmin sees the RS's answers, not its database.
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_obadmin_cli_against_a_real_rs(cluster: Cluster) -> None:
     c = cluster
     c.start_rs()

@@ -153,6 +153,9 @@ def test_serve_needs_certs_dir_or_insecure(procs: ProcSet, tmp_path: Path) -> No
 # --------------------------------------------------------------------------- forged leases
 
 
+# One database: the refusal happens before the lease touches it; the expiry's persistence is
+# checked on both by tests/unit/rootservice/servers/test_lease_checker.py.
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_forged_lease_is_refused_and_the_dead_server_expires_on_time(
     procs: ProcSet, tmp_path: Path, db_url: str
 ) -> None:
@@ -436,6 +439,9 @@ def test_agent_serves_only_the_rs_and_members(shared: Cluster) -> None:
 # --------------------------------------------------------------------------- users
 
 
+# One database: users, grants and the audit run on both in tests/unit/rootservice/auth and
+# tests/unit/rootservice/api (test_dispatch_users.py, test_statement_log.py).
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 def test_wrong_password_missing_privilege_grant_and_audit(
     procs: ProcSet, tmp_path: Path, db_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
