@@ -184,7 +184,9 @@ class ServerStatus:
     def offline_start(self, since_mono: int) -> int:
         """Where an outage that began at monotonic ``since_mono`` starts counting towards
         permanent offline: not before the end of a maintenance window (issue 25 item 4)."""
-        return max(since_mono, self.maintenance_floor_mono)
+        # 0 is "no window", not an instant: a monotonic reading may be below 0 after a load.
+        floor = self.maintenance_floor_mono
+        return max(since_mono, floor) if floor else since_mono
 
     def in_maintenance(self, now: int) -> bool:
         """Within a maintenance window at wall-clock ``now`` (``now < maintenance_end_time``)."""
