@@ -108,10 +108,12 @@ class DrainWork:
         return len(self.led_from(server)), self.copies(server)
 
     def blockers(self, server: str) -> list[str]:
-        """Why each LS still led from ``server`` keeps its leader there: its other members
-        and what keeps each from leading (``"LS 1001 (tenant 1002): its only other in-sync
-        member 127.0.0.1:2883 is SUSPECT"``, ``"... 127.0.0.1:2883 INACTIVE, 127.0.0.1:2884
-        not in log sync"``)."""
+        """Why each LS still led from ``server`` keeps its leader there, one line per LS:
+        ``"LS 1001 (tenant 1002): its only other in-sync member 127.0.0.1:2883 is
+        SUSPECT"``; ``"LS 1001 (tenant 1002): 1 other member(s) can lead, a new leader needs
+        2 of 3 (127.0.0.1:2884 INACTIVE)"`` (the leader coordinator elects only with a
+        majority of healthy members besides the one it leaves); otherwise the members and
+        why each cannot lead, or that the switch failed (see the events)."""
         views = self.reports.views()
         topo = self.layout.topology()
         disrupted = self.disrupted()
@@ -120,10 +122,11 @@ class DrainWork:
         for key in self.led_from(server):
             view = views.get(key, LsView(key))
             plan = topo.plans.get(key)
-            others = [
-                m
-                for m in (effective_members(plan, view) if plan is not None else view.replicas)
-                if m != server
+            members = effective_members(plan, view) if plan is not None else sorted(view.replicas)
+            others = [m for m in members if m != server]
+            majority = len(members) // 2 + 1
+            healthy = [
+                m for m in others if self.health.healthy_member(m, view.replicas.get(m), {server})
             ]
             synced = [m for m in others if in_sync(view, m, threshold)]
             reasons = []
@@ -134,14 +137,20 @@ class DrainWork:
                     why = "replica not in service"
                 if why is None and m not in synced:
                     why = "not in log sync"
-                if why is None:
-                    why = "could lead (the switch failed; see the events)"
-                reasons.append((m, why))
+                if why is not None:
+                    reasons.append(f"{m} {why}")
             if len(synced) == 1 and disrupted.get(synced[0]):
                 text = f"its only other in-sync member {synced[0]} is {disrupted[synced[0]]}"
             elif not others:
                 text = "it has no other member"
+            elif len(healthy) < majority:
+                text = (
+                    f"{len(healthy)} other member(s) can lead, a new leader needs {majority} "
+                    f"of {len(members)} ({', '.join(reasons) or 'none named'})"
+                )
             else:
-                text = ", ".join(f"{m} {why}" for m, why in reasons)
+                text = "the leader switch failed (see the switch_leader events and the RS log)"
+                if reasons:
+                    text += f"; {', '.join(reasons)}"
             out.append(f"{ls_name(key)}: {text}")
         return out
