@@ -188,6 +188,18 @@ def test_drain_times_out_at_its_deadline_naming_each_blocking_ls(rs: RootService
     assert leaders_on(rs, z1) == 1
 
 
+def test_a_failed_switch_leaves_the_leader_on_the_drained_server(rs: RootService) -> None:
+    z1, agents = led(rs, make_tenant(rs))
+    # B and C heartbeat but take no replica command: each switch fails and z1, stopped, is
+    # reinstated rather than leaving the log streams without a leader.
+    agents.down = {B, C}
+    with pytest.raises(ObError) as e:
+        rs.drains.drain(z1, "2s")
+    assert e.value.name == "OB_WAIT_LEADER_SWITCH_TIMEOUT"
+    assert "LS 1001 (tenant 1002): the leader switch failed" in str(e.value)
+    assert leaders_on(rs, z1) == 2
+
+
 def test_a_second_drain_that_would_break_a_majority_is_refused(rs: RootService) -> None:
     z1, _ = led(rs, make_tenant(rs))
     rs.drains.drain(z1, "10s")
