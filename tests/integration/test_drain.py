@@ -1,0 +1,99 @@
+"""DRAIN SERVER on real processes (issue 25 items 3 and 5): ``rootservice`` and three
+``observer-agent`` processes hosting a tenant's two log streams, SQLite (the drain does not
+depend on the database; its row and the resumption by a new leader are covered on both
+databases by tests/unit/rootservice/servers/test_drain.py).
+
+One cluster, in order: a healthy drain returns with no leader left on the server and its row
+FINISHED; a second drain that would leave both log streams below their majority is refused
+naming them; after START SERVER the leaders come back, one member (the preferred new leader)
+is killed and a drain with TIMEOUT 5s fails at its timeout naming exactly the log streams
+that member belongs to, while obadmin's shell printed a progress line every second.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sql.shell import Shell
+from tests.integration.test_tenants import RS_FLAGS, TenantCluster
+from tests.support import pki
+from tests.support.cluster import ProcSet, wait_until
+
+pytestmark = pytest.mark.integration
+
+
+def _drain_row(c: TenantCluster, server: str) -> list[object]:
+    ip, port = server.rsplit(":", 1)
+    rows = c.ok(
+        "SELECT STATUS, LEADERS_LEFT, COPIES_LEFT, PROGRESS_TIME, BLOCKERS FROM "
+        f"DBA_OB_SERVER_DRAINS WHERE SVR_IP = '{ip}' AND SVR_PORT = {port}"
+    )
+    return rows[0] if rows else []
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_drain_progress_budget_and_timeout(procs: ProcSet, tmp_path: Path, db_url: str) -> None:
+    c = TenantCluster(procs, tmp_path, db_url)
+    c.start_rs(**RS_FLAGS)
+    a1, a2, a3 = c.bootstrap(3)
+    # z3 before z2: a3 is the first choice when a1's leaders leave.
+    c.make_tenant(ls_count=2, primary="z1;z3;z2")
+    wait_until(lambda: c.leaders_on(a1) == 2, 30, message="both leaders on a1")
+
+    # 1. A healthy drain: progress rows while it runs (read by another session), no leader
+    #    left when it returns.
+    seen: list[list[object]] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            row = _drain_row(c, a1)
+            if row:
+                seen.append([*row, time.monotonic()])
+            done.wait(0.2)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        c.ok(f"ALTER SYSTEM DRAIN SERVER '{a1}' TIMEOUT 30s")
+    finally:
+        done.set()
+        watcher.join()
+    status, leaders, copies, _, blockers = _drain_row(c, a1)
+    assert (status, leaders, copies, blockers) == ("FINISHED", 0, 0, "")
+    assert c.stop_time(a1) > 0
+    wait_until(lambda: c.leaders_on(a1) == 0, 10, message="DBA_OB_LS_LOCATIONS: none on a1")
+    draining = [r for r in seen if r[0] == "DRAINING"]
+    changes = [
+        r[-1]
+        for a, r in zip([None, *draining], draining, strict=False)
+        if a is None or a[3] != r[3]
+    ]
+    assert all(b - a <= 5.0 for a, b in zip(changes, changes[1:], strict=False)), changes
+
+    # 2. The budget: a1 drained and a2 too would leave a3 alone in both log streams.
+    resp = c.sql(f"ALTER SYSTEM DRAIN SERVER '{a2}'")
+    assert resp.error.name == "OB_OP_NOT_ALLOW", resp.error.message
+    assert "LS 1001 (tenant 1002)" in resp.error.message
+    assert "LS 1002 (tenant 1002)" in resp.error.message
+    assert c.stop_time(a2) == 0
+
+    # 3. Back to a1; a3 (the preferred new leader) dies; the drain cannot finish.
+    c.ok(f"ALTER SYSTEM START SERVER '{a1}'")
+    wait_until(lambda: c.leaders_on(a1) == 2, 30, message="leaders back on a1")
+    c.agents[a3].kill()
+    out, err = io.StringIO(), io.StringIO()
+    shell = Shell([c.rs_addr], "table", 60, out, err, pki.credentials())
+    assert not shell.run_one(f"ALTER SYSTEM DRAIN SERVER '{a1}' TIMEOUT 5s")
+    text = err.getvalue()
+    assert "OB_WAIT_LEADER_SWITCH_TIMEOUT" in text or "4652" in text, text
+    assert "LS 1001 (tenant 1002)" in text and "LS 1002 (tenant 1002)" in text, text
+    progress = [line for line in text.splitlines() if line.startswith(f"drain {a1} DRAINING")]
+    assert len(progress) >= 3, text
+    status, leaders, _, _, blockers = _drain_row(c, a1)
+    assert status == "TIMEOUT" and leaders == 2 and "LS 1001" in str(blockers)
