@@ -8,6 +8,9 @@ FINISHED; a second drain that would leave both log streams below their majority 
 naming them; after START SERVER the leaders come back, one member (the preferred new leader)
 is killed and a drain with TIMEOUT 5s fails at its timeout naming exactly the log streams
 that member belongs to, while obadmin's shell printed a progress line every second.
+
+Then, on PostgreSQL with two RS: the RS leader killed (SIGKILL) mid-drain, the drain
+finished by the new leader.
 """
 
 from __future__ import annotations
@@ -19,10 +22,15 @@ from pathlib import Path
 
 import pytest
 
+from sql.client import execute
 from sql.shell import Shell
-from tests.integration.test_tenants import RS_FLAGS, TenantCluster
+from tests.integration.test_cluster import AGENT_FLAGS
+from tests.integration.test_ha import HaCluster
+from tests.integration.test_ha import ha as ha  # the fixture
+from tests.integration.test_tenants import REPLICA_FLAGS, RS_FLAGS, TenantCluster
 from tests.support import pki
-from tests.support.cluster import ProcSet, wait_until
+from tests.support.cluster import ProcSet, agent_cmd, wait_until
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -97,3 +105,71 @@ def test_drain_progress_budget_and_timeout(procs: ProcSet, tmp_path: Path, db_ur
     assert len(progress) >= 3, text
     status, leaders, _, _, blockers = _drain_row(c, a1)
     assert status == "TIMEOUT" and leaders == 2 and "LS 1001" in str(blockers)
+
+
+def test_rs_killed_mid_drain_the_new_leader_finishes_it(ha: HaCluster) -> None:
+    """Two RS on PostgreSQL. The preferred new leader a3 is down, so the drain of a1 waits;
+    the RS leader is killed with SIGKILL mid-drain; a3 comes back and the new RS leader,
+    resuming the DRAINING row with its deadline, finishes the drain."""
+    c = ha
+    c.start_all_rs(**RS_FLAGS)
+    old = c.wait_leader()
+    new = next(a for a in c.rs_addrs if a != old)
+    addrs = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    a1, a2, a3 = addrs
+
+    def agent(zone: str, addr: str, run: int = 0) -> None:
+        name = f"agent-{addr.rsplit(':', 1)[1]}"
+        flags = {**AGENT_FLAGS, **REPLICA_FLAGS}
+        p = c.procs.start(
+            agent_cmd(c.rs_addrs, addr, free_port(), zone, c.tmp / name, **flags), f"{name}-{run}"
+        )
+        p.wait_healthy(addr, timeout_s=30)
+        c.agents[addr] = p
+
+    for i, a in enumerate(addrs, start=1):
+        agent(f"z{i}", a)
+    items = ", ".join(f"ZONE 'z{i}' SERVER '{a}'" for i, a in enumerate(addrs, start=1))
+    c.ok(f"ALTER SYSTEM BOOTSTRAP REGION 'r1' {items}")
+    wait_until(lambda: all(c.statuses().get(a) == "ACTIVE" for a in addrs), 20, message="ACTIVE")
+    c.ok("CREATE RESOURCE UNIT u1 MAX_CPU 1, MEMORY_SIZE '2G', LOG_DISK_SIZE '4G'")
+    c.ok("CREATE RESOURCE POOL p1 UNIT 'u1', UNIT_NUM 1, ZONE_LIST ('z1', 'z2', 'z3')")
+    c.ok("CREATE TENANT t1 RESOURCE_POOL_LIST ('p1'), PRIMARY_ZONE 'z1;z3;z2', LS_COUNT 2")
+
+    def leaders_on(server: str) -> int:
+        ip, port = server.rsplit(":", 1)
+        rows = c.ok(
+            "SELECT COUNT(*) FROM DBA_OB_LS_LOCATIONS WHERE ROLE = 'LEADER' AND "
+            f"SVR_IP = '{ip}' AND SVR_PORT = {port}"
+        )
+        return int(rows[0][0])
+
+    def row() -> tuple[object, ...]:
+        ip, port = a1.rsplit(":", 1)
+        got = c.db(
+            "SELECT status, leaders_left, rs_svr FROM __all_server_drain "
+            "WHERE svr_ip = :ip AND svr_port = :port",
+            ip=ip,
+            port=int(port),
+        )
+        return got[0] if got else ()
+
+    wait_until(lambda: leaders_on(a1) == 2, 30, message="both leaders on a1")
+    c.agents[a3].kill()
+    answers: list[object] = []
+    stmt = threading.Thread(
+        target=lambda: answers.append(
+            execute([old], f"ALTER SYSTEM DRAIN SERVER '{a1}' TIMEOUT 60s", 70, pki.credentials())
+        )
+    )
+    stmt.start()
+    wait_until(lambda: row()[:2] == ("DRAINING", 2), 20, message="drain waiting on a1's leaders")
+    c.rs[old].kill()
+    c.wait_full_service(new)
+    agent("z3", a3, run=1)
+    wait_until(lambda: row()[0] == "FINISHED", 40, message="drain finished by the new leader")
+    assert row() == ("FINISHED", 0, new)
+    wait_until(lambda: leaders_on(a1) == 0, 10, message="no leader on a1")
+    stmt.join(75)
+    # The old leader's client lost its statement with the process.
+    assert answers and answers[0].error.code != 0
