@@ -70,7 +70,7 @@ def _server_op(rs: RootService, st: ast.ServerOp) -> Result:
     if st.op == "CANCEL_DELETE":
         m.cancel_delete_servers(servers, st.zone)
     elif st.op == "STOP" and st.maintenance is not None:
-        us = maintenance_duration(st.maintenance)
+        us = maintenance_duration(st.maintenance, short=rs.settings.allow_short_timings)
         m.stop_servers(servers, st.zone, "STOP", maintenance_us=us)
         return Result(
             affected_rows=len(servers),
@@ -185,7 +185,7 @@ def _zone_op(rs: RootService, st: ast.ZoneOp) -> Result:
         if st.maintenance is not None:
             if st.op != "STOP":
                 raise ObError("OB_NOT_SUPPORTED", "FORCE STOP ZONE ... FOR MAINTENANCE")
-            us = maintenance_duration(st.maintenance)
+            us = maintenance_duration(st.maintenance, short=rs.settings.allow_short_timings)
         rs.server_admin.stop_zone(st.zone, force=st.op == "FORCE_STOP", maintenance_us=us)
     elif st.op == "DELETE":
         zones.delete_zone(st.zone)

@@ -38,9 +38,15 @@ def checked_duration(text: str, low_us: int, high_us: int, what: str) -> int:
     return us
 
 
-def maintenance_duration(text: str) -> int:
-    """``FOR MAINTENANCE d``: microseconds in [1 min, 7 d]. Raises OB_INVALID_ARGUMENT."""
-    return checked_duration(text, MAINTENANCE_MIN_US, MAINTENANCE_MAX_US, "maintenance window")
+#: The shortest window under ``allow_short_timings`` (tests), microseconds.
+MAINTENANCE_SHORT_MIN_US = 1_000_000
+
+
+def maintenance_duration(text: str, *, short: bool = False) -> int:
+    """``FOR MAINTENANCE d``: microseconds in [1 min, 7 d] ([1 s, 7 d] when ``short``, the
+    RS's ``allow_short_timings``). Raises OB_INVALID_ARGUMENT."""
+    low = MAINTENANCE_SHORT_MIN_US if short else MAINTENANCE_MIN_US
+    return checked_duration(text, low, MAINTENANCE_MAX_US, "maintenance window")
 
 
 def drain_timeout(text: str | None) -> int:

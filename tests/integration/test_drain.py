@@ -173,3 +173,59 @@ def test_rs_killed_mid_drain_the_new_leader_finishes_it(ha: HaCluster) -> None:
     stmt.join(75)
     # The old leader's client lost its statement with the process.
     assert answers and answers[0].error.code != 0
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_maintenance_window_holds_the_permanent_offline_clock(
+    procs: ProcSet, tmp_path: Path, db_url: str
+) -> None:
+    """STOP SERVER ... FOR MAINTENANCE 5s with ``server_permanent_offline_time`` 6s and the
+    agent killed at once: INACTIVE within the window but neither permanently offline nor
+    rebuilt there; at the end the event says the agent is down, and only then does the
+    permanent-offline clock run (without the window it would have fired inside it)."""
+    c = TenantCluster(procs, tmp_path, db_url)
+    c.start_rs(
+        **RS_FLAGS,
+        server_permanent_offline_time="4s",
+        balancer_planner="local",
+        balancer_interval="1s",
+        lost_replica_check_interval="1s",
+    )
+    a1, _, _ = c.bootstrap(3)
+    c.make_tenant(ls_count=1, primary="z2")
+    ip, port = a1.rsplit(":", 1)
+
+    def events() -> list[tuple[int, str]]:
+        return [
+            (int(i), str(e))
+            for i, e, v in c.ok(
+                "SELECT id, event, value1 FROM __all_rootservice_event_history WHERE event IN "
+                "('maintenance_end', 'permanent_offline', 'rebuild_replica', 'migrate_replica', "
+                "'stop_server_for_maintenance') ORDER BY id"
+            )
+            if v == a1 or e in ("rebuild_replica", "migrate_replica")
+        ]
+
+    c.ok(f"ALTER SYSTEM STOP SERVER '{a1}' FOR MAINTENANCE 5s")
+    [[end]] = c.ok(
+        f"SELECT MAINTENANCE_END_TIME FROM DBA_OB_SERVERS WHERE SVR_IP = '{ip}' AND SVR_PORT = {port}"
+    )
+    assert end is not None
+    c.agents[a1].kill()
+    wait_until(lambda: c.statuses()[a1] == "INACTIVE", 15, message="a1 INACTIVE")
+    # Inside the window: nothing but the statement's own event, until the window ends.
+    wait_until(lambda: any(e == "maintenance_end" for _, e in events()), 30, message="window over")
+    ended = events()
+    assert [e for _, e in ended] == ["stop_server_for_maintenance", "maintenance_end"], ended
+    [[result]] = c.ok(
+        "SELECT value3 FROM __all_rootservice_event_history WHERE event = 'maintenance_end'"
+    )
+    assert str(result).startswith("agent_down"), result
+    # After the window the clock runs: permanently offline 4 s of downtime later.
+    wait_until(
+        lambda: any(e == "permanent_offline" for _, e in events()), 30, message="permanent offline"
+    )
+    [[maint_end]] = c.ok(
+        f"SELECT MAINTENANCE_END_TIME FROM DBA_OB_SERVERS WHERE SVR_IP = '{ip}' AND SVR_PORT = {port}"
+    )
+    assert maint_end is None and c.stop_time(a1) > 0
