@@ -24,11 +24,15 @@ The flow (docs/ARCHITECTURE.md, "DRAIN SERVER"):
 7. The rows live in the table: a new RS leader's :meth:`DrainManager.run_once` (task
    ``drain_resumer``) takes over every DRAINING row with its original deadline.
 
-OceanBase has no DRAIN; its STOP SERVER moves the leaders off after
-``check_majority_and_log_in_sync_`` (``ob_server_zone_op_service.cpp`` ``stop_server``, then
-``ObRootService::stop_server`` waits in ``wait_leader_switch_out_`` until the server's
-``leader_cnt`` is 0 or ``stop_server_check_timeout`` / ``ObLeaderCoordinator`` give up), with
-no progress, no deadline of its own and no named blocker. CockroachDB's ``node drain`` prints
+OceanBase has no DRAIN. Its STOP / FORCE STOP SERVER (``ObAdminServerExecutor::execute``,
+``src/sql/engine/cmd/ob_alter_system_executor.cpp``) sends ``stop_server`` to the RS (which
+checks ``check_majority_and_log_in_sync_`` and writes ``stop_time``) and then, in
+``wait_leader_switch_out_``, counts ``role = 'LEADER'`` rows of ``CDB_OB_LS_LOCATIONS`` for the
+servers once a second until 0, retrying through ``OB_RS_NOT_MASTER`` and failing with
+``OB_WAIT_LEADER_SWITCH_TIMEOUT`` when the statement's timeout is spent; ISOLATE does not
+wait. It prints nothing while it waits ("waiting switching leaders out" in its log only) and
+names no blocker. DRAIN keeps that shape (the count, the error code, the failover retry)
+and adds the row, the deadline of its own and the blockers. CockroachDB's ``node drain`` prints
 "remaining: N" while it waits (cockroach#101885, #102001 are what it looks like without a
 bound); Kubernetes' ``kubectl drain --timeout`` is the bound.
 """
