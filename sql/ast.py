@@ -46,6 +46,17 @@ class ServerOp:
     op: ServerOpKind
     servers: tuple[str, ...]
     zone: str | None
+    #: ``FOR MAINTENANCE d`` as written (issue 25 item 4), None without it.
+    maintenance: str | None = None
+
+
+@dataclass(frozen=True)
+class DrainServer:
+    """ALTER SYSTEM DRAIN SERVER 'ip:port' [TIMEOUT d] (issue 25 item 3); ``timeout`` as
+    written, None for the default."""
+
+    server: str
+    timeout: str | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +82,8 @@ class ZoneOp:
     zone: str
     idc: str | None = None
     region: str | None = None
+    #: ``FOR MAINTENANCE d`` as written (issue 25 item 4), None without it.
+    maintenance: str | None = None
 
 
 @dataclass(frozen=True)
@@ -317,6 +330,7 @@ class ShowGrants:
 Statement = (
     Bootstrap
     | ServerOp
+    | DrainServer
     | ExplainDeleteServer
     | ReloadServer
     | ZoneOp

@@ -131,8 +131,19 @@ class ToAst(Transformer[Token, Any]):
 
     def server_op(self, op: ast.ServerOpKind, *rest: Any) -> ast.ServerOp:
         servers = tuple(r for r in rest if isinstance(r, str))
-        zone = next((r.value for r in rest if isinstance(r, _Attr)), None)
-        return ast.ServerOp(op=op, servers=servers, zone=zone)
+        attrs = {r.key: r.value for r in rest if isinstance(r, _Attr)}
+        return ast.ServerOp(
+            op=op, servers=servers, zone=attrs.get("zone"), maintenance=attrs.get("maintenance")
+        )
+
+    def maintenance(self, value: Token | str) -> _Attr:
+        return _Attr("maintenance", str(value))
+
+    def drain_server(self, server: str, timeout: str | None) -> ast.DrainServer:
+        return ast.DrainServer(server=server, timeout=timeout)
+
+    def drain_timeout(self, value: Token | str) -> str:
+        return str(value)
 
     def explain_delete_server(self, *rest: Any) -> ast.ExplainDeleteServer:
         servers = tuple(r for r in rest if isinstance(r, str))
@@ -150,9 +161,18 @@ class ToAst(Transformer[Token, Any]):
     def reload_server(self) -> ast.ReloadServer:
         return ast.ReloadServer()
 
-    def zone_op(self, op: ast.ZoneOpKind, zone: str, attrs: Any = ()) -> ast.ZoneOp:
-        found = {a.key: a.value for a in ((attrs,) if isinstance(attrs, _Attr) else attrs)}
-        return ast.ZoneOp(op=op, zone=zone, idc=found.get("idc"), region=found.get("region"))
+    def zone_op(self, op: ast.ZoneOpKind, zone: str, *rest: Any) -> ast.ZoneOp:
+        found: dict[str, str] = {}
+        for attrs in rest:
+            for a in (attrs,) if isinstance(attrs, _Attr) else attrs:
+                found[a.key] = a.value
+        return ast.ZoneOp(
+            op=op,
+            zone=zone,
+            idc=found.get("idc"),
+            region=found.get("region"),
+            maintenance=found.get("maintenance"),
+        )
 
     def alter_zone(self, zone: str, attrs: Any) -> ast.ZoneOp:
         return self.zone_op("ALTER", zone, attrs)

@@ -21,7 +21,9 @@ from prompt_toolkit.input import Input
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 from prompt_toolkit.output import Output
 
+from obcommon.proto import obrpc_pb2
 from sql.client import NO_CREDENTIALS, Credentials, RsUnreachableError, Value, execute, result_rows
+from sql.drain_watch import drain_target, run_with_progress
 from sql.formatting import error_json, format_response
 from sql.help import help_text, help_topic_of, keywords
 
@@ -249,7 +251,7 @@ class Shell:
             return True
         errors = self.out if self.fmt == "json" else self.err
         try:
-            response = execute(self.rs_addrs, statement, self.timeout_s, self.credentials)
+            response = self._send(statement)
         except RsUnreachableError as e:
             text = e.to_sql_text()
             if self.fmt == "json":
@@ -263,6 +265,23 @@ class Shell:
             return False
         print(text, file=self.out, flush=True)
         return True
+
+    def _send(self, statement: str) -> obrpc_pb2.SqlResponse:
+        """One statement; DRAIN SERVER with its own deadline and progress lines on ``err``
+        while it waits (:mod:`sql.drain_watch`)."""
+        drain = drain_target(statement)
+        if drain is None:
+            return execute(self.rs_addrs, statement, self.timeout_s, self.credentials)
+        server, deadline_s = drain
+        return run_with_progress(
+            statement,
+            server,
+            lambda text: execute(
+                self.rs_addrs, text, max(deadline_s, self.timeout_s), self.credentials
+            ),
+            lambda text: execute(self.rs_addrs, text, min(self.timeout_s, 5.0), self.credentials),
+            self.err,
+        )
 
     def run_script(self, text: str) -> int:
         """Run every statement of ``text`` in order, stopping at the first error (exit 1),

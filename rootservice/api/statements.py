@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from obcommon.addresses import format_server, parse_server
+from obcommon.durations import format_duration
 from obcommon.errors import ObError
 from rootservice.app import RootService
 from rootservice.balancer.dry_run import COLUMNS as DRY_RUN_COLUMNS
@@ -20,6 +21,7 @@ from rootservice.balancer.dry_run import TYPES as DRY_RUN_TYPES
 from rootservice.bootstrap import BootstrapItem
 from rootservice.db import query_repo
 from rootservice.parameters import sql_like
+from rootservice.servers.maintenance_window import maintenance_duration
 from rootservice.tenants.ddl_requests import NewPool, NewTenant, NewUnitConfig
 from rootservice.tenants.recovery_plan import COLUMNS as RECOVER_COLUMNS
 from rootservice.tenants.recovery_plan import TYPES as RECOVER_TYPES
@@ -63,8 +65,18 @@ def _server_op(rs: RootService, st: ast.ServerOp) -> Result:
         )
     if st.op == "FORCE_DELETE":
         return _force_delete(rs, st)
+    if st.maintenance is not None and st.op != "STOP":
+        raise ObError("OB_NOT_SUPPORTED", f"{st.op} SERVER ... FOR MAINTENANCE (only STOP)")
     if st.op == "CANCEL_DELETE":
         m.cancel_delete_servers(servers, st.zone)
+    elif st.op == "STOP" and st.maintenance is not None:
+        us = maintenance_duration(st.maintenance, short=rs.settings.allow_short_timings)
+        m.stop_servers(servers, st.zone, "STOP", maintenance_us=us)
+        return Result(
+            affected_rows=len(servers),
+            info=f"leaders moved off; maintenance window of {format_duration(us)} "
+            "(DBA_OB_SERVERS.MAINTENANCE_END_TIME)",
+        )
     elif st.op in ("STOP", "FORCE_STOP", "ISOLATE"):
         m.stop_servers(servers, st.zone, st.op)
         return Result(
@@ -76,6 +88,17 @@ def _server_op(rs: RootService, st: ast.ServerOp) -> Result:
     else:  # pragma: no cover - the parser produces only the kinds above
         raise ObError("OB_NOT_SUPPORTED", f"{st.op} SERVER")
     return Result(affected_rows=len(servers))
+
+
+def _drain_server(rs: RootService, st: ast.DrainServer) -> Result:
+    # Waits for the drain (bounded by its TIMEOUT); progress is in DBA_OB_SERVER_DRAINS
+    # for other sessions and for obadmin, which polls it while it waits (issue 25 item 3).
+    row = rs.drains.drain(st.server, st.timeout)
+    return Result(
+        affected_rows=1,
+        info=f"drained {format_server(row.ip, row.port)}: no leader and no copy left; "
+        "it stays isolated until START SERVER",
+    )
 
 
 def _force_delete(rs: RootService, st: ast.ServerOp) -> Result:
@@ -145,6 +168,8 @@ def _zone_op(rs: RootService, st: ast.ZoneOp) -> Result:
     # The rules of each statement are OceanBase's (docs/ZONES.md); STOP ZONE goes through the
     # server statements, which check the zone's servers as STOP SERVER does.
     zones = rs.zones
+    if st.maintenance is not None and st.op != "STOP" and st.op != "FORCE_STOP":
+        raise ObError("OB_NOT_SUPPORTED", f"{st.op} ZONE ... FOR MAINTENANCE (only STOP)")
     if st.op not in ("ADD", "ALTER") and (st.idc is not None or st.region is not None):
         raise ObError(
             "OB_INVALID_ARGUMENT", "IDC / REGION", detail="they are only accepted by ADD ZONE"
@@ -156,7 +181,12 @@ def _zone_op(rs: RootService, st: ast.ZoneOp) -> Result:
     elif st.op == "START":
         zones.start_zone(st.zone)
     elif st.op in ("STOP", "FORCE_STOP"):
-        rs.server_admin.stop_zone(st.zone, force=st.op == "FORCE_STOP")
+        us = 0
+        if st.maintenance is not None:
+            if st.op != "STOP":
+                raise ObError("OB_NOT_SUPPORTED", "FORCE STOP ZONE ... FOR MAINTENANCE")
+            us = maintenance_duration(st.maintenance, short=rs.settings.allow_short_timings)
+        rs.server_admin.stop_zone(st.zone, force=st.op == "FORCE_STOP", maintenance_us=us)
     elif st.op == "DELETE":
         zones.delete_zone(st.zone)
     return Result(affected_rows=1)
@@ -334,6 +364,7 @@ def _show_grants(rs: RootService, st: ast.ShowGrants) -> Result:
 EXECUTORS: dict[type, Callable[[RootService, Any], Result]] = {
     ast.Bootstrap: _bootstrap,
     ast.ServerOp: _server_op,
+    ast.DrainServer: _drain_server,
     ast.ExplainDeleteServer: _explain_delete,
     ast.ReloadServer: _reload,
     ast.ZoneOp: _zone_op,

@@ -32,7 +32,9 @@ from rootservice.db.event_repo import Event
 from rootservice.ha.election import Election
 from rootservice.ha.term import RsState, lease_timings
 from rootservice.metrics import JobReading, Readings
+from rootservice.servers.drain import DRAIN_RESUME_INTERVAL_US
 from rootservice.servers.history_pruner import PRUNE_INTERVAL_US
+from rootservice.servers.maintenance import MAINTENANCE_TICK_US
 from rootservice.tasks import FnTask
 from rootservice.tenants.learner_sync import LEARNER_SYNC_INTERVAL_US
 from rootservice.tenants.log_marks import INTERVAL_US as LOG_MARK_INTERVAL_US
@@ -171,6 +173,8 @@ class RootService(RsComponents):
             (self.lost_servers, s.ls_check_interval),
             (tl.log_marks, LOG_MARK_INTERVAL_US),
             (self.history_pruner, PRUNE_INTERVAL_US),
+            (self.drains, DRAIN_RESUME_INTERVAL_US),
+            (self.maintenance, MAINTENANCE_TICK_US),
         ]
 
     def _background(self, fn: Callable[[], object]) -> None:

@@ -53,6 +53,7 @@ from rootservice.parameters import Parameters
 from rootservice.servers.admin import ServerAdmin
 from rootservice.servers.agent_client import AgentClient
 from rootservice.servers.check_all_server import CheckAllServerTask
+from rootservice.servers.drain import DrainManager
 from rootservice.servers.empty_server_checker import EmptyServerChecker
 from rootservice.servers.heartbeat import HeartbeatIntake
 from rootservice.servers.heartbeat_requester import HeartbeatRequester
@@ -61,6 +62,7 @@ from rootservice.servers.identity import ClusterIdentity
 from rootservice.servers.intake_health import IntakeHealth
 from rootservice.servers.lease_checker import LeaseChecker
 from rootservice.servers.loader import ServerLoader, TakeOfficeGrace
+from rootservice.servers.maintenance import MaintenanceTicker
 from rootservice.servers.persist_queue import PersistQueue
 from rootservice.servers.ports import Background
 from rootservice.servers.self_suspicion import SelfSuspicion
@@ -250,6 +252,8 @@ class RsComponents(ABC):
             settings=settings,
             metrics=self.metrics,
         )
+        # DRAIN SERVER's "copies left" (issue 25 item 3).
+        tl.drain_work.copies = self.copy_tasks.involving
         self.delete_jobs = DeleteJobProgress(
             servers=self.whitelist,
             ls=tl.balancer_view,
@@ -304,6 +308,20 @@ class RsComponents(ABC):
             heartbeats=self.heartbeat_requester,
             wake=self.timers.wake,
             background=self.background,
+            budget=tl.drain_work,
+        )
+        # DRAIN SERVER and the maintenance windows (issue 25 items 3-4).
+        self.drains = DrainManager(
+            whitelist=self.whitelist,
+            store=self.store,
+            clock=self.clock,
+            term=self.term,
+            work=tl.drain_work,
+            sleep=sleep,
+            background=self.background,
+        )
+        self.maintenance = MaintenanceTicker(
+            self.whitelist, self.zones, self.server_admin, self.term, self.clock
         )
         # Issue 14: the RS's own intake delay lengthens the leases (item 3); the checker's
         # tick lateness is measured only when the timers run it (unit tests tick by hand).

@@ -32,6 +32,7 @@ REQUIRED: dict[type, str] = {
     ast.SetParameters: ALTER_SYSTEM,
     ast.SwitchLeader: ALTER_SYSTEM,
     ast.RecoverLs: ALTER_SYSTEM,
+    ast.DrainServer: ALTER_SYSTEM,
     # Revoking a certificate refuses a node, an RS or a user: a change of the cluster.
     ast.RevokeCertificate: ALTER_SYSTEM,
     ast.CreateResourceUnit: ALTER_SYSTEM,

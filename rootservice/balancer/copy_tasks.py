@@ -143,6 +143,12 @@ class CopyTasks:
         with self._lock:
             return [t for t in self.tasks.values() if t.old == old]
 
+    def involving(self, server: str) -> int:
+        """Copies in flight from, to or replacing a replica on ``server`` (``'ip:port'``;
+        DRAIN SERVER's "copies left", issue 25 item 3)."""
+        with self._lock:
+            return sum(1 for t in self.tasks.values() if server in (t.dest, t.src, t.old))
+
     def stale_copy(self, plan: LsPlan | None, dest: str, old: str) -> str:
         """Why a copy to ``dest`` replacing the replica on ``old`` (``'ip:port'``) must not
         be handed out under the current layout ``plan`` of its LS, or ``''``: the LS is

@@ -37,6 +37,8 @@ all_server = sa.Table(
     ),
     # Issue 25 item 1 (migration 0010): end of the SUSPECT period, 0 when not SUSPECT.
     sa.Column("suspect_end_time", sa.BigInteger, nullable=False, server_default="0"),
+    # Issue 25 item 4 (migration 0011): end of a STOP ... FOR MAINTENANCE window, 0: none.
+    sa.Column("maintenance_end_time", sa.BigInteger, nullable=False, server_default="0"),
 )
 
 all_zone = sa.Table(
@@ -318,6 +320,7 @@ SYSTEM_VIEWS = (
     "dba_ob_rootservice_jobs",
     "dba_ob_revoked_certificates",
     "dba_ob_server_tombstones",
+    "dba_ob_server_drains",
 )
 
 
@@ -370,5 +373,30 @@ all_revoked_certificate = sa.Table(
     sa.Column("reason", sa.String(1024), nullable=False, server_default=""),
     # The user who revoked it (the statement's principal, or the CLI's certificate user).
     sa.Column("revoked_by", sa.String(128), nullable=False, server_default=""),
+    *_gmt(),
+)
+
+
+# --- server drains (issue 25 item 3; migration 0011) ----------------------------------------
+
+all_server_drain = sa.Table(
+    "__all_server_drain",
+    metadata,
+    sa.Column("svr_ip", sa.String(46), primary_key=True),
+    sa.Column("svr_port", sa.Integer, primary_key=True, autoincrement=False),
+    # DRAINING, FINISHED, TIMEOUT or CANCELED (rootservice/servers/drain.py).
+    sa.Column("status", sa.String(16), nullable=False),
+    # Microseconds since the epoch (the RS's clock); deadline = start + the statement's TIMEOUT.
+    sa.Column("start_time", sa.BigInteger, nullable=False),
+    sa.Column("deadline", sa.BigInteger, nullable=False),
+    sa.Column("end_time", sa.BigInteger, nullable=False, server_default="0"),
+    # The last progress write (at least every 5 s while DRAINING) and what it counted.
+    sa.Column("progress_time", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("leaders_left", sa.BigInteger, nullable=False, server_default="-1"),
+    sa.Column("copies_left", sa.BigInteger, nullable=False, server_default="-1"),
+    # "LS 1001: ..." per blocking log stream, "; "-separated ("" when nothing blocks).
+    sa.Column("blockers", sa.String(4096), nullable=False, server_default=""),
+    # The RS that wrote the row last ('ip:port').
+    sa.Column("rs_svr", sa.String(64), nullable=False, server_default=""),
     *_gmt(),
 )

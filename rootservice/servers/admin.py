@@ -59,6 +59,16 @@ class LeaderMover(Protocol):
         ...
 
 
+class DisruptionBudget(Protocol):
+    """The disruption budget (issue 25 item 5;
+    :class:`rootservice.tenants.drain_work.DrainWork`)."""
+
+    def check_budget(self, targets: set[str], action: str, /) -> None:
+        """Raises OB_OP_NOT_ALLOW naming every LS that disrupting ``targets`` by ``action``
+        together with the servers already unavailable would leave below its majority."""
+        ...
+
+
 class DeleteCancelListener(Protocol):
     """The balancer's part of CANCEL DELETE SERVER
     (:class:`rootservice.balancer.root_balancer.RootBalancer`; issue 13 item 2): none of it
@@ -102,8 +112,10 @@ class ServerAdmin:
         heartbeats: HeartbeatRequests,
         wake: Wake,
         background: Background,
+        budget: DisruptionBudget | None = None,
     ) -> None:
-        """Operate on ``whitelist`` / ``zones`` and the tables of ``store``."""
+        """Operate on ``whitelist`` / ``zones`` and the tables of ``store``; ``budget``
+        (None: none) judges STOP, ISOLATE and maintenance (issue 25 item 5)."""
         self.whitelist = whitelist
         self.zones = zones
         self.store = store
@@ -116,6 +128,7 @@ class ServerAdmin:
         self.heartbeats = heartbeats
         self.wake = wake
         self.background = background
+        self.budget = budget
 
     @staticmethod
     def _unique_keys(servers: Iterable[str]) -> list[str]:
@@ -357,8 +370,14 @@ class ServerAdmin:
         zone: str | None,
         mode: StopMode,
         reason: str = "",
+        maintenance_us: int = 0,
     ) -> None:
         """STOP / FORCE STOP / ISOLATE SERVER: ``stop_time = now`` (kept if already stopped).
+        ``STOP SERVER ... FOR MAINTENANCE`` (``maintenance_us`` > 0, issue 25 item 4) also
+        sets ``maintenance_end_time = now + maintenance_us`` on every server named.
+
+        STOP, ISOLATE and maintenance are judged by the disruption budget (issue 25 item 5)
+        with every server already unavailable; FORCE STOP is the operator's override.
 
         Follows ObServerZoneOpService::stop_server_precheck: its checks are skipped when every
         server is already stopped (start_or_stop_server_'s have_other_stop_task still runs
@@ -380,7 +399,7 @@ class ServerAdmin:
             self.checks.check_stop(targets, mode)
         with self.store.write_lock:
             targets = self._existing(servers, zone)
-            changing = [s for s in targets if s.stop_time == 0]
+            changing = [s for s in targets if s.stop_time == 0 or maintenance_us]
             if mode != "ISOLATE":
                 # Checked again, for every server named, stopped or not:
                 # ObServerZoneOpService::start_or_stop_server_ does (l.934, commit 870f539),
@@ -388,18 +407,30 @@ class ServerAdmin:
                 # while another zone is stopped.
                 for z in sorted({s.zone for s in targets}):
                     self._check_other_zones_running(z)
+            fresh = {s.key for s in changing if s.stop_time == 0}
+            if fresh and self.budget is not None and mode != "FORCE_STOP":
+                action = "in maintenance" if maintenance_us else mode.lower().replace("_", " ")
+                self.budget.check_budget(fresh, "isolated" if mode == "ISOLATE" else action)
             if changing:
                 now = self.clock.now_us()
+                mono = self.clock.monotonic_us()
                 event = {
                     "STOP": "stop_server",
                     "FORCE_STOP": "force_stop_server",
                     "ISOLATE": "isolate_server",
                 }[mode]
+                extra: tuple[tuple[str, Any], ...] = (("reason", reason),)
+                if maintenance_us:
+                    event = "stop_server_for_maintenance"
+                    extra += (("end_time", now + maintenance_us),)
 
                 def stopped(s: ServerStatus) -> None:
-                    s.stop_time = now
+                    s.stop_time = s.stop_time or now
+                    if maintenance_us:
+                        s.maintenance_end_time = now + maintenance_us
+                        s.maintenance_floor_mono = mono + maintenance_us
 
-                self._write_through(changing, stopped, event, ("reason", reason))
+                self._write_through(changing, stopped, event, *extra)
         self.leaders.move_leaders_off([s.key for s in targets])
 
     def _check_other_zones_running(self, zone: str) -> None:
@@ -409,32 +440,83 @@ class ServerAdmin:
         if self.zones.have_other_stop_task(zone):
             raise ObError("OB_STOP_SERVER_IN_MULTIPLE_ZONES", MULTIPLE_ZONES_MESSAGE)
 
-    def stop_zone(self, zone: str, *, force: bool = False) -> None:
+    def stop_zone(self, zone: str, *, force: bool = False, maintenance_us: int = 0) -> None:
         """STOP / FORCE STOP ZONE (ObRootService::stop_zone): the zone rules of
         :meth:`ZoneManager.check_stop_zone`, then, when the zone has servers, the log-stream
         checks of STOP / FORCE STOP SERVER on all of them (check_majority_and_log_in_sync;
         FORCE skips the log-sync part), then :meth:`ZoneManager.stop_zone` (which refuses the
         last ACTIVE zone) and the leaders are moved off the zone's servers. An INACTIVE zone
-        is left as it is. Raises OB_ENTRY_NOT_EXIST, OB_STOP_SERVER_IN_MULTIPLE_ZONES,
+        is left as it is. ``STOP ZONE ... FOR MAINTENANCE`` (``maintenance_us`` > 0, issue 25
+        item 4) sets ``maintenance_end_time`` on every server of the zone (the maintenance
+        ticker starts the zone at the end), and STOP ZONE is judged by the disruption budget
+        (FORCE STOP is not). Raises OB_ENTRY_NOT_EXIST, OB_STOP_SERVER_IN_MULTIPLE_ZONES,
         OB_OP_NOT_ALLOW."""
         z = check_zone_name(zone)
-        if not self.zones.check_stop_zone(z):
+        if not self.zones.check_stop_zone(z) and not maintenance_us:
             return
         with self.whitelist.lock:
             members = [replace(s) for s in self.whitelist.records.values() if s.zone == z]
         if members:
             self.checks.check_stop(members, "FORCE_STOP" if force else "STOP")
+            live = {s.key for s in members if not s.is_stopped() and s.is_alive()}
+            if live and self.budget is not None and not force:
+                self.budget.check_budget(live, "in maintenance" if maintenance_us else "stopped")
+        if maintenance_us and members:
+            with self.store.write_lock:
+                now = self.clock.now_us()
+                mono = self.clock.monotonic_us()
+
+                def window(s: ServerStatus) -> None:
+                    s.maintenance_end_time = now + maintenance_us
+                    s.maintenance_floor_mono = mono + maintenance_us
+
+                self._write_through(
+                    members, window, "stop_zone_for_maintenance", ("end_time", now + maintenance_us)
+                )
         self.zones.stop_zone(z, force=force)
         self.leaders.move_leaders_off([s.key for s in members])
 
     def start_servers(self, servers: list[str], zone: str | None, reason: str = "") -> None:
-        """START SERVER: ``stop_time = 0`` (unchanged if already started). Raises
+        """START SERVER: ``stop_time = 0`` (unchanged if already started); it ends a
+        maintenance window early (``maintenance_end_time = 0``, the permanent-offline clock
+        counts from now; issue 25 item 4) and a drain (the drain ends CANCELED). Raises
         OB_SERVER_NOT_IN_WHITE_LIST, OB_SERVER_ZONE_NOT_MATCH."""
         with self.store.write_lock:
-            targets = [s for s in self._existing(servers, zone) if s.stop_time != 0]
+            targets = [
+                s
+                for s in self._existing(servers, zone)
+                if s.stop_time != 0 or s.maintenance_end_time != 0
+            ]
             if targets:
+                mono = self.clock.monotonic_us()
 
                 def started(s: ServerStatus) -> None:
                     s.stop_time = 0
+                    if s.maintenance_end_time:
+                        s.maintenance_end_time = 0
+                        s.maintenance_floor_mono = min(s.maintenance_floor_mono, mono)
 
                 self._write_through(targets, started, "start_server", ("reason", reason))
+
+    def end_maintenance(self, key: str) -> bool:
+        """The end of ``key``'s maintenance window (the maintenance ticker, issue 25 item 4):
+        ``maintenance_end_time = 0`` and, when the server heartbeats, ``stop_time = 0``
+        (event ``maintenance_end`` with ``result`` ``started``); otherwise it stays stopped
+        and the event says ``agent_down``: from now its downtime counts towards permanent
+        offline. Returns whether it was started. Raises ``ObError`` of the transaction."""
+        with self.store.write_lock:
+            with self.whitelist.lock:
+                cur = self.whitelist.records.get(key)
+                if cur is None or not cur.maintenance_end_time:
+                    return False
+                alive = cur.is_alive()
+                targets = [replace(cur)]
+
+            def ended(s: ServerStatus) -> None:
+                s.maintenance_end_time = 0
+                if alive and not s.draining:
+                    s.stop_time = 0
+
+            result = "started" if alive else "agent_down: the permanent-offline clock starts"
+            self._write_through(targets, ended, "maintenance_end", ("result", result))
+        return alive

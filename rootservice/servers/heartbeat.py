@@ -247,7 +247,8 @@ class HeartbeatIntake:
         whitelist lock."""
         s.offline_spans = closed(
             s.offline_spans,
-            s.suspect.down_since_mono_us,
+            # A maintenance window's downtime is not offline time (issue 25 item 4).
+            min(mono, s.offline_start(s.suspect.down_since_mono_us)),
             mono,
             self.settings.server_permanent_offline_time,
         )

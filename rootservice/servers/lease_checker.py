@@ -125,7 +125,11 @@ class LeaseChecker:
                 )
                 s.suspect_end_time = 0
                 heapq.heappush(
-                    heap, (due_at(s.offline_spans, s.last_hb_mono_us, mono, offline), key)
+                    heap,
+                    (
+                        due_at(s.offline_spans, s.offline_start(s.last_hb_mono_us), mono, offline),
+                        key,
+                    ),
                 )
                 self.persist.mark(key)
                 expired.append(key)
@@ -149,13 +153,13 @@ class LeaseChecker:
                 if s is None or s.hb_status is not HeartbeatStatus.LEASE_EXPIRED:
                     continue
                 age = mono - s.last_hb_mono_us
-                total = offline_in_window(s.offline_spans, s.last_hb_mono_us, mono, offline)
+                # A maintenance window's downtime does not count (issue 25 item 4).
+                start = s.offline_start(s.last_hb_mono_us)
+                total = offline_in_window(s.offline_spans, start, mono, offline)
                 if total < offline:
-                    # Not yet (a lower-bound entry, the setting changed, a reload): re-queue
-                    # at the earliest time the total can get there.
-                    heapq.heappush(
-                        heap, (due_at(s.offline_spans, s.last_hb_mono_us, mono, offline), key)
-                    )
+                    # Not yet (a lower-bound entry, the setting changed, a reload, a
+                    # maintenance window): re-queue at the earliest time it can get there.
+                    heapq.heappush(heap, (due_at(s.offline_spans, start, mono, offline), key))
                     continue
                 s.hb_status = HeartbeatStatus.PERMANENT_OFFLINE
                 ev = server_event(

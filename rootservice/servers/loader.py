@@ -19,6 +19,7 @@ from rootservice.config import RsSettings
 from rootservice.db import server_repo, tombstone_repo, zone_repo
 from rootservice.ha.store import MetaStore
 from rootservice.servers.identity import ClusterIdentity
+from rootservice.servers.maintenance_window import floor_mono
 from rootservice.servers.persist_queue import PersistQueue
 from rootservice.servers.status import (
     CHECKED_COLUMNS,
@@ -196,7 +197,9 @@ class ServerLoader:
                         with_rootserver=bool(r["with_rootserver"]),
                         with_partition=r["with_partition"],
                         first_sessid=r["first_sessid"],
+                        maintenance_end_time=r["maintenance_end_time"],
                     )
+                    s.maintenance_floor_mono = floor_mono(s.maintenance_end_time, now, mono)
                     if old is not None:
                         s.last_hb_time = old.last_hb_time
                         s.last_hb_mono_us = old.last_hb_mono_us
@@ -209,6 +212,10 @@ class ServerLoader:
                         s.suspect = old.suspect
                         s.suspect_end_time = old.suspect_end_time
                         s.offline_spans = old.offline_spans
+                        s.draining = old.draining
+                        s.maintenance_floor_mono = max(
+                            s.maintenance_floor_mono, old.maintenance_floor_mono
+                        )
                         if s.is_alive():
                             s.last_offline_time = 0
                     else:
@@ -223,7 +230,9 @@ class ServerLoader:
                         # guess of the monotonic one (never negative after a backward step).
                         s.last_hb_mono_us = mono - max(0, now - s.last_hb_time)
                         s.hb_status = HeartbeatStatus.LEASE_EXPIRED
-                        if now - s.last_offline_time >= offline - lease:
+                        if now - s.last_offline_time >= offline - lease and not s.in_maintenance(
+                            now
+                        ):
                             s.hb_status = HeartbeatStatus.PERMANENT_OFFLINE
                         elif take_office and r["last_offline_time"] == 0:
                             candidates.add(key)

@@ -122,7 +122,14 @@ class ServerStatus:
     microsecond for placement) and ``suspect_end_time`` its wall-clock end as
     ``__all_server.suspect_end_time`` shows it (0: not SUSPECT; cleared by the lease checker's
     tick once the period is over). ``offline_spans`` are the closed outages of the sliding
-    permanent-offline window (:mod:`rootservice.servers.offline_window`), memory only."""
+    permanent-offline window (:mod:`rootservice.servers.offline_window`), memory only.
+
+    Maintenance (issue 25 item 4, :mod:`rootservice.servers.maintenance`):
+    ``maintenance_end_time`` is the wall-clock end of a ``STOP ... FOR MAINTENANCE`` window
+    (0: none), as ``__all_server`` shows it; ``maintenance_floor_mono`` the same instant on
+    the monotonic clock (memory only, kept after the window ends): no offline time before it
+    counts towards permanent offline (:meth:`offline_start`). ``draining``: a DRAIN SERVER
+    is running on it (memory; ``__all_server_drain`` holds the drain itself)."""
 
     id: int
     zone: str
@@ -147,6 +154,9 @@ class ServerStatus:
     with_partition: int = 0
     first_sessid: int = 0
     suspect_end_time: int = 0
+    maintenance_end_time: int = 0
+    maintenance_floor_mono: int = 0
+    draining: bool = False
     suspect: SuspectState = SuspectState()
     offline_spans: tuple[Span, ...] = ()
     # The last accepted resource_info as serialized bytes (heartbeat fast path).
@@ -170,6 +180,17 @@ class ServerStatus:
     def is_suspect(self, mono: int) -> bool:
         """SUSPECT at monotonic ``mono``: alive and within its suspect period (issue 25)."""
         return self.suspect.until_mono_us > mono and self.is_alive()
+
+    def offline_start(self, since_mono: int) -> int:
+        """Where an outage that began at monotonic ``since_mono`` starts counting towards
+        permanent offline: not before the end of a maintenance window (issue 25 item 4)."""
+        # 0 is "no window", not an instant: a monotonic reading may be below 0 after a load.
+        floor = self.maintenance_floor_mono
+        return max(since_mono, floor) if floor else since_mono
+
+    def in_maintenance(self, now: int) -> bool:
+        """Within a maintenance window at wall-clock ``now`` (``now < maintenance_end_time``)."""
+        return now < self.maintenance_end_time
 
     def is_stopped(self) -> bool:
         """``stop_time != 0`` (stopped or isolated)."""
@@ -205,6 +226,7 @@ class ServerStatus:
             "with_partition": self.with_partition,
             "last_offline_time": self.last_offline_time,
             "suspect_end_time": self.suspect_end_time,
+            "maintenance_end_time": self.maintenance_end_time,
         }
 
 
@@ -221,4 +243,5 @@ CHECKED_COLUMNS = (
     "with_partition",
     "last_offline_time",
     "suspect_end_time",
+    "maintenance_end_time",
 )

@@ -196,7 +196,7 @@ class Whitelist:
         microseconds: a wall-clock step must not move it)."""
         with self.lock:
             self.offline_heap[:] = [
-                (due_at(s.offline_spans, s.last_hb_mono_us, mono, offline), k)
+                (due_at(s.offline_spans, s.offline_start(s.last_hb_mono_us), mono, offline), k)
                 for k, s in self.records.items()
                 if s.hb_status is HeartbeatStatus.LEASE_EXPIRED
             ]

@@ -125,7 +125,7 @@ class LeaderCoordinator:
         members then follow the new leader. Raises OB_ENTRY_NOT_EXIST (no such LS or the
         server is not a member), OB_OP_NOT_ALLOW (the server cannot lead: stopped, not alive,
         not in service), OB_SERVER_CONNECTION_ERROR / OB_TIMEOUT from the agents; on failure
-        the old leader is reinstated when it can still lead."""
+        the old leader is reinstated when it is still alive (even stopped)."""
         with self._switch_lock:
             topo = self.layout.topology()
             plan = topo.plans.get(key)
@@ -194,7 +194,9 @@ class LeaderCoordinator:
                 timeout_us=3 * self.settings.rpc_timeout,
             )
         except ObError:
-            if old is not None and old != new_leader and self.health.can_lead(old):
+            # A stopped or draining old leader is reinstated too: leading from a server
+            # being emptied beats an LS without leader (issue 25 item 3).
+            if old is not None and old != new_leader and self.health.is_alive(old):
                 try:
                     self.applier.apply(old, [spec(plan, old, old, term + 1, members=members)])
                 except ObError as e2:

@@ -30,6 +30,7 @@ ALL_SERVER_COLUMNS: dict[str, str] = {
     "gmt_create": "timestamp",
     "gmt_modified": "timestamp",
     "suspect_end_time": "bigint",
+    "maintenance_end_time": "bigint",
 }
 
 OTHER_TABLES = {
@@ -57,6 +58,7 @@ DBA_OB_SERVERS_COLUMNS = [
     "BUILD_VERSION",
     "LAST_OFFLINE_TIME",
     "SUSPECT_END_TIME",
+    "MAINTENANCE_END_TIME",
 ]
 DBA_OB_ZONES_COLUMNS = ["ZONE", "CREATE_TIME", "MODIFY_TIME", "STATUS", "IDC", "REGION", "TYPE"]
 

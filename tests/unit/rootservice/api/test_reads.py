@@ -219,7 +219,11 @@ def test_show_tables_databases_columns_desc(rs: RootService) -> None:
     assert "__all_server" in names and "DBA_OB_SERVERS" in names and "__all_user" not in names
     full = q(rs, "SHOW FULL TABLES FROM oceanbase LIKE 'dba_ob_s%'")
     assert full.columns == ["Tables_in_oceanbase (dba_ob_s%)", "Table_type"]
-    assert full.rows == [("DBA_OB_SERVERS", "VIEW"), ("DBA_OB_SERVER_TOMBSTONES", "VIEW")]
+    assert full.rows == [
+        ("DBA_OB_SERVERS", "VIEW"),
+        ("DBA_OB_SERVER_TOMBSTONES", "VIEW"),
+        ("DBA_OB_SERVER_DRAINS", "VIEW"),
+    ]
     assert q(rs, "SHOW DATABASES").rows == [("information_schema",), ("oceanbase",)]
     desc = q(rs, "DESC __all_zone")
     assert desc.columns == ["Field", "Type", "Null", "Key", "Default", "Extra"]

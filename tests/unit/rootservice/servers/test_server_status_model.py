@@ -27,6 +27,14 @@ SUSPECT (issue 25 item 1): a server back after a lease expiry this RS saw is SUS
 heartbeat is within ``2p`` of the return doubles ``p`` (cap 5 min), and each full clean window
 after the suspect period halves it (floor ``server_suspect_time``); ``suspect_end_time`` is
 set at the return and cleared by the checker tick at the end (or by the expiry).
+
+DRAIN and maintenance (issue 25 items 3-4): DRAIN SERVER isolates the server (stopped) and,
+with no log stream here, finishes at once (its ``__all_server_drain`` row FINISHED); DRAIN of
+a DELETING server is refused. STOP SERVER ... FOR MAINTENANCE stops it with a window of
+``MAINT``: no offline time before the window's end (monotonic) counts towards permanent
+offline, neither of the open outage nor of one closed by a return; the maintenance ticker
+ends the window once the RS's wall clock reaches its end, starting the server when it is
+alive, leaving it stopped otherwise; START SERVER ends it early (the floor moves to now).
 """
 
 from __future__ import annotations
@@ -52,6 +60,7 @@ OFFLINE = 30 * S
 WINDOW = 2 * OFFLINE
 SUSPECT = 4 * S
 CAP = 300 * S
+MAINT = 60 * S
 SERVERS = [s for s, _ in SEEDED]
 ZONE = dict(SEEDED)
 
@@ -85,6 +94,8 @@ def statement(rs: RootService, op: str, server: str) -> str:
         "start": lambda: m.start_servers([server], None),
         "delete": lambda: m.delete_servers([server], None),
         "cancel": lambda: m.cancel_delete_servers([server], None),
+        "maintenance": lambda: m.stop_servers([server], None, "STOP", maintenance_us=MAINT),
+        "drain": lambda: rs.drains.drain(server, "10s"),
     }
     try:
         calls[op]()
@@ -113,6 +124,12 @@ class ServerModel:
     down_since: int = 0
     spans: list[tuple[int, int]] = field(default_factory=list)
     shown: bool = False
+    # Maintenance (issue 25 item 4): the window's wall end (0: none) and monotonic floor.
+    maint_end: int = 0
+    floor: int = 0
+
+    def outage_start(self, since: int) -> int:
+        return max(since, self.floor) if self.floor else since
 
     def suspect(self, now: int) -> bool:
         return self.hb is HeartbeatStatus.ALIVE and now < self.until
@@ -122,7 +139,7 @@ class ServerModel:
         left = now - WINDOW
         total = sum(max(0, min(b, now) - max(a, left)) for a, b in self.spans)
         if self.hb is not HeartbeatStatus.ALIVE:
-            total += max(0, now - max(self.last_hb, left))
+            total += max(0, now - max(self.outage_start(self.last_hb), left))
         return total
 
     def expired(self) -> None:
@@ -267,7 +284,7 @@ class ServerStatusMachine(RuleBasedStateMachine):
         m = self.model[server]
         now = self.now()
         if m.hb is not HeartbeatStatus.ALIVE and m.down_since:
-            m.spans.append((m.down_since, now))
+            m.spans.append((min(now, m.outage_start(m.down_since)), now))
             m.returned, m.until, m.down_since, m.shown = now, now + m.p, 0, True
             s = self.rs.whitelist.get(server)
             assert s is not None
@@ -313,6 +330,7 @@ class ServerStatusMachine(RuleBasedStateMachine):
         tick(self.rs)
         now = self.now()
         if now < self.grace_until:
+            self.maintenance_tick()
             return
         held = self.grace_holds(now)
         if not held:
@@ -341,11 +359,12 @@ class ServerStatusMachine(RuleBasedStateMachine):
         if was and not self.suspected:
             # One more lease for the stragglers before the held deadlines fire.
             self.hold_until = now + LEASE
-        if self.suspected or now < self.hold_until or held:
-            return
-        for m in self.model.values():
-            if m.hb is HeartbeatStatus.LEASE_EXPIRED and m.offline(now) >= OFFLINE:
-                m.hb = HeartbeatStatus.PERMANENT_OFFLINE
+        if not (self.suspected or now < self.hold_until or held):
+            for m in self.model.values():
+                if m.hb is HeartbeatStatus.LEASE_EXPIRED and m.offline(now) >= OFFLINE:
+                    m.hb = HeartbeatStatus.PERMANENT_OFFLINE
+        # The maintenance ticker runs with the lease checker (issue 25 item 4).
+        self.maintenance_tick()
 
     @rule(server=st.sampled_from(SERVERS))
     def stop(self, server: str) -> None:
@@ -361,8 +380,70 @@ class ServerStatusMachine(RuleBasedStateMachine):
     @rule(server=st.sampled_from(SERVERS))
     def start_server(self, server: str) -> None:
         assert statement(self.rs, "start", server) == ""
-        self.model[server].stopped = False
+        m = self.model[server]
+        m.stopped = False
+        if m.maint_end:
+            m.maint_end = 0
+            m.floor = min(m.floor, self.now())
         self.rewritten.add(server)
+
+    @rule(server=st.sampled_from(SERVERS))
+    def stop_for_maintenance(self, server: str) -> None:
+        others_stopped = any(m.stopped for s, m in self.model.items() if ZONE[s] != ZONE[server])
+        got = statement(self.rs, "maintenance", server)
+        if others_stopped:
+            assert got == "OB_STOP_SERVER_IN_MULTIPLE_ZONES"
+            return
+        assert got == ""
+        m = self.model[server]
+        m.stopped = True
+        m.maint_end = self.rs.clock.now_us() + MAINT
+        m.floor = self.now() + MAINT
+        self.rewritten.add(server)
+
+    @rule()
+    def maintenance_tick(self) -> None:
+        self.rs.maintenance.run_once()
+        wall = self.rs.clock.now_us()
+        for server, m in self.model.items():
+            if m.maint_end and wall >= m.maint_end:
+                m.maint_end = 0
+                if m.hb is HeartbeatStatus.ALIVE:
+                    m.stopped = False
+                self.rewritten.add(server)
+
+    @rule(which=st.sampled_from(["floor", "wall", "offline"]), offset=st.sampled_from([-1, 0, 1]))
+    def to_a_maintenance_boundary(self, which: str, offset: int) -> None:
+        # Both sides of the next window's monotonic end (the floor), of its wall end, and of
+        # the permanent-offline limit counted from the floor.
+        wall = self.rs.clock.now_us()
+        deltas = [
+            {
+                "floor": m.floor - self.now(),
+                "wall": m.maint_end - wall,
+                "offline": m.floor + OFFLINE - self.now(),
+            }[which]
+            + offset
+            for m in self.model.values()
+            if m.maint_end
+        ]
+        ahead = [d for d in deltas if d > 0]
+        if ahead:
+            self.rs.clock.advance(min(ahead))
+
+    @rule(server=st.sampled_from(SERVERS))
+    def drain(self, server: str) -> None:
+        m = self.model[server]
+        got = statement(self.rs, "drain", server)
+        if m.admin is AdminStatus.DELETING:
+            assert got == "OB_SERVER_ALREADY_DELETED"
+            return
+        # No log stream in this cluster: nothing to move, the drain finishes at once.
+        assert got == ""
+        m.stopped = True
+        self.rewritten.add(server)
+        s = self.rs.whitelist.get(server)
+        assert s is not None and not s.draining
 
     @rule(server=st.sampled_from(SERVERS))
     def delete(self, server: str) -> None:
@@ -400,6 +481,7 @@ class ServerStatusMachine(RuleBasedStateMachine):
                 assert row["status"] == display_status(m.admin, m.hb).value, server
             assert (row["stop_time"] != 0) == m.stopped, server
             assert (row["suspect_end_time"] != 0) == m.shown, server
+            assert row["maintenance_end_time"] == m.maint_end, server
 
     @invariant()
     def whitelist_agrees_with_the_model(self) -> None:
@@ -412,6 +494,7 @@ class ServerStatusMachine(RuleBasedStateMachine):
             assert s is not None
             assert s.is_suspect(now) == m.suspect(now), server
             assert (s.suspect_end_time != 0) == m.shown, server
+            assert s.maintenance_end_time == m.maint_end, server
         assert self.rs.take_office_grace.candidates == self.candidates
 
 
