@@ -37,6 +37,8 @@ all_server = sa.Table(
     ),
     # Issue 25 item 1 (migration 0010): end of the SUSPECT period, 0 when not SUSPECT.
     sa.Column("suspect_end_time", sa.BigInteger, nullable=False, server_default="0"),
+    # Issue 25 item 2 (migration 0012): when the server became LAGGING, 0 when it is not.
+    sa.Column("lagging_time", sa.BigInteger, nullable=False, server_default="0"),
 )
 
 all_zone = sa.Table(

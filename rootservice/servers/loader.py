@@ -209,6 +209,8 @@ class ServerLoader:
                         s.suspect = old.suspect
                         s.suspect_end_time = old.suspect_end_time
                         s.offline_spans = old.offline_spans
+                        s.lag, s.lagging_time = old.lag, old.lagging_time
+                        s.disk_probe_latency_us = old.disk_probe_latency_us
                         if s.is_alive():
                             s.last_offline_time = 0
                     else:

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from obcommon.addresses import format_server
 from obcommon.errors import ObError
+from rootservice.servers.lag_policy import LagState
 from rootservice.servers.offline_window import Span
 from rootservice.servers.suspect_policy import SuspectState
 
@@ -122,7 +123,12 @@ class ServerStatus:
     microsecond for placement) and ``suspect_end_time`` its wall-clock end as
     ``__all_server.suspect_end_time`` shows it (0: not SUSPECT; cleared by the lease checker's
     tick once the period is over). ``offline_spans`` are the closed outages of the sliding
-    permanent-offline window (:mod:`rootservice.servers.offline_window`), memory only."""
+    permanent-offline window (:mod:`rootservice.servers.offline_window`), memory only.
+
+    LAGGING (issue 25 item 2, :mod:`rootservice.servers.lag_policy`): ``lag`` is the episode
+    (memory only), ``lagging_time`` its wall-clock start as ``__all_server.lagging_time`` shows
+    it (0: not LAGGING), ``disk_probe_latency_us`` the last reported disk-probe latency. A
+    LAGGING server is SUSPECT for placement (:meth:`is_suspect`)."""
 
     id: int
     zone: str
@@ -149,6 +155,9 @@ class ServerStatus:
     suspect_end_time: int = 0
     suspect: SuspectState = SuspectState()
     offline_spans: tuple[Span, ...] = ()
+    lagging_time: int = 0
+    lag: LagState = LagState()
+    disk_probe_latency_us: int = 0
     # The last accepted resource_info as serialized bytes (heartbeat fast path).
     resource_raw: bytes = b""
     #: The whitelist key, ``'ip:port'`` of ``ip`` and ``port`` (which never change: a record
@@ -168,8 +177,9 @@ class ServerStatus:
         return self.is_alive() and self.admin_status is AdminStatus.NORMAL
 
     def is_suspect(self, mono: int) -> bool:
-        """SUSPECT at monotonic ``mono``: alive and within its suspect period (issue 25)."""
-        return self.suspect.until_mono_us > mono and self.is_alive()
+        """SUSPECT at monotonic ``mono``: alive and within its suspect period, or LAGGING
+        (issue 25 items 1-2: no new leaders, no copies)."""
+        return (self.suspect.until_mono_us > mono or self.lag.lagging) and self.is_alive()
 
     def is_stopped(self) -> bool:
         """``stop_time != 0`` (stopped or isolated)."""
@@ -205,6 +215,7 @@ class ServerStatus:
             "with_partition": self.with_partition,
             "last_offline_time": self.last_offline_time,
             "suspect_end_time": self.suspect_end_time,
+            "lagging_time": self.lagging_time,
         }
 
 
@@ -221,4 +232,5 @@ CHECKED_COLUMNS = (
     "with_partition",
     "last_offline_time",
     "suspect_end_time",
+    "lagging_time",
 )
