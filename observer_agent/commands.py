@@ -21,6 +21,7 @@ import io
 import sys
 import threading
 import traceback
+from typing import Any
 
 from obcommon.proto import obrpc_pb2
 
@@ -59,6 +60,19 @@ def dump_stacks() -> obrpc_pb2.DumpStacksResponse:
         return out
     buf = io.StringIO()
     for task in sorted(tasks, key=lambda t: t.get_name()):
-        task.print_stack(limit=20, file=buf)
+        # By hand, not Task.print_stack: that shows only a suspended task's outermost
+        # coroutine (and cannot format a frame of gRPC's Cython coroutines, which has no line
+        # number); following ``cr_await`` shows what it waits in, outermost first.
+        buf.write(f"Stack for {task.get_name()} (most recent call last):\n")
+        coro: Any = task.get_coro()
+        for _ in range(30):
+            frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+            if frame is None:
+                break
+            code = frame.f_code
+            buf.write(
+                f'  File "{code.co_filename}", line {frame.f_lineno or 0}, in {code.co_name}\n'
+            )
+            coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
     out.event_loop = buf.getvalue()[-4 * STACK_CHARS :]
     return out

@@ -215,7 +215,9 @@ class LagDetector:
         if command_lagging(oldest, mono, timeout):
             assert oldest is not None
             reasons.append(REASON_COMMAND)
-            why.append(f"a command unapplied for {format_duration(mono - oldest)}")
+            # The send time on the wall clock too, for operators (and the real-process test).
+            sent = self.clock.now_us() - (mono - oldest)
+            why.append(f"a command sent at {sent} unapplied for {format_duration(mono - oldest)}")
         if disk_lagging(s.disk_probe_latency_us, timeout):
             reasons.append(REASON_DISK)
             why.append(f"disk probe {format_duration(s.disk_probe_latency_us)}")
