@@ -19,6 +19,7 @@ set; no duration is timed here):
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from pathlib import Path
@@ -105,3 +106,40 @@ def test_each_fault_flag_is_detected_and_the_leader_moves_off(
     [follower] = [e for e in _events(c, "follower_lagging") if e[3] == a3]
     assert int(str(follower[0])) <= t2 + S + 2 * T + S
     (c.data_dir(a3) / "FAULT_LOG_FREEZE").unlink()
+
+
+#: Seconds of the pause pattern; ``make soak-lag`` runs it for 10 minutes.
+SOAK_S = float(os.environ.get("OB_LAG_SOAK_S", "20"))
+PAUSE_S = 2.0
+CYCLE_S = 20.0
+
+
+def test_agents_paused_2s_every_20s_are_never_lagging(procs: ProcSet, tmp_path: Path) -> None:
+    """The false-positive check (issue 25: "0 false LAGGING over a 10-minute run with 2 s
+    pauses of agents every 20 s"): each of the three agents is SIGSTOPped for 2 s once per
+    20 s cycle, staggered, while the RS commands them (probes, leader moves) and their
+    followers replicate; ``agent_lag_timeout`` 5 s, lease 4 s (a pause is no outage). No
+    ``lagging``, ``copy_stalled`` or ``follower_lagging`` event may appear. The pauses are the
+    load pattern, so they are timed by sleeping (nothing waits on them)."""
+    c = TenantCluster(procs, tmp_path, f"sqlite:///{tmp_path}/rs.db")
+    c.start_rs(**RS_FLAGS, agent_lag_timeout="5s", lease_time="4s")
+    agents = c.bootstrap(3)
+    c.make_tenant(ls_count=2, primary="z1")
+    wait_until(lambda: c.leaders_on(agents[0]) == 2, 30, message="the leaders in z1")
+    start = time.monotonic()
+    pauses = 0
+    while time.monotonic() - start < SOAK_S:
+        cycle = time.monotonic()
+        for i, addr in enumerate(agents):
+            time.sleep(max(0.0, cycle + i * CYCLE_S / 3 - time.monotonic()))
+            c.agents[addr].pause()
+            try:
+                time.sleep(PAUSE_S)
+            finally:
+                c.agents[addr].resume()
+            pauses += 1
+        time.sleep(max(0.0, cycle + CYCLE_S - time.monotonic()))
+    false = [e for ev in ("lagging", "copy_stalled", "follower_lagging") for e in _events(c, ev)]
+    print(f"lag soak: {pauses} pauses of {PAUSE_S:g}s in {SOAK_S:g}s, {len(false)} LAGGING")
+    assert not false, false
+    assert c.metrics()["servers_lagging"] == 0
