@@ -85,9 +85,7 @@ def test_an_unapplied_command_makes_a_server_lagging_exactly_at_the_timeout(
         rs.shutdown()
 
 
-def test_the_third_timeout_treats_the_server_as_lease_expired(
-    db_url: str, tmp_path: Path
-) -> None:
+def test_the_third_timeout_treats_the_server_as_lease_expired(db_url: str, tmp_path: Path) -> None:
     rs = _rs(db_url, tmp_path)
     try:
         rs.agents.ledger.issue(A, rs.term.epoch, rs.clock.monotonic_us())
