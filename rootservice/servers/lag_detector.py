@@ -21,8 +21,10 @@ leader's. The actions, in order, for a server that becomes LAGGING:
 A copy that makes no progress for twice ``agent_lag_timeout`` gets an event ``copy_stalled``
 and a follower that trails its leader by more than ``ls_log_sync_threshold`` as long gets
 ``follower_lagging`` (module ``disaster_recovery``), once per episode. So that a frozen agent
-is found without other traffic, a server sent no command for half ``agent_lag_timeout`` is
-sent a ``RequestHeartbeat`` (a command like any other).
+is found without other traffic, a server that hosts replicas and was sent no command for half
+``agent_lag_timeout`` is sent a ``RequestHeartbeat`` (a command like any other; a server
+hosting nothing is judged on the commands it gets, which keeps thousands of empty agents from
+costing a probe each).
 
 A new RS leader judges afresh: episodes are memory only, and ``check_all_server`` clears a
 ``lagging_time`` the new leader does not confirm.
@@ -170,7 +172,7 @@ class LagDetector:
             return 0
         mono, now = self.clock.monotonic_us(), self.clock.now_us()
         timeout = self.settings.agent_lag_timeout
-        self._replica_progress(mono, now, timeout)
+        hosting = self._replica_progress(mono, now, timeout)
         started: list[tuple[ServerStatus, str]] = []
         probes: list[str] = []
         n = 0
@@ -198,7 +200,8 @@ class LagDetector:
                     self.persist.add_event(ev)
                     log_transition(ev, "LAGGING for three timeouts: treated as lease-expired")
                 last = self.ledger.last_issued(key)
-                if s.is_alive() and (last is None or mono - last >= timeout // 2):
+                idle = last is None or mono - last >= timeout // 2
+                if s.is_alive() and idle and key in hosting:
                     probes.append(key)
         for s, why in started:
             self._started(s, why, now)
@@ -252,9 +255,10 @@ class LagDetector:
 
         self.background(act)
 
-    def _replica_progress(self, mono: int, now: int, timeout: int) -> None:
+    def _replica_progress(self, mono: int, now: int, timeout: int) -> set[str]:
         """Watch copies and followers in the reports; one event per stalled copy and per
-        lagging follower (again only after it recovered)."""
+        lagging follower (again only after it recovered). Returns the servers that report
+        replicas."""
         reports = self.replicas.reports()
         leaders: dict[LsKey, obrpc_pb2.ReplicaInfo] = {}
         for reps in reports.values():
@@ -295,3 +299,4 @@ class LagDetector:
             )
             log.warning("LS %d.%d on %s: %s", key[0], key[1], server, event.replace("_", " "))
         self._reported = found
+        return {server for server, reps in reports.items() if reps}
