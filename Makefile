@@ -206,7 +206,7 @@ chaos: setup
 # Issue 25 item 2: the lag detector's false-positive check, agents SIGSTOPped 2 s every 20 s,
 # for 10 minutes (the suite runs one 20 s cycle); prints the pauses and the LAGGING count.
 soak-lag: setup
-	OB_LAG_SOAK_S=600 $(VENV)/bin/pytest -q -p no:cacheprovider -s \
+	OB_LAG_SOAK_S=600 $(VENV)/bin/pytest -q -p no:cacheprovider -s --timeout 900 \
 	    tests/integration/test_lag.py -k paused
 
 lint:
