@@ -24,7 +24,9 @@ and a follower that trails its leader by more than ``ls_log_sync_threshold`` as 
 is found without other traffic, a server that hosts replicas and was sent no command for half
 ``agent_lag_timeout`` is sent a ``RequestHeartbeat`` (a command like any other; a server
 hosting nothing is judged on the commands it gets, which keeps thousands of empty agents from
-costing a probe each).
+costing a probe each); one also follows, a quarter timeout later, an unapplied command that
+nothing followed, because a call whose deadline passed before the agent took it (an agent
+paused a moment) is never applied, and only a newer applied number settles it.
 
 A new RS leader judges afresh: episodes are memory only, and ``check_all_server`` clears a
 ``lagging_time`` the new leader does not confirm.
@@ -201,7 +203,12 @@ class LagDetector:
                     log_transition(ev, "LAGGING for three timeouts: treated as lease-expired")
                 last = self.ledger.last_issued(key)
                 idle = last is None or mono - last >= timeout // 2
-                if s.is_alive() and idle and key in hosting:
+                # A call that ran out of time before the agent took it is never applied: a
+                # newer command, once applied, settles it (an applied number covers every
+                # lower one), so one is sent a quarter timeout after it when none followed.
+                oldest = self.ledger.oldest_unapplied(key)
+                alone = oldest is not None and last == oldest and mono - oldest >= timeout // 4
+                if s.is_alive() and (idle or alone) and key in hosting:
                     probes.append(key)
         for s, why in started:
             self._started(s, why, now)
