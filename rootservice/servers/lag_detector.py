@@ -208,7 +208,8 @@ class LagDetector:
                 # lower one), so one is sent a quarter timeout after it when none followed.
                 oldest = self.ledger.oldest_unapplied(key)
                 alone = oldest is not None and last == oldest and mono - oldest >= timeout // 4
-                if s.is_alive() and (idle or alone) and key in hosting:
+                # A server past its third timeout too: its recovery is an applied command.
+                if (s.is_alive() or s.lag.expired) and (idle or alone) and key in hosting:
                     probes.append(key)
         for s, why in started:
             self._started(s, why, now)
