@@ -234,7 +234,7 @@ class LeaseDecisions:
         """The next ``LeaseRequest`` (SPEC.md section 5); every call takes a new ``seq``.
         ``current_server_time`` is ``clock.now_us()``; ``rs_epoch`` / ``rs_incarnation`` the
         highest fencing token obeyed; ``cluster_id`` / ``server_id`` the kept identity's or
-        "" / 0; ``server_status`` 0x1 on a failing data disk; ``replicas`` (memory), issue 25's."""
+        "" / 0; ``server_status`` 0x1 on a failing disk; ``replicas``; the lag fields (issue 25)."""
         self._seq += 1
         token = self.tokens.highest
         req = obrpc_pb2.LeaseRequest(
