@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 # first, by size).
 PYTEST_WORKERS ?= 4
 
-.PHONY: setup pg-binaries mysql-clients browser faketime prometheus test demo demo-spark-cluster bench bench-storm bench-mysql bench-spark bench-empty bench-parse chaos lint proto clean
+.PHONY: setup pg-binaries mysql-clients browser faketime prometheus test demo demo-spark-cluster bench bench-storm bench-mysql bench-spark bench-empty bench-parse chaos soak-lag lint proto clean
 
 # The Spark jobs (rootservice/jobs) read PostgreSQL through JDBC with Debian's driver jar.
 PG_JDBC_JAR ?= /usr/share/java/postgresql.jar
@@ -202,6 +202,12 @@ bench-parse: setup
 CHAOS_ARGS ?=
 chaos: setup
 	$(VENV)/bin/python tests/chaos/chaos.py $(CHAOS_ARGS)
+
+# Issue 25 item 2: the lag detector's false-positive check, agents SIGSTOPped 2 s every 20 s,
+# for 10 minutes (the suite runs one 20 s cycle); prints the pauses and the LAGGING count.
+soak-lag: setup
+	OB_LAG_SOAK_S=600 $(VENV)/bin/pytest -q -p no:cacheprovider -s --timeout 900 \
+	    tests/integration/test_lag.py -k paused
 
 lint:
 	$(VENV)/bin/ruff check .

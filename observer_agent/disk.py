@@ -35,6 +35,11 @@ DATA_DISK_ERROR = 0x1
 #: touching the disk. Remove it and the next probe recovers.
 FAULT_DATA_DISK_ERROR_FILE = "FAULT_DATA_DISK_ERROR"
 
+#: Fault switch of the lag detector's tests (issue 25 item 2): this file in the data
+#: directory holding an integer N makes the probe sleep N ms after its fsync, as a disk whose
+#: fsync takes that long would; the latency every lease request reports grows with it.
+FAULT_FSYNC_SLOW_FILE = "FAULT_FSYNC_SLOW_MS"
+
 #: The file the probe writes, fsyncs and reads back.
 DISK_PROBE_FILE = ".disk_probe"
 DISK_PROBE_BLOCK = 4096
@@ -115,6 +120,7 @@ def probe_data_disk(data_dir: Path) -> str | None:
             if os.pwrite(fd, block, 0) != len(block):
                 return f"probe write on {path} was short"
             os.fsync(fd)
+            _slow_fsync_fault(data_dir)
             back = os.pread(fd, DISK_PROBE_BLOCK, 0)
         finally:
             os.close(fd)
@@ -125,6 +131,15 @@ def probe_data_disk(data_dir: Path) -> str | None:
     if back != block:
         return f"probe block read back from {path} differs from what was written"
     return None
+
+
+def _slow_fsync_fault(data_dir: Path) -> None:
+    """Sleep as :data:`FAULT_FSYNC_SLOW_FILE` asks (blocking; no file, no sleep)."""
+    try:
+        ms = int((data_dir / FAULT_FSYNC_SLOW_FILE).read_text(encoding="utf-8").strip())
+    except (OSError, ValueError):
+        return
+    time.sleep(max(0, ms) / 1000)
 
 
 class DiskHealth:
@@ -151,6 +166,20 @@ class DiskHealth:
         self.timeout_us = timeout_us
         self.disk_error: str | None = None
         self._pending: asyncio.Future[str | None] | None = None
+        # The lag detector's figure (issue 25 item 2): the last finished probe's duration
+        # and when the one running started (time.monotonic seconds; None: none running).
+        self.last_latency_us = 0
+        self._running_since: float | None = None
+
+    @property
+    def probe_latency_us(self) -> int:
+        """The probe latency a lease request reports, microseconds: the longer of the last
+        finished probe and the one still running (a hung fsync shows at once, not when it
+        ends; PD's slow score and CockroachDB's disk stall detection both time the write in
+        flight)."""
+        since = self._running_since
+        running = int((time.monotonic() - since) * 1e6) if since is not None else 0
+        return max(self.last_latency_us, running)
 
     @property
     def server_status(self) -> int:
@@ -174,6 +203,7 @@ class DiskHealth:
         except Exception as e:
             reason = f"disk probe raised {describe_exception(e)}"
         self.metrics.disk_probe_seconds.observe(time.monotonic() - started)
+        self.last_latency_us = int((time.monotonic() - started) * 1e6)
         self.set_status(reason)
         return reason is None
 
@@ -188,6 +218,8 @@ class DiskHealth:
         started = time.monotonic()
         fut = in_daemon_thread(lambda: self._probe(self.data_dir), "disk-probe")
         self._pending = fut
+        self._running_since = started
+        fut.add_done_callback(lambda _: self._finished(started))
         done, _ = await asyncio.wait({fut}, timeout=timeout_s)
         self.metrics.disk_probe_seconds.observe(time.monotonic() - started)
         if not done:
@@ -199,3 +231,9 @@ class DiskHealth:
             reason = f"disk probe raised {describe_exception(e)}"
         self.set_status(reason)
         return reason is None
+
+    def _finished(self, started: float) -> None:
+        """The probe started at ``started`` (time.monotonic) ended (on the loop's thread)."""
+        self.last_latency_us = int((time.monotonic() - started) * 1e6)
+        if self._running_since == started:
+            self._running_since = None

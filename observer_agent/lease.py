@@ -1,8 +1,7 @@
 """The agent's side of the lease (SPEC.md section 5; OceanBase's ``ObLeaseStateMgr`` /
 ``ObHeartBeatProcess`` on the observer side).
 
-The decisions are plain synchronous methods driven by an injected :class:`Clock`, so unit
-tests can call them with a ``FakeClock`` and hand-made ``LeaseResponse`` messages:
+The decisions are plain synchronous methods on an injected :class:`Clock` (unit tests):
 
 - :meth:`LeaseClient.build_lease_request` - the next ``LeaseRequest``;
 - :meth:`LeaseClient.handle_response` - accept or refuse one ``LeaseResponse``;
@@ -11,8 +10,7 @@ tests can call them with a ``FakeClock`` and hand-made ``LeaseResponse`` message
 
 :meth:`LeaseClient.run` wires them to the network: one bidirectional
 ``RootService.LeaseStream`` at a time (:class:`observer_agent.lease_stream.LeaseStream`), a
-registration busy loop, renewals every ``heartbeat_interval``. All times are integer
-microseconds since the Unix epoch.
+registration busy loop, renewals every ``heartbeat_interval``. Times are microseconds.
 """
 
 from __future__ import annotations
@@ -36,6 +34,7 @@ from obcommon.security.revocation import RevokedSerials
 from obcommon.security.tls import TransportSecurity
 from observer_agent.address import LocalServer
 from observer_agent.background import describe_exception, is_set, sleep_unless_stopped
+from observer_agent.commands import AppliedCommands
 from observer_agent.fence import TokenKeeper
 from observer_agent.identity import ClusterIdentity, write_identity
 from observer_agent.lease_stream import LateAnswer, LeaseStream
@@ -71,6 +70,10 @@ class ServerStatus(Protocol):
     def server_status(self) -> int:
         """``DATA_DISK_ERROR`` (0x1) while the data disk fails its probe, else 0."""
         ...
+
+    @property
+    def probe_latency_us(self) -> int:
+        """The disk probe's latency, microseconds (issue 25 item 2)."""
 
 
 class ResourceSource(Protocol):
@@ -126,12 +129,12 @@ class LeaseDecisions:
     ``disk``, ``resources`` and ``replicas`` what each request reports; ``rs`` the RS
     addresses to try; ``rng`` drives the reconnect jitter; ``log`` the agent's logger.
 
-    Public state (read it, do not write it): ``identity``, ``highest_epoch``,
-    ``lease_expire_time``, ``server_id``, ``rs_server_status``, ``start_service_time``,
-    ``serving``, ``registered``, ``accepted_count``, ``refused_count``,
-    ``last_accepted_rs``, ``last_refusal``, ``refusals`` (reason -> count),
-    ``refusals_in_row``, ``repeat_log`` (the rate limiter of repeated warnings: keys
-    ``refused`` and ``unreachable <ip:port>``).
+    Public state (read only): ``identity``, ``highest_epoch``, ``lease_expire_time``,
+    ``server_id``, ``rs_server_status``, ``start_service_time``, ``serving``, ``registered``,
+    ``accepted_count``, ``refused_count``, ``last_accepted_rs``, ``last_refusal``,
+    ``refusals`` (reason -> count), ``refusals_in_row``, ``repeat_log`` (the rate limiter of
+    repeated warnings: keys ``refused`` and ``unreachable <ip:port>``), ``commands`` (the RS
+    commands applied, :class:`observer_agent.commands.AppliedCommands`).
     """
 
     def __init__(
@@ -178,16 +181,13 @@ class LeaseDecisions:
         self._replicas = replicas
         self.rs = rs
         self._rng = rng
-        # Attempts that got no answer (a lost stream, an RS away): jittered exponential
-        # backoff, reset by an accepted lease (issue 14 item 1). Never longer than a
-        # heartbeat interval: a new leader's take-office grace is one lease_time (5 intervals
-        # by default), and with a 0.5 s interval and a 2 s lease a 2 s wait left an agent out
-        # of a failover's grace (test_ha, kill -9 of the leader).
+        # Unanswered attempts back off with jitter, reset by an accepted lease (issue 14 item
+        # 1), never beyond a heartbeat interval: a longer wait left an agent out of a new
+        # leader's one-lease take-office grace (test_ha, kill -9 of the leader).
         base = settings.reconnect_backoff_base
         cap = max(base, min(settings.reconnect_backoff_cap, settings.heartbeat_interval))
         self.reconnect = Backoff(reconnect or BackoffPolicy(base, cap), rng)
         self.log = log
-
         self.identity = identity
         self.lease_expire_time = 0
         self.server_id = identity.server_id if identity else 0
@@ -204,6 +204,7 @@ class LeaseDecisions:
         self.refusals: dict[str, int] = {}
 
         self._seq = 0
+        self.commands = AppliedCommands()  # reported with every request (issue 25 item 2)
         # Refusals in a row that back off (reset by an accepted lease), and the rate limiter
         # of the warnings that would repeat every round.
         self.refusals_in_row = 0
@@ -231,11 +232,9 @@ class LeaseDecisions:
 
     def build_lease_request(self) -> obrpc_pb2.LeaseRequest:
         """The next ``LeaseRequest`` (SPEC.md section 5); every call takes a new ``seq``.
-
         ``current_server_time`` is ``clock.now_us()``; ``rs_epoch`` / ``rs_incarnation`` the
-        highest fencing token obeyed; ``cluster_id`` and ``server_id`` the kept identity's or "" / 0; ``server_status`` 0x1 while the
-        data disk is failing; ``replicas`` every hosted replica (from memory, no I/O).
-        """
+        highest fencing token obeyed; ``cluster_id`` / ``server_id`` the kept identity's or
+        "" / 0; ``server_status`` 0x1 on a failing disk; ``replicas``; the lag fields (issue 25)."""
         self._seq += 1
         token = self.tokens.highest
         req = obrpc_pb2.LeaseRequest(
@@ -253,6 +252,8 @@ class LeaseDecisions:
             server_id=self.identity.server_id if self.identity else 0,
             seq=self._seq,
             revocation_version=self.revoked.version,
+            applied_command_seq=self.commands.highest,
+            disk_probe_latency_us=self._disk.probe_latency_us,
         )
         req.resource_info.CopyFrom(self._resources.info)
         req.replicas.extend(self._replicas.report())

@@ -18,6 +18,7 @@ change nothing.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -30,6 +31,7 @@ from obcommon.fencing import FenceToken
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from obcommon.security.certs import Role
 from observer_agent.agent import Agent
+from observer_agent.commands import dump_stacks
 
 #: Who may call ``ObserverService``: the root services.
 RS_ONLY = frozenset({Role.RS})
@@ -46,6 +48,7 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
     def __init__(self, agent: Agent) -> None:
         """Answer the RS's calls from ``agent``'s state."""
         self.agent = agent
+        self._acks: set[asyncio.Future[None]] = set()
 
     async def RequestHeartbeat(
         self, request: obrpc_pb2.RequestHeartbeatRequest, context: Any
@@ -56,7 +59,27 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
         ``rs_epoch`` is not checked here.
         """
         await self.agent.peer_gate.admit(context, "ObserverService.RequestHeartbeat", RS_ONLY)
+        if request.command_seq:
+            # Applied once past the apply gate (a frozen agent still answers: its heartbeats
+            # go on, the lag detector sees the command unapplied; issue 25 item 2).
+            task = asyncio.ensure_future(self._ack(request.command_seq))
+            self._acks.add(task)
+            task.add_done_callback(self._acks.discard)
         return self.agent.build_lease_request()
+
+    async def _ack(self, seq: int) -> None:
+        await self.agent.replicas.hold_apply()
+        self.agent.lease.commands.applied(seq)
+
+    async def DumpStacks(
+        self, request: obrpc_pb2.DumpStacksRequest, context: Any
+    ) -> obrpc_pb2.DumpStacksResponse:
+        """``ObserverService.DumpStacks`` (issue 25 item 2): every thread's Python stack and
+        the event loop's tasks (:func:`observer_agent.commands.dump_stacks`), for the RS's
+        LAGGING event. RS certificates only, like the other ``ObserverService`` calls; never
+        waits for the apply gate (a frozen agent must still answer)."""
+        await self.agent.peer_gate.admit(context, "ObserverService.DumpStacks", RS_ONLY)
+        return dump_stacks()
 
     async def CheckServerEmpty(
         self, request: obrpc_pb2.CheckServerEmptyRequest, context: Any
@@ -119,7 +142,9 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
             resp.replicas.extend(self.agent.replicas.report())
             return resp
         budget = context.time_remaining() if context is not None else None
-        return await self.agent.replicas.apply(request, self.agent.highest_epoch, budget)
+        resp = await self.agent.replicas.apply(request, self.agent.highest_epoch, budget)
+        self.agent.lease.commands.applied(request.command_seq)
+        return resp
 
 
 class ReplicaServicer(obrpc_pb2_grpc.ReplicaServiceServicer):

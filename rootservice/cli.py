@@ -40,6 +40,7 @@ _DURATION_FLAGS = {
     "--lease-time": "lease_time",
     "--server-permanent-offline-time": "server_permanent_offline_time",
     "--server-suspect-time": "server_suspect_time",
+    "--agent-lag-timeout": "agent_lag_timeout",
     "--server-check-interval": "server_check_interval",
     "--heartbeat-check-interval": "heartbeat_check_interval",
     "--heartbeat-interval": "heartbeat_interval",

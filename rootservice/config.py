@@ -94,6 +94,17 @@ PARAMETERS: dict[str, ParamDef] = {
             "this long, doubled by each repeat up to 5m",
             100_000,
         ),
+        # Issue 25 item 2 (rootservice/servers/lag_policy.py): a server with an RS command
+        # unapplied this long is LAGGING; copies and followers get twice as long. Elasticsearch's
+        # cluster.follower_lag.timeout is 90s.
+        ParamDef(
+            "agent_lag_timeout",
+            5 * S,
+            600 * S,
+            "an agent with an RS command unapplied this long is LAGGING (no new leaders or copies, "
+            "leaders moved off); a copy without progress or a trailing follower after twice it",
+            500_000,
+        ),
         ParamDef(
             "heartbeat_interval", 100_000, 60 * S, "how often agents renew their lease", 10_000
         ),
@@ -275,6 +286,7 @@ class RsSettings(BaseSettings):
     lease_time: Duration = 10 * S
     server_permanent_offline_time: Duration = 3600 * S
     server_suspect_time: Duration = 30 * S
+    agent_lag_timeout: Duration = 30 * S
     heartbeat_interval: Duration = 2 * S
     heartbeat_check_interval: Duration = 100_000
     server_check_interval: Duration = 30 * S

@@ -246,6 +246,8 @@ class Readings:
     # Issue 25 item 1: alive servers SUSPECT after their lease expired (no new leaders, no
     # copies).
     servers_suspect: int = 0
+    # Issue 25 item 2: LAGGING servers (a command unapplied or a slow disk probe).
+    servers_lagging: int = 0
 
 
 class RsReadings(Protocol):
@@ -462,6 +464,12 @@ class RsCollector(Collector):
             "Alive servers SUSPECT after their lease expired: no new leaders and no copies "
             "until __all_server.suspect_end_time.",
             value=r.servers_suspect,
+        )
+        yield GaugeMetricFamily(
+            "ob_rs_servers_lagging",
+            "Servers LAGGING: heartbeating while an RS command stays unapplied for "
+            "agent_lag_timeout or the disk probe is slow (__all_server.lagging_time).",
+            value=r.servers_lagging,
         )
         labels = ["job_id", "job_type", "server"]
         progress = GaugeMetricFamily(

@@ -166,6 +166,8 @@ class LeaseRequest(_message.Message):
     SERVER_ID_FIELD_NUMBER: _builtins.int
     REVOCATION_VERSION_FIELD_NUMBER: _builtins.int
     RS_INCARNATION_FIELD_NUMBER: _builtins.int
+    APPLIED_COMMAND_SEQ_FIELD_NUMBER: _builtins.int
+    DISK_PROBE_LATENCY_US_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     zone: _builtins.str
     server: _builtins.str
@@ -193,6 +195,13 @@ class LeaseRequest(_message.Message):
     24 item 1): an RS whose own token is lower, or of the same epoch and another
     incarnation, raises its epoch above it before it commands anything.
     """
+    applied_command_seq: _builtins.int
+    """The lag detector (issue 25 item 2): the highest RS command sequence number this agent
+    has applied (ApplyReplicasRequest / RequestHeartbeatRequest.command_seq; 0 = none), and
+    the latency of its data-disk probe (a 4 KiB write + fsync, off the event loop): the
+    longer of the last finished probe and the one still running, microseconds.
+    """
+    disk_probe_latency_us: _builtins.int
     @_builtins.property
     def resource_info(self) -> Global___ResourceInfo: ...
     @_builtins.property
@@ -218,10 +227,12 @@ class LeaseRequest(_message.Message):
         server_id: _builtins.int = ...,
         revocation_version: _builtins.int = ...,
         rs_incarnation: _builtins.int = ...,
+        applied_command_seq: _builtins.int = ...,
+        disk_probe_latency_us: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["resource_info", b"resource_info"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_version", b"build_version", "cluster_id", b"cluster_id", "current_server_time", b"current_server_time", "replicas", b"replicas", "resource_info", b"resource_info", "revocation_version", b"revocation_version", "rs_epoch", b"rs_epoch", "rs_incarnation", b"rs_incarnation", "seq", b"seq", "server", b"server", "server_id", b"server_id", "server_status", b"server_status", "sql_port", b"sql_port", "start_service_time", b"start_service_time", "version", b"version", "zone", b"zone"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_command_seq", b"applied_command_seq", "build_version", b"build_version", "cluster_id", b"cluster_id", "current_server_time", b"current_server_time", "disk_probe_latency_us", b"disk_probe_latency_us", "replicas", b"replicas", "resource_info", b"resource_info", "revocation_version", b"revocation_version", "rs_epoch", b"rs_epoch", "rs_incarnation", b"rs_incarnation", "seq", b"seq", "server", b"server", "server_id", b"server_id", "server_status", b"server_status", "sql_port", b"sql_port", "start_service_time", b"start_service_time", "version", b"version", "zone", b"zone"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -503,9 +514,14 @@ class ApplyReplicasRequest(_message.Message):
     UPSERT_FIELD_NUMBER: _builtins.int
     DROP_FIELD_NUMBER: _builtins.int
     RS_INCARNATION_FIELD_NUMBER: _builtins.int
+    COMMAND_SEQ_FIELD_NUMBER: _builtins.int
     rs_epoch: _builtins.int
     rs_incarnation: _builtins.int
     """with rs_epoch, the RS's fencing token (issue 24)"""
+    command_seq: _builtins.int
+    """The RS's per-server command sequence number (issue 25 item 2): rs_epoch << 32 | n, so a
+    new RS leader's commands sort above the old one's; reported back once applied.
+    """
     @_builtins.property
     def upsert(self) -> _containers.RepeatedCompositeFieldContainer[Global___ReplicaSpec]:
         """create when absent, else adopt members / leader / term"""
@@ -521,10 +537,11 @@ class ApplyReplicasRequest(_message.Message):
         upsert: _abc.Iterable[Global___ReplicaSpec] | None = ...,
         drop: _abc.Iterable[Global___ReplicaKey] | None = ...,
         rs_incarnation: _builtins.int = ...,
+        command_seq: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["drop", b"drop", "rs_epoch", b"rs_epoch", "rs_incarnation", b"rs_incarnation", "upsert", b"upsert"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["command_seq", b"command_seq", "drop", b"drop", "rs_epoch", b"rs_epoch", "rs_incarnation", b"rs_incarnation", "upsert", b"upsert"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -663,18 +680,22 @@ class RequestHeartbeatRequest(_message.Message):
 
     RS_EPOCH_FIELD_NUMBER: _builtins.int
     RS_INCARNATION_FIELD_NUMBER: _builtins.int
+    COMMAND_SEQ_FIELD_NUMBER: _builtins.int
     rs_epoch: _builtins.int
     rs_incarnation: _builtins.int
     """with rs_epoch, the RS's fencing token (issue 24)"""
+    command_seq: _builtins.int
+    """as ApplyReplicasRequest.command_seq (issue 25 item 2)"""
     def __init__(
         self,
         *,
         rs_epoch: _builtins.int = ...,
         rs_incarnation: _builtins.int = ...,
+        command_seq: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["rs_epoch", b"rs_epoch", "rs_incarnation", b"rs_incarnation"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["command_seq", b"command_seq", "rs_epoch", b"rs_epoch", "rs_incarnation", b"rs_incarnation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -974,3 +995,79 @@ class MetricsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___MetricsResponse: _TypeAlias = MetricsResponse  # noqa: Y015
+
+@_typing.final
+class DumpStacksRequest(_message.Message):
+    """---------------------------------------------------------------- lag detector (issue 25)"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RS_EPOCH_FIELD_NUMBER: _builtins.int
+    RS_INCARNATION_FIELD_NUMBER: _builtins.int
+    rs_epoch: _builtins.int
+    rs_incarnation: _builtins.int
+    def __init__(
+        self,
+        *,
+        rs_epoch: _builtins.int = ...,
+        rs_incarnation: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["rs_epoch", b"rs_epoch", "rs_incarnation", b"rs_incarnation"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DumpStacksRequest: _TypeAlias = DumpStacksRequest  # noqa: Y015
+
+@_typing.final
+class ThreadStack(_message.Message):
+    """One thread of the agent process and its Python stack, innermost frame last."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    IDENT_FIELD_NUMBER: _builtins.int
+    STACK_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    ident: _builtins.int
+    stack: _builtins.str
+    """traceback.format_stack text"""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        ident: _builtins.int = ...,
+        stack: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ident", b"ident", "name", b"name", "stack", b"stack"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ThreadStack: _TypeAlias = ThreadStack  # noqa: Y015
+
+@_typing.final
+class DumpStacksResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    THREADS_FIELD_NUMBER: _builtins.int
+    EVENT_LOOP_FIELD_NUMBER: _builtins.int
+    event_loop: _builtins.str
+    """the asyncio tasks' stacks, one block per task"""
+    @_builtins.property
+    def threads(self) -> _containers.RepeatedCompositeFieldContainer[Global___ThreadStack]: ...
+    def __init__(
+        self,
+        *,
+        threads: _abc.Iterable[Global___ThreadStack] | None = ...,
+        event_loop: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event_loop", b"event_loop", "threads", b"threads"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DumpStacksResponse: _TypeAlias = DumpStacksResponse  # noqa: Y015

@@ -169,6 +169,11 @@ class ObserverServiceStub:
                 request_serializer=obcommon_dot_proto_dot_obrpc__pb2.ApplyReplicasRequest.SerializeToString,
                 response_deserializer=obcommon_dot_proto_dot_obrpc__pb2.ApplyReplicasResponse.FromString,
                 _registered_method=True)
+        self.DumpStacks = channel.unary_unary(
+                '/oceanbase.rs.ObserverService/DumpStacks',
+                request_serializer=obcommon_dot_proto_dot_obrpc__pb2.DumpStacksRequest.SerializeToString,
+                response_deserializer=obcommon_dot_proto_dot_obrpc__pb2.DumpStacksResponse.FromString,
+                _registered_method=True)
 
 
 class ObserverServiceServicer:
@@ -197,6 +202,14 @@ class ObserverServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DumpStacks(self, request, context):
+        """Every thread's Python stack (issue 25 item 2): what the RS records in the event when it
+        finds the agent LAGGING (Elasticsearch's LagDetector logs the node's hot threads first).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ObserverServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -214,6 +227,11 @@ def add_ObserverServiceServicer_to_server(servicer, server):
                     servicer.ApplyReplicas,
                     request_deserializer=obcommon_dot_proto_dot_obrpc__pb2.ApplyReplicasRequest.FromString,
                     response_serializer=obcommon_dot_proto_dot_obrpc__pb2.ApplyReplicasResponse.SerializeToString,
+            ),
+            'DumpStacks': grpc.unary_unary_rpc_method_handler(
+                    servicer.DumpStacks,
+                    request_deserializer=obcommon_dot_proto_dot_obrpc__pb2.DumpStacksRequest.FromString,
+                    response_serializer=obcommon_dot_proto_dot_obrpc__pb2.DumpStacksResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -298,6 +316,33 @@ class ObserverService:
             '/oceanbase.rs.ObserverService/ApplyReplicas',
             obcommon_dot_proto_dot_obrpc__pb2.ApplyReplicasRequest.SerializeToString,
             obcommon_dot_proto_dot_obrpc__pb2.ApplyReplicasResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DumpStacks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/oceanbase.rs.ObserverService/DumpStacks',
+            obcommon_dot_proto_dot_obrpc__pb2.DumpStacksRequest.SerializeToString,
+            obcommon_dot_proto_dot_obrpc__pb2.DumpStacksResponse.FromString,
             options,
             channel_credentials,
             insecure,

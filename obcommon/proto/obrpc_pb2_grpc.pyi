@@ -93,6 +93,10 @@ class ObserverServiceStub:
     """Used by ADD SERVER and BOOTSTRAP to refuse a server that belongs to a cluster already."""
     ApplyReplicas: _grpc.UnaryUnaryMultiCallable[_obrpc_pb2.ApplyReplicasRequest, _obrpc_pb2.ApplyReplicasResponse]
     """Create, update (members, leader, term) or drop replicas; answers with the full report."""
+    DumpStacks: _grpc.UnaryUnaryMultiCallable[_obrpc_pb2.DumpStacksRequest, _obrpc_pb2.DumpStacksResponse]
+    """Every thread's Python stack (issue 25 item 2): what the RS records in the event when it
+    finds the agent LAGGING (Elasticsearch's LagDetector logs the node's hot threads first).
+    """
 
 @_typing.type_check_only
 class ObserverServiceAsyncStub(ObserverServiceStub):
@@ -107,6 +111,10 @@ class ObserverServiceAsyncStub(ObserverServiceStub):
     """Used by ADD SERVER and BOOTSTRAP to refuse a server that belongs to a cluster already."""
     ApplyReplicas: _aio.UnaryUnaryMultiCallable[_obrpc_pb2.ApplyReplicasRequest, _obrpc_pb2.ApplyReplicasResponse]  # type: ignore[assignment]
     """Create, update (members, leader, term) or drop replicas; answers with the full report."""
+    DumpStacks: _aio.UnaryUnaryMultiCallable[_obrpc_pb2.DumpStacksRequest, _obrpc_pb2.DumpStacksResponse]  # type: ignore[assignment]
+    """Every thread's Python stack (issue 25 item 2): what the RS records in the event when it
+    finds the agent LAGGING (Elasticsearch's LagDetector logs the node's hot threads first).
+    """
 
 class ObserverServiceServicer(metaclass=_abc_1.ABCMeta):
     """RS -> agent."""
@@ -136,6 +144,16 @@ class ObserverServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_obrpc_pb2.ApplyReplicasResponse, _abc.Awaitable[_obrpc_pb2.ApplyReplicasResponse]]:
         """Create, update (members, leader, term) or drop replicas; answers with the full report."""
+
+    @_abc_1.abstractmethod
+    def DumpStacks(
+        self,
+        request: _obrpc_pb2.DumpStacksRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_obrpc_pb2.DumpStacksResponse, _abc.Awaitable[_obrpc_pb2.DumpStacksResponse]]:
+        """Every thread's Python stack (issue 25 item 2): what the RS records in the event when it
+        finds the agent LAGGING (Elasticsearch's LagDetector logs the node's hot threads first).
+        """
 
 def add_ObserverServiceServicer_to_server(servicer: ObserverServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

@@ -104,6 +104,10 @@ class CopyFaults(Protocol):
         """Seconds to sleep after each chunk received (0 = none)."""
         ...
 
+    def copy_stalled(self) -> bool:
+        """True while copies must receive nothing more (issue 25 item 2)."""
+        ...
+
     def replication(self) -> ReplicationFaults:
         """The replication switches (``stop`` halts the log catch-up)."""
         ...

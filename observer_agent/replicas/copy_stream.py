@@ -20,6 +20,7 @@ import grpc
 from obcommon.errors import error_from_proto
 from obcommon.proto import obrpc_pb2
 from observer_agent.disk import is_out_of_space, os_error_to_ob
+from observer_agent.replicas.faults import FREEZE_POLL_S
 from observer_agent.replicas.replica import Build
 from observer_agent.replicas.tasks import run_blocking
 
@@ -37,6 +38,10 @@ class CopySlowdown(Protocol):
 
     def copy_delay_s(self) -> float:
         """Seconds to sleep after each chunk received (0 = none)."""
+        ...
+
+    def copy_stalled(self) -> bool:
+        """True while copies must receive nothing more (issue 25 item 2)."""
         ...
 
 
@@ -114,7 +119,7 @@ class DataSink:
         """Bytes to read at a time, at most ``most``: under a limit no more than its burst
         (and at least :data:`MIN_PIECE`), so a throttled copy moves smoothly rather than a
         large piece every many seconds."""
-        if self._faults.copy_delay_s() > 0:
+        if self._faults.copy_delay_s() > 0 or self._faults.copy_stalled():
             # The slow-copy fault pauses after each piece; its tests size replicas in
             # FetchData chunks (a 1M replica stays visible for 4 pauses), so keep its pieces
             # that size on the bulk path too rather than one pause per MiB.
@@ -131,6 +136,8 @@ class DataSink:
         delay_s = self._faults.copy_delay_s()
         if delay_s > 0:
             await asyncio.sleep(delay_s)
+        while self._faults.copy_stalled():
+            await asyncio.sleep(FREEZE_POLL_S)
 
     def append(self, offset: int, data: bytes | memoryview) -> None:
         """Blocking (a worker thread): write ``data``, which must start at byte ``offset`` =
@@ -167,6 +174,8 @@ class DataSink:
         delay_s = self._faults.copy_delay_s()
         if delay_s > 0:
             stop.wait(delay_s)
+        while self._faults.copy_stalled() and not stop.is_set():
+            stop.wait(FREEZE_POLL_S)
 
     async def finish(self) -> obrpc_pb2.DataChunk:
         """Check the size and the crc32 against the header, fsync and close ``tmp``; returns

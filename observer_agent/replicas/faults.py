@@ -14,6 +14,13 @@ replication or replica migration misbehave on one agent (SPEC.md section 9).
   before it is looked at (:meth:`FaultSwitches.apply_hold_s`; issue 24: an RS killed while a
   recovery's call is in flight, whose call then arrives after a new RS took office).
 
+The lag detector's switches (issue 25 item 2), each while the file exists and with the
+heartbeats going on: :data:`FAULT_APPLY_FREEZE_FILE` (RS commands are received but not
+applied, :meth:`FaultSwitches.apply_frozen`), :data:`FAULT_LOG_FREEZE_FILE` (no replica on
+this agent appends or fetches log: ``ReplicationFaults.frozen``) and
+:data:`FAULT_COPY_STALL_FILE` (copies receive no more bytes, :meth:`FaultSwitches.copy_stalled`).
+The slow-fsync switch is the disk probe's (:data:`observer_agent.disk.FAULT_FSYNC_SLOW_FILE`).
+
 A malformed number is ignored (logged once per content).
 """
 
@@ -40,15 +47,26 @@ FAULT_SERVE_DATA_ERROR_FILE = "FAULT_SERVE_DATA_ERROR"
 #: This file in DATA_DIR holding an integer N makes every ``ApplyReplicas`` wait N ms before
 #: its epoch is checked.
 FAULT_APPLY_HOLD_FILE = "FAULT_APPLY_HOLD_MS"
+#: While this file exists in DATA_DIR, RS commands wait unapplied (issue 25 item 2).
+FAULT_APPLY_FREEZE_FILE = "FAULT_APPLY_FREEZE"
+#: While this file exists in DATA_DIR, leaders on this agent append nothing and followers
+#: fetch nothing: every replica's log end stands still (issue 25 item 2).
+FAULT_LOG_FREEZE_FILE = "FAULT_LOG_FREEZE"
+#: While this file exists in DATA_DIR, copies on this agent receive no more bytes (issue 25).
+FAULT_COPY_STALL_FILE = "FAULT_COPY_STALL"
+#: How often a frozen or stalled wait looks at its switch again, seconds.
+FREEZE_POLL_S = 0.1
 
 
 @dataclass
 class ReplicationFaults:
     """The replication switches as last read: ``stop`` (followers do not fetch),
-    ``delay_ms`` (0 = none, -1 = malformed) and when they were read (the event loop's
-    monotonic time, seconds)."""
+    ``delay_ms`` (0 = none, -1 = malformed), ``frozen`` (the log freeze: leaders do not
+    append either; implies ``stop``) and when they were read (the event loop's monotonic
+    time, seconds)."""
 
     stop: bool = False
+    frozen: bool = False
     delay_ms: int = 0
     checked_at: float = float("-inf")
 
@@ -81,7 +99,13 @@ class FaultSwitches:
         if now - f.checked_at < self.poll_interval_s:
             return f
         f.checked_at = now
-        stop = (self.data_dir / FAULT_REPLICATION_STOP_FILE).exists()
+        frozen = (self.data_dir / FAULT_LOG_FREEZE_FILE).exists()
+        stop = frozen or (self.data_dir / FAULT_REPLICATION_STOP_FILE).exists()
+        if frozen != f.frozen:
+            self.log.warning(
+                "fault %s: the log is %s", FAULT_LOG_FREEZE_FILE, "frozen" if frozen else "thawed"
+            )
+        f.frozen = frozen
         delay = 0
         delay_path = self.data_dir / FAULT_REPLICATION_DELAY_FILE
         with contextlib.suppress(FileNotFoundError):
@@ -118,6 +142,14 @@ class FaultSwitches:
         """Seconds :data:`FAULT_APPLY_HOLD_FILE` asks an ``ApplyReplicas`` to wait (0 when
         absent or malformed)."""
         return self._millis_file(FAULT_APPLY_HOLD_FILE)
+
+    def apply_frozen(self) -> bool:
+        """True while :data:`FAULT_APPLY_FREEZE_FILE` exists."""
+        return (self.data_dir / FAULT_APPLY_FREEZE_FILE).exists()
+
+    def copy_stalled(self) -> bool:
+        """True while :data:`FAULT_COPY_STALL_FILE` exists."""
+        return (self.data_dir / FAULT_COPY_STALL_FILE).exists()
 
     def _millis_file(self, name: str) -> float:
         path = self.data_dir / name

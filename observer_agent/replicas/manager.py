@@ -26,7 +26,7 @@ from observer_agent.address import LocalServer
 from observer_agent.replicas.apply import SpecApplier
 from observer_agent.replicas.bandwidth import CopyBandwidth
 from observer_agent.replicas.copy import ReplicaCopier
-from observer_agent.replicas.faults import FaultSwitches
+from observer_agent.replicas.faults import FREEZE_POLL_S, FaultSwitches
 from observer_agent.replicas.hosted import HostedReplicas
 from observer_agent.replicas.log import LOG_KEEP_ENTRIES, ReplicaLog
 from observer_agent.replicas.peers import PeerChannels
@@ -371,12 +371,18 @@ class ReplicaManager:
     # -- ApplyReplicas
 
     async def hold_apply(self) -> None:
-        """Wait as :data:`observer_agent.replicas.faults.FAULT_APPLY_HOLD_FILE` asks (a test
-        fault; no wait without the file)."""
+        """Wait as :data:`observer_agent.replicas.faults.FAULT_APPLY_HOLD_FILE` and
+        :data:`~observer_agent.replicas.faults.FAULT_APPLY_FREEZE_FILE` ask (test faults; no
+        wait without the files): every RS command passes here before it is applied."""
         hold = self._faults.apply_hold_s()
         if hold > 0:
             self.log.warning("ApplyReplicas held %.1fs by a fault file", hold)
             await asyncio.sleep(hold)
+        if self._faults.apply_frozen():
+            # The lag detector's fault (issue 25 item 2): received, not applied, until thawed.
+            self.log.warning("RS command frozen by a fault file")
+            while self._faults.apply_frozen():
+                await asyncio.sleep(FREEZE_POLL_S)
 
     async def apply(
         self,

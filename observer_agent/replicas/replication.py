@@ -183,7 +183,8 @@ class LogReplication:
                 elif leader == me:
                     if await self._wait(rep, self.settings.log_interval / 1e6):
                         continue  # the spec changed: look again before appending
-                    if rep.meta.leader == me and not rep.busy:
+                    frozen = self._faults.replication().frozen  # issue 25 fault
+                    if rep.meta.leader == me and not rep.busy and not frozen:
                         self._append_one(rep)
                 elif leader:
                     await self._follow_once(rep)

@@ -35,6 +35,7 @@ from rootservice.metrics import JobReading, Readings
 from rootservice.servers.drain import DRAIN_RESUME_INTERVAL_US
 from rootservice.servers.history_pruner import PRUNE_INTERVAL_US
 from rootservice.servers.maintenance import MAINTENANCE_TICK_US
+from rootservice.servers.lag_detector import LAG_CHECK_INTERVAL_US
 from rootservice.tasks import FnTask
 from rootservice.tenants.learner_sync import LEARNER_SYNC_INTERVAL_US
 from rootservice.tenants.log_marks import INTERVAL_US as LOG_MARK_INTERVAL_US
@@ -160,6 +161,7 @@ class RootService(RsComponents):
         tl = self.tenant_layer
         return [
             (self.lease_checker, s.heartbeat_check_interval),
+            (self.lag_detector, LAG_CHECK_INTERVAL_US),
             (self.persist, s.persist_interval),
             (self.check_all_server, s.server_check_interval),
             (self.empty_server_checker, s.empty_server_check_interval),
@@ -283,6 +285,7 @@ class RootService(RsComponents):
             lease_allowance_us=self.intake_health.current_us,
             self_suspect=self.self_suspicion.suspected,
             servers_suspect=self.whitelist.suspect_count(),
+            servers_lagging=self.whitelist.lagging_count(),
         )
 
     def metrics_snapshot(self) -> dict[str, Any]:
@@ -303,4 +306,5 @@ class RootService(RsComponents):
         out["lease_allowance_us"] = self.intake_health.current_us
         out["self_suspect"] = self.self_suspicion.suspected
         out["servers_suspect"] = self.whitelist.suspect_count()
+        out["servers_lagging"] = self.whitelist.lagging_count()
         return out

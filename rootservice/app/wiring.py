@@ -60,6 +60,7 @@ from rootservice.servers.heartbeat_requester import HeartbeatRequester
 from rootservice.servers.history_pruner import HistoryPruner
 from rootservice.servers.identity import ClusterIdentity
 from rootservice.servers.intake_health import IntakeHealth
+from rootservice.servers.lag_detector import LagDetector
 from rootservice.servers.lease_checker import LeaseChecker
 from rootservice.servers.loader import ServerLoader, TakeOfficeGrace
 from rootservice.servers.maintenance import MaintenanceTicker
@@ -163,7 +164,10 @@ class RsComponents(ABC):
             clock=self.clock,
         )
         self.agents = AgentClient(
-            settings.rpc_timeout, self.security, incarnation=lambda: self.term.incarnation
+            settings.rpc_timeout,
+            self.security,
+            incarnation=lambda: self.term.incarnation,
+            clock=clock,
         )
         self.executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="rs-bg")
         self.background: Background = background or self._background
@@ -342,6 +346,7 @@ class RsComponents(ABC):
             background=self.background,
             transit=self.intake_health,
             fence=self.fence,
+            commands=self.agents.ledger,
         )
         # A mass expiry makes the RS suspect itself and hold permanent offline (issue 14
         # item 7).
@@ -373,6 +378,20 @@ class RsComponents(ABC):
             self.store,
             self.metrics,
             sleep,
+        )
+        # Issue 25 item 2: agents that heartbeat while doing nothing.
+        self.lag_detector = LagDetector(
+            self.whitelist,
+            self.persist,
+            self.term,
+            self.clock,
+            settings,
+            self.agents.ledger,
+            replicas=tl.reports,
+            leaders=tl.leaders,
+            stacks=self.agents,
+            heartbeats=self.heartbeat_requester,
+            background=self.background,
         )
         self.empty_server_checker = EmptyServerChecker(
             self.whitelist,
@@ -467,6 +486,8 @@ class RsComponents(ABC):
                 tl.applier.announced.clear,
                 self.migration.clear,
                 self.self_suspicion.reset,
+                self.lag_detector.clear,
+                self.agents.ledger.clear,
             ],
             address=lambda: self.rpc_addr,
         )

@@ -84,7 +84,7 @@ def server_rows(servers: Whitelist) -> list[Row]:
     """The whitelist as planner rows (:data:`SERVER_COLUMNS`): status and heartbeat status
     as their display strings, ``stop_time`` in microseconds, CPU in cores, memory and log
     disk in bytes, ``suspect`` whether it is SUSPECT as ``__all_server.suspect_end_time``
-    shows it (issue 25 item 1: no unit, hence no copy, goes to it)."""
+    shows it, or LAGGING (issue 25 items 1-2: no unit, hence no copy, goes to it)."""
     out = []
     for s in servers.snapshot():
         r = s.resource_info
@@ -99,7 +99,7 @@ def server_rows(servers: Whitelist) -> list[Row]:
                 "cpu_total": float(r.cpu_total),
                 "mem_total": int(r.mem_total),
                 "log_disk_total": int(r.log_disk_total),
-                "suspect": bool(s.suspect_end_time) and s.is_alive(),
+                "suspect": bool(s.suspect_end_time or s.lagging_time) and s.is_alive(),
             }
         )
     return out

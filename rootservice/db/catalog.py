@@ -44,6 +44,8 @@ VIEW_EXPRESSION_TYPES: dict[str, str] = {
     "dba_ob_server_drains.deadline": "datetime(6)",
     "dba_ob_server_drains.end_time": "datetime(6)",
     "dba_ob_server_drains.progress_time": "datetime(6)",
+    "dba_ob_servers.lagging_time": "datetime(6)",
+    "dba_ob_servers.lagging": "varchar(3)",
     "dba_ob_zones.type": "varchar(9)",
     "dba_ob_resource_pools.tenant_id": "bigint(20)",
     "dba_ob_resource_pools.replica_type": "varchar(4)",

@@ -39,6 +39,8 @@ all_server = sa.Table(
     sa.Column("suspect_end_time", sa.BigInteger, nullable=False, server_default="0"),
     # Issue 25 item 4 (migration 0011): end of a STOP ... FOR MAINTENANCE window, 0: none.
     sa.Column("maintenance_end_time", sa.BigInteger, nullable=False, server_default="0"),
+    # Issue 25 item 2 (migration 0012): when the server became LAGGING, 0 when it is not.
+    sa.Column("lagging_time", sa.BigInteger, nullable=False, server_default="0"),
 )
 
 all_zone = sa.Table(

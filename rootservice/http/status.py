@@ -33,7 +33,9 @@ def server_doc(s: ServerStatus, now_us: int, replicas: int) -> dict[str, Any]:
     ``replicas`` reported replicas. ``leader_count`` is 0 until its first report (the
     record's -1), ``last_heartbeat_age_us`` None when it never heartbeated; ``suspect``
     whether it is SUSPECT (issue 25 item 1: back after its lease expired, no new leaders and
-    no copies) until ``suspect_end_time_us`` (0 when not)."""
+    no copies) until ``suspect_end_time_us`` (0 when not); ``lagging`` whether it is LAGGING
+    (issue 25 item 2) since ``lagging_time_us`` for ``lag_reasons`` (``command``, ``disk``),
+    and its last ``disk_probe_latency_us``."""
     r = s.resource_info
     return {
         "server": s.key,
@@ -49,6 +51,10 @@ def server_doc(s: ServerStatus, now_us: int, replicas: int) -> dict[str, Any]:
         "start_service_time_us": s.start_service_time,
         "suspect": bool(s.suspect_end_time) and s.is_alive(),
         "suspect_end_time_us": s.suspect_end_time if s.is_alive() else 0,
+        "lagging": bool(s.lagging_time),
+        "lagging_time_us": s.lagging_time,
+        "lag_reasons": list(s.lag.reasons) if s.lagging_time else [],
+        "disk_probe_latency_us": s.disk_probe_latency_us,
         "leader_count": max(0, s.leader_cnt),
         "replica_count": replicas,
         "resources": {

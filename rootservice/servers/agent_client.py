@@ -6,6 +6,12 @@ channel per agent address, secured by the RS's :class:`TransportSecurity` (mutua
 ``rs.crt``: the agents serve these calls to RS certificates only); the cache is dropped when
 the certificates are rotated. Every call has a deadline of ``rpc_timeout``; a failure becomes
 ``ObError(OB_SERVER_CONNECTION_ERROR)`` naming the server (SPEC.md section 7, ADD SERVER).
+
+``ApplyReplicas`` and ``RequestHeartbeat`` are commands (issue 25 item 2): each carries a
+``command_seq`` from the :class:`rootservice.servers.command_ledger.CommandLedger`, settled when
+the call returns or fails short of its deadline; a call that runs out of time leaves it for
+the agent's heartbeats to settle, or for the lag detector to find overdue. ``DumpStacks``
+reads the agent's thread stacks for the detector's LAGGING event.
 """
 
 from __future__ import annotations
@@ -15,9 +21,11 @@ from dataclasses import dataclass
 
 import grpc
 
+from obcommon.clock import Clock, SystemClock
 from obcommon.errors import ObError
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from obcommon.security.tls import ChannelCache, TransportSecurity
+from rootservice.servers.command_ledger import CommandLedger
 
 
 @dataclass(frozen=True)
@@ -39,10 +47,15 @@ class AgentClient:
         timeout_us: int,
         security: TransportSecurity,
         incarnation: Callable[[], int] = lambda: 0,
+        ledger: CommandLedger | None = None,
+        clock: Clock | None = None,
     ) -> None:
         """No channel is opened yet; ``timeout_us`` (microseconds) is the deadline of every
         call; channels are opened through ``security``; ``incarnation()`` is sent with the
-        epoch (the term's, issue 24 item 1)."""
+        epoch (the term's, issue 24 item 1); commands are numbered in ``ledger`` (default: one
+        of its own) at ``clock``'s monotonic time."""
+        self.ledger = ledger if ledger is not None else CommandLedger()
+        self.clock: Clock = clock or SystemClock()
         self.incarnation = incarnation
         self.timeout_us = timeout_us
         self.security = security
@@ -69,18 +82,22 @@ class AgentClient:
     def request_heartbeat(self, server: str, epoch: int) -> obrpc_pb2.LeaseRequest:
         """Ask ``server`` for a lease request now (the RS feeds it to receive_hb).
         Raises ``ObError(OB_SERVER_CONNECTION_ERROR)``."""
+        seq = self.ledger.issue(server, epoch, self.clock.monotonic_us())
         try:
-            return self._stub(server).RequestHeartbeat(
+            r = self._stub(server).RequestHeartbeat(
                 obrpc_pb2.RequestHeartbeatRequest(
-                    rs_epoch=epoch, rs_incarnation=self.incarnation()
+                    rs_epoch=epoch, rs_incarnation=self.incarnation(), command_seq=seq
                 ),
                 timeout=self.timeout_us / 1e6,
             )
         except grpc.RpcError as e:
+            self._failed(server, seq, e)
             # An unreachable server keeps no channel: after a take-office with thousands of
             # dead servers, cached channels would cost hundreds of MiB.
             self.forget(server)
             raise ObError("OB_SERVER_CONNECTION_ERROR", server, detail=_rpc_detail(e)) from None
+        # Answered at once, applied past the agent's apply gate: its heartbeats settle it.
+        return r
 
     def apply_replicas(
         self, server: str, request: obrpc_pb2.ApplyReplicasRequest, timeout_us: int | None = None
@@ -91,11 +108,36 @@ class AgentClient:
         its log first, so leader switches pass a longer one). Raises
         ``ObError(OB_SERVER_CONNECTION_ERROR)`` when the agent cannot be reached in time."""
         timeout = (timeout_us or self.timeout_us) / 1e6
+        seq = self.ledger.issue(server, request.rs_epoch, self.clock.monotonic_us())
+        sent = obrpc_pb2.ApplyReplicasRequest()
+        sent.CopyFrom(request)
+        sent.command_seq = seq
         try:
-            return self._stub(server).ApplyReplicas(request, timeout=timeout)
+            resp = self._stub(server).ApplyReplicas(sent, timeout=timeout)
         except grpc.RpcError as e:
+            self._failed(server, seq, e)
             self.forget(server)
             raise ObError("OB_SERVER_CONNECTION_ERROR", server, detail=_rpc_detail(e)) from None
+        self.ledger.settled(server, seq)
+        return resp
+
+    def dump_stacks(self, server: str, epoch: int) -> obrpc_pb2.DumpStacksResponse:
+        """Every thread's Python stack of the agent at ``server`` (issue 25 item 2). Raises
+        ``ObError(OB_SERVER_CONNECTION_ERROR)``."""
+        try:
+            return self._stub(server).DumpStacks(
+                obrpc_pb2.DumpStacksRequest(rs_epoch=epoch, rs_incarnation=self.incarnation()),
+                timeout=self.timeout_us / 1e6,
+            )
+        except grpc.RpcError as e:
+            raise ObError("OB_SERVER_CONNECTION_ERROR", server, detail=_rpc_detail(e)) from None
+
+    def _failed(self, server: str, seq: int, e: grpc.RpcError) -> None:
+        """A command's call failed: unless by its deadline (the agent may hold it, unapplied),
+        it never reached the apply step."""
+        code = e.code() if hasattr(e, "code") else None
+        if code is not grpc.StatusCode.DEADLINE_EXCEEDED:
+            self.ledger.settled(server, seq)
 
     def forget(self, server: str) -> None:
         """Close the cached channel of a server that left the whitelist."""

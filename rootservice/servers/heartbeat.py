@@ -24,6 +24,7 @@ from rootservice.config import RsSettings
 from rootservice.ha.fence import EpochFence
 from rootservice.ha.store import MetaStore
 from rootservice.ha.term import Term
+from rootservice.servers.command_ledger import CommandLedger
 from rootservice.servers.events import log_transition, seconds, server_event
 from rootservice.servers.identity import ClusterIdentity
 from rootservice.servers.lease_bounds import StreamChecks, check_lease_request
@@ -96,12 +97,15 @@ class HeartbeatIntake:
         background: Background,
         transit: TransitSink | None = None,
         fence: EpochFence | None = None,
+        commands: CommandLedger | None = None,
     ) -> None:
         """Serve heartbeats from ``whitelist``; the term's token is sent in every response.
         ``transit`` gets every accepted heartbeat's send and receive times (the RS's intake
         delay, issue 14 item 3). ``fence`` gets the reports of agents that obeyed a token
-        this term's does not follow (issue 24 item 1; None: not checked)."""
+        this term's does not follow (issue 24 item 1; None: not checked). ``commands`` hears
+        each heartbeat's ``applied_command_seq`` (issue 25 item 2; None: not kept)."""
         self._fence = fence
+        self._commands = commands
         self.whitelist = whitelist
         self.zones = zones
         self.persist = persist
@@ -190,7 +194,12 @@ class HeartbeatIntake:
                 # this ip:port is a wiped data directory (issue 13 item 5).
                 s.with_partition = 1
                 changed = True
-            if not s.force_stop_hb:
+            s.disk_probe_latency_us = req.disk_probe_latency_us
+            if self._commands is not None:
+                self._commands.applied(key, req.applied_command_seq)
+            # The heartbeats of a LAGGING server past its third timeout renew nothing (issue 25
+            # item 2): its lease runs out as a silent server's would, until the episode ends.
+            if not s.force_stop_hb and not s.lag.expired:
                 # The lease age is measured on this one (issue 14 item 7): one extra clock read.
                 mono = self._monotonic_us()
                 if not s.is_alive():

@@ -198,6 +198,8 @@ EACH_FIELDS = (
     "seq",
     "replicas",
     "revocation_version",
+    "applied_command_seq",
+    "disk_probe_latency_us",
 )
 
 _stable_scalars = attrgetter(*(f for f in STABLE_FIELDS if f != "resource_info"))
@@ -219,7 +221,8 @@ def check_lease_request(
     :data:`MAX_CLOCK_SKEW_US` ahead of the RS's clock (a server cannot have started in the
     future); ``current_server_time`` within :data:`MAX_CLOCK_SKEW_US` of the RS's clock
     either way; ``server_status`` only the data-disk bit; ``rs_epoch`` and
-    ``seq`` 0..2^53 / >= 0; ``rs_incarnation`` >= 0; ``revocation_version`` >= 0; ``resource_info``: CPU finite in [0, 100,000] cores, sizes in
+    ``seq`` 0..2^53 / >= 0; ``rs_incarnation`` >= 0; ``revocation_version`` >= 0; ``applied_command_seq`` >= 0;
+    ``disk_probe_latency_us`` 0..1 day (issue 25 item 2); ``resource_info``: CPU finite in [0, 100,000] cores, sizes in
     [0, 1 PiB]; at most :data:`MAX_REPLICAS` replicas, each checked by
     :func:`_check_replica` (terms at most 2^53, ids, sizes, addresses, times).
 
@@ -303,6 +306,9 @@ def _check_each(req: obrpc_pb2.LeaseRequest, now_us: int, steady_us: int) -> Non
         raise _refuse("seq", req.seq, "must be >= 0")
     if req.revocation_version < 0:
         raise _refuse("revocation_version", req.revocation_version, "must be >= 0")
+    if req.applied_command_seq < 0:
+        raise _refuse("applied_command_seq", req.applied_command_seq, "must be >= 0")
+    _check_int("disk_probe_latency_us", req.disk_probe_latency_us, 0, MAX_FUTURE_US)
     n = len(req.replicas)
     if n > MAX_REPLICAS:
         raise _refuse("replicas", f"{n} replicas", f"at most {MAX_REPLICAS}")

@@ -216,6 +216,8 @@ class ServerLoader:
                         s.maintenance_floor_mono = max(
                             s.maintenance_floor_mono, old.maintenance_floor_mono
                         )
+                        s.lag, s.lagging_time = old.lag, old.lagging_time
+                        s.disk_probe_latency_us = old.disk_probe_latency_us
                         if s.is_alive():
                             s.last_offline_time = 0
                     else:

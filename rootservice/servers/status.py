@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from obcommon.addresses import format_server
 from obcommon.errors import ObError
+from rootservice.servers.lag_policy import LagState
 from rootservice.servers.offline_window import Span
 from rootservice.servers.suspect_policy import SuspectState
 
@@ -129,7 +130,12 @@ class ServerStatus:
     (0: none), as ``__all_server`` shows it; ``maintenance_floor_mono`` the same instant on
     the monotonic clock (memory only, kept after the window ends): no offline time before it
     counts towards permanent offline (:meth:`offline_start`). ``draining``: a DRAIN SERVER
-    is running on it (memory; ``__all_server_drain`` holds the drain itself)."""
+    is running on it (memory; ``__all_server_drain`` holds the drain itself).
+
+    LAGGING (issue 25 item 2, :mod:`rootservice.servers.lag_policy`): ``lag`` is the episode
+    (memory only), ``lagging_time`` its wall-clock start as ``__all_server.lagging_time`` shows
+    it (0: not LAGGING), ``disk_probe_latency_us`` the last reported disk-probe latency. A
+    LAGGING server is SUSPECT for placement (:meth:`is_suspect`)."""
 
     id: int
     zone: str
@@ -159,6 +165,9 @@ class ServerStatus:
     draining: bool = False
     suspect: SuspectState = SuspectState()
     offline_spans: tuple[Span, ...] = ()
+    lagging_time: int = 0
+    lag: LagState = LagState()
+    disk_probe_latency_us: int = 0
     # The last accepted resource_info as serialized bytes (heartbeat fast path).
     resource_raw: bytes = b""
     #: The whitelist key, ``'ip:port'`` of ``ip`` and ``port`` (which never change: a record
@@ -178,8 +187,9 @@ class ServerStatus:
         return self.is_alive() and self.admin_status is AdminStatus.NORMAL
 
     def is_suspect(self, mono: int) -> bool:
-        """SUSPECT at monotonic ``mono``: alive and within its suspect period (issue 25)."""
-        return self.suspect.until_mono_us > mono and self.is_alive()
+        """SUSPECT at monotonic ``mono``: alive and within its suspect period, or LAGGING
+        (issue 25 items 1-2: no new leaders, no copies)."""
+        return (self.suspect.until_mono_us > mono or self.lag.lagging) and self.is_alive()
 
     def offline_start(self, since_mono: int) -> int:
         """Where an outage that began at monotonic ``since_mono`` starts counting towards
@@ -227,6 +237,7 @@ class ServerStatus:
             "last_offline_time": self.last_offline_time,
             "suspect_end_time": self.suspect_end_time,
             "maintenance_end_time": self.maintenance_end_time,
+            "lagging_time": self.lagging_time,
         }
 
 
@@ -244,4 +255,5 @@ CHECKED_COLUMNS = (
     "last_offline_time",
     "suspect_end_time",
     "maintenance_end_time",
+    "lagging_time",
 )

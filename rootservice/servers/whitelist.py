@@ -137,6 +137,11 @@ class Whitelist:
         shows it), for ``/metrics``; reads without the lock as :meth:`status_counts`."""
         return sum(1 for s in list(self.records.values()) if s.suspect_end_time and s.is_alive())
 
+    def lagging_count(self) -> int:
+        """Servers whose ``lagging_time`` is set (LAGGING, issue 25 item 2), for
+        ``/metrics``; reads without the lock as :meth:`status_counts`."""
+        return sum(1 for s in list(self.records.values()) if s.lagging_time)
+
     def not_alive_servers(self) -> list[str]:
         """Keys of the servers whose heartbeat status is not alive."""
         with self.lock:

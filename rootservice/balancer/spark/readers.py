@@ -286,7 +286,11 @@ def _suspect(all_server: pd.DataFrame, now_us: int | None) -> pd.Series:
     if "suspect_end_time" not in all_server.columns:
         return pd.Series(False, index=all_server.index)
     end = all_server["suspect_end_time"].fillna(0).astype("int64")
-    return (end != 0) if now_us is None else (end > now_us)
+    suspect = (end != 0) if now_us is None else (end > now_us)
+    if "lagging_time" in all_server.columns:
+        # LAGGING is SUSPECT for placement (issue 25 item 2)
+        suspect = suspect | (all_server["lagging_time"].fillna(0).astype("int64") != 0)
+    return suspect
 
 
 def jdbc_url(db_url: str) -> tuple[str, dict[str, str]]:
@@ -390,7 +394,7 @@ def _read_all_server(db_url: str) -> pd.DataFrame:
             return pd.read_sql_query(
                 sa.text(
                     "SELECT svr_ip, svr_port, zone, status, stop_time, last_offline_time, "
-                    "suspect_end_time FROM __all_server"
+                    "suspect_end_time, lagging_time FROM __all_server"
                 ),
                 conn,
             )

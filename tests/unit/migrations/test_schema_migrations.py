@@ -31,6 +31,7 @@ ALL_SERVER_COLUMNS: dict[str, str] = {
     "gmt_modified": "timestamp",
     "suspect_end_time": "bigint",
     "maintenance_end_time": "bigint",
+    "lagging_time": "bigint",
 }
 
 OTHER_TABLES = {
@@ -59,6 +60,8 @@ DBA_OB_SERVERS_COLUMNS = [
     "LAST_OFFLINE_TIME",
     "SUSPECT_END_TIME",
     "MAINTENANCE_END_TIME",
+    "LAGGING",
+    "LAGGING_TIME",
 ]
 DBA_OB_ZONES_COLUMNS = ["ZONE", "CREATE_TIME", "MODIFY_TIME", "STATUS", "IDC", "REGION", "TYPE"]
 
@@ -183,6 +186,7 @@ def test_dba_ob_servers_converts_times_and_flags(engine: sa.Engine) -> None:
             block_migrate_in_time=JAN_1_2026_US + 61_500_000,
             build_version="4.2.1.0",
             suspect_end_time=JAN_1_2026_US + 30_000_000,
+            lagging_time=JAN_1_2026_US + 45_000_000,
         )
         _insert_server(conn, "10.0.0.2", 2882, 2, status="INACTIVE")
     with engine.connect() as conn:
@@ -211,6 +215,10 @@ def test_dba_ob_servers_converts_times_and_flags(engine: sa.Engine) -> None:
     # Issue 25: SUSPECT until a time, NULL when not SUSPECT.
     assert _as_utc(a["suspect_end_time"]) == datetime(2026, 1, 1, 0, 0, 30, tzinfo=UTC)
     assert b["suspect_end_time"] is None
+    # Issue 25 item 2: LAGGING since a time, NO / NULL when not.
+    assert a["lagging"] == "YES" and b["lagging"] == "NO"
+    assert _as_utc(a["lagging_time"]) == datetime(2026, 1, 1, 0, 0, 45, tzinfo=UTC)
+    assert b["lagging_time"] is None
     assert a["status"] == "ACTIVE" and b["status"] == "INACTIVE"
     assert a["build_version"] == "4.2.1.0"
     assert a["create_time"] is not None and a["modify_time"] is not None

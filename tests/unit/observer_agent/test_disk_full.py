@@ -107,6 +107,9 @@ class _NoSlowdown:
     def copy_delay_s(self) -> float:
         return 0.0
 
+    def copy_stalled(self) -> bool:
+        return False
+
 
 @needs_dev_full
 def test_a_copy_that_runs_out_of_space_names_the_cause(tmp_path: Path) -> None:

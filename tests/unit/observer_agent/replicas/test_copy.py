@@ -452,6 +452,9 @@ def test_receive_refuses_an_oversized_announcement_and_bytes_past_it(tmp_path: P
         def copy_delay_s(self) -> float:
             return 0.0
 
+        def copy_stalled(self) -> bool:
+            return False
+
     data = b"x" * 64
 
     def stream(total: int, payload: bytes) -> _ScriptedCall:

@@ -35,6 +35,13 @@ a DELETING server is refused. STOP SERVER ... FOR MAINTENANCE stops it with a wi
 offline, neither of the open outage nor of one closed by a return; the maintenance ticker
 ends the window once the RS's wall clock reaches its end, starting the server when it is
 alive, leaving it stopped otherwise; START SERVER ends it early (the floor moves to now).
+
+LAGGING (issue 25 item 2): commands are sent and applied (a heartbeat reporting the highest
+number sent) and disk probes reported; at a detector round a server with a command unapplied
+for ``>= agent_lag_timeout`` or a probe ``> 5 s`` is LAGGING (SUSPECT for placement,
+``lagging_time`` set); every condition clear for a whole timeout ends it; at ``since + 2 x
+timeout`` (the third timeout) its heartbeats stop renewing its lease until the episode ends;
+a server whose lease expired otherwise is not judged and its commands are forgotten.
 """
 
 from __future__ import annotations
@@ -59,6 +66,8 @@ LEASE = 10 * S
 OFFLINE = 30 * S
 WINDOW = 2 * OFFLINE
 SUSPECT = 4 * S
+LAG = 5 * S  # agent_lag_timeout
+DISK = 5 * S  # the disk limit at this timeout
 CAP = 300 * S
 MAINT = 60 * S
 SERVERS = [s for s, _ in SEEDED]
@@ -68,8 +77,10 @@ ZONE = dict(SEEDED)
 # --- the RS's operations, in one place (the test's only coupling to the layout) -------------
 
 
-def receive_hb(rs: RootService, server: str) -> None:
-    rs.heartbeats.receive_hb(hb(server, ZONE[server]))
+def receive_hb(rs: RootService, server: str, applied: int = 0, disk_us: int = 0) -> None:
+    rs.heartbeats.receive_hb(
+        hb(server, ZONE[server], applied_command_seq=applied, disk_probe_latency_us=disk_us)
+    )
 
 
 def tick(rs: RootService) -> None:
@@ -130,6 +141,13 @@ class ServerModel:
 
     def outage_start(self, since: int) -> int:
         return max(since, self.floor) if self.floor else since
+    # LAGGING (issue 25 item 2): send times of the unapplied commands, the last reported
+    # disk latency, the episode's start / all-clear start (None: none) and its expiry.
+    pending: list[int] = field(default_factory=list)
+    disk: int = 0
+    lag_since: int | None = None
+    clear_since: int | None = None
+    lag_expired: bool = False
 
     def suspect(self, now: int) -> bool:
         return self.hb is HeartbeatStatus.ALIVE and now < self.until
@@ -171,7 +189,9 @@ class ServerStatusMachine(RuleBasedStateMachine):
             lease_time="10s",
             server_permanent_offline_time="30s",
             server_suspect_time="4s",
+            agent_lag_timeout="5s",
         )
+        self.sent: dict[str, int] = {}  # the highest command number sent to each server
         now = self.now()
         # Seeded as BOOTSTRAP + ADD SERVER leave servers that never heartbeated: lease
         # expired at the load, the take-office grace running for one lease.
@@ -279,9 +299,75 @@ class ServerStatusMachine(RuleBasedStateMachine):
         self.heartbeat(server)
 
     @rule(server=st.sampled_from(SERVERS))
-    def heartbeat(self, server: str) -> None:
-        receive_hb(self.rs, server)
+    def command(self, server: str) -> None:
+        self.sent[server] = self.rs.agents.ledger.issue(server, self.rs.term.epoch, self.now())
+        self.model[server].pending.append(self.now())
+
+    @rule(server=st.sampled_from(SERVERS), disk_us=st.sampled_from([0, DISK, DISK + 1]))
+    def applied(self, server: str, disk_us: int) -> None:
+        # A heartbeat reporting every command sent applied, and a disk-probe latency.
+        self.heartbeat(server, self.sent.get(server, 0), disk_us)
+        self.model[server].pending.clear()
+
+    @rule(server=st.sampled_from(SERVERS), offset=st.sampled_from([-1, 0]))
+    def to_a_lag_boundary(self, server: str, offset: int) -> None:
+        # Both sides of: the oldest command overdue, the third timeout, the all-clear end.
         m = self.model[server]
+        targets = [m.pending[0] + LAG] if m.pending else []
+        if m.lag_since is not None:
+            targets.append(m.lag_since + 2 * LAG)
+        if m.clear_since is not None:
+            targets.append(m.clear_since + LAG)
+        for target in targets:
+            if target + offset > self.now():
+                self.rs.clock.advance(target + offset - self.now())
+                break
+        self.lag_round()
+
+    @rule(
+        server=st.sampled_from(SERVERS),
+        step=st.sampled_from([LAG // 2, LAG - 1, LAG + 1]),
+        apply_at=st.sampled_from([None, 1, 3]),
+    )
+    def lag_walk(self, server: str, step: int, apply_at: int | None) -> None:
+        # A command left unapplied while the server heartbeats: through the timeout, the
+        # third timeout and (applied at step ``apply_at``) the all-clear.
+        self.command(server)
+        for i in range(6):
+            self.rs.clock.advance(step)
+            if i == apply_at:
+                self.applied(server, 0)
+            else:
+                self.heartbeat(server)
+            self.lag_round()
+
+    @rule()
+    def lag_round(self) -> None:
+        self.rs.lag_detector.run_once()
+        now = self.now()
+        for m in self.model.values():
+            if m.hb is not HeartbeatStatus.ALIVE and not m.lag_expired:
+                m.pending.clear()
+                m.lag_since = m.clear_since = None
+                continue
+            lagging = (bool(m.pending) and now - m.pending[0] >= LAG) or m.disk > DISK
+            if lagging:
+                m.lag_since = now if m.lag_since is None else m.lag_since
+                m.clear_since = None
+                m.lag_expired = m.lag_expired or now - m.lag_since >= 2 * LAG
+            elif m.lag_since is not None:
+                m.clear_since = now if m.clear_since is None else m.clear_since
+                if now - m.clear_since >= LAG:
+                    m.lag_since = m.clear_since = None
+                    m.lag_expired = False
+
+    @rule(server=st.sampled_from(SERVERS))
+    def heartbeat(self, server: str, applied: int = 0, disk_us: int = 0) -> None:
+        receive_hb(self.rs, server, applied, disk_us)
+        m = self.model[server]
+        m.disk = disk_us
+        if m.lag_expired:
+            return  # a LAGGING server past its third timeout renews nothing
         now = self.now()
         if m.hb is not HeartbeatStatus.ALIVE and m.down_since:
             m.spans.append((min(now, m.outage_start(m.down_since)), now))
@@ -482,6 +568,7 @@ class ServerStatusMachine(RuleBasedStateMachine):
             assert (row["stop_time"] != 0) == m.stopped, server
             assert (row["suspect_end_time"] != 0) == m.shown, server
             assert row["maintenance_end_time"] == m.maint_end, server
+            assert (row["lagging_time"] != 0) == (m.lag_since is not None), server
 
     @invariant()
     def whitelist_agrees_with_the_model(self) -> None:
@@ -492,9 +579,12 @@ class ServerStatusMachine(RuleBasedStateMachine):
             assert record(self.rs, server) == (m.hb, m.admin, m.stopped), server
             s = self.rs.whitelist.get(server)
             assert s is not None
-            assert s.is_suspect(now) == m.suspect(now), server
+            lagging = m.lag_since is not None
+            alive = m.hb is HeartbeatStatus.ALIVE
+            assert s.is_suspect(now) == (m.suspect(now) or (lagging and alive)), server
             assert (s.suspect_end_time != 0) == m.shown, server
             assert s.maintenance_end_time == m.maint_end, server
+            assert s.lag.lagging == lagging and s.lag.expired == m.lag_expired, server
         assert self.rs.take_office_grace.candidates == self.candidates
 
 
