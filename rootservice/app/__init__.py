@@ -34,8 +34,8 @@ from rootservice.ha.term import RsState, lease_timings
 from rootservice.metrics import JobReading, Readings
 from rootservice.servers.drain import DRAIN_RESUME_INTERVAL_US
 from rootservice.servers.history_pruner import PRUNE_INTERVAL_US
-from rootservice.servers.maintenance import MAINTENANCE_TICK_US
 from rootservice.servers.lag_detector import LAG_CHECK_INTERVAL_US
+from rootservice.servers.maintenance import MAINTENANCE_TICK_US
 from rootservice.tasks import FnTask
 from rootservice.tenants.learner_sync import LEARNER_SYNC_INTERVAL_US
 from rootservice.tenants.log_marks import INTERVAL_US as LOG_MARK_INTERVAL_US

@@ -33,8 +33,8 @@ LsKey = tuple[int, int]
 def disruption(s: ServerStatus | None, mono: int, now: int) -> str | None:
     """Why ``s`` cannot be counted on for a majority at monotonic ``mono`` / wall ``now``
     (None: it can): ``"draining"``, ``"INACTIVE"``, ``"in maintenance"``, ``"stopped"``,
-    ``"SUSPECT"``, or ``"not in the whitelist"`` for None. The one place a new state (the
-    lag detector's LAGGING) is added."""
+    ``"LAGGING"`` (issue 25 item 2), ``"SUSPECT"``, or ``"not in the whitelist"`` for None.
+    The one place a state that makes a server unavailable is added."""
     if s is None:
         return "not in the whitelist"
     if s.draining:
@@ -43,6 +43,8 @@ def disruption(s: ServerStatus | None, mono: int, now: int) -> str | None:
         return "INACTIVE"
     if s.is_stopped():
         return "in maintenance" if s.in_maintenance(now) else "stopped"
+    if s.lag.lagging and s.is_alive():
+        return "LAGGING"
     if s.is_suspect(mono):
         return "SUSPECT"
     return None

@@ -17,6 +17,7 @@ from rootservice.app import RootService
 from rootservice.db import drain_repo
 from rootservice.servers.disruption_budget import LsMembers, disruption, refusals
 from rootservice.servers.drain import PROGRESS_INTERVAL_US
+from rootservice.servers.lag_policy import LagState
 from rootservice.servers.maintenance_window import drain_timeout, maintenance_duration
 from rootservice.servers.status import HeartbeatStatus, ServerStatus
 from rootservice.servers.suspect_policy import SuspectState
@@ -67,6 +68,10 @@ def test_disruption_names_each_state_and_one_function_decides() -> None:
     assert disruption(s, 0, 0) is None
     s.suspect = SuspectState(until_mono_us=10)
     assert disruption(s, 9, 0) == "SUSPECT" and disruption(s, 10, 0) is None
+    s.lag = LagState(since_mono=5, reasons=("command",))  # issue 25 item 2
+    assert disruption(s, 10, 0) == "LAGGING"
+    s.lag = LagState()
+    assert disruption(s, 10, 0) is None
     s.stop_time = 1
     assert disruption(s, 10, 0) == "stopped"
     s.maintenance_end_time = 100

@@ -141,6 +141,7 @@ class ServerModel:
 
     def outage_start(self, since: int) -> int:
         return max(since, self.floor) if self.floor else since
+
     # LAGGING (issue 25 item 2): send times of the unapplied commands, the last reported
     # disk latency, the episode's start / all-clear start (None: none) and its expiry.
     pending: list[int] = field(default_factory=list)
