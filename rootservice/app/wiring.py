@@ -392,6 +392,7 @@ class RsComponents(ABC):
             stacks=self.agents,
             heartbeats=self.heartbeat_requester,
             background=self.background,
+            copies=self.copy_tasks,
         )
         self.empty_server_checker = EmptyServerChecker(
             self.whitelist,

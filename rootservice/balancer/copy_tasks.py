@@ -125,6 +125,9 @@ class CopyTasks:
         # leader (one moving off a DELETING server): CopyWatch wakes the balancer once one
         # has a leader again rather than leaving the copy to the next period (issue 23).
         self.leaderless: frozenset[LsKey] = frozenset()
+        # Copies the lag detector found stalled (issue 25 item 2): the next hand-out sends
+        # them again from another member, as a failed one.
+        self._stalled: set[tuple[LsKey, str]] = set()
         # Guards ``tasks`` (read by the job progress and CANCEL DELETE while a round runs).
         self._lock = threading.Lock()
 
@@ -137,11 +140,30 @@ class CopyTasks:
         """Forget every copy (step-down)."""
         with self._lock:
             self.tasks.clear()
+            self._stalled.clear()
 
     def from_server(self, old: str) -> list[CopyTask]:
         """The copies that replace a replica on ``old`` (``'ip:port'``)."""
         with self._lock:
             return [t for t in self.tasks.values() if t.old == old]
+
+    def restart_stalled(self, key: LsKey, dest: str, /) -> bool:
+        """Mark the copy of ``key`` to ``dest`` (``'ip:port'``) as stalled: bytes that did not
+        move for twice ``agent_lag_timeout`` (issue 25 item 2, found by
+        :class:`rootservice.servers.lag_detector.LagDetector`). The next :meth:`hand_out`
+        sends it again from another healthy member, as it does a failed copy (the agent then
+        restarts it from byte 0). False when no such copy is in flight (nothing marked)."""
+        with self._lock:
+            if (key, dest) not in self.tasks:
+                return False
+            self._stalled.add((key, dest))
+            return True
+
+    def stalled(self) -> frozenset[tuple[LsKey, str]]:
+        """The ``(key, dest)`` copies marked by :meth:`restart_stalled` and not sent again
+        yet."""
+        with self._lock:
+            return frozenset(self._stalled)
 
     def involving(self, server: str) -> int:
         """Copies in flight from, to or replacing a replica on ``server`` (``'ip:port'``;
@@ -226,9 +248,11 @@ class CopyTasks:
                         continue
                     r = reports.get(dest, {}).get(key)
                     task = self.tasks.get((key, dest))
-                    if r is not None and not r.build_error:
+                    stalled = (key, dest) in self._stalled and r is not None and not r.in_service
+                    self._stalled.discard((key, dest))
+                    if r is not None and not r.build_error and not stalled:
                         continue  # building (or built): nothing to send
-                    if r is not None and r.build_error and task is not None:
+                    if r is not None and (r.build_error or stalled) and task is not None:
                         task.tried.add(task.src)
                         src = self._other_source(view, task.tried) or src
                         task.attempts += 1
@@ -236,7 +260,7 @@ class CopyTasks:
                             "copy of LS %s to %s failed (%s): retrying from %s",
                             key,
                             dest,
-                            r.build_error,
+                            r.build_error or "stalled: no byte moved for twice agent_lag_timeout",
                             src,
                         )
                     elif (

@@ -19,7 +19,8 @@ leader's. The actions, in order, for a server that becomes LAGGING:
    server, with the permanent-offline clock and SUSPECT on return.
 
 A copy that makes no progress for twice ``agent_lag_timeout`` gets an event ``copy_stalled``
-and a follower that trails its leader by more than ``ls_log_sync_threshold`` as long gets
+and is sent again from another healthy member
+(:meth:`rootservice.balancer.copy_tasks.CopyTasks.restart_stalled`), and a follower that trails its leader by more than ``ls_log_sync_threshold`` as long gets
 ``follower_lagging`` (module ``disaster_recovery``), once per episode. So that a frozen agent
 is found without other traffic, a server that hosts replicas and was sent no command for half
 ``agent_lag_timeout`` is sent a ``RequestHeartbeat`` (a command like any other; a server
@@ -94,6 +95,15 @@ class LeaderMover(Protocol):
         ...
 
 
+class StalledCopies(Protocol):
+    """Copies in flight (:class:`rootservice.balancer.copy_tasks.CopyTasks`)."""
+
+    def restart_stalled(self, key: LsKey, dest: str, /) -> bool:
+        """Send the copy of ``key`` to ``dest`` again from another member at the next
+        hand-out; False when no such copy is in flight."""
+        ...
+
+
 class StackSource(Protocol):
     """``ObserverService.DumpStacks`` (:class:`rootservice.servers.agent_client.AgentClient`)."""
 
@@ -142,6 +152,7 @@ class LagDetector:
         stacks: StackSource,
         heartbeats: HeartbeatRequests,
         background: Background,
+        copies: StalledCopies,
     ) -> None:
         """Judge ``whitelist``'s servers against ``settings.agent_lag_timeout`` (read every
         round)."""
@@ -156,6 +167,7 @@ class LagDetector:
         self.stacks = stacks
         self.heartbeats = heartbeats
         self.background = background
+        self.copies = copies
         self._copies: dict[tuple[LsKey, str], Progress] = {}
         self._trailing: dict[tuple[LsKey, str], int] = {}
         self._reported: set[tuple[str, LsKey, str]] = set()
@@ -306,5 +318,9 @@ class LagDetector:
                 )
             )
             log.warning("LS %d.%d on %s: %s", key[0], key[1], server, event.replace("_", " "))
+            if event == "copy_stalled":
+                # Sent again from another member: a stalled source (or a stuck stream) no
+                # longer holds the copy, and the destination restarts it from byte 0.
+                self.copies.restart_stalled(key, server)
         self._reported = found
         return {server for server, reps in reports.items() if reps}

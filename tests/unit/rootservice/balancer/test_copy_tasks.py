@@ -119,6 +119,37 @@ def test_a_failed_copy_is_sent_again_from_another_healthy_member() -> None:
     assert len(w.events.named("migrate_replica")) == 1
 
 
+def test_a_stalled_copy_is_sent_again_from_another_healthy_member() -> None:
+    # Issue 25 item 2: the lag detector found its bytes still for twice agent_lag_timeout.
+    w = World(KEYS[:1], a_alive=False)
+    k = KEYS[0]
+    assert w.copies.restart_stalled(k, D) is False  # nothing in flight: nothing marked
+    assert w.copies.hand_out([row(k, B, D)]) == 1
+    w.report_on_d(k, in_service=False, copy_from=B)
+    assert w.copies.hand_out([row(k, B, D)]) == 0  # building: nothing to send
+    assert w.copies.restart_stalled(k, D) is True
+    assert w.copies.stalled() == {(k, D)}
+    assert w.copies.hand_out([row(k, B, D)]) == 1
+    assert w.ls.applied[-1][1][0].copy_from == C  # A is offline for good, B stalled
+    task = w.copies.tasks[(k, D)]
+    assert (task.src, task.attempts, task.tried) == (C, 2, {B})
+    assert w.copies.stalled() == frozenset()
+    # Once: the resent copy is building again, and is left alone.
+    w.report_on_d(k, in_service=False, copy_from=C)
+    assert w.copies.hand_out([row(k, C, D)]) == 0
+
+
+def test_a_stalled_mark_on_a_copy_that_finished_sends_nothing() -> None:
+    w = World(KEYS[:1], a_alive=False)
+    k = KEYS[0]
+    assert w.copies.hand_out([row(k, B, D)]) == 1
+    w.report_on_d(k, in_service=False, copy_from=B)
+    assert w.copies.restart_stalled(k, D) is True
+    w.report_on_d(k, in_service=True, copy_from=B)  # it finished meanwhile
+    assert w.copies.hand_out([row(k, B, D)]) == 0
+    assert w.copies.stalled() == frozenset()
+
+
 def test_a_copy_the_destination_forgot_is_resent_after_the_rpc_timeout() -> None:
     w = World(KEYS[:1])
     k = KEYS[0]

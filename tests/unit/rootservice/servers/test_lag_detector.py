@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 from obcommon.proto import obrpc_pb2
 from rootservice.app import RootService
+from rootservice.balancer.copy_tasks import CopyTask
 from rootservice.http.status import server_doc
 from rootservice.servers.status import HeartbeatStatus
 from tests.support.harness import SEEDED, A, B, events, flush, hb, make_rs, server_row
@@ -157,18 +158,23 @@ def test_a_stalled_copy_and_a_trailing_follower_are_reported_after_twice_the_tim
                 rs.heartbeats.receive_hb(req)
             rs.lag_detector.run_once()
 
+        # The copy is one the balancer handed out: the stall sends it again (issue 25 item 2).
+        dest, key = SEEDED[2][0], (1002, 1001)
+        rs.copy_tasks.tasks[(key, dest)] = CopyTask(key, dest, A, B, rs.clock.monotonic_us())
         trail = 3 * S + 1  # above ls_log_sync_threshold (3 s)
         beat(trail, 100)
         rs.clock.advance(2 * T - 1)
         beat(trail, 100)
         flush(rs)
         assert not events(rs, "copy_stalled") and not events(rs, "follower_lagging")
+        assert rs.copy_tasks.stalled() == frozenset()
         rs.clock.advance(1)
         beat(trail, 100)
         flush(rs)
         [copy] = events(rs, "copy_stalled")
         [follower] = events(rs, "follower_lagging")
         assert copy["value3"] == SEEDED[2][0] and follower["value3"] == B
+        assert rs.copy_tasks.stalled() == {(key, dest)}
         beat(trail, 100)  # once per episode
         flush(rs)
         assert len(events(rs, "copy_stalled")) == 1
