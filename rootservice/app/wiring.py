@@ -70,6 +70,7 @@ from rootservice.servers.self_suspicion import SelfSuspicion
 from rootservice.servers.tombstones import ServerBurial
 from rootservice.servers.whitelist import Whitelist
 from rootservice.servers.zones import ZoneManager
+from rootservice.tenants.drain_work import DrainWork
 from rootservice.tenants.layer import build_tenant_layer
 from rootservice.tenants.lost_servers import LostServers
 from rootservice.tenants.member_removal import MemberRemoval
@@ -256,8 +257,20 @@ class RsComponents(ABC):
             settings=settings,
             metrics=self.metrics,
         )
-        # DRAIN SERVER's "copies left" (issue 25 item 3).
-        tl.drain_work.copies = self.copy_tasks.involving
+        # DRAIN SERVER's tenant-layer part and the disruption budget (issue 25 items 3, 5),
+        # built here rather than with the tenant layer: it counts the balancer's copies.
+        self.drain_work = DrainWork(
+            servers=self.whitelist,
+            zones=self.zones,
+            health=tl.health,
+            layout=tl.layout,
+            reports=tl.reports,
+            leaders=tl.leaders,
+            heartbeats=self.heartbeat_requester,
+            clock=self.clock,
+            settings=settings,
+            copies=self.copy_tasks.involving,
+        )
         self.delete_jobs = DeleteJobProgress(
             servers=self.whitelist,
             ls=tl.balancer_view,
@@ -312,7 +325,7 @@ class RsComponents(ABC):
             heartbeats=self.heartbeat_requester,
             wake=self.timers.wake,
             background=self.background,
-            budget=tl.drain_work,
+            budget=self.drain_work,
         )
         # DRAIN SERVER and the maintenance windows (issue 25 items 3-4).
         self.drains = DrainManager(
@@ -320,7 +333,7 @@ class RsComponents(ABC):
             store=self.store,
             clock=self.clock,
             term=self.term,
-            work=tl.drain_work,
+            work=self.drain_work,
             sleep=sleep,
             background=self.background,
         )

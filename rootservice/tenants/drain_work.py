@@ -39,7 +39,7 @@ class DrainWork:
         heartbeats: HeartbeatRequester,
         clock: Clock,
         settings: RsSettings,
-        copies: Callable[[str], int] = lambda server: 0,
+        copies: Callable[[str], int],
     ) -> None:
         """Wire the collaborators; nothing is read until a call."""
         self.servers = servers

@@ -13,7 +13,6 @@ from rootservice.ha.term import Term
 from rootservice.metrics import Metrics
 from rootservice.tenants.balancer_view import BalancerView
 from rootservice.tenants.ddl import TenantManager
-from rootservice.tenants.drain_work import DrainWork
 from rootservice.tenants.host_health import HostHealth
 from rootservice.tenants.leaders import LeaderCoordinator
 from rootservice.tenants.learner_sync import LearnerSync
@@ -59,8 +58,6 @@ class TenantLayer:
     rooms: ServerRooms
     ddl: TenantManager
     pre_checks: ServerPreChecks
-    #: DRAIN SERVER's tenant-layer part and the disruption budget (issue 25 items 3, 5).
-    drain_work: DrainWork
     probes: ServerProbes
     balancer_view: BalancerView
     #: Held by RECOVER LS / FORCE DELETE SERVER (issue 24); the scheduling tasks' gate.
@@ -177,17 +174,6 @@ def build_tenant_layer(
         settings=settings,
         sleep=sleep,
     )
-    drain_work = DrainWork(
-        servers=servers,
-        zones=zones,
-        health=health,
-        layout=layout,
-        reports=reports,
-        leaders=leaders,
-        heartbeats=heartbeats,
-        clock=clock,
-        settings=settings,
-    )
     probes = ServerProbes(store, layout, reports, meta_sync)
     # The balancer's one view of the tenant layer.
     balancer_view = BalancerView(
@@ -213,7 +199,6 @@ def build_tenant_layer(
         rooms=rooms,
         ddl=ddl,
         pre_checks=pre_checks,
-        drain_work=drain_work,
         probes=probes,
         balancer_view=balancer_view,
         pause=pause,
