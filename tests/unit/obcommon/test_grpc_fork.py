@@ -54,10 +54,11 @@ def test_the_root_service_forks_without_grpc_fork_handlers() -> None:
 
 def test_without_it_grpc_runs_its_fork_handlers() -> None:
     # The other side: the same process without the package's set-up goes through gRPC's
-    # prepare handler on every fork (it logs from fork_posix.cc), which is what hung.
+    # handlers on every fork (they log from fork_posix.cc), which is what hung. The exit
+    # status is not asserted: in one run of twenty a child even died of SIGABRT in gRPC's
+    # child handler before it could exec /bin/true.
     out = _run("grpc-only")
-    assert out.returncode == 0, out.stderr
-    assert "fork_posix" in out.stderr
+    assert "fork_posix" in out.stderr, out.stderr
 
 
 def test_an_operator_setting_wins() -> None:

@@ -177,6 +177,7 @@ _EXAMPLES = {
     ast.ShowParameters: "SHOW PARAMETERS",
     ast.Bootstrap: "ALTER SYSTEM BOOTSTRAP ZONE 'z1' SERVER '1.1.1.1:1'",
     ast.ServerOp: "ALTER SYSTEM ADD SERVER '1.1.1.1:1'",
+    ast.DrainServer: "ALTER SYSTEM DRAIN SERVER '1.1.1.1:1'",
     ast.ExplainDeleteServer: "EXPLAIN ALTER SYSTEM DELETE SERVER '1.1.1.1:1'",
     ast.ReloadServer: "ALTER SYSTEM RELOAD SERVER",
     ast.ZoneOp: "ALTER SYSTEM ADD ZONE z",
