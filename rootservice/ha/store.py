@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -62,21 +63,36 @@ class MetaStore:
         return self.term.epoch
 
     @contextmanager
-    def txn(self, *, fenced: bool = True) -> Iterator[sa.Connection]:
+    def txn(self, *, fenced: bool = True, wait_s: float | None = None) -> Iterator[sa.Connection]:
         """A transaction under the write lock that commits on normal exit.
 
         Raises ``ObError(OB_RS_NOT_MASTER)`` when fenced and this RS is not in office, its
         lease is not safely held (``guard``) or the epoch moved on, and ``ObError(OB_ERR_SYS)``
-        when the database fails; in every case nothing is committed.
+        when the database fails; in every case nothing is committed. ``wait_s`` (seconds)
+        bounds the whole transaction, its wait for the write lock included: a lock not had
+        by then raises ``ObError(OB_TIMEOUT)`` before anything ran, a database wait past it
+        ``OB_ERR_SYS`` (a statement's audit record, which must not hold the statement's
+        answer while other writes queue on a slow database).
         """
-        with self.write_lock:
+        deadline = None if wait_s is None else time.monotonic() + wait_s
+        if not self.write_lock.acquire(timeout=-1 if wait_s is None else max(0.0, wait_s)):
+            raise ObError(
+                "OB_TIMEOUT",
+                detail=f"the system tables stayed busy for {wait_s:g} s (other writes held "
+                "them); nothing was changed",
+            )
+        try:
             epoch = self.epoch
             try:
                 if fenced:
                     why = "not in office" if epoch <= 0 else self.term.guard()
                     if why:
                         raise ObError("OB_RS_NOT_MASTER", detail=why)
-                with io_deadline(self._bound_s(fenced)), self.engine.begin() as conn:
+                bound = self._bound_s(fenced)
+                if deadline is not None:
+                    left = max(0.0, deadline - time.monotonic())
+                    bound = left if bound is None else min(bound, left)
+                with io_deadline(bound), self.engine.begin() as conn:
                     self._limit_idle(conn)
                     if fenced:
                         self._judge_server(conn)
@@ -94,6 +110,8 @@ class MetaStore:
                     "OB_ERR_SYS",
                     detail=f"system tables unavailable, nothing was changed: {db_error_summary(e)}",
                 ) from e
+        finally:
+            self.write_lock.release()
 
     def _judge_server(self, conn: sa.Connection) -> None:
         # The server this connection reached, judged again: a higher timeline may have been
