@@ -28,6 +28,10 @@ def tc(procs: ProcSet, tmp_path: Path, db_url: str) -> TenantCluster:
     return TenantCluster(procs, tmp_path, db_url)
 
 
+# One database: the learner's announcement runs between the agents and the RS's memory
+# (tests/unit/rootservice/tenants/test_learner_sync.py); the member changes it leads to are
+# every DELETE SERVER's, run on both by test_delete_server (issue 26 item 3: the suite's time).
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 def test_a_copy_whose_leader_moved_and_forgot_it_still_completes_the_delete(
     tc: TenantCluster,
 ) -> None:
