@@ -113,7 +113,7 @@ class TenantManager:
                 [self._event(now, "create_resource_unit", ("name", name), ("id", cid))],
                 self.store.rs_addr,
             )
-            self.layout.changed()
+        self.layout.changed()
         return True
 
     def drop_unit_config(self, name: str, *, if_exists: bool = False) -> bool:
@@ -140,7 +140,7 @@ class TenantManager:
             event_repo.insert_events(
                 conn, [self._event(now, "drop_resource_unit", ("name", name))], self.store.rs_addr
             )
-            self.layout.changed()
+        self.layout.changed()
         return True
 
     # --- resource pools --------------------------------------------------------------------
@@ -224,7 +224,7 @@ class TenantManager:
                 ],
                 self.store.rs_addr,
             )
-            self.layout.changed()
+        self.layout.changed()
         return [u.unit_id for u in units]
 
     def drop_pool(self, name: str, *, if_exists: bool = False) -> bool:
@@ -246,7 +246,7 @@ class TenantManager:
             event_repo.insert_events(
                 conn, [self._event(now, "drop_resource_pool", ("name", name))], self.store.rs_addr
             )
-            self.layout.changed()
+        self.layout.changed()
         return True
 
     # --- tenants ---------------------------------------------------------------------------
@@ -347,7 +347,10 @@ class TenantManager:
                 ],
                 self.store.rs_addr,
             )
-            self.layout.changed()
+        # After the commit, not inside it: a reader between the bump and the commit cached
+        # the layout without the new log streams under the new version for good, and the
+        # reconciler dropped their replicas once the agents reported them (a loaded run).
+        self.layout.changed()
         self.replicas.create_tenant_replicas(tenant_id)
         return tenant_id, ls_count
 
@@ -386,6 +389,6 @@ class TenantManager:
                 ],
                 self.store.rs_addr,
             )
-            self.layout.changed()
+        self.layout.changed()
         self.replicas.drop_tenant_replicas(t.tenant_id)
         return t.tenant_id

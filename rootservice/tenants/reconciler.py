@@ -74,8 +74,11 @@ class LsReconciler:
         Raises ``ObError(OB_ERR_SYS)`` when the layout cannot be read."""
         if not self.term.may_act():
             return 0
-        topo = self.layout.topology()
+        # The reports first: a replica reported was created after its log stream's commit
+        # (and the layout's bump), so the layout read next has it. The other order let a
+        # slow round drop a new tenant's replicas as those of a log stream gone.
         views = self.reports.views()
+        topo = self.layout.topology()
         actions = 0
         create: dict[str, list[obrpc_pb2.ReplicaSpec]] = {}
         drops: dict[str, list[LsKey]] = {}

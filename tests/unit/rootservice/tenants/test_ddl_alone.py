@@ -49,3 +49,22 @@ def test_a_pool_without_zone_list_covers_every_zone(layer: Layer) -> None:
     with pytest.raises(ObError) as e:
         layer.ddl.create_pool(NewPool("p2", "u1", 1, ()))
     assert e.value.name == "OB_INVALID_ARGUMENT"
+
+
+def test_a_reader_at_the_bump_sees_the_committed_layout(layer: Layer) -> None:
+    # A reader that takes the layout the moment the version moves (a reconciler round at
+    # that instant) caches what it read under the new version for good: the bump must
+    # come after the commit. Inside the transaction, this reader cached the layout without
+    # the tenant's log streams (a loaded suite run: the reconciler then dropped the new log
+    # stream's replicas as those of a log stream gone).
+    seen: list[set[tuple[int, int]]] = []
+    bump = layer.version.changed
+
+    def bump_then_read() -> None:
+        bump()
+        seen.append(set(layer.layout.topology().plans))
+
+    object.__setattr__(layer.version, "changed", bump_then_read)
+    tid = make_tenant(layer, ls_count=2)
+    assert seen[-1] == {(tid, 1001), (tid, 1002)}
+    assert set(layer.layout.topology().plans) == {(tid, 1001), (tid, 1002)}

@@ -98,3 +98,27 @@ def test_a_stored_report_with_a_huge_term_does_not_break_the_rounds(layer: Layer
     heartbeat(layer)
     view = layer.reports.views()[key]
     assert view.leader == forger and view.term < 2**53
+
+
+def test_a_tenant_created_during_a_round_keeps_its_replicas(layer: Layer) -> None:
+    # The tenant is created, and its replicas reported, while a round runs (a loaded
+    # machine): the round must not take the reported replicas for those of a log stream
+    # gone. It reads the reports before the layout, so whatever it saw reported is in the
+    # layout it reads next (before, the layout read first had no such log stream, and the
+    # round dropped the new tenant's replicas on every server).
+    layer.layout.topology()  # cached before the tenant exists
+    views = layer.reports.views
+    created: list[int] = []
+    calls = [0]
+
+    def create_then_report() -> dict[tuple[int, int], object]:
+        calls[0] += 1
+        if calls[0] == 1:  # the round's first read; the DDL's own reads come after
+            created.append(make_tenant(layer, ls_count=1))
+            heartbeat(layer)
+        return views()
+
+    object.__setattr__(layer.reports, "views", create_then_report)
+    layer.reconciler.run_once()
+    key = (created[0], 1001)
+    assert all(key in layer.agents.replicas.get(s, {}) for s in (A, B, C)), layer.agents.replicas
