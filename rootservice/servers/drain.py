@@ -54,7 +54,7 @@ from rootservice.db import drain_repo, event_repo, server_repo
 from rootservice.ha.store import MetaStore
 from rootservice.servers.events import log_transitions, server_event
 from rootservice.servers.maintenance_window import drain_timeout
-from rootservice.servers.ports import Background
+from rootservice.servers.ports import Background, Gate
 from rootservice.servers.status import AdminStatus
 from rootservice.servers.whitelist import Whitelist
 
@@ -86,14 +86,6 @@ class DrainWork(Protocol):
 
     def blockers(self, server: str, /) -> list[str]:
         """Per LS still led from ``server``: ``"LS 1001 (tenant 1002): why"``."""
-        ...
-
-
-class Gate(Protocol):
-    """The term's gate (``Term.may_act``)."""
-
-    def may_act(self) -> bool:
-        """This RS is the leader in service."""
         ...
 
 

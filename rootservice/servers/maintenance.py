@@ -29,6 +29,7 @@ from typing import Protocol
 from obcommon.clock import Clock
 from obcommon.errors import ObError
 from rootservice.servers.maintenance_window import ended
+from rootservice.servers.ports import Gate
 from rootservice.servers.whitelist import Whitelist
 from rootservice.servers.zones import ZoneManager
 
@@ -43,14 +44,6 @@ class MaintenanceEnd(Protocol):
 
     def end_maintenance(self, key: str, /) -> bool:
         """End ``key``'s window; True when the server was started."""
-        ...
-
-
-class Gate(Protocol):
-    """The term's gate (``Term.may_act``)."""
-
-    def may_act(self) -> bool:
-        """This RS is the leader in service."""
         ...
 
 

@@ -66,3 +66,12 @@ class MassExpiry(Protocol):
         """One checker tick's expiries; True while the RS suspects itself (hold permanent
         offline)."""
         ...
+
+
+class Gate(Protocol):
+    """The term's gate (``Term.may_act``): the drain and the maintenance ticker act only
+    while it says yes."""
+
+    def may_act(self) -> bool:
+        """This RS is the leader in service."""
+        ...
