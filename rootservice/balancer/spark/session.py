@@ -238,8 +238,11 @@ class SparkSessionManager:
         if session is not None:
             try:
                 session.stop()
-            except Exception:  # a JVM that died already
-                log.exception("stopping the SparkSession failed")
+            except Exception as e:  # noqa: BLE001 - a JVM that died already
+                # The usual case: the JVM shares the RS's process group, so the signal that
+                # stops the RS (Ctrl-C, a service manager's stop) reached it first. One line,
+                # not a traceback, on what is otherwise a clean stop.
+                log.warning("stopping the SparkSession failed (its JVM is gone?): %s", e)
         if tmpdir is not None:
             shutil.rmtree(tmpdir, ignore_errors=True)
 
