@@ -147,6 +147,19 @@ class FaultSwitches:
         """True while :data:`FAULT_APPLY_FREEZE_FILE` exists."""
         return (self.data_dir / FAULT_APPLY_FREEZE_FILE).exists()
 
+    async def hold_apply(self) -> None:
+        """Wait as :data:`FAULT_APPLY_HOLD_FILE` and :data:`FAULT_APPLY_FREEZE_FILE` ask (no
+        wait without the files): an RS command held for the file's seconds, or received and
+        not applied until thawed (the lag detector's fault, issue 25 item 2)."""
+        hold = self.apply_hold_s()
+        if hold > 0:
+            self.log.warning("ApplyReplicas held %.1fs by a fault file", hold)
+            await asyncio.sleep(hold)
+        if self.apply_frozen():
+            self.log.warning("RS command frozen by a fault file")
+            while self.apply_frozen():
+                await asyncio.sleep(FREEZE_POLL_S)
+
     def copy_stalled(self) -> bool:
         """True while :data:`FAULT_COPY_STALL_FILE` exists."""
         return (self.data_dir / FAULT_COPY_STALL_FILE).exists()

@@ -26,7 +26,7 @@ from observer_agent.address import LocalServer
 from observer_agent.replicas.apply import SpecApplier
 from observer_agent.replicas.bandwidth import CopyBandwidth
 from observer_agent.replicas.copy import ReplicaCopier
-from observer_agent.replicas.faults import FREEZE_POLL_S, FaultSwitches
+from observer_agent.replicas.faults import FaultSwitches
 from observer_agent.replicas.hosted import HostedReplicas
 from observer_agent.replicas.log import LOG_KEEP_ENTRIES, ReplicaLog
 from observer_agent.replicas.peers import PeerChannels
@@ -48,6 +48,27 @@ from observer_agent.replicas.tasks import CLOSE_TIMEOUT_S, TaskSet
 from observer_agent.settings import AgentSettings
 
 _logger = logging.getLogger("observer_agent.replicas")
+
+
+def absurd_terms(
+    request: obrpc_pb2.ApplyReplicasRequest,
+    hosted: HostedReplicas,
+    log: logging.Logger | logging.LoggerAdapter,  # type: ignore[type-arg]
+) -> ObError | None:
+    """``OB_INVALID_ARGUMENT`` naming the first spec whose ``term`` jumps more than
+    :data:`~obcommon.bounds.MAX_TERM_JUMP` above the term kept for its replica (0 for
+    an absent one) or exceeds 2^53, else None. Checked for the whole request before any
+    spec is applied, so such a request changes nothing (issue 10: one ApplyReplicas with
+    term 2^63-1 broke the RS's LS reconciler until restart). ``hosted`` is the agent's
+    replicas: call under their lock; ``log`` hears the refusal."""
+    for spec in request.upsert:
+        key = (spec.tenant_id, spec.ls_id)
+        rep = hosted.find(key)
+        why = check_term("term", spec.term, rep.meta.term if rep is not None else 0)
+        if why:
+            log.warning("ApplyReplicas refused: %s: %s", describe_ls(key), why)
+            return ObError("OB_INVALID_ARGUMENT", f"ReplicaSpec of {describe_ls(key)}: {why}")
+    return None
 
 
 class ReplicaManager:
@@ -371,18 +392,10 @@ class ReplicaManager:
     # -- ApplyReplicas
 
     async def hold_apply(self) -> None:
-        """Wait as :data:`observer_agent.replicas.faults.FAULT_APPLY_HOLD_FILE` and
-        :data:`~observer_agent.replicas.faults.FAULT_APPLY_FREEZE_FILE` ask (test faults; no
-        wait without the files): every RS command passes here before it is applied."""
-        hold = self._faults.apply_hold_s()
-        if hold > 0:
-            self.log.warning("ApplyReplicas held %.1fs by a fault file", hold)
-            await asyncio.sleep(hold)
-        if self._faults.apply_frozen():
-            # The lag detector's fault (issue 25 item 2): received, not applied, until thawed.
-            self.log.warning("RS command frozen by a fault file")
-            while self._faults.apply_frozen():
-                await asyncio.sleep(FREEZE_POLL_S)
+        """Wait as the apply fault files ask (:meth:`FaultSwitches.hold_apply
+        <observer_agent.replicas.faults.FaultSwitches.hold_apply>`): every RS command passes
+        here before it is applied."""
+        await self._faults.hold_apply()
 
     async def apply(
         self,
@@ -447,7 +460,7 @@ class ReplicaManager:
     ) -> list[ObError]:
         errors: list[ObError] = []
         async with self._hosted.lock():
-            refused = self._absurd_terms(request)
+            refused = absurd_terms(request, self._hosted, self.log)
             if refused is not None:
                 return [refused]
             self._ensure_started()
@@ -473,21 +486,6 @@ class ReplicaManager:
                 except ObError as e:
                     errors.append(e)
         return errors
-
-    def _absurd_terms(self, request: obrpc_pb2.ApplyReplicasRequest) -> ObError | None:
-        """``OB_INVALID_ARGUMENT`` naming the first spec whose ``term`` jumps more than
-        :data:`~obcommon.bounds.MAX_TERM_JUMP` above the term kept for its replica (0 for
-        an absent one) or exceeds 2^53, else None. Checked for the whole request before any
-        spec is applied, so such a request changes nothing (issue 10: one ApplyReplicas with
-        term 2^63-1 broke the RS's LS reconciler until restart). Call under the lock."""
-        for spec in request.upsert:
-            key = (spec.tenant_id, spec.ls_id)
-            rep = self._hosted.find(key)
-            why = check_term("term", spec.term, rep.meta.term if rep is not None else 0)
-            if why:
-                self.log.warning("ApplyReplicas refused: %s: %s", describe_ls(key), why)
-                return ObError("OB_INVALID_ARGUMENT", f"ReplicaSpec of {describe_ls(key)}: {why}")
-        return None
 
     # -- ReplicaService (answering peers)
 

@@ -23,16 +23,11 @@ from obcommon.security.tls import TransportSecurity
 from rootservice.auth.audit import Audit
 from rootservice.auth.revocations import Revocations
 from rootservice.auth.users import Users
-from rootservice.balancer.copy_tasks import CopyTasks, CopyWatch
-from rootservice.balancer.dry_run import DeleteDryRun
+from rootservice.balancer.copy_tasks import CopyWatch
 from rootservice.balancer.emptying_wake import EmptyingWake
-from rootservice.balancer.job_progress import DeleteJobProgress
-from rootservice.balancer.lost_replica_checker import LostReplicaChecker
+from rootservice.balancer.layer import build_balancer_layer
 from rootservice.balancer.planner import Planner
 from rootservice.balancer.planner_check import PlannerCheck
-from rootservice.balancer.planners import LazySparkPlanner, PandasPlanner, SwitchablePlanner
-from rootservice.balancer.root_balancer import RootBalancer
-from rootservice.balancer.unit_moves import UnitMoves
 from rootservice.bootstrap import Bootstrap
 from rootservice.config import RsSettings
 from rootservice.db.catalog import Catalog
@@ -67,13 +62,10 @@ from rootservice.servers.maintenance import MaintenanceTicker
 from rootservice.servers.persist_queue import PersistQueue
 from rootservice.servers.ports import Background
 from rootservice.servers.self_suspicion import SelfSuspicion
-from rootservice.servers.tombstones import ServerBurial
 from rootservice.servers.whitelist import Whitelist
 from rootservice.servers.zones import ZoneManager
 from rootservice.tenants.drain_work import DrainWork
-from rootservice.tenants.layer import build_tenant_layer
-from rootservice.tenants.lost_servers import LostServers
-from rootservice.tenants.member_removal import MemberRemoval
+from rootservice.tenants.layer import build_lost_servers, build_tenant_layer
 from rootservice.timers import Schedule, Timers, WallClockWatchdog
 
 log = logging.getLogger(__name__)
@@ -175,7 +167,19 @@ class RsComponents(ABC):
         self._wire_servers(sleep)
         self._wire_emptying(planner)
         self._wire_intake(sleep)
-        self._wire_lost_servers()
+        # FORCE DELETE SERVER and RECOVER LS (issue 24 items 3-4), and the task that ends a
+        # recovery a previous leader left half-way.
+        self.lost_servers = build_lost_servers(
+            tenants=self.tenant_layer,
+            whitelist=self.whitelist,
+            events=self.persist,
+            heartbeats=self.heartbeat_requester,
+            term=self.term,
+            store=self.store,
+            clock=self.clock,
+            settings=settings,
+            wake=self.timers.wake,
+        )
         self._wire_office(flags_set, sleep)
 
     def _wire_servers(self, sleep: Callable[[float], None]) -> None:
@@ -226,37 +230,27 @@ class RsComponents(ABC):
     def _wire_emptying(self, planner: Planner | None) -> None:
         settings = self.settings
         tl = self.tenant_layer
-        # Emptying servers (SPEC.md section 9): plans by Spark (the SparkSession starts on
-        # first use) or pandas, as balancer_planner says at each call; a failed plan is
-        # counted, logged and recorded by the one planner object (issue 13 item 3).
-        self.planner = SwitchablePlanner(
-            settings,
-            spark=planner or LazySparkPlanner(settings),
-            local=PandasPlanner(settings.effective_db_url()),
-            events=self.persist,
-            metrics=self.metrics,
-            clock=self.clock,
-        )
-        # Whether the configured planner can run (checked at open and when it changes).
-        self.planner_check: PlannerCheck | None = None
-        self.unit_moves = UnitMoves(
+        # Emptying servers (SPEC.md section 9), one object per concern.
+        emptying = build_balancer_layer(
             servers=self.whitelist,
-            ls=tl.balancer_view,
-            layout=tl.version,
-            store=self.store,
-            clock=self.clock,
-            metrics=self.metrics,
-            wake=self.timers.wake,
-        )
-        self.copy_tasks = CopyTasks(
-            servers=self.whitelist,
-            ls=tl.balancer_view,
+            tenants=tl,
             events=self.persist,
             store=self.store,
             clock=self.clock,
             settings=settings,
             metrics=self.metrics,
+            wake=self.timers.wake,
+            spark=planner,
         )
+        self.planner = emptying.planner
+        self.unit_moves = emptying.unit_moves
+        self.copy_tasks = emptying.copy_tasks
+        self.delete_jobs = emptying.delete_jobs
+        self.migration = emptying.migration
+        self.delete_dry_run = emptying.delete_dry_run
+        self.lost_replica_checker = emptying.lost_replica_checker
+        # Whether the configured planner can run (checked at open and when it changes).
+        self.planner_check: PlannerCheck | None = None
         # DRAIN SERVER's tenant-layer part and the disruption budget (issue 25 items 3, 5),
         # built here rather than with the tenant layer: it counts the balancer's copies.
         self.drain_work = DrainWork(
@@ -270,39 +264,6 @@ class RsComponents(ABC):
             clock=self.clock,
             settings=settings,
             copies=self.copy_tasks.involving,
-        )
-        self.delete_jobs = DeleteJobProgress(
-            servers=self.whitelist,
-            ls=tl.balancer_view,
-            events=self.persist,
-            store=self.store,
-            clock=self.clock,
-            settings=settings,
-            units=self.unit_moves,
-            copies=self.copy_tasks,
-        )
-        self.migration = RootBalancer(
-            servers=self.whitelist,
-            ls=tl.balancer_view,
-            planner=self.planner,
-            term=tl.gate,
-            units=self.unit_moves,
-            copies=self.copy_tasks,
-            jobs=self.delete_jobs,
-        )
-        # EXPLAIN ALTER SYSTEM DELETE SERVER (issue 13 item 4): the balancer's planner on the
-        # servers as DELETE would leave them; reads only, never the round's lock.
-        self.delete_dry_run = DeleteDryRun(
-            planner=self.planner, servers=self.whitelist, ls=tl.balancer_view, store=self.store
-        )
-        self.lost_replica_checker = LostReplicaChecker(
-            servers=self.whitelist,
-            ls=tl.balancer_view,
-            planner=self.planner,
-            term=tl.gate,
-            store=self.store,
-            wake=self.timers.wake,
-            metrics=self.metrics,
         )
         # Retention of the event and job history (issue 12 item 6).
         self.history_pruner = HistoryPruner(
@@ -425,34 +386,6 @@ class RsComponents(ABC):
             contents=tl.probes,
             wake=self.timers.wake,
             term=self.term,
-        )
-
-    def _wire_lost_servers(self) -> None:
-        tl = self.tenant_layer
-        # FORCE DELETE SERVER and RECOVER LS (issue 24 items 3-4), and the task that ends a
-        # recovery a previous leader left half-way.
-        self.lost_servers = LostServers(
-            whitelist=self.whitelist,
-            burial=ServerBurial(self.whitelist, self.whitelist.tombstones, self.store, self.clock),
-            removal=MemberRemoval(
-                store=self.store,
-                layout=tl.layout,
-                reports=tl.reports,
-                health=tl.health,
-                applier=tl.applier,
-                leaders=tl.leaders,
-                heartbeats=self.heartbeat_requester,
-                events=self.persist,
-                clock=self.clock,
-                settings=self.settings,
-                marks=tl.log_marks,
-            ),
-            layout=tl.layout,
-            pause=tl.pause,
-            term=self.term,
-            store=self.store,
-            clock=self.clock,
-            wake=self.timers.wake,
         )
 
     def _wire_office(self, flags_set: set[str] | None, sleep: Callable[[float], None]) -> None:

@@ -4,6 +4,7 @@ dependency order, kept together in one :class:`TenantLayer`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from obcommon.clock import Clock
@@ -11,6 +12,8 @@ from rootservice.config import RsSettings
 from rootservice.ha.store import MetaStore
 from rootservice.ha.term import Term
 from rootservice.metrics import Metrics
+from rootservice.servers.tombstones import ServerBurial
+from rootservice.servers.whitelist import Whitelist
 from rootservice.tenants.balancer_view import BalancerView
 from rootservice.tenants.ddl import TenantManager
 from rootservice.tenants.host_health import HostHealth
@@ -18,6 +21,8 @@ from rootservice.tenants.leaders import LeaderCoordinator
 from rootservice.tenants.learner_sync import LearnerSync
 from rootservice.tenants.log_marks import LogMarks
 from rootservice.tenants.log_streams import TenantReplicas
+from rootservice.tenants.lost_servers import LostServers
+from rootservice.tenants.member_removal import MemberRemoval
 from rootservice.tenants.meta_sync import LsMetaSync
 from rootservice.tenants.once_log import OnceLog
 from rootservice.tenants.pause import PausableGate, SchedulingPause
@@ -204,4 +209,44 @@ def build_tenant_layer(
         pause=pause,
         gate=gate,
         log_marks=LogMarks(term, store, clock, reports),
+    )
+
+
+def build_lost_servers(
+    *,
+    tenants: TenantLayer,
+    whitelist: Whitelist,
+    events: EventSink,
+    heartbeats: HeartbeatRequester,
+    term: Term,
+    store: MetaStore,
+    clock: Clock,
+    settings: RsSettings,
+    wake: Callable[[str], None],
+) -> LostServers:
+    """FORCE DELETE SERVER and RECOVER LS (issue 24 items 3-4) on the tenant layer
+    ``tenants``: the burial of lost servers and the removal of their members. ``wake(name)``
+    runs a task now (the balancer and the checkers after a burial)."""
+    return LostServers(
+        whitelist=whitelist,
+        burial=ServerBurial(whitelist, whitelist.tombstones, store, clock),
+        removal=MemberRemoval(
+            store=store,
+            layout=tenants.layout,
+            reports=tenants.reports,
+            health=tenants.health,
+            applier=tenants.applier,
+            leaders=tenants.leaders,
+            heartbeats=heartbeats,
+            events=events,
+            clock=clock,
+            settings=settings,
+            marks=tenants.log_marks,
+        ),
+        layout=tenants.layout,
+        pause=tenants.pause,
+        term=term,
+        store=store,
+        clock=clock,
+        wake=wake,
     )

@@ -1,0 +1,122 @@
+"""Building the emptying layer (SPEC.md section 9): the planner, the unit moves, the copy
+hand-out, the DELETE SERVER jobs, the balancer round, its dry run and the lost-replica
+checker, in dependency order, kept together in one :class:`BalancerLayer` (the RS's
+composition root, :mod:`rootservice.app.wiring`, takes them from it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from obcommon.clock import Clock
+from rootservice.balancer.copy_tasks import CopyTasks
+from rootservice.balancer.dry_run import DeleteDryRun
+from rootservice.balancer.job_progress import DeleteJobProgress
+from rootservice.balancer.lost_replica_checker import LostReplicaChecker
+from rootservice.balancer.planner import Planner
+from rootservice.balancer.planners import LazySparkPlanner, PandasPlanner, SwitchablePlanner
+from rootservice.balancer.ports import EventSink, Store, Waker, Whitelist
+from rootservice.balancer.root_balancer import RootBalancer
+from rootservice.balancer.unit_moves import UnitMoves
+from rootservice.config import RsSettings
+from rootservice.metrics import Metrics
+from rootservice.tenants.layer import TenantLayer
+
+
+@dataclass(frozen=True)
+class BalancerLayer:
+    """The emptying layer's objects, one per concern (see each class)."""
+
+    planner: SwitchablePlanner
+    unit_moves: UnitMoves
+    copy_tasks: CopyTasks
+    delete_jobs: DeleteJobProgress
+    migration: RootBalancer
+    delete_dry_run: DeleteDryRun
+    lost_replica_checker: LostReplicaChecker
+
+
+def build_balancer_layer(
+    *,
+    servers: Whitelist,
+    tenants: TenantLayer,
+    events: EventSink,
+    store: Store,
+    clock: Clock,
+    settings: RsSettings,
+    metrics: Metrics,
+    wake: Waker,
+    spark: Planner | None = None,
+) -> BalancerLayer:
+    """Build the emptying layer on the server whitelist ``servers`` and the tenant layer.
+
+    ``spark`` replaces the Spark planner behind ``balancer_planner = 'spark'`` (fake-clock
+    tests pass the pandas one or one that fails); by default a SparkSession starts on its
+    first use. ``wake`` runs a registered background task now by name. Nothing is started.
+    """
+    # Plans by Spark or pandas, as balancer_planner says at each call; a failed plan is
+    # counted, logged and recorded by the one planner object (issue 13 item 3).
+    planner = SwitchablePlanner(
+        settings,
+        spark=spark or LazySparkPlanner(settings),
+        local=PandasPlanner(settings.effective_db_url()),
+        events=events,
+        metrics=metrics,
+        clock=clock,
+    )
+    units = UnitMoves(
+        servers=servers,
+        ls=tenants.balancer_view,
+        layout=tenants.version,
+        store=store,
+        clock=clock,
+        metrics=metrics,
+        wake=wake,
+    )
+    copies = CopyTasks(
+        servers=servers,
+        ls=tenants.balancer_view,
+        events=events,
+        store=store,
+        clock=clock,
+        settings=settings,
+        metrics=metrics,
+    )
+    jobs = DeleteJobProgress(
+        servers=servers,
+        ls=tenants.balancer_view,
+        events=events,
+        store=store,
+        clock=clock,
+        settings=settings,
+        units=units,
+        copies=copies,
+    )
+    return BalancerLayer(
+        planner=planner,
+        unit_moves=units,
+        copy_tasks=copies,
+        delete_jobs=jobs,
+        migration=RootBalancer(
+            servers=servers,
+            ls=tenants.balancer_view,
+            planner=planner,
+            term=tenants.gate,
+            units=units,
+            copies=copies,
+            jobs=jobs,
+        ),
+        # EXPLAIN ALTER SYSTEM DELETE SERVER (issue 13 item 4): the balancer's planner on
+        # the servers as DELETE would leave them; reads only, never the round's lock.
+        delete_dry_run=DeleteDryRun(
+            planner=planner, servers=servers, ls=tenants.balancer_view, store=store
+        ),
+        lost_replica_checker=LostReplicaChecker(
+            servers=servers,
+            ls=tenants.balancer_view,
+            planner=planner,
+            term=tenants.gate,
+            store=store,
+            wake=wake,
+            metrics=metrics,
+        ),
+    )
