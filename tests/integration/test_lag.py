@@ -1,6 +1,7 @@
 """The lag detector with real processes (issue 25 item 2): ``rootservice`` and three
-``observer-agent`` processes hosting one log stream (leader in z1), SQLite (the database plays
-no part in the detector), ``agent_lag_timeout`` 2 s.
+``observer-agent`` processes hosting one log stream (leader in z1), ``agent_lag_timeout`` 2 s;
+the fault flags on both databases, the pauses on SQLite (the database plays no part in what
+they show; ``make soak-lag`` is their 10-minute run).
 
 Each fault flag is set while the agents heartbeat on; the RS's events are the measure (their
 times are the RS's clock, compared with the wall clock of the same host when the flag was
@@ -51,9 +52,9 @@ def _lagging(c: TenantCluster, server: str) -> list[list[object]]:
 
 
 def test_each_fault_flag_is_detected_and_the_leader_moves_off(
-    procs: ProcSet, tmp_path: Path
+    procs: ProcSet, tmp_path: Path, db_url: str
 ) -> None:
-    c = TenantCluster(procs, tmp_path, f"sqlite:///{tmp_path}/rs.db")
+    c = TenantCluster(procs, tmp_path, db_url)
     # Heartbeats every 200 ms: a disk latency reaches the RS within one.
     c.extra_flags = {"heartbeat_interval": "200ms"}
     c.start_rs(**RS_FLAGS, agent_lag_timeout="2s")
