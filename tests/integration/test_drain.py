@@ -227,3 +227,42 @@ def test_maintenance_window_holds_the_permanent_offline_clock(
         f"SELECT MAINTENANCE_END_TIME FROM DBA_OB_SERVERS WHERE SVR_IP = '{ip}' AND SVR_PORT = {port}"
     )
     assert maint_end is None and c.stop_time(a1) > 0
+
+
+def test_zone_maintenance_ends_by_itself(procs: ProcSet, tmp_path: Path, db_url: str) -> None:
+    """STOP ZONE ... FOR MAINTENANCE 3s with the zone's agent heartbeating throughout: the
+    zone is stopped and its server carries the window's end; the leader leaves it at the
+    statement; at the window's end the ticker ends the server's window (event
+    ``maintenance_end`` ``started``) and starts the zone, with nobody saying START, and the
+    leader, whose primary zone it is, comes back."""
+    c = TenantCluster(procs, tmp_path, db_url)
+    c.start_rs(**RS_FLAGS)
+    _, _, a3 = c.bootstrap(3)
+    c.make_tenant(ls_count=1, primary="z3")
+    wait_until(lambda: c.leaders_on(a3) == 1, 30, message="the leader in z3")
+    ip, port = a3.rsplit(":", 1)
+
+    def zone_status() -> str:
+        [[status]] = c.ok("SELECT status FROM DBA_OB_ZONES WHERE zone = 'z3'")
+        return str(status)
+
+    def window_end() -> object:
+        [[end]] = c.ok(
+            "SELECT MAINTENANCE_END_TIME FROM DBA_OB_SERVERS "
+            f"WHERE SVR_IP = '{ip}' AND SVR_PORT = {port}"
+        )
+        return end
+
+    c.ok("ALTER SYSTEM STOP ZONE 'z3' FOR MAINTENANCE 3s")
+    # The zone is stopped, not its server (STOP ZONE leaves ``stop_time`` alone); the window's
+    # end is on the server.
+    assert zone_status() == "INACTIVE" and window_end() is not None
+    assert c.leaders_on(a3) == 0
+    wait_until(lambda: zone_status() == "ACTIVE", 20, message="z3 started at the window's end")
+    assert window_end() is None and c.stop_time(a3) == 0
+    [[result]] = c.ok(
+        "SELECT value3 FROM __all_rootservice_event_history WHERE event = 'maintenance_end' "
+        f"AND value1 = '{a3}'"
+    )
+    assert str(result).startswith("started"), result
+    wait_until(lambda: c.leaders_on(a3) == 1, 30, message="the leader back in z3")
