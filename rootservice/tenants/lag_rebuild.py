@@ -225,7 +225,8 @@ class LagRebuilder:
     def run_once(self) -> int:
         """One round: every follower LAGGING for :func:`rebuild_delay_us` since its event,
         not rebuilt in this episode and not refused (see the module), is rebuilt. Returns how
-        many. Nothing while this RS may not act (or scheduling is paused)."""
+        many. Nothing while this RS may not act (or scheduling is paused). Raises
+        ``ObError(OB_ERR_SYS)`` when the layout cannot be read."""
         if not self.term.may_act():
             return 0
         lagging = self.followers.lagging_followers()
@@ -307,14 +308,16 @@ class LagRebuilder:
 
     def _rebuild(self, plan: LsPlan, view: LsView, dest: str, lagging_us: int, prior: int) -> bool:
         """Drop ``dest``'s replica, then send it the copy spec from the leader; one event and
-        a WARNING log. False (logged once) when the drop was refused: nothing changed."""
+        a WARNING log (``lagging_us``: since its ``follower_lagging`` event; ``prior``: its
+        earlier rebuilds). False (logged once) when the drop was refused: nothing changed."""
         key, src = plan.key, view.leader
         assert src is not None
         lead, r = view.replicas[src], view.replicas[dest]
         behind = max(0, lead.log_end_ts - r.log_end_ts)
         reason = (
-            f"{REASON_LAGGING}: {behind / 1e6:.1f}s behind the leader, LAGGING for "
-            f"{lagging_us / 1e6:.1f}s" + (f", rebuild {prior + 1}" if prior else "")
+            f"{REASON_LAGGING}: {behind / 1e6:.1f}s behind the leader, "
+            f"{lagging_us / 1e6:.1f}s after follower_lagging"
+            + (f", rebuild {prior + 1}" if prior else "")
         )
         try:
             self.applier.apply(dest, drop=[key])

@@ -109,7 +109,7 @@ def test_a_follower_still_lagging_after_the_delay_is_dropped_and_copied_from_the
     [ev] = _rebuild_events(layer)
     assert ev["server"] == s.lagging and ev["source"] == s.leader
     assert str(ev["reason"]).startswith(
-        f"{REASON_LAGGING}: 10.0s behind the leader, LAGGING for 60.0s"
+        f"{REASON_LAGGING}: 10.0s behind the leader, 60.0s after follower_lagging"
     )
     assert s.rebuilder.metrics.get("lagging_replica_rebuilds_total") == 1
     assert s.rebuilder.name == "lag_rebuilder"
