@@ -167,6 +167,7 @@ class RootService(RsComponents):
             (self.empty_server_checker, s.empty_server_check_interval),
             (tl.reconciler, s.ls_check_interval),
             (tl.rebuilder, s.ls_check_interval),
+            (self.lag_rebuilder, s.ls_check_interval),
             (tl.learner_sync, LEARNER_SYNC_INTERVAL_US),
             (tl.meta_sync, s.ls_check_interval),
             (self.migration, s.balancer_interval),

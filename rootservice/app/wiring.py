@@ -65,7 +65,11 @@ from rootservice.servers.self_suspicion import SelfSuspicion
 from rootservice.servers.whitelist import Whitelist
 from rootservice.servers.zones import ZoneManager
 from rootservice.tenants.drain_work import DrainWork
-from rootservice.tenants.layer import build_lost_servers, build_tenant_layer
+from rootservice.tenants.layer import (
+    build_lag_rebuilder,
+    build_lost_servers,
+    build_tenant_layer,
+)
 from rootservice.timers import Schedule, Timers, WallClockWatchdog
 
 log = logging.getLogger(__name__)
@@ -368,6 +372,10 @@ class RsComponents(ABC):
             background=self.background,
             copies=self.copy_tasks,
         )
+        # ... and its last action: a follower LAGGING for long is rebuilt in place.
+        self.lag_rebuilder = build_lag_rebuilder(
+            tl, self.lag_detector, self.persist, self.clock, settings, self.metrics
+        )
         self.empty_server_checker = EmptyServerChecker(
             self.whitelist,
             self.term,
@@ -434,6 +442,7 @@ class RsComponents(ABC):
                 self.migration.clear,
                 self.self_suspicion.reset,
                 self.lag_detector.clear,
+                self.lag_rebuilder.clear,
                 self.agents.ledger.clear,
             ],
             address=lambda: self.rpc_addr,

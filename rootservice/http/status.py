@@ -35,7 +35,9 @@ def server_doc(s: ServerStatus, now_us: int, replicas: int) -> dict[str, Any]:
     whether it is SUSPECT (issue 25 item 1: back after its lease expired, no new leaders and
     no copies) until ``suspect_end_time_us`` (0 when not); ``lagging`` whether it is LAGGING
     (issue 25 item 2) since ``lagging_time_us`` for ``lag_reasons`` (``command``, ``disk``),
-    and its last ``disk_probe_latency_us``."""
+    and its last ``disk_probe_latency_us``; ``draining`` whether a DRAIN SERVER runs on it
+    (issue 25 item 3) and ``maintenance_end_time_us`` the end of its ``STOP ... FOR
+    MAINTENANCE`` window while it lasts (issue 25 item 4; 0 when none or over)."""
     r = s.resource_info
     return {
         "server": s.key,
@@ -55,6 +57,8 @@ def server_doc(s: ServerStatus, now_us: int, replicas: int) -> dict[str, Any]:
         "lagging_time_us": s.lagging_time,
         "lag_reasons": list(s.lag.reasons) if s.lagging_time else [],
         "disk_probe_latency_us": s.disk_probe_latency_us,
+        "draining": s.draining,
+        "maintenance_end_time_us": s.maintenance_end_time if s.in_maintenance(now_us) else 0,
         "leader_count": max(0, s.leader_cnt),
         "replica_count": replicas,
         "resources": {

@@ -21,7 +21,9 @@ leader's. The actions, in order, for a server that becomes LAGGING:
 A copy that makes no progress for twice ``agent_lag_timeout`` gets an event ``copy_stalled``
 and is sent again from another healthy member
 (:meth:`rootservice.balancer.copy_tasks.CopyTasks.restart_stalled`), and a follower that trails its leader by more than ``ls_log_sync_threshold`` as long gets
-``follower_lagging`` (module ``disaster_recovery``), once per episode. So that a frozen agent
+``follower_lagging`` (module ``disaster_recovery``), once per episode; the followers lagging
+now are :meth:`LagDetector.lagging_followers`, which the ``lag_rebuilder``
+(:mod:`rootservice.tenants.lag_rebuild`) rebuilds when they stay so. So that a frozen agent
 is found without other traffic, a server that hosts replicas and was sent no command for half
 ``agent_lag_timeout`` is sent a ``RequestHeartbeat`` (a command like any other; a server
 hosting nothing is judged on the commands it gets, which keeps thousands of empty agents from
@@ -171,12 +173,20 @@ class LagDetector:
         self._copies: dict[tuple[LsKey, str], Progress] = {}
         self._trailing: dict[tuple[LsKey, str], int] = {}
         self._reported: set[tuple[str, LsKey, str]] = set()
+        self._lagging: dict[tuple[LsKey, str], int] = {}
 
     def clear(self) -> None:
         """Forget every watch (step down); the records' episodes go with the whitelist."""
         self._copies.clear()
         self._trailing.clear()
         self._reported.clear()
+        self._lagging = {}
+
+    def lagging_followers(self) -> dict[tuple[LsKey, str], int]:
+        """The followers LAGGING at the last round: ``{((tenant_id, ls_id), server): when
+        it became LAGGING}`` (monotonic µs of the round that wrote its ``follower_lagging``
+        event; the episode lasts while the key stays). A copy; thread-safe."""
+        return dict(self._lagging)
 
     def run_once(self) -> int:
         """One round (see the module): judge every alive server (and those this detector
@@ -308,6 +318,13 @@ class LagDetector:
                     if follower_lagging(since, mono, timeout):
                         found.add(("follower_lagging", key, server))
         self._copies, self._trailing = copies, trailing
+        # Replaced whole (never mutated): another thread's read sees one round or the next.
+        # A follower keeps the round that reported it while its episode lasts.
+        self._lagging = {
+            k: self._lagging.get(k, mono)
+            for k, since in trailing.items()
+            if follower_lagging(since, mono, timeout)
+        }
         for event, key, server in sorted(found - self._reported):
             self.persist.add_event(
                 Event(

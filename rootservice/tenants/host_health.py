@@ -36,6 +36,12 @@ class HostHealth:
         s = self.servers.get(server)
         return s is not None and s.is_suspect(self.clock.monotonic_us())
 
+    def lag_reasons(self, server: str) -> tuple[str, ...]:
+        """Why ``server`` is LAGGING (issue 25 item 2: ``("command",)``, ``("disk",)`` ...;
+        :mod:`rootservice.servers.lag_policy`), empty when it is not or is not whitelisted."""
+        s = self.servers.get(server)
+        return s.lag.reasons if s is not None and s.lag.lagging else ()
+
     def is_alive(self, server: str) -> bool:
         """``server`` is whitelisted and its heartbeat status is alive."""
         s = self.servers.get(server)

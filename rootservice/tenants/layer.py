@@ -17,6 +17,7 @@ from rootservice.servers.whitelist import Whitelist
 from rootservice.tenants.balancer_view import BalancerView
 from rootservice.tenants.ddl import TenantManager
 from rootservice.tenants.host_health import HostHealth
+from rootservice.tenants.lag_rebuild import LaggingFollowers, LagRebuilder
 from rootservice.tenants.leaders import LeaderCoordinator
 from rootservice.tenants.learner_sync import LearnerSync
 from rootservice.tenants.log_marks import LogMarks
@@ -249,4 +250,29 @@ def build_lost_servers(
         store=store,
         clock=clock,
         wake=wake,
+    )
+
+
+def build_lag_rebuilder(
+    tenants: TenantLayer,
+    followers: LaggingFollowers,
+    events: EventSink,
+    clock: Clock,
+    settings: RsSettings,
+    metrics: Metrics,
+) -> LagRebuilder:
+    """The ``lag_rebuilder`` task (issue 25 item 2) on the tenant layer ``tenants``:
+    ``followers`` (the lag detector) lists the LAGGING followers it rebuilds in place."""
+    return LagRebuilder(
+        term=tenants.gate,
+        followers=followers,
+        health=tenants.health,
+        layout=tenants.layout,
+        reports=tenants.reports,
+        applier=tenants.applier,
+        events=events,
+        clock=clock,
+        settings=settings,
+        metrics=metrics,
+        warnings=OnceLog(),
     )

@@ -47,6 +47,24 @@ RETRY_BASE_US = 1_000_000
 RETRY_CAP_US = 60_000_000
 
 
+def rebuild_event(now: int, key: LsKey, dest: str, src: str, reason: str) -> Event:
+    """The ``disaster_recovery`` / ``rebuild_replica`` event at ``now`` (µs): ``dest``'s
+    replica of ``key`` copied from ``src`` for ``reason`` (this task's and the lag
+    rebuilder's, :mod:`rootservice.tenants.lag_rebuild`)."""
+    return Event(
+        now,
+        "disaster_recovery",
+        "rebuild_replica",
+        (
+            ("tenant_id", key[0]),
+            ("ls_id", key[1]),
+            ("server", dest),
+            ("source", src),
+            ("reason", reason),
+        ),
+    )
+
+
 class ReplicaRebuilder:
     """``run_once()`` -> copies handed out to rebuild lost members (see the module doc).
 
@@ -193,21 +211,12 @@ class ReplicaRebuilder:
             return False
         self.warnings.cleared(dest, key)
         self.events.add_event(
-            Event(
+            rebuild_event(
                 self.clock.now_us(),
-                "disaster_recovery",
-                "rebuild_replica",
-                (
-                    ("tenant_id", key[0]),
-                    ("ls_id", key[1]),
-                    ("server", dest),
-                    ("source", src),
-                    (
-                        "reason",
-                        REASON_MISSING
-                        + (f" (retry after a failed copy: {failed})" if failed else ""),
-                    ),
-                ),
+                key,
+                dest,
+                src,
+                REASON_MISSING + (f" (retry after a failed copy: {failed})" if failed else ""),
             )
         )
         log.warning(

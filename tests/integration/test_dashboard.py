@@ -5,7 +5,9 @@ by selenium through Debian's chromedriver, against real ``rootservice`` and
 The page must show every server ACTIVE grouped by zone; after one agent is killed
 (SIGKILL) its row must turn INACTIVE without a page reload (a marker set on ``window``
 survives); a DELETE SERVER job shows with its progress bar; statement text with markup is
-shown as text, never parsed; when the RS goes away the page says "connection lost since ..."
+shown as text, never parsed; a LAGGING server and one stopped for maintenance show their
+badges (issue 25; SUSPECT's is the same code, DRAINING's too, checked in the status API's
+unit tests); when the RS goes away the page says "connection lost since ..."
 and recovers when it is back.
 
 How the browser gets in:
@@ -38,6 +40,7 @@ import base64
 import hashlib
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -77,6 +80,21 @@ for (const tr of document.querySelectorAll('tbody.zone tr[data-server]')) {
     status: cell ? cell.getAttribute('data-status') : null,
     text: cell ? cell.textContent : null,
     zone: tr.closest('tbody').getAttribute('data-zone'),
+  };
+}
+return out;
+"""
+
+# Issue 25's states on the page: per server, the badges of its status cell and the cell's
+# data- attributes of the LAGGING and MAINTENANCE states.
+_STATES_JS = """
+const out = {};
+for (const tr of document.querySelectorAll('tbody.zone tr[data-server]')) {
+  const cell = tr.querySelector('td.status');
+  out[tr.getAttribute('data-server')] = {
+    badges: [...cell.querySelectorAll('.badge')].map(b => [b.textContent, b.title]),
+    lagging_since: cell.getAttribute('data-lagging-since'),
+    maintenance_until: cell.getAttribute('data-maintenance-until'),
   };
 }
 return out;
@@ -158,7 +176,7 @@ def test_dashboard_shows_a_killed_agent_inactive_without_a_reload(
     backend = db_url.split(":", 1)[0].split("+", 1)[0]
     c = Cluster(procs, tmp_path, db_url)
     http_addr = f"127.0.0.1:{free_port()}"
-    c.start_rs(http_addr=http_addr)
+    c.start_rs(http_addr=http_addr, agent_lag_timeout="2s")
     # User statements need the leader: on PostgreSQL the RS first wins the election.
     wait_until(lambda: c.metrics().get("state") == "WAIT_BOOTSTRAP", 20, message="RS leads")
     c.ok(f"CREATE USER '{USER}' IDENTIFIED BY '{PASSWORD}'")
@@ -237,6 +255,29 @@ def test_dashboard_shows_a_killed_agent_inactive_without_a_reload(
             message="the statement with markup among the events, as text",
         )
         assert driver.execute_script("return document.getElementById('ob-xss')") is None
+
+        # Issue 25's states, each a badge with its meaning: a1 LAGGING (its disk probe's
+        # fsync takes 3 s, above the limit at agent_lag_timeout 2s), a3 stopped for
+        # maintenance until an hour from now.
+        before_us = time.time_ns() // 1000
+        (c.data_dir(a1) / "FAULT_FSYNC_SLOW_MS").write_text("3000")
+        c.ok(f"ALTER SYSTEM STOP SERVER '{a3}' FOR MAINTENANCE 1h")
+        after_us = time.time_ns() // 1000
+
+        def states() -> dict[str, Any] | None:
+            st: dict[str, Any] = driver.execute_script(_STATES_JS)
+            ready = st.get(a1, {}).get("lagging_since") and st.get(a3, {}).get("maintenance_until")
+            return st if ready else None
+
+        st = wait_until(states, PAGE_UPDATE_S + 10, message="a1 LAGGING, a3 in maintenance")
+        [[_, _], [lag, lag_title]] = st[a1]["badges"]
+        assert lag == "LAGGING" and lag_title.startswith("LAGGING (disk) since "), st[a1]
+        assert before_us <= int(st[a1]["lagging_since"]) <= after_us + 30_000_000
+        assert [b[0] for b in st[a3]["badges"]][-1] == "MAINTENANCE", st[a3]
+        until = int(st[a3]["maintenance_until"])
+        assert before_us + 3600_000_000 <= until <= after_us + 3600_000_000
+        assert st[a3]["badges"][-1][1].startswith("stopped for maintenance until ")
+        (c.data_dir(a1) / "FAULT_FSYNC_SLOW_MS").unlink()
         # No script errors, no failed loads while the RS was up (a 401 answered with the
         # credentials is not logged).
         severe = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]

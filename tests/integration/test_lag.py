@@ -16,6 +16,10 @@ set; no duration is timed here):
   ``agent_lag_timeout`` (the disk limit at this timeout) + 1 s of the flag.
 - ``FAULT_LOG_FREEZE`` on the third: its follower trails by more than
   ``ls_log_sync_threshold`` (1 s) and is reported ``follower_lagging`` twice the timeout later.
+
+A separate test keeps ``FAULT_LOG_FREEZE`` on a follower until the ``lag_rebuilder`` rebuilds
+it (twice the timeout after ``follower_lagging``): the replica is copied afresh from the
+leader and, the flag removed, is in service and in log sync again.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_tenants import RS_FLAGS, TenantCluster
+from tests.integration.test_tenants import RS_FLAGS, TenantCluster, replica_report
 from tests.support.cluster import ProcSet, wait_until
 
 pytestmark = pytest.mark.integration
@@ -107,6 +111,52 @@ def test_each_fault_flag_is_detected_and_the_leader_moves_off(
     [follower] = [e for e in _events(c, "follower_lagging") if e[3] == a3]
     assert int(str(follower[0])) <= t2 + S + 2 * T + S
     (c.data_dir(a3) / "FAULT_LOG_FREEZE").unlink()
+
+
+def test_a_follower_with_a_frozen_log_is_rebuilt_and_catches_up(
+    procs: ProcSet, tmp_path: Path
+) -> None:
+    """Issue 25 item 2, "a lagging replica rebuilt": ``agent_lag_timeout`` 2 s, so the
+    follower is LAGGING 4 s after it trails by over 1 s and rebuilt 4 s after that."""
+    c = TenantCluster(procs, tmp_path, f"sqlite:///{tmp_path}/rs.db")
+    c.start_rs(**RS_FLAGS, agent_lag_timeout="2s")
+    a1, a2, a3 = c.bootstrap(3)
+    c.make_tenant(ls_count=1, primary="z1")
+    wait_until(lambda: c.leaders_on(a1) == 1, 30, message="the leader in z1")
+    key = (1002, 1001)
+    data = c.data_dir(a3) / "replicas" / f"{key[0]}_{key[1]}" / "data"
+    t0 = time.time_ns()
+    assert data.stat().st_mtime_ns < t0
+
+    (c.data_dir(a3) / "FAULT_LOG_FREEZE").touch()
+
+    def rebuilds() -> list[list[object]]:
+        rows = c.ok(
+            "SELECT event_time, value3, value4, value5 FROM __all_rootservice_event_history "
+            "WHERE event = 'rebuild_replica' ORDER BY id"
+        )
+        return [r for r in rows if r[1] == a3]
+
+    wait_until(rebuilds, 30, message="a3's replica rebuilt")
+    (c.data_dir(a3) / "FAULT_LOG_FREEZE").unlink()
+    [[at, _, source, reason]] = rebuilds()
+    assert source == a1 and str(reason).startswith("follower lagging"), reason
+    [lagging] = [e for e in _events(c, "follower_lagging") if e[3] == a3]
+    assert int(str(at)) >= int(str(lagging[0])) + 2 * T  # the further wait, not at once
+
+    def caught_up() -> bool:
+        lead, mine = replica_report(a1)[key], replica_report(a3).get(key)
+        return (
+            mine is not None
+            and mine.in_service
+            and not mine.copy_from
+            and lead.log_end_ts - mine.log_end_ts <= S
+        )
+
+    wait_until(caught_up, 20, message="a3's rebuilt replica in service and in log sync")
+    # Copied afresh: the data file was written after the fault, by the copy.
+    assert data.stat().st_mtime_ns > t0
+    assert len(rebuilds()) == 1
 
 
 #: Seconds of the pause pattern; ``make soak-lag`` runs it for 10 minutes.

@@ -3,8 +3,10 @@
 // page in place, without a reload. Every value from the API reaches the page through
 // textContent or setAttribute, never innerHTML, so a server or event value cannot inject
 // markup. Stable hooks for tests and scripts: <tr data-server="ip:port"> per server, its
-// status cell <td class="status" data-status="ACTIVE|INACTIVE|DELETING"> (with a SUSPECT badge
-// and data-suspect-until="<microseconds>" while the server is SUSPECT), <tr data-job-id>
+// status cell <td class="status" data-status="ACTIVE|INACTIVE|DELETING"> (with a badge and an
+// attribute per state: SUSPECT data-suspect-until="<microseconds>", LAGGING
+// data-lagging-since="<microseconds>", DRAINING data-draining="true", MAINTENANCE
+// data-maintenance-until="<microseconds>"), <tr data-job-id>
 // per job, and on <body> data-polls (successful polls so far), data-connection
 // ("connecting" | "ok" | "lost") and data-now-us (now_us of the last snapshot drawn).
 "use strict";
@@ -151,7 +153,7 @@
     const status = s.status || "";
     return el("tr", { "data-server": s.server, "data-zone": s.zone }, [
       el("td", { className: "mono", text: s.server, title: `id ${s.id}` }),
-      suspectCell(s, status),
+      stateCell(s, status),
       el("td", { className: "heartbeat", "data-heartbeat": s.heartbeat_status }, [
         badge(s.heartbeat_status, "hb"),
       ]),
@@ -166,16 +168,37 @@
     ]);
   }
 
-  // SUSPECT (issue 25 item 1): back after its lease expired; no new leaders and no copies
-  // until suspect_end_time_us. Shown beside the status, which stays ACTIVE.
-  function suspectCell(s, status) {
+  // The states beside the status, which stays ACTIVE (issue 25): SUSPECT (item 1: back
+  // after its lease expired; no new leaders and no copies until suspect_end_time_us), LAGGING
+  // (item 2: heartbeats while its commands or disk do not move; since lagging_time_us, for
+  // lag_reasons), DRAINING (item 3: a DRAIN SERVER runs on it) and MAINTENANCE (item 4: a
+  // STOP ... FOR MAINTENANCE window until maintenance_end_time_us). Each is a badge whose
+  // title says what it means, and a data- attribute of the cell.
+  function stateCell(s, status) {
     const attrs = { className: "status", "data-status": status };
     const parts = [badge(status, "status")];
-    if (s.suspect) {
-      attrs["data-suspect-until"] = String(s.suspect_end_time_us);
-      const b = badge("SUSPECT", "status");
-      b.title = `no new leaders and no copies until ${fmtTime(s.suspect_end_time_us)}`;
+    function add(name, attr, value, title) {
+      attrs[attr] = String(value);
+      const b = badge(name, "status");
+      b.title = title;
       parts.push(" ", b);
+    }
+    if (s.suspect) {
+      add("SUSPECT", "data-suspect-until", s.suspect_end_time_us,
+        `no new leaders and no copies until ${fmtTime(s.suspect_end_time_us)}`);
+    }
+    if (s.lagging) {
+      const why = (s.lag_reasons || []).join(", ") || "unknown";
+      add("LAGGING", "data-lagging-since", s.lagging_time_us,
+        `LAGGING (${why}) since ${fmtTime(s.lagging_time_us)}: no new leaders, no copies, ` +
+          "leaders moved off");
+    }
+    if (s.draining) {
+      add("DRAINING", "data-draining", "true", "a DRAIN SERVER moves its leaders and copies off");
+    }
+    if (s.maintenance_end_time_us) {
+      add("MAINTENANCE", "data-maintenance-until", s.maintenance_end_time_us,
+        `stopped for maintenance until ${fmtTime(s.maintenance_end_time_us)}`);
     }
     return el("td", attrs, parts);
   }

@@ -15,6 +15,7 @@ import pytest
 from obcommon.errors import ObError
 from rootservice.app import RootService
 from rootservice.db import drain_repo
+from rootservice.http.status import server_doc
 from rootservice.servers.disruption_budget import LsMembers, disruption, refusals
 from rootservice.servers.drain import PROGRESS_INTERVAL_US
 from rootservice.servers.lag_policy import LagState
@@ -76,8 +77,13 @@ def test_disruption_names_each_state_and_one_function_decides() -> None:
     assert disruption(s, 10, 0) == "stopped"
     s.maintenance_end_time = 100
     assert disruption(s, 10, 99) == "in maintenance" and disruption(s, 10, 100) == "stopped"
+    # The status API (and the dashboard's badges): the window while it lasts, the drain.
+    assert server_doc(s, 99, 0)["maintenance_end_time_us"] == 100
+    assert server_doc(s, 100, 0)["maintenance_end_time_us"] == 0
+    assert not server_doc(s, 0, 0)["draining"]
     s.draining = True
     assert disruption(s, 10, 0) == "draining"
+    assert server_doc(s, 0, 0)["draining"]
 
 
 @pytest.mark.parametrize(

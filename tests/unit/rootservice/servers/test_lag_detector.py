@@ -162,21 +162,27 @@ def test_a_stalled_copy_and_a_trailing_follower_are_reported_after_twice_the_tim
         dest, key = SEEDED[2][0], (1002, 1001)
         rs.copy_tasks.tasks[(key, dest)] = CopyTask(key, dest, A, B, rs.clock.monotonic_us())
         trail = 3 * S + 1  # above ls_log_sync_threshold (3 s)
+        start = rs.clock.monotonic_us()
         beat(trail, 100)
         rs.clock.advance(2 * T - 1)
         beat(trail, 100)
         flush(rs)
         assert not events(rs, "copy_stalled") and not events(rs, "follower_lagging")
         assert rs.copy_tasks.stalled() == frozenset()
+        assert rs.lag_detector.lagging_followers() == {}
         rs.clock.advance(1)
         beat(trail, 100)
         flush(rs)
+        # The lag rebuilder's input: the follower and when it became LAGGING.
+        assert rs.lag_detector.lagging_followers() == {(key, B): start + 2 * T}
         [copy] = events(rs, "copy_stalled")
         [follower] = events(rs, "follower_lagging")
         assert copy["value3"] == SEEDED[2][0] and follower["value3"] == B
         assert rs.copy_tasks.stalled() == {(key, dest)}
-        beat(trail, 100)  # once per episode
+        rs.clock.advance(S)
+        beat(trail, 100)  # once per episode, which keeps its start
         flush(rs)
+        assert rs.lag_detector.lagging_followers() == {(key, B): start + 2 * T}
         assert len(events(rs, "copy_stalled")) == 1
         # A follower exactly at the threshold is in sync; a copy that moved starts again.
         beat(3 * S, 101)
@@ -184,6 +190,7 @@ def test_a_stalled_copy_and_a_trailing_follower_are_reported_after_twice_the_tim
         beat(3 * S, 101)
         flush(rs)
         assert len(events(rs, "follower_lagging")) == 1
+        assert rs.lag_detector.lagging_followers() == {}  # in sync: the episode ended
         assert len(events(rs, "copy_stalled")) == 2  # stalled again for 2 T at 101 bytes
     finally:
         rs.shutdown()
