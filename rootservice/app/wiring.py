@@ -249,6 +249,7 @@ class RsComponents(ABC):
         self.planner = emptying.planner
         self.unit_moves = emptying.unit_moves
         self.copy_tasks = emptying.copy_tasks
+        self.copy_replan = emptying.copy_replan
         self.delete_jobs = emptying.delete_jobs
         self.migration = emptying.migration
         self.delete_dry_run = emptying.delete_dry_run
@@ -268,6 +269,7 @@ class RsComponents(ABC):
             clock=self.clock,
             settings=settings,
             copies=self.copy_tasks.involving,
+            replan_to=self.copy_replan.leave,
         )
         # Retention of the event and job history (issue 12 item 6).
         self.history_pruner = HistoryPruner(
@@ -370,7 +372,7 @@ class RsComponents(ABC):
             stacks=self.agents,
             heartbeats=self.heartbeat_requester,
             background=self.background,
-            copies=self.copy_tasks,
+            copies=self.copy_replan,
         )
         # ... and its last action: a follower LAGGING for long is rebuilt in place.
         self.lag_rebuilder = build_lag_rebuilder(

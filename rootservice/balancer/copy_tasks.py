@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -78,7 +78,8 @@ COPY_LEADER = "leader"
 class CopyTask:
     """A replica of LS ``key`` (``(tenant_id, ls_id)``) being built on ``dest`` by copying
     from ``src``, replacing the one on ``old`` (servers as ``'ip:port'``; ``started_us``, monotonic, when
-    last sent). In memory only: after an RS restart the next plan finds the same work
+    last sent; ``stalls``, the times the lag detector found it stalled and it was marked to be
+    sent again). In memory only: after an RS restart the next plan finds the same work
     again."""
 
     key: LsKey
@@ -88,6 +89,7 @@ class CopyTask:
     started_us: int
     attempts: int = 1
     tried: set[str] = field(default_factory=set)
+    stalls: int = 0
 
 
 class CopyTasks:
@@ -154,10 +156,31 @@ class CopyTasks:
         sends it again from another healthy member, as it does a failed copy (the agent then
         restarts it from byte 0). False when no such copy is in flight (nothing marked)."""
         with self._lock:
-            if (key, dest) not in self.tasks:
+            task = self.tasks.get((key, dest))
+            if task is None:
                 return False
+            task.stalls += 1
             self._stalled.add((key, dest))
             return True
+
+    def stall_count(self, key: LsKey, dest: str, /) -> int | None:
+        """How often the copy of ``key`` to ``dest`` was marked by :meth:`restart_stalled`;
+        None when no such copy is in flight."""
+        with self._lock:
+            task = self.tasks.get((key, dest))
+            return None if task is None else task.stalls
+
+    def other_source(self, key: LsKey, dest: str, /) -> str | None:
+        """A healthy member (alive, in service) that the copy of ``key`` to ``dest`` has not
+        been sent from yet, or None (none, or no such copy in flight). Reads the in-memory
+        reports; no lock held while it does."""
+        with self._lock:
+            task = self.tasks.get((key, dest))
+            if task is None:
+                return None
+            tried = task.tried | {task.src}
+        view = self.ls.views().get(key)
+        return None if view is None else self._other_source(view, tried)
 
     def stalled(self) -> frozenset[tuple[LsKey, str]]:
         """The ``(key, dest)`` copies marked by :meth:`restart_stalled` and not sent again
@@ -398,22 +421,31 @@ class CopyTasks:
             return server
         return None
 
-    def cancel_to(self, dests: set[str]) -> dict[str, list[LsKey]]:
-        """CANCEL DELETE SERVER, once its transaction committed: forget the copies to
-        ``dests`` (``'ip:port'``) and return what to drop there, by destination: the
-        replicas being built (reported not in service, or built by copy) and those of the
-        forgotten copies the destination does not report yet (possibly still in flight). Cheap (the short lock,
-        no RPC): :meth:`drop` does the calls."""
+    def cancel_to(self, dests: set[str], keys: Set[LsKey] | None = None) -> dict[str, list[LsKey]]:
+        """CANCEL DELETE SERVER, once its transaction committed (or the re-plan of a copy's
+        destination, :mod:`rootservice.balancer.copy_replan`, with ``keys``): forget the
+        copies to ``dests`` (``'ip:port'``; of the log streams ``keys`` only, when given)
+        and return what to drop there, by destination: the replicas being built (reported
+        not in service, or built by copy) and those of the forgotten copies the destination
+        does not report yet (possibly still in flight). Cheap (the short lock, no RPC):
+        :meth:`drop` does the calls."""
         with self._lock:
-            gone = [t for tk, t in self.tasks.items() if t.dest in dests]
+            gone = [
+                t
+                for t in self.tasks.values()
+                if t.dest in dests and (keys is None or t.key in keys)
+            ]
             for t in gone:
                 self.tasks.pop((t.key, t.dest), None)
+                self._stalled.discard((t.key, t.dest))
         drops: dict[str, set[LsKey]] = {}
         reports = self.ls.reports()
         for server, table in reports.items():
             if server not in dests:
                 continue
             for k, r in table.items():
+                if keys is not None and k not in keys:
+                    continue
                 if not r.in_service or r.copy_from:
                     drops.setdefault(server, set()).add(k)
         for t in gone:

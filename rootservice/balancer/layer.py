@@ -1,6 +1,6 @@
 """Building the emptying layer (SPEC.md section 9): the planner, the unit moves, the copy
-hand-out, the DELETE SERVER jobs, the balancer round, its dry run and the lost-replica
-checker, in dependency order, kept together in one :class:`BalancerLayer` (the RS's
+hand-out, the re-plan of copy destinations, the DELETE SERVER jobs, the balancer round, its
+dry run and the lost-replica checker, in dependency order, kept together in one :class:`BalancerLayer` (the RS's
 composition root, :mod:`rootservice.app.wiring`, takes them from it)."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from obcommon.clock import Clock
+from rootservice.balancer.copy_replan import CopyReplan
 from rootservice.balancer.copy_tasks import CopyTasks
 from rootservice.balancer.dry_run import DeleteDryRun
 from rootservice.balancer.job_progress import DeleteJobProgress
@@ -29,6 +30,7 @@ class BalancerLayer:
     planner: SwitchablePlanner
     unit_moves: UnitMoves
     copy_tasks: CopyTasks
+    copy_replan: CopyReplan
     delete_jobs: DeleteJobProgress
     migration: RootBalancer
     delete_dry_run: DeleteDryRun
@@ -81,6 +83,19 @@ def build_balancer_layer(
         settings=settings,
         metrics=metrics,
     )
+    # A stalled or drained copy destination sent elsewhere (issue 25 items 2-3).
+    replan = CopyReplan(
+        copies=copies,
+        ls=tenants.balancer_view,
+        rooms=tenants.rooms,
+        servers=servers,
+        store=store,
+        layout=tenants.version,
+        clock=clock,
+        settings=settings,
+        metrics=metrics,
+        wake=wake,
+    )
     jobs = DeleteJobProgress(
         servers=servers,
         ls=tenants.balancer_view,
@@ -95,6 +110,7 @@ def build_balancer_layer(
         planner=planner,
         unit_moves=units,
         copy_tasks=copies,
+        copy_replan=replan,
         delete_jobs=jobs,
         migration=RootBalancer(
             servers=servers,
@@ -104,6 +120,7 @@ def build_balancer_layer(
             units=units,
             copies=copies,
             jobs=jobs,
+            replan=replan,
         ),
         # EXPLAIN ALTER SYSTEM DELETE SERVER (issue 13 item 4): the balancer's planner on
         # the servers as DELETE would leave them; reads only, never the round's lock.

@@ -7,7 +7,10 @@ persist queue), :class:`Waker` (the task registry's wake-up by task name), :clas
 :class:`LayoutVersion` (the tenant layer's cache version of the layout) and the log-stream
 views of the tenant layer (:class:`LsLayout`, :class:`ReplicaReports`, :class:`LsStatus`,
 :class:`ReplicaWork`,
-:class:`MetaCache`; today all :class:`rootservice.tenants.balancer_view.BalancerView`).
+:class:`MetaCache`; today all :class:`rootservice.tenants.balancer_view.BalancerView`), the
+tenant layer's unit placement (:class:`UnitRooms`) and, between the balancer's own parts, the
+copies in flight as the re-plan of a destination sees them (:class:`CopyLedger`) and that
+re-plan as the balancer round runs it (:class:`Replanner`).
 
 The value types the tenant layer hands back (:data:`LsKey`, :class:`LsPlan`,
 :class:`LsView`, :class:`Topology`) are imported here only, so the rest of the package names
@@ -16,7 +19,7 @@ them through this module.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence, Set
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -25,12 +28,15 @@ import sqlalchemy as sa
 from obcommon.errors import ObError
 from obcommon.proto import obrpc_pb2
 from rootservice.db.event_repo import Event
+from rootservice.db.unit_repo import Unit
 from rootservice.servers.status import ServerStatus
+from rootservice.tenants.placement import Placement
 from rootservice.tenants.reports import LsView
 from rootservice.tenants.topology import LsPlan, Topology
 from rootservice.tenants.vocabulary import LsKey
 
 __all__ = [
+    "CopyLedger",
     "EventSink",
     "Gate",
     "LayoutVersion",
@@ -43,9 +49,11 @@ __all__ = [
     "ReplicaReports",
     "ReplicaWork",
     "ReadStore",
+    "Replanner",
     "Reports",
     "Store",
     "Topology",
+    "UnitRooms",
     "Waker",
     "Whitelist",
 ]
@@ -189,4 +197,54 @@ class MetaCache(Protocol):
 
     def forget_meta(self) -> None:
         """Re-read ``__all_ls_meta_table`` at the next sync (someone else deleted rows)."""
+        ...
+
+
+class UnitRooms(Protocol):
+    """Unit placement on the servers' rooms (:class:`rootservice.tenants.rooms.ServerRooms`)."""
+
+    def place(self, conn: sa.Connection, units: Sequence[Unit], *, avoid: Set[str]) -> Placement:
+        """Where ``units`` would go if they left their servers, never to ``avoid``
+        (``'ip:port'``) nor back to their own; failures in the result."""
+        ...
+
+
+class CopyLedger(Protocol):
+    """The copies in flight as the re-plan of a destination sees them
+    (:class:`rootservice.balancer.copy_tasks.CopyTasks`), keyed ``(ls key, dest)``."""
+
+    def stall_count(self, key: LsKey, dest: str, /) -> int | None:
+        """Times the copy was marked stalled; None when no such copy is in flight."""
+        ...
+
+    def other_source(self, key: LsKey, dest: str, /) -> str | None:
+        """A healthy member the copy was not sent from yet, or None."""
+        ...
+
+    def restart_stalled(self, key: LsKey, dest: str, /) -> bool:
+        """Send the copy again from another member at the next hand-out; False when no such
+        copy is in flight."""
+        ...
+
+    def cancel_to(self, dests: set[str], keys: Set[LsKey] | None = None) -> dict[str, list[LsKey]]:
+        """Forget the copies to ``dests`` (of ``keys`` only, when given); returns the
+        replicas to drop there, by destination."""
+        ...
+
+    def drop(self, drops: dict[str, list[LsKey]]) -> None:
+        """Drop replicas by server (ApplyReplicas); failures are logged."""
+        ...
+
+
+class Replanner(Protocol):
+    """The re-plan of copy destinations as the balancer round runs it
+    (:class:`rootservice.balancer.copy_replan.CopyReplan`)."""
+
+    def run(self) -> int:
+        """Re-plan what is due; returns the units sent elsewhere. Raises ``ObError`` when a
+        transaction fails."""
+        ...
+
+    def clear(self) -> None:
+        """Forget everything (step-down)."""
         ...

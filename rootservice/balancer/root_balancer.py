@@ -4,8 +4,11 @@ OceanBase's ``ObRootBalancer`` and ``ObDRWorker``).
 One round plans with the :class:`rootservice.balancer.planner.Planner` (Spark) and applies:
 unit moves (:mod:`rootservice.balancer.unit_moves`), replica copies
 (:mod:`rootservice.balancer.copy_tasks`), unit completion, then the progress of the
-DELETE_SERVER jobs (:mod:`rootservice.balancer.job_progress`). Every write is a fenced
-transaction (SPEC.md section 10).
+DELETE_SERVER jobs (:mod:`rootservice.balancer.job_progress`). Before it plans, a round
+sends the units whose copies stalled at their destination, or whose destination is being
+drained, to another server (:mod:`rootservice.balancer.copy_replan`, issue 25), so its plan
+already hands their copies to the new one. Every write is a fenced transaction (SPEC.md
+section 10).
 
 CANCEL DELETE SERVER never waits for a round (issue 13 item 2): its units go back in the
 statement's own transaction (:meth:`RootBalancer.move_units_back`), the in-memory work is
@@ -28,7 +31,7 @@ import sqlalchemy as sa
 from rootservice.balancer.copy_tasks import CopyTasks
 from rootservice.balancer.job_progress import DeleteJobProgress
 from rootservice.balancer.planner import Planner, PlannerError, server_rows
-from rootservice.balancer.ports import Gate, LsKey, LsLayout, Whitelist
+from rootservice.balancer.ports import Gate, LsKey, LsLayout, Replanner, Whitelist
 from rootservice.balancer.unit_moves import UnitMoves
 from rootservice.db.unit_repo import Unit
 from rootservice.servers.status import AdminStatus, HeartbeatStatus
@@ -41,7 +44,8 @@ class RootBalancer:
     going permanently offline or coming back).
 
     ``planner`` computes the plans (Spark); ``units``, ``copies`` and ``jobs`` apply them;
-    ``term`` gates each round; ``servers`` and ``ls`` tell whether there is anything to do.
+    ``replan`` re-plans copy destinations first (None: never); ``term`` gates each round;
+    ``servers`` and ``ls`` tell whether there is anything to do.
     """
 
     name = "balancer"
@@ -56,6 +60,7 @@ class RootBalancer:
         units: UnitMoves,
         copies: CopyTasks,
         jobs: DeleteJobProgress,
+        replan: Replanner | None = None,
     ) -> None:
         """Nothing runs until :meth:`run_once`."""
         self.servers = servers
@@ -65,6 +70,7 @@ class RootBalancer:
         self.units = units
         self.copies = copies
         self.jobs = jobs
+        self.replan = replan
         # One round at a time; CANCEL DELETE never takes it.
         self._lock = threading.Lock()
 
@@ -76,6 +82,8 @@ class RootBalancer:
         self.copies.clear()
         self.jobs.clear()
         self.units.clear()
+        if self.replan is not None:
+            self.replan.clear()
 
     def _emptying(self) -> list[str]:
         return [
@@ -86,8 +94,9 @@ class RootBalancer:
         ]
 
     def run_once(self) -> int:
-        """One balancer round: plan and record unit moves, hand out replica copies, finish
-        units whose replicas have moved, update job progress. Returns actions taken. Does
+        """One balancer round: re-plan the destinations due, plan and record unit moves,
+        hand out replica copies, finish units whose replicas have moved, update job
+        progress. Returns actions taken. Does
         nothing (and never starts Spark) while no server is being emptied and no unit or
         copy is in flight, or while the RS is not in service. A plan that fails
         (``PlannerError``) ends the round after the jobs record it as their stall reason.
@@ -96,18 +105,19 @@ class RootBalancer:
         if not self.term.may_act():
             return 0
         with self._lock:
+            # Nothing due costs nothing here (no read).
+            actions = self.replan.run() if self.replan is not None else 0
             # Cheap checks first: with no tenant and no server to empty (the common case,
             # and the only one at 10k idle servers) a round costs one pass over the
             # whitelist's flags.
             emptying = self.servers.has_servers_to_empty()
             if not emptying and not self.copies and not self.ls.topology().plans:
-                return 0
+                return actions
             moving = self.units.moving()
             misplaced = self._misplaced_replicas()
             if not emptying and not moving and not self.copies and not misplaced:
-                return 0
+                return actions
             servers = server_rows(self.servers)
-            actions = 0
             stale = {"units": 0, "copies": 0, "finished": 0}
             try:
                 if self._emptying():

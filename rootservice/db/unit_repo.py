@@ -248,6 +248,33 @@ def start_unit_move(
     return bool(res.rowcount)
 
 
+def retarget_unit_move(
+    conn: sa.Connection,
+    unit_id: int,
+    moving_from: tuple[str, int],
+    was_to: tuple[str, int],
+    to: tuple[str, int],
+    now_us: int,
+) -> bool:
+    """Send moving unit ``unit_id`` to ``to`` instead of ``was_to`` (``(ip, port)``), still
+    moving from ``moving_from``: ``svr_*`` = ``to`` (a copy to ``was_to`` stalled or it is
+    being drained, issue 25 items 2-3). Only while the unit is on ``was_to`` moving from
+    ``moving_from``; returns whether it changed."""
+    t = all_unit
+    res = conn.execute(
+        sa.update(t)
+        .where(
+            t.c.unit_id == unit_id,
+            t.c.svr_ip == was_to[0],
+            t.c.svr_port == was_to[1],
+            t.c.migrate_from_svr_ip == moving_from[0],
+            t.c.migrate_from_svr_port == moving_from[1],
+        )
+        .values(svr_ip=to[0], svr_port=to[1], gmt_modified=us_to_datetime(now_us))
+    )
+    return bool(res.rowcount)
+
+
 def finish_unit_move(
     conn: sa.Connection,
     unit_id: int,

@@ -1,5 +1,5 @@
 """``ALTER SYSTEM DRAIN SERVER 'ip:port' [TIMEOUT d]`` (issue 25 item 3): isolate a server,
-move its leaders off, wait for the copies from and to it, with progress in
+move its leaders off, re-plan the copies to it and wait for those from it, with progress in
 ``__all_server_drain`` (``DBA_OB_SERVER_DRAINS``) and a bounded wait.
 
 The flow (docs/ARCHITECTURE.md, "DRAIN SERVER"):
@@ -12,13 +12,18 @@ The flow (docs/ARCHITECTURE.md, "DRAIN SERVER"):
 3. One fenced transaction writes ``stop_time`` (the server is isolated as by ISOLATE SERVER:
    no new leader, no new copy destination), the DRAINING row with its deadline and the event
    ``drain_server``; then memory.
-4. Every :data:`POLL_S` the tenant layer moves the leaders off and counts what is left
+4. Every :data:`POLL_S` the tenant layer moves the leaders off, has the units still moving
+   to the server sent to another server of their zone (the balancer's round does it,
+   :mod:`rootservice.balancer.copy_replan`: their copies there are forgotten and their
+   partial replicas dropped, not waited for; a copy *from* the server goes on, and one that
+   stalls is sent again from another member by the lag detector) and counts what is left
    (:meth:`DrainWork.step`); the progress row is written when a count changes and at least
    every :data:`PROGRESS_INTERVAL_US`.
 5. No leader and no copy left: the row is FINISHED (event ``drain_server_finished``) and the
    statement returns; the server stays isolated until START SERVER.
 6. The deadline passed: the row is TIMEOUT with the blockers, one per LS and why
-   (:meth:`DrainWork.blockers`), and the statement fails with
+   (:meth:`DrainWork.blockers`; a unit moving to it that no other server could take,
+   with why), and the statement fails with
    OB_WAIT_LEADER_SWITCH_TIMEOUT (leaders left) or OB_TIMEOUT (copies only) naming them.
    START SERVER during the drain ends it CANCELED.
 7. The rows live in the table: a new RS leader's :meth:`DrainManager.run_once` (task
@@ -80,12 +85,14 @@ class DrainWork(Protocol):
         ...
 
     def step(self, server: str, /) -> tuple[int, int]:
-        """One round: fresh reports, leaders moved off ``server``. Returns (log streams
-        still led from it, copies from or to it in flight)."""
+        """One round: fresh reports, leaders moved off ``server``, the units moving to it
+        re-planned. Returns (log streams still led from it, copies from or to it in
+        flight)."""
         ...
 
     def blockers(self, server: str, /) -> list[str]:
-        """Per LS still led from ``server``: ``"LS 1001 (tenant 1002): why"``."""
+        """Per LS still led from ``server``: ``"LS 1001 (tenant 1002): why"``; per unit
+        moving to it that could not be sent elsewhere: ``"unit 1003 moving to it: why"``."""
         ...
 
 

@@ -19,12 +19,15 @@ leader's. The actions, in order, for a server that becomes LAGGING:
    server, with the permanent-offline clock and SUSPECT on return.
 
 A copy that makes no progress for twice ``agent_lag_timeout`` gets an event ``copy_stalled``
-and is sent again from another healthy member
-(:meth:`rootservice.balancer.copy_tasks.CopyTasks.restart_stalled`), and a follower that trails its leader by more than ``ls_log_sync_threshold`` as long gets
-``follower_lagging`` (module ``disaster_recovery``), once per episode; the followers lagging
-now are :meth:`LagDetector.lagging_followers`, which the ``lag_rebuilder``
-(:mod:`rootservice.tenants.lag_rebuild`) rebuilds when they stay so. So that a frozen agent
-is found without other traffic, a server that hosts replicas and was sent no command for half
+and is handed to :meth:`rootservice.balancer.copy_replan.CopyReplan.stalled`: the first time
+it is sent again from another healthy member (a stalled source); stalled again after that, or
+with no other member to send it from, its unit's destination is re-planned to another server
+of the zone (a stalled destination; event ``copy_replanned``). Its watch then starts afresh,
+so the resent copy is judged on its own. A follower that trails its leader by more than
+``ls_log_sync_threshold`` as long gets ``follower_lagging`` (module ``disaster_recovery``),
+once per episode; the followers lagging now are :meth:`LagDetector.lagging_followers`, which
+the ``lag_rebuilder`` (:mod:`rootservice.tenants.lag_rebuild`) rebuilds when they stay so.
+So that a frozen agent is found without other traffic, a server that hosts replicas and was sent no command for half
 ``agent_lag_timeout`` is sent a ``RequestHeartbeat`` (a command like any other; a server
 hosting nothing is judged on the commands it gets, which keeps thousands of empty agents from
 costing a probe each); one also follows, a quarter timeout later, an unapplied command that
@@ -98,11 +101,11 @@ class LeaderMover(Protocol):
 
 
 class StalledCopies(Protocol):
-    """Copies in flight (:class:`rootservice.balancer.copy_tasks.CopyTasks`)."""
+    """What a stalled copy gets (:class:`rootservice.balancer.copy_replan.CopyReplan`)."""
 
-    def restart_stalled(self, key: LsKey, dest: str, /) -> bool:
-        """Send the copy of ``key`` to ``dest`` again from another member at the next
-        hand-out; False when no such copy is in flight."""
+    def stalled(self, key: LsKey, dest: str, /) -> bool:
+        """Send the copy of ``key`` to ``dest`` again from another member, or re-plan its
+        destination; False when no such copy is in flight."""
         ...
 
 
@@ -325,6 +328,7 @@ class LagDetector:
             for k, since in trailing.items()
             if follower_lagging(since, mono, timeout)
         }
+        acted: set[tuple[str, LsKey, str]] = set()
         for event, key, server in sorted(found - self._reported):
             self.persist.add_event(
                 Event(
@@ -335,9 +339,11 @@ class LagDetector:
                 )
             )
             log.warning("LS %d.%d on %s: %s", key[0], key[1], server, event.replace("_", " "))
-            if event == "copy_stalled":
-                # Sent again from another member: a stalled source (or a stuck stream) no
-                # longer holds the copy, and the destination restarts it from byte 0.
-                self.copies.restart_stalled(key, server)
-        self._reported = found
+            if event == "copy_stalled" and self.copies.stalled(key, server):
+                # Sent again from another member (a stalled source or stream) or re-planned
+                # to another destination: what is reported next is that new attempt, judged
+                # from its first report (it may start from the same byte count).
+                acted.add((event, key, server))
+                self._copies.pop((key, server), None)
+        self._reported = found - acted
         return {server for server, reps in reports.items() if reps}

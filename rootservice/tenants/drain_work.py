@@ -25,7 +25,10 @@ from rootservice.tenants.topology import LayoutCache
 class DrainWork:
     """Budget, leader moves and blockers for DRAIN / STOP / ISOLATE / maintenance.
     ``copies(server)`` counts the copies in flight from or to ``server`` (the balancer's
-    :meth:`rootservice.balancer.copy_tasks.CopyTasks.involving`)."""
+    :meth:`rootservice.balancer.copy_tasks.CopyTasks.involving`); ``replan_to(server)``
+    has the units still moving to a drained ``server`` sent elsewhere (their copies are
+    forgotten there rather than waited for) and returns why some cannot be, one line each
+    (:meth:`rootservice.balancer.copy_replan.CopyReplan.leave`)."""
 
     def __init__(
         self,
@@ -40,6 +43,7 @@ class DrainWork:
         clock: Clock,
         settings: RsSettings,
         copies: Callable[[str], int],
+        replan_to: Callable[[str], list[str]],
     ) -> None:
         """Wire the collaborators; nothing is read until a call."""
         self.servers = servers
@@ -52,6 +56,7 @@ class DrainWork:
         self.clock = clock
         self.settings = settings
         self.copies = copies
+        self.replan_to = replan_to
 
     def disrupted(self) -> dict[str, str]:
         """Every whitelisted server the budget cannot count on, with why
@@ -92,8 +97,10 @@ class DrainWork:
 
     def step(self, server: str) -> tuple[int, int]:
         """One drain round: request reports of ``server`` and of the members of the log
-        streams it leads, try one leader move for each of them (excluding ``server``), count
-        again. Returns (log streams led from ``server``, copies from or to it)."""
+        streams it leads, try one leader move for each of them (excluding ``server``), have
+        the units moving to it re-planned (``replan_to``; done by the balancer's round),
+        count again. Returns (log streams led from ``server``, copies from or to it)."""
+        self.replan_to(server)
         led = self.led_from(server)
         topo = self.layout.topology()
         hosts = {server} | {
@@ -108,7 +115,8 @@ class DrainWork:
         return len(self.led_from(server)), self.copies(server)
 
     def blockers(self, server: str) -> list[str]:
-        """Why each LS still led from ``server`` keeps its leader there, one line per LS:
+        """Why each LS still led from ``server`` keeps its leader there, one line per LS
+        (then why each unit moving to it could not be sent elsewhere, ``replan_to``):
         ``"LS 1001 (tenant 1002): its only other in-sync member 127.0.0.1:2883 is
         SUSPECT"``; ``"LS 1001 (tenant 1002): 1 other member(s) can lead, a new leader needs
         2 of 3 (127.0.0.1:2884 INACTIVE)"`` (the leader coordinator elects only with a
@@ -153,4 +161,4 @@ class DrainWork:
                 if reasons:
                     text += f"; {', '.join(reasons)}"
             out.append(f"{ls_name(key)}: {text}")
-        return out
+        return out + self.replan_to(server)

@@ -16,12 +16,11 @@ from rootservice.db import unit_repo
 from rootservice.ha.store import MetaStore
 from rootservice.servers.status import ServerStatus, StopMode
 from rootservice.tenants.host_health import HostHealth
-from rootservice.tenants.placement import UnitRequest, place_units
 from rootservice.tenants.ports import HeartbeatRequester, ServerDirectory, Sleep, ZoneDirectory
 from rootservice.tenants.reports import LsView, ReplicaReports, effective_members, in_sync
 from rootservice.tenants.rooms import ServerRooms
 from rootservice.tenants.topology import LayoutCache
-from rootservice.tenants.vocabulary import affinity_of, demand_of, parse_primary_zone
+from rootservice.tenants.vocabulary import parse_primary_zone
 
 log = logging.getLogger(__name__)
 
@@ -78,19 +77,8 @@ class ServerPreChecks:
                 )
         keys = {s.key for s in targets}
         with self.store.read() as conn:
-            rooms = self.rooms.rooms(conn, exclude_usable=keys)
-            configs = {c.unit_config_id: c for c in unit_repo.load_unit_configs(conn).values()}
-            pools = {p.resource_pool_id: p for p in unit_repo.load_pools(conn).values()}
             units = [u for u in unit_repo.load_units(conn) if u.server in keys]
-        requests = []
-        by_key = {r.key: r for r in rooms}
-        for u in units:
-            pool = pools[u.resource_pool_id]
-            d = demand_of(configs[pool.unit_config_id])
-            aff = affinity_of(pool)
-            by_key[u.server].release(d, aff)
-            requests.append(UnitRequest(u.unit_id, u.zone, d, aff, frozenset(keys)))
-        placement = place_units(requests, rooms)
+            placement = self.rooms.place(conn, units, avoid=keys)
         if placement.failures:
             f = placement.failures[0]
             u = next(x for x in units if x.unit_id == f.request.ref)

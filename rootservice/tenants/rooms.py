@@ -1,18 +1,20 @@
 """The servers as unit placement candidates (SPEC.md sections 7 and 9; OceanBase's
 ``ObUnitManager`` load of each server).
 
-Used by CREATE RESOURCE POOL (where do the new units go) and by the DELETE SERVER pre-check
-(can the other servers of the zone hold this server's units). Sizes are bytes, CPU is cores.
+Used by CREATE RESOURCE POOL (where do the new units go), by the DELETE SERVER pre-check
+(can the other servers of the zone hold this server's units) and by the re-plan of a
+migration whose destination stalled or is drained (:mod:`rootservice.balancer.copy_replan`).
+Sizes are bytes, CPU is cores.
 """
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Sequence, Set
 from typing import Any
 
 from rootservice.db import unit_repo
 from rootservice.servers.status import AdminStatus
-from rootservice.tenants.placement import ServerRoom
+from rootservice.tenants.placement import Placement, ServerRoom, UnitRequest, place_units
 from rootservice.tenants.ports import ServerDirectory, ZoneDirectory
 from rootservice.tenants.vocabulary import affinity_of, demand_of
 
@@ -60,3 +62,25 @@ class ServerRooms:
                 if room is not None:
                     room.take(d, aff)
         return list(rooms.values())
+
+    def place(self, conn: Any, units: Sequence[unit_repo.Unit], *, avoid: Set[str]) -> Placement:
+        """Where ``units`` would go if they left their servers (``Unit.server``): every
+        server as :meth:`rooms` builds them with ``avoid`` (``'ip:port'``) not usable, each
+        unit's demand released from its server, then placed in order on another server of
+        its zone (:func:`rootservice.tenants.placement.place_units`: capacity,
+        anti-affinity, least load; OceanBase's ``ObUnitManager::choose_server_for_unit``
+        with its excluded servers). Failures are in the result, not raised. Reads units,
+        pools and configs on ``conn``."""
+        rooms = self.rooms(conn, exclude_usable=avoid)
+        configs = {c.unit_config_id: c for c in unit_repo.load_unit_configs(conn).values()}
+        pools = {p.resource_pool_id: p for p in unit_repo.load_pools(conn).values()}
+        by_key = {r.key: r for r in rooms}
+        requests = []
+        for u in units:
+            pool = pools[u.resource_pool_id]
+            d = demand_of(configs[pool.unit_config_id])
+            aff = affinity_of(pool)
+            if u.server in by_key:
+                by_key[u.server].release(d, aff)
+            requests.append(UnitRequest(u.unit_id, u.zone, d, aff, frozenset({*avoid, u.server})))
+        return place_units(requests, rooms)

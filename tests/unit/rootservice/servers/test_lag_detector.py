@@ -194,3 +194,47 @@ def test_a_stalled_copy_and_a_trailing_follower_are_reported_after_twice_the_tim
         assert len(events(rs, "copy_stalled")) == 2  # stalled again for 2 T at 101 bytes
     finally:
         rs.shutdown()
+
+
+def test_a_copy_still_stalled_after_its_resend_is_judged_afresh(
+    db_url: str, tmp_path: Path
+) -> None:
+    """Acted on, a stalled copy's watch starts again: the resent copy that makes no progress
+    either (a stalled destination restarts it at the same byte count) is reported after
+    twice the timeout, so that its destination can be re-planned (issue 25 item 2)."""
+    rs = _rs(db_url, tmp_path)
+    try:
+        dest, key = SEEDED[2][0], (1002, 1001)
+
+        def beat() -> None:
+            reps = {
+                A: [_replica(role=obrpc_pb2.LEADER, in_service=True)],
+                B: [_replica(role=obrpc_pb2.FOLLOWER, in_service=True, leader=A)],
+                dest: [_replica(copy_from=A, bytes_copied=100)],
+            }
+            for server, zone in SEEDED:
+                req = hb(server, zone)
+                req.replicas.extend(reps.get(server, []))
+                rs.heartbeats.receive_hb(req)
+            rs.lag_detector.run_once()
+
+        rs.copy_tasks.tasks[(key, dest)] = CopyTask(key, dest, A, B, rs.clock.monotonic_us())
+        beat()
+        rs.clock.advance(2 * T)
+        beat()
+        flush(rs)
+        assert len(events(rs, "copy_stalled")) == 1
+        assert rs.copy_tasks.stalled() == {(key, dest)}  # sent again from B
+        beat()  # the resend's first report: its window starts here
+        rs.clock.advance(2 * T - 1)
+        beat()
+        flush(rs)
+        assert len(events(rs, "copy_stalled")) == 1
+        rs.clock.advance(1)
+        beat()
+        flush(rs)
+        assert len(events(rs, "copy_stalled")) == 2
+        # No unit places it there (no tenant in this RS): sent again once more, as before.
+        assert rs.copy_tasks.tasks[(key, dest)].stalls == 2
+    finally:
+        rs.shutdown()
