@@ -328,7 +328,6 @@ class LagDetector:
             for k, since in trailing.items()
             if follower_lagging(since, mono, timeout)
         }
-        acted: set[tuple[str, LsKey, str]] = set()
         for event, key, server in sorted(found - self._reported):
             self.persist.add_event(
                 Event(
@@ -342,8 +341,8 @@ class LagDetector:
             if event == "copy_stalled" and self.copies.stalled(key, server):
                 # Sent again from another member (a stalled source or stream) or re-planned
                 # to another destination: what is reported next is that new attempt, judged
-                # from its first report (it may start from the same byte count).
-                acted.add((event, key, server))
+                # from its first report (it may start from the same byte count), so a copy
+                # that stalls again is reported again.
                 self._copies.pop((key, server), None)
-        self._reported = found - acted
+        self._reported = found
         return {server for server, reps in reports.items() if reps}
