@@ -268,7 +268,7 @@ class RsComponents(ABC):
             heartbeats=self.heartbeat_requester,
             clock=self.clock,
             settings=settings,
-            copies=self.copy_tasks.involving,
+            copies=self.copy_replan.copies_left,
             replan_to=self.copy_replan.leave,
         )
         # Retention of the event and job history (issue 12 item 6).

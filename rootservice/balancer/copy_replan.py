@@ -14,7 +14,10 @@ a bad destination while the unit is still moving there:
   agent's ``FAULT_COPY_STALL``), and the unit's target is re-planned.
 - **A drained destination.** DRAIN SERVER isolates its server, so it is no destination any
   more: each drain round calls :meth:`CopyReplan.leave`, and every unit still moving to it
-  with a log stream not yet built there is re-planned.
+  with a log stream not yet built there is re-planned. The drain's "copies left" is
+  :meth:`CopyReplan.copies_left`: the copies in flight from or to it and those still to
+  come (a log stream planned there and not built), so it ends only once they are done or
+  went elsewhere.
 
 The re-plan runs at the start of the balancer's round (:meth:`CopyReplan.run`, under the
 round's lock, so no plan of that round predates it). In one fenced transaction the unit's
@@ -179,6 +182,26 @@ class CopyReplan:
         if new:
             self.wake("balancer")
         return lines
+
+    def copies_left(self, server: str, /) -> int:
+        """DRAIN SERVER's "copies left" for ``server`` (``'ip:port'``): the copies in flight
+        from, to or replacing a replica on it, plus, while it is alive, the log streams
+        planned on it whose replica there is not built and has no copy in flight yet (a
+        copy still to come: without them a drain that started before the hand-out, or
+        before the re-plan of a unit moving there, finished at once and left the unit
+        moving to an isolated server). In-memory reads only."""
+        n = self.copies.involving(server)
+        s = self.servers.get(server)
+        if s is None or not s.is_alive():
+            return n
+        inflight = self.copies.keys_to(server)
+        built = self.ls.reports().get(server, {})
+        for k, p in self.ls.topology().plans.items():
+            if server in p.members and k not in inflight:
+                r = built.get(k)
+                if r is None or not r.in_service or r.copy_from:
+                    n += 1
+        return n
 
     def run(self) -> int:
         """Re-plan every unit due (see the module doc); returns the units sent elsewhere.

@@ -194,6 +194,11 @@ class CopyTasks:
         with self._lock:
             return sum(1 for t in self.tasks.values() if server in (t.dest, t.src, t.old))
 
+    def keys_to(self, dest: str, /) -> set[LsKey]:
+        """The log streams with a copy in flight to ``dest`` (``'ip:port'``)."""
+        with self._lock:
+            return {t.key for t in self.tasks.values() if t.dest == dest}
+
     def stale_copy(self, plan: LsPlan | None, dest: str, old: str) -> str:
         """Why a copy to ``dest`` replacing the replica on ``old`` (``'ip:port'``) must not
         be handed out under the current layout ``plan`` of its LS, or ``''``: the LS is

@@ -226,6 +226,14 @@ class CopyLedger(Protocol):
         copy is in flight."""
         ...
 
+    def involving(self, server: str, /) -> int:
+        """Copies in flight from, to or replacing a replica on ``server``."""
+        ...
+
+    def keys_to(self, dest: str, /) -> set[LsKey]:
+        """The log streams with a copy in flight to ``dest``."""
+        ...
+
     def cancel_to(self, dests: set[str], keys: Set[LsKey] | None = None) -> dict[str, list[LsKey]]:
         """Forget the copies to ``dests`` (of ``keys`` only, when given); returns the
         replicas to drop there, by destination."""

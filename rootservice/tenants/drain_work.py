@@ -24,8 +24,9 @@ from rootservice.tenants.topology import LayoutCache
 
 class DrainWork:
     """Budget, leader moves and blockers for DRAIN / STOP / ISOLATE / maintenance.
-    ``copies(server)`` counts the copies in flight from or to ``server`` (the balancer's
-    :meth:`rootservice.balancer.copy_tasks.CopyTasks.involving`); ``replan_to(server)``
+    ``copies(server)`` counts the copies from or to ``server``, in flight or still to come
+    (the balancer's :meth:`rootservice.balancer.copy_replan.CopyReplan.copies_left`);
+    ``replan_to(server)``
     has the units still moving to a drained ``server`` sent elsewhere (their copies are
     forgotten there rather than waited for) and returns why some cannot be, one line each
     (:meth:`rootservice.balancer.copy_replan.CopyReplan.leave`)."""

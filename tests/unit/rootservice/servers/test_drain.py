@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
+from obcommon.addresses import parse_server
 from obcommon.errors import ObError
 from rootservice.app import RootService
-from rootservice.db import drain_repo
+from rootservice.db import drain_repo, unit_repo
 from rootservice.http.status import server_doc
 from rootservice.servers.disruption_budget import LsMembers, disruption, refusals
 from rootservice.servers.drain import PROGRESS_INTERVAL_US
@@ -247,3 +248,32 @@ def test_a_new_leader_resumes_a_drain_from_its_row(rs: RootService) -> None:
     row: Any = drain_row(rs, z1)
     assert row.status == "FINISHED" and leaders_on(rs, z1) == 0
     assert rs.drains.run_once() == 0
+
+
+def test_a_unit_moving_to_the_drained_server_is_re_planned_or_named(rs: RootService) -> None:
+    """Issue 25 item 3 through the RS's wiring: the drain's rounds have the balancer's round
+    re-plan the unit moving to the drained server; z1 has no third server, so it cannot go
+    elsewhere, and the drain's blockers say so with the placement's reason."""
+    z1, _ = led(rs, make_tenant(rs))
+    other = D if z1 == A else A
+    with rs.store.read() as conn:
+        [unit] = [u for u in unit_repo.load_units(conn) if u.server == z1]
+    with rs.store.txn() as conn:
+        moved = parse_server(z1), parse_server(other)
+        assert unit_repo.start_unit_move(conn, unit.unit_id, *moved, rs.clock.now_us())
+    rs.tenant_layer.version.changed()
+
+    def sleep(_: float) -> None:
+        rs.migration.run_once()
+        rs.clock.advance(S // 2)
+
+    rs.drains.sleep = sleep
+    with pytest.raises(ObError) as e:
+        rs.drains.drain(other, "2s")
+    assert e.value.name == "OB_TIMEOUT", e.value
+    assert (
+        f"unit {unit.unit_id} moving to it: zone 'z1' has no other active server without a "
+        "unit of the same tenant" in str(e.value)
+    )
+    [failed] = events(rs, "copy_replan_failed")
+    assert failed["value2"] == other and "is being drained" in failed["value4"]
