@@ -1,7 +1,7 @@
 """A copy stalled at its destination finishes elsewhere (issue 25 item 2, "Done when": with the
 agent's "stall copy" fault flag set, a stalled copy finishes elsewhere), with real processes:
-``rootservice`` (SQLite, the pandas plans: the database and the planner play no part in the
-re-plan) and five ``observer-agent`` processes, z1 with two spare servers, one LS in z1/z2/z3,
+``rootservice`` on both databases (the re-plan's unit move is a fenced transaction; the pandas
+plans: the planner plays no part in it) and five ``observer-agent`` processes, z1 with two spare servers, one LS in z1/z2/z3,
 ``agent_lag_timeout`` 2 s.
 
 Both spares receive ``FAULT_COPY_STALL`` before DELETE SERVER of z1's server; once the unit
@@ -35,9 +35,9 @@ def _events(c: TenantCluster, event: str) -> list[list[object]]:
 
 
 def test_a_copy_stalled_at_its_destination_finishes_on_another_server(
-    procs: ProcSet, tmp_path: Path
+    procs: ProcSet, tmp_path: Path, db_url: str
 ) -> None:
-    c = TenantCluster(procs, tmp_path, f"sqlite:///{tmp_path}/rs.db")
+    c = TenantCluster(procs, tmp_path, db_url)
     c.start_rs(
         **RS_FLAGS,
         agent_lag_timeout="2s",
