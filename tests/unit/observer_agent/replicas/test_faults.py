@@ -10,7 +10,10 @@ from pathlib import Path
 from obcommon.clock import SystemClock
 from observer_agent.replicas.faults import (
     FAULT_APPLY_HOLD_FILE,
+    FAULT_COPY_SLOW_FILE,
+    FAULT_COPY_STALL_FILE,
     FAULT_REPLICATION_DELAY_FILE,
+    FREEZE_POLL_S,
     FaultSwitches,
 )
 from tests.unit.observer_agent.helpers import run, wait_until
@@ -54,3 +57,20 @@ def test_apply_hold_fault_is_read_in_milliseconds(tmp_path: Path) -> None:
     assert switches.apply_hold_s() == 1.5
     (tmp_path / FAULT_APPLY_HOLD_FILE).write_text("soon")
     assert switches.apply_hold_s() == 0.0  # malformed: ignored
+
+
+def test_copy_switches_are_read_again_after_the_poll_interval_only(tmp_path: Path) -> None:
+    """A copy asks for its switches at every piece: the files are read when the last read is
+    FREEZE_POLL_S old or older (both sides of that boundary), not at each question."""
+    now = [100.0]
+    faults = FaultSwitches(tmp_path, 0.1, logging.getLogger("t"), monotonic=lambda: now[0])
+    assert (faults.copy_delay_s(), faults.copy_stalled()) == (0.0, False)
+    (tmp_path / FAULT_COPY_STALL_FILE).touch()
+    (tmp_path / FAULT_COPY_SLOW_FILE).write_text("250\n")
+    now[0] += FREEZE_POLL_S * 0.99
+    assert (faults.copy_delay_s(), faults.copy_stalled()) == (0.0, False)  # not read again yet
+    now[0] = 100.0 + FREEZE_POLL_S
+    assert (faults.copy_delay_s(), faults.copy_stalled()) == (0.25, True)
+    (tmp_path / FAULT_COPY_STALL_FILE).unlink()
+    now[0] += FREEZE_POLL_S
+    assert faults.copy_stalled() is False
