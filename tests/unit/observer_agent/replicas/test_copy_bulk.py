@@ -7,6 +7,8 @@ HTTPS path too."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import ssl
 import zlib
 from pathlib import Path
@@ -100,16 +102,30 @@ def test_a_source_serving_other_bytes_than_announced_fails_the_copy(tmp_path: Pa
     run(scenario(), 60)
 
 
+def _open_files(under: Path) -> set[str]:
+    """The files under ``under`` this process has open (the agents here are in-process)."""
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith(str(under)):
+                out.add(target)
+    return out
+
+
 def test_a_copy_dropped_during_its_bulk_body_stops_its_receiving_thread(tmp_path: Path) -> None:
     """The body is received in a worker thread (issue 23): a copy dropped while it runs (here
-    paused for a minute after its first piece by the slow-copy fault) stops that thread at
-    once and leaves no temp file."""
+    paused for a minute after its first piece by the slow-copy fault; 32 MiB, more than the
+    sockets buffer, so the source is still sending) stops that thread at
+    once and leaves no temp file; the source, which reads a piece ahead of the one it sends,
+    closes the data file it served once the connection is gone."""
 
     async def scenario() -> None:
-        a = await start_copy_node(tmp_path / "a", http=True, replica_size="2M")
-        c = await start_copy_node(tmp_path / "c", replica_size="2M")
+        a = await start_copy_node(tmp_path / "a", http=True, replica_size="32M")
+        c = await start_copy_node(tmp_path / "c", replica_size="32M")
         try:
             members = await lead(a)
+            before = _open_files(tmp_path / "a")
             fault(c, FAULT_COPY_SLOW_FILE, "60000")
             await c.apply(copy_upsert(copy_spec(members, a.addr, 1, copy_from=a.addr)))
             await wait_until(
@@ -123,6 +139,9 @@ def test_a_copy_dropped_during_its_bulk_body_stops_its_receiving_thread(tmp_path
                 lambda: c.agent.replicas.bulk_receiving() == 0, "the receiving thread to end", 10
             )
             assert c.info() is None and leftovers(c) == []
+            await wait_until(
+                lambda: _open_files(tmp_path / "a") == before, "the source's data file closed", 10
+            )
         finally:
             await c.stop()
             await a.stop()
