@@ -161,8 +161,14 @@ class Office:
                 self.store.rs_addr,
             )
         self.timers.start(self.tasks.leader_tasks())
+        # SPEC.md section 5: every server not alive is asked, and "not alive" is judged at its
+        # turn: after a restart the agents reconnect by themselves while thousands of
+        # requests go out 32 at a time, and asking one that is back costs both sides a TLS
+        # handshake in the middle of the reconnect storm (issue 23 item 3).
         not_alive = self.whitelist.not_alive_servers()
-        self.background(lambda: self.heartbeats.request_heartbeats(not_alive))
+        self.background(
+            lambda: self.heartbeats.request_heartbeats(not_alive, unless=self.whitelist.is_alive)
+        )
         self.term.state = RsState.FULL_SERVICE
         log.info(
             "root service is in FULL_SERVICE with %d servers", self.whitelist.counts()["servers"]

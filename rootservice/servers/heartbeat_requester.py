@@ -46,18 +46,30 @@ class HeartbeatRequester:
         self.store = store
         self.intake = intake
 
-    def request_heartbeats(self, servers: Iterable[str], parallel: int = 32) -> int:
+    def request_heartbeats(
+        self,
+        servers: Iterable[str],
+        parallel: int = 32,
+        *,
+        unless: Callable[[str], bool] | None = None,
+    ) -> int:
         """Ask each server for a heartbeat and feed the answer to receive_hb (SPEC.md
         section 5, RS -> agent), ``parallel`` at a time so that taking office with thousands
-        of silent servers takes seconds, not ``rpc_timeout`` each. Failures are only a
-        warning: one summary line. Returns how many answered."""
+        of silent servers takes seconds, not ``rpc_timeout`` each. A server for which
+        ``unless(key)`` is true when its turn comes is not asked (take office: it came back
+        by itself meanwhile). Failures are only a warning: one summary line. Returns how
+        many answered."""
         keys = list(servers)
         if not keys:
             return 0
         failed: list[str] = []
+        skipped: list[str] = []
         intake = self.intake()
 
         def one(key: str) -> bool:
+            if unless is not None and unless(key):
+                skipped.append(key)
+                return False
             try:
                 req = self.agents.request_heartbeat(key, self.store.epoch)
                 if req.server != key:
@@ -76,6 +88,12 @@ class HeartbeatRequester:
             max_workers=min(parallel, len(keys)), thread_name_prefix="rs-reqhb"
         ) as pool:
             ok = sum(pool.map(one, keys))
+        if skipped:
+            log.info(
+                "request heartbeat: %d of %d servers were back before their turn",
+                len(skipped),
+                len(keys),
+            )
         if failed:
             more = f" and {len(failed) - 5} more" if len(failed) > 5 else ""
             log.warning(

@@ -27,8 +27,11 @@ after ADD SERVER. Exceptions of ``fn`` are the executor's to log."""
 class HeartbeatRequests(Protocol):
     """RS -> agent heartbeat requests, whose answers go through the heartbeat intake."""
 
-    def request_heartbeats(self, servers: Iterable[str], /) -> int:
-        """Ask ``servers`` for a heartbeat now; returns how many answered."""
+    def request_heartbeats(
+        self, servers: Iterable[str], /, *, unless: Callable[[str], bool] | None = None
+    ) -> int:
+        """Ask ``servers`` for a heartbeat now, except those for which ``unless(key)`` is true
+        when their turn comes; returns how many answered."""
         ...
 
 

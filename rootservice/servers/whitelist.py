@@ -142,6 +142,12 @@ class Whitelist:
         ``/metrics``; reads without the lock as :meth:`status_counts`."""
         return sum(1 for s in list(self.records.values()) if s.lagging_time)
 
+    def is_alive(self, server: str) -> bool:
+        """``server`` ('ip:port') is whitelisted and its heartbeat status alive."""
+        with self.lock:
+            s = self.records.get(server)
+            return s is not None and s.is_alive()
+
     def not_alive_servers(self) -> list[str]:
         """Keys of the servers whose heartbeat status is not alive."""
         with self.lock:

@@ -3,7 +3,7 @@ rootservice.office): taking office before and after BOOTSTRAP, do_restart, stepp
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -13,6 +13,7 @@ from rootservice.ha.term import RsState
 from rootservice.office import Office
 from rootservice.parameters import Parameters
 from rootservice.servers.ports import inline
+from rootservice.servers.status import HeartbeatStatus
 from rootservice.tasks import FnTask
 from rootservice.timers import Schedule, Timers
 from tests.support.harness import SEEDED
@@ -24,9 +25,13 @@ S = 1_000_000
 class Requests:
     def __init__(self) -> None:
         self.asked: list[list[str]] = []
+        self.unless: Callable[[str], bool] | None = None
 
-    def request_heartbeats(self, servers: Iterable[str]) -> int:
+    def request_heartbeats(
+        self, servers: Iterable[str], *, unless: Callable[[str], bool] | None = None
+    ) -> int:
         self.asked.append(sorted(servers))
+        self.unless = unless
         return 0
 
 
@@ -97,6 +102,12 @@ def test_take_office_loads_starts_timers_asks_heartbeats(engine: sa.Engine, tmp_
         assert p.grace.no_expire_until == p.clock.now_us() + 12 * S
         assert timers.registered() == {"t1", "t2"}
         assert requests.asked == [sorted(s for s, _ in SEEDED)]
+        # "Not alive" is judged again at each server's turn: one back by then is not asked.
+        assert requests.unless is not None
+        first = sorted(s for s, _ in SEEDED)[0]
+        assert not requests.unless(first)
+        p.whitelist.records[first].hb_status = HeartbeatStatus.ALIVE  # its heartbeat came
+        assert requests.unless(first)
         with engine.connect() as conn:
             assert (
                 param_repo.load_params(conn)["rootservice_list"] == "10.0.0.9:2882;127.0.0.1:2881"

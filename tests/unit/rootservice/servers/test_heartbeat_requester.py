@@ -61,3 +61,18 @@ def test_answers_go_to_the_intake_and_failures_are_one_warning(
     assert sorted(intake.got) == ["10.0.0.1:1", "10.0.0.1:9"]
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "failed for 2 of 3 servers" in warnings[0]
+
+
+def test_a_server_back_before_its_turn_is_not_asked() -> None:
+    """Take office asks every server not alive; one whose heartbeat came while the requests
+    went out (``unless`` true at its turn) is skipped, the others are asked."""
+    agents = FakeAgents(down=set())
+    intake = FakeIntake()
+    req = HeartbeatRequester(agents, FakeStore(), lambda: intake)  # type: ignore[arg-type]
+    back = {"10.0.0.1:2"}
+    n = req.request_heartbeats(
+        ["10.0.0.1:1", "10.0.0.1:2", "10.0.0.1:3"], parallel=1, unless=back.__contains__
+    )
+    assert n == 2
+    assert sorted(s for s, _ in agents.asked) == ["10.0.0.1:1", "10.0.0.1:3"]
+    assert sorted(intake.got) == ["10.0.0.1:1", "10.0.0.1:3"]
