@@ -35,6 +35,7 @@ from tests.support.tenants import (
     make_tenant_rs,
     members_of,
     replica,
+    sql,
 )
 
 S = 1_000_000
@@ -254,6 +255,8 @@ def test_a_unit_moving_to_the_drained_server_is_re_planned_or_named(rs: RootServ
     """Issue 25 item 3 through the RS's wiring: the drain's rounds have the balancer's round
     re-plan the unit moving to the drained server; z1 has no third server, so it cannot go
     elsewhere, and the drain's blockers say so with the placement's reason."""
+    # The pandas plans: the default Spark planner would start a JVM in a unit test (48 s).
+    sql(rs, "ALTER SYSTEM SET balancer_planner = 'local'")
     z1, _ = led(rs, make_tenant(rs))
     other = D if z1 == A else A
     with rs.store.read() as conn:
