@@ -7,9 +7,10 @@ replication or replica migration misbehave on one agent (SPEC.md section 9).
   entries whose ``ts <= now - N ms``; both are checked at most once per follower poll
   (:meth:`FaultSwitches.replication`);
 - :data:`FAULT_COPY_SLOW_FILE` holding an integer N makes copies on this agent sleep N ms
-  after every chunk received (:meth:`FaultSwitches.copy_delay_s`);
+  after every chunk received (:meth:`FaultSwitches.copy_delay_s`; the file is read at most
+  every :data:`FREEZE_POLL_S`, as :data:`FAULT_COPY_STALL_FILE`);
 - :data:`FAULT_SERVE_DATA_ERROR_FILE` makes this agent answer every ``FetchData`` with an
-  error chunk (:meth:`FaultSwitches.serve_data_error`); both checked at every chunk / call;
+  error chunk (:meth:`FaultSwitches.serve_data_error`), checked at every call;
 - :data:`FAULT_APPLY_HOLD_FILE` holding an integer N makes every ``ApplyReplicas`` wait N ms
   before it is looked at (:meth:`FaultSwitches.apply_hold_s`; issue 24: an RS killed while a
   recovery's call is in flight, whose call then arrives after a new RS took office).
