@@ -272,6 +272,10 @@ COUNTERS: dict[str, tuple[str, str] | None] = {
     "persist_failures_total": ("ob_rs_persist_failures", "Failed persistence-queue flushes."),
     "persist_flushes_total": ("ob_rs_persist_flushes", "Persistence-queue flushes."),
     "persist_rows_total": ("ob_rs_persist_rows", "__all_server rows written by the queue."),
+    "servers_permanent_offline_total": (
+        "ob_rs_servers_permanent_offline",
+        "Permanent-offline declarations: one per episode of a server being gone.",
+    ),
     "events_dropped_total": ("ob_rs_events_dropped", "Queued events dropped (queue full)."),
     "wall_clock_jumps_total": (
         "ob_rs_wall_clock_jumps",
@@ -297,6 +301,7 @@ ALWAYS = (
     "rs_take_office_total",
     "persist_failures_total",
     "wall_clock_jumps_total",
+    "servers_permanent_offline_total",
 )
 #: Plain counters whose JSON name carries a label value: regex -> (family, label, help).
 PATTERNS: list[tuple[re.Pattern[str], str, str, str]] = [

@@ -85,6 +85,8 @@ META_VALUE_COLUMNS = (
     "paxos_replica_number",
     "data_size",
     "required_size",
+    "stale",
+    "last_report_time",
 )
 
 
@@ -104,9 +106,13 @@ def upsert_ls_meta(
     updates: dict[MetaKey, dict[str, Any]],
     now_us: int,
 ) -> None:
-    """Insert new replica rows and update changed ones (values as :func:`load_ls_meta`)."""
+    """Insert new replica rows and update changed ones (values as :func:`load_ls_meta`; a
+    row without ``stale`` / ``last_report_time`` is written fresh: 0 and 0)."""
     t = all_ls_meta_table
     ts = us_to_datetime(now_us)
+    fresh = {"stale": 0, "last_report_time": 0}
+    inserts = {k: fresh | v for k, v in inserts.items()}
+    updates = {k: fresh | v for k, v in updates.items()}
     if inserts:
         conn.execute(
             sa.insert(t),

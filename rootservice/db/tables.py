@@ -262,6 +262,11 @@ all_ls_meta_table = sa.Table(
     sa.Column("required_size", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("learner_list", sa.String(65536), nullable=False, server_default=""),
     sa.Column("rebuild", sa.Integer, nullable=False, server_default="0"),
+    # 1: not the replica's current state (its server's lease expired, or a deposed leader's
+    # report of an older term), shown FOLLOWER; migration 0013.
+    sa.Column("stale", sa.Integer, nullable=False, server_default="0"),
+    # Of a stale row: its server's last heartbeat (us since the epoch) before it went stale.
+    sa.Column("last_report_time", sa.BigInteger, nullable=False, server_default="0"),
     *_gmt(),
 )
 

@@ -8,8 +8,8 @@ docs/ARCHITECTURE.md "The HTTP front end"):
   else 503 with the reason (:class:`rootservice.ha.readiness.Readiness`); no credentials.
 - ``GET /metrics``: the Prometheus text format of ``rs.metrics.registry``
   (``prometheus_client.generate_latest``, rendered in a worker thread).
-- ``GET /api/v1/{cluster,servers,zones,rootservices,jobs,events,health,ha,bootstrap,hardware,
-  check_decommission}``: JSON (:class:`rootservice.http.status.ClusterStatus`, in a worker
+- ``GET /api/v1/{cluster,servers,zones,ls_locations,rootservices,jobs,events,health,ha,
+  bootstrap,hardware,check_decommission}``: JSON (:class:`rootservice.http.status.ClusterStatus`, in a worker
   thread). A standby answers 503 ``OB_RS_NOT_MASTER`` with ``leader`` for everything but
   ``rootservices`` / ``ha``, which come from the tables every RS reads: its memory holds no
   servers, and showing an empty cluster would lie.
@@ -184,6 +184,7 @@ def build_app(rs: RootService) -> web.Application:
     r.add_get("/api/v1/cluster", _api(lambda s, _: s.cluster()))
     r.add_get("/api/v1/servers", _api(lambda s, _: s.servers()))
     r.add_get("/api/v1/zones", _api(lambda s, _: s.zones()))
+    r.add_get("/api/v1/ls_locations", _api(lambda s, _: s.ls_locations()))
     r.add_get("/api/v1/jobs", _api(lambda s, _: s.jobs()))
     r.add_get("/api/v1/events", events)
     r.add_get("/api/v1/rootservices", _api(lambda s, _: s.root_services(), leader=False))

@@ -12,9 +12,11 @@ are integer microseconds since the epoch (``*_us``), ages microseconds, sizes by
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 from obcommon.errors import ObError
+from obcommon.proto import obrpc_pb2
 from rootservice.app import RootService
 from rootservice.balancer.dry_run import COLUMNS as DRY_RUN_COLUMNS
 from rootservice.db import event_repo, job_repo, lease_repo, member_repo
@@ -28,10 +30,14 @@ SNAPSHOT_EVENTS = 50
 EVENTS_MAX, EVENTS_DEFAULT = 1000, 100
 
 
-def server_doc(s: ServerStatus, now_us: int, replicas: int) -> dict[str, Any]:
+def server_doc(
+    s: ServerStatus, now_us: int, replicas: int, leaders: int | None = None
+) -> dict[str, Any]:
     """One server of ``servers``: the whitelist record ``s`` at ``now_us`` holding
-    ``replicas`` reported replicas. ``leader_count`` is 0 until its first report (the
-    record's -1), ``last_heartbeat_age_us`` None when it never heartbeated; ``suspect``
+    ``replicas`` reported replicas. ``leader_count`` is ``leaders``, the log streams the RS
+    knows it leads (an alive server reporting LEADER at the LS's highest term: a paused or
+    deposed leader's last report does not count); without ``leaders``, the LEADER replicas of
+    its last report (0 until its first report, the record's -1). ``last_heartbeat_age_us`` None when it never heartbeated; ``suspect``
     whether it is SUSPECT (issue 25 item 1: back after its lease expired, no new leaders and
     no copies) until ``suspect_end_time_us`` (0 when not); ``lagging`` whether it is LAGGING
     (issue 25 item 2) since ``lagging_time_us`` for ``lag_reasons`` (``command``, ``disk``),
@@ -59,7 +65,7 @@ def server_doc(s: ServerStatus, now_us: int, replicas: int) -> dict[str, Any]:
         "disk_probe_latency_us": s.disk_probe_latency_us,
         "draining": s.draining,
         "maintenance_end_time_us": s.maintenance_end_time if s.in_maintenance(now_us) else 0,
-        "leader_count": max(0, s.leader_cnt),
+        "leader_count": max(0, s.leader_cnt) if leaders is None else leaders,
         "replica_count": replicas,
         "resources": {
             "cpu_capacity": float(r.cpu_total),
@@ -111,9 +117,41 @@ class ClusterStatus:
         """Every whitelisted server, by id (:func:`server_doc`)."""
         now = self.rs.clock.now_us()
         reports = self.rs.tenant_layer.reports.reports()
+        leaders = Counter(v.leader for v in self.rs.tenant_layer.reports.views().values())
         return [
-            server_doc(s, now, len(reports.get(s.key, {}))) for s in self.rs.whitelist.snapshot()
+            server_doc(s, now, len(reports.get(s.key, {})), leaders.get(s.key, 0))
+            for s in self.rs.whitelist.snapshot()
         ]
+
+    def ls_locations(self) -> list[dict[str, Any]]:
+        """Every replica of every log stream as the RS knows it now, by (tenant, LS,
+        server): ``role`` LEADER only for the LS's current leader (an alive server
+        reporting LEADER at the LS's highest term, OceanBase's ``ObLSInfo::find_leader``),
+        else FOLLOWER; ``stale`` when the row is not the replica's current state (its
+        server is not alive: its last report; or it reports LEADER at a term below the
+        LS's), with ``last_report_time_us`` its server's last heartbeat (0 when fresh);
+        ``term`` the reported term. Raises ``ObError(OB_ERR_SYS)`` when the layout cannot
+        be read."""
+        servers = {s.key: s for s in self.rs.whitelist.snapshot()}
+        out = []
+        for (tenant, ls), v in sorted(self.rs.tenant_layer.reports.views().items()):
+            for server, r in sorted(v.replicas.items()):
+                s = servers.get(server)
+                alive = s is not None and s.is_alive()
+                stale = not alive or (r.role == obrpc_pb2.LEADER and r.term < v.term)
+                out.append(
+                    {
+                        "tenant_id": tenant,
+                        "ls_id": ls,
+                        "server": server,
+                        "zone": s.zone if s is not None else "",
+                        "role": "LEADER" if server == v.leader else "FOLLOWER",
+                        "term": r.term,
+                        "stale": stale,
+                        "last_report_time_us": s.last_hb_time if stale and s is not None else 0,
+                    }
+                )
+        return out
 
     def zones(self, servers: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
         """Every zone with its servers and active servers counted (from ``servers``, default

@@ -7,7 +7,10 @@ wait in a heap keyed by their permanent-offline deadline. Memory only; the chang
 the persistence queue.
 
 The permanent-offline clock is the offline total within a sliding window (issue 25 item 1,
-:mod:`rootservice.servers.offline_window`), so a flapping server gets there too; each expiry
+:mod:`rootservice.servers.offline_window`), so a flapping server gets there too, declared
+once per episode of being gone (event ``permanent_offline`` and the counter
+``servers_permanent_offline_total``; its later outages in that episode turn it permanently
+offline again without either); each expiry
 feeds the SUSPECT damping (:mod:`rootservice.servers.suspect_policy`), and the tick clears
 ``suspect_end_time`` of the servers whose SUSPECT period is over (event ``suspect_end``).
 
@@ -30,7 +33,12 @@ from rootservice.ha.term import Term
 from rootservice.metrics import Metrics
 from rootservice.servers.events import log_transitions, seconds, server_event
 from rootservice.servers.loader import TakeOfficeGrace
-from rootservice.servers.offline_window import due_at, offline_in_window, window_us
+from rootservice.servers.offline_window import (
+    due_at,
+    episode_over,
+    offline_in_window,
+    window_us,
+)
 from rootservice.servers.persist_queue import PersistQueue
 from rootservice.servers.ports import LeaseAllowance, MassExpiry, Wake
 from rootservice.servers.status import HeartbeatStatus
@@ -124,6 +132,10 @@ class LeaseChecker:
                     s.suspect, s.last_hb_mono_us, self.settings.server_suspect_time
                 )
                 s.suspect_end_time = 0
+                if s.offline_declared and episode_over(
+                    s.offline_spans, s.offline_start(s.last_hb_mono_us), offline
+                ):
+                    s.offline_declared = False  # back long enough: a new episode
                 heapq.heappush(
                     heap,
                     (
@@ -162,6 +174,13 @@ class LeaseChecker:
                     heapq.heappush(heap, (due_at(s.offline_spans, start, mono, offline), key))
                     continue
                 s.hb_status = HeartbeatStatus.PERMANENT_OFFLINE
+                self.wake("balancer")
+                self.wake("lost_replica_checker")
+                n += 1
+                if s.offline_declared:
+                    continue  # the same episode of being gone: declared once
+                s.offline_declared = True
+                self.metrics.inc("servers_permanent_offline_total")
                 ev = server_event(
                     now,
                     "permanent_offline",
@@ -178,9 +197,6 @@ class LeaseChecker:
                         f"(server_permanent_offline_time {format_duration(offline)})",
                     )
                 )
-                self.wake("balancer")
-                self.wake("lost_replica_checker")
-                n += 1
             n += self._end_suspects(mono, now, logged)
         self.metrics.window("checker_tick_us").record((time.perf_counter_ns() - t0) // 1000)
         log_transitions(logged)

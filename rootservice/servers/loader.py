@@ -212,6 +212,7 @@ class ServerLoader:
                         s.suspect = old.suspect
                         s.suspect_end_time = old.suspect_end_time
                         s.offline_spans = old.offline_spans
+                        s.offline_declared = old.offline_declared
                         s.draining = old.draining
                         s.maintenance_floor_mono = max(
                             s.maintenance_floor_mono, old.maintenance_floor_mono

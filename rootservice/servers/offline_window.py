@@ -17,6 +17,14 @@ time reaches it after ``server_permanent_offline_time / d`` of flapping (down 11
 
 OceanBase's ``ObServerManager`` measures ``now - last_hb_time`` only; HDFS's and Elasticsearch's
 flapping detectors count failures in a window the same way.
+
+One declaration per episode of being gone (:func:`episode_over`): OceanBase's
+``ObServerManager::check_servers`` (src/rootserver/ob_server_manager.cpp) writes the event
+``permanent_offline`` once, on the change of a server's heartbeat status into it, and a
+heartbeat clears the status. Here a flapper returns between outages, so each outage would
+change the status again: the declaration stands instead until the server has been back long
+enough that its offline total within the window fell below the limit; its outages until then
+are the same episode (permanently offline again at once, without a new event).
 """
 
 from __future__ import annotations
@@ -55,3 +63,11 @@ def closed(spans: tuple[Span, ...], start: int, end: int, limit_us: int) -> tupl
     window at ``end`` dropped (at most window / lease_time spans are kept)."""
     left = end - window_us(limit_us)
     return (*(sp for sp in spans if sp[1] > left), (start, end))
+
+
+def episode_over(spans: tuple[Span, ...], at: int, limit_us: int) -> bool:
+    """Whether a permanent-offline declaration's episode of being gone is over at monotonic
+    ``at`` (the start of a new outage): the closed outages ``spans`` within the window
+    before ``at`` add up to less than ``limit_us``, so the server must be offline for the
+    limit again to be declared again."""
+    return offline_in_window(spans, None, at, limit_us) < limit_us

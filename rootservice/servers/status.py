@@ -165,6 +165,9 @@ class ServerStatus:
     draining: bool = False
     suspect: SuspectState = SuspectState()
     offline_spans: tuple[Span, ...] = ()
+    # Declared permanently offline in the current episode of being gone (memory only; one
+    # event per episode, rootservice/servers/offline_window.py ``episode_over``).
+    offline_declared: bool = False
     lagging_time: int = 0
     lag: LagState = LagState()
     disk_probe_latency_us: int = 0

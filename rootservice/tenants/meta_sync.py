@@ -2,9 +2,15 @@
 ``__all_space_usage`` (SPEC.md sections 4 and 9), like OceanBase's LS meta table updater.
 
 Only what changed since the last sync is written, in one fenced transaction. A server that is
-not alive keeps its rows, shown as FOLLOWER (it leads nothing while it does not heartbeat);
-the row of a dead replica that is no longer a Paxos member goes (disaster recovery's
-member-removal step). Sizes are bytes; times microseconds since the epoch.
+not alive keeps its rows, written FOLLOWER and stale (it leads nothing while it does not
+heartbeat; ``last_report_time`` is its last heartbeat); the row of a dead replica that is no
+longer a Paxos member goes (disaster recovery's member-removal step). An alive server's
+report of LEADER at a term below its log stream's current term (a deposed leader that has not
+heard of the new term yet) is written FOLLOWER and stale too: OceanBase's
+``ObLSInfo::find_leader`` (src/share/ls/ob_ls_info.cpp) takes as leader only the LEADER
+replica at the highest ``proposal_id``, and ``ObLSInfo::composite_with`` turns the replicas
+it merges from an older source into followers (``update_to_follower_role``). Sizes are
+bytes; times microseconds since the epoch.
 """
 
 from __future__ import annotations
@@ -77,8 +83,8 @@ class LsMetaSync:
 
     def sync_meta(self) -> int:
         """Write the replica rows and space usage that changed since the last sync, in one
-        fenced transaction. A server that is not alive keeps its rows, shown as FOLLOWER
-        (it leads nothing while it does not heartbeat). Returns the rows written (0 while
+        fenced transaction. A server that is not alive keeps its rows, written FOLLOWER and
+        stale, as is a deposed leader's report (see the module docstring). Returns the rows written (0 while
         not in service). Raises ``ObError`` (OB_RS_NOT_MASTER, OB_ERR_SYS) from the store."""
         if not self.term.may_act():
             return 0
@@ -91,6 +97,7 @@ class LsMetaSync:
         reported_servers: set[tuple[str, int]] = set()
         usage: dict[SpaceKey, tuple[int, int]] = {}
         topo = self.layout.topology()
+        views = self.reports.views()
         for server, table in self.reports.reports().items():
             s = self.servers.get(server)
             # A server that does not heartbeat keeps its rows as they are (but for the
@@ -101,9 +108,11 @@ class LsMetaSync:
             for (t, ls), r in table.items():
                 if (t, ls) not in topo.plans:
                     continue
+                view = views.get((t, ls))
+                deposed = r.role == obrpc_pb2.LEADER and view is not None and r.term < view.term
                 role = (
                     ls_repo.ROLE_LEADER
-                    if r.role == obrpc_pb2.LEADER and s.is_alive()
+                    if r.role == obrpc_pb2.LEADER and not deposed
                     else ls_repo.ROLE_FOLLOWER
                 )
                 want[(t, ls, s.ip, s.port)] = {
@@ -117,16 +126,21 @@ class LsMetaSync:
                     "paxos_replica_number": r.paxos_replica_number,
                     "data_size": r.data_size,
                     "required_size": r.required_size,
+                    "stale": int(deposed),
+                    "last_report_time": s.last_hb_time if deposed else 0,
                 }
                 d, u = usage.get((t, s.ip, s.port), (0, 0))
                 usage[(t, s.ip, s.port)] = (d + r.data_size, u + r.required_size)
-        views = self.reports.views()
         inserts, updates, deletes = {}, {}, []
         for k, v in want.items():
             cur = meta.get(k)
             if cur is None:
                 inserts[k] = v
-            elif cur != v:
+                continue
+            if v["stale"] and cur.get("stale"):
+                # Still the same stale report: its time is when it went stale.
+                v["last_report_time"] = cur.get("last_report_time", 0)
+            if cur != v:
                 updates[k] = v
         for k, cur in meta.items():
             if k in want:
@@ -141,8 +155,13 @@ class LsMetaSync:
             elif self._removed_member(views, topo, k):
                 # DR's member-removal step: a dead replica that is no longer a Paxos member.
                 deletes.append(k)
-            elif cur["role"] == ls_repo.ROLE_LEADER and (s is None or not s.is_alive()):
-                updates[k] = cur | {"role": ls_repo.ROLE_FOLLOWER}
+            elif not s.is_alive() and (cur["role"] == ls_repo.ROLE_LEADER or not cur["stale"]):
+                # Its last report, kept while it cannot report: not its current state.
+                updates[k] = cur | {
+                    "role": ls_repo.ROLE_FOLLOWER,
+                    "stale": 1,
+                    "last_report_time": cur["last_report_time"] or s.last_hb_time,
+                }
         space_changes: dict[SpaceKey, tuple[int, int] | None] = {
             k: v for k, v in usage.items() if space.get(k) != v
         }
