@@ -1,8 +1,9 @@
 """Permanent offline is declared once per episode of being gone: a flapping server past the
 limit turns permanently offline at each outage, but the event ``permanent_offline`` and the
 counter ``servers_permanent_offline_total`` count it once; the episode ends when its
-earlier outages within the window add up to less than ``server_permanent_offline_time``,
-and the next outage then declares it again. FakeClock, both databases."""
+earlier outages within the window add up to less than ``server_permanent_offline_time``
+at the start of a new outage, which is then declared on its own count. FakeClock, both
+databases."""
 
 from __future__ import annotations
 
@@ -95,12 +96,19 @@ def test_back_for_exactly_the_limit_is_still_the_same_episode(db_url: str, tmp_p
 def test_back_longer_than_the_limit_ends_the_episode(db_url: str, tmp_path: Path) -> None:
     rs = _rs(db_url, tmp_path)
     try:
-        # One microsecond more: the old outage counts 60 s - 1 us, below the limit; the new
-        # outage adds to it in the window and passes the limit: a second declaration.
+        # One microsecond more: the old outage counts 60 s - 1 us at the new one's start, a
+        # new episode. The window slides as the new outage grows: it is declared again, with
+        # a second event, once it has been offline the limit in the window once more.
         _one_long_outage_then_up(rs, OFFLINE + 1)
         s = rs.whitelist.get(A)
         assert episode_over(s.offline_spans, s.last_hb_mono_us, OFFLINE)
-        assert s.hb_status is HeartbeatStatus.PERMANENT_OFFLINE
+        assert s.hb_status is HeartbeatStatus.LEASE_EXPIRED
+        assert _declared(rs) == 1
+        for _ in range(OFFLINE // S):
+            if rs.whitelist.get(A).hb_status is HeartbeatStatus.PERMANENT_OFFLINE:
+                break
+            _tick(rs, S, a_up=False)
+        assert rs.whitelist.get(A).hb_status is HeartbeatStatus.PERMANENT_OFFLINE
         assert _declared(rs) == 2
     finally:
         rs.shutdown()
