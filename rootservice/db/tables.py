@@ -262,12 +262,12 @@ all_ls_meta_table = sa.Table(
     sa.Column("required_size", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("learner_list", sa.String(65536), nullable=False, server_default=""),
     sa.Column("rebuild", sa.Integer, nullable=False, server_default="0"),
+    *_gmt(),
     # 1: not the replica's current state (its server's lease expired, or a deposed leader's
     # report of an older term), shown FOLLOWER; migration 0013.
     sa.Column("stale", sa.Integer, nullable=False, server_default="0"),
     # Of a stale row: its server's last heartbeat (us since the epoch) before it went stale.
     sa.Column("last_report_time", sa.BigInteger, nullable=False, server_default="0"),
-    *_gmt(),
 )
 
 all_space_usage = sa.Table(
@@ -324,6 +324,7 @@ SYSTEM_VIEWS = (
     "dba_ob_tenants",
     "dba_ob_ls",
     "dba_ob_ls_locations",
+    "cdb_ob_ls_locations",
     "dba_ob_rootservice_jobs",
     "dba_ob_revoked_certificates",
     "dba_ob_server_tombstones",

@@ -294,8 +294,10 @@ TENANT_VIEW_COLUMNS = {
     "dba_ob_ls_locations": ["CREATE_TIME", "MODIFY_TIME", "TENANT_ID", "LS_ID", "SVR_IP",
                             "SVR_PORT", "SQL_PORT", "ZONE", "ROLE", "MEMBER_LIST",
                             "PAXOS_REPLICA_NUMBER", "REPLICA_TYPE", "LEARNER_LIST", "REBUILD",
-                            "REPLICA_STATUS", "UNIT_ID", "DATA_SIZE", "REQUIRED_SIZE"],
+                            "REPLICA_STATUS", "UNIT_ID", "DATA_SIZE", "REQUIRED_SIZE",
+                            "STALE", "LAST_REPORT_TIME"],
 }  # fmt: skip
+TENANT_VIEW_COLUMNS["cdb_ob_ls_locations"] = TENANT_VIEW_COLUMNS["dba_ob_ls_locations"]
 
 
 def test_tenant_views_have_oceanbase_column_names(engine: sa.Engine) -> None:

@@ -8,10 +8,11 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from obcommon.proto import obrpc_pb2
 from rootservice.app import RootService
 from rootservice.db import ls_repo
 from rootservice.servers.status import HeartbeatStatus
-from tests.support.tenant_parts import Layer
+from tests.support.tenant_parts import Layer, heartbeat
 from tests.support.tenant_parts import make_tenant as make_tenant_alone
 from tests.support.tenants import ZONE, B, lease, make_tenant, members_of, report_all, rows
 
@@ -93,3 +94,115 @@ def test_meta_sync_tells_of_the_rows_it_deleted_once_committed(layer: Layer) -> 
     assert layer.moves.heard == [("rows_deleted", frozenset({dropping}))]
     assert dropping not in {f"{r['svr_ip']}:{r['svr_port']}" for r in _meta_rows(layer)}
     assert layer.meta_sync.run_once() == 0 and len(layer.moves.heard) == 1
+
+
+def _locations(layer: Layer) -> list[dict[str, Any]]:
+    with layer.store.read() as conn:
+        return [
+            {k.upper(): v for k, v in r.items()}
+            for r in conn.execute(
+                sa.text("SELECT * FROM dba_ob_ls_locations ORDER BY ls_id, svr_port")
+            ).mappings()
+        ]
+
+
+def test_a_paused_then_deposed_leader_is_stale_and_never_shown_beside_the_new_one(
+    layer: Layer,
+) -> None:
+    """OceanBase's ``ObLSInfo::find_leader``: the leader is the LEADER row at the highest
+    proposal id. A leader whose lease expired keeps its row, written FOLLOWER and stale with
+    its last heartbeat; back alive and still reporting LEADER of the old term after another
+    server leads at a higher term, it stays a stale FOLLOWER until it reports the new term."""
+    tid = make_tenant_alone(layer, ls_count=1)
+    layer.meta_sync.run_once()
+    old = layer.reports.views()[(tid, 1001)].leader
+    assert old is not None
+    s_old = layer.servers.get(old)
+    s_old.last_hb_time = 1_700_000_000_000_000
+    s_old.hb_status = HeartbeatStatus.LEASE_EXPIRED
+    layer.meta_sync.run_once()
+    [row] = [r for r in _meta_rows(layer) if f"{r['svr_ip']}:{r['svr_port']}" == old]
+    assert (row["role"], row["stale"], row["last_report_time"]) == (
+        ls_repo.ROLE_FOLLOWER,
+        1,
+        1_700_000_000_000_000,
+    )
+    assert [r["ROLE"] for r in _locations(layer)].count("LEADER") == 0
+    # Another member leads at term + 1; the old leader is back, its report unchanged.
+    report = layer.agents.replicas[old][(tid, 1001)]
+    new = next(m for m in report.member_list if m != old)
+    nr = layer.agents.replicas[new][(tid, 1001)]
+    nr.role, nr.term, nr.leader = obrpc_pb2.LEADER, report.term + 1, new
+    s_old.hb_status = HeartbeatStatus.ALIVE
+    s_old.last_hb_time += 5_000_000
+    heartbeat(layer)
+    assert layer.reports.views()[(tid, 1001)].leader == new
+    layer.meta_sync.run_once()
+    by_server = {f"{r['svr_ip']}:{r['svr_port']}": r for r in _meta_rows(layer)}
+    assert by_server[new]["role"] == ls_repo.ROLE_LEADER and by_server[new]["stale"] == 0
+    assert (by_server[old]["role"], by_server[old]["stale"]) == (ls_repo.ROLE_FOLLOWER, 1)
+    # Still stale: the time is when it went stale, not rewritten at every sync.
+    assert by_server[old]["last_report_time"] == 1_700_000_000_000_000
+    s_old.last_hb_time += 1_000_000
+    assert layer.meta_sync.run_once() == 0
+    locs = _locations(layer)
+    assert [f"{r['SVR_IP']}:{r['SVR_PORT']}" for r in locs if r["ROLE"] == "LEADER"] == [new]
+    assert {f"{r['SVR_IP']}:{r['SVR_PORT']}": r["STALE"] for r in locs}[old] == "YES"
+    # It hears of the new term: a fresh follower.
+    report.role, report.term, report.leader = obrpc_pb2.FOLLOWER, nr.term, new
+    heartbeat(layer, old)
+    layer.meta_sync.run_once()
+    row = {f"{r['svr_ip']}:{r['svr_port']}": r for r in _meta_rows(layer)}[old]
+    assert (row["role"], row["stale"], row["last_report_time"]) == (ls_repo.ROLE_FOLLOWER, 0, 0)
+    assert {r["STALE"] for r in _locations(layer)} == {"NO"}
+
+
+def test_the_view_shows_only_the_leader_row_at_the_highest_proposal_id(layer: Layer) -> None:
+    """Two LEADER rows of one LS written by anyone (an older RS, a hand edit): the views
+    show LEADER only for the one at the highest proposal id, and never a stale row."""
+
+    def row(role: int, term: int, stale: int = 0) -> dict[str, Any]:
+        return {
+            "sql_port": 1,
+            "role": role,
+            "member_list": "",
+            "proposal_id": term,
+            "replica_status": "NORMAL",
+            "unit_id": 1,
+            "zone": "z1",
+            "paxos_replica_number": 3,
+            "data_size": 0,
+            "required_size": 0,
+            "stale": stale,
+            "last_report_time": 0,
+        }
+
+    with layer.store.txn() as conn:
+        ls_repo.upsert_ls_meta(
+            conn,
+            {
+                (9, 1001, "127.0.0.1", 1): row(ls_repo.ROLE_LEADER, 4),
+                (9, 1001, "127.0.0.1", 2): row(ls_repo.ROLE_LEADER, 5),
+                (9, 1001, "127.0.0.1", 3): row(ls_repo.ROLE_FOLLOWER, 5),
+                (9, 1002, "127.0.0.1", 1): row(ls_repo.ROLE_LEADER, 7, stale=1),
+                (9, 1002, "127.0.0.1", 2): row(ls_repo.ROLE_FOLLOWER, 6),
+            },
+            {},
+            1,
+        )
+    for view in ("dba_ob_ls_locations", "cdb_ob_ls_locations"):
+        with layer.store.read() as conn:
+            got = conn.execute(
+                sa.text(
+                    f"SELECT ls_id, svr_port, role, member_list FROM {view} "
+                    "WHERE tenant_id = 9 ORDER BY ls_id, svr_port"
+                )
+            ).all()
+        assert [tuple(r[:3]) for r in got] == [
+            (1001, 1, "FOLLOWER"),
+            (1001, 2, "LEADER"),
+            (1001, 3, "FOLLOWER"),
+            (1002, 1, "FOLLOWER"),
+            (1002, 2, "FOLLOWER"),
+        ], view
+        assert [r[3] for r in got] == [None, "", None, None, None]
