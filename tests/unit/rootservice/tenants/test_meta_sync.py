@@ -11,10 +11,20 @@ import sqlalchemy as sa
 from obcommon.proto import obrpc_pb2
 from rootservice.app import RootService
 from rootservice.db import ls_repo
+from rootservice.http.status import ClusterStatus
 from rootservice.servers.status import HeartbeatStatus
 from tests.support.tenant_parts import Layer, heartbeat
 from tests.support.tenant_parts import make_tenant as make_tenant_alone
-from tests.support.tenants import ZONE, B, lease, make_tenant, members_of, report_all, rows
+from tests.support.tenants import (
+    ZONE,
+    B,
+    lease,
+    make_tenant,
+    members_of,
+    replica,
+    report_all,
+    rows,
+)
 
 
 def test_reports_fill_ls_meta_table_leader_cnt_and_space_usage(rs: RootService) -> None:
@@ -206,3 +216,41 @@ def test_the_view_shows_only_the_leader_row_at_the_highest_proposal_id(layer: La
             (1002, 2, "FOLLOWER"),
         ], view
         assert [r[3] for r in got] == [None, "", None, None, None]
+
+
+def test_the_status_api_counts_only_current_leaders(rs: RootService) -> None:
+    """``/api/v1/servers``' ``leader_count`` and ``/api/v1/ls_locations``: a leader that
+    still reports LEADER at an older term than another member's leads nothing, its rows are
+    stale with its last heartbeat; the new leader leads."""
+    tid = make_tenant(rs)
+    report_all(rs, tid)
+    status = ClusterStatus(rs)
+    old = next(m for m in members_of(rs, tid, 1001) if ZONE[m] == "z1")
+    counts = {s["server"]: s["leader_count"] for s in status.servers()}
+    assert counts[old] == 2 and sum(counts.values()) == 2
+    # Another member reports LEADER of ls 1001 at term 2; the old one still reports term 1.
+    members = members_of(rs, tid, 1001)
+    new = next(m for m in members if m != old)
+    rs.heartbeats.receive_hb(
+        lease(
+            new,
+            [
+                replica(
+                    (tid, ls),
+                    new if ls == 1001 else old,
+                    members,
+                    me=new,
+                    term=2 if ls == 1001 else 1,
+                )
+                for ls in (1001, 1002)
+            ],
+        )
+    )
+    counts = {s["server"]: s["leader_count"] for s in status.servers()}
+    assert (counts[old], counts[new], sum(counts.values())) == (1, 1, 2)
+    locs = {(r["ls_id"], r["server"]): r for r in status.ls_locations()}
+    assert locs[(1001, new)]["role"] == "LEADER" and not locs[(1001, new)]["stale"]
+    assert locs[(1001, old)]["role"] == "FOLLOWER" and locs[(1001, old)]["stale"]
+    assert locs[(1001, old)]["last_report_time_us"] == rs.whitelist.get(old).last_hb_time
+    assert locs[(1002, old)]["role"] == "LEADER" and not locs[(1002, old)]["stale"]
+    assert [r["ls_id"] for r in locs.values() if r["role"] == "LEADER"].count(1001) == 1
