@@ -1,6 +1,6 @@
 """The fencing of root services over a PostgreSQL primary and standby, explored by Hypothesis:
 the real code driven by a model of the cluster, and checked against a pure model of what it
-must guarantee (issue 24's "Done when").
+must guarantee.
 
 The cluster: two database servers (a primary and a standby; replication synchronous or
 asynchronous: with asynchronous replication the primary's last commits wait in a queue the
