@@ -44,8 +44,12 @@ def load_token(data_dir: Path) -> FenceToken:
 class TokenKeeper:
     """The highest token obeyed (``highest``), in memory and in ``data_dir``.
 
-    ``log`` gets one line per newly obeyed epoch and a WARNING per refusal; ``refused``
-    counts the refusals (``ob_agent_commands_refused``-style readings).
+    ``log`` gets one INFO line ``obeying the root service of <token> (was <token>)`` for
+    every token obeyed that is not the kept one (each new incarnation, including one of the
+    same or a lower epoch, which the rule never lets through: the line is how a test or an
+    operator sees from the log alone that no two incarnations of one epoch were obeyed) and a
+    WARNING per refusal; ``refused`` counts the refusals (``ob_agent_commands_refused``-style
+    readings).
     """
 
     def __init__(
@@ -71,15 +75,17 @@ class TokenKeeper:
     def obey(self, offered: FenceToken) -> None:
         """Make ``offered`` (which :meth:`judge` let through) the highest token, written to
         ``data_dir`` first when it is higher. Raises ``OSError`` when the file cannot be
-        written (nothing changes: the caller refuses)."""
-        new = after_obeying(self.highest, offered)
-        if new == self.highest:
+        written (nothing changes: the caller refuses). Every ``offered`` other than the kept
+        token is logged, even one that does not become the highest."""
+        if offered == self.highest:
             return
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        payload = json.dumps({"epoch": new.epoch, "incarnation": new.incarnation})
-        write_atomic(self.data_dir / TOKEN_FILE, payload.encode())
+        new = after_obeying(self.highest, offered)
+        if new != self.highest:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            payload = json.dumps({"epoch": new.epoch, "incarnation": new.incarnation})
+            write_atomic(self.data_dir / TOKEN_FILE, payload.encode())
         old, self.highest = self.highest, new
-        self.log.info("obeying the root service of %s (was %s)", new, old)
+        self.log.info("obeying the root service of %s (was %s)", offered, old)
 
     def admit(self, offered: FenceToken, what: str) -> ObError | None:
         """:meth:`judge` then :meth:`obey`: None when the caller may act on ``what`` (the

@@ -5,6 +5,7 @@ lease requests and kept in DATA_DIR across restarts. FakeClock, hand-made messag
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from obcommon.clock import FakeClock
 from obcommon.fencing import FenceToken
 from obcommon.proto import obrpc_pb2
 from observer_agent.agent import Agent
-from observer_agent.fence import TOKEN_FILE
+from observer_agent.fence import TOKEN_FILE, TokenKeeper
 from observer_agent.identity import IdentityError
 from observer_agent.service import ObserverServicer
 from tests.unit.observer_agent.helpers import RS1, RS2, make_agent, ok_response, run
@@ -89,3 +90,24 @@ def test_an_absurd_epoch_is_neither_obeyed_nor_learnt(tmp_path: Path) -> None:
     assert agent.handle_response(answer(clock, 3, A), RS1)
     assert apply(agent, 2**62, A).error.name == "OB_INVALID_ARGUMENT"
     assert agent.tokens.highest == FenceToken(3, A)
+
+
+def test_every_incarnation_obeyed_is_logged_even_of_one_epoch(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The log is what the failover tests read to check that no two root services were
+    # obeyed with one epoch: a token obeyed past the rule (obey without judge) must show.
+    keeper = TokenKeeper(tmp_path, logging.getLogger("fence-test"))
+    with caplog.at_level(logging.INFO, logger="fence-test"):
+        keeper.obey(FenceToken(5, A))
+        keeper.obey(FenceToken(5, A))  # the kept token again: nothing to say
+        keeper.obey(FenceToken(5, B))
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines == [
+        f"obeying the root service of epoch 5 (incarnation {A:x}) (was epoch 0 (incarnation 0))",
+        f"obeying the root service of epoch 5 (incarnation {B:x}) "
+        f"(was epoch 5 (incarnation {A:x}))",
+    ]
+    # The highest (and the file) stay the first incarnation's.
+    assert keeper.highest == FenceToken(5, A)
+    assert json.loads((tmp_path / TOKEN_FILE).read_text())["incarnation"] == A
