@@ -22,7 +22,7 @@ PYTEST_ARGS ?=
 # first, by size).
 PYTEST_WORKERS ?= 4
 
-.PHONY: setup pg-binaries mysql-clients browser faketime prometheus test demo demo-spark-cluster bench bench-storm bench-mysql bench-spark bench-empty bench-parse chaos soak-lag lint proto clean
+.PHONY: setup pg-binaries mysql-clients browser faketime prometheus test demo demo-spark-cluster bench bench-storm bench-mysql bench-spark bench-empty bench-parse chaos soak-lag lint docs dist proto clean
 
 # The Spark jobs (rootservice/jobs) read PostgreSQL through JDBC with Debian's driver jar.
 PG_JDBC_JAR ?= /usr/share/java/postgresql.jar
@@ -217,10 +217,21 @@ soak-lag: setup
 	OB_LAG_SOAK_S=600 $(VENV)/bin/pytest -q -p no:cacheprovider -s --timeout 900 \
 	    tests/integration/test_lag.py -k paused
 
-lint:
+lint: docs
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+# The manual (mkdocs.yml, docs/): --strict fails the build on a broken link, a missing page or
+# an anchor that does not exist; the reference pages are generated from the code
+# (docs/gen_ref.py). Built into site/ (git-ignored).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
+
+# The release: the wheel and the sdist in dist/ (git-ignored).
+dist: $(STAMP)
+	rm -rf dist
+	$(VENV)/bin/python -m build --outdir dist .
 
 # mypy-protobuf's protoc plugins live in the venv's bin, hence the PATH.
 proto:
@@ -231,4 +242,4 @@ proto:
 clean:
 	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -print0 | xargs -0 rm -rf
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build
-	rm -rf demo_data rs_data .bench .test-artifacts
+	rm -rf demo_data rs_data .bench .test-artifacts site dist
