@@ -68,6 +68,7 @@ from obcommon import logs
 from obcommon.clock import SystemClock
 from obcommon.security.certs import Role
 from obcommon.security.tls import SecurityConfigError, TransportSecurity
+from obcommon.version import version_line
 from observer_agent.agent import Agent
 from observer_agent.http import AgentHttp
 from observer_agent.identity import IdentityError
@@ -92,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="OceanBase observer agent: keeps this server's lease with the RootService.",
     )
+    p.add_argument("--version", action="version", version=version_line(PROG))
     p.add_argument("--rs-list", help="RS RPC addresses host:port[,host:port...]")
     p.add_argument("--rpc-addr", help="this agent's RPC address ip:port (the server's identity)")
     p.add_argument("--sql-port", type=int, help="the SQL port reported to the RS (1..65535)")

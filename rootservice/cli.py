@@ -28,6 +28,7 @@ from obcommon import logs
 from obcommon.errors import ObError
 from obcommon.security.certs import Role
 from obcommon.security.tls import SecurityConfigError, TransportSecurity
+from obcommon.version import version_line
 from rootservice import cert_commands
 from rootservice.app import RootService, StartupError
 from rootservice.config import RsSettings
@@ -73,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rootservice", description="OceanBase-style RootService server manager"
     )
+    p.add_argument("--version", action="version", version=version_line("rootservice"))
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="run the root service")
     s.add_argument(
