@@ -1,7 +1,7 @@
 """Domain errors with their OceanBase codes, and the one place that translates them.
 
 Every refusal in the product is an :class:`ObError` carrying the OceanBase error code, name,
-SQLSTATE and message of ``ob_errno.def`` (SPEC.md section 12). The servicers never build
+SQLSTATE and message of ``ob_errno.def`` (docs/design/index.md#error-codes). The servicers never build
 error text themselves: :meth:`ObError.to_sql_text` gives the MySQL-style line that ``obadmin``
 prints, :meth:`ObError.grpc_code` the gRPC status for unary calls, and
 :func:`error_to_proto` / :func:`error_from_proto` carry an error inside a response message.
@@ -17,7 +17,7 @@ import grpc
 
 @dataclass(frozen=True)
 class ErrorDef:
-    """One row of SPEC.md section 12: ``code`` is negative, as in ``ob_errno.def``; MySQL's
+    """One row of docs/design/index.md#error-codes: ``code`` is negative, as in ``ob_errno.def``; MySQL's
     own errors (``ER_*``: 1045, 1227, 1064...) too, and are printed with MySQL's positive
     number."""
 

@@ -1,5 +1,5 @@
-"""The observer agent: one data node's lease, identity, health and hosted replicas (SPEC.md
-sections 5 and 9), composed from the modules that own each concept:
+"""The observer agent: one data node's lease, identity, health and hosted replicas
+(docs/design/leases.md and docs/design/migration.md), composed from the modules that own each concept:
 
 - :mod:`observer_agent.lease` - the lease state and loop (:class:`LeaseClient`), over
   :mod:`observer_agent.lease_stream`, trying the RSs of :mod:`observer_agent.rs_list`;

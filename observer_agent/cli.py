@@ -1,4 +1,4 @@
-"""``observer-agent``: the process on every data node (SPEC.md section 5).
+"""``observer-agent``: the process on every data node (docs/design/leases.md).
 
 Usage::
 

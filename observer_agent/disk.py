@@ -1,4 +1,4 @@
-"""The data disk's health (SPEC.md section 5: ``server_status`` bit DATA_DISK_ERROR).
+"""The data disk's health (docs/design/leases.md: ``server_status`` bit DATA_DISK_ERROR).
 
 :func:`probe_data_disk` does blocking I/O; :class:`DiskHealth` runs it in a daemon thread
 every ``disk_probe_interval``, bounded in time (a hung disk counts as failed), and keeps the

@@ -1,4 +1,4 @@
-"""The agent's side of the lease (SPEC.md section 5; OceanBase's ``ObLeaseStateMgr`` /
+"""The agent's side of the lease (docs/design/leases.md; OceanBase's ``ObLeaseStateMgr`` /
 ``ObHeartBeatProcess`` on the observer side).
 
 The decisions are plain synchronous methods on an injected :class:`Clock` (unit tests):
@@ -231,7 +231,7 @@ class LeaseDecisions:
     # ------------------------------------------------------------------ lease decisions
 
     def build_lease_request(self) -> obrpc_pb2.LeaseRequest:
-        """The next ``LeaseRequest`` (SPEC.md section 5); every call takes a new ``seq``.
+        """The next ``LeaseRequest`` (docs/design/leases.md); every call takes a new ``seq``.
         ``current_server_time`` is ``clock.now_us()``; ``rs_epoch`` / ``rs_incarnation`` the
         highest fencing token obeyed; ``cluster_id`` / ``server_id`` the kept identity's or
         "" / 0; ``server_status`` 0x1 on a failing disk; ``replicas``; the lag fields (issue 25)."""
@@ -474,7 +474,7 @@ class LeaseDecisions:
 class LeaseClient(LeaseDecisions):
     """:class:`LeaseDecisions` carried over lease streams: try the RSs one after the other,
     register, renew every ``heartbeat_interval`` on the same stream, back off after a
-    refusal or a lost stream (SPEC.md section 5; issue 14 item 1)."""
+    refusal or a lost stream (docs/design/leases.md; issue 14 item 1)."""
 
     def _check_lease_lapse(self) -> None:
         if (

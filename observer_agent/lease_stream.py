@@ -1,4 +1,4 @@
-"""One bidirectional ``RootService.LeaseStream`` to one RS (SPEC.md section 5): requests
+"""One bidirectional ``RootService.LeaseStream`` to one RS (docs/design/leases.md): requests
 written, answers matched by ``seq``, every step bounded in time."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 agent) and the standard health service.
 
 The RS calls ``RequestHeartbeat`` right after it takes office and on CANCEL DELETE SERVER,
-``CheckServerEmpty`` on ADD SERVER / BOOTSTRAP (SPEC.md sections 5, 7, 8), and
+``CheckServerEmpty`` on ADD SERVER / BOOTSTRAP (docs/design/leases.md, docs/design/statements.md and docs/design/ha.md), and
 ``ApplyReplicas`` to create, re-lead and drop LS replicas (section 9). Followers call their
 leader's ``ReplicaService.FetchLog``; an agent building a replica by copy (replica migration)
 streams the data file from a member with ``ReplicaService.FetchData``. The health
@@ -55,7 +55,7 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
     ) -> obrpc_pb2.LeaseRequest:
         """``ObserverService.RequestHeartbeat`` of obrpc.proto: a freshly built lease request.
 
-        The RS feeds the answer through its receive_hb (SPEC.md section 5); the request's
+        The RS feeds the answer through its receive_hb (docs/design/leases.md); the request's
         ``rs_epoch`` is not checked here.
         """
         await self.agent.peer_gate.admit(context, "ObserverService.RequestHeartbeat", RS_ONLY)
@@ -87,7 +87,7 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
         """``ObserverService.CheckServerEmpty`` of obrpc.proto, for ADD SERVER and BOOTSTRAP.
 
         ``is_empty`` = no identity file (an unreadable one counts as not empty); zone, server,
-        cluster_id, server_id as kept (SPEC.md section 7).
+        cluster_id, server_id as kept (docs/design/statements.md).
         """
         await self.agent.peer_gate.admit(context, "ObserverService.CheckServerEmpty", RS_ONLY)
         return self.agent.check_server_empty()

@@ -1,4 +1,4 @@
-"""Typed settings of one observer agent (SPEC.md sections 5 and 11).
+"""Typed settings of one observer agent (docs/design/leases.md and docs/design/index.md).
 
 One :class:`AgentSettings` object is built at start-up from, in increasing precedence: the
 defaults below, environment variables ``OB_AGENT_*`` (e.g. ``OB_AGENT_ZONE=z1``,

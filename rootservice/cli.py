@@ -6,7 +6,7 @@ create-ca | create-rs | create-node | create-client | list`` (:mod:`rootservice.
 to start, naming both (issue 10, as CockroachDB). Three listeners: gRPC (``--rpc-addr``),
 MySQL (``--mysql-addr``) and HTTP(S) (``--http-addr``, issue 12: :mod:`rootservice.http`).
 
-Flags override ``__all_sys_parameter``, which overrides the defaults (SPEC.md section 11).
+Flags override ``__all_sys_parameter``, which overrides the defaults (docs/design/index.md#configuration).
 Exit codes: 0 after a clean stop (SIGTERM / SIGINT), 1 when the RS cannot start (database
 unreachable, address in use), 2 for bad flags.
 """

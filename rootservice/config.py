@@ -1,4 +1,4 @@
-"""Typed settings of the RootService: defaults, ranges and invariants (SPEC.md section 11).
+"""Typed settings of the RootService: defaults, ranges and invariants (docs/design/index.md#configuration).
 
 One :class:`RsSettings` object is built at start-up from, in increasing precedence: the
 defaults below, the ``__all_sys_parameter`` table, environment variables ``OB_RS_*`` and
@@ -266,7 +266,7 @@ class RsSettings(BaseSettings):
     """Settings of one RootService process.
 
     Durations are microseconds (``*_time`` and ``*_interval`` fields). ``db_url`` defaults to
-    a SQLite file in ``data_dir``. Validation enforces SPEC.md section 11 ranges (relaxed
+    a SQLite file in ``data_dir``. Validation enforces docs/design/index.md#configuration ranges (relaxed
     when ``allow_short_timings``) and the invariants ``lease_time > heartbeat_interval`` and
     ``server_permanent_offline_time > lease_time``, and a cluster ``spark_master`` needs
     a database its executors can reach (:func:`check_spark_master_db`); violations raise
@@ -454,7 +454,7 @@ def validate_parameter(settings: RsSettings, name: str, raw: str | int) -> int |
     Returns the value in the parameter's unit (microseconds, or bytes for a size; a choice
     parameter's lower-case word). Raises ``ObError(OB_ERR_SYS_CONFIG_UNKNOWN)`` for an
     unknown name and ``ObError(OB_INVALID_ARGUMENT)`` for a malformed or out-of-range value
-    or one that breaks an invariant (SPEC.md section 11).
+    or one that breaks an invariant (docs/design/index.md#configuration).
     """
     p = PARAMETERS.get(name.lower())
     if p is None:

@@ -438,7 +438,7 @@ class RsCollector(Collector):
         )
         yield _gauges(
             "ob_rs_state",
-            "The RS state (SPEC.md section 8): 1 for the current one, 0 for the others.",
+            "The RS state: 1 for the current one, 0 for the others.",
             "state",
             {s: int(s == r.state) for s in r.states},
         )

@@ -1,5 +1,5 @@
 """Run-time parameters: where each value comes from, ALTER SYSTEM SET and SHOW PARAMETERS
-(SPEC.md section 11).
+(docs/design/index.md#configuration).
 
 Precedence, lowest first: the defaults of :class:`rootservice.config.RsSettings`, the
 ``__all_sys_parameter`` table (what ALTER SYSTEM SET wrote), environment variables

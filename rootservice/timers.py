@@ -1,6 +1,6 @@
 """The RS's two sets of timers: the leader's background tasks, registered when it takes office
 and removed when it steps down, and the election's rounds, which run for the whole life of
-the process (SPEC.md section 8, issue 5).
+the process (docs/design/ha.md#taking-office, issue 5).
 
 Each set is one APScheduler (:func:`rootservice.tasks.make_scheduler`) so that the leader's
 timers can be stopped and started without touching the election's. Registration goes

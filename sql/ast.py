@@ -19,7 +19,7 @@ ZoneOpKind = Literal["ADD", "START", "STOP", "FORCE_STOP", "DELETE", "ALTER"]
 
 @dataclass(frozen=True)
 class BootstrapEntry:
-    """One ``[REGION [=] 'r'] ZONE [=] 'z' SERVER [=] 'ip:port'`` of BOOTSTRAP (SPEC.md section 8).
+    """One ``[REGION [=] 'r'] ZONE [=] 'z' SERVER [=] 'ip:port'`` of BOOTSTRAP (docs/design/ha.md#taking-office).
 
     ``region`` is None when not written (the executor then uses the default region).
     """

@@ -3,7 +3,7 @@
 following the leader hint of an ``OB_RS_NOT_MASTER`` answer, retrying a failed connect or
 handshake until the deadline (:mod:`sql.connect` states when a statement may be sent again);
 the answer's cells as Python values. Errors come back as responses carrying an OceanBase
-error (SPEC.md sections 7, 12).
+error (docs/design/statements.md and docs/design/index.md).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ rows vertically. ``--rs`` defaults to ``OB_RS`` (then 127.0.0.1:2882) and ``-u``
 
 Output follows the mysql client: a ``+---+`` bordered table and ``N rows in set`` / ``Empty set``
 for result sets, ``Query OK, N rows affected`` otherwise, and ``ERROR <code> (<state>): ...`` on
-stderr with exit status 1 for errors (SPEC.md sections 7 and 12).
+stderr with exit status 1 for errors (docs/design/statements.md and docs/design/index.md).
 
 The user (issue 10) is ``-u``; its password ``-p PASSWORD``, else the first line of
 ``--password-file F``, else the environment variable ``OB_PASSWORD``; both travel as gRPC

@@ -1,5 +1,5 @@
 """Applying one ``ReplicaSpec`` or one drop of ``ObserverService.ApplyReplicas`` to the
-hosted replicas (SPEC.md section 9): create (generated, or built by copy), adopt membership,
+hosted replicas (docs/design/migration.md): create (generated, or built by copy), adopt membership,
 leadership and term (a new leader first catches up), drop.
 
 The rules are those documented on

@@ -1,4 +1,4 @@
-"""Building a replica by streaming it from a member: replica migration (SPEC.md section 9,
+"""Building a replica by streaming it from a member: replica migration (docs/design/migration.md,
 "disaster recovery").
 
 A spec with ``copy_from`` for a replica this agent does not host builds it from that member

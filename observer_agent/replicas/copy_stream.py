@@ -1,4 +1,4 @@
-"""The data phase of a copy (replica migration, SPEC.md section 9): a member's data file
+"""The data phase of a copy (replica migration, docs/design/migration.md): a member's data file
 received over ``ReplicaService.FetchData`` (or, when the source offers it, the bulk HTTP(S)
 path of :mod:`observer_agent.replicas.copy_http`, issue 23) into a temp file, every piece
 checked against the first chunk's announced size and the whole file against its crc32."""

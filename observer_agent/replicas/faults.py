@@ -1,5 +1,5 @@
 """Fault switches of the replica layer: files in DATA_DIR that tests and drills create to make
-replication or replica migration misbehave on one agent (SPEC.md section 9).
+replication or replica migration misbehave on one agent (docs/design/migration.md).
 
 - :data:`FAULT_REPLICATION_STOP_FILE` stops every follower (and copy in its log phase) of
   this agent from fetching;

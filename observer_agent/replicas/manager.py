@@ -1,4 +1,4 @@
-"""The ``ReplicaManager``: every LS replica one agent hosts (SPEC.md section 9), composed of
+"""The ``ReplicaManager``: every LS replica one agent hosts (docs/design/migration.md), composed of
 the parts of :mod:`observer_agent.replicas`.
 
 It loads the replicas kept in DATA_DIR at start-up, starts and stops their loops, verifies

@@ -1,5 +1,5 @@
 """The other agents a replica talks to (``ReplicaService``, agent to agent: followers fetch
-their leader's log, copies stream a member's data file; SPEC.md section 9)."""
+their leader's log, copies stream a member's data file; docs/design/migration.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """One hosted replica in memory: its meta, its log, its loop's state and, while it is built by
-copy (replica migration, SPEC.md section 9), its build state.
+copy (replica migration, docs/design/migration.md), its build state.
 
 Build states of a replica built by copy (see :mod:`observer_agent.replicas.copy`):
 

@@ -1,4 +1,4 @@
-"""Log replication of the hosted replicas (SPEC.md section 9; OceanBase's palf, reduced).
+"""Log replication of the hosted replicas (docs/design/migration.md; OceanBase's palf, reduced).
 
 The leader of an LS appends one entry every ``log_interval``; followers pull entries from the
 leader with ``ReplicaService.FetchLog`` (agent to agent) every :func:`poll_interval_s` and

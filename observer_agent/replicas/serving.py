@@ -1,6 +1,6 @@
 """Answering peers: ``ReplicaService.FetchLog`` (a leader serving its followers) and
 ``ReplicaService.FetchData`` (a member serving the data file to an agent building a replica
-by copy), SPEC.md section 9.
+by copy), docs/design/migration.md.
 
 FetchLog follows a *snapshot rule*: asked for entries the callee already compacted away, it
 answers from its first kept entry; a follower whose log ends before that entry restarts its

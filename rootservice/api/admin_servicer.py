@@ -2,7 +2,7 @@
 (gRPC metadata ``ob-user`` / ``ob-password``, the client certificate; issue 10), then parses
 and executes one statement, all on a worker thread (so that neither password hashing,
 parsing nor database I/O ever blocks heartbeats), and answers MySQL-style errors in-band
-(SPEC.md section 7); ``GetMetrics`` returns the RS's counters as JSON.
+(docs/design/statements.md); ``GetMetrics`` returns the RS's counters as JSON.
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def admission_key(cert_user: str | None, user: str | None) -> str:
 
 
 class AdminServicer(obrpc_pb2_grpc.AdminServiceServicer):
-    """``obadmin``'s entry point: one SQL statement per call (SPEC.md section 7)."""
+    """``obadmin``'s entry point: one SQL statement per call (docs/design/statements.md)."""
 
     def __init__(
         self,
@@ -156,8 +156,8 @@ class AdminServicer(obrpc_pb2_grpc.AdminServiceServicer):
         :class:`rootservice.api.admission.Admission` for :func:`admission_key`, so
         the event loop (and the heartbeats) never wait for parsing or the database and
         background work never waits behind statements; a statement over the admission
-        limits gets ``ER_CON_COUNT_ERROR`` / ``ER_TOO_MANY_USER_CONNECTIONS`` at once; every error, MySQL-style (SPEC.md
-        section 7), is carried in the response's ``error``, never as a gRPC status. A
+        limits gets ``ER_CON_COUNT_ERROR`` / ``ER_TOO_MANY_USER_CONNECTIONS`` at once; every error, MySQL-style
+        (docs/design/statements.md), is carried in the response's ``error``, never as a gRPC status. A
         not-master refusal carries the leader's address in ``leader_hint`` (issue 5).
 
         Forwarding (issue 11 item 3): with a forwarder, a standby sends a statement that needs

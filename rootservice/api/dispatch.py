@@ -1,4 +1,4 @@
-"""Statement dispatch for the admin language (SPEC.md section 7).
+"""Statement dispatch for the admin language (docs/design/statements.md).
 
 :func:`execute_sql` parses a statement (``sql.parser``), checks that the caller has the
 privilege it needs (:mod:`rootservice.auth.privileges`, issue 10), passes the term's gate,

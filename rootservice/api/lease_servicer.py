@@ -1,4 +1,4 @@
-"""The agents' lease path (SPEC.md section 5): ``RootService.LeaseStream`` (one long-lived
+"""The agents' lease path (docs/design/leases.md): ``RootService.LeaseStream`` (one long-lived
 bidirectional stream per agent, refusals in-band so the stream survives them) and
 ``RootService.RenewLease`` (the same as a unary call, refusals as gRPC status with
 ``ob-code`` / ``ob-name`` / ``ob-leader-hint`` trailing metadata), both into
@@ -32,7 +32,7 @@ NODES = frozenset({Role.NODE})
 
 
 class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
-    """Lease renewal (SPEC.md section 5) -> ``HeartbeatIntake.receive_hb``."""
+    """Lease renewal (docs/design/leases.md) -> ``HeartbeatIntake.receive_hb``."""
 
     def __init__(self, rs: RootService) -> None:
         """Serve leases for ``rs``; handling times go to its ``hb_handle_us`` latency window."""
@@ -88,7 +88,7 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
     ) -> obrpc_pb2.LeaseResponse:  # type: ignore[override]  # noqa: N802
         """``RootService.RenewLease`` of obrpc.proto: one lease request, one lease response.
 
-        Runs ``HeartbeatIntake.receive_hb`` (SPEC.md section 5). A refusal (``ObError``) aborts
+        Runs ``HeartbeatIntake.receive_hb`` (docs/design/leases.md). A refusal (``ObError``) aborts
         the call with the error's gRPC status, message ``"<OB name>: <message>"`` and trailing
         metadata ``ob-code`` / ``ob-name``.
         """
@@ -115,7 +115,7 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
     ) -> AsyncIterator[obrpc_pb2.LeaseResponse]:
         """``RootService.LeaseStream`` of obrpc.proto: one lease response per request on the stream.
 
-        Each request goes through ``HeartbeatIntake.receive_hb`` (SPEC.md section 5); a refusal
+        Each request goes through ``HeartbeatIntake.receive_hb`` (docs/design/leases.md); a refusal
         is carried in-band in the response's ``error`` (with this RS's epoch), so the stream
         stays open. The peer's certificate is read once per stream; a request for any server
         but the one it names ends the stream with ``PERMISSION_DENIED``, and the first request

@@ -1,4 +1,4 @@
-"""One executor per statement of the admin language (SPEC.md section 7), and
+"""One executor per statement of the admin language (docs/design/statements.md), and
 :data:`EXECUTORS`, the table :func:`rootservice.api.dispatch.execute` runs them from.
 
 Executors validate, then call the RS; they never touch tables themselves except the reads
@@ -159,7 +159,7 @@ def _explain_delete(rs: RootService, st: ast.ExplainDeleteServer) -> Result:
 
 
 def _reload(rs: RootService, st: ast.ReloadServer) -> Result:
-    # load_server_manager without a take-office grace (SPEC.md section 6).
+    # load_server_manager without a take-office grace (docs/design/servers.md#memory-and-the-table).
     rs.server_loader.load(take_office=False)
     return Result()
 

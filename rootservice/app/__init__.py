@@ -3,7 +3,7 @@
 ``RootService`` builds every component in dependency order, passing each its collaborators
 (docs/ARCHITECTURE.md), lists the leader's background tasks in one place
 (:meth:`RootService.leader_tasks`), and runs the process: open the database, start the
-election, shut down. The RS state (SPEC.md section 8) lives in the term
+election, shut down. The RS state (docs/design/ha.md#taking-office) lives in the term
 (:class:`rootservice.ha.term.Term`); BOOTSTRAP is :mod:`rootservice.bootstrap`, parameters
 :mod:`rootservice.parameters`. Leadership comes from :class:`rootservice.ha.election.Election` (issue 5): the round that
 wins the lease calls :meth:`rootservice.office.Office.take_office`; a step-down stops the

@@ -188,7 +188,7 @@ class RsComponents(ABC):
 
     def _wire_servers(self, sleep: Callable[[float], None]) -> None:
         settings = self.settings
-        # The server layer (SPEC.md sections 2-9), built in dependency order: the whitelist
+        # The server layer (docs/design/), built in dependency order: the whitelist
         # and what only needs it, then the tenant layer (which reads the whitelist), then the
         # admin operations (which run the tenant layer's checks), then the heartbeat intake
         # (which reports replicas to the tenant layer and runs the data-disk STOP / START
@@ -234,7 +234,7 @@ class RsComponents(ABC):
     def _wire_emptying(self, planner: Planner | None) -> None:
         settings = self.settings
         tl = self.tenant_layer
-        # Emptying servers (SPEC.md section 9), one object per concern.
+        # Emptying servers (docs/design/migration.md), one object per concern.
         emptying = build_balancer_layer(
             servers=self.whitelist,
             tenants=tl,

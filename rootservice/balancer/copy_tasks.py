@@ -1,5 +1,5 @@
-"""Replica copies in flight: the hand-out of the replica plan to destination agents (SPEC.md
-section 9, "disaster recovery"; OceanBase's ``ObDRWorker`` and its task manager's
+"""Replica copies in flight: the hand-out of the replica plan to destination agents
+(docs/design/migration.md, "disaster recovery"; OceanBase's ``ObDRWorker`` and its task manager's
 per-server limits).
 
 For each replica whose server is not its unit's server (or that sits on a permanently

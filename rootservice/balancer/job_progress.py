@@ -1,4 +1,4 @@
-"""Progress of DELETE_SERVER jobs (SPEC.md section 9; OceanBase's ``ObRsJobTableOperator``
+"""Progress of DELETE_SERVER jobs (docs/design/migration.md; OceanBase's ``ObRsJobTableOperator``
 rows of ``__all_rootservice_job``).
 
 Each INPROGRESS ``DELETE_SERVER`` job carries ``progress`` (0-100) and, in ``extra_info``
@@ -338,7 +338,7 @@ class DeleteJobProgress:
     def finalize_job(self, conn: sa.Connection, ip: str, port: int) -> None:
         """In the transaction ``conn`` that removes the emptied server ``ip:port``: its job's
         ``extra_info`` shows everything moved (the job itself becomes SUCCESS in the same
-        transaction, SPEC.md section 9). Without progress in this RS's memory the baseline a
+        transaction, docs/design/migration.md). Without progress in this RS's memory the baseline a
         former leader left in the row is used; nothing when there is none either."""
         key = f"{ip}:{port}"
         with self._lock:

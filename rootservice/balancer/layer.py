@@ -1,4 +1,4 @@
-"""Building the emptying layer (SPEC.md section 9): the planner, the unit moves, the copy
+"""Building the emptying layer (docs/design/migration.md): the planner, the unit moves, the copy
 hand-out, the re-plan of copy destinations, the DELETE SERVER jobs, the balancer round, its
 dry run and the lost-replica checker, in dependency order, kept together in one :class:`BalancerLayer` (the RS's
 composition root, :mod:`rootservice.app.wiring`, takes them from it)."""

@@ -1,4 +1,4 @@
-"""The planner seam of the balancer (SPEC.md section 9): the :class:`Planner` protocol and the
+"""The planner seam of the balancer (docs/design/migration.md): the :class:`Planner` protocol and the
 servers input every plan takes.
 
 The plans are computed by Spark jobs (:mod:`rootservice.balancer.spark`, through
@@ -32,7 +32,7 @@ SERVER_COLUMNS = (
 
 
 class Planner(Protocol):
-    """Computes the three plans of SPEC.md section 9 from the system tables plus the
+    """Computes the three plans of docs/design/migration.md from the system tables plus the
     ``servers`` rows (one dict per whitelisted server with :data:`SERVER_COLUMNS`)."""
 
     def unit_plan(self, servers: list[Row]) -> list[Row]:

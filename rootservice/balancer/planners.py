@@ -1,5 +1,5 @@
-"""The planners behind the balancer (:class:`rootservice.balancer.planner.Planner`, SPEC.md
-section 9).
+"""The planners behind the balancer (:class:`rootservice.balancer.planner.Planner`,
+docs/design/migration.md).
 
 :class:`SparkPlanner` is what the RS runs: the three Spark jobs of :mod:`rootservice.balancer.spark`
 on one long-lived SparkSession (``spark_master``, ``local[*]`` by default, created lazily in
@@ -61,7 +61,7 @@ def _servers_frame(servers: list[Row]) -> Any:
 
 
 class SparkPlanner:
-    """Plans computed by Spark (SPEC.md section 9). ``settings`` give the master and extra
+    """Plans computed by Spark (docs/design/migration.md). ``settings`` give the master and extra
     configuration (``spark_conf`` entries ``k=v``) and the database the jobs read."""
 
     def __init__(self, settings: RsSettings) -> None:

@@ -1,4 +1,4 @@
-"""The root balancer task (``balancer``): emptying servers as the RS runs it (SPEC.md section 9;
+"""The root balancer task (``balancer``): emptying servers as the RS runs it (docs/design/migration.md;
 OceanBase's ``ObRootBalancer`` and ``ObDRWorker``).
 
 One round plans with the :class:`rootservice.balancer.planner.Planner` (Spark) and applies:
@@ -7,8 +7,8 @@ unit moves (:mod:`rootservice.balancer.unit_moves`), replica copies
 DELETE_SERVER jobs (:mod:`rootservice.balancer.job_progress`). Before it plans, a round
 sends the units whose copies stalled at their destination, or whose destination is being
 drained, to another server (:mod:`rootservice.balancer.copy_replan`, issue 25), so its plan
-already hands their copies to the new one. Every write is a fenced transaction (SPEC.md
-section 10).
+already hands their copies to the new one. Every write is a fenced transaction
+(docs/design/ha.md#fenced-writes).
 
 CANCEL DELETE SERVER never waits for a round (issue 13 item 2): its units go back in the
 statement's own transaction (:meth:`RootBalancer.move_units_back`), the in-memory work is

@@ -1,4 +1,4 @@
-"""Unit moves off servers being emptied (SPEC.md section 9; OceanBase's ``ObRootBalancer`` /
+"""Unit moves off servers being emptied (docs/design/migration.md; OceanBase's ``ObRootBalancer`` /
 ``ObUnitManager`` unit migration), recorded in ``__all_unit``:
 
 - **Start.** For each unit of a DELETING or permanently offline server the unit plan gives a
@@ -13,7 +13,7 @@
 
 A plan computed before a state change moves nothing: the rows whose premises no longer hold
 are skipped, counted in ``stale_plan_rows_total`` and in :attr:`UnitMoves.last_stale`.
-Every write is a fenced transaction (SPEC.md section 10) with its events. Times are
+Every write is a fenced transaction (docs/design/ha.md#fenced-writes) with its events. Times are
 microseconds since the epoch.
 """
 

@@ -1,4 +1,4 @@
-"""``__all_rootservice_event_history``: what the RS did and why (SPEC.md section 4).
+"""``__all_rootservice_event_history``: what the RS did and why (docs/design/servers.md#the-tables).
 
 Every function takes a connection inside the caller's transaction and never commits.
 """

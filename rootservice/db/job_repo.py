@@ -1,4 +1,4 @@
-"""``__all_rootservice_job``: DELETE_SERVER jobs and their progress (SPEC.md section 9,
+"""``__all_rootservice_job``: DELETE_SERVER jobs and their progress (docs/design/migration.md,
 OceanBase's ``ObRsJobTableOperator``).
 
 Every function takes a connection inside the caller's transaction and never commits.

@@ -1,5 +1,5 @@
 """The ``rootservice_epoch`` row of ``__all_service_epoch``: the epoch every write is fenced
-with and the leader's lease (SPEC.md section 10, issue 5).
+with and the leader's lease (docs/design/ha.md#fenced-writes, issue 5).
 
 ``svr_ip`` / ``svr_port`` hold the leader's RPC address, ``lease_expire_time`` /
 ``lease_renew_time`` are microseconds by the database's clock. Every function takes a
@@ -45,7 +45,7 @@ def db_now_us(conn: sa.Connection) -> int:
     PostgreSQL's ``clock_timestamp()`` (the real time, not the transaction's start, so a lock
     wait inside the transaction is counted); SQLite's ``julianday('now')`` (millisecond
     precision; SQLite is a local file, so this is the RS host's clock). Every RS measures the
-    lease by this one clock, so their own clocks may disagree (SPEC.md section 10).
+    lease by this one clock, so their own clocks may disagree (docs/design/ha.md#fenced-writes).
     """
     if conn.dialect.name == "postgresql":
         q = "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)"

@@ -1,4 +1,4 @@
-"""SQLAlchemy Core definitions of the system tables (SPEC.md section 4).
+"""SQLAlchemy Core definitions of the system tables (docs/design/servers.md#the-tables).
 
 These mirror what the Alembic migrations create; the migrations, not ``metadata.create_all``,
 are the source of the schema. Table and column names are part of the product: ops

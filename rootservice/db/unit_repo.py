@@ -1,5 +1,5 @@
 """``__all_unit_config``, ``__all_resource_pool`` and ``__all_unit``: resource units, pools
-and the units placed on servers (SPEC.md section 4, OceanBase 4.x inner tables).
+and the units placed on servers (docs/design/servers.md#the-tables, OceanBase 4.x inner tables).
 
 Every function takes a connection inside the caller's transaction and never commits; sizes
 are bytes, CPU is cores, times microseconds since the epoch.
@@ -225,7 +225,7 @@ def start_unit_move(
     now_us: int,
 ) -> bool:
     """Move unit ``unit_id`` from server ``src`` to ``dest`` (``(ip, port)``): ``svr_*`` =
-    ``dest``, ``migrate_from_svr_*`` = ``src`` (SPEC.md section 9, the root balancer's unit
+    ``dest``, ``migrate_from_svr_*`` = ``src`` (docs/design/migration.md, the root balancer's unit
     moves). Only if the unit is still on ``src`` and not already moving; returns whether it
     moved."""
     t = all_unit

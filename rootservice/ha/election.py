@@ -1,4 +1,4 @@
-"""RS leader election on the system-table database (issue 5, SPEC.md sections 8 and 10).
+"""RS leader election on the system-table database (issue 5, docs/design/ha.md).
 
 Several ``rootservice serve`` processes share one database; the ``rootservice_epoch`` row of
 ``__all_service_epoch`` is the lease (see :mod:`rootservice.db.lease_repo`). One
@@ -67,7 +67,7 @@ MAX_RS_LIST = 8
 def merge_rs_list(stored: str, me: str, keep: int = MAX_RS_LIST) -> list[str]:
     """The RS list after ``me`` takes office: ``stored`` (``__all_sys_parameter``
     ``rootservice_list``, addresses separated by ``;``) without ``me``, then ``me``, cut to
-    the ``keep`` most recent. Agents get it in every lease response (SPEC.md section 5) and
+    the ``keep`` most recent. Agents get it in every lease response (docs/design/leases.md) and
     rotate through it, so every RS that ever led stays findable; standbys that never led are
     found through the agents' own ``--rs-list``."""
     addrs = [a for a in (x.strip() for x in stored.split(";")) if a and a != me]

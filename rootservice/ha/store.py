@@ -4,7 +4,7 @@ Every write to the system tables goes through :meth:`MetaStore.txn`, which holds
 process-wide write lock (so admin operations, the persistence queue and CheckAllServerTask
 never interleave their read-memory / write-table / apply-memory sequences) and first checks
 that this RS's epoch is still the one in the lease row, locking that row ``FOR SHARE``
-(SPEC.md sections 6 and 10, issue 5); the epoch is the :class:`rootservice.ha.term.Term`'s. Database failures become ``ObError(OB_ERR_SYS)`` with a
+(docs/design/servers.md and docs/design/ha.md, issue 5); the epoch is the :class:`rootservice.ha.term.Term`'s. Database failures become ``ObError(OB_ERR_SYS)`` with a
 short reason, so callers have one error type.
 """
 

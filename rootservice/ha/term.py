@@ -1,7 +1,7 @@
 """The term: the one place that answers "may this root service act as the leader now?".
 
 A term is one tenure of this process as leader, numbered by the epoch it won in the lease
-row of ``__all_service_epoch`` (SPEC.md sections 8 and 10, issue 5). :class:`Term` holds
+row of ``__all_service_epoch`` (docs/design/ha.md, issue 5). :class:`Term` holds
 everything that answer depends on, written by the two places that change it:
 
 - the :class:`rootservice.ha.election.Election` rounds: :meth:`Term.begin` when a round wins
@@ -56,7 +56,7 @@ def lease_timings(lease_us: int) -> tuple[int, int]:
 
 
 class RsState(StrEnum):
-    """States of the RS (OceanBase's ObRootService states, SPEC.md section 8).
+    """States of the RS (OceanBase's ObRootService states, docs/design/ha.md#taking-office).
 
     ``WAIT_BOOTSTRAP`` on an empty database, ``BOOTSTRAPPING`` while BOOTSTRAP waits for the
     rs_list servers, ``IN_SERVICE`` while taking office and ``FULL_SERVICE`` once the timers

@@ -1,9 +1,9 @@
-"""The admin operations on servers (SPEC.md section 7): ADD, DELETE, CANCEL DELETE, STOP,
+"""The admin operations on servers (docs/design/statements.md): ADD, DELETE, CANCEL DELETE, STOP,
 FORCE STOP, ISOLATE and START SERVER, and STOP / FORCE STOP ZONE (which checks the zone's
 servers as STOP SERVER does).
 
 Follows OceanBase's ``ObServerManager`` / ``ObRootService`` server statements, write-through
-(SPEC.md section 6): validate, commit the rows, jobs and events in one fenced transaction, then
+(docs/design/servers.md#memory-and-the-table): validate, commit the rows, jobs and events in one fenced transaction, then
 change memory; a refused or failed statement changes nothing. Each statement holds the store's
 write lock across read-memory / write-table / apply-memory, always before the whitelist lock.
 """
@@ -246,7 +246,7 @@ class ServerAdmin:
         *event_values: tuple[str, Any],
         also: Callable[[sa.Connection, ServerStatus], Any] | None = None,
     ) -> list[Any]:
-        """The write-through step of an admin operation (SPEC.md section 6): apply ``change``
+        """The write-through step of an admin operation (docs/design/servers.md#memory-and-the-table): apply ``change``
         to copies of the servers' current records, write their rows, ``also(conn, s)`` for
         each and one ``event`` each in one fenced transaction, then apply ``change`` to
         memory. Returns what ``also`` returned. The caller holds the write lock, so no other

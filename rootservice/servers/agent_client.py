@@ -5,7 +5,7 @@ Called from admin-operation threads, so it uses grpc's synchronous API with one 
 channel per agent address, secured by the RS's :class:`TransportSecurity` (mutual TLS with
 ``rs.crt``: the agents serve these calls to RS certificates only); the cache is dropped when
 the certificates are rotated. Every call has a deadline of ``rpc_timeout``; a failure becomes
-``ObError(OB_SERVER_CONNECTION_ERROR)`` naming the server (SPEC.md section 7, ADD SERVER).
+``ObError(OB_SERVER_CONNECTION_ERROR)`` naming the server (docs/design/statements.md, ADD SERVER).
 
 ``ApplyReplicas`` and ``RequestHeartbeat`` are commands (issue 25 item 2): each carries a
 ``command_seq`` from the :class:`rootservice.servers.command_ledger.CommandLedger`, settled when

@@ -1,5 +1,5 @@
 """Rows of ``__all_rootservice_event_history`` raised by the server layer (module
-``server``), SPEC.md sections 5-7: ``online``, ``lease_expire``, ``permanent_offline``,
+``server``), docs/design/leases.md, docs/design/servers.md and docs/design/statements.md: ``online``, ``lease_expire``, ``permanent_offline``,
 ``data_disk_error``, ``add_server``, ``delete_server``... each naming the server and its zone.
 
 Each such transition is also one INFO line on the ``rootservice.servers.transitions`` logger

@@ -1,4 +1,4 @@
-"""Heartbeat intake (SPEC.md section 5): ``receive_hb`` validates a lease request, updates the
+"""Heartbeat intake (docs/design/leases.md): ``receive_hb`` validates a lease request, updates the
 server's record in memory, queues the table changes and answers with the lease.
 
 Follows OceanBase's ``ObServerManager::receive_hb``. Only memory is touched here, under the
@@ -415,7 +415,7 @@ class HeartbeatIntake:
         return t
 
     def _on_report_status_change(self, s: ServerStatus, now: int) -> None:
-        """The data-disk reaction (SPEC.md section 5): an error on a started server stops it,
+        """The data-disk reaction (docs/design/leases.md): an error on a started server stops it,
         a recovery on a stopped one starts it, each with event and off the heartbeat path."""
         # OceanBase runs STOP / START SERVER for the server, with all their checks, off the
         # heartbeat thread (ObRootService::submit_stop_server_task).

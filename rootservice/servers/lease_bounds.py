@@ -86,7 +86,7 @@ MAX_SIZE_BYTES = 1 << 50
 MAX_CPU = 100_000.0
 """The most CPU cores one server reports."""
 MAX_ZONE_CHARS = 128
-"""As ``ALTER SYSTEM ADD ZONE`` accepts (SPEC.md section 7)."""
+"""As ``ALTER SYSTEM ADD ZONE`` accepts (docs/design/statements.md)."""
 MAX_ADDR_CHARS = 128
 """An ``ip:port`` (an IPv6 address with its port is under 64)."""
 MAX_CLUSTER_ID_CHARS = 128

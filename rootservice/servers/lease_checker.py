@@ -1,4 +1,4 @@
-"""The lease checker (SPEC.md section 5): the 100 ms task ``heartbeat_checker`` that expires
+"""The lease checker (docs/design/leases.md): the 100 ms task ``heartbeat_checker`` that expires
 leases and declares servers permanently offline.
 
 Follows OceanBase's ``ObHeartbeatChecker``. Each tick touches only what expires: the alive
@@ -79,7 +79,7 @@ class LeaseChecker:
         SUSPECT periods (``mono >= suspect.until_mono_us``). Returns the number of
         transitions. Does nothing
         while this RS may not act (``Term.may_act``: not in office, not in service, lease not
-        safely held) or in the first ``lease_time`` after the take office (SPEC.md section 6).
+        safely held) or in the first ``lease_time`` after the take office (docs/design/servers.md#memory-and-the-table).
 
         The take-office grace is per server (:class:`TakeOfficeGrace`, issue 23 item 3): a
         server that came back is judged on its own lease from then on; the candidates still

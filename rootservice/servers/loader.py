@@ -1,4 +1,4 @@
-"""load_server_manager (SPEC.md section 6): read ``__all_server`` and ``__all_zone`` into
+"""load_server_manager (docs/design/servers.md#memory-and-the-table): read ``__all_server`` and ``__all_zone`` into
 memory when taking office and on RELOAD SERVER, and the take-office grace that follows.
 
 Only a heartbeat makes a server alive: a loaded server is never alive unless it already was in
@@ -48,7 +48,7 @@ MAX_GRACE_LEASES = 10
 
 
 class TakeOfficeGrace:
-    """The take-office grace (SPEC.md section 6), per server (issue 23 item 3).
+    """The take-office grace (docs/design/servers.md#memory-and-the-table), per server (issue 23 item 3).
 
     ``candidates``: servers the table shows alive that a take-office load could not prove alive
     yet; their rows stay as they are while the grace holds them. ``no_expire_until_mono``: end
@@ -100,7 +100,7 @@ class TakeOfficeGrace:
 
     def first_lease(self, mono: int) -> bool:
         """True before ``no_expire_until_mono``: one ``lease_time`` after the take office no
-        lease may expire at monotonic ``mono`` (SPEC.md section 6: the agents need the chance
+        lease may expire at monotonic ``mono`` (docs/design/servers.md#memory-and-the-table: the agents need the chance
         to find the new RS)."""
         return mono < self.no_expire_until_mono
 

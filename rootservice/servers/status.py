@@ -1,4 +1,4 @@
-"""The server status records of the whitelist and the three statuses (SPEC.md sections 2-3).
+"""The server status records of the whitelist and the three statuses (docs/design/servers.md).
 
 A :class:`ServerStatus` is the in-memory record of one server (OceanBase's
 ``share::ObServerStatus``). Admin status is set by operators, heartbeat status by heartbeats
@@ -23,20 +23,20 @@ DATA_DISK_ERROR_BIT = 0x1
 MAX_ZONE_LENGTH = 128
 
 StopMode = Literal["STOP", "FORCE_STOP", "ISOLATE"]
-"""The statement that stops a server (SPEC.md section 7): STOP checks the majority and the log
+"""The statement that stops a server (docs/design/statements.md): STOP checks the majority and the log
 sync of every LS with a member there, FORCE STOP only the majority, ISOLATE the tenants'
 primary regions."""
 
 
 class AdminStatus(StrEnum):
-    """Set only by operators (SPEC.md section 3): NORMAL, or DELETING after DELETE SERVER."""
+    """Set only by operators (docs/design/servers.md#the-three-statuses): NORMAL, or DELETING after DELETE SERVER."""
 
     NORMAL = "NORMAL"
     DELETING = "DELETING"
 
 
 class HeartbeatStatus(StrEnum):
-    """Set by heartbeats and the checker (SPEC.md section 3)."""
+    """Set by heartbeats and the checker (docs/design/servers.md#the-three-statuses)."""
 
     ALIVE = "alive"
     LEASE_EXPIRED = "lease_expired"
@@ -59,7 +59,7 @@ class ReportStatus(StrEnum):
 
 
 def display_status(admin: AdminStatus, hb: HeartbeatStatus) -> DisplayStatus:
-    """SPEC.md section 3: DELETING wins; otherwise ACTIVE iff alive."""
+    """docs/design/servers.md#the-three-statuses: DELETING wins; otherwise ACTIVE iff alive."""
     if admin is AdminStatus.DELETING:
         return DisplayStatus.DELETING
     return DisplayStatus.ACTIVE if hb is HeartbeatStatus.ALIVE else DisplayStatus.INACTIVE
@@ -109,7 +109,7 @@ class ResourceInfo:
 
 @dataclass(slots=True)
 class ServerStatus:
-    """One whitelist record (SPEC.md section 2). Times are microseconds since the epoch,
+    """One whitelist record (docs/design/servers.md#the-server-record). Times are microseconds since the epoch,
     0 meaning never / not set. ``key`` is the ``'ip:port'`` string.
 
     ``last_hb_mono_us`` is the same instant as ``last_hb_time`` on the RS's monotonic clock
@@ -215,7 +215,7 @@ class ServerStatus:
         return self.is_active() and self.block_migrate_in_time == 0
 
     def display_status(self) -> DisplayStatus:
-        """SPEC.md section 3, see :func:`display_status`."""
+        """docs/design/servers.md#the-three-statuses, see :func:`display_status`."""
         return display_status(self.admin_status, self.hb_status)
 
     def to_row(self) -> dict[str, Any]:
@@ -241,7 +241,7 @@ class ServerStatus:
         }
 
 
-# Columns CheckAllServerTask compares between memory and the table (SPEC.md section 6).
+# Columns CheckAllServerTask compares between memory and the table (docs/design/servers.md#memory-and-the-table).
 CHECKED_COLUMNS = (
     "zone",
     "inner_port",

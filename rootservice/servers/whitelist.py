@@ -1,4 +1,4 @@
-"""The in-memory server whitelist (SPEC.md sections 2-3): the records, their lock, the alive
+"""The in-memory server whitelist (docs/design/servers.md): the records, their lock, the alive
 order and the permanent-offline heap, and the read API the rest of the RS uses.
 
 Follows OceanBase's ``ObServerManager`` server-status array. Only this package changes the

@@ -1,4 +1,4 @@
-"""Whether a server may host or lead replicas (SPEC.md section 7, OceanBase's leader
+"""Whether a server may host or lead replicas (docs/design/statements.md, OceanBase's leader
 coordinator): a leader must be alive, started (``stop_time == 0``), in service and in an
 ACTIVE zone; a stopped or isolated server is never chosen.
 
@@ -64,7 +64,7 @@ class HostHealth:
         self, server: str, r: obrpc_pb2.ReplicaInfo | None, exclude: Set[str]
     ) -> bool:
         """Alive, started, in service, zone ACTIVE, not being stopped, replica in service
-        (the members that count for STOP's majority, SPEC.md section 7)."""
+        (the members that count for STOP's majority, docs/design/statements.md)."""
         return r is not None and r.in_service and self.can_lead(server, exclude)
 
     def zone_of(self, plan: LsPlan, server: str) -> str:

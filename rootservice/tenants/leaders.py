@@ -1,5 +1,5 @@
-"""Leaders of the log streams: choosing, switching and moving them off servers (SPEC.md
-section 7; OceanBase's leader coordinator and ``ALTER SYSTEM SWITCH REPLICA LEADER``).
+"""Leaders of the log streams: choosing, switching and moving them off servers
+(docs/design/statements.md; OceanBase's leader coordinator and ``ALTER SYSTEM SWITCH REPLICA LEADER``).
 
 - **Choice.** A leader must be alive, started (``stop_time == 0``), in service, in an ACTIVE
   zone, and is preferred in the tenant's primary zone (:mod:`rootservice.tenants.host_health`).
@@ -117,7 +117,7 @@ class LeaderCoordinator:
         return min(candidates, key=rank)
 
     def switch_leader(self, key: LsKey, new_leader: str, reason: str) -> None:
-        """Make ``new_leader`` the leader of LS ``key`` at a new term (SPEC.md section 7's
+        """Make ``new_leader`` the leader of LS ``key`` at a new term (docs/design/statements.md's
         "leaders move off"; OceanBase's ``ALTER SYSTEM SWITCH REPLICA LEADER``).
 
         The old leader (if alive) resigns first and reports its last log index; the new

@@ -1,5 +1,5 @@
 """The ``ls_meta_sync`` task: mirror the replica reports into ``__all_ls_meta_table`` and
-``__all_space_usage`` (SPEC.md sections 4 and 9), like OceanBase's LS meta table updater.
+``__all_space_usage`` (docs/design/servers.md and docs/design/migration.md), like OceanBase's LS meta table updater.
 
 Only what changed since the last sync is written, in one fenced transaction. A server that is
 not alive keeps its rows, shown as FOLLOWER (it leads nothing while it does not heartbeat);

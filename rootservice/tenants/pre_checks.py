@@ -1,5 +1,5 @@
-"""The tenant layer's pre-checks of DELETE / STOP / FORCE STOP / ISOLATE SERVER (SPEC.md
-section 7; OceanBase's ``check_majority_and_log_in_sync_`` and the DELETE SERVER unit check).
+"""The tenant layer's pre-checks of DELETE / STOP / FORCE STOP / ISOLATE SERVER
+(docs/design/statements.md; OceanBase's ``check_majority_and_log_in_sync_`` and the DELETE SERVER unit check).
 
 Each check raises ``ObError`` and changes nothing; the server manager runs it before it writes
 anything. Times are microseconds since the epoch.
@@ -89,7 +89,7 @@ class ServerPreChecks:
             )
 
     def check_stop(self, targets: list[ServerStatus], mode: StopMode) -> None:
-        """STOP / FORCE STOP SERVER (SPEC.md section 7; OceanBase's
+        """STOP / FORCE STOP SERVER (docs/design/statements.md; OceanBase's
         ``check_majority_and_log_in_sync_``): every LS with a member on the servers keeps a
         majority of members that are alive, started, in service and not being stopped, and
         (STOP only) a majority of members whose log is within ``ls_log_sync_threshold`` of

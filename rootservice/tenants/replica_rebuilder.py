@@ -1,4 +1,4 @@
-"""The ``replica_rebuilder`` task (issue 13 item 5; SPEC.md section 9, disaster recovery;
+"""The ``replica_rebuilder`` task (issue 13 item 5; docs/design/migration.md, disaster recovery;
 every ``ls_check_interval``).
 
 A Paxos member of an LS that sits on a live server but that server no longer reports (its

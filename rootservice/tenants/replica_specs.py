@@ -1,5 +1,5 @@
-"""Replica specs and the ApplyReplicas calls that hand them to the agents (SPEC.md
-sections 4 and 9).
+"""Replica specs and the ApplyReplicas calls that hand them to the agents
+(docs/design/servers.md and docs/design/migration.md).
 
 A :class:`obrpc_pb2.ReplicaSpec` is the desired state of one replica on one server: member
 list, leader and term, and either the log index to catch up to (a new leader) or the server

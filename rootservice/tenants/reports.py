@@ -1,4 +1,4 @@
-"""Replica reports and the log streams as they show (SPEC.md sections 4 and 9).
+"""Replica reports and the log streams as they show (docs/design/servers.md and docs/design/migration.md).
 
 Every lease request carries the agent's replicas (role, member list, term, log position,
 data size). :class:`ReplicaReports` keeps the latest report per server and each server's

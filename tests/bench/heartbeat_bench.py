@@ -551,7 +551,7 @@ def connect_phase(
 
 def wait_take_office_requests(rs: Child, n: int) -> dict[str, Any]:
     """After taking office the RS asks every server that is not alive for a heartbeat
-    (SPEC.md section 5). Here no agent serves ObserverService, so all N requests fail
+    (docs/design/leases.md). Here no agent serves ObserverService, so all N requests fail
     (connection refused) and the RS logs a warning: one summary line ("request heartbeat
     failed for X of N servers"), or one line per server in older versions. That burst is
     not steady state: wait for the summary, or N per-server lines, or 5 s without a new

@@ -1,6 +1,6 @@
 """Integration tests: real ``rootservice`` and ``observer-agent`` processes on 127.0.0.1
 with short lease times, statements sent the way ``obadmin`` sends them, on SQLite and on
-PostgreSQL (SPEC.md sections 5-9; issue "Root service core")."""
+PostgreSQL (docs/design/; issue "Root service core")."""
 
 from __future__ import annotations
 

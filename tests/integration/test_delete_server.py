@@ -1,7 +1,7 @@
 """Integration tests of issue 4: the whole DELETE SERVER life cycle with real agents: units
 and replicas move, data intact (checksums), the server leaves ``__all_server``; CANCEL DELETE
 mid-way; a permanently offline server's replicas rebuilt elsewhere and its lost rows cleaned
-(SPEC.md section 9).
+(docs/design/migration.md).
 
 On SQLite the RS plans with Spark in local mode (inside the RS process); on PostgreSQL with
 ``balancer_planner = 'local'``, the same plans in pandas (issue 13 item 3). Spark over

@@ -1,6 +1,6 @@
 """Integration tests of the tenant layer: real ``rootservice`` and ``observer-agent``
 processes whose agents really host replicas (data file + log, replicated agent to agent),
-on SQLite and PostgreSQL (issue "Tenants, units and log streams"; SPEC.md sections 4, 7, 9).
+on SQLite and PostgreSQL (issue "Tenants, units and log streams"; docs/design/servers.md, docs/design/statements.md and docs/design/migration.md).
 """
 
 from __future__ import annotations

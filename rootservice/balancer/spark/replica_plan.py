@@ -1,4 +1,4 @@
-"""Replica migration plan: disaster recovery's job (SPEC.md §9; OceanBase's ``ObDRWorker``:
+"""Replica migration plan: disaster recovery's job (docs/design/migration.md; OceanBase's ``ObDRWorker``:
 "migrate replica due to unit not match" and the rebuild of replicas of permanently offline
 servers).
 

@@ -1,4 +1,4 @@
-"""Unit migration plan: the root balancer's job (SPEC.md §9; OceanBase's ``ObRootBalancer``
+"""Unit migration plan: the root balancer's job (docs/design/migration.md; OceanBase's ``ObRootBalancer``
 driving ``ObUnitManager``'s unit migration).
 
 :func:`unit_migration_plan` finds a new server for every unit of a server that is DELETING

@@ -1,4 +1,4 @@
-"""The Alembic migrations on SQLite and PostgreSQL: the schema of SPEC.md section 4, the
+"""The Alembic migrations on SQLite and PostgreSQL: the schema of docs/design/servers.md#the-tables, the
 DBA_OB_SERVERS / DBA_OB_ZONES views, and a repeatable walk up to head and back to base."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from rootservice.db import tables
 from rootservice.db.engine import current_revision, downgrade, head_revision, make_engine, upgrade
 
-# SPEC.md section 4: column -> the SQLAlchemy type family it must reflect as.
+# docs/design/servers.md#the-tables: column -> the SQLAlchemy type family it must reflect as.
 ALL_SERVER_COLUMNS: dict[str, str] = {
     "svr_ip": "varchar",
     "svr_port": "int",

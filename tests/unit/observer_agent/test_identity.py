@@ -1,5 +1,5 @@
 """The cluster identity file (observer_agent.identity) and how the lease writes and checks it
-(SPEC.md section 7): written once, kept across restarts, atomic, never another cluster."""
+(docs/design/statements.md): written once, kept across restarts, atomic, never another cluster."""
 
 from __future__ import annotations
 

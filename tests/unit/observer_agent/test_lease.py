@@ -1,4 +1,4 @@
-"""The agent's lease decisions (SPEC.md section 5; observer_agent.lease), driven by a
+"""The agent's lease decisions (docs/design/leases.md; observer_agent.lease), driven by a
 FakeClock and hand-made LeaseResponse messages: no network, no sleeping."""
 
 from __future__ import annotations

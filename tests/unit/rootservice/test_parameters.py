@@ -1,4 +1,4 @@
-"""Parameters built from their collaborators, without a RootService (SPEC.md section 11;
+"""Parameters built from their collaborators, without a RootService (docs/design/index.md#configuration;
 rootservice.parameters): the precedence of sources, ALTER SYSTEM SET and SHOW PARAMETERS."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The admin SQL parser (sql/parser.py, sql/grammar.lark): statement forms of SPEC.md section 7,
-the AST of sql/ast.py, and MySQL-style errors (SPEC.md section 12); and sql/sizes.py."""
+"""The admin SQL parser (sql/parser.py, sql/grammar.lark): statement forms of docs/design/statements.md,
+the AST of sql/ast.py, and MySQL-style errors (docs/design/index.md#error-codes); and sql/sizes.py."""
 
 from __future__ import annotations
 

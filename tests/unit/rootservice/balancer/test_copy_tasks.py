@@ -1,4 +1,4 @@
-"""CopyTasks built from fakes (SPEC.md section 9, disaster recovery): the per-destination
+"""CopyTasks built from fakes (docs/design/migration.md, disaster recovery): the per-destination
 throttle, retries from another member, resends of forgotten copies, task ends and CANCEL
 DELETE's drops. No database and no RootService."""
 

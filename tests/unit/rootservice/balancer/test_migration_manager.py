@@ -1,5 +1,4 @@
-"""The balancer as a RootService wires it, with a FakeClock on a real database (SPEC.md section
-9): unit moves from a plan, job progress and stall reports, CANCEL DELETE, unit completion,
+"""The balancer as a RootService wires it, with a FakeClock on a real database (docs/design/migration.md): unit moves from a plan, job progress and stall reports, CANCEL DELETE, unit completion,
 lost-replica cleanup. The plans come from the pandas planner (the same computation as the
 Spark jobs, checked against them in test_spark_jobs.py); replica copies need agents and are
 covered by tests/integration/test_delete_server.py (and, with fakes, by test_copy_tasks.py).

@@ -1,4 +1,4 @@
-"""The Spark jobs of rootservice.balancer.spark (SPEC.md section 9) on one local SparkSession.
+"""The Spark jobs of rootservice.balancer.spark (docs/design/migration.md) on one local SparkSession.
 
 Hand-made inputs cover every rule of the three plans (unit placement with anti-affinity and
 capacity, the no-room reasons, zones planned independently; replica sources and

@@ -1,4 +1,4 @@
-"""Heartbeat intake (SPEC.md section 5): every receive_hb case. Unit tests on an in-process RS
+"""Heartbeat intake (docs/design/leases.md): every receive_hb case. Unit tests on an in-process RS
 with a FakeClock, on SQLite and PostgreSQL."""
 
 from __future__ import annotations

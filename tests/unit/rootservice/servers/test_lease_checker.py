@@ -1,4 +1,4 @@
-"""The lease checker (SPEC.md section 5): inclusive boundaries and the take-office grace. Unit
+"""The lease checker (docs/design/leases.md): inclusive boundaries and the take-office grace. Unit
 tests on an in-process RS with a FakeClock, on SQLite and PostgreSQL."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The server status state machine (SPEC.md sections 3, 5-7) checked against a small pure
+"""The server status state machine (docs/design/) checked against a small pure
 model with Hypothesis.
 
 One in-process RS on SQLite and a FakeClock (``tests.support.harness.make_rs``) with four

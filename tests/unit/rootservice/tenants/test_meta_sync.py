@@ -1,5 +1,5 @@
 """__all_ls_meta_table, __all_space_usage and leader_cnt from replica reports, through a whole
-RootService (SPEC.md sections 4 and 9; rootservice.tenants.reports and meta_sync).
+RootService (docs/design/servers.md and docs/design/migration.md; rootservice.tenants.reports and meta_sync).
 """
 
 from __future__ import annotations

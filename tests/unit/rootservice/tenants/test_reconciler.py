@@ -1,4 +1,4 @@
-"""The ``ls_reconciler`` task (SPEC.md sections 4, 7 and 9; rootservice.tenants.reconciler),
+"""The ``ls_reconciler`` task (docs/design/servers.md, docs/design/statements.md and docs/design/migration.md; rootservice.tenants.reconciler),
 with in-memory agents and no RootService."""
 
 from __future__ import annotations

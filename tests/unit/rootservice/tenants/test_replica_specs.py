@@ -1,4 +1,4 @@
-"""Replica specs and ApplyReplicas (SPEC.md sections 4 and 9;
+"""Replica specs and ApplyReplicas (docs/design/servers.md and docs/design/migration.md;
 rootservice.tenants.replica_specs), with in-memory agents and no RootService."""
 
 from __future__ import annotations

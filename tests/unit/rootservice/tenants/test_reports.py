@@ -1,4 +1,4 @@
-"""Replica reports, views, effective members and log sync (SPEC.md sections 4 and 9;
+"""Replica reports, views, effective members and log sync (docs/design/servers.md and docs/design/migration.md;
 rootservice.tenants.reports), built without a RootService."""
 
 from __future__ import annotations
