@@ -1,5 +1,4 @@
-"""Bounds shared by the RS and the agents on what crosses the trust boundary (issue 10,
-item 5): terms and epochs, and how a refused value is quoted in an error.
+"""Bounds shared by the RS and the agents on what crosses the trust boundary: terms and epochs, and how a refused value is quoted in an error.
 
 Terms (``ReplicaSpec.term``, ``ReplicaInfo.term``) and RS epochs grow by one per election or
 leader switch, so a value far above the last one seen is forged or corrupt, never

@@ -23,7 +23,7 @@ Durations are written like ``500ms``, ``2s``; sizes as bytes or OceanBase size w
   migration) that stream their data file at the same time (default 2, 1 .. 64); the others
   wait, reported as building with ``bytes_copied`` 0.
 - ``--http-addr``: ``/metrics`` (Prometheus; a client certificate of the cluster CA unless
-  ``--insecure``), ``/healthz``, ``/readyz`` (:mod:`observer_agent.http`, issue 12).
+  ``--insecure``), ``/healthz``, ``/readyz`` (:mod:`observer_agent.http`).
 - ``--cpu-count`` (cores, > 0) / ``--memory-limit`` (size, > 0): reported as ``cpu_total``
   / ``mem_total`` instead of the machine's, since the RS places units by these capacities.
 

@@ -1,4 +1,4 @@
-"""The highest RS fencing token this agent obeyed, kept across restarts (issue 24 item 1).
+"""The highest RS fencing token this agent obeyed, kept across restarts.
 
 Every RS -> agent command (``ApplyReplicas``) and every lease answer carries the RS's token,
 ``(rs_epoch, rs_incarnation)`` (:class:`obcommon.fencing.FenceToken`). The agent obeys one

@@ -48,13 +48,13 @@ class LeaseStream:
 
         gRPC's own reconnect backoff is kept within ``backoff`` (default
         :class:`obcommon.backoff.BackoffPolicy`) and the channel gets a subchannel of its
-        own: the agent's lease loop does the backing off, with jitter (issue 14 item 1; a
+        own: the agent's lease loop does the backing off, with jitter (a
         shared subchannel kept gRPC's 1 s..120 s backoff timer across channels and made an
         agent wait 12 s after its RS came back).
         """
         self.addr = addr
         #: The certificates the stream was opened with (``TransportSecurity.generation``):
-        #: the lease loop opens a new stream when they rotate (issue 26 item 4).
+        #: the lease loop opens a new stream when they rotate.
         self.generation = security.generation()
         self._channel = security.aio_channel(addr, grpc_channel_options(backoff or BackoffPolicy()))
         self._call = obrpc_pb2_grpc.RootServiceStub(self._channel).LeaseStream()

@@ -9,7 +9,7 @@ streams the data file from a member with ``ReplicaService.FetchData``. The healt
 service (``grpc.health.v1.Health``) reports SERVING for ``""`` and for
 ``oceanbase.rs.ObserverService`` while the server runs, NOT_SERVING while it shuts down.
 
-Who may call (issue 10, ``agent.peer_gate``): ``ObserverService`` answers RS certificates
+Who may call (``agent.peer_gate``): ``ObserverService`` answers RS certificates
 only; ``ReplicaService`` answers the RS and the node certificates of the LS's members and
 learners (copies the RS announced), and ``FetchLog`` only for the node its ``follower``
 names. Refusals are ``UNAUTHENTICATED`` / ``PERMISSION_DENIED`` and
@@ -61,7 +61,7 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
         await self.agent.peer_gate.admit(context, "ObserverService.RequestHeartbeat", RS_ONLY)
         if request.command_seq:
             # Applied once past the apply gate (a frozen agent still answers: its heartbeats
-            # go on, the lag detector sees the command unapplied; issue 25 item 2).
+            # go on, the lag detector sees the command unapplied).
             task = asyncio.ensure_future(self._ack(request.command_seq))
             self._acks.add(task)
             task.add_done_callback(self._acks.discard)
@@ -74,7 +74,7 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
     async def DumpStacks(
         self, request: obrpc_pb2.DumpStacksRequest, context: Any
     ) -> obrpc_pb2.DumpStacksResponse:
-        """``ObserverService.DumpStacks`` (issue 25 item 2): every thread's Python stack and
+        """``ObserverService.DumpStacks``: every thread's Python stack and
         the event loop's tasks (:func:`observer_agent.commands.dump_stacks`), for the RS's
         LAGGING event. RS certificates only, like the other ``ObserverService`` calls; never
         waits for the apply gate (a frozen agent must still answer)."""
@@ -131,7 +131,7 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
         applied to the end.
         """
         await self.agent.peer_gate.admit(context, "ObserverService.ApplyReplicas", RS_ONLY)
-        # A test fault holds the call before the epoch is read (issue 24).
+        # A test fault holds the call before the epoch is read.
         await self.agent.replicas.hold_apply()
         refused = self.agent.tokens.admit(
             FenceToken(request.rs_epoch, request.rs_incarnation), "ApplyReplicas"

@@ -1,4 +1,4 @@
-"""The RS's counters and latency windows, and their Prometheus exposition (issue 12 item 1).
+"""The RS's counters and latency windows, and their Prometheus exposition.
 
 Code on the hot paths records into plain Python structures (:class:`Metrics` counters, a
 :class:`LatencyWindow` per timed thing: one deque append and one bucket increment, no lock);
@@ -128,7 +128,7 @@ class Metrics:
         self._labelled: dict[str, dict[tuple[str, ...], int]] = {}
         self._lock = threading.Lock()
         self.windows: dict[str, LatencyWindow] = {}
-        # The Prometheus collectors of this process (issue 12), served at /metrics.
+        # The Prometheus collectors of this process, served at /metrics.
         self.registry = CollectorRegistry()
 
     def inc(self, name: str, n: int = 1) -> None:
@@ -239,14 +239,14 @@ class Readings:
     # 13 item 3).
     planner: str = ""
     planner_ready: bool | None = None
-    # Issue 14: the lease allowance for the RS's own intake delay (item 3) and whether the
-    # RS suspects itself after a mass expiry (item 7).
+    # The lease allowance for the RS's own intake delay and whether the
+    # RS suspects itself after a mass expiry.
     lease_allowance_us: int = 0
     self_suspect: bool = False
-    # Issue 25 item 1: alive servers SUSPECT after their lease expired (no new leaders, no
+    # Alive servers SUSPECT after their lease expired (no new leaders, no
     # copies).
     servers_suspect: int = 0
-    # Issue 25 item 2: LAGGING servers (a command unapplied or a slow disk probe).
+    # LAGGING servers (a command unapplied or a slow disk probe).
     servers_lagging: int = 0
 
 

@@ -7,7 +7,7 @@ Precedence, lowest first: the defaults of :class:`rootservice.config.RsSettings`
 updated in place, so a change applies at once; the components that cache something derived
 from it (timers, the lease checker's deadlines, the agent client's timeout) hear about it
 through :class:`ParameterListener`. Durations are integer microseconds, sizes (such as
-``migration_max_bytes_per_second``, issue 13 item 6) integer bytes.
+``migration_max_bytes_per_second``) integer bytes.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 their syntax) and of obadmin's own commands, and the keywords the shell completes.
 
 The statements are those of sql/grammar.lark (docs/design/statements.md) plus the browsing statements
-the RS answers for the MySQL clients of issue 11 (SHOW TABLES / DATABASES / COLUMNS, DESC).
+the RS answers for the MySQL clients (SHOW TABLES / DATABASES / COLUMNS, DESC).
 ``help`` with no topic lists them, ``help <topic>`` (``help alter system``, ``help desc``)
 shows the syntax of every statement whose name starts with the topic's words, as the mysql
 client's ``help contents`` / ``help <item>`` do.

@@ -187,7 +187,7 @@ class LeaseRequest(_message.Message):
     server_id: _builtins.int
     """server id the agent keeps (identity.json), 0 when empty"""
     revocation_version: _builtins.int
-    """The version of the revocation list the agent holds (issue 26 item 5; 0 = empty): the
+    """The version of the revocation list the agent holds (0 = empty): the
     RS sends its list only when its own version differs.
     """
     rs_incarnation: _builtins.int
@@ -196,7 +196,7 @@ class LeaseRequest(_message.Message):
     incarnation, raises its epoch above it before it commands anything.
     """
     applied_command_seq: _builtins.int
-    """The lag detector (issue 25 item 2): the highest RS command sequence number this agent
+    """The lag detector: the highest RS command sequence number this agent
     has applied (ApplyReplicasRequest / RequestHeartbeatRequest.command_seq; 0 = none), and
     the latency of its data-disk probe (a 4 KiB write + fsync, off the event loop): the
     longer of the last finished probe and the one still running, microseconds.
@@ -271,20 +271,20 @@ class LeaseResponse(_message.Message):
     leader_hint: _builtins.str
     seq: _builtins.int
     migration_max_bytes_per_second: _builtins.int
-    """The RS's migration_max_bytes_per_second (issue 13 item 6): the most bytes per second
+    """The RS's migration_max_bytes_per_second: the most bytes per second
     this server, as a copy destination, may receive for all its replica copies together;
     0 = unlimited. Carried by every accepted response so a change reaches running copies
     within a heartbeat.
     """
     revocation_version: _builtins.int
-    """The RS's revocation list (issue 26 item 5): its version in every accepted response, the
+    """The RS's revocation list: its version in every accepted response, the
     serials (lower-case hex) only when the request's revocation_version differs, so an
     unchanged list costs one integer per heartbeat. The agent refuses these certificates
     on its own gRPC services.
     """
     rs_incarnation: _builtins.int
     """The random id the RS drew when it took office with rs_epoch: (rs_epoch, rs_incarnation)
-    is its fencing token (issue 24 item 1). Sent with refusals too.
+    is its fencing token. Sent with refusals too.
     """
     @_builtins.property
     def rs_list(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
@@ -376,7 +376,7 @@ class ReplicaInfo(_message.Message):
     """"" when none; the RS then retries from another member"""
     catch_up_error: _builtins.str
     """While a copy catches its log up: the last refusal of the peer it asked ("" when the last
-    fetch was served). The RS then announces the copy again to the current leader (issue 23).
+    fetch was served). The RS then announces the copy again to the current leader.
     """
     @_builtins.property
     def member_list(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -457,7 +457,7 @@ class ReplicaSpec(_message.Message):
     def learner_list(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Servers building (or catching up) a replica of this LS by copy, not yet members
         (OceanBase's learners): besides the RS and the members, only they may FetchData /
-        FetchLog this replica (issue 10). Replaces the list kept; empty = members only.
+        FetchLog this replica. Replaces the list kept; empty = members only.
         """
 
     def __init__(
@@ -517,9 +517,9 @@ class ApplyReplicasRequest(_message.Message):
     COMMAND_SEQ_FIELD_NUMBER: _builtins.int
     rs_epoch: _builtins.int
     rs_incarnation: _builtins.int
-    """with rs_epoch, the RS's fencing token (issue 24)"""
+    """with rs_epoch, the RS's fencing token"""
     command_seq: _builtins.int
-    """The RS's per-server command sequence number (issue 25 item 2): rs_epoch << 32 | n, so a
+    """The RS's per-server command sequence number: rs_epoch << 32 | n, so a
     new RS leader's commands sort above the old one's; reported back once applied.
     """
     @_builtins.property
@@ -683,9 +683,9 @@ class RequestHeartbeatRequest(_message.Message):
     COMMAND_SEQ_FIELD_NUMBER: _builtins.int
     rs_epoch: _builtins.int
     rs_incarnation: _builtins.int
-    """with rs_epoch, the RS's fencing token (issue 24)"""
+    """with rs_epoch, the RS's fencing token"""
     command_seq: _builtins.int
-    """as ApplyReplicasRequest.command_seq (issue 25 item 2)"""
+    """as ApplyReplicasRequest.command_seq"""
     def __init__(
         self,
         *,
@@ -709,7 +709,7 @@ class CheckServerEmptyRequest(_message.Message):
     RS_INCARNATION_FIELD_NUMBER: _builtins.int
     rs_epoch: _builtins.int
     rs_incarnation: _builtins.int
-    """with rs_epoch, the RS's fencing token (issue 24)"""
+    """with rs_epoch, the RS's fencing token"""
     def __init__(
         self,
         *,
@@ -777,7 +777,7 @@ class FetchDataRequest(_message.Message):
     """bytes per chunk, 0 = the source's default"""
     bulk: _builtins.bool
     """The caller can fetch the bytes over HTTPS: the source may then answer one chunk with the
-    header fields and data_url, and no data (issue 23: the bulk path).
+    header fields and data_url, and no data (the bulk path).
     """
     def __init__(
         self,
@@ -998,7 +998,7 @@ Global___MetricsResponse: _TypeAlias = MetricsResponse  # noqa: Y015
 
 @_typing.final
 class DumpStacksRequest(_message.Message):
-    """---------------------------------------------------------------- lag detector (issue 25)"""
+    """---------------------------------------------------------------- lag detector"""
 
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -94,7 +94,7 @@ class ObserverServiceStub:
     ApplyReplicas: _grpc.UnaryUnaryMultiCallable[_obrpc_pb2.ApplyReplicasRequest, _obrpc_pb2.ApplyReplicasResponse]
     """Create, update (members, leader, term) or drop replicas; answers with the full report."""
     DumpStacks: _grpc.UnaryUnaryMultiCallable[_obrpc_pb2.DumpStacksRequest, _obrpc_pb2.DumpStacksResponse]
-    """Every thread's Python stack (issue 25 item 2): what the RS records in the event when it
+    """Every thread's Python stack: what the RS records in the event when it
     finds the agent LAGGING (Elasticsearch's LagDetector logs the node's hot threads first).
     """
 
@@ -112,7 +112,7 @@ class ObserverServiceAsyncStub(ObserverServiceStub):
     ApplyReplicas: _aio.UnaryUnaryMultiCallable[_obrpc_pb2.ApplyReplicasRequest, _obrpc_pb2.ApplyReplicasResponse]  # type: ignore[assignment]
     """Create, update (members, leader, term) or drop replicas; answers with the full report."""
     DumpStacks: _aio.UnaryUnaryMultiCallable[_obrpc_pb2.DumpStacksRequest, _obrpc_pb2.DumpStacksResponse]  # type: ignore[assignment]
-    """Every thread's Python stack (issue 25 item 2): what the RS records in the event when it
+    """Every thread's Python stack: what the RS records in the event when it
     finds the agent LAGGING (Elasticsearch's LagDetector logs the node's hot threads first).
     """
 
@@ -151,7 +151,7 @@ class ObserverServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _obrpc_pb2.DumpStacksRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_obrpc_pb2.DumpStacksResponse, _abc.Awaitable[_obrpc_pb2.DumpStacksResponse]]:
-        """Every thread's Python stack (issue 25 item 2): what the RS records in the event when it
+        """Every thread's Python stack: what the RS records in the event when it
         finds the agent LAGGING (Elasticsearch's LagDetector logs the node's hot threads first).
         """
 

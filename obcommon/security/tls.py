@@ -1,5 +1,4 @@
-"""Mutual TLS for every gRPC channel of the cluster, or an explicit ``--insecure`` (issue 10,
-item 2; CockroachDB's ``--certs-dir`` / ``--insecure``).
+"""Mutual TLS for every gRPC channel of the cluster, or an explicit ``--insecure`` (CockroachDB's ``--certs-dir`` / ``--insecure``).
 
 One :class:`TransportSecurity` per process says how it listens and how it dials:
 
@@ -202,7 +201,7 @@ class TransportSecurity:
 
     def client_ssl_context(self) -> ssl.SSLContext | None:
         """A client context for HTTPS to another process of the cluster (the agents' bulk
-        copy path, issue 23): ``ca.crt`` as the only root, the peer's address checked
+        copy path): ``ca.crt`` as the only root, the peer's address checked
         against its certificate's subjectAltName, this process's pair as the client
         certificate, TLS 1.2+, as they are now (callers rebuild it when :meth:`generation`
         changes). None in insecure mode. Raises ``OSError`` / ``ssl.SSLError`` for

@@ -16,7 +16,7 @@ from observer_agent.replicas.tasks import CLOSE_TIMEOUT_S
 
 class PeerChannels:
     """One gRPC channel per peer ``ip:port``, opened on first use and kept until
-    :meth:`close`, and :attr:`http`, the HTTP(S) client of the copies' bulk path (issue 23).
+    :meth:`close`, and :attr:`http`, the HTTP(S) client of the copies' bulk path.
     No HTTP proxy: peers are addressed directly."""
 
     def __init__(self, security: TransportSecurity) -> None:

@@ -183,7 +183,7 @@ class LogReplication:
                 elif leader == me:
                     if await self._wait(rep, self.settings.log_interval / 1e6):
                         continue  # the spec changed: look again before appending
-                    frozen = self._faults.replication().frozen  # issue 25 fault
+                    frozen = self._faults.replication().frozen  # Fault
                     if rep.meta.leader == me and not rep.busy and not frozen:
                         self._append_one(rep)
                 elif leader:

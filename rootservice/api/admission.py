@@ -1,4 +1,4 @@
-"""Admission of admin statements (issue 10 item 5): their own bounded pool of threads, a
+"""Admission of admin statements: their own bounded pool of threads, a
 limit on the statements admitted at once in all and per user, and a cheap bound on a
 statement's tokens before the parser sees it.
 

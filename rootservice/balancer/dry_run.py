@@ -1,4 +1,4 @@
-"""The dry run of DELETE SERVER (issue 13 item 4: ``EXPLAIN ALTER SYSTEM DELETE SERVER``, after
+"""The dry run of DELETE SERVER (``EXPLAIN ALTER SYSTEM DELETE SERVER``, after
 CockroachDB's ``node decommission --dry-run`` and Doris' Check Decommission).
 
 :class:`DeleteDryRun` computes what the balancer would do if the servers were DELETING now,

@@ -71,7 +71,7 @@ class LostReplicaChecker:
         try:
             rows = self.planner.lost_replicas(server_rows(self.servers))
         except PlannerError:
-            # Counted, logged once and recorded as an event by the planner (issue 13 item 3).
+            # Counted, logged once and recorded as an event by the planner.
             return 0
         deleted = 0
         for i in range(0, len(rows), BATCH):

@@ -157,7 +157,7 @@ class ReplicaReports(Protocol):
 
 class LsStatus(LsLayout, ReplicaReports, Protocol):
     """The layout's views (with their leaders) and the replica reports: what the jobs'
-    stall reasons read (issue 13 item 3)."""
+    stall reasons read."""
 
 
 class ReplicaWork(LsLayout, ReplicaReports, Protocol):

@@ -6,11 +6,11 @@ unit moves (:mod:`rootservice.balancer.unit_moves`), replica copies
 (:mod:`rootservice.balancer.copy_tasks`), unit completion, then the progress of the
 DELETE_SERVER jobs (:mod:`rootservice.balancer.job_progress`). Before it plans, a round
 sends the units whose copies stalled at their destination, or whose destination is being
-drained, to another server (:mod:`rootservice.balancer.copy_replan`, issue 25), so its plan
+drained, to another server (:mod:`rootservice.balancer.copy_replan`), so its plan
 already hands their copies to the new one. Every write is a fenced transaction
 (docs/design/ha.md#fenced-writes).
 
-CANCEL DELETE SERVER never waits for a round (issue 13 item 2): its units go back in the
+CANCEL DELETE SERVER never waits for a round: its units go back in the
 statement's own transaction (:meth:`RootBalancer.move_units_back`), the in-memory work is
 forgotten under the parts' short locks once it committed (:meth:`RootBalancer.cancelled`)
 and the partial replicas are dropped off the statement's path

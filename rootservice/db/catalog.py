@@ -197,7 +197,7 @@ class Catalog:
     def tables(self, conn: sa.Connection) -> list[TableInfo]:
         """Every system table and view present in the database (``conn``'s), tables first,
         each group in :data:`~rootservice.db.tables.SYSTEM_TABLES` /
-        :data:`~rootservice.db.tables.SYSTEM_VIEWS` order (issue 11: the MySQL endpoint's
+        :data:`~rootservice.db.tables.SYSTEM_VIEWS` order (the MySQL endpoint's
         ``information_schema`` and ``SHOW TABLES``)."""
         return list(self._load(conn).values())
 

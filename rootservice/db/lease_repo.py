@@ -1,5 +1,5 @@
 """The ``rootservice_epoch`` row of ``__all_service_epoch``: the epoch every write is fenced
-with and the leader's lease (docs/design/ha.md#fenced-writes, issue 5).
+with and the leader's lease (docs/design/ha.md#fenced-writes).
 
 ``svr_ip`` / ``svr_port`` hold the leader's RPC address, ``lease_expire_time`` /
 ``lease_renew_time`` are microseconds by the database's clock. Every function takes a
@@ -133,7 +133,7 @@ def take_lease(
 ) -> int:
     """Take office: raise the epoch from ``old.epoch`` (as read with ``lock=True`` in the same
     transaction) to ``epoch`` (default and at least ``old.epoch + 1``) and make ``holder``
-    the leader until ``expire_us`` with ``incarnation``, recording ``server`` (issue 24);
+    the leader until ``expire_us`` with ``incarnation``, recording ``server``;
     returns the new epoch. Creates the row when it is missing (a database migrated before
     0002 inserted it)."""
     t = all_service_epoch
@@ -166,7 +166,7 @@ def renew_lease(
     server: ServerIdentity | None = None,
 ) -> bool:
     """Extend the lease of ``holder`` at ``epoch`` to ``expire_us``, recording ``server`` (the
-    PostgreSQL server renewed through, issue 24; None leaves the columns); False (nothing
+    PostgreSQL server renewed through; None leaves the columns); False (nothing
     changed) when the row has another epoch or holder, i.e. this RS was deposed."""
     t = all_service_epoch
     n = conn.execute(

@@ -1,4 +1,4 @@
-"""``ALTER SYSTEM DRAIN SERVER 'ip:port' [TIMEOUT d]`` (issue 25 item 3): isolate a server,
+"""``ALTER SYSTEM DRAIN SERVER 'ip:port' [TIMEOUT d]``: isolate a server,
 move its leaders off, re-plan the copies to it and wait for those from it, with progress in
 ``__all_server_drain`` (``DBA_OB_SERVER_DRAINS``) and a bounded wait.
 

@@ -73,7 +73,7 @@ class HeartbeatRequester:
             try:
                 req = self.agents.request_heartbeat(key, self.store.epoch)
                 if req.server != key:
-                    # Whoever answers at X's address speaks for X only (issue 10).
+                    # Whoever answers at X's address speaks for X only.
                     raise ObError(
                         "OB_INVALID_ARGUMENT",
                         f"heartbeat requested from '{key}' answered for '{req.server[:64]}'",

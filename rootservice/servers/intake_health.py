@@ -1,5 +1,5 @@
 """The RS's own intake delay, so that an overloaded RS does not mistake its backlog for dead
-servers (issue 14 item 3).
+servers.
 
 A lease expires when ``now - last_hb_time >= lease_time`` (docs/design/leases.md). That rule
 assumes the RS hears a heartbeat as soon as it is sent. When the RS itself is behind - its one

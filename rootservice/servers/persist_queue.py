@@ -87,7 +87,7 @@ class PersistQueue:
     def clear(self) -> int:
         """Forget every queued row and event; returns how many were dropped.
 
-        Called when the RS steps down (issue 5): what a deposed leader queued must never be
+        Called when the RS steps down: what a deposed leader queued must never be
         written by a later term of this process, which loads fresh state instead.
         """
         with self._lock:

@@ -115,24 +115,23 @@ class ServerStatus:
     ``last_hb_mono_us`` is the same instant as ``last_hb_time`` on the RS's monotonic clock
     (:meth:`obcommon.clock.Clock.monotonic_us`), memory only: lease ages and the
     permanent-offline deadline are measured on it, so a step of the wall clock (NTP, an
-    operator's ``date -s``) neither expires live servers nor keeps dead ones alive (issue 14
-    item 7). ``last_hb_time`` stays wall time for the table, the events and the dashboards.
+    operator's ``date -s``) neither expires live servers nor keeps dead ones alive. ``last_hb_time`` stays wall time for the table, the events and the dashboards.
 
-    SUSPECT (issue 25 item 1, :mod:`rootservice.servers.suspect_policy`): ``suspect`` is the
+    SUSPECT (:mod:`rootservice.servers.suspect_policy`): ``suspect`` is the
     damping state (memory only; SUSPECT while ``suspect.is_suspect(mono)``, exact to the
     microsecond for placement) and ``suspect_end_time`` its wall-clock end as
     ``__all_server.suspect_end_time`` shows it (0: not SUSPECT; cleared by the lease checker's
     tick once the period is over). ``offline_spans`` are the closed outages of the sliding
     permanent-offline window (:mod:`rootservice.servers.offline_window`), memory only.
 
-    Maintenance (issue 25 item 4, :mod:`rootservice.servers.maintenance`):
+    Maintenance (:mod:`rootservice.servers.maintenance`):
     ``maintenance_end_time`` is the wall-clock end of a ``STOP ... FOR MAINTENANCE`` window
     (0: none), as ``__all_server`` shows it; ``maintenance_floor_mono`` the same instant on
     the monotonic clock (memory only, kept after the window ends): no offline time before it
     counts towards permanent offline (:meth:`offline_start`). ``draining``: a DRAIN SERVER
     is running on it (memory; ``__all_server_drain`` holds the drain itself).
 
-    LAGGING (issue 25 item 2, :mod:`rootservice.servers.lag_policy`): ``lag`` is the episode
+    LAGGING (:mod:`rootservice.servers.lag_policy`): ``lag`` is the episode
     (memory only), ``lagging_time`` its wall-clock start as ``__all_server.lagging_time`` shows
     it (0: not LAGGING), ``disk_probe_latency_us`` the last reported disk-probe latency. A
     LAGGING server is SUSPECT for placement (:meth:`is_suspect`)."""
@@ -172,7 +171,7 @@ class ServerStatus:
     resource_raw: bytes = b""
     #: The whitelist key, ``'ip:port'`` of ``ip`` and ``port`` (which never change: a record
     #: is replaced, not readdressed). Formatted once: the heartbeat path reads it several
-    #: times per request (issue 23 item 4).
+    #: times per request.
     key: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -188,12 +187,12 @@ class ServerStatus:
 
     def is_suspect(self, mono: int) -> bool:
         """SUSPECT at monotonic ``mono``: alive and within its suspect period, or LAGGING
-        (issue 25 items 1-2: no new leaders, no copies)."""
+        (no new leaders, no copies)."""
         return (self.suspect.until_mono_us > mono or self.lag.lagging) and self.is_alive()
 
     def offline_start(self, since_mono: int) -> int:
         """Where an outage that began at monotonic ``since_mono`` starts counting towards
-        permanent offline: not before the end of a maintenance window (issue 25 item 4)."""
+        permanent offline: not before the end of a maintenance window."""
         # 0 is "no window", not an instant: a monotonic reading may be below 0 after a load.
         floor = self.maintenance_floor_mono
         return max(since_mono, floor) if floor else since_mono

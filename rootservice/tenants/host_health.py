@@ -2,7 +2,7 @@
 coordinator): a leader must be alive, started (``stop_time == 0``), in service and in an
 ACTIVE zone; a stopped or isolated server is never chosen.
 
-A SUSPECT server (issue 25 item 1, :mod:`rootservice.servers.suspect_policy`) keeps its
+A SUSPECT server (:mod:`rootservice.servers.suspect_policy`) keeps its
 replicas and its leaders and counts as a healthy member for majority checks
 (:meth:`HostHealth.can_lead`, :meth:`HostHealth.healthy_member`), but is no new leader while a
 server that is not SUSPECT can lead (:meth:`HostHealth.is_suspect`, used by the leader
@@ -31,13 +31,13 @@ class HostHealth:
         self.clock = clock
 
     def is_suspect(self, server: str) -> bool:
-        """``server`` is alive and SUSPECT now (issue 25 item 1): no new leader, no copy
+        """``server`` is alive and SUSPECT now: no new leader, no copy
         destination."""
         s = self.servers.get(server)
         return s is not None and s.is_suspect(self.clock.monotonic_us())
 
     def lag_reasons(self, server: str) -> tuple[str, ...]:
-        """Why ``server`` is LAGGING (issue 25 item 2: ``("command",)``, ``("disk",)`` ...;
+        """Why ``server`` is LAGGING (``("command",)``, ``("disk",)`` ...;
         :mod:`rootservice.servers.lag_policy`), empty when it is not or is not whitelisted."""
         s = self.servers.get(server)
         return s.lag.reasons if s is not None and s.lag.lagging else ()

@@ -29,7 +29,7 @@ class LsMetaSync:
     """``run_once()`` -> rows written. Keeps what the two tables hold (as far as this RS
     wrote or read them) to write only the differences. ``moves`` hears of the replica rows it
     deleted once they are committed (:meth:`ReplicaMoves.rows_deleted`: the last step a unit
-    moving off a server, and the server's removal, wait for, issue 23)."""
+    moving off a server, and the server's removal, wait for)."""
 
     name = "ls_meta_sync"
 

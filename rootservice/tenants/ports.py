@@ -86,7 +86,7 @@ class ReplicaAgents(Protocol):
 
 class ReplicaMoves(Protocol):
     """Hears the steps of a replica move as the tenant layer learns them, so that the task
-    that takes the next step runs now rather than at its next period (issue 23: a DELETE
+    that takes the next step runs now rather than at its next period (a DELETE
     SERVER waited up to ``balancer_interval`` after its last replica had left). The RS's
     :class:`rootservice.balancer.emptying_wake.EmptyingWake`; called on the heartbeat path
     and in the meta sync's round, so it must be cheap and never raise."""

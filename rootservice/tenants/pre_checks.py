@@ -62,7 +62,7 @@ class ServerPreChecks:
     def check_delete(self, targets: list[ServerStatus]) -> None:
         """DELETE SERVER: every LS has a leader, else OB_OP_NOT_ALLOW naming the first LS
         without one (checked first: an LS that lost its majority blocks every removal, and
-        its way out is RECOVER LS, issue 24); the other active servers of each zone can
+        its way out is RECOVER LS); the other active servers of each zone can
         hold every unit of the deleted servers (CPU, memory, log disk, one unit per tenant
         and server), else OB_DELETE_SERVER_NOT_ALLOWED naming the unit and the resource
         short."""

@@ -1,6 +1,6 @@
 """Heartbeat benchmark (``make bench``): N simulated agents against a real RS on loopback.
 
-Each N is run in up to four configurations (``--servers``, all by default; issue 10,
+Each N is run in up to four configurations (``--servers``, all by default,
 "Benchmark"): ``rs-tls`` (the RS over mutual TLS, ``--certs-dir``: every agent has its own
 connection and its own node certificate, as the RS accepts a lease for server X only from
 node certificate X), ``rs`` (the RS in plaintext, ``--insecure``), ``echo`` (the bare echo
@@ -39,10 +39,10 @@ For each N and configuration, it
    (``--http-addr``; HTTPS with ``client.root.crt`` for ``rs-tls``) every
    ``--scrape-interval`` seconds (5), alternating with plain windows (P S P S), and reports
    CPU per heartbeat and p99 with / without (means over the windows of each kind), the
-   scrape time p50 / max and the body size (issue 12);
+   scrape time p50 / max and the body size;
 8. runs the same load against a bare ``grpc.aio`` echo server (tests/bench/echo_server.py)
    so the RS's CPU and p99 are also given as a ratio to gRPC's own cost;
-9. with ``--profile`` (issue 23 item 4), one more window per configuration with the server
+9. with ``--profile``, one more window per configuration with the server
    under py-spy (tests/bench/pyspy_profile.py; after the measured windows, so the sampling is in
    none of their figures): the top functions by own and by inclusive samples are printed
    and kept in the JSON, the raw stacks written beside ``--out``.
@@ -670,7 +670,7 @@ def profile_window(
     server: Child, gens: list[Child], n: int, args: argparse.Namespace, config: str
 ) -> dict[str, Any]:
     """One more window (after the measured ones, so py-spy's sampling is in none of their
-    figures) with ``server`` profiled by py-spy (``--profile``, issue 23 item 4): the raw
+    figures) with ``server`` profiled by py-spy (``--profile``): the raw
     stacks go to ``.bench/profile-<config>-<n>.txt`` beside ``--out``; returns the summary
     (tests/bench/pyspy_profile.py) with the window's CPU per heartbeat."""
     out = Path(args.out).parent / f"profile-{config}-{n}.txt"

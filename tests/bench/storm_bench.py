@@ -1,4 +1,4 @@
-"""Storm benchmark (``make bench-storm``; issue 14 items 1-4): N simulated agents over mutual
+"""Storm benchmark (``make bench-storm``): N simulated agents over mutual
 TLS against real root services, and the storms a 10,000-server cluster must ride out.
 
 Every scenario runs its own RS (``--certs-dir``: one connection per simulated agent, each with

@@ -1,4 +1,4 @@
-"""``make demo-spark-cluster`` (issue 13 item 7): a DELETE SERVER planned on a real Spark
+"""``make demo-spark-cluster``: a DELETE SERVER planned on a real Spark
 cluster instead of the RS's local mode.
 
 Starts, all on 127.0.0.1: a private PostgreSQL (tests/support/pgserver.py), a Spark

@@ -1,4 +1,4 @@
-"""Issue 23 item 1 with real processes, on SQLite and PostgreSQL: a DELETE SERVER whose copy
+"""With real processes, on SQLite and PostgreSQL: a DELETE SERVER whose copy
 is handed out, then its log stream's leader moves and the new leader forgets the copy
 before the copy's log catch-up (an agent keeps its learners in memory only, so a restart
 forgets them, as a spec built before the announcement would). The new leader refuses the
@@ -30,7 +30,7 @@ def tc(procs: ProcSet, tmp_path: Path, db_url: str) -> TenantCluster:
 
 # One database: the learner's announcement runs between the agents and the RS's memory
 # (tests/unit/rootservice/tenants/test_learner_sync.py); the member changes it leads to are
-# every DELETE SERVER's, run on both by test_delete_server (issue 26 item 3: the suite's time).
+# every DELETE SERVER's, run on both by test_delete_server (the suite's time).
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 def test_a_copy_whose_leader_moved_and_forgot_it_still_completes_the_delete(
     tc: TenantCluster,

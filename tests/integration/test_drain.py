@@ -1,4 +1,4 @@
-"""DRAIN SERVER on real processes (issue 25 items 3 and 5): ``rootservice`` and three
+"""DRAIN SERVER on real processes: ``rootservice`` and three
 ``observer-agent`` processes hosting a tenant's two log streams, on both databases (issue 25
 asks it of every real-process test of its items; the row and the resumption by a new leader
 are also covered by tests/unit/rootservice/servers/test_drain.py).

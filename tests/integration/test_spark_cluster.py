@@ -1,4 +1,4 @@
-"""Issue 13 item 7: the balancer's plans on a real Spark cluster, not in local mode.
+"""The balancer's plans on a real Spark cluster, not in local mode.
 
 A Spark standalone master and one worker (1 core, 1g) from the installed ``pyspark``
 distribution run on 127.0.0.1 for the module (tests/support/spark_cluster.py); an RS on the

@@ -164,7 +164,7 @@ def test_tenant_replicas_stop_moves_leaders_disk_error_and_delete_room(tc: Tenan
     resp = c.sql(f"ALTER SYSTEM DELETE SERVER '{a1}'")
     assert resp.error.name == "OB_DELETE_SERVER_NOT_ALLOWED"
     assert "memory: needs 2G, free 1G" in resp.error.message
-    # Its dry run is refused with the very same error (issue 13 item 4).
+    # Its dry run is refused with the very same error.
     explained = c.sql(f"EXPLAIN ALTER SYSTEM DELETE SERVER '{a1}'")
     assert (explained.error.name, explained.error.message) == (
         resp.error.name,

@@ -1,4 +1,4 @@
-"""A PostgreSQL primary with a streaming standby on loopback: the HA recipe of issue 24 item 2
+"""A PostgreSQL primary with a streaming standby on loopback: the HA recipe
 (README "High availability"), for the failover tests in tests/integration/test_pg_failover.py.
 
 :class:`PgPair` makes the primary (``initdb``), the standby (``pg_basebackup -R`` of it,

@@ -281,14 +281,14 @@ def servers_from_table(
 
 
 def _suspect(all_server: pd.DataFrame, now_us: int | None) -> pd.Series:
-    """SUSPECT as ``__all_server.suspect_end_time`` shows it (issue 25 item 1): set and not
+    """SUSPECT as ``__all_server.suspect_end_time`` shows it: set and not
     past ``now_us`` (any set one when ``now_us`` is None); False for a table without it."""
     if "suspect_end_time" not in all_server.columns:
         return pd.Series(False, index=all_server.index)
     end = all_server["suspect_end_time"].fillna(0).astype("int64")
     suspect = (end != 0) if now_us is None else (end > now_us)
     if "lagging_time" in all_server.columns:
-        # LAGGING is SUSPECT for placement (issue 25 item 2)
+        # LAGGING is SUSPECT for placement
         suspect = suspect | (all_server["lagging_time"].fillna(0).astype("int64") != 0)
     return suspect
 

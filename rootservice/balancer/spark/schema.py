@@ -34,7 +34,7 @@ SERVERS_SCHEMA: Layout = (
     ("cpu_total", "double"),
     ("mem_total", "long"),
     ("log_disk_total", "long"),
-    # SUSPECT (issue 25 item 1): alive, but no new unit (no copy) goes to it
+    # SUSPECT: alive, but no new unit (no copy) goes to it
     ("suspect", "boolean"),
 )
 """The servers input: one row per whitelisted server, from the RS's memory (``__all_server``

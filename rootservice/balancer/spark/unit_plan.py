@@ -95,7 +95,7 @@ def server_rooms(inputs: Inputs, demands: DataFrame) -> DataFrame:
     """Every server of the servers input as a placement candidate
     (:data:`rootservice.balancer.spark.placer.ROOMS_LAYOUT` plus ``affinity``, an array of the keys it
     hosts): its units' demands summed, a unit migrating away counted on both its servers;
-    ``usable`` = ACTIVE, alive, not stopped and not SUSPECT (issue 25)."""
+    ``usable`` = ACTIVE, alive, not stopped and not SUSPECT."""
     return demands.sparkSession.sql(
         _ROOMS,
         {"active": S.STATUS_ACTIVE, "alive": S.HB_ALIVE},

@@ -212,10 +212,10 @@ def test_dba_ob_servers_converts_times_and_flags(engine: sa.Engine) -> None:
     assert a["start_service_time"] is None
     assert a["last_offline_time"] is None
     assert b["stop_time"] is None
-    # Issue 25: SUSPECT until a time, NULL when not SUSPECT.
+    # SUSPECT until a time, NULL when not SUSPECT.
     assert _as_utc(a["suspect_end_time"]) == datetime(2026, 1, 1, 0, 0, 30, tzinfo=UTC)
     assert b["suspect_end_time"] is None
-    # Issue 25 item 2: LAGGING since a time, NO / NULL when not.
+    # LAGGING since a time, NO / NULL when not.
     assert a["lagging"] == "YES" and b["lagging"] == "NO"
     assert _as_utc(a["lagging_time"]) == datetime(2026, 1, 1, 0, 0, 45, tzinfo=UTC)
     assert b["lagging_time"] is None

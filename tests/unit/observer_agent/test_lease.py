@@ -80,7 +80,7 @@ def test_refusal_does_not_raise_the_epoch(tmp_path: Path) -> None:
 def test_refusal_is_logged_with_the_oceanbase_error_text(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # Repeated refusals are rate-limited (issue 12): the first is logged, the next two only
+    # Repeated refusals are rate-limited: the first is logged, the next two only
     # counted until a minute has passed.
     clock = FakeClock()
     agent = make_agent(tmp_path, clock)

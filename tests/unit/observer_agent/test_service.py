@@ -376,7 +376,7 @@ def test_observer_agent_refuses_to_start_without_certs_dir_or_insecure(tmp_path:
 def test_replica_data_and_log_are_served_to_members_and_announced_learners(
     tmp_path: Path,
 ) -> None:
-    """Issue 10: FetchData / FetchLog answer the RS, the LS's members and the learners the RS
+    """FetchData / FetchLog answer the RS, the LS's members and the learners the RS
     announced (copies in flight), no other node: a learner taken off the list is refused
     again."""
     port = free_port()

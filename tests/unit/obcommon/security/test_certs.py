@@ -1,4 +1,4 @@
-"""obcommon.security.certs: the files ``rootservice cert create-*`` writes (issue 10, item 1;
+"""obcommon.security.certs: the files ``rootservice cert create-*`` writes (item 1;
 CockroachDB's layout, roles in the subject's OU as Kubernetes' NodeRestriction reads them)."""
 
 from __future__ import annotations

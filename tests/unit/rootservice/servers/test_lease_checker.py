@@ -148,7 +148,7 @@ def test_checker_alone_respects_the_grace_and_writes_candidates_at_its_end(
     assert p.persist.pending_keys() == {A}
 
 
-# --- steps of the RS's wall clock (issue 14 item 7) ---------------------------------------
+# --- steps of the RS's wall clock ---------------------------------------
 
 HOUR = 3600 * 1_000_000
 

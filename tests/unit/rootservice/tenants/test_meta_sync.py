@@ -80,7 +80,7 @@ def test_meta_sync_deletes_the_rows_of_a_dropped_tenant(layer: Layer) -> None:
 
 
 def test_meta_sync_tells_of_the_rows_it_deleted_once_committed(layer: Layer) -> None:
-    """Issue 23: the last step a unit moving off a server waits for is its row leaving
+    """The last step a unit moving off a server waits for is its row leaving
     ``__all_ls_meta_table``; the sync says so (``rows_deleted``) after its commit, and only
     when it deleted something."""
     tid = make_tenant_alone(layer, ls_count=1)
