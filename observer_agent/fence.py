@@ -63,7 +63,7 @@ class TokenKeeper:
 
     def judge(self, offered: FenceToken) -> str | None:
         """Why ``offered`` must be refused (a lower epoch, the same epoch of another
-        incarnation, an absurd jump above the highest epoch: issue 10), or None. Changes
+        incarnation, an absurd jump above the highest epoch), or None. Changes
         nothing."""
         why = check_term("rs_epoch", offered.epoch, self.highest.epoch)
         return why or refusal(self.highest, offered)

@@ -43,8 +43,8 @@ from observer_agent.settings import AgentSettings
 
 LEASE_REQUEST_VERSION = 1
 
-#: Longest wait, in microseconds, between lease requests an RS keeps refusing (issue 12 item 5:
-#: a deleted server's agent asked every 2 s forever and logged each refusal).
+#: Longest wait, in microseconds, between lease requests an RS keeps refusing
+#: (a deleted server's agent asked every 2 s forever and logged each refusal).
 MAX_REFUSAL_BACKOFF_US = 60_000_000
 
 #: A repeated lease warning (the same refusal, an unreachable RS) is logged at most this often.

@@ -188,7 +188,7 @@ async def _serve(rs: RootService) -> int:
     # One forwarder for every front end; None in insecure mode.
     forwarder = forwarder_for(rs)
     # One admission for both front ends: a user's statements count against the same limits
-    # whether they come over gRPC or the MySQL protocol (issue 11).
+    # whether they come over gRPC or the MySQL protocol.
     st = rs.settings
     admission = Admission(st.admin_workers, st.admin_queue_limit, st.admin_per_user_limit)
     health = health_aio.HealthServicer()

@@ -180,7 +180,7 @@ PARAMETERS: dict[str, ParamDef] = {
             "select_timeout",
             100_000,
             3600 * S,
-            "statement timeout of a read-only SELECT (issue 11)",
+            "statement timeout of a read-only SELECT",
             1_000,
         ),
         # OceanBase's ob_event_history_recycle_interval: 7d, range [1d, 180d]
@@ -326,8 +326,8 @@ class RsSettings(BaseSettings):
     persist_interval: Duration = 100_000
     bootstrap_timeout: Duration = 60 * S
     bootstrap_in_service_timeout: Duration = 40 * S
-    # How long a standby waits for the leader's answer to a statement it forwarded (issue 11
-    # item 3); connecting to the leader is bounded by rpc_timeout.
+    # How long a standby waits for the leader's answer to a statement it forwarded;
+    # connecting to the leader is bounded by rpc_timeout.
     forward_timeout: Duration = 60 * S
     allow_short_timings: bool = False
     # 'ip:port' of the observer co-located with this RS (its with_rootserver is 1), or "".

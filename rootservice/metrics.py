@@ -264,7 +264,7 @@ class RsReadings(Protocol):
 #: ``_total``, help). A plain counter not listed is exported as ``ob_rs_<name>`` (without a
 #: leading ``rs_``).
 COUNTERS: dict[str, tuple[str, str] | None] = {
-    "rs_step_down_total": ("ob_rs_step_downs", "Step-downs of this RS (issue 5)."),
+    "rs_step_down_total": ("ob_rs_step_downs", "Step-downs of this RS."),
     "rs_take_office_total": ("ob_rs_take_office", "Times this RS took office."),
     "rs_elected_total": ("ob_rs_elected", "Election rounds this RS won."),
     "rs_lease_renewals_total": ("ob_rs_lease_renewals", "RS lease renewals."),
@@ -276,15 +276,15 @@ COUNTERS: dict[str, tuple[str, str] | None] = {
     "wall_clock_jumps_total": (
         "ob_rs_wall_clock_jumps",
         "Steps of this RS's wall clock (> 1 s against the monotonic clock) seen by its "
-        "watchdog; lease ages are monotonic, the timers are rescheduled (issue 14 item 7).",
+        "watchdog; lease ages are monotonic, the timers are rescheduled.",
     ),
     "lease_streams_resumed_total": (
         "ob_rs_lease_streams_resumed",
-        "Lease streams whose TLS connection resumed an earlier session (issue 23 item 3).",
+        "Lease streams whose TLS connection resumed an earlier session.",
     ),
     "lease_streams_full_tls_total": (
         "ob_rs_lease_streams_full_tls",
-        "Lease streams whose TLS connection made a full handshake (issue 23 item 3).",
+        "Lease streams whose TLS connection made a full handshake.",
     ),
     "statements_total": None,
     "statements_refused_total": None,
@@ -304,7 +304,7 @@ PATTERNS: list[tuple[re.Pattern[str], str, str, str]] = [
         re.compile(r"peer_refused_(\w+)_total"),
         "ob_rs_peer_refused",
         "kind",
-        "Calls refused by the peer gate, by kind of refusal (issue 10).",
+        "Calls refused by the peer gate, by kind of refusal.",
     ),
     (
         re.compile(r"task_failures_total\.(.+)"),
@@ -333,7 +333,7 @@ LABELLED: dict[str, tuple[str, tuple[str, ...], str]] = {
         "ob_rs_planner_failures",
         ("task",),
         "Plans that failed (no Java, JVM crash, lost executor, database error...), by the "
-        "task that asked (balancer, lost_replica_checker); issue 13.",
+        "task that asked (balancer, lost_replica_checker).",
     ),
 }
 #: Latency windows exported as histograms: window name (or prefix ending with '.') ->
@@ -377,7 +377,7 @@ class RsCollector(Collector):
     """The RS's metric families, built at each scrape from ``metrics`` (counters, windows)
     and ``source.readings()``. Register it on ``metrics.registry``.
 
-    Families (Prometheus naming; source: issue 12 item 1): heartbeats received and refused
+    Families (Prometheus naming): heartbeats received and refused
     by ``reason``; servers by display ``status`` and by ``heartbeat_status``; the
     persistence-queue depth; writes rejected; term epoch; leader (1/0); RS ``state``
     (enum-style: 1 for the current state, 0 for the others); lease time; jobs in progress

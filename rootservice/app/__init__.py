@@ -103,7 +103,7 @@ class RootService(RsComponents):
         """Check, without starting a JVM, that the planner ``balancer_planner`` names can run
         (:func:`rootservice.balancer.planner_check.check_planner`), log the answer (INFO, or
         WARNING with the fix) and keep it in :attr:`planner_check` (``ob_rs_planner_ready``,
-        the cluster document). Issue 13 item 3."""
+        the cluster document)."""
         found = check_planner(self.settings.balancer_planner, self.settings.effective_db_url())
         self.planner_check = found
         if found.ready:

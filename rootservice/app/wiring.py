@@ -328,8 +328,7 @@ class RsComponents(ABC):
             fence=self.fence,
             commands=self.agents.ledger,
         )
-        # A mass expiry makes the RS suspect itself and hold permanent offline (issue 14
-        # item 7).
+        # A mass expiry makes the RS suspect itself and hold permanent offline.
         self.self_suspicion = SelfSuspicion(
             self.clock,
             settings,

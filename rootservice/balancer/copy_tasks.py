@@ -204,7 +204,7 @@ class CopyTasks:
         be handed out under the current layout ``plan`` of its LS, or ``''``: the LS is
         gone, ``dest`` is no longer a planned member (its unit went back), or ``old`` is
         again a planned member on a server that is not permanently offline (a CANCEL
-        DELETE moved the unit back). Issue 13 item 2; OceanBase's ``ObDRWorker`` likewise
+        DELETE moved the unit back). OceanBase's ``ObDRWorker`` likewise
         re-checks a task against the current locality before it runs it."""
         if plan is None:
             return "the log stream is gone"

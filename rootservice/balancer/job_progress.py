@@ -98,7 +98,7 @@ def job_info(
 
 def restore_progress(job_id: int, extra_info: str) -> JobProgress | None:
     """The progress a former leader kept in the job's ``extra_info`` (:func:`job_info`), or
-    None when it holds none (a new job, or text that is not such JSON). Issue 13 item 3."""
+    None when it holds none (a new job, or text that is not such JSON)."""
     try:
         info = json.loads(extra_info) if extra_info else None
         if not isinstance(info, dict):

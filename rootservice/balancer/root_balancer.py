@@ -126,8 +126,7 @@ class RootBalancer:
                 actions += self.copies.hand_out(self.planner.replica_plan(servers))
                 stale["copies"] = self.copies.last_stale
             except PlannerError as e:
-                # Counted, logged and recorded by the planner; the jobs say it (issue 13
-                # item 3), and the round ends as a handled one (no task-failure traceback).
+                # Counted, logged and recorded by the planner; the jobs say it, and the round ends as a handled one (no task-failure traceback).
                 self.jobs.planner_failed(e.cause)
                 self.jobs.update_jobs()
                 return actions

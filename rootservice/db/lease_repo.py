@@ -26,7 +26,7 @@ RS_EPOCH_NAME = "rootservice_epoch"
 class RsLease:
     """The lease row: ``epoch`` (0 = never taken), ``holder`` (``"ip:port"``, "" = nobody),
     ``expire_us`` and ``renew_us`` (microseconds since the epoch by the database's clock);
-    ``incarnation`` (the holder's random id, 0 = none: issue 24), ``pg_system_id`` and
+    ``incarnation`` (the holder's random id, 0 = none), ``pg_system_id`` and
     ``pg_timeline`` (the PostgreSQL server the holder took office or last renewed through;
     None on SQLite)."""
 

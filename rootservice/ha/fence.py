@@ -113,7 +113,7 @@ class EpochFence:
         take-office starts above it. Cheap when it is not above :attr:`highest_known`.
         A report more than :data:`~obcommon.bounds.MAX_TERM_JUMP` above every epoch known is
         ignored and False returned (a forged or corrupt one must not push the epoch out of
-        the agents' bounds: issue 10)."""
+        the agents' bounds)."""
         if epoch <= self.highest_known:
             return True
         if reporter and epoch > max(self.highest_known, 1) + MAX_TERM_JUMP:

@@ -35,7 +35,7 @@ class MetaStore:
     (:meth:`Term.request_step_down`). ``idle_timeout_us()`` bounds, on PostgreSQL, how long
     one of our transactions may sit idle holding the lease row: a paused RS must not keep a
     standby from taking office. ``rejected_writes`` counts the fenced transactions refused
-    (issue 5's "writes rejected"). ``fence`` judges the PostgreSQL server each fenced
+    (the "writes rejected" count). ``fence`` judges the PostgreSQL server each fenced
     transaction's connection reached (a lower timeline than seen, or another
     system, is refused and ends the term); None: not judged.
     """

@@ -197,8 +197,7 @@ class HeartbeatIntake:
             s.disk_probe_latency_us = req.disk_probe_latency_us
             if self._commands is not None:
                 self._commands.applied(key, req.applied_command_seq)
-            # The heartbeats of a LAGGING server past its third timeout renew nothing (issue 25
-            # item 2): its lease runs out as a silent server's would, until the episode ends.
+            # The heartbeats of a LAGGING server past its third timeout renew nothing: its lease runs out as a silent server's would, until the episode ends.
             if not s.force_stop_hb and not s.lag.expired:
                 # The lease age is measured on this one: one extra clock read.
                 mono = self._monotonic_us()

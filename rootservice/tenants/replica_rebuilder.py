@@ -41,7 +41,7 @@ REASON_MISSING = "replica missing on live server"
 
 #: Wait, in microseconds, before the second retry of a member whose copies keep failing; it
 #: doubles with every further failure up to :data:`RETRY_CAP_US`. The first retry (from
-#: another source) is immediate. Issue 14 item 7: a destination whose data disk is full
+#: another source) is immediate. A destination whose data disk is full
 #: refused a copy every 0.3 s, an event and a warning each time.
 RETRY_BASE_US = 1_000_000
 RETRY_CAP_US = 60_000_000

@@ -6,7 +6,7 @@ list, leader and term, and either the log index to catch up to (a new leader) or
 to copy from (a replica being built). Every ApplyReplicas answer carries the agent's full
 replica report, which is adopted at once as if it came with a heartbeat.
 
-**Learners** (issue 23). A member serves FetchData / FetchLog only to the RS, the
+**Learners**. A member serves FetchData / FetchLog only to the RS, the
 members and the learners its last spec listed. Every spec lists as learners the servers
 reporting a non-member replica *and* the copies this RS announced that have not finished
 (:class:`AnnouncedCopies`), so a leader change (whose specs are built here) tells the new

@@ -361,7 +361,7 @@ class RsClient:
 
 class Scraper:
     """Scrapes the RS's ``/metrics`` every ``interval_s`` in a thread, as Prometheus would
-    (issue 12 "Benchmark"): over HTTPS with ``certs_dir``'s ``client.root.crt`` and
+    : over HTTPS with ``certs_dir``'s ``client.root.crt`` and
     ``ca.crt``, else plain HTTP (an ``--insecure`` RS). Records each scrape's wall time
     (milliseconds) and body size (bytes); a failed scrape is counted, not raised."""
 
@@ -1134,7 +1134,7 @@ def report(results: list[dict[str, Any]]) -> str:
         out.append("")
         out.append(
             f"With /metrics scraped every {scraped[0]['scraped']['interval_s']:g}s "
-            "(windows alternating with plain ones, same RS and load; issue 12):"
+            "(windows alternating with plain ones, same RS and load):"
         )
         out.append(
             tabulate(
@@ -1290,7 +1290,7 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=5.0,
         help="after the plain window, measure a second one with the RS's /metrics scraped "
-        "every this many seconds (issue 12; 0: no second window)",
+        "every this many seconds (0: no second window)",
     )
     p.add_argument(
         "--scrape-rounds",
@@ -1303,7 +1303,7 @@ def main(argv: list[str] | None = None) -> int:
         "--profile",
         action="store_true",
         help="one more window per configuration with the server under py-spy; prints its "
-        "top functions (issue 23 item 4)",
+        "top functions",
     )
     p.add_argument("--out", default=str(ROOT / ".bench" / "heartbeat.json"))
     args = p.parse_args(argv)

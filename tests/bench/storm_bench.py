@@ -786,7 +786,7 @@ def table_rows(results: dict[str, Any], lease_s: float) -> list[list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the scenarios; 0, or 1 when a scenario failed to run, 130 on Ctrl-C."""
-    p = argparse.ArgumentParser(description="storm benchmark of the RootService (issue 14)")
+    p = argparse.ArgumentParser(description="storm benchmark of the RootService")
     p.add_argument("--agents", type=int, default=10_000)
     p.add_argument("--scenarios", default=",".join(SCENARIOS))
     p.add_argument("--down", type=float, default=5.0, help="reconnect: seconds the RS is down")

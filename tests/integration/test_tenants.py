@@ -172,7 +172,7 @@ def test_tenant_replicas_stop_moves_leaders_disk_error_and_delete_room(tc: Tenan
     )
     assert c.error(f"ALTER SYSTEM DELETE SERVER '{a2}'") == "OB_DELETE_SERVER_NOT_ALLOWED"
     assert c.statuses()[a1] == "ACTIVE"
-    # With a roomy second server in z2, DELETE of a2 is accepted (the move is issue 4).
+    # With a roomy second server in z2, DELETE of a2 is accepted (the balancer then moves its unit).
     a5 = c.start_agent("z2")
     c.ok(f"ALTER SYSTEM ADD SERVER '{a5}' ZONE 'z2'")
     wait_until(lambda: c.statuses().get(a5) == "ACTIVE", 15, message="a5 ACTIVE")

@@ -246,7 +246,7 @@ class Proc:
     def wait_healthy(self, addr: str, timeout_s: float = 30.0) -> None:
         """Poll the gRPC health service at ``addr`` every 100 ms until it reports SERVING
         (service :attr:`health_service`: ``liveness`` for an RS, which says SERVING on
-        ``""`` only when ready since issue 12; ``""`` for anything else).
+        ``""`` only when ready; ``""`` for anything else).
 
         Raises ``AssertionError`` with the log tail when the process exits first or
         ``timeout_s`` passes.

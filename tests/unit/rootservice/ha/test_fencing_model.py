@@ -1,5 +1,5 @@
 """An explicit-state model of the lease row, the epoch and the agents' fencing tokens over a
-PostgreSQL primary and standby (issue 24's "Done when"), explored by Hypothesis.
+PostgreSQL primary and standby (the failover recipe's promise), explored by Hypothesis.
 
 The model: two database servers (a primary and a standby, replication synchronous or
 asynchronous: with asynchronous replication the primary's last commits wait in a queue the

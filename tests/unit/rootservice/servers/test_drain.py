@@ -71,7 +71,7 @@ def test_disruption_names_each_state_and_one_function_decides() -> None:
     assert disruption(s, 0, 0) is None
     s.suspect = SuspectState(until_mono_us=10)
     assert disruption(s, 9, 0) == "SUSPECT" and disruption(s, 10, 0) is None
-    s.lag = LagState(since_mono=5, reasons=("command",))  # issue 25 item 2
+    s.lag = LagState(since_mono=5, reasons=("command",))  # LAGGING
     assert disruption(s, 10, 0) == "LAGGING"
     s.lag = LagState()
     assert disruption(s, 10, 0) is None
