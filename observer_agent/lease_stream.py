@@ -26,8 +26,8 @@ class StreamClosed(Exception):
 
 class LateAnswer(TimeoutError):
     """No answer within the timeout, but the stream is still open: the request stays
-    outstanding and :meth:`LeaseStream.await_answer` may wait for it again (issue 14 item 3:
-    an overloaded RS answers late; dropping the connection would throw away its TLS
+    outstanding and :meth:`LeaseStream.await_answer` may wait for it again (an overloaded RS
+    answers late; dropping the connection would throw away its TLS
     handshake and add a new one to its backlog)."""
 
 

@@ -235,8 +235,8 @@ class Readings:
     states: list[str]
     lease_time_us: int
     jobs: list[JobReading] = field(default_factory=list)
-    # The balancer_planner parameter and whether it can run (None before the check; issue
-    # 13 item 3).
+    # The balancer_planner parameter and whether it can run (None before the
+    # check).
     planner: str = ""
     planner_ready: bool | None = None
     # The lease allowance for the RS's own intake delay and whether the

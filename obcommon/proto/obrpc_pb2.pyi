@@ -191,8 +191,8 @@ class LeaseRequest(_message.Message):
     RS sends its list only when its own version differs.
     """
     rs_incarnation: _builtins.int
-    """The incarnation of the highest RS fencing token the agent obeyed (with rs_epoch; issue
-    24 item 1): an RS whose own token is lower, or of the same epoch and another
+    """The incarnation of the highest RS fencing token the agent obeyed (with rs_epoch):
+    an RS whose own token is lower, or of the same epoch and another
     incarnation, raises its epoch above it before it commands anything.
     """
     applied_command_seq: _builtins.int

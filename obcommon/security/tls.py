@@ -14,7 +14,7 @@ Certificates are re-read when their files change (checked at most every
 not match (a rotation caught between writing the key and the certificate) is ignored until
 it does.
 
-Channels do not resume TLS sessions (issue 23 item 3 tried gRPC's experimental
+Channels do not resume TLS sessions (we tried gRPC's experimental
 ``grpc.ssl_session_cache``, shared by a process's channels: worker processes of the test
 suite then died of segmentation faults in TLS code, and gRPC resumes nothing anyway for a
 server dialled by IP address, as every rs_list is, or restarted, since its ticket key is

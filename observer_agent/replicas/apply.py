@@ -228,8 +228,8 @@ class SpecApplier:
                 raise
             return meta, log
 
-        # Refused before anything is written when it cannot fit (OB_SERVER_OUTOF_DISK_SPACE,
-        # issue 14 item 7), and a build that still runs out of space leaves no files.
+        # Refused before anything is written when it cannot fit (OB_SERVER_OUTOF_DISK_SPACE),
+        # and a build that still runs out of space leaves no files.
         await asyncio.to_thread(
             check_free_space, self._paths.data_dir, size, f"replica {describe_ls(key)}"
         )

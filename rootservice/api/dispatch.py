@@ -244,7 +244,7 @@ def run_statement(
     outcome (``statements_total`` / ``statements_refused_total``) and audits it
     (:func:`audited`; the audit never changes the outcome).
 
-    Every statement is one line on the ``rootservice.audit`` logger (issue 12 item 5,
+    Every statement is one line on the ``rootservice.audit`` logger (
     :func:`log_statement`): user, client address, ``front_end`` (``grpc``, ``mysql``,
     ``http``), statement kind, outcome and duration, the text with passwords masked. At INFO
     when :func:`audited` (changes, refusals of access); reads at DEBUG, since dashboards and

@@ -141,7 +141,7 @@ all_service_epoch = sa.Table(
     sa.Column("svr_port", sa.Integer, nullable=False, server_default="0"),
     sa.Column("lease_expire_time", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("lease_renew_time", sa.BigInteger, nullable=False, server_default="0"),
-    # The fencing token's incarnation and the PostgreSQL server's identity (issue 24 item 1,
+    # The fencing token's incarnation and the PostgreSQL server's identity (
     # migration 0008): NULL identity on SQLite.
     sa.Column("incarnation", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("pg_system_id", sa.BigInteger, nullable=True),

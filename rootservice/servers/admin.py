@@ -60,7 +60,7 @@ class LeaderMover(Protocol):
 
 
 class DisruptionBudget(Protocol):
-    """The disruption budget (issue 25 item 5;
+    """The disruption budget (
     :class:`rootservice.tenants.drain_work.DrainWork`)."""
 
     def check_budget(self, targets: set[str], action: str, /) -> None:

@@ -67,8 +67,8 @@ log = logging.getLogger(__name__)
 
 #: Period of the drain's rounds, seconds.
 POLL_S = 0.5
-#: The progress row is written at least this often while DRAINING, microseconds (issue 25:
-#: "at least every 5 s"; 1 s leaves room for a slow round).
+#: The progress row is written at least this often while DRAINING, microseconds ("at least every 5
+#: s"; 1 s leaves room for a slow round).
 PROGRESS_INTERVAL_US = 1_000_000
 
 

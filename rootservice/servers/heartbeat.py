@@ -370,8 +370,7 @@ class HeartbeatIntake:
             expire = now + lease
         resp = obrpc_pb2.LeaseResponse()
         # The fields every server is sent alike come from a template, remade when one of
-        # them changes: copying it is about a third of building the message field by field
-        # (issue 23 item 4).
+        # them changes: copying it is about a third of building the message field by field.
         resp.CopyFrom(self._response_template())
         resp.lease_expire_time = expire
         resp.heartbeat_expire_time = expire

@@ -2,8 +2,8 @@
 
 A lease request comes from outside the RS: before this check 26 of 43 extreme values were
 accepted (infinite CPU, 2^63-1 sizes, year-292277 times, NUL bytes, 10,000 fake replicas)
-and on PostgreSQL some then made every write of the persistence queue fail (issue 10
-"Why"). :func:`check_lease_request` refuses the first field out of its bounds with
+and on PostgreSQL some then made every write of the persistence queue fail.
+:func:`check_lease_request` refuses the first field out of its bounds with
 ``OB_INVALID_ARGUMENT`` naming the field, the value (truncated) and the bound, before
 :meth:`rootservice.servers.heartbeat.HeartbeatIntake.receive_hb` changes anything.
 
@@ -214,7 +214,7 @@ def check_lease_request(
     stepped an hour, must not refuse every server: a time agreeing with
     either is accepted).
 
-    Bounds (issues 10 item 5 and 26 item 4): ``version`` in [:data:`MIN_LEASE_VERSION`,
+    Bounds: ``version`` in [:data:`MIN_LEASE_VERSION`,
     :data:`MAX_LEASE_VERSION`]; ``zone`` 1..128 printable characters; ``server`` 1..128 and
     ``cluster_id`` 0..128 printable ASCII; ``sql_port`` 1..65535; ``build_version`` 0..256
     printable ASCII; ``start_service_time`` 0 (not in service) or from 2000-01-01 to

@@ -6,7 +6,7 @@ order of the whitelist has the next lease to expire at its front, and lease-expi
 wait in a heap keyed by their permanent-offline deadline. Memory only; the changes go through
 the persistence queue.
 
-The permanent-offline clock is the offline total within a sliding window (issue 25 item 1,
+The permanent-offline clock is the offline total within a sliding window (
 :mod:`rootservice.servers.offline_window`), so a flapping server gets there too; each expiry
 feeds the SUSPECT damping (:mod:`rootservice.servers.suspect_policy`), and the tick clears
 ``suspect_end_time`` of the servers whose SUSPECT period is over (event ``suspect_end``).

@@ -57,8 +57,8 @@ class Whitelist:
         # The buried identities: refused at lease time and by ADD SERVER; kept
         # here because every reader of the whitelist's keys must see them.
         self.tombstones = Tombstones()
-        # (end of the SUSPECT period on the monotonic clock, key) of SUSPECT servers (issue
-        # 25 item 1): the lease checker clears their ``suspect_end_time`` when it passes;
+        # (end of the SUSPECT period on the monotonic clock, key) of SUSPECT servers: the lease
+        # checker clears their ``suspect_end_time`` when it passes;
         # stale entries are skipped when popped.
         self.suspect_heap: list[tuple[int, str]] = []
 

@@ -808,8 +808,8 @@ def run_rs(n: int, args: argparse.Namespace, pki: BenchPki | None = None) -> dic
         res, before, after = measure(rs, gens, n, args, snap)
         res["getmetrics_ms"] = max(calls)
         if args.scrape_interval > 0:
-            # The same load, RS and load generators again, with /metrics scraped (issue 12
-            # "Benchmark"). Scraped and plain windows alternate (S P S P ... after the first
+            # The same load, RS and load generators again, with /metrics scraped. Scraped and plain
+            # windows alternate (S P S P ... after the first
             # plain one), so that a drift of the RS over time (its periodic tasks, memory)
             # falls on both sides instead of on the scraped side alone.
             scraper = Scraper(http_addr, certs_dir, args.scrape_interval)

@@ -78,8 +78,8 @@ def heartbeat_of(agent: str) -> obrpc_pb2.LeaseRequest:
 
 
 # One database: the agent refuses the copies (tests/unit/observer_agent/test_disk_full.py) and
-# the RS relays the refusal as the copy's error, nothing of it database-specific (issue 26
-# The suite's time).
+# the RS relays the refusal as the copy's error, nothing of it database-specific (so one
+# database is enough: the suite's time).
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_full_data_disk_keeps_the_server_and_refuses_copies_until_freed(
     tc: TenantCluster,
