@@ -1,5 +1,5 @@
-"""The one table of which privilege each statement needs (README "Users and
-privileges"), after MySQL's: reading needs SELECT, changing the cluster ALTER SYSTEM, managing
+"""The one table of which privilege each statement needs (docs/admin-language.md,
+"Users and privileges"), after MySQL's: reading needs SELECT, changing the cluster ALTER SYSTEM, managing
 users CREATE USER; a user may always see its own grants and change its own password.
 """
 

@@ -28,7 +28,7 @@ from rootservice.demo import Demo, free_port, step
 from tests.support.pgserver import PgServer
 from tests.support.spark_cluster import SparkStandalone
 
-# Few shuffle partitions for a 1-core worker (the plans are latency-bound; README "cluster").
+# Few shuffle partitions for a 1-core worker (the plans are latency-bound; docs/operations/servers.md#the-plans-on-a-spark-cluster).
 SPARK_CONF = ["spark.sql.shuffle.partitions=4", "spark.sql.adaptive.enabled=false"]
 
 
