@@ -22,7 +22,7 @@ PYTEST_ARGS ?=
 # first, by size).
 PYTEST_WORKERS ?= 4
 
-.PHONY: setup pg-binaries mysql-clients browser faketime prometheus test demo demo-spark-cluster bench bench-storm bench-mysql bench-spark bench-empty bench-parse chaos soak-lag lint proto clean
+.PHONY: setup pg-binaries mysql-clients browser faketime prometheus test demo demo-spark-cluster bench bench-storm bench-mysql bench-spark bench-empty bench-parse chaos soak-lag lint docs dist proto clean
 
 # The Spark jobs (rootservice/jobs) read PostgreSQL through JDBC with Debian's driver jar.
 PG_JDBC_JAR ?= /usr/share/java/postgresql.jar
@@ -40,7 +40,7 @@ setup: $(STAMP) pg-binaries mysql-clients browser faketime prometheus
 	    [ -f $(PG_JDBC_JAR) ] || { echo "libpostgresql-jdbc-java installed but $(PG_JDBC_JAR) is missing" >&2; exit 1; }; \
 	fi
 
-# The MySQL-protocol tests (issue 11) drive the RS with real clients: Debian's mariadb
+# The MySQL-protocol tests drive the RS with real clients: Debian's mariadb
 # command-line client, MariaDB Connector/J (a tiny Java program compiled with javac at test
 # time) and so a JDK. Missing ones are installed with apt-get when run as root.
 MARIADB_JAR ?= /usr/share/java/mariadb-java-client.jar
@@ -60,7 +60,7 @@ mysql-clients:
 	{ $(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends $$missing </dev/null; } || exit 1; \
 	[ -f $(MARIADB_JAR) ] || { echo "libmariadb-java installed but $(MARIADB_JAR) is missing" >&2; exit 1; }
 
-# The dashboard test (issue 12, item 4) drives Debian's headless Chromium through selenium
+# The dashboard test drives Debian's headless Chromium through selenium
 # and Debian's chromedriver (selenium is never let to download a browser: CI has no internet).
 # Missing ones are installed with apt-get when run as root.
 CHROMIUM ?= /usr/bin/chromium
@@ -80,7 +80,7 @@ browser:
 	{ $(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends $$missing </dev/null; } || exit 1; \
 	[ -x $(CHROMIUM) ] && [ -x $(CHROMEDRIVER) ] || { echo "chromium / chromium-driver installed but $(CHROMIUM) or $(CHROMEDRIVER) is missing" >&2; exit 1; }
 
-# The wall-clock jump test (issue 14 item 7) runs the RS under Debian's libfaketime and steps
+# The wall-clock jump test runs the RS under Debian's libfaketime and steps
 # its clock. Installed with apt-get when run as root; without it that one test is skipped.
 FAKETIME_LIB ?= /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
 faketime:
@@ -95,7 +95,7 @@ faketime:
 	{ $(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends faketime </dev/null; } || exit 1; \
 	[ -f $(FAKETIME_LIB) ] || { echo "faketime installed but $(FAKETIME_LIB) is missing" >&2; exit 1; }
 
-# The Prometheus test (issue 26, item 1) scrapes a real RS and agent with Debian's Prometheus
+# The Prometheus test scrapes a real RS and agent with Debian's Prometheus
 # server and checks the shipped deploy/prometheus files with its promtool. Missing ones are
 # installed with apt-get when run as root (Debian's package never starts its service in a
 # container whose policy-rc.d forbids it; the test runs its own server on loopback).
@@ -164,7 +164,7 @@ test: setup
 demo: setup
 	$(VENV)/bin/python -m rootservice.demo
 
-# Issue 13 item 7: a DELETE SERVER whose plans run on a Spark standalone master + worker
+# A DELETE SERVER whose plans run on a Spark standalone master + worker
 # (from the installed pyspark) reading a private PostgreSQL over JDBC; 4 minutes on a loaded 2-core machine.
 demo-spark-cluster: setup
 	$(VENV)/bin/python -m tests.demo.spark_cluster
@@ -175,52 +175,63 @@ bench: setup
 	$(VENV)/bin/python -m tests.bench.empty_bench $(BENCH_EMPTY_ARGS)
 	$(VENV)/bin/python -m tests.bench.storm_bench $(BENCH_STORM_ARGS)
 
-# Storms at 10,000 agents over mutual TLS (issue 14 items 1-4): RS kill -9 and restart,
+# Storms at 10,000 agents over mutual TLS: RS kill -9 and restart,
 # 30 % of the agents silent at once, CPU hog and 1.5x capacity, failover on PostgreSQL;
 # e.g. BENCH_STORM_ARGS="--quick" (N=200) or "--scenarios reconnect --down 80".
 BENCH_STORM_ARGS ?=
 bench-storm: setup
 	$(VENV)/bin/python -m tests.bench.storm_bench $(BENCH_STORM_ARGS)
 
-# The MySQL endpoint alone (issue 11): statements/s and p99 of two dashboard queries over
+# The MySQL endpoint alone: statements/s and p99 of two dashboard queries over
 # 1,000 servers, beside the same queries run directly against the database.
 bench-mysql: setup
 	$(VENV)/bin/python -m tests.bench.mysql_bench $(BENCH_MYSQL_ARGS)
 
-# Emptying speed (issue 14 item 5): DELETE SERVER of a server holding 2 GiB of replicas (4 LS)
+# Emptying speed: DELETE SERVER of a server holding 2 GiB of replicas (4 LS)
 # beside cp -r + sync of the same files on the same disk; e.g. BENCH_EMPTY_ARGS="--quick".
 BENCH_EMPTY_ARGS ?=
 bench-empty: setup
 	$(VENV)/bin/python -m tests.bench.empty_bench $(BENCH_EMPTY_ARGS)
 
-# Spark jobs (issue 4) beside pandas and SQL in PostgreSQL at 100k, 1M and 5M replicas;
+# Spark jobs beside pandas and SQL in PostgreSQL at 100k, 1M and 5M replicas;
 # e.g. BENCH_SPARK_ARGS="--sizes 100k" for a quick run.
 BENCH_SPARK_ARGS ?=
 bench-spark: setup
 	$(VENV)/bin/python tests/bench/spark_bench.py $(BENCH_SPARK_ARGS)
 
-# The SQL parser and the admission token count on 1-4 MiB statements (issue 26): the times the
+# The SQL parser and the admission token count on 1-4 MiB statements: the times the
 # unit tests no longer assert; e.g. BENCH_PARSE_ARGS="--quick".
 BENCH_PARSE_ARGS ?=
 bench-parse: setup
 	$(VENV)/bin/python -m tests.bench.parse_bench $(BENCH_PARSE_ARGS)
 
-# RS failover under load (issue 5): two root services on a private PostgreSQL, 200 agents,
+# RS failover under load: two root services on a private PostgreSQL, 200 agents,
 # kill -9 / SIGSTOP / DELETE + kill -9 / PostgreSQL restart in turn; prints the figures.
 CHAOS_ARGS ?=
 chaos: setup
 	$(VENV)/bin/python tests/chaos/chaos.py $(CHAOS_ARGS)
 
-# Issue 25 item 2: the lag detector's false-positive check, agents SIGSTOPped 2 s every 20 s,
+# The lag detector's false-positive check, agents SIGSTOPped 2 s every 20 s,
 # for 10 minutes (the suite runs one 20 s cycle); prints the pauses and the LAGGING count.
 soak-lag: setup
 	OB_LAG_SOAK_S=600 $(VENV)/bin/pytest -q -p no:cacheprovider -s --timeout 900 \
 	    tests/integration/test_lag.py -k paused
 
-lint:
+lint: docs
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+# The manual (mkdocs.yml, docs/): --strict fails the build on a broken link, a missing page or
+# an anchor that does not exist; the reference pages are generated from the code
+# (docs/gen_ref.py). Built into site/ (git-ignored).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(VENV)/bin/mkdocs build --strict --quiet --site-dir site
+
+# The release: the wheel and the sdist in dist/ (git-ignored).
+dist: $(STAMP)
+	rm -rf dist
+	$(VENV)/bin/python -m build --outdir dist .
 
 # mypy-protobuf's protoc plugins live in the venv's bin, hence the PATH.
 proto:
@@ -231,4 +242,4 @@ proto:
 clean:
 	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -print0 | xargs -0 rm -rf
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build
-	rm -rf demo_data rs_data .bench .test-artifacts
+	rm -rf demo_data rs_data .bench .test-artifacts site dist

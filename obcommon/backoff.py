@@ -1,5 +1,5 @@
 """Reconnect backoff with jitter: how long a client waits before its next attempt to reach a
-server that is away (issue 14 item 1, "agents back off with jitter").
+server that is away ("agents back off with jitter").
 
 Why not gRPC's own: its connection backoff (initial 1 s, multiplier 1.6, cap 120 s, jitter
 0.2; gRPC's ``doc/connection-backoff.md``) lives in a subchannel that new channels to the same

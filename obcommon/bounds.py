@@ -1,11 +1,10 @@
-"""Bounds shared by the RS and the agents on what crosses the trust boundary (issue 10,
-item 5): terms and epochs, and how a refused value is quoted in an error.
+"""Bounds shared by the RS and the agents on what crosses the trust boundary: terms and epochs, and how a refused value is quoted in an error.
 
 Terms (``ReplicaSpec.term``, ``ReplicaInfo.term``) and RS epochs grow by one per election or
 leader switch, so a value far above the last one seen is forged or corrupt, never
 legitimate. The ceiling is 2^53 so that every term stays exact as a JSON number and as a
 double, and so that ``term + 1`` can never overflow the int64 of the protocol (one
-``ApplyReplicas`` with term 2^63-1 broke the LS reconciler on every round, issue 10 "Why").
+``ApplyReplicas`` with term 2^63-1 broke the LS reconciler on every round).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Durations as OceanBase writes them (``100ms``, ``10s``, ``5m``, ``1h``), held as integer
 microseconds: the one duration grammar of the RS settings, ``ALTER SYSTEM SET`` and the agent's
-flags (SPEC.md section 11)."""
+flags (docs/design/index.md#configuration)."""
 
 from __future__ import annotations
 

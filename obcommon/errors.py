@@ -1,7 +1,7 @@
 """Domain errors with their OceanBase codes, and the one place that translates them.
 
 Every refusal in the product is an :class:`ObError` carrying the OceanBase error code, name,
-SQLSTATE and message of ``ob_errno.def`` (SPEC.md section 12). The servicers never build
+SQLSTATE and message of ``ob_errno.def`` (docs/design/index.md#error-codes). The servicers never build
 error text themselves: :meth:`ObError.to_sql_text` gives the MySQL-style line that ``obadmin``
 prints, :meth:`ObError.grpc_code` the gRPC status for unary calls, and
 :func:`error_to_proto` / :func:`error_from_proto` carry an error inside a response message.
@@ -17,7 +17,7 @@ import grpc
 
 @dataclass(frozen=True)
 class ErrorDef:
-    """One row of SPEC.md section 12: ``code`` is negative, as in ``ob_errno.def``; MySQL's
+    """One row of docs/design/index.md#error-codes: ``code`` is negative, as in ``ob_errno.def``; MySQL's
     own errors (``ER_*``: 1045, 1227, 1064...) too, and are printed with MySQL's positive
     number."""
 
@@ -195,7 +195,7 @@ ERRORS: dict[str, ErrorDef] = {
             "Server '%s' connection error",
             grpc.StatusCode.UNAVAILABLE,
         ),
-        # Tenants, resource pools and unit configs (issue 3), as in OceanBase's ob_errno.
+        # Tenants, resource pools and unit configs, as in OceanBase's ob_errno.
         ErrorDef(
             "OB_RESOURCE_POOL_ALREADY_GRANTED",
             -4626,
@@ -288,7 +288,7 @@ ERRORS: dict[str, ErrorDef] = {
             "You have an error in your SQL syntax; %s",
             grpc.StatusCode.INVALID_ARGUMENT,
         ),
-        # A statement shape or function the read-only SELECT refuses (issue 11 item 2):
+        # A statement shape or function the read-only SELECT refuses:
         # MySQL's "This version of MySQL doesn't yet support '%s'".
         ErrorDef(
             "ER_NOT_SUPPORTED_YET",
@@ -310,7 +310,7 @@ ERRORS: dict[str, ErrorDef] = {
             "Got a packet bigger than 'max_allowed_packet' bytes",
             grpc.StatusCode.INVALID_ARGUMENT,
         ),
-        # Users and privileges (issue 10): MySQL's own errors, negative like every code of
+        # Users and privileges: MySQL's own errors, negative like every code of
         # this table (``to_sql_text`` prints the absolute value, as for ER_PARSE_ERROR).
         ErrorDef(
             "ER_ACCESS_DENIED_ERROR",
@@ -341,7 +341,7 @@ ERRORS: dict[str, ErrorDef] = {
             "You are not allowed to create a user with GRANT",
             grpc.StatusCode.NOT_FOUND,
         ),
-        # Admission of admin statements (issue 10 item 5): MySQL's errors for too many
+        # Admission of admin statements: MySQL's errors for too many
         # connections in all and of one user; the RS counts statements admitted at once.
         ErrorDef(
             "ER_CON_COUNT_ERROR",
@@ -357,7 +357,7 @@ ERRORS: dict[str, ErrorDef] = {
             "User %s already has more than 'max_user_connections' active connections",
             grpc.StatusCode.RESOURCE_EXHAUSTED,
         ),
-        # The MySQL endpoint (issue 11): MySQL's refusal of a plaintext connection when
+        # The MySQL endpoint: MySQL's refusal of a plaintext connection when
         # TLS is required (require_secure_transport=ON); ER_BAD_DB_ERROR is above.
         ErrorDef(
             "ER_SECURE_TRANSPORT_REQUIRED",

@@ -1,4 +1,4 @@
-"""The RS fencing token and the rule an agent obeys it by (issue 24 item 1).
+"""The RS fencing token and the rule an agent obeys it by.
 
 A token is the RS's epoch (the ``rootservice_epoch`` lease row's value) together with the
 incarnation id the RS drew at random when it took office with that epoch. The epoch alone
@@ -61,5 +61,5 @@ def after_obeying(highest: FenceToken, offered: FenceToken) -> FenceToken:
 def reports_conflict(own: FenceToken, reported: FenceToken) -> bool:
     """True when an agent reporting ``reported`` (the highest token it obeyed) would refuse
     an RS holding ``own``: its epoch is above ours, or equal with another incarnation. The
-    RS must then raise its epoch above it before it commands anything (issue 24 item 1)."""
+    RS must then raise its epoch above it before it commands anything."""
     return refusal(reported, own) is not None

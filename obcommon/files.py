@@ -1,5 +1,5 @@
 """Durable file replacement, shared by the agent (identity, replicas, fencing token) and the
-RS (the metadata server it last saw, issue 24)."""
+RS (the metadata server it last saw)."""
 
 from __future__ import annotations
 

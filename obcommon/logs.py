@@ -1,4 +1,4 @@
-"""The one log format of the RootService and the observer agents (issue 12 item 5).
+"""The one log format of the RootService and the observer agents.
 
 Both ``rootservice serve`` and ``observer-agent`` call :func:`setup_logging`, so their lines
 read alike and one ``grep`` / one log shipper handles both:

@@ -1,5 +1,5 @@
 """Rate-limited log lines: a warning that a loop could repeat forever is logged the first time,
-then at most once per interval, with how many like it were not logged (issue 12 item 5).
+then at most once per interval, with how many like it were not logged.
 
 The RS's failed background rounds, its refused gRPC peers (:class:`obcommon.security.gate.
 PeerGate`) and an agent whose lease requests are refused all go through one

@@ -1,5 +1,5 @@
-"""This agent's RPC address (``ip:port``): the ``server`` of every lease request (SPEC.md
-section 5), the name members, leaders and copy sources use for it (section 9), and the tag
+"""This agent's RPC address (``ip:port``): the ``server`` of every lease request
+(docs/design/leases.md), the name members, leaders and copy sources use for it (section 9), and the tag
 of its log lines. The port is only known once the gRPC server is bound when configured as 0.
 """
 

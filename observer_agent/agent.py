@@ -1,5 +1,5 @@
-"""The observer agent: one data node's lease, identity, health and hosted replicas (SPEC.md
-sections 5 and 9), composed from the modules that own each concept:
+"""The observer agent: one data node's lease, identity, health and hosted replicas
+(docs/design/leases.md and docs/design/migration.md), composed from the modules that own each concept:
 
 - :mod:`observer_agent.lease` - the lease state and loop (:class:`LeaseClient`), over
   :mod:`observer_agent.lease_stream`, trying the RSs of :mod:`observer_agent.rs_list`;
@@ -132,7 +132,7 @@ class Agent:
         )
         self.resources = ResourceMonitor(settings, self.log, resource_timeout_us)
         try:
-            # The highest RS fencing token obeyed before this start (issue 24 item 1).
+            # The highest RS fencing token obeyed before this start.
             self.tokens = TokenKeeper(self.data_dir, self.log)
         except ValueError as e:
             raise IdentityError(str(e)) from e
@@ -168,7 +168,7 @@ class Agent:
             revoked=self.peer_gate.revoked,
             tokens=self.tokens,
         )
-        # The Prometheus exposition (issue 12): read from the components at each scrape.
+        # The Prometheus exposition: read from the components at each scrape.
         self.metrics.registry.register(AgentCollector(self))
         self._stop: asyncio.Event | None = None
         self.health: Any = None  # the gRPC health servicer, set by create_server
@@ -391,7 +391,7 @@ class Agent:
             "disk probe": lambda: self._periodic(
                 self.probe_disk_async, self.settings.disk_probe_interval
             ),
-            # Replica files removed under a running agent (issue 13 item 5): checked as
+            # Replica files removed under a running agent: checked as
             # often as the disk, so the RS learns of the loss within a probe interval.
             "replica files check": lambda: self._periodic(
                 self._check_replica_files, self.settings.disk_probe_interval

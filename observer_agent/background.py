@@ -1,5 +1,5 @@
 """Helpers for the agent's background jobs (the lease loop, the disk probe and the resource
-refresh of SPEC.md section 5): blocking work in daemon threads, sleeps that end early on
+refresh of docs/design/leases.md): blocking work in daemon threads, sleeps that end early on
 stop, and one-line descriptions of failures for log lines. Durations here are seconds."""
 
 from __future__ import annotations

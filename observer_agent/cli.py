@@ -1,4 +1,4 @@
-"""``observer-agent``: the process on every data node (SPEC.md section 5).
+"""``observer-agent``: the process on every data node (docs/design/leases.md).
 
 Usage::
 
@@ -23,7 +23,7 @@ Durations are written like ``500ms``, ``2s``; sizes as bytes or OceanBase size w
   migration) that stream their data file at the same time (default 2, 1 .. 64); the others
   wait, reported as building with ``bytes_copied`` 0.
 - ``--http-addr``: ``/metrics`` (Prometheus; a client certificate of the cluster CA unless
-  ``--insecure``), ``/healthz``, ``/readyz`` (:mod:`observer_agent.http`, issue 12).
+  ``--insecure``), ``/healthz``, ``/readyz`` (:mod:`observer_agent.http`).
 - ``--cpu-count`` (cores, > 0) / ``--memory-limit`` (size, > 0): reported as ``cpu_total``
   / ``mem_total`` instead of the machine's, since the RS places units by these capacities.
 
@@ -68,6 +68,7 @@ from obcommon import logs
 from obcommon.clock import SystemClock
 from obcommon.security.certs import Role
 from obcommon.security.tls import SecurityConfigError, TransportSecurity
+from obcommon.version import version_line
 from observer_agent.agent import Agent
 from observer_agent.http import AgentHttp
 from observer_agent.identity import IdentityError
@@ -92,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="OceanBase observer agent: keeps this server's lease with the RootService.",
     )
+    p.add_argument("--version", action="version", version=version_line(PROG))
     p.add_argument("--rs-list", help="RS RPC addresses host:port[,host:port...]")
     p.add_argument("--rpc-addr", help="this agent's RPC address ip:port (the server's identity)")
     p.add_argument("--sql-port", type=int, help="the SQL port reported to the RS (1..65535)")

@@ -1,5 +1,5 @@
 """The RS commands this agent applied, and the thread stacks the RS asks for when it finds
-the agent lagging (issue 25 item 2, the lag detector).
+the agent lagging (the lag detector).
 
 Every RS command (``ApplyReplicas``, ``RequestHeartbeat``) carries ``command_seq``, the RS's
 per-server sequence number (``rs_epoch << 32 | n``, so a new RS leader's commands sort above

@@ -1,10 +1,10 @@
-"""The data disk's health (SPEC.md section 5: ``server_status`` bit DATA_DISK_ERROR).
+"""The data disk's health (docs/design/leases.md: ``server_status`` bit DATA_DISK_ERROR).
 
 :func:`probe_data_disk` does blocking I/O; :class:`DiskHealth` runs it in a daemon thread
 every ``disk_probe_interval``, bounded in time (a hung disk counts as failed), and keeps the
 result, which every lease request reports. Fault switch: :data:`FAULT_DATA_DISK_ERROR_FILE`.
 
-A FULL disk is not a failing disk (issue 14 item 7, as OceanBase: ``OB_SERVER_OUTOF_DISK_SPACE``
+A FULL disk is not a failing disk (as OceanBase: ``OB_SERVER_OUTOF_DISK_SPACE``
 is returned to the write that does not fit, the server stays in service): the probe rewrites
 its block in place, so it needs no new space once its file exists, and an ``ENOSPC`` /
 ``EDQUOT`` is reported as healthy. Writes that need space check it first
@@ -35,7 +35,7 @@ DATA_DISK_ERROR = 0x1
 #: touching the disk. Remove it and the next probe recovers.
 FAULT_DATA_DISK_ERROR_FILE = "FAULT_DATA_DISK_ERROR"
 
-#: Fault switch of the lag detector's tests (issue 25 item 2): this file in the data
+#: Fault switch of the lag detector's tests: this file in the data
 #: directory holding an integer N makes the probe sleep N ms after its fsync, as a disk whose
 #: fsync takes that long would; the latency every lease request reports grows with it.
 FAULT_FSYNC_SLOW_FILE = "FAULT_FSYNC_SLOW_MS"
@@ -105,7 +105,7 @@ def probe_data_disk(data_dir: Path) -> str | None:
     Returns None when healthy, else a one-line reason. The probe writes a 4 KiB random block
     at the start of ``data_dir/.disk_probe`` (in place: the file is not truncated, so a full
     disk still has room for it), fsyncs it, reads it back and compares. A full disk
-    (``ENOSPC`` / ``EDQUOT``) is healthy: disk full is not disk error (issue 14 item 7). The
+    (``ENOSPC`` / ``EDQUOT``) is healthy: disk full is not disk error. The
     fault-injection file ``data_dir/FAULT_DATA_DISK_ERROR`` makes it fail without I/O. Never
     raises.
     """
@@ -166,7 +166,7 @@ class DiskHealth:
         self.timeout_us = timeout_us
         self.disk_error: str | None = None
         self._pending: asyncio.Future[str | None] | None = None
-        # The lag detector's figure (issue 25 item 2): the last finished probe's duration
+        # The lag detector's figure: the last finished probe's duration
         # and when the one running started (time.monotonic seconds; None: none running).
         self.last_latency_us = 0
         self._running_since: float | None = None

@@ -1,4 +1,4 @@
-"""The highest RS fencing token this agent obeyed, kept across restarts (issue 24 item 1).
+"""The highest RS fencing token this agent obeyed, kept across restarts.
 
 Every RS -> agent command (``ApplyReplicas``) and every lease answer carries the RS's token,
 ``(rs_epoch, rs_incarnation)`` (:class:`obcommon.fencing.FenceToken`). The agent obeys one
@@ -67,7 +67,7 @@ class TokenKeeper:
 
     def judge(self, offered: FenceToken) -> str | None:
         """Why ``offered`` must be refused (a lower epoch, the same epoch of another
-        incarnation, an absurd jump above the highest epoch: issue 10), or None. Changes
+        incarnation, an absurd jump above the highest epoch), or None. Changes
         nothing."""
         why = check_term("rs_epoch", offered.epoch, self.highest.epoch)
         return why or refusal(self.highest, offered)

@@ -1,4 +1,4 @@
-"""The agent's HTTP(S) endpoint (issue 12): ``/metrics`` (the Prometheus text format of
+"""The agent's HTTP(S) endpoint: ``/metrics`` (the Prometheus text format of
 ``agent.metrics.registry``), ``/healthz`` and ``/readyz``, served by aiohttp on the agent's
 event loop at ``--http-addr`` (default ``127.0.0.1:8088``, OceanBase obagent's monitor port).
 
@@ -6,7 +6,7 @@ event loop at ``--http-addr`` (default ``127.0.0.1:8088``, OceanBase obagent's m
 - ``/readyz``: 200 when the agent is registered with the RS, serving, its lease not expired
   and its data disk healthy; else 503 ``{"ready": false, "reason": ...}``; no credentials.
 - ``/replica-data/{tenant_id}/{ls_id}``: an LS's data file for an agent copying it, the bulk
-  path of replica copies (issue 23, :mod:`observer_agent.http_data`); the RS's or a member's
+  path of replica copies (:mod:`observer_agent.http_data`); the RS's or a member's
   or an announced learner's node certificate.
 - ``/metrics``: HTTPS with the node's certificate (``node.crt`` / ``node.key``) and the
   cluster CA; the caller must present a certificate of that CA (agents have no users: any
@@ -14,7 +14,7 @@ event loop at ``--http-addr`` (default ``127.0.0.1:8088``, OceanBase obagent's m
   open only with ``--insecure``.
 
 After a certificate rotation the endpoint serves the new pair at the next handshakes, as the
-RS's does (issue 26 item 4): :class:`AgentHttp` looks for new files every
+RS's does: :class:`AgentHttp` looks for new files every
 :data:`RELOAD_EVERY_S` (:class:`obcommon.security.tls.ServerTlsContext`), and ``/metrics``
 accepts only a certificate of the current ``ca.crt``.
 """
@@ -61,8 +61,7 @@ def readiness(agent: Agent) -> str | None:
 
 def _metrics_refusal(request: web.Request, agent: Agent) -> str | None:
     """Why the peer may not read /metrics (None: it may): no certificate of the current
-    cluster CA, or a revoked one (the list the RS sends with lease answers, issue 26 item
-    5)."""
+    cluster CA, or a revoked one (the list the RS sends with lease answers)."""
     transport = request.transport
     ssl_object = transport.get_extra_info("ssl_object") if transport else None
     der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
@@ -167,7 +166,7 @@ class AgentHttp:
         return self.port
 
     def _offer_data(self, host: str, scheme: str) -> None:
-        # Copies fetch data files here (issue 23) at the host peers already reach this agent
+        # Copies fetch data files here at the host peers already reach this agent
         # at and its certificate names: its RPC address's. A listener on another host (the
         # default 127.0.0.1 beside a routable RPC address) is not offered: peers elsewhere
         # would reach their own loopback, and their copies stream over gRPC instead.

@@ -1,4 +1,4 @@
-"""The bulk data path of replica copies (issue 23): ``GET /replica-data/{tenant_id}/{ls_id}``
+"""The bulk data path of replica copies: ``GET /replica-data/{tenant_id}/{ls_id}``
 on the agent's HTTP(S) endpoint (:mod:`observer_agent.http`) streams an LS's data file to an
 agent building that replica by copy.
 
@@ -10,7 +10,7 @@ answers the header (size, crc32, log indexes) with ``data_url`` pointing here
 (:meth:`observer_agent.replicas.serving.ReplicaServing.fetch_data`), and the copy GETs it
 (:mod:`observer_agent.replicas.copy_http`).
 
-Who may GET (issue 10, ARCHITECTURE section 2a), as for ``FetchData``: the RS and the node
+Who may GET (ARCHITECTURE section 2a), as for ``FetchData``: the RS and the node
 certificates of the LS's members and learners (copies the RS announced), checked by the
 agent's :class:`~obcommon.security.gate.PeerGate` on the certificate TLS verified (and one of
 the *current* CA: Python's ``ssl`` never forgets a rotated-out CA). Refusals: 401 without a

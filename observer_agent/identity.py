@@ -1,4 +1,4 @@
-"""The cluster identity file of a data directory (SPEC.md sections 5 and 7, ADD SERVER).
+"""The cluster identity file of a data directory (docs/design/leases.md and docs/design/statements.md, ADD SERVER).
 
 A server is *empty* until an RS has accepted it: then ``DATA_DIR/identity.json`` records
 which cluster it belongs to and the id the RS gave it. The file is what ``CheckServerEmpty``

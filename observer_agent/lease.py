@@ -1,4 +1,4 @@
-"""The agent's side of the lease (SPEC.md section 5; OceanBase's ``ObLeaseStateMgr`` /
+"""The agent's side of the lease (docs/design/leases.md; OceanBase's ``ObLeaseStateMgr`` /
 ``ObHeartBeatProcess`` on the observer side).
 
 The decisions are plain synchronous methods on an injected :class:`Clock` (unit tests):
@@ -43,15 +43,15 @@ from observer_agent.settings import AgentSettings
 
 LEASE_REQUEST_VERSION = 1
 
-#: Longest wait, in microseconds, between lease requests an RS keeps refusing (issue 12 item 5:
-#: a deleted server's agent asked every 2 s forever and logged each refusal).
+#: Longest wait, in microseconds, between lease requests an RS keeps refusing
+#: (a deleted server's agent asked every 2 s forever and logged each refusal).
 MAX_REFUSAL_BACKOFF_US = 60_000_000
 
 #: A repeated lease warning (the same refusal, an unreachable RS) is logged at most this often.
 REPEAT_LOG_US = 60_000_000
 
 #: How many ``rpc_timeout`` periods the agent waits for a late answer on an open lease stream
-#: before it gives the stream up (issue 14 item 3), and only while its lease has more than an
+#: before it gives the stream up, and only while its lease has more than an
 #: ``rpc_timeout`` left. An overloaded RS answers late but in order; a new connection would
 #: cost it a TLS handshake and put the agent at the back of its backlog. With the defaults
 #: (2 s) that is 8 s of silence, inside the RS's 10 s lease_time, so an RS that really hangs
@@ -73,7 +73,7 @@ class ServerStatus(Protocol):
 
     @property
     def probe_latency_us(self) -> int:
-        """The disk probe's latency, microseconds (issue 25 item 2)."""
+        """The disk probe's latency, microseconds."""
 
 
 class ResourceSource(Protocol):
@@ -162,10 +162,9 @@ class LeaseDecisions:
         takes the copy bandwidth limit of each accepted response (None: not kept);
         ``reconnect`` is the backoff between attempts to reach an RS that does not answer
         (default: full jitter from ``settings.reconnect_backoff_base`` to
-        ``reconnect_backoff_cap``, 100 ms and 2 s, the cap at most ``heartbeat_interval``;
-        issue 14 item 1), drawn from ``rng``. ``revoked`` takes the RS's revocation list from
-        the accepted answers (issue 26 item 5; the agent's peer gate refuses what it holds).
-        ``tokens`` keeps the highest RS fencing token obeyed (issue 24; default: the one kept
+        ``reconnect_backoff_cap``, 100 ms and 2 s, the cap at most ``heartbeat_interval``), drawn from ``rng``. ``revoked`` takes the RS's revocation list from
+        the accepted answers (the agent's peer gate refuses what it holds).
+        ``tokens`` keeps the highest RS fencing token obeyed (default: the one kept
         in ``settings.data_dir``)."""
         self.tokens = tokens if tokens is not None else TokenKeeper(Path(settings.data_dir), log)
         self._copy_rate = copy_rate
@@ -181,8 +180,8 @@ class LeaseDecisions:
         self._replicas = replicas
         self.rs = rs
         self._rng = rng
-        # Unanswered attempts back off with jitter, reset by an accepted lease (issue 14 item
-        # 1), never beyond a heartbeat interval: a longer wait left an agent out of a new
+        # Unanswered attempts back off with jitter, reset by an accepted lease, never beyond a
+        # heartbeat interval: a longer wait left an agent out of a new
         # leader's one-lease take-office grace (test_ha, kill -9 of the leader).
         base = settings.reconnect_backoff_base
         cap = max(base, min(settings.reconnect_backoff_cap, settings.heartbeat_interval))
@@ -200,11 +199,11 @@ class LeaseDecisions:
         self.last_accepted_rs = ""
         self.last_refusal: ObError | None = None
         # Refusals by reason (the RS's error name, or why this agent refused the answer):
-        # ``ob_agent_lease_renewals_refused_total`` (issue 12).
+        # ``ob_agent_lease_renewals_refused_total``.
         self.refusals: dict[str, int] = {}
 
         self._seq = 0
-        self.commands = AppliedCommands()  # reported with every request (issue 25 item 2)
+        self.commands = AppliedCommands()  # reported with every request
         # Refusals in a row that back off (reset by an accepted lease), and the rate limiter
         # of the warnings that would repeat every round.
         self.refusals_in_row = 0
@@ -231,10 +230,10 @@ class LeaseDecisions:
     # ------------------------------------------------------------------ lease decisions
 
     def build_lease_request(self) -> obrpc_pb2.LeaseRequest:
-        """The next ``LeaseRequest`` (SPEC.md section 5); every call takes a new ``seq``.
+        """The next ``LeaseRequest`` (docs/design/leases.md); every call takes a new ``seq``.
         ``current_server_time`` is ``clock.now_us()``; ``rs_epoch`` / ``rs_incarnation`` the
         highest fencing token obeyed; ``cluster_id`` / ``server_id`` the kept identity's or
-        "" / 0; ``server_status`` 0x1 on a failing disk; ``replicas``; the lag fields (issue 25)."""
+        "" / 0; ``server_status`` 0x1 on a failing disk; ``replicas``; the lag fields."""
         self._seq += 1
         token = self.tokens.highest
         req = obrpc_pb2.LeaseRequest(
@@ -271,12 +270,12 @@ class LeaseDecisions:
         is acted on): a refusal, or an RS of another cluster, must not be able to fence our
         own RS out.
 
-        A ``server_id`` other than the kept identity's is refused too (issue 13 item 5:
-        logged at ERROR, rate-limited; service never starts).
+        A ``server_id`` other than the kept identity's is refused too (logged at ERROR,
+        rate-limited; service never starts).
 
         On acceptance: record the epoch, ``lease_expire_time``, ``server_id``,
         ``rs_server_status``, the RS list and the copy bandwidth limit
-        (``migration_max_bytes_per_second``, issue 13 item 6: it rides on the lease response
+        (``migration_max_bytes_per_second``: it rides on the lease response
         because that reaches every server every ``heartbeat_interval`` whether or not it
         copies, so a change reaches copies already running within a heartbeat; a field of
         ApplyReplicas would only reach a server when it is handed a new copy); write the identity file on the first response
@@ -336,7 +335,7 @@ class LeaseDecisions:
             and resp.server_id != self.identity.server_id
         ):
             # Another server's data directory, or this ip:port deleted and added again
-            # (issue 13 item 5): serving this directory's replicas as that server would
+            #: serving this directory's replicas as that server would
             # mix two servers' data.
             self._count_refusal("other_server_id")
             self.registered = False
@@ -376,7 +375,7 @@ class LeaseDecisions:
         self.reconnect.reset()
         self.rs.adopt(resp.rs_list)
         if resp.revocation_version != self.revoked.version:
-            # The RS sent its whole list because our version is another (issue 26 item 5).
+            # The RS sent its whole list because our version is another.
             self.revoked.replace(resp.revoked_serials)
         if self._copy_rate is not None and self._copy_rate.set_rate(
             resp.migration_max_bytes_per_second
@@ -474,7 +473,7 @@ class LeaseDecisions:
 class LeaseClient(LeaseDecisions):
     """:class:`LeaseDecisions` carried over lease streams: try the RSs one after the other,
     register, renew every ``heartbeat_interval`` on the same stream, back off after a
-    refusal or a lost stream (SPEC.md section 5; issue 14 item 1)."""
+    refusal or a lost stream (docs/design/leases.md)."""
 
     def _check_lease_lapse(self) -> None:
         if (
@@ -516,7 +515,7 @@ class LeaseClient(LeaseDecisions):
         growing from 100 ms to at most 2 s by default); after losing a stream that was
         renewing, a random fraction of the backoff's base (then the same RS is tried first),
         so that agents that lost the same RS at the same instant do not reconnect together
-        (issue 14 item 1: 10,000 TLS handshakes at once after an RS restart).
+        (10,000 TLS handshakes at once after an RS restart).
         """
         self._check_lease_lapse()
         hb_s = self.settings.heartbeat_interval / 1e6
@@ -533,7 +532,7 @@ class LeaseClient(LeaseDecisions):
         while not is_set(self._stop):
             if conn.outstanding is None and conn.generation != self.security.generation():
                 # Rotated certificates: renewing over the old connection would leave a bad
-                # new certificate unnoticed until the next reconnect (issue 26 item 4).
+                # new certificate unnoticed until the next reconnect.
                 self.log.info("certificates rotated: opening a new lease stream to %s", addr)
                 await self.close_stream()
                 conn = self._conn = LeaseStream(addr, self.security, self.reconnect.policy)

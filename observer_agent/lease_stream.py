@@ -1,4 +1,4 @@
-"""One bidirectional ``RootService.LeaseStream`` to one RS (SPEC.md section 5): requests
+"""One bidirectional ``RootService.LeaseStream`` to one RS (docs/design/leases.md): requests
 written, answers matched by ``seq``, every step bounded in time."""
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ class StreamClosed(Exception):
 
 class LateAnswer(TimeoutError):
     """No answer within the timeout, but the stream is still open: the request stays
-    outstanding and :meth:`LeaseStream.await_answer` may wait for it again (issue 14 item 3:
-    an overloaded RS answers late; dropping the connection would throw away its TLS
+    outstanding and :meth:`LeaseStream.await_answer` may wait for it again (an overloaded RS
+    answers late; dropping the connection would throw away its TLS
     handshake and add a new one to its backlog)."""
 
 
@@ -48,13 +48,13 @@ class LeaseStream:
 
         gRPC's own reconnect backoff is kept within ``backoff`` (default
         :class:`obcommon.backoff.BackoffPolicy`) and the channel gets a subchannel of its
-        own: the agent's lease loop does the backing off, with jitter (issue 14 item 1; a
+        own: the agent's lease loop does the backing off, with jitter (a
         shared subchannel kept gRPC's 1 s..120 s backoff timer across channels and made an
         agent wait 12 s after its RS came back).
         """
         self.addr = addr
         #: The certificates the stream was opened with (``TransportSecurity.generation``):
-        #: the lease loop opens a new stream when they rotate (issue 26 item 4).
+        #: the lease loop opens a new stream when they rotate.
         self.generation = security.generation()
         self._channel = security.aio_channel(addr, grpc_channel_options(backoff or BackoffPolicy()))
         self._call = obrpc_pb2_grpc.RootServiceStub(self._channel).LeaseStream()

@@ -1,4 +1,4 @@
-"""The agent's Prometheus collectors (issue 12 item 1), served at the agent's ``/metrics``.
+"""The agent's Prometheus collectors, served at the agent's ``/metrics``.
 
 An agent handles one lease renewal every ``heartbeat_interval`` (2 s) and a disk probe every
 few seconds, so its timings are prometheus_client ``Histogram`` objects observed per event;
@@ -61,7 +61,7 @@ class AgentReadings:
     ``lease_refused``: reason -> count; ``replicas``: role -> count; ``log_lags``:
     ``(tenant_id, ls_id, entries)``; ``resources``: the ``ResourceInfo`` fields by name;
     ``copy_rate_limit``: the copy bandwidth limit in bytes per second (0 = unlimited) and
-    ``copy_throttled_s`` the seconds copies waited for it (issue 13 item 6)."""
+    ``copy_throttled_s`` the seconds copies waited for it."""
 
     now_us: int
     lease_expire_us: int
@@ -110,7 +110,7 @@ _RESOURCE_HELP = {
 
 
 class AgentCollector(Collector):
-    """The agent's families built at each scrape from ``source.readings()`` (issue 12 item 1):
+    """The agent's families built at each scrape from ``source.readings()``:
     margin to lease expiry, registered, renewals accepted and refused by ``reason``, replicas
     by ``role``, log lag by LS, bytes copied, copies running, the copy bandwidth limit and
     the time copies waited for it, disk healthy, and the

@@ -1,4 +1,4 @@
-"""What a data node reports about its resources (SPEC.md section 5).
+"""What a data node reports about its resources (docs/design/leases.md).
 
 :func:`collect_resource_info` does blocking I/O (psutil, the file system) and is meant to run
 off the event loop, in a thread, so a slow or hung disk never delays a heartbeat: the

@@ -1,4 +1,4 @@
-"""Which RS the agent tries next (SPEC.md section 5): the RS list the RS last sent, then the
+"""Which RS the agent tries next (docs/design/leases.md): the RS list the RS last sent, then the
 configured one, round robin; a leader hint or a reconnect target goes first."""
 
 from __future__ import annotations

@@ -2,14 +2,14 @@
 agent) and the standard health service.
 
 The RS calls ``RequestHeartbeat`` right after it takes office and on CANCEL DELETE SERVER,
-``CheckServerEmpty`` on ADD SERVER / BOOTSTRAP (SPEC.md sections 5, 7, 8), and
+``CheckServerEmpty`` on ADD SERVER / BOOTSTRAP (docs/design/leases.md, docs/design/statements.md and docs/design/ha.md), and
 ``ApplyReplicas`` to create, re-lead and drop LS replicas (section 9). Followers call their
 leader's ``ReplicaService.FetchLog``; an agent building a replica by copy (replica migration)
 streams the data file from a member with ``ReplicaService.FetchData``. The health
 service (``grpc.health.v1.Health``) reports SERVING for ``""`` and for
 ``oceanbase.rs.ObserverService`` while the server runs, NOT_SERVING while it shuts down.
 
-Who may call (issue 10, ``agent.peer_gate``): ``ObserverService`` answers RS certificates
+Who may call (``agent.peer_gate``): ``ObserverService`` answers RS certificates
 only; ``ReplicaService`` answers the RS and the node certificates of the LS's members and
 learners (copies the RS announced), and ``FetchLog`` only for the node its ``follower``
 names. Refusals are ``UNAUTHENTICATED`` / ``PERMISSION_DENIED`` and
@@ -55,13 +55,13 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
     ) -> obrpc_pb2.LeaseRequest:
         """``ObserverService.RequestHeartbeat`` of obrpc.proto: a freshly built lease request.
 
-        The RS feeds the answer through its receive_hb (SPEC.md section 5); the request's
+        The RS feeds the answer through its receive_hb (docs/design/leases.md); the request's
         ``rs_epoch`` is not checked here.
         """
         await self.agent.peer_gate.admit(context, "ObserverService.RequestHeartbeat", RS_ONLY)
         if request.command_seq:
             # Applied once past the apply gate (a frozen agent still answers: its heartbeats
-            # go on, the lag detector sees the command unapplied; issue 25 item 2).
+            # go on, the lag detector sees the command unapplied).
             task = asyncio.ensure_future(self._ack(request.command_seq))
             self._acks.add(task)
             task.add_done_callback(self._acks.discard)
@@ -74,7 +74,7 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
     async def DumpStacks(
         self, request: obrpc_pb2.DumpStacksRequest, context: Any
     ) -> obrpc_pb2.DumpStacksResponse:
-        """``ObserverService.DumpStacks`` (issue 25 item 2): every thread's Python stack and
+        """``ObserverService.DumpStacks``: every thread's Python stack and
         the event loop's tasks (:func:`observer_agent.commands.dump_stacks`), for the RS's
         LAGGING event. RS certificates only, like the other ``ObserverService`` calls; never
         waits for the apply gate (a frozen agent must still answer)."""
@@ -87,7 +87,7 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
         """``ObserverService.CheckServerEmpty`` of obrpc.proto, for ADD SERVER and BOOTSTRAP.
 
         ``is_empty`` = no identity file (an unreadable one counts as not empty); zone, server,
-        cluster_id, server_id as kept (SPEC.md section 7).
+        cluster_id, server_id as kept (docs/design/statements.md).
         """
         await self.agent.peer_gate.admit(context, "ObserverService.CheckServerEmpty", RS_ONLY)
         return self.agent.check_server_empty()
@@ -97,7 +97,7 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
     ) -> obrpc_pb2.ApplyReplicasResponse:
         """``ObserverService.ApplyReplicas`` of obrpc.proto; answers in-band, never aborts.
 
-        - The fencing token ``(rs_epoch, rs_incarnation)`` is judged first (issue 24 item 1,
+        - The fencing token ``(rs_epoch, rs_incarnation)`` is judged first (
           :meth:`observer_agent.fence.TokenKeeper.admit`): an epoch lower than the highest
           obeyed, or equal with another incarnation -> ``error`` ``OB_RS_NOT_MASTER`` naming
           both tokens, nothing applied; an absurd epoch -> ``OB_INVALID_ARGUMENT``. A higher
@@ -131,7 +131,7 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
         applied to the end.
         """
         await self.agent.peer_gate.admit(context, "ObserverService.ApplyReplicas", RS_ONLY)
-        # A test fault holds the call before the epoch is read (issue 24).
+        # A test fault holds the call before the epoch is read.
         await self.agent.replicas.hold_apply()
         refused = self.agent.tokens.admit(
             FenceToken(request.rs_epoch, request.rs_incarnation), "ApplyReplicas"

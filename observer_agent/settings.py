@@ -1,4 +1,4 @@
-"""Typed settings of one observer agent (SPEC.md sections 5 and 11).
+"""Typed settings of one observer agent (docs/design/leases.md and docs/design/index.md).
 
 One :class:`AgentSettings` object is built at start-up from, in increasing precedence: the
 defaults below, environment variables ``OB_AGENT_*`` (e.g. ``OB_AGENT_ZONE=z1``,
@@ -80,7 +80,7 @@ class AgentSettings(BaseSettings):
       ``disk_probe_interval`` (5 s), ``resource_refresh_interval`` (10 s),
       ``reconnect_backoff_base`` (100 ms) and ``reconnect_backoff_cap`` (2 s, >= the base):
       the jittered backoff between attempts to reach an RS that does not answer
-      (:mod:`obcommon.backoff`, issue 14 item 1; raise the cap when very many agents share
+      (:mod:`obcommon.backoff`; raise the cap when very many agents share
       one RS, so their reconnects spread over more time than its TLS handshakes take).
     - ``log_disk_size``: bytes of log disk to report; None means 30 % of the data disk.
     - ``replica_size``: bytes of each LS replica's data file (4 MiB; 4K .. 64G).
@@ -121,13 +121,13 @@ class AgentSettings(BaseSettings):
     reconnect_backoff_base: Duration = DEFAULT_BASE_US
     reconnect_backoff_cap: Duration = DEFAULT_CAP_US
     log_level: str = "INFO"
-    # The log lines' format (issue 12 item 5, obcommon/logs.py): "text" or "json".
+    # The log lines' format (obcommon/logs.py): "text" or "json".
     log_format: str = "text"
-    # Trust boundary (issue 10): ca.crt and node.crt / node.key, or plaintext with
+    # Trust boundary: ca.crt and node.crt / node.key, or plaintext with
     # ``insecure``; the command line insists on exactly one.
     certs_dir: Path | None = None
     insecure: bool = False
-    # The HTTP(S) endpoint (issue 12: /metrics, /healthz, /readyz), "host:port"; 8088 as
+    # The HTTP(S) endpoint (/metrics, /healthz, /readyz), "host:port"; 8088 as
     # OceanBase obagent's monitor port, loopback by default.
     http_addr: str = "127.0.0.1:8088"
 

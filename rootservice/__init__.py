@@ -1,4 +1,4 @@
-"""RootService (RS): the control-plane process that owns cluster membership (SPEC.md)."""
+"""RootService (RS): the control-plane process that owns cluster membership (docs/design/)."""
 
 from obcommon.grpc_fork import disable_grpc_fork_handlers
 

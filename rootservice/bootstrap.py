@@ -1,5 +1,5 @@
 """ALTER SYSTEM BOOTSTRAP: turning an empty database and the rs_list servers into a cluster
-(SPEC.md section 8, OceanBase's ``ObBootstrap``).
+(docs/design/ha.md#taking-office, OceanBase's ``ObBootstrap``).
 
 The order, each step able to fail with nothing kept but the cluster id:
 

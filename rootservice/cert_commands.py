@@ -1,4 +1,4 @@
-"""``rootservice cert ...``: write the cluster's certificates (issue 10, item 1), in the manner
+"""``rootservice cert ...``: write the cluster's certificates, in the manner
 of ``cockroach cert``.
 
 ::

@@ -1,4 +1,4 @@
-"""``rootservice cert revoke`` and the cluster half of ``cert list`` (issue 26 item 5).
+"""``rootservice cert revoke`` and the cluster half of ``cert list``.
 
 ::
 

@@ -3,10 +3,10 @@ create-ca | create-rs | create-node | create-client | list`` (:mod:`rootservice.
 
 ``serve`` needs exactly one of ``--certs-dir DIR`` (mutual TLS with ``DIR/rs.crt``) and
 ``--insecure`` (plaintext, no authentication, logged as a warning); with neither it refuses
-to start, naming both (issue 10, as CockroachDB). Three listeners: gRPC (``--rpc-addr``),
-MySQL (``--mysql-addr``) and HTTP(S) (``--http-addr``, issue 12: :mod:`rootservice.http`).
+to start, naming both (as CockroachDB). Three listeners: gRPC (``--rpc-addr``),
+MySQL (``--mysql-addr``) and HTTP(S) (``--http-addr``: :mod:`rootservice.http`).
 
-Flags override ``__all_sys_parameter``, which overrides the defaults (SPEC.md section 11).
+Flags override ``__all_sys_parameter``, which overrides the defaults (docs/design/index.md#configuration).
 Exit codes: 0 after a clean stop (SIGTERM / SIGINT), 1 when the RS cannot start (database
 unreachable, address in use), 2 for bad flags.
 """
@@ -28,6 +28,7 @@ from obcommon import logs
 from obcommon.errors import ObError
 from obcommon.security.certs import Role
 from obcommon.security.tls import SecurityConfigError, TransportSecurity
+from obcommon.version import version_line
 from rootservice import cert_commands
 from rootservice.app import RootService, StartupError
 from rootservice.config import RsSettings
@@ -60,7 +61,7 @@ _DURATION_FLAGS = {
 }
 
 
-# Admission of admin statements (issue 10, rootservice/api/admission.py).
+# Admission of admin statements (rootservice/api/admission.py).
 _ADMISSION_FLAGS = {
     "--admin-workers": "threads running admin statements (default 4)",
     "--admin-queue-limit": "admin statements admitted at once in all (default 64)",
@@ -73,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rootservice", description="OceanBase-style RootService server manager"
     )
+    p.add_argument("--version", action="version", version=version_line("rootservice"))
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="run the root service")
     s.add_argument(
@@ -183,10 +185,10 @@ async def _serve(rs: RootService) -> int:
     from rootservice.api.mysql_server import start_mysql_server
     from rootservice.http.server import start_http_server
 
-    # One forwarder for every front end (issue 11 item 3); None in insecure mode.
+    # One forwarder for every front end; None in insecure mode.
     forwarder = forwarder_for(rs)
     # One admission for both front ends: a user's statements count against the same limits
-    # whether they come over gRPC or the MySQL protocol (issue 10 item 5, issue 11).
+    # whether they come over gRPC or the MySQL protocol.
     st = rs.settings
     admission = Admission(st.admin_workers, st.admin_queue_limit, st.admin_per_user_limit)
     health = health_aio.HealthServicer()
@@ -222,9 +224,9 @@ async def _serve(rs: RootService) -> int:
         await http.stop()
         rs.shutdown()
         return 1
-    # The gRPC health statuses follow the readiness (issue 12 item 2).
+    # The gRPC health statuses follow the readiness.
     follower = asyncio.create_task(follow_readiness(rs, health, stop, also=http.reload_tls))
-    # How late the gRPC event loop runs: the RS's own heartbeat backlog (issue 14 item 3).
+    # How late the gRPC event loop runs: the RS's own heartbeat backlog.
     probe = asyncio.create_task(rs.intake_health.run_probe(stop))
     log.info(
         "root service listening on %s, MySQL clients on %s, HTTP on %s (state %s)",

@@ -1,4 +1,4 @@
-"""Typed settings of the RootService: defaults, ranges and invariants (SPEC.md section 11).
+"""Typed settings of the RootService: defaults, ranges and invariants (docs/design/index.md#configuration).
 
 One :class:`RsSettings` object is built at start-up from, in increasing precedence: the
 defaults below, the ``__all_sys_parameter`` table, environment variables ``OB_RS_*`` and
@@ -43,7 +43,7 @@ class ParamDef:
     short_min_us: int  # lower bound when allow_short_timings (tests, demos)
     kind: str = DURATION
     # A parameter whose value is one of these words (lower case) rather than a duration or
-    # a size; the bounds are unused then (issue 13 item 3: balancer_planner).
+    # a size; the bounds are unused then (balancer_planner).
     choices: tuple[str, ...] = ()
 
     def parse(self, raw: str | int) -> int:
@@ -82,7 +82,7 @@ PARAMETERS: dict[str, ParamDef] = {
             "after this long without a heartbeat a server is permanently offline",
             1 * S,
         ),
-        # Issue 25 item 1 (rootservice/servers/suspect_policy.py): a server whose lease
+        # Rootservice/servers/suspect_policy.py: a server whose lease
         # expired and came back gets no new leaders and no copies for this long of gap-free
         # heartbeats, doubled by each repeat up to 5 min. CockroachDB's
         # server.time_after_store_suspect is 30s.
@@ -94,7 +94,7 @@ PARAMETERS: dict[str, ParamDef] = {
             "this long, doubled by each repeat up to 5m",
             100_000,
         ),
-        # Issue 25 item 2 (rootservice/servers/lag_policy.py): a server with an RS command
+        # Rootservice/servers/lag_policy.py: a server with an RS command
         # unapplied this long is LAGGING; copies and followers get twice as long. Elasticsearch's
         # cluster.follower_lag.timeout is 90s.
         ParamDef(
@@ -180,7 +180,7 @@ PARAMETERS: dict[str, ParamDef] = {
             "select_timeout",
             100_000,
             3600 * S,
-            "statement timeout of a read-only SELECT (issue 11)",
+            "statement timeout of a read-only SELECT",
             1_000,
         ),
         # OceanBase's ob_event_history_recycle_interval: 7d, range [1d, 180d]
@@ -203,7 +203,7 @@ PARAMETERS: dict[str, ParamDef] = {
             "ended __all_rootservice_job rows older than this are deleted",
             1 * S,
         ),
-        # Issue 13 item 6, beside migration_concurrency_per_server. OceanBase's own limit
+        # Beside migration_concurrency_per_server. OceanBase's own limit
         # is sys_bkgd_net_percentage ("the net percentage of sys background net", [0, 100],
         # one ObInOutBandwidthThrottle per observer shared by migration, rebuild and backup,
         # src/share/parameter/ob_parameter_seed.ipp); a percentage needs the NIC speed, so
@@ -226,7 +226,7 @@ PARAMETERS: dict[str, ParamDef] = {
             "how long CREATE TENANT waits for every log stream to have a leader",
             10_000,
         ),
-        # Issue 13 item 3: which planner computes the balancer's and the lost-replica
+        # Which planner computes the balancer's and the lost-replica
         # checker's plans; 'local' runs the same plans in pandas, for clusters without a JVM.
         ParamDef(
             "balancer_planner",
@@ -237,7 +237,7 @@ PARAMETERS: dict[str, ParamDef] = {
             CHOICE,
             choices=("spark", "local"),
         ),
-        # Issue 14 item 7 (rootservice/servers/self_suspicion.py): an RS that sees more than
+        # Rootservice/servers/self_suspicion.py: an RS that sees more than
         # this percentage of the servers (and at least the count) lose their lease within one
         # lease_time suspects itself and holds permanent-offline declarations. Kubernetes'
         # --unhealthy-zone-threshold is 0.55 with more than 2 nodes not ready.
@@ -266,7 +266,7 @@ class RsSettings(BaseSettings):
     """Settings of one RootService process.
 
     Durations are microseconds (``*_time`` and ``*_interval`` fields). ``db_url`` defaults to
-    a SQLite file in ``data_dir``. Validation enforces SPEC.md section 11 ranges (relaxed
+    a SQLite file in ``data_dir``. Validation enforces docs/design/index.md#configuration ranges (relaxed
     when ``allow_short_timings``) and the invariants ``lease_time > heartbeat_interval`` and
     ``server_permanent_offline_time > lease_time``, and a cluster ``spark_master`` needs
     a database its executors can reach (:func:`check_spark_master_db`); violations raise
@@ -278,9 +278,9 @@ class RsSettings(BaseSettings):
     data_dir: Path = Path("rs_data")
     db_url: str = ""
     rpc_addr: str = "127.0.0.1:2882"
-    # The MySQL-protocol endpoint (issue 11; OceanBase's SQL port 2881), "host:port".
+    # The MySQL-protocol endpoint (OceanBase's SQL port 2881), "host:port".
     mysql_addr: str = "127.0.0.1:2881"
-    # The HTTP(S) endpoint (issue 12: /metrics, /healthz, /readyz, the status API and the
+    # The HTTP(S) endpoint (/metrics, /healthz, /readyz, the status API and the
     # dashboard), "host:port"; 8080 as CockroachDB's HTTP port, loopback by default.
     http_addr: str = "127.0.0.1:8080"
     lease_time: Duration = 10 * S
@@ -298,36 +298,36 @@ class RsSettings(BaseSettings):
     stop_server_check_timeout: Duration = 30 * S
     leader_switch_timeout: Duration = 30 * S
     tenant_create_timeout: Duration = 30 * S
-    # A read-only SELECT (issue 11): its statement timeout, and the rows it returns at most
+    # A read-only SELECT: its statement timeout, and the rows it returns at most
     # (more are cut, with info "result truncated").
     select_timeout: Duration = 10 * S
     select_max_rows: int = Field(default=100_000, ge=1, le=10_000_000)
     migration_stall_time: Duration = 60 * S
-    # Retention of the history tables (issue 12 item 6, rootservice/servers/history_pruner.py).
+    # Retention of the history tables (rootservice/servers/history_pruner.py).
     event_history_retention: Duration = 7 * DAY
     job_history_retention: Duration = 30 * DAY
     balancer_interval: Duration = 10 * S
     lost_replica_check_interval: Duration = 10 * S
     # Replica copies handed out at once to one destination server (building, data or log).
     # Its agent moves the data of --max-concurrent-copies (2) of them at a time and starts a
-    # queued one the moment one's data is in place (issue 23): a limit above the agent's
+    # queued one the moment one's data is in place: a limit above the agent's
     # keeps that queue filled, where one equal to it left the agent idle for a report, a
     # balancer round and an ApplyReplicas between two copies (1-2.7 s in make bench-empty).
     migration_concurrency_per_server: int = Field(default=4, ge=1, le=64)
     # Bytes per second all copies to one destination may receive together (0 = unlimited),
-    # sent to the agents in every lease response (issue 13 item 6).
+    # sent to the agents in every lease response.
     migration_max_bytes_per_second: Annotated[int, BeforeValidator(parse_size)] = 0
     # Spark master for the balancer's plans ("local[*]" runs inside the RS) and extra
     # Spark configuration "k=v" entries.
     spark_master: str = "local[*]"
-    # Which planner computes the plans (issue 13 item 3): "spark" or "local" (pandas).
+    # Which planner computes the plans: "spark" or "local" (pandas).
     balancer_planner: str = "spark"
     spark_conf: list[str] = Field(default_factory=list)
     persist_interval: Duration = 100_000
     bootstrap_timeout: Duration = 60 * S
     bootstrap_in_service_timeout: Duration = 40 * S
-    # How long a standby waits for the leader's answer to a statement it forwarded (issue 11
-    # item 3); connecting to the leader is bounded by rpc_timeout.
+    # How long a standby waits for the leader's answer to a statement it forwarded;
+    # connecting to the leader is bounded by rpc_timeout.
     forward_timeout: Duration = 60 * S
     allow_short_timings: bool = False
     # 'ip:port' of the observer co-located with this RS (its with_rootserver is 1), or "".
@@ -335,21 +335,21 @@ class RsSettings(BaseSettings):
     grpc_max_pending_requests: int = Field(default=50_000, ge=100)
     # Statements above this size are refused (MySQL's max_allowed_packet), in bytes.
     max_statement_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
-    # Admission of admin statements (issue 10 item 5, rootservice/api/admission.py): their
+    # Admission of admin statements (rootservice/api/admission.py): their
     # own threads, the statements admitted at once (running or waiting) in all and per
     # user, and the tokens a statement may have before the parser sees it.
     admin_workers: int = Field(default=4, ge=1, le=64)
     admin_queue_limit: int = Field(default=64, ge=1, le=100_000)
     admin_per_user_limit: int = Field(default=4, ge=1, le=100_000)
     max_statement_tokens: int = Field(default=100_000, ge=100)
-    # Trust boundary (issue 10): the directory of ca.crt, rs.crt/rs.key (and client certs),
+    # Trust boundary: the directory of ca.crt, rs.crt/rs.key (and client certs),
     # or ``insecure`` for plaintext with no authentication (everyone is root). The command
     # line refuses to start with neither.
     certs_dir: Path | None = None
     insecure: bool = False
-    # The log lines' format (issue 12 item 5, obcommon/logs.py): "text" or "json".
+    # The log lines' format (obcommon/logs.py): "text" or "json".
     log_format: str = "text"
-    # Self-suspicion of the RS (issue 14 item 7, rootservice/servers/self_suspicion.py).
+    # Self-suspicion of the RS (rootservice/servers/self_suspicion.py).
     server_mass_expire_percentage: int = 50
     server_mass_expire_min_count: int = 3
 
@@ -401,7 +401,7 @@ def check_spark_master_db(master: str, db_url: str) -> None:
     """Refuse a cluster Spark master (``spark://``, ``yarn``, ``k8s://``...) over a SQLite
     database: the plans' executors run in other processes, possibly on other hosts, and read
     the system tables over JDBC (rootservice/balancer/spark/readers.py), which a SQLite file
-    of the RS's data directory is not (issue 13 item 7). Raises ``ValueError`` naming both
+    of the RS's data directory is not. Raises ``ValueError`` naming both
     ways out."""
     if is_local_spark_master(master) or not db_url.startswith("sqlite"):
         return
@@ -454,7 +454,7 @@ def validate_parameter(settings: RsSettings, name: str, raw: str | int) -> int |
     Returns the value in the parameter's unit (microseconds, or bytes for a size; a choice
     parameter's lower-case word). Raises ``ObError(OB_ERR_SYS_CONFIG_UNKNOWN)`` for an
     unknown name and ``ObError(OB_INVALID_ARGUMENT)`` for a malformed or out-of-range value
-    or one that breaks an invariant (SPEC.md section 11).
+    or one that breaks an invariant (docs/design/index.md#configuration).
     """
     p = PARAMETERS.get(name.lower())
     if p is None:

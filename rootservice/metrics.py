@@ -1,4 +1,4 @@
-"""The RS's counters and latency windows, and their Prometheus exposition (issue 12 item 1).
+"""The RS's counters and latency windows, and their Prometheus exposition.
 
 Code on the hot paths records into plain Python structures (:class:`Metrics` counters, a
 :class:`LatencyWindow` per timed thing: one deque append and one bucket increment, no lock);
@@ -128,7 +128,7 @@ class Metrics:
         self._labelled: dict[str, dict[tuple[str, ...], int]] = {}
         self._lock = threading.Lock()
         self.windows: dict[str, LatencyWindow] = {}
-        # The Prometheus collectors of this process (issue 12), served at /metrics.
+        # The Prometheus collectors of this process, served at /metrics.
         self.registry = CollectorRegistry()
 
     def inc(self, name: str, n: int = 1) -> None:
@@ -235,18 +235,18 @@ class Readings:
     states: list[str]
     lease_time_us: int
     jobs: list[JobReading] = field(default_factory=list)
-    # The balancer_planner parameter and whether it can run (None before the check; issue
-    # 13 item 3).
+    # The balancer_planner parameter and whether it can run (None before the
+    # check).
     planner: str = ""
     planner_ready: bool | None = None
-    # Issue 14: the lease allowance for the RS's own intake delay (item 3) and whether the
-    # RS suspects itself after a mass expiry (item 7).
+    # The lease allowance for the RS's own intake delay and whether the
+    # RS suspects itself after a mass expiry.
     lease_allowance_us: int = 0
     self_suspect: bool = False
-    # Issue 25 item 1: alive servers SUSPECT after their lease expired (no new leaders, no
+    # Alive servers SUSPECT after their lease expired (no new leaders, no
     # copies).
     servers_suspect: int = 0
-    # Issue 25 item 2: LAGGING servers (a command unapplied or a slow disk probe).
+    # LAGGING servers (a command unapplied or a slow disk probe).
     servers_lagging: int = 0
 
 
@@ -264,7 +264,7 @@ class RsReadings(Protocol):
 #: ``_total``, help). A plain counter not listed is exported as ``ob_rs_<name>`` (without a
 #: leading ``rs_``).
 COUNTERS: dict[str, tuple[str, str] | None] = {
-    "rs_step_down_total": ("ob_rs_step_downs", "Step-downs of this RS (issue 5)."),
+    "rs_step_down_total": ("ob_rs_step_downs", "Step-downs of this RS."),
     "rs_take_office_total": ("ob_rs_take_office", "Times this RS took office."),
     "rs_elected_total": ("ob_rs_elected", "Election rounds this RS won."),
     "rs_lease_renewals_total": ("ob_rs_lease_renewals", "RS lease renewals."),
@@ -280,15 +280,15 @@ COUNTERS: dict[str, tuple[str, str] | None] = {
     "wall_clock_jumps_total": (
         "ob_rs_wall_clock_jumps",
         "Steps of this RS's wall clock (> 1 s against the monotonic clock) seen by its "
-        "watchdog; lease ages are monotonic, the timers are rescheduled (issue 14 item 7).",
+        "watchdog; lease ages are monotonic, the timers are rescheduled.",
     ),
     "lease_streams_resumed_total": (
         "ob_rs_lease_streams_resumed",
-        "Lease streams whose TLS connection resumed an earlier session (issue 23 item 3).",
+        "Lease streams whose TLS connection resumed an earlier session.",
     ),
     "lease_streams_full_tls_total": (
         "ob_rs_lease_streams_full_tls",
-        "Lease streams whose TLS connection made a full handshake (issue 23 item 3).",
+        "Lease streams whose TLS connection made a full handshake.",
     ),
     "statements_total": None,
     "statements_refused_total": None,
@@ -309,7 +309,7 @@ PATTERNS: list[tuple[re.Pattern[str], str, str, str]] = [
         re.compile(r"peer_refused_(\w+)_total"),
         "ob_rs_peer_refused",
         "kind",
-        "Calls refused by the peer gate, by kind of refusal (issue 10).",
+        "Calls refused by the peer gate, by kind of refusal.",
     ),
     (
         re.compile(r"task_failures_total\.(.+)"),
@@ -338,7 +338,7 @@ LABELLED: dict[str, tuple[str, tuple[str, ...], str]] = {
         "ob_rs_planner_failures",
         ("task",),
         "Plans that failed (no Java, JVM crash, lost executor, database error...), by the "
-        "task that asked (balancer, lost_replica_checker); issue 13.",
+        "task that asked (balancer, lost_replica_checker).",
     ),
 }
 #: Latency windows exported as histograms: window name (or prefix ending with '.') ->
@@ -382,7 +382,7 @@ class RsCollector(Collector):
     """The RS's metric families, built at each scrape from ``metrics`` (counters, windows)
     and ``source.readings()``. Register it on ``metrics.registry``.
 
-    Families (Prometheus naming; source: issue 12 item 1): heartbeats received and refused
+    Families (Prometheus naming): heartbeats received and refused
     by ``reason``; servers by display ``status`` and by ``heartbeat_status``; the
     persistence-queue depth; writes rejected; term epoch; leader (1/0); RS ``state``
     (enum-style: 1 for the current state, 0 for the others); lease time; jobs in progress
@@ -443,7 +443,7 @@ class RsCollector(Collector):
         )
         yield _gauges(
             "ob_rs_state",
-            "The RS state (SPEC.md section 8): 1 for the current one, 0 for the others.",
+            "The RS state: 1 for the current one, 0 for the others.",
             "state",
             {s: int(s == r.state) for s in r.states},
         )

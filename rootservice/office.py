@@ -1,4 +1,4 @@
-"""Taking office and stepping down (SPEC.md section 8, issue 5).
+"""Taking office and stepping down (docs/design/ha.md#taking-office).
 
 The election (:class:`rootservice.ha.election.Election`) calls :meth:`Office.take_office` in
 the round that won the lease, and :meth:`Office.step_down` in its own thread once a
@@ -161,10 +161,10 @@ class Office:
                 self.store.rs_addr,
             )
         self.timers.start(self.tasks.leader_tasks())
-        # SPEC.md section 5: every server not alive is asked, and "not alive" is judged at its
+        # docs/design/leases.md: every server not alive is asked, and "not alive" is judged at its
         # turn: after a restart the agents reconnect by themselves while thousands of
         # requests go out 32 at a time, and asking one that is back costs both sides a TLS
-        # handshake in the middle of the reconnect storm (issue 23 item 3).
+        # handshake in the middle of the reconnect storm.
         not_alive = self.whitelist.not_alive_servers()
         self.background(
             lambda: self.heartbeats.request_heartbeats(not_alive, unless=self.whitelist.is_alive)

@@ -1,5 +1,5 @@
 """Run-time parameters: where each value comes from, ALTER SYSTEM SET and SHOW PARAMETERS
-(SPEC.md section 11).
+(docs/design/index.md#configuration).
 
 Precedence, lowest first: the defaults of :class:`rootservice.config.RsSettings`, the
 ``__all_sys_parameter`` table (what ALTER SYSTEM SET wrote), environment variables
@@ -7,7 +7,7 @@ Precedence, lowest first: the defaults of :class:`rootservice.config.RsSettings`
 updated in place, so a change applies at once; the components that cache something derived
 from it (timers, the lease checker's deadlines, the agent client's timeout) hear about it
 through :class:`ParameterListener`. Durations are integer microseconds, sizes (such as
-``migration_max_bytes_per_second``, issue 13 item 6) integer bytes.
+``migration_max_bytes_per_second``) integer bytes.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ class FnTask:
 
 
 #: A task failing round after round (e.g. the database is unreachable) logs its failure at
-#: most this often, in microseconds (issue 12 item 5); every failure is still counted.
+#: most this often, in microseconds; every failure is still counted.
 FAILURE_LOG_US = 60_000_000
 
 
@@ -65,7 +65,7 @@ class Guarded:
     Every cycle's duration lands in the ``task_run_us.<name>`` latency window.
 
     A :func:`wake` that comes while a cycle runs makes the job run one more cycle right after
-    it (issue 23): APScheduler drops a run due while its one instance still runs
+    it: APScheduler drops a run due while its one instance still runs
     (``max_instances=1``), so a wake landing there waited a whole period (a DELETE SERVER
     whose last copies were noticed during a balancer round waited 10 s more for the next)."""
 
@@ -143,8 +143,7 @@ class CatchUpIntervalTrigger(IntervalTrigger):  # type: ignore[misc]
 
     APScheduler finds a late job's run times by walking every missed interval
     (``Job._get_run_times``) with the scheduler's job-store lock held. After a +1 h step of
-    the wall clock that is 36,000 steps for each 100 ms job; measured in a loaded RS (issue 14
-    item 7) the walk held every timer, the election's lease renewals included, for 12 s, and
+    the wall clock that is 36,000 steps for each 100 ms job; measured in a loaded RS the walk held every timer, the election's lease renewals included, for 12 s, and
     the leader stepped down. Since every job is coalesced (``coalesce=True``) only the last
     missed run would run anyway, so skipping to it changes nothing else: the walk is 2 steps
     whatever the step of the clock."""
@@ -226,7 +225,7 @@ def wake(scheduler: BackgroundScheduler, clock: Clock, name: str) -> bool:
 def make_all_due(scheduler: BackgroundScheduler, clock: Clock) -> int:
     """Make every job of ``scheduler`` due now and wake its thread; returns how many jobs.
 
-    The recovery from a step of the wall clock (issue 14 item 7): APScheduler keeps each
+    The recovery from a step of the wall clock: APScheduler keeps each
     job's next run time in wall time, so after a backward step of 1 h no job would run for an
     hour (measured: a 100 ms interval job ran 0 times in the 2 s after a -1 h step under
     libfaketime). A job run now computes its next run from the new wall time (a forward

@@ -1,13 +1,13 @@
 """The RS's two sets of timers: the leader's background tasks, registered when it takes office
 and removed when it steps down, and the election's rounds, which run for the whole life of
-the process (SPEC.md section 8, issue 5).
+the process (docs/design/ha.md#taking-office).
 
 Each set is one APScheduler (:func:`rootservice.tasks.make_scheduler`) so that the leader's
 timers can be stopped and started without touching the election's. Registration goes
 through :func:`rootservice.tasks.register_tasks` (``max_instances=1``, ``coalesce=True``, a
 failed round logged and counted). Intervals are integer microseconds.
 
-:class:`WallClockWatchdog` guards both against steps of the wall clock (issue 14 item 7):
+:class:`WallClockWatchdog` guards both against steps of the wall clock:
 APScheduler schedules on wall time, so a backward step of 1 h would stop every timer (the
 lease checker, the election's renewals) for an hour. The watchdog notices a step within
 :data:`WALL_JUMP_CHECK_US` on the monotonic clock and makes every job due now.

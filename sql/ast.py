@@ -19,7 +19,7 @@ ZoneOpKind = Literal["ADD", "START", "STOP", "FORCE_STOP", "DELETE", "ALTER"]
 
 @dataclass(frozen=True)
 class BootstrapEntry:
-    """One ``[REGION [=] 'r'] ZONE [=] 'z' SERVER [=] 'ip:port'`` of BOOTSTRAP (SPEC.md section 8).
+    """One ``[REGION [=] 'r'] ZONE [=] 'z' SERVER [=] 'ip:port'`` of BOOTSTRAP (docs/design/ha.md#taking-office).
 
     ``region`` is None when not written (the executor then uses the default region).
     """
@@ -41,18 +41,18 @@ class ServerOp:
     """ALTER SYSTEM {ADD|DELETE|CANCEL DELETE|START|STOP|FORCE STOP|FORCE DELETE|ISOLATE}
     SERVER 'ip:port' [, 'ip:port' ...] [ZONE [=] 'z']
 
-    FORCE DELETE (issue 24 item 3) buries servers that no longer heartbeat."""
+    FORCE DELETE buries servers that no longer heartbeat."""
 
     op: ServerOpKind
     servers: tuple[str, ...]
     zone: str | None
-    #: ``FOR MAINTENANCE d`` as written (issue 25 item 4), None without it.
+    #: ``FOR MAINTENANCE d`` as written, None without it.
     maintenance: str | None = None
 
 
 @dataclass(frozen=True)
 class DrainServer:
-    """ALTER SYSTEM DRAIN SERVER 'ip:port' [TIMEOUT d] (issue 25 item 3); ``timeout`` as
+    """ALTER SYSTEM DRAIN SERVER 'ip:port' [TIMEOUT d]; ``timeout`` as
     written, None for the default."""
 
     server: str
@@ -61,8 +61,7 @@ class DrainServer:
 
 @dataclass(frozen=True)
 class ExplainDeleteServer:
-    """EXPLAIN ALTER SYSTEM DELETE SERVER 'ip:port' [, 'ip:port' ...] [ZONE [=] 'z'] (issue 13
-    item 4): what DELETE SERVER would move and what would block it, nothing changed."""
+    """EXPLAIN ALTER SYSTEM DELETE SERVER 'ip:port' [, 'ip:port' ...] [ZONE [=] 'z']: what DELETE SERVER would move and what would block it, nothing changed."""
 
     servers: tuple[str, ...]
     zone: str | None
@@ -82,7 +81,7 @@ class ZoneOp:
     zone: str
     idc: str | None = None
     region: str | None = None
-    #: ``FOR MAINTENANCE d`` as written (issue 25 item 4), None without it.
+    #: ``FOR MAINTENANCE d`` as written, None without it.
     maintenance: str | None = None
 
 
@@ -102,7 +101,7 @@ class ShowParameters:
     like: str | None = None
 
 
-# --- tenants, resource pools, unit configs (issue 3) -------------------------------------
+# --- tenants, resource pools, unit configs -------------------------------------
 
 
 @dataclass(frozen=True)
@@ -195,7 +194,7 @@ class SwitchLeader:
 @dataclass(frozen=True)
 class RecoverLs:
     """ALTER SYSTEM RECOVER LS [TENANT [=] name] [LS [=] n] FROM LOST SERVERS 'ip:port'
-    [, ...] [DRY RUN] (issue 24 item 4): recover the log streams that lost their majority
+    [, ...] [DRY RUN]: recover the log streams that lost their majority
     with the servers named; ``tenant`` / ``ls_id`` None select every one."""
 
     servers: tuple[str, ...]
@@ -208,7 +207,7 @@ class RecoverLs:
 class RevokeCertificate:
     """ALTER SYSTEM REVOKE CERTIFICATE SERIAL [=] 'hex' [SUBJECT [=] 'dn'] [REASON [=] 'text']
 
-    Puts a certificate on the cluster's revocation list (issue 26 item 5); ``serial`` as
+    Puts a certificate on the cluster's revocation list; ``serial`` as
     written (the executor normalises it), ``subject`` and ``reason`` "" when left out.
     """
 
@@ -219,7 +218,7 @@ class RevokeCertificate:
     revoked_by: str = ""
 
 
-# --- reads (issue 11 item 2; parsed and checked by sql.reads with sqlglot) ------------------
+# --- reads (parsed and checked by sql.reads with sqlglot) ------------------
 
 
 @dataclass(frozen=True)
@@ -264,7 +263,7 @@ class Describe:
     like: str | None = None
 
 
-# --- users and privileges (issue 10) -------------------------------------------------------
+# --- users and privileges -------------------------------------------------------
 
 PRIVILEGES = ("SELECT", "ALTER SYSTEM", "CREATE USER")
 """The global privileges, in the order SHOW GRANTS lists them; ``ALL [PRIVILEGES]`` is all

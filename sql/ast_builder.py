@@ -1,6 +1,6 @@
 """From lark's parse tree to :mod:`sql.ast`: the transformer that builds one statement,
-unescapes MySQL string literals and checks integer literals against int64 (SPEC.md
-section 7).
+unescapes MySQL string literals and checks integer literals against int64
+(docs/design/statements.md).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 following the leader hint of an ``OB_RS_NOT_MASTER`` answer, retrying a failed connect or
 handshake until the deadline (:mod:`sql.connect` states when a statement may be sent again);
 the answer's cells as Python values. Errors come back as responses carrying an OceanBase
-error (SPEC.md sections 7, 12).
+error (docs/design/statements.md and docs/design/index.md).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ Value = int | float | str | None
 
 @dataclass(frozen=True)
 class Credentials:
-    """Who obadmin logs in as (issue 10): ``user`` and ``password`` (None when not given),
+    """Who obadmin logs in as: ``user`` and ``password`` (None when not given),
     sent as the gRPC metadata ``ob-user`` / ``ob-password`` of every call, and ``security``,
     the client certificate presented over mutual TLS (None: plaintext, ``--insecure``). The
     password is never printed (not even by ``repr``)."""
@@ -179,7 +179,7 @@ def execute(
     ``leader_hint`` is tried next, once. When every address only said not-master, the last
     such response is returned. When none could be reached, the round starts again after a
     backoff, until ``timeout_s`` seconds have passed: a failed connect or TLS handshake never
-    fails a statement whose deadline is not over (issue 26 item 3). ``timeout_s`` bounds the
+    fails a statement whose deadline is not over. ``timeout_s`` bounds the
     whole call; when it runs out while the RS holds the statement the response carries
     ``OB_TIMEOUT`` (the statement may be running). ``retry``: ``clock``, ``sleep``,
     ``policy``, ``rng`` of :class:`sql.connect.Attempts` (tests inject them).

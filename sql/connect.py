@@ -1,5 +1,5 @@
 """Reaching a RootService over a connection that provably works, retrying a failed connect or
-TLS handshake with backoff until the caller's deadline (issue 26 item 3).
+TLS handshake with backoff until the caller's deadline.
 
 Why: a fresh clone's ``make test`` failed on ``Handshake read failed (Endpoint closing)``
 while the RS was alive: one TLS handshake failed on a loaded machine and the client, whose
@@ -56,7 +56,7 @@ RETRY_POLICY = BackoffPolicy(base_us=50_000, cap_us=1_000_000)
 CONNECT_TIMEOUT_S = 10.0
 
 #: The health service the probe asks: the RS's ``liveness`` (SERVING while the process
-#: lives, issue 12). Any answer proves the connection.
+#: lives). Any answer proves the connection.
 PROBE_SERVICE = "liveness"
 
 _CHANNEL_OPTIONS: list[tuple[str, Any]] = [

@@ -1,4 +1,4 @@
-"""obadmin's side of ``ALTER SYSTEM DRAIN SERVER`` (issue 25 item 3): the statement is sent
+"""obadmin's side of ``ALTER SYSTEM DRAIN SERVER``: the statement is sent
 with a deadline of its own TIMEOUT plus a margin, and while it waits a second thread reads
 ``DBA_OB_SERVER_DRAINS`` every :data:`POLL_S` and prints one progress line per reading on
 the error stream (the answer's format on the output stream stays what ``--format`` says).

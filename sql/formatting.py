@@ -1,7 +1,7 @@
 """How ``obadmin`` prints answers, as the mysql client does: a ``+---+`` bordered table (or the
 vertical ``*** 1. row ***`` form of a ``\\G`` statement) and ``N rows in set`` / ``Empty set``
 for result sets, ``Query OK, N rows affected`` otherwise; JSON (one document per statement,
-for every kind of reply: issue 11) and CSV for scripts (SPEC.md section 7).
+for every kind of reply) and CSV for scripts (docs/design/statements.md).
 """
 
 from __future__ import annotations

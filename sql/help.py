@@ -1,8 +1,8 @@
 """``obadmin``'s ``help``: the one table of the admin language's statements (a line each and
 their syntax) and of obadmin's own commands, and the keywords the shell completes.
 
-The statements are those of sql/grammar.lark (SPEC.md section 7) plus the browsing statements
-the RS answers for the MySQL clients of issue 11 (SHOW TABLES / DATABASES / COLUMNS, DESC).
+The statements are those of sql/grammar.lark (docs/design/statements.md) plus the browsing statements
+the RS answers for the MySQL clients (SHOW TABLES / DATABASES / COLUMNS, DESC).
 ``help`` with no topic lists them, ``help <topic>`` (``help alter system``, ``help desc``)
 shows the syntax of every statement whose name starts with the topic's words, as the mysql
 client's ``help contents`` / ``help <item>`` do.

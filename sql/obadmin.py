@@ -12,13 +12,13 @@ answer. With ``-e`` it runs the given statements; otherwise it reads stdin: an i
 shell on a terminal (:mod:`sql.shell`: completion, history, ``help``), a script (stopping at
 the first error, like ``mysql < file``) when not. A statement ended by ``\\G`` prints its
 rows vertically. ``--rs`` defaults to ``OB_RS`` (then 127.0.0.1:2882) and ``-u`` to
-``OB_USER`` (issue 11).
+``OB_USER``.
 
 Output follows the mysql client: a ``+---+`` bordered table and ``N rows in set`` / ``Empty set``
 for result sets, ``Query OK, N rows affected`` otherwise, and ``ERROR <code> (<state>): ...`` on
-stderr with exit status 1 for errors (SPEC.md sections 7 and 12).
+stderr with exit status 1 for errors (docs/design/statements.md and docs/design/index.md).
 
-The user (issue 10) is ``-u``; its password ``-p PASSWORD``, else the first line of
+The user is ``-u``; its password ``-p PASSWORD``, else the first line of
 ``--password-file F``, else the environment variable ``OB_PASSWORD``; both travel as gRPC
 metadata on every call and the password is never printed. Every call is mutual TLS with
 ``DIR/ca.crt`` and ``DIR/client.USER.crt`` (USER default root; the only client certificate

@@ -1,6 +1,6 @@
 """Parser of the admin SQL dialect: text in, :mod:`sql.ast` statement out.
 
-The grammar (``sql/grammar.lark``, SPEC.md section 7) is compiled once, at import, into a
+The grammar (``sql/grammar.lark``, docs/design/statements.md) is compiled once, at import, into a
 Lark LALR(1) parser whose transformer builds the AST while parsing, so no tree is walked
 recursively and deeply nested input cannot exhaust the Python stack.
 
@@ -113,7 +113,7 @@ def _error_at_token(text: str, token: Token) -> ObError:
 
 
 def parse(text: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ast.Statement:
-    """Parse one admin statement (SPEC.md section 7) into its :mod:`sql.ast` node.
+    """Parse one admin statement (docs/design/statements.md) into its :mod:`sql.ast` node.
 
     ``text`` holds one statement with an optional trailing ``;``; keywords are
     case-insensitive, strings take single or double quotes (MySQL escapes), and ``--``, ``#``

@@ -1,4 +1,4 @@
-"""The read statements of the admin language, parsed and checked with sqlglot (issue 11 item 2).
+"""The read statements of the admin language, parsed and checked with sqlglot.
 
 Dashboards and the MySQL clients send MySQL's read statements: a full ``SELECT`` (joins,
 GROUP BY / HAVING, subqueries, CTEs, UNION), ``SHOW [FULL] TABLES [FROM db] [LIKE 'p']``,
@@ -57,7 +57,7 @@ _FIRST = re.compile(
 _SHOW_READS = {"TABLES", "DATABASES", "SCHEMAS", "COLUMNS", "FIELDS"}
 
 # Function name (as MySQL spells it, lower case) -> the sqlglot node MySQL's parser gives it,
-# or None when sqlglot leaves it anonymous. The allowlist of issue 11 item 2.
+# or None when sqlglot leaves it anonymous. The allowlist.
 ALLOWED_FUNCTIONS: dict[str, type[exp.Expr] | None] = {
     "count": exp.Count,
     "sum": exp.Sum,

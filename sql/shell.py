@@ -1,7 +1,7 @@
 """``obadmin``'s input side: splitting input at ``;`` / ``\\G`` (outside quotes and comments),
 the interactive shell (prompt_toolkit: completion of keywords, tables and columns, whole
 statements as history entries), ``help``, and running a script that stops at the first
-error like ``mysql < file`` (issue 11 item 4).
+error like ``mysql < file``.
 """
 
 from __future__ import annotations

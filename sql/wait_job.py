@@ -1,6 +1,5 @@
 """``obadmin --wait-job N``: follow a root-service job (``DBA_OB_ROOTSERVICE_JOBS``) with a
-progress bar until it ends (SPEC.md section 9), through RS failover and transient errors
-(issue 11 item 4).
+progress bar until it ends (docs/design/migration.md), through RS failover and transient errors.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""RS leader lease on the epoch row (SPEC.md sections 8 and 10, issue 5).
+"""RS leader lease on the epoch row (docs/design/ha.md).
 
 The ``rootservice_epoch`` row of ``__all_service_epoch`` becomes the election lease: who
 holds it (``svr_ip`` / ``svr_port``, the holder's RPC address) and until when, measured by

@@ -1,4 +1,4 @@
-"""Users and their global privileges (issue 10): ``__all_user``, with ``root`` in it.
+"""Users and their global privileges: ``__all_user``, with ``root`` in it.
 
 OceanBase keeps the sys tenant's users in ``__all_user``; here one row per user holds the
 salted argon2 hash of its password (``passwd``; '' = no password: the user can only log in

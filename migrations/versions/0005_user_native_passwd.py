@@ -1,4 +1,4 @@
-"""mysql_native_password verifiers (issue 11): ``__all_user.native_passwd``.
+"""mysql_native_password verifiers: ``__all_user.native_passwd``.
 
 The MySQL endpoint's ``mysql_native_password`` plugin checks the client's scramble against
 ``SHA1(SHA1(password))`` (as MySQL's ``mysql.user.authentication_string``), which cannot be

@@ -1,4 +1,4 @@
-"""Root services seen (issue 12): ``__all_rootservice_member``.
+"""Root services seen: ``__all_rootservice_member``.
 
 Every RS's election round (leader and standbys, :mod:`rootservice.ha.election`) records its
 RPC address and the database's clock in this table, so that the status API

@@ -1,4 +1,4 @@
-"""Revoked certificates (issue 26 item 5): ``__all_revoked_certificate`` and the
+"""Revoked certificates: ``__all_revoked_certificate`` and the
 ``DBA_OB_REVOKED_CERTIFICATES`` view.
 
 One row per revoked certificate, keyed by its serial number in lower-case hex (X.509 serials

@@ -1,4 +1,4 @@
-"""The fencing token and the metadata server's identity in the lease row (issue 24 item 1).
+"""The fencing token and the metadata server's identity in the lease row.
 
 ``__all_service_epoch`` gains, on the ``rootservice_epoch`` row:
 

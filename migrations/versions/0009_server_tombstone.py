@@ -1,4 +1,4 @@
-"""Retired server identities (issue 24 items 3-4): ``__all_server_tombstone`` and the
+"""Retired server identities: ``__all_server_tombstone`` and the
 ``DBA_OB_SERVER_TOMBSTONES`` view.
 
 ``ALTER SYSTEM FORCE DELETE SERVER`` and ``ALTER SYSTEM RECOVER LS ... FROM LOST SERVERS``

@@ -1,4 +1,4 @@
-"""SUSPECT servers (issue 25 item 1): ``__all_server.suspect_end_time`` and the
+"""SUSPECT servers: ``__all_server.suspect_end_time`` and the
 ``SUSPECT_END_TIME`` column of ``DBA_OB_SERVERS``.
 
 A server whose lease expired and came back gets no new leaders and no copies until

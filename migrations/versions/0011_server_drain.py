@@ -1,4 +1,4 @@
-"""DRAIN SERVER and maintenance windows (issue 25 items 3-5): ``__all_server_drain``, the
+"""DRAIN SERVER and maintenance windows: ``__all_server_drain``, the
 ``DBA_OB_SERVER_DRAINS`` view, ``__all_server.maintenance_end_time`` and the
 ``MAINTENANCE_END_TIME`` column of ``DBA_OB_SERVERS``.
 

@@ -1,4 +1,4 @@
-"""LAGGING servers (issue 25 item 2): ``__all_server.lagging_time`` and the ``LAGGING`` and
+"""LAGGING servers: ``__all_server.lagging_time`` and the ``LAGGING`` and
 ``LAGGING_TIME`` columns of ``DBA_OB_SERVERS``.
 
 A server whose agent heartbeats but leaves an RS command unapplied for ``agent_lag_timeout``,

@@ -203,7 +203,7 @@ class ObserverServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DumpStacks(self, request, context):
-        """Every thread's Python stack (issue 25 item 2): what the RS records in the event when it
+        """Every thread's Python stack: what the RS records in the event when it
         finds the agent LAGGING (Elasticsearch's LagDetector logs the node's hot threads first).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

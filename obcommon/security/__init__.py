@@ -1,1 +1,1 @@
-"""The cluster's trust boundary: certificates, mutual TLS and peer identities (issue 10)."""
+"""The cluster's trust boundary: certificates, mutual TLS and peer identities."""

@@ -1,4 +1,4 @@
-"""Writing the cluster's certificates with the ``cryptography`` library (issue 10, item 1).
+"""Writing the cluster's certificates with the ``cryptography`` library.
 
 The layout is CockroachDB's (``cockroach cert create-*``): one certificates directory per
 process holding ``ca.crt`` and the process's own pair; the CA's private key lives elsewhere

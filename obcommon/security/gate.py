@@ -1,5 +1,5 @@
 """The one check of "may this peer make this call" on the gRPC servers of the RS and the
-agents (issue 10, item 3; Kubernetes' NodeRestriction: a node may only speak for itself).
+agents (Kubernetes' NodeRestriction: a node may only speak for itself).
 
 Each servicer method asks :meth:`PeerGate.admit` with the roles it serves and, where the
 request names a server, the name the peer's certificate must carry. A refusal aborts the
@@ -10,8 +10,7 @@ is counted, and logged at most once per :data:`LOG_EVERY_US` per kind of refusal
 flood of forged calls cannot flood the log. Nothing else happens for a refused call.
 In insecure mode every call is admitted (there are no identities).
 
-A certificate on the revocation list (:class:`obcommon.security.revocation.RevokedSerials`,
-issue 26 item 5) is refused with ``UNAUTHENTICATED`` and kind ``revoked`` before its role
+A certificate on the revocation list (:class:`obcommon.security.revocation.RevokedSerials`) is refused with ``UNAUTHENTICATED`` and kind ``revoked`` before its role
 is looked at: one set lookup of the serial, no database read.
 """
 
@@ -73,7 +72,7 @@ class PeerGate:
         self.revoked = revoked if revoked is not None else RevokedSerials()
         self._count = count
         self.refused_total: dict[str, int] = {}
-        # One line per kind of refusal per LOG_EVERY_US (the shared rate limiter, issue 12).
+        # One line per kind of refusal per LOG_EVERY_US (the shared rate limiter).
         self._log = RateLimitedLog(log, clock or SystemClock(), LOG_EVERY_US)
         self._lock = threading.Lock()
 
@@ -110,8 +109,7 @@ class PeerGate:
         names: Collection[str] | None = None,
     ) -> PeerIdentity:
         """:meth:`check` of an identity already read from a verified certificate (``None``:
-        none was presented) by a listener that is not gRPC (the agent's HTTPS data path,
-        issue 23); ``peer`` names the remote end in the message. Raises
+        none was presented) by a listener that is not gRPC (the agent's HTTPS data path); ``peer`` names the remote end in the message. Raises
         :class:`PeerRefused`; the caller answers the refusal in its own protocol."""
         if ident is None:
             raise self._refuse(

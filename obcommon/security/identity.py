@@ -1,5 +1,5 @@
 """Who is on the other end of a gRPC call: the role and name of the peer's verified
-certificate (issue 10, item 3).
+certificate.
 
 gRPC has already verified the chain against ``ca.crt`` when a servicer runs; this module
 only reads the verified leaf out of ``context.auth_context()`` and names it. Parsing is
@@ -27,8 +27,7 @@ _CACHE_SIZE = 4096
 class PeerIdentity:
     """A verified peer: ``role`` (the subject's OU) and ``name`` (its CN: ``ip:port`` for RS
     and node certificates, the user for client certificates). ``serial`` is the
-    certificate's serial number in lower-case hex (the key of the revocation list, issue 26
-    item 5; not part of equality: two certificates of one peer are the same identity)."""
+    certificate's serial number in lower-case hex (the key of the revocation list; not part of equality: two certificates of one peer are the same identity)."""
 
     role: Role
     name: str
@@ -85,7 +84,7 @@ def identity_of_pem(pem: bytes) -> PeerIdentity | None:
 
 def identity_of_der(der: bytes) -> PeerIdentity | None:
     """:func:`identity_of_pem` of a DER certificate (what Python's ``ssl`` gives of a peer:
-    the agent's HTTPS data path, issue 23). Same caveat: only on verified certificates."""
+    the agent's HTTPS data path). Same caveat: only on verified certificates."""
     return identity_of_pem(ssl.DER_cert_to_PEM_cert(der).encode())
 
 

@@ -1,4 +1,4 @@
-"""The revoked certificates as every front end checks them (issue 26 item 5).
+"""The revoked certificates as every front end checks them.
 
 A certificate is revoked by its serial number (CockroachDB's and OpenSSL's key for a CRL
 entry): :class:`RevokedSerials` is the set one process checks, a ``frozenset`` replaced

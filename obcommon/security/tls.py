@@ -1,5 +1,4 @@
-"""Mutual TLS for every gRPC channel of the cluster, or an explicit ``--insecure`` (issue 10,
-item 2; CockroachDB's ``--certs-dir`` / ``--insecure``).
+"""Mutual TLS for every gRPC channel of the cluster, or an explicit ``--insecure`` (CockroachDB's ``--certs-dir`` / ``--insecure``).
 
 One :class:`TransportSecurity` per process says how it listens and how it dials:
 
@@ -15,7 +14,7 @@ Certificates are re-read when their files change (checked at most every
 not match (a rotation caught between writing the key and the certificate) is ignored until
 it does.
 
-Channels do not resume TLS sessions (issue 23 item 3 tried gRPC's experimental
+Channels do not resume TLS sessions (we tried gRPC's experimental
 ``grpc.ssl_session_cache``, shared by a process's channels: worker processes of the test
 suite then died of segmentation faults in TLS code, and gRPC resumes nothing anyway for a
 server dialled by IP address, as every rs_list is, or restarted, since its ticket key is
@@ -202,7 +201,7 @@ class TransportSecurity:
 
     def client_ssl_context(self) -> ssl.SSLContext | None:
         """A client context for HTTPS to another process of the cluster (the agents' bulk
-        copy path, issue 23): ``ca.crt`` as the only root, the peer's address checked
+        copy path): ``ca.crt`` as the only root, the peer's address checked
         against its certificate's subjectAltName, this process's pair as the client
         certificate, TLS 1.2+, as they are now (callers rebuild it when :meth:`generation`
         changes). None in insecure mode. Raises ``OSError`` / ``ssl.SSLError`` for

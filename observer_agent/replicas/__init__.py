@@ -1,4 +1,4 @@
-"""Log-stream (LS) replicas hosted by the agent (SPEC.md section 9; OceanBase's ObLS and its
+"""Log-stream (LS) replicas hosted by the agent (docs/design/migration.md; OceanBase's ObLS and its
 palf log, reduced to what server management and disaster recovery need to observe).
 
 One concept per module; import names from the module that defines them:

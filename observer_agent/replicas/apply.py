@@ -1,5 +1,5 @@
 """Applying one ``ReplicaSpec`` or one drop of ``ObserverService.ApplyReplicas`` to the
-hosted replicas (SPEC.md section 9): create (generated, or built by copy), adopt membership,
+hosted replicas (docs/design/migration.md): create (generated, or built by copy), adopt membership,
 leadership and term (a new leader first catches up), drop.
 
 The rules are those documented on
@@ -228,8 +228,8 @@ class SpecApplier:
                 raise
             return meta, log
 
-        # Refused before anything is written when it cannot fit (OB_SERVER_OUTOF_DISK_SPACE,
-        # issue 14 item 7), and a build that still runs out of space leaves no files.
+        # Refused before anything is written when it cannot fit (OB_SERVER_OUTOF_DISK_SPACE),
+        # and a build that still runs out of space leaves no files.
         await asyncio.to_thread(
             check_free_space, self._paths.data_dir, size, f"replica {describe_ls(key)}"
         )

@@ -1,4 +1,4 @@
-"""The copy bandwidth limit of one agent (issue 13 item 6): one token bucket shared by every
+"""The copy bandwidth limit of one agent: one token bucket shared by every
 replica copy this agent receives, refilled at the RS's ``migration_max_bytes_per_second``.
 
 OceanBase keeps one ``ObInOutBandwidthThrottle`` per observer for all its background copy

@@ -1,4 +1,4 @@
-"""Building a replica by streaming it from a member: replica migration (SPEC.md section 9,
+"""Building a replica by streaming it from a member: replica migration (docs/design/migration.md,
 "disaster recovery").
 
 A spec with ``copy_from`` for a replica this agent does not host builds it from that member
@@ -7,7 +7,7 @@ instead of generating it (``ApplyReplicas`` returns at once; the build goes on i
 1. *queued* while :attr:`AgentSettings.max_concurrent_copies` copies already run;
 2. *copying*: ``ReplicaService.FetchData`` (asked for ``bulk``) gives the data file's size,
    crc32 and log position, and either streams the file or, when the source serves HTTP(S),
-   names the URL of the bulk path (issue 23, :mod:`observer_agent.replicas.copy_http`); the
+   names the URL of the bulk path (:mod:`observer_agent.replicas.copy_http`); the
    bytes go into a temp file in the replica's directory; size and crc32 are checked against
    that first chunk, the file is fsynced and renamed to ``data``;
 3. *log*: the log is created empty right before the source's first kept entry (the data file
@@ -105,7 +105,7 @@ class CopyFaults(Protocol):
         ...
 
     def copy_stalled(self) -> bool:
-        """True while copies must receive nothing more (issue 25 item 2)."""
+        """True while copies must receive nothing more."""
         ...
 
     def replication(self) -> ReplicationFaults:
@@ -121,7 +121,7 @@ class ReplicaCopier:
     whose replica was dropped or replaced stops); ``peers`` the channels to sources and
     leaders; ``faults`` the copy and replication switches; ``replication`` pulls the log in
     step 3; ``tasks`` keeps the build tasks (cancelled at stop); ``log`` the agent's logger;
-    ``bandwidth`` the bytes-per-second limit all copies of this agent share (issue 13 item 6).
+    ``bandwidth`` the bytes-per-second limit all copies of this agent share.
     ``log_keep`` is the entries a compaction of the new log keeps, ``chunk_size`` the bytes
     per chunk asked of the source.
     """
@@ -157,7 +157,7 @@ class ReplicaCopier:
         self._chunk_size = chunk_size
         self._copy_slots: asyncio.Semaphore | None = None
         # Bytes received by the finished copy attempts, and the running attempts (by id):
-        # :meth:`copied_bytes` adds both, so the total only grows (issue 12). The lock
+        # :meth:`copied_bytes` adds both, so the total only grows. The lock
         # because /metrics is rendered in a worker thread: it must never see an attempt
         # moved half-way from one to the other (a counter going down reads as a reset).
         self._copied_done = 0
@@ -257,7 +257,7 @@ class ReplicaCopier:
         try:
             async with self._slots():
                 b.state = BUILD_COPYING
-                # Apart from "building it by copy": a queued copy starts here (issue 23).
+                # Apart from "building it by copy": a queued copy starts here.
                 self.log.info("replica %s: copying its data from %s", describe_ls(key), b.source)
                 await self._check_room(rep)
                 first = await self._copy_data(rep, b, tmp)
@@ -281,7 +281,7 @@ class ReplicaCopier:
                 with contextlib.suppress(OSError):
                     tmp.unlink(missing_ok=True)
                 # The replica's directory too when nothing else is in it: a refused or
-                # failed copy leaves nothing behind on the disk (issue 14 item 7).
+                # failed copy leaves nothing behind on the disk.
                 with contextlib.suppress(OSError):
                     rep.dir.rmdir()
         if installed:
@@ -290,7 +290,7 @@ class ReplicaCopier:
     async def _check_room(self, rep: Replica) -> None:
         """Refuse the copy before anything is written when the data disk has less room than
         a replica (``replica_size``): OceanBase's "cannot migrate in" check, with its error
-        ``OB_SERVER_OUTOF_DISK_SPACE`` (issue 14 item 7). Raises :class:`CopyFailed`."""
+        ``OB_SERVER_OUTOF_DISK_SPACE``. Raises :class:`CopyFailed`."""
         try:
             await run_blocking(
                 check_free_space,
@@ -503,7 +503,7 @@ def log_peer(rep: Replica, b: Build, me: str) -> tuple[str, int]:
     members, the source, in address order; each skipped once it refused. A catch-up
     claims no term (``serving.fetch_log``): whoever leads serves it, so after a refusal by
     a former leader (it lost the copy from its learners, or no longer leads) the copy finds
-    the current leader by asking the others (issue 23; OceanBase's learners likewise fetch
+    the current leader by asking the others (OceanBase's learners likewise fetch
     from any member that serves them). When every candidate refused, the refusals are
     forgotten and the round starts again from the spec's leader, as they are when a new
     spec changes the replica (its ``generation``: the RS may just have announced it)."""

@@ -1,4 +1,4 @@
-"""The destination's side of the bulk data path (issue 23): the body of ``GET data_url`` on
+"""The destination's side of the bulk data path: the body of ``GET data_url`` on
 the source's HTTP(S) endpoint (:mod:`observer_agent.http_data`) written into the copy's temp
 file through its :class:`~observer_agent.replicas.copy_stream.DataSink` (order, size, crc32,
 the throttle and the slow-copy fault, as on the gRPC stream).
@@ -48,13 +48,13 @@ ERROR_BODY = 64 * 1024
 #: Copies receiving at once at most (threads of the pool; more wait for one).
 MAX_RECEIVERS = 16
 
-#: Headers of the bulk path's answer: the file's size (bytes) and crc32 as recorded (issue 23).
+#: Headers of the bulk path's answer: the file's size (bytes) and crc32 as recorded.
 SIZE_HEADER = "X-OB-Data-Size"
 CHECKSUM_HEADER = "X-OB-Data-Checksum"
 
 
 def data_path(tenant_id: int, ls_id: int) -> str:
-    """The path of an LS's data file on the agent's HTTP(S) endpoint (issue 23)."""
+    """The path of an LS's data file on the agent's HTTP(S) endpoint."""
     return f"/replica-data/{tenant_id}/{ls_id}"
 
 

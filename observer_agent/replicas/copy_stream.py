@@ -1,6 +1,6 @@
-"""The data phase of a copy (replica migration, SPEC.md section 9): a member's data file
+"""The data phase of a copy (replica migration, docs/design/migration.md): a member's data file
 received over ``ReplicaService.FetchData`` (or, when the source offers it, the bulk HTTP(S)
-path of :mod:`observer_agent.replicas.copy_http`, issue 23) into a temp file, every piece
+path of :mod:`observer_agent.replicas.copy_http`) into a temp file, every piece
 checked against the first chunk's announced size and the whole file against its crc32."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ class CopySlowdown(Protocol):
         ...
 
     def copy_stalled(self) -> bool:
-        """True while copies must receive nothing more (issue 25 item 2)."""
+        """True while copies must receive nothing more."""
         ...
 
 
@@ -70,8 +70,7 @@ class DataSink:
     crc32 kept, progress in ``b.bytes_copied`` (bytes), no byte past ``first.total_size``
     (the header: size and checksum announced by the source).
 
-    Each :meth:`add` waits for ``throttle`` (the agent's ``migration_max_bytes_per_second``,
-    issue 13 item 6) before it returns, so the reader holds back and the transport's flow
+    Each :meth:`add` waits for ``throttle`` (the agent's ``migration_max_bytes_per_second``) before it returns, so the reader holds back and the transport's flow
     control slows the source down too; ``faults`` may ask for a pause after each piece.
     Errors raise :class:`CopyFailed` (one-line reason); :meth:`close` after a failure leaves
     ``tmp`` for the caller to remove.
@@ -106,7 +105,7 @@ class DataSink:
     def start(self, first: obrpc_pb2.DataChunk, max_size: int) -> None:
         """Take the source's header; its ``total_size`` must be within ``[0, max_size]``
         bytes (the expected replica size: a source announcing more is refused before
-        anything is written, issue 10). Raises :class:`CopyFailed`."""
+        anything is written). Raises :class:`CopyFailed`."""
         if not 0 <= first.total_size <= max_size:
             raise CopyFailed(
                 f"{self.src} announced {first.total_size} bytes, expected 0..{max_size} "
@@ -227,10 +226,9 @@ async def receive_data_file(
     fsynced and closed); returns the first chunk (size, checksum, log indexes).
 
     The first chunk's announced ``total_size`` must be within ``[0, max_size]`` bytes (the
-    expected replica size: a source announcing more is refused before anything is written,
-    issue 10: an attacker's source made an agent copy 64 MiB), and no chunk may reach past
+    expected replica size: a source announcing more is refused before anything is written: an attacker's source made an agent copy 64 MiB), and no chunk may reach past
     it (more bytes than announced are refused at the chunk that brings them). When the first
-    chunk carries ``data_url`` (the request asked for ``bulk``, issue 23) the bytes come from
+    chunk carries ``data_url`` (the request asked for ``bulk``) the bytes come from
     ``bulk`` instead of the stream; a ``data_url`` without ``bulk`` fails the copy.
 
     Progress goes to ``b.total_size`` / ``b.bytes_copied`` (bytes). Each chunk must come
@@ -277,7 +275,7 @@ async def receive_data_file(
 
 def write_failed(tmp: Path, e: OSError) -> str:
     """The one-line reason of a failed write of ``tmp``: led by ``OB_SERVER_OUTOF_DISK_SPACE``
-    when the data disk is full (issue 14 item 7: the RS shows the cause, not an errno)."""
+    when the data disk is full (the RS shows the cause, not an errno)."""
     if is_out_of_space(e):
         return str(os_error_to_ob(e, f"cannot write {tmp}"))
     return f"cannot write {tmp}: {e}"

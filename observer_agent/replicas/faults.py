@@ -1,5 +1,5 @@
 """Fault switches of the replica layer: files in DATA_DIR that tests and drills create to make
-replication or replica migration misbehave on one agent (SPEC.md section 9).
+replication or replica migration misbehave on one agent (docs/design/migration.md).
 
 - :data:`FAULT_REPLICATION_STOP_FILE` stops every follower (and copy in its log phase) of
   this agent from fetching;
@@ -12,10 +12,10 @@ replication or replica migration misbehave on one agent (SPEC.md section 9).
 - :data:`FAULT_SERVE_DATA_ERROR_FILE` makes this agent answer every ``FetchData`` with an
   error chunk (:meth:`FaultSwitches.serve_data_error`), checked at every call;
 - :data:`FAULT_APPLY_HOLD_FILE` holding an integer N makes every ``ApplyReplicas`` wait N ms
-  before it is looked at (:meth:`FaultSwitches.apply_hold_s`; issue 24: an RS killed while a
+  before it is looked at (:meth:`FaultSwitches.apply_hold_s`: an RS killed while a
   recovery's call is in flight, whose call then arrives after a new RS took office).
 
-The lag detector's switches (issue 25 item 2), each while the file exists and with the
+The lag detector's switches, each while the file exists and with the
 heartbeats going on: :data:`FAULT_APPLY_FREEZE_FILE` (RS commands are received but not
 applied, :meth:`FaultSwitches.apply_frozen`), :data:`FAULT_LOG_FREEZE_FILE` (no replica on
 this agent appends or fetches log: ``ReplicationFaults.frozen``) and
@@ -50,12 +50,12 @@ FAULT_SERVE_DATA_ERROR_FILE = "FAULT_SERVE_DATA_ERROR"
 #: This file in DATA_DIR holding an integer N makes every ``ApplyReplicas`` wait N ms before
 #: its epoch is checked.
 FAULT_APPLY_HOLD_FILE = "FAULT_APPLY_HOLD_MS"
-#: While this file exists in DATA_DIR, RS commands wait unapplied (issue 25 item 2).
+#: While this file exists in DATA_DIR, RS commands wait unapplied.
 FAULT_APPLY_FREEZE_FILE = "FAULT_APPLY_FREEZE"
 #: While this file exists in DATA_DIR, leaders on this agent append nothing and followers
-#: fetch nothing: every replica's log end stands still (issue 25 item 2).
+#: fetch nothing: every replica's log end stands still.
 FAULT_LOG_FREEZE_FILE = "FAULT_LOG_FREEZE"
-#: While this file exists in DATA_DIR, copies on this agent receive no more bytes (issue 25).
+#: While this file exists in DATA_DIR, copies on this agent receive no more bytes.
 FAULT_COPY_STALL_FILE = "FAULT_COPY_STALL"
 #: How often a frozen or stalled wait looks at its switch again, seconds.
 FREEZE_POLL_S = 0.1
@@ -158,7 +158,7 @@ class FaultSwitches:
     async def hold_apply(self) -> None:
         """Wait as :data:`FAULT_APPLY_HOLD_FILE` and :data:`FAULT_APPLY_FREEZE_FILE` ask (no
         wait without the files): an RS command held for the file's seconds, or received and
-        not applied until thawed (the lag detector's fault, issue 25 item 2)."""
+        not applied until thawed (the lag detector's fault)."""
         hold = self.apply_hold_s()
         if hold > 0:
             self.log.warning("ApplyReplicas held %.1fs by a fault file", hold)

@@ -1,6 +1,6 @@
 """The replicas an agent hosts, by ``(tenant_id, ls_id)``, and the lock that serialises the
 changes to them (``ApplyReplicas``, and the steps of a copy that write ``meta.json``); the
-report of every lease request comes from here (SPEC.md sections 5 and 9)."""
+report of every lease request comes from here (docs/design/leases.md and docs/design/migration.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The applied log of one replica (SPEC.md section 9; OceanBase's palf log reduced to what
+"""The applied log of one replica (docs/design/migration.md; OceanBase's palf log reduced to what
 server management and disaster recovery need to observe).
 
 ``DATA_DIR/clog/<tenant_id>_<ls_id>/log`` holds the applied log entries ``(index, term, ts)``.

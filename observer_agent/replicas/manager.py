@@ -1,4 +1,4 @@
-"""The ``ReplicaManager``: every LS replica one agent hosts (SPEC.md section 9), composed of
+"""The ``ReplicaManager``: every LS replica one agent hosts (docs/design/migration.md), composed of
 the parts of :mod:`observer_agent.replicas`.
 
 It loads the replicas kept in DATA_DIR at start-up, starts and stops their loops, verifies
@@ -58,7 +58,7 @@ def absurd_terms(
     """``OB_INVALID_ARGUMENT`` naming the first spec whose ``term`` jumps more than
     :data:`~obcommon.bounds.MAX_TERM_JUMP` above the term kept for its replica (0 for
     an absent one) or exceeds 2^53, else None. Checked for the whole request before any
-    spec is applied, so such a request changes nothing (issue 10: one ApplyReplicas with
+    spec is applied, so such a request changes nothing (one ApplyReplicas with
     term 2^63-1 broke the RS's LS reconciler until restart). ``hosted`` is the agent's
     replicas: call under their lock; ``log`` hears the refusal."""
     for spec in request.upsert:
@@ -144,7 +144,7 @@ class ReplicaManager:
     # -- state
 
     def allowed_peers(self, tenant_id: int, ls_id: int) -> frozenset[str]:
-        """The nodes that may fetch this LS's data and log here (issue 10): its members and
+        """The nodes that may fetch this LS's data and log here: its members and
         learners; none when this agent hosts no replica of it."""
         rep = self.get(tenant_id, ls_id)
         if rep is None:
@@ -181,7 +181,7 @@ class ReplicaManager:
         return self._copier.copies_running()
 
     def bulk_receiving(self) -> int:
-        """Bulk-path bodies being received in their worker threads now (issue 23)."""
+        """Bulk-path bodies being received in their worker threads now."""
         return self._peers.http.receiving
 
     def report(self) -> list[obrpc_pb2.ReplicaInfo]:
@@ -353,7 +353,7 @@ class ReplicaManager:
 
     async def check_files(self) -> list[tuple[int, int]]:
         """Forget every in-service replica whose directory or ``meta.json`` vanished while
-        the agent ran (issue 13 item 5: ``rm -r DATA_DIR/replicas/<ls>``), returning their
+        the agent ran (``rm -r DATA_DIR/replicas/<ls>``), returning their
         ``(tenant_id, ls_id)``.
 
         Such a replica's data is gone: reporting it from memory would keep the RS from
@@ -416,7 +416,7 @@ class ReplicaManager:
         end if the caller cancels, so a retry finds it done. Never raises.
         """
         resp = obrpc_pb2.ApplyReplicasResponse()
-        # An epoch jumping absurdly above the highest seen is forged or corrupt (issue 10):
+        # An epoch jumping absurdly above the highest seen is forged or corrupt:
         # refused before anything, like a lower one.
         why = check_term("rs_epoch", request.rs_epoch, highest_epoch)
         if why:
@@ -501,6 +501,5 @@ class ReplicaManager:
 
     @property
     def serving(self) -> ReplicaServing:
-        """The source side of copies, for the HTTP(S) data path (:mod:`observer_agent.http_data`,
-        issue 23): :meth:`ReplicaServing.open_data` and :meth:`ReplicaServing.serve_data_at`."""
+        """The source side of copies, for the HTTP(S) data path (:mod:`observer_agent.http_data`): :meth:`ReplicaServing.open_data` and :meth:`ReplicaServing.serve_data_at`."""
         return self._serving

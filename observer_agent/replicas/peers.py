@@ -1,5 +1,5 @@
 """The other agents a replica talks to (``ReplicaService``, agent to agent: followers fetch
-their leader's log, copies stream a member's data file; SPEC.md section 9)."""
+their leader's log, copies stream a member's data file; docs/design/migration.md)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from observer_agent.replicas.tasks import CLOSE_TIMEOUT_S
 
 class PeerChannels:
     """One gRPC channel per peer ``ip:port``, opened on first use and kept until
-    :meth:`close`, and :attr:`http`, the HTTP(S) client of the copies' bulk path (issue 23).
+    :meth:`close`, and :attr:`http`, the HTTP(S) client of the copies' bulk path.
     No HTTP proxy: peers are addressed directly."""
 
     def __init__(self, security: TransportSecurity) -> None:

@@ -1,5 +1,5 @@
 """One hosted replica in memory: its meta, its log, its loop's state and, while it is built by
-copy (replica migration, SPEC.md section 9), its build state.
+copy (replica migration, docs/design/migration.md), its build state.
 
 Build states of a replica built by copy (see :mod:`observer_agent.replicas.copy`):
 
@@ -47,7 +47,7 @@ class Build:
     #: Last problem of the log catch-up, logged once per kind.
     problem: str = ""
     #: The last refusal of the log catch-up (``"<peer> <reason>"``, "" once a fetch is
-    #: served), reported as ``catch_up_error`` so the RS announces the copy again (issue 23).
+    #: served), reported as ``catch_up_error`` so the RS announces the copy again.
     catch_up_error: str = ""
     #: Peers that refused the log catch-up since the last served fetch: the next fetch asks
     #: another member, so a copy refused by a former leader finds the current one.
@@ -81,7 +81,7 @@ class Replica:
         self.dir = directory
         self.log = log
         self.in_service = False
-        # Non-members the RS said are copying this LS (issue 10): with the members, the only
+        # Non-members the RS said are copying this LS: with the members, the only
         # nodes this replica serves FetchData / FetchLog to.
         self.learners: frozenset[str] = frozenset()
         self.busy = False
@@ -93,11 +93,11 @@ class Replica:
         self.last_problem = ""
         self.build: Build | None = None
         # The leader's last log index as of the last FetchLog answer (0 = none yet): the
-        # agent's log lag of this LS is how far ``log.end_index`` is behind it (issue 12).
+        # agent's log lag of this LS is how far ``log.end_index`` is behind it.
         self.leader_end_index = 0
         # The leader a peer named in an OB_NOT_MASTER answer at a newer term than ``meta``
         # knows ("" = none): a replica being built by copy asks it for the log, as the RS
-        # tells a building replica nothing of a leader change (issue 14 item 5: a copy handed
+        # tells a building replica nothing of a leader change (a copy handed
         # out 20 ms before its LS's leader moved asked the old leader forever).
         self.leader_hint = ""
 

@@ -1,4 +1,4 @@
-"""Log replication of the hosted replicas (SPEC.md section 9; OceanBase's palf, reduced).
+"""Log replication of the hosted replicas (docs/design/migration.md; OceanBase's palf, reduced).
 
 The leader of an LS appends one entry every ``log_interval``; followers pull entries from the
 leader with ``ReplicaService.FetchLog`` (agent to agent) every :func:`poll_interval_s` and
@@ -183,7 +183,7 @@ class LogReplication:
                 elif leader == me:
                     if await self._wait(rep, self.settings.log_interval / 1e6):
                         continue  # the spec changed: look again before appending
-                    frozen = self._faults.replication().frozen  # issue 25 fault
+                    frozen = self._faults.replication().frozen  # Fault
                     if rep.meta.leader == me and not rep.busy and not frozen:
                         self._append_one(rep)
                 elif leader:

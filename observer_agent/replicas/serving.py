@@ -1,6 +1,6 @@
 """Answering peers: ``ReplicaService.FetchLog`` (a leader serving its followers) and
 ``ReplicaService.FetchData`` (a member serving the data file to an agent building a replica
-by copy), SPEC.md section 9.
+by copy), docs/design/migration.md.
 
 FetchLog follows a *snapshot rule*: asked for entries the callee already compacted away, it
 answers from its first kept entry; a follower whose log ends before that entry restarts its
@@ -67,7 +67,7 @@ class ReplicaServing:
         self._faults = faults
         self.log = log
         self._data_base_url = ""
-        # Data files served over the bulk path (issue 23), by observer_agent.http_data.
+        # Data files served over the bulk path, by observer_agent.http_data.
         self.bulk_served = 0
 
     def fetch_log(self, request: obrpc_pb2.FetchLogRequest) -> obrpc_pb2.FetchLogResponse:
@@ -137,7 +137,7 @@ class ReplicaServing:
     # -- FetchData (the source's side of a copy)
 
     def serve_data_at(self, base_url: str) -> None:
-        """Offer the bulk path (issue 23): a ``FetchData`` asking for ``bulk`` is answered
+        """Offer the bulk path: a ``FetchData`` asking for ``bulk`` is answered
         with ``data_url`` = ``base_url`` + :func:`data_path` (this agent's HTTP(S) endpoint,
         :mod:`observer_agent.http_data`) instead of the streamed chunks. ``""`` stops it."""
         self._data_base_url = base_url.rstrip("/")
@@ -202,7 +202,7 @@ class ReplicaServing:
         ``log_end_index`` and ``term``, all taken when the stream starts. An offset equal to
         the size gives one chunk without data.
 
-        Bulk (issue 23): when ``request.bulk`` is set and this agent serves the data over
+        Bulk: when ``request.bulk`` is set and this agent serves the data over
         HTTP(S) (:meth:`serve_data_at`), the stream is that first chunk without data and
         with ``data_url``, where the caller GETs the whole file.
 

@@ -1,5 +1,5 @@
 """A replica's files on disk: names and paths, the data file, its checksum and ``meta.json``
-(SPEC.md section 9).
+(docs/design/migration.md).
 
 A replica is three things on disk:
 

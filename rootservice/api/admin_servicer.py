@@ -1,8 +1,8 @@
 """``obadmin``'s entry point, ``AdminService``: ``ExecuteSql`` authenticates the caller
-(gRPC metadata ``ob-user`` / ``ob-password``, the client certificate; issue 10), then parses
+(gRPC metadata ``ob-user`` / ``ob-password``, the client certificate), then parses
 and executes one statement, all on a worker thread (so that neither password hashing,
 parsing nor database I/O ever blocks heartbeats), and answers MySQL-style errors in-band
-(SPEC.md section 7); ``GetMetrics`` returns the RS's counters as JSON.
+(docs/design/statements.md); ``GetMetrics`` returns the RS's counters as JSON.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from rootservice.auth.privileges import SELECT
 from rootservice.auth.users import MAX_USER_NAME_CHARS
 
 #: Who may call the admin service: client certificates (a node certificate may not), and RS
-#: certificates only to forward a client's statement (issue 11 item 3, see
+#: certificates only to forward a client's statement (see
 #: :meth:`AdminServicer.ExecuteSql`). GetMetrics serves clients only.
 CLIENTS = frozenset({Role.CLIENT})
 CALLERS = frozenset({Role.CLIENT, Role.RS})
@@ -126,7 +126,7 @@ def admission_key(cert_user: str | None, user: str | None) -> str:
 
 
 class AdminServicer(obrpc_pb2_grpc.AdminServiceServicer):
-    """``obadmin``'s entry point: one SQL statement per call (SPEC.md section 7)."""
+    """``obadmin``'s entry point: one SQL statement per call (docs/design/statements.md)."""
 
     def __init__(
         self,
@@ -136,8 +136,8 @@ class AdminServicer(obrpc_pb2_grpc.AdminServiceServicer):
     ) -> None:
         """Serve admin calls for ``rs``; statements run on the threads of ``admission``
         (default: a new one of ``admin_workers``, ``admin_queue_limit``,
-        ``admin_per_user_limit``; issue 10), which the MySQL endpoint shares (issue 11).
-        With ``forwarder`` a standby forwards statements that need the leader (issue 11)."""
+        ``admin_per_user_limit``), which the MySQL endpoint shares.
+        With ``forwarder`` a standby forwards statements that need the leader."""
         self.rs = rs
         self.forwarder = forwarder
         st = rs.settings
@@ -149,18 +149,18 @@ class AdminServicer(obrpc_pb2_grpc.AdminServiceServicer):
         self, request: obrpc_pb2.SqlRequest, context: grpc.aio.ServicerContext
     ) -> obrpc_pb2.SqlResponse:  # type: ignore[override]  # noqa: N802
         """``AdminService.ExecuteSql`` of obrpc.proto: authenticate the caller (metadata
-        ``ob-user`` / ``ob-password``, the client certificate; issue 10), then parse and run
+        ``ob-user`` / ``ob-password``, the client certificate), then parse and run
         one SQL statement.
 
         Runs :func:`rootservice.api.dispatch.execute_sql` on the admin threads of
         :class:`rootservice.api.admission.Admission` for :func:`admission_key`, so
         the event loop (and the heartbeats) never wait for parsing or the database and
         background work never waits behind statements; a statement over the admission
-        limits gets ``ER_CON_COUNT_ERROR`` / ``ER_TOO_MANY_USER_CONNECTIONS`` at once; every error, MySQL-style (SPEC.md
-        section 7), is carried in the response's ``error``, never as a gRPC status. A
-        not-master refusal carries the leader's address in ``leader_hint`` (issue 5).
+        limits gets ``ER_CON_COUNT_ERROR`` / ``ER_TOO_MANY_USER_CONNECTIONS`` at once; every error, MySQL-style
+        (docs/design/statements.md), is carried in the response's ``error``, never as a gRPC status. A
+        not-master refusal carries the leader's address in ``leader_hint``.
 
-        Forwarding (issue 11 item 3): with a forwarder, a standby sends a statement that needs
+        Forwarding: with a forwarder, a standby sends a statement that needs
         the leader on to it and answers what the leader answered. An RS certificate may call
         only with :data:`rootservice.api.forwarding.FORWARDED_USER_KEY` and
         ``FORWARDED_ADDR_KEY`` (else ``PERMISSION_DENIED``): the principal is built from them
@@ -240,7 +240,7 @@ class AdminServicer(obrpc_pb2_grpc.AdminServiceServicer):
         The response's ``json`` holds counters, latency-window summaries (microseconds), server
         counts, RS state and epoch, with sorted keys.
 
-        Read-only, so the SELECT privilege is enough, as for the HTTP ``/metrics`` (issue 12):
+        Read-only, so the SELECT privilege is enough, as for the HTTP ``/metrics``:
         the client certificate's user must hold it (root does without a table read);
         otherwise ``PERMISSION_DENIED``, counted and logged by the peer gate. In insecure mode
         there is no certificate and every caller may read, as on the other endpoints.

@@ -1,10 +1,10 @@
-"""Admission of admin statements (issue 10 item 5): their own bounded pool of threads, a
+"""Admission of admin statements: their own bounded pool of threads, a
 limit on the statements admitted at once in all and per user, and a cheap bound on a
 statement's tokens before the parser sees it.
 
 Why: admin statements used to run on ``rs.executor``, the 8 threads the RS's background
 work also uses, and one client sending 8 statements of 4 MiB made the admin path unusable
-for about 270 s and caused 6 step-downs of the leader (issue 10 "Why"). Now a statement
+for about 270 s and caused 6 step-downs of the leader. Now a statement
 runs on :class:`Admission`'s threads (``admin_workers``); one over ``admin_queue_limit``
 statements admitted (running or waiting) is refused at once with MySQL's
 ``ER_CON_COUNT_ERROR`` (1040, 08004), one over ``admin_per_user_limit`` of the same user with

@@ -1,7 +1,7 @@
-"""Statement dispatch for the admin language (SPEC.md section 7).
+"""Statement dispatch for the admin language (docs/design/statements.md).
 
 :func:`execute_sql` parses a statement (``sql.parser``), checks that the caller has the
-privilege it needs (:mod:`rootservice.auth.privileges`, issue 10), passes the term's gate,
+privilege it needs (:mod:`rootservice.auth.privileges`), passes the term's gate,
 runs the executor registered for its AST class (:data:`rootservice.api.statements.EXECUTORS`),
 turns the outcome into an ``SqlResponse`` and audits it (:mod:`rootservice.auth.audit`);
 every refusal is an ``ObError`` and is returned in-band with its OceanBase (or MySQL) code.
@@ -46,7 +46,7 @@ class LeaderRefusal(RemoteObError):
 
 
 class Forwarder(Protocol):
-    """Runs a statement on the leader for a standby (issue 11 item 3, as Doris FE followers
+    """Runs a statement on the leader for a standby (as Doris FE followers
     forward to the master); :class:`rootservice.api.forwarding.GrpcForwarder` is the one
     implementation."""
 
@@ -72,7 +72,7 @@ LEADER_ONLY = frozenset(
         ast.AlterUser,
         ast.Grant,
         ast.Revoke,
-        # A revocation must work whatever state the servers are in (issue 26 item 5).
+        # A revocation must work whatever state the servers are in.
         ast.RevokeCertificate,
     }
 )
@@ -130,7 +130,7 @@ def execute(
 
 
 def audited(statement: ast.Statement | None, text: str, outcome: str) -> bool:
-    """Whether a statement gets an audit record (issue 10): every one but the reads
+    """Whether a statement gets an audit record: every one but the reads
     (:data:`READS`; a statement that did not parse counts as a read when it starts with
     SELECT or SHOW), and any refused for want of a login or a privilege."""
     if outcome in ACCESS_REFUSALS:
@@ -144,7 +144,7 @@ _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
 
 
 def statement_kind(statement: ast.Statement | None) -> str:
-    """The ``kind`` label of ``ob_rs_statements_total`` (issue 12): the statement class in
+    """The ``kind`` label of ``ob_rs_statements_total``: the statement class in
     upper snake case, ``ADD_SERVER`` / ``STOP_ZONE`` for the server and zone operations,
     ``SELECT`` for a query, ``UNPARSED`` for text that did not parse. A small fixed set, as
     a Prometheus label must be."""
@@ -244,13 +244,13 @@ def run_statement(
     outcome (``statements_total`` / ``statements_refused_total``) and audits it
     (:func:`audited`; the audit never changes the outcome).
 
-    Every statement is one line on the ``rootservice.audit`` logger (issue 12 item 5,
+    Every statement is one line on the ``rootservice.audit`` logger (
     :func:`log_statement`): user, client address, ``front_end`` (``grpc``, ``mysql``,
     ``http``), statement kind, outcome and duration, the text with passwords masked. At INFO
     when :func:`audited` (changes, refusals of access); reads at DEBUG, since dashboards and
     ``obadmin`` poll SELECTs every second or two and they change nothing.
 
-    Any RS answers (issue 11 item 3): with a ``forwarder``, a statement this RS may not run
+    Any RS answers: with a ``forwarder``, a statement this RS may not run
     because it is not the leader (the gate's OB_RS_NOT_MASTER) is sent to the leader it knows
     (:meth:`RootService.leader_hint`) with ``principal``, and the leader's answer, result or
     error, is returned or raised as this RS's own. The leader counts and audits it; here it
@@ -298,7 +298,7 @@ def run_statement(
 
     try:
         if len(text) <= rs.settings.max_statement_bytes:  # longer: parse refuses its size
-            check_tokens(text, rs.settings.max_statement_tokens)  # before lark (issue 10)
+            check_tokens(text, rs.settings.max_statement_tokens)  # before lark
         statement = parse(text, max_bytes=rs.settings.max_statement_bytes)
         result = execute(rs, statement, principal, forward=forward)
     except LeaderRefusal:

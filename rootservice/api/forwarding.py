@@ -1,4 +1,4 @@
-"""Any RS answers (issue 11 item 3): a standby forwards a statement that needs the leader to
+"""Any RS answers: a standby forwards a statement that needs the leader to
 the leader's ``AdminService.ExecuteSql`` and returns the leader's answer as its own, as
 Doris FE followers forward to the master.
 

@@ -2,7 +2,7 @@
 service (:mod:`rootservice.api.admin_servicer`) and the standard health service on one port.
 :func:`create_server` binds without serving, so tests can bind port 0 and learn the port.
 
-The health service tells the truth (issue 12 item 2): per service name it follows
+The health service tells the truth: per service name it follows
 :meth:`rootservice.ha.readiness.Readiness.services` (``""`` and ``oceanbase.rs.RootService``
 SERVING only when ready; ``oceanbase.rs.AdminService`` also before BOOTSTRAP and on a
 standby that forwards), updated by :func:`follow_readiness`. ``liveness`` is SERVING while

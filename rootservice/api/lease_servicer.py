@@ -1,14 +1,14 @@
-"""The agents' lease path (SPEC.md section 5): ``RootService.LeaseStream`` (one long-lived
+"""The agents' lease path (docs/design/leases.md): ``RootService.LeaseStream`` (one long-lived
 bidirectional stream per agent, refusals in-band so the stream survives them) and
 ``RootService.RenewLease`` (the same as a unary call, refusals as gRPC status with
 ``ob-code`` / ``ob-name`` / ``ob-leader-hint`` trailing metadata), both into
 :meth:`rootservice.servers.heartbeat.HeartbeatIntake.receive_hb`.
 
 A standby, or a leader whose own lease is no longer safely held, answers every lease
-request with ``OB_RS_NOT_MASTER`` and the leader's address as ``leader_hint`` (issue 5).
+request with ``OB_RS_NOT_MASTER`` and the leader's address as ``leader_hint``.
 
 Only a node certificate naming the request's ``server`` may renew that server's lease
-(issue 10: a node may only speak for itself, as Kubernetes' NodeRestriction); anything else
+(a node may only speak for itself, as Kubernetes' NodeRestriction); anything else
 is refused by ``rs.peer_gate`` before the request is looked at, so a forged renewal or disk
 error bit changes nothing.
 """
@@ -32,7 +32,7 @@ NODES = frozenset({Role.NODE})
 
 
 class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
-    """Lease renewal (SPEC.md section 5) -> ``HeartbeatIntake.receive_hb``."""
+    """Lease renewal (docs/design/leases.md) -> ``HeartbeatIntake.receive_hb``."""
 
     def __init__(self, rs: RootService) -> None:
         """Serve leases for ``rs``; handling times go to its ``hb_handle_us`` latency window."""
@@ -46,7 +46,7 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
         time; a refusal becomes the response's ``error``."""
         t0 = time.perf_counter_ns()
         # Every epoch an agent of this cluster obeyed, seen by standbys too: a take-office
-        # starts above it (issue 24 item 1).
+        # starts above it.
         if (
             req.rs_epoch > self.rs.fence.highest_known
             and req.cluster_id
@@ -60,7 +60,7 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
                 # watchdog has stepped it down.
                 raise ObError("OB_RS_NOT_MASTER", detail=why)
             resp = self.rs.heartbeats.receive_hb(req, checks)
-            # The revocation list rides on accepted answers (issue 26 item 5): its version
+            # The revocation list rides on accepted answers: its version
             # always, the serials only when the agent's version is another.
             serials, version = self.rs.peer_gate.revoked.state
             resp.revocation_version = version
@@ -88,7 +88,7 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
     ) -> obrpc_pb2.LeaseResponse:  # type: ignore[override]  # noqa: N802
         """``RootService.RenewLease`` of obrpc.proto: one lease request, one lease response.
 
-        Runs ``HeartbeatIntake.receive_hb`` (SPEC.md section 5). A refusal (``ObError``) aborts
+        Runs ``HeartbeatIntake.receive_hb`` (docs/design/leases.md). A refusal (``ObError``) aborts
         the call with the error's gRPC status, message ``"<OB name>: <message>"`` and trailing
         metadata ``ob-code`` / ``ob-name``.
         """
@@ -115,13 +115,13 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
     ) -> AsyncIterator[obrpc_pb2.LeaseResponse]:
         """``RootService.LeaseStream`` of obrpc.proto: one lease response per request on the stream.
 
-        Each request goes through ``HeartbeatIntake.receive_hb`` (SPEC.md section 5); a refusal
+        Each request goes through ``HeartbeatIntake.receive_hb`` (docs/design/leases.md); a refusal
         is carried in-band in the response's ``error`` (with this RS's epoch), so the stream
         stays open. The peer's certificate is read once per stream; a request for any server
         but the one it names ends the stream with ``PERMISSION_DENIED``, and the first request
         after its certificate is revoked with ``UNAUTHENTICATED`` (a set lookup per request).
         The bounds of the fields an agent resends unchanged are checked once per stream and
-        again when one changes (``StreamChecks``, issue 23 item 4).
+        again when one changes (``StreamChecks``).
         """
         gate = self.rs.peer_gate
         ident = await gate.admit(context, "RootService.LeaseStream", NODES)

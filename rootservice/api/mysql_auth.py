@@ -1,5 +1,5 @@
-"""Logins of the MySQL endpoint (issue 11): mysql-mimic authentication plugins checking the
-users of ``__all_user`` (issue 10).
+"""Logins of the MySQL endpoint: mysql-mimic authentication plugins checking the
+users of ``__all_user``.
 
 - ``mysql_native_password`` (:class:`NativePassword`): the client's SHA1 scramble against
   the stored ``SHA1(SHA1(password))`` (``__all_user.native_passwd``, migration 0005), as
@@ -65,7 +65,7 @@ class LoginFacts:
     """What the connection knows of the client when it logs in: ``tls`` (the handshake
     was upgraded to TLS), ``cert_user`` (the CN of a verified client certificate of role
     ``client``, else None), ``client_addr`` (``host:port``) and ``cert_serial`` (the
-    serial of any verified certificate of the cluster, "" without one; issue 26 item 5)."""
+    serial of any verified certificate of the cluster, "" without one)."""
 
     tls: bool = False
     cert_user: str | None = None

@@ -1,4 +1,4 @@
-"""The MySQL endpoint's connection (issue 11): :class:`RsConnection`, mysql-mimic's
+"""The MySQL endpoint's connection: :class:`RsConnection`, mysql-mimic's
 connection with the RS's logins (:class:`rootservice.api.mysql_login.LoginConnection`), its
 error packets (each ObError's code and SQLSTATE), OK packets with info, and the command
 phase handing statements to :class:`rootservice.api.mysql_session.RsSession`.

@@ -1,4 +1,4 @@
-"""Logins on the MySQL endpoint's connections (issue 11): TLS required unless insecure
+"""Logins on the MySQL endpoint's connections: TLS required unless insecure
 (3159), the client certificate's user and serial, a revoked certificate refused, mysql-
 mimic's plugin negotiation with the RS's plugins (:mod:`rootservice.api.mysql_auth`), and
 refusals that close the connection, counted (``logins_refused_total``) and audited as on
@@ -95,7 +95,7 @@ class LoginConnection(Connection):
                 self.facts.cert_user = ident.name
             if ident is not None:
                 self.facts.cert_serial = ident.serial
-                # Closed when its certificate is revoked (issue 26 item 5).
+                # Closed when its certificate is revoked.
                 self.rs.cert_connections.add(ident.serial, self.stream.writer)
 
     async def authenticate(

@@ -1,4 +1,4 @@
-"""The MySQL endpoint's result encoding (issue 11): ``ObError`` -> ERR packet with its own
+"""The MySQL endpoint's result encoding: ``ObError`` -> ERR packet with its own
 code and SQLSTATE, OK packets with affected rows and info, and the RS's
 :class:`rootservice.api.statements.Result` -> mysql-mimic's typed ``ResultSet``.
 

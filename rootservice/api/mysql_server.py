@@ -1,4 +1,4 @@
-"""The RS's MySQL-protocol endpoint (issue 11 item 1), on mysql-mimic, beside gRPC in the
+"""The RS's MySQL-protocol endpoint, on mysql-mimic, beside gRPC in the
 RS's event loop on ``--mysql-addr`` (default ``127.0.0.1:2881``, OceanBase's SQL port):
 the server's life cycle (:func:`start_mysql_server`, :class:`RsMysqlServer`, the TLS
 context renewed on rotation) and the client stream (:class:`RsMysqlStream`).

@@ -1,4 +1,4 @@
-"""The MySQL endpoint's session (issue 11): which side answers a statement (:func:`route`:
+"""The MySQL endpoint's session: which side answers a statement (:func:`route`:
 mysql-mimic's session for client chatter, the RS for the rest), the server variables
 clients read on connect, and :class:`RsSession`, which runs the RS's statements through
 :func:`rootservice.api.dispatch.run_statement` on the admission threads.
@@ -135,7 +135,7 @@ class RsSession(Session):
         forwarder: Forwarder | None = None,
     ) -> None:
         """A session of ``rs`` whose statements run on ``admission``'s threads; with
-        ``forwarder``, a standby forwards what needs the leader (issue 11 item 3)."""
+        ``forwarder``, a standby forwards what needs the leader."""
         super().__init__(SessionVariables(variables))
         self.rs = rs
         self.admission = admission

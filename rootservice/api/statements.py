@@ -1,8 +1,8 @@
-"""One executor per statement of the admin language (SPEC.md section 7), and
+"""One executor per statement of the admin language (docs/design/statements.md), and
 :data:`EXECUTORS`, the table :func:`rootservice.api.dispatch.execute` runs them from.
 
 Executors validate, then call the RS; they never touch tables themselves except the reads
-(SELECT, SHOW TABLES, DESC; issue 11), which read through :mod:`rootservice.db.query_repo`
+(SELECT, SHOW TABLES, DESC), which read through :mod:`rootservice.db.query_repo`
 and the catalog. What they return is a :class:`Result`.
 """
 
@@ -92,7 +92,7 @@ def _server_op(rs: RootService, st: ast.ServerOp) -> Result:
 
 def _drain_server(rs: RootService, st: ast.DrainServer) -> Result:
     # Waits for the drain (bounded by its TIMEOUT); progress is in DBA_OB_SERVER_DRAINS
-    # for other sessions and for obadmin, which polls it while it waits (issue 25 item 3).
+    # for other sessions and for obadmin, which polls it while it waits.
     row = rs.drains.drain(st.server, st.timeout)
     return Result(
         affected_rows=1,
@@ -102,7 +102,7 @@ def _drain_server(rs: RootService, st: ast.DrainServer) -> Result:
 
 
 def _force_delete(rs: RootService, st: ast.ServerOp) -> Result:
-    # FORCE DELETE SERVER (issue 24 item 3): the ZONE clause is checked as DELETE's is.
+    # FORCE DELETE SERVER: the ZONE clause is checked as DELETE's is.
     if st.zone is not None:
         rs.server_admin.check_zone_of(list(st.servers), st.zone)
     out = rs.lost_servers.force_delete(list(st.servers))
@@ -147,7 +147,7 @@ def _recover_ls(rs: RootService, st: ast.RecoverLs) -> Result:
 
 def _explain_delete(rs: RootService, st: ast.ExplainDeleteServer) -> Result:
     # DELETE SERVER's own validation first, so a refusal is the very error DELETE SERVER
-    # would give (issue 13 item 4); then the plan, with nothing written.
+    # would give; then the plan, with nothing written.
     keys = rs.server_admin.check_delete_servers(list(st.servers), st.zone)
     rows = rs.delete_dry_run.explain(keys)
     return Result(
@@ -159,7 +159,7 @@ def _explain_delete(rs: RootService, st: ast.ExplainDeleteServer) -> Result:
 
 
 def _reload(rs: RootService, st: ast.ReloadServer) -> Result:
-    # load_server_manager without a take-office grace (SPEC.md section 6).
+    # load_server_manager without a take-office grace (docs/design/servers.md#memory-and-the-table).
     rs.server_loader.load(take_office=False)
     return Result()
 

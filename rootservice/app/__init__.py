@@ -3,9 +3,9 @@
 ``RootService`` builds every component in dependency order, passing each its collaborators
 (docs/ARCHITECTURE.md), lists the leader's background tasks in one place
 (:meth:`RootService.leader_tasks`), and runs the process: open the database, start the
-election, shut down. The RS state (SPEC.md section 8) lives in the term
+election, shut down. The RS state (docs/design/ha.md#taking-office) lives in the term
 (:class:`rootservice.ha.term.Term`); BOOTSTRAP is :mod:`rootservice.bootstrap`, parameters
-:mod:`rootservice.parameters`. Leadership comes from :class:`rootservice.ha.election.Election` (issue 5): the round that
+:mod:`rootservice.parameters`. Leadership comes from :class:`rootservice.ha.election.Election`: the round that
 wins the lease calls :meth:`rootservice.office.Office.take_office`; a step-down stops the
 timers of :meth:`RootService.leader_tasks` and drops in-memory state
 (:meth:`rootservice.office.Office.step_down`). gRPC servers are created by
@@ -103,7 +103,7 @@ class RootService(RsComponents):
         """Check, without starting a JVM, that the planner ``balancer_planner`` names can run
         (:func:`rootservice.balancer.planner_check.check_planner`), log the answer (INFO, or
         WARNING with the fix) and keep it in :attr:`planner_check` (``ob_rs_planner_ready``,
-        the cluster document). Issue 13 item 3."""
+        the cluster document)."""
         found = check_planner(self.settings.balancer_planner, self.settings.effective_db_url())
         self.planner_check = found
         if found.ready:
@@ -134,7 +134,7 @@ class RootService(RsComponents):
         lease on the same file, instead of running as a second leader or a standby."""
         sqlite = self.store.engine.dialect.name == "sqlite"
         try:
-            # Before the first call is served, not a timer period later (issue 26 item 5).
+            # Before the first call is served, not a timer period later.
             self.revocations.refresh()
         except ObError as e:
             log.warning("revocation list not read yet: %s", e)
@@ -192,7 +192,7 @@ class RootService(RsComponents):
         return [
             (self.election, lease_timings(s.lease_time)[0]),
             (FnTask("rs_lease_watchdog", self.election.check_lease), s.heartbeat_check_interval),
-            # Every RS, leader or not, refuses what is revoked (issue 26 item 5).
+            # Every RS, leader or not, refuses what is revoked.
             (self.revocations, REVOCATION_REFRESH_INTERVAL_US),
         ]
 

@@ -110,7 +110,7 @@ class RsComponents(ABC):
         self.start_scheduler = start_scheduler
         host, _, port = settings.rpc_addr.rpartition(":")
         self.rpc_addr = settings.rpc_addr
-        # Where MySQL clients connect (issue 11); the port actually bound once listening.
+        # Where MySQL clients connect; the port actually bound once listening.
         self.mysql_addr = settings.mysql_addr
         self.metrics = Metrics()
         track_gc_pauses(self.metrics)
@@ -122,7 +122,7 @@ class RsComponents(ABC):
         )
         self.timers = Timers(self.clock, self.metrics, enabled=start_scheduler)
         # Both sets of timers schedule on wall time: a step of the wall clock makes them
-        # all due at once (issue 14 item 7).
+        # all due at once.
         self.wall_clock_watchdog = WallClockWatchdog(self.clock, self._on_wall_clock_jump)
         self.term = Term(
             self.clock,
@@ -131,7 +131,7 @@ class RsComponents(ABC):
             metrics=self.metrics,
             wake_election=self._wake_election,
         )
-        # Issue 24 item 1: the agents' reported epochs and the metadata servers seen; after
+        # The agents' reported epochs and the metadata servers seen; after
         # a change of primary the take-office grace holds agents' leases for one lease.
         self.fence = EpochFence(
             self.clock,
@@ -171,7 +171,7 @@ class RsComponents(ABC):
         self._wire_servers(sleep)
         self._wire_emptying(planner)
         self._wire_intake(sleep)
-        # FORCE DELETE SERVER and RECOVER LS (issue 24 items 3-4), and the task that ends a
+        # FORCE DELETE SERVER and RECOVER LS, and the task that ends a
         # recovery a previous leader left half-way.
         self.lost_servers = build_lost_servers(
             tenants=self.tenant_layer,
@@ -188,7 +188,7 @@ class RsComponents(ABC):
 
     def _wire_servers(self, sleep: Callable[[float], None]) -> None:
         settings = self.settings
-        # The server layer (SPEC.md sections 2-9), built in dependency order: the whitelist
+        # The server layer (docs/design/), built in dependency order: the whitelist
         # and what only needs it, then the tenant layer (which reads the whitelist), then the
         # admin operations (which run the tenant layer's checks), then the heartbeat intake
         # (which reports replicas to the tenant layer and runs the data-disk STOP / START
@@ -212,7 +212,7 @@ class RsComponents(ABC):
             settings,
         )
         # The steps of a replica move the tenant layer learns wake the task of the next
-        # step (issue 23: the end of a DELETE SERVER waited for the balancer's period).
+        # step (the end of a DELETE SERVER waited for the balancer's period).
         self.emptying_wake = EmptyingWake(servers=self.whitelist, wake=self.timers.wake)
         # The tenant layer (rootservice.tenants), one object per concern, reading the
         # whitelist through consumer protocols.
@@ -234,7 +234,7 @@ class RsComponents(ABC):
     def _wire_emptying(self, planner: Planner | None) -> None:
         settings = self.settings
         tl = self.tenant_layer
-        # Emptying servers (SPEC.md section 9), one object per concern.
+        # Emptying servers (docs/design/migration.md), one object per concern.
         emptying = build_balancer_layer(
             servers=self.whitelist,
             tenants=tl,
@@ -256,7 +256,7 @@ class RsComponents(ABC):
         self.lost_replica_checker = emptying.lost_replica_checker
         # Whether the configured planner can run (checked at open and when it changes).
         self.planner_check: PlannerCheck | None = None
-        # DRAIN SERVER's tenant-layer part and the disruption budget (issue 25 items 3, 5),
+        # DRAIN SERVER's tenant-layer part and the disruption budget,
         # built here rather than with the tenant layer: it counts the balancer's copies.
         self.drain_work = DrainWork(
             servers=self.whitelist,
@@ -271,7 +271,7 @@ class RsComponents(ABC):
             copies=self.copy_replan.copies_left,
             replan_to=self.copy_replan.leave,
         )
-        # Retention of the event and job history (issue 12 item 6).
+        # Retention of the event and job history.
         self.history_pruner = HistoryPruner(
             settings, self.term, self.store, self.clock, self.metrics
         )
@@ -294,7 +294,7 @@ class RsComponents(ABC):
             background=self.background,
             budget=self.drain_work,
         )
-        # DRAIN SERVER and the maintenance windows (issue 25 items 3-4).
+        # DRAIN SERVER and the maintenance windows.
         self.drains = DrainManager(
             whitelist=self.whitelist,
             store=self.store,
@@ -307,7 +307,7 @@ class RsComponents(ABC):
         self.maintenance = MaintenanceTicker(
             self.whitelist, self.zones, self.server_admin, self.term, self.clock
         )
-        # Issue 14: the RS's own intake delay lengthens the leases (item 3); the checker's
+        # The RS's own intake delay lengthens the leases; the checker's
         # tick lateness is measured only when the timers run it (unit tests tick by hand).
         self.intake_health = IntakeHealth(self.clock, settings, measure_ticks=self.start_scheduler)
         self.heartbeats = HeartbeatIntake(
@@ -328,8 +328,7 @@ class RsComponents(ABC):
             fence=self.fence,
             commands=self.agents.ledger,
         )
-        # A mass expiry makes the RS suspect itself and hold permanent offline (issue 14
-        # item 7).
+        # A mass expiry makes the RS suspect itself and hold permanent offline.
         self.self_suspicion = SelfSuspicion(
             self.clock,
             settings,
@@ -359,7 +358,7 @@ class RsComponents(ABC):
             self.metrics,
             sleep,
         )
-        # Issue 25 item 2: agents that heartbeat while doing nothing.
+        # Agents that heartbeat while doing nothing.
         self.lag_detector = LagDetector(
             self.whitelist,
             self.persist,
@@ -389,7 +388,7 @@ class RsComponents(ABC):
             jobs=self.delete_jobs,
         )
         # Wakes the balancer / the empty-server checker when a copy ends or a server is empty,
-        # instead of their next period (issue 14 item 5).
+        # instead of their next period.
         self.copy_watch = CopyWatch(
             copies=self.copy_tasks,
             servers=self.whitelist,
@@ -401,10 +400,10 @@ class RsComponents(ABC):
     def _wire_office(self, flags_set: set[str] | None, sleep: Callable[[float], None]) -> None:
         settings = self.settings
         tl = self.tenant_layer
-        # Users, privileges and the audit trail of statements (issue 10).
+        # Users, privileges and the audit trail of statements.
         self.users = Users(self.store, self.clock, settings)
         self.audit = Audit(self.store, self.clock)
-        # The revocation list every front end checks (issue 26 item 5).
+        # The revocation list every front end checks.
         self.revocations = Revocations(self.store, self.clock, self.peer_gate.revoked)
         # The MySQL and HTTP connections by client certificate, closed when it is revoked.
         self.cert_connections = OpenConnections(self.peer_gate.revoked)
@@ -474,20 +473,20 @@ class RsComponents(ABC):
             metrics=self.metrics,
             fence=self.fence,
         )
-        # Readiness for /readyz and the gRPC health service (issue 12): the term, a
+        # Readiness for /readyz and the gRPC health service: the term, a
         # rate-limited database probe; a standby's admin service can forward statements
         # unless insecure (rootservice.api.forwarding.forwarder_for).
         self.readiness = Readiness(
             self.term, self.store, can_forward=lambda: not self.security.insecure
         )
-        # The HTTP(S) endpoint's address once bound (issue 12; tests bind port 0).
+        # The HTTP(S) endpoint's address once bound (tests bind port 0).
         self.http_addr = settings.http_addr
         # Counted by the lease servicer on the event-loop thread (see rootservice.api.grpc_server).
         self.heartbeats_total = 0
         self.heartbeats_refused_total = 0
         # Refusals by OceanBase error name (a few names; counted on refusals only).
         self.heartbeats_refused: dict[str, int] = {}
-        # The Prometheus exposition (issue 12): read at each scrape, nothing per event.
+        # The Prometheus exposition: read at each scrape, nothing per event.
         self.metrics.registry.register(RsCollector(self.metrics, self))
         register_process_collectors(self.metrics.registry)
 

@@ -1,4 +1,4 @@
-"""The audit trail of admin statements (issue 10): one log line on the ``rootservice.audit``
+"""The audit trail of admin statements: one log line on the ``rootservice.audit``
 logger and one ``__all_rootservice_event_history`` row (module ``audit``) per statement that
 is not a read, and per refused login or privilege, with the user, the client address, the
 statement (passwords masked, truncated) and the outcome (``OK`` or the error's name).
@@ -68,7 +68,7 @@ class Audit:
         """Log and store one record. ``outcome`` is ``"OK"`` or an error name
         (``ER_ACCESS_DENIED_ERROR``...); ``event`` is ``statement`` or ``login`` (a refused
         login); ``forwarded_by`` is the ``ip:port`` of the standby RS that forwarded the
-        statement for the client (issue 11 item 3; a fifth pair ``forwarded_by``), "" when the
+        statement for the client (a fifth pair ``forwarded_by``), "" when the
         client called this RS itself. ``log_line`` False skips the log line (the statement path
         logs its own, :func:`rootservice.api.dispatch.log_statement`). Never raises: a failed event write is logged (and counted in
         :attr:`failures`) and the statement's own outcome stands."""

@@ -1,4 +1,4 @@
-"""Password hashes (issue 10): argon2id with a random salt per hash, through argon2-cffi's
+"""Password hashes: argon2id with a random salt per hash, through argon2-cffi's
 ``PasswordHasher`` (its defaults are RFC 9106's low-memory profile: 3 passes over 64 MiB,
 4 lanes, a 16-byte salt). The hash string carries the salt and the parameters, so hashes
 made with other parameters still verify. Plain passwords are never stored nor logged.
@@ -48,7 +48,7 @@ def native_verifier(password: str) -> str | None:
     """mysql_native_password's stored verifier of ``password``: hex ``SHA1(SHA1(password))``
     (MySQL's ``authentication_string`` without its ``*``), None for the empty password (no
     password login). SHA1 is MySQL's protocol, not a choice: the scramble the client sends
-    can only be checked against this value (issue 11)."""
+    can only be checked against this value."""
     if password == "":
         return None
     return hashlib.sha1(hashlib.sha1(password.encode("utf-8")).digest()).hexdigest()

@@ -1,4 +1,4 @@
-"""The authenticated caller of an admin statement (issue 10)."""
+"""The authenticated caller of an admin statement."""
 
 from __future__ import annotations
 

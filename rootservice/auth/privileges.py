@@ -1,5 +1,5 @@
-"""The one table of which privilege each statement needs (issue 10; README "Users and
-privileges"), after MySQL's: reading needs SELECT, changing the cluster ALTER SYSTEM, managing
+"""The one table of which privilege each statement needs (docs/admin-language.md,
+"Users and privileges"), after MySQL's: reading needs SELECT, changing the cluster ALTER SYSTEM, managing
 users CREATE USER; a user may always see its own grants and change its own password.
 """
 
@@ -24,7 +24,7 @@ REQUIRED: dict[type, str] = {
     # Everything that changes the cluster.
     ast.Bootstrap: ALTER_SYSTEM,
     ast.ServerOp: ALTER_SYSTEM,
-    # The dry run of DELETE SERVER (issue 13 item 4) changes nothing, but what it tells is
+    # The dry run of DELETE SERVER changes nothing, but what it tells is
     # for whoever may delete: an operator who may run DELETE SERVER may ask what it would do.
     ast.ExplainDeleteServer: ALTER_SYSTEM,
     ast.ReloadServer: ALTER_SYSTEM,

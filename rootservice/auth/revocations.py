@@ -1,4 +1,4 @@
-"""The cluster's revocation list of certificates (issue 26 item 5).
+"""The cluster's revocation list of certificates.
 
 ``ALTER SYSTEM REVOKE CERTIFICATE`` (and ``rootservice cert revoke``, which sends it) writes a
 row of ``__all_revoked_certificate`` in a fenced transaction (the leader only, as every

@@ -1,4 +1,4 @@
-"""Users, authentication and privilege checks of the admin statements (issue 10), as MySQL /
+"""Users, authentication and privilege checks of the admin statements, as MySQL /
 OceanBase: ``__all_user`` rows with argon2 hashes and global privileges, ``root`` always
 there with every privilege, MySQL's error codes and texts.
 """
@@ -68,7 +68,7 @@ def grants_line(user: str, privileges: frozenset[str]) -> str:
 
 
 class Users:
-    """Authentication, privilege checks and the user statements (issue 10).
+    """Authentication, privilege checks and the user statements.
 
     Reads go through ``store.read()`` (standbys authenticate too), writes through fenced
     ``store.txn()`` (the leader only, write-through). ``settings.insecure`` makes everyone
@@ -97,7 +97,7 @@ class Users:
 
     def get(self, user: str) -> UserRow | None:
         """The ``__all_user`` row of ``user`` (None when unknown), read from the database:
-        the MySQL endpoint's plugins check scrambles against it (issue 11). Raises
+        the MySQL endpoint's plugins check scrambles against it. Raises
         ``ObError("OB_ERR_SYS")`` when the table cannot be read."""
         return self._get(user)
 
@@ -164,7 +164,7 @@ class Users:
 
     def create_user(self, user: str, password: str, *, if_not_exists: bool = False) -> bool:
         """CREATE USER: a user with no privilege (MySQL's USAGE), with its argon2 hash and
-        mysql_native_password verifier (issue 11). Returns False when it
+        mysql_native_password verifier. Returns False when it
         exists and ``if_not_exists``. Raises ER_CANNOT_USER (1396) when it exists,
         OB_INVALID_ARGUMENT for a bad name, OB_RS_NOT_MASTER / OB_ERR_SYS from the store."""
         _check_name(user)

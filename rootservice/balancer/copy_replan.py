@@ -1,4 +1,4 @@
-"""Re-planning a copy's destination (issue 25 items 2 and 3): a unit migration whose
+"""Re-planning a copy's destination: a unit migration whose
 destination stalls, or is being drained, is sent to another server of its zone.
 
 A copy's destination is its unit's server (``__all_unit.svr_*``; the unit moves from

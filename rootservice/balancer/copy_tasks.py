@@ -1,5 +1,5 @@
-"""Replica copies in flight: the hand-out of the replica plan to destination agents (SPEC.md
-section 9, "disaster recovery"; OceanBase's ``ObDRWorker`` and its task manager's
+"""Replica copies in flight: the hand-out of the replica plan to destination agents
+(docs/design/migration.md, "disaster recovery"; OceanBase's ``ObDRWorker`` and its task manager's
 per-server limits).
 
 For each replica whose server is not its unit's server (or that sits on a permanently
@@ -10,7 +10,7 @@ destination agent as an ApplyReplicas upsert with ``copy_from``. At most
 healthy member when there is one. The member change that completes a move is the LS
 reconciler's (:meth:`rootservice.tenants.reconciler.LsReconciler.reconcile`).
 
-No stale plan row is handed out (issue 13 item 2): under the store's write lock (a fenced
+No stale plan row is handed out: under the store's write lock (a fenced
 transaction, which every server statement also holds while it writes the table and then
 memory, and inside which a CANCEL DELETE moves its units back and forgets its copies) each
 row is checked against the *current* layout (:meth:`CopyTasks.stale_copy`) and a new task
@@ -19,7 +19,7 @@ flight pops the task, and the hand-out then drops what it just sent. The tasks a
 a short lock of their own, never held across an RPC, a transaction or a plan, so CANCEL
 DELETE never waits for a balancer round.
 
-Nothing here waits for the next balancer round to notice that a copy ended (issue 14 item 5):
+Nothing here waits for the next balancer round to notice that a copy ended:
 :class:`CopyWatch` looks at the in-memory reports every :data:`COPY_WATCH_INTERVAL_US` while
 copies are in flight or servers are being emptied, and wakes the balancer when a copy is done
 or failed or its old replica left the member list (a slot is free, a retry or a unit
@@ -125,9 +125,9 @@ class CopyTasks:
         self.last_stale = 0
         # The log streams whose rows the last hand-out skipped only because they had no
         # leader (one moving off a DELETING server): CopyWatch wakes the balancer once one
-        # has a leader again rather than leaving the copy to the next period (issue 23).
+        # has a leader again rather than leaving the copy to the next period.
         self.leaderless: frozenset[LsKey] = frozenset()
-        # Copies the lag detector found stalled (issue 25 item 2): the next hand-out sends
+        # Copies the lag detector found stalled: the next hand-out sends
         # them again from another member, as a failed one.
         self._stalled: set[tuple[LsKey, str]] = set()
         # Guards ``tasks`` (read by the job progress and CANCEL DELETE while a round runs).
@@ -151,7 +151,7 @@ class CopyTasks:
 
     def restart_stalled(self, key: LsKey, dest: str, /) -> bool:
         """Mark the copy of ``key`` to ``dest`` (``'ip:port'``) as stalled: bytes that did not
-        move for twice ``agent_lag_timeout`` (issue 25 item 2, found by
+        move for twice ``agent_lag_timeout`` (found by
         :class:`rootservice.servers.lag_detector.LagDetector`). The next :meth:`hand_out`
         sends it again from another healthy member, as it does a failed copy (the agent then
         restarts it from byte 0). False when no such copy is in flight (nothing marked)."""
@@ -190,7 +190,7 @@ class CopyTasks:
 
     def involving(self, server: str) -> int:
         """Copies in flight from, to or replacing a replica on ``server`` (``'ip:port'``;
-        DRAIN SERVER's "copies left", issue 25 item 3)."""
+        DRAIN SERVER's "copies left")."""
         with self._lock:
             return sum(1 for t in self.tasks.values() if server in (t.dest, t.src, t.old))
 
@@ -204,7 +204,7 @@ class CopyTasks:
         be handed out under the current layout ``plan`` of its LS, or ``''``: the LS is
         gone, ``dest`` is no longer a planned member (its unit went back), or ``old`` is
         again a planned member on a server that is not permanently offline (a CANCEL
-        DELETE moved the unit back). Issue 13 item 2; OceanBase's ``ObDRWorker`` likewise
+        DELETE moved the unit back). OceanBase's ``ObDRWorker`` likewise
         re-checks a task against the current locality before it runs it."""
         if plan is None:
             return "the log stream is gone"
@@ -271,7 +271,7 @@ class CopyTasks:
                             leaderless.add(key)
                         continue
                     if s.is_suspect(self.clock.monotonic_us()):
-                        # No copy to a SUSPECT server (issue 25 item 1): it waits for the
+                        # No copy to a SUSPECT server: it waits for the
                         # suspicion to end (the planner no longer sends units there).
                         continue
                     r = reports.get(dest, {}).get(key)
@@ -380,7 +380,7 @@ class CopyTasks:
         asked for is dropped again (logged, not raised)."""
         key, dest = task.key, task.dest
         try:
-            # The source and the leader serve a copy only to a learner (issue 10); the spec
+            # The source and the leader serve a copy only to a learner; the spec
             # names the leader as of the announcement (one may have moved since the plan).
             view = self.ls.announce_copy(plan, view, dest, src)
             self.ls.apply(dest, [self.ls.copy_spec(plan, view, dest, src)])
@@ -489,7 +489,7 @@ class CopyWatch:
     ``balancer`` when :meth:`CopyTasks.outcomes` shows an event it has not seen yet or an LS
     whose copy the last hand-out skipped for want of a leader has one again
     (:meth:`CopyTasks.led_again`: a copy of an LS whose leader was moving off the DELETING
-    server waited for the next ``balancer_interval``, issue 23), and the
+    server waited for the next ``balancer_interval``), and the
     ``empty_server_checker`` when a DELETING server with no copy in flight from it has no
     unit and no replica left (once per server until it is DELETING again). See the module
     doc; OceanBase's ``ObDRTaskMgr`` wakes ``ObDRWorker`` when a task finishes.

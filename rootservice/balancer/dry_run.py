@@ -1,4 +1,4 @@
-"""The dry run of DELETE SERVER (issue 13 item 4: ``EXPLAIN ALTER SYSTEM DELETE SERVER``, after
+"""The dry run of DELETE SERVER (``EXPLAIN ALTER SYSTEM DELETE SERVER``, after
 CockroachDB's ``node decommission --dry-run`` and Doris' Check Decommission).
 
 :class:`DeleteDryRun` computes what the balancer would do if the servers were DELETING now,
@@ -6,13 +6,13 @@ with the planner the balancer uses and the tables and reports as they are, and w
 nothing: no row, no event, no job, no change in memory. It never takes the balancer round's
 lock (it only reads), so it answers while a round is computing.
 
-- **Units.** The unit plan (:meth:`rootservice.balancer.planner.Planner.unit_plan`, SPEC.md
-  section 9) on the servers rows in which the targets show ``DELETING`` gives each unit's
+- **Units.** The unit plan (:meth:`rootservice.balancer.planner.Planner.unit_plan`,
+  docs/design/migration.md) on the servers rows in which the targets show ``DELETING`` gives each unit's
   destination, or the reason it has no room (a ``BLOCKER``). Units of other DELETING or
   permanently offline servers compete for the same room and are placed in the same plan
   (``unit_id`` order, as the balancer does), so a unit the pre-check alone would place may
   find no room here.
-- **Replicas** follow their unit (SPEC.md section 9, "migrate replica due to unit not
+- **Replicas** follow their unit (docs/design/migration.md, "migrate replica due to unit not
   match"): every replica on a target (``__all_ls_meta_table`` and the target's latest
   report) of an LS whose planned member there is the unit moves to the unit's destination.
   Bytes come from the report, else the meta table; a unit's bytes are its replicas', else

@@ -1,4 +1,4 @@
-"""Event-driven steps of emptying a server (SPEC.md section 9, issue 23): the tenant layer
+"""Event-driven steps of emptying a server (docs/design/migration.md): the tenant layer
 tells :class:`EmptyingWake` what it learnt from the reports and the meta sync, and the task
 that takes the next step of the move is woken at once instead of at its next period.
 

@@ -1,4 +1,4 @@
-"""Progress of DELETE_SERVER jobs (SPEC.md section 9; OceanBase's ``ObRsJobTableOperator``
+"""Progress of DELETE_SERVER jobs (docs/design/migration.md; OceanBase's ``ObRsJobTableOperator``
 rows of ``__all_rootservice_job``).
 
 Each INPROGRESS ``DELETE_SERVER`` job carries ``progress`` (0-100) and, in ``extra_info``
@@ -7,7 +7,7 @@ and, when nothing moved for ``migration_stall_time``, ``stalled: <reason>`` nami
 blocks (:func:`stall_reason`; also an event ``migration_stalled`` each time the reason
 changes). The totals are fixed at the job's first round and kept in ``extra_info`` with the
 job's start and last progress, so a new leader reads them back and the percentage never falls
-back after a failover (issue 13 item 3). A planner that fails (:meth:`DeleteJobProgress.
+back after a failover. A planner that fails (:meth:`DeleteJobProgress.
 planner_failed`) is the stall reason of every job (``planner failed: <cause>``) until it works
 again. In the transaction that removes the emptied server,
 :meth:`DeleteJobProgress.finalize_job` shows everything moved.
@@ -59,7 +59,7 @@ class JobProgress:
     (``bytes_total`` in bytes, times in microseconds; ``last_done`` units + replicas moved
     when last changed at ``last_change_us``, ``stalled`` the reported reason or ``''``).
     ``job_id``, ``percent`` (0-100) and ``bytes_done`` are those of the last round, for
-    ``/metrics`` (issue 12); ``bytes_done`` never decreases (a restarted copy does not take
+    ``/metrics``; ``bytes_done`` never decreases (a restarted copy does not take
     back what the operator was shown)."""
 
     units_total: int
@@ -98,7 +98,7 @@ def job_info(
 
 def restore_progress(job_id: int, extra_info: str) -> JobProgress | None:
     """The progress a former leader kept in the job's ``extra_info`` (:func:`job_info`), or
-    None when it holds none (a new job, or text that is not such JSON). Issue 13 item 3."""
+    None when it holds none (a new job, or text that is not such JSON)."""
     try:
         info = json.loads(extra_info) if extra_info else None
         if not isinstance(info, dict):
@@ -138,7 +138,7 @@ def stall_reason(
     planner_failure: str = "",
 ) -> str:
     """Why the emptying of ``key`` (``'ip:port'``, whitelist entry ``server``) moves nothing,
-    naming what blocks (issue 13 item 3), first match wins:
+    naming what blocks, first match wins:
 
     1. the planner fails (``planner_failure``): ``planner failed: <cause>``;
     2. a unit left found no room (``unplaced``: unit_id -> the unit plan's reason, which
@@ -184,8 +184,7 @@ class DeleteJobProgress:
     ``migration_stall_time``. :attr:`planner_failure` is the cause of the last failed plan
     (``''`` while the planner works), set by the balancer.
     :attr:`progress` (by ``'ip:port'``) is guarded by a short lock
-    of its own (CANCEL DELETE forgets a job while a round may be updating the jobs; issue 13
-    item 2), never held across a transaction, an RPC or a plan.
+    of its own (CANCEL DELETE forgets a job while a round may be updating the jobs), never held across a transaction, an RPC or a plan.
     """
 
     def __init__(
@@ -248,7 +247,7 @@ class DeleteJobProgress:
         stall (log and event ``migration_stalled``, again only when the reason changes) when
         nothing moved for ``migration_stall_time``. A job that ended since it was read
         (CANCEL DELETE) keeps its final row and its progress is forgotten here too, so that a
-        later DELETE of the same server starts afresh (issue 13 item 2). Raises ``ObError`` when the transaction
+        later DELETE of the same server starts afresh. Raises ``ObError`` when the transaction
         fails."""
         with self.store.read() as conn:
             jobs = job_repo.inprogress_jobs(conn, JOB_TYPE)
@@ -338,7 +337,7 @@ class DeleteJobProgress:
     def finalize_job(self, conn: sa.Connection, ip: str, port: int) -> None:
         """In the transaction ``conn`` that removes the emptied server ``ip:port``: its job's
         ``extra_info`` shows everything moved (the job itself becomes SUCCESS in the same
-        transaction, SPEC.md section 9). Without progress in this RS's memory the baseline a
+        transaction, docs/design/migration.md). Without progress in this RS's memory the baseline a
         former leader left in the row is used; nothing when there is none either."""
         key = f"{ip}:{port}"
         with self._lock:

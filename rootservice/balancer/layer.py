@@ -1,4 +1,4 @@
-"""Building the emptying layer (SPEC.md section 9): the planner, the unit moves, the copy
+"""Building the emptying layer (docs/design/migration.md): the planner, the unit moves, the copy
 hand-out, the re-plan of copy destinations, the DELETE SERVER jobs, the balancer round, its
 dry run and the lost-replica checker, in dependency order, kept together in one :class:`BalancerLayer` (the RS's
 composition root, :mod:`rootservice.app.wiring`, takes them from it)."""
@@ -56,7 +56,7 @@ def build_balancer_layer(
     first use. ``wake`` runs a registered background task now by name. Nothing is started.
     """
     # Plans by Spark or pandas, as balancer_planner says at each call; a failed plan is
-    # counted, logged and recorded by the one planner object (issue 13 item 3).
+    # counted, logged and recorded by the one planner object.
     planner = SwitchablePlanner(
         settings,
         spark=spark or LazySparkPlanner(settings),
@@ -83,7 +83,7 @@ def build_balancer_layer(
         settings=settings,
         metrics=metrics,
     )
-    # A stalled or drained copy destination sent elsewhere (issue 25 items 2-3).
+    # A stalled or drained copy destination sent elsewhere.
     replan = CopyReplan(
         copies=copies,
         ls=tenants.balancer_view,
@@ -122,7 +122,7 @@ def build_balancer_layer(
             jobs=jobs,
             replan=replan,
         ),
-        # EXPLAIN ALTER SYSTEM DELETE SERVER (issue 13 item 4): the balancer's planner on
+        # EXPLAIN ALTER SYSTEM DELETE SERVER: the balancer's planner on
         # the servers as DELETE would leave them; reads only, never the round's lock.
         delete_dry_run=DeleteDryRun(
             planner=planner, servers=servers, ls=tenants.balancer_view, store=store

@@ -1,6 +1,6 @@
-"""The lost-replica checker task (``lost_replica_checker``; SPEC.md section 9, OceanBase's
+"""The lost-replica checker task (``lost_replica_checker``; docs/design/migration.md, OceanBase's
 ``ObLostReplicaChecker``): the rows of ``__all_ls_meta_table`` the lost-replica plan calls
-lost are deleted in batches, each logged, in fenced transactions (SPEC.md section 10).
+lost are deleted in batches, each logged, in fenced transactions (docs/design/ha.md#fenced-writes).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class LostReplicaChecker:
         try:
             rows = self.planner.lost_replicas(server_rows(self.servers))
         except PlannerError:
-            # Counted, logged once and recorded as an event by the planner (issue 13 item 3).
+            # Counted, logged once and recorded as an event by the planner.
             return 0
         deleted = 0
         for i in range(0, len(rows), BATCH):

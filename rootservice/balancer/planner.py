@@ -1,4 +1,4 @@
-"""The planner seam of the balancer (SPEC.md section 9): the :class:`Planner` protocol and the
+"""The planner seam of the balancer (docs/design/migration.md): the :class:`Planner` protocol and the
 servers input every plan takes.
 
 The plans are computed by Spark jobs (:mod:`rootservice.balancer.spark`, through
@@ -32,7 +32,7 @@ SERVER_COLUMNS = (
 
 
 class Planner(Protocol):
-    """Computes the three plans of SPEC.md section 9 from the system tables plus the
+    """Computes the three plans of docs/design/migration.md from the system tables plus the
     ``servers`` rows (one dict per whitelisted server with :data:`SERVER_COLUMNS`)."""
 
     def unit_plan(self, servers: list[Row]) -> list[Row]:
@@ -51,7 +51,7 @@ class Planner(Protocol):
 
 
 class PlannerError(Exception):
-    """A plan could not be computed (issue 13 item 3): no Java, a JVM crash, a lost executor,
+    """A plan could not be computed: no Java, a JVM crash, a lost executor,
     an unreachable master, a database error in the planner... ``cause`` is a short one-line
     reason (shown in the jobs' ``stalled``), ``task`` the caller (``balancer`` or
     ``lost_replica_checker``); the original exception is chained. Raised by
@@ -84,7 +84,7 @@ def server_rows(servers: Whitelist) -> list[Row]:
     """The whitelist as planner rows (:data:`SERVER_COLUMNS`): status and heartbeat status
     as their display strings, ``stop_time`` in microseconds, CPU in cores, memory and log
     disk in bytes, ``suspect`` whether it is SUSPECT as ``__all_server.suspect_end_time``
-    shows it, or LAGGING (issue 25 items 1-2: no unit, hence no copy, goes to it)."""
+    shows it, or LAGGING (no unit, hence no copy, goes to it)."""
     out = []
     for s in servers.snapshot():
         r = s.resource_info

@@ -1,4 +1,4 @@
-"""Whether the configured planner can run, checked without starting a JVM (issue 13 item 3).
+"""Whether the configured planner can run, checked without starting a JVM.
 
 The RS checks this when it opens its database and whenever ``balancer_planner`` changes, logs
 the answer (INFO when fine, WARNING with the fix when not) and exposes it as

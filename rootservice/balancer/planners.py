@@ -1,5 +1,5 @@
-"""The planners behind the balancer (:class:`rootservice.balancer.planner.Planner`, SPEC.md
-section 9).
+"""The planners behind the balancer (:class:`rootservice.balancer.planner.Planner`,
+docs/design/migration.md).
 
 :class:`SparkPlanner` is what the RS runs: the three Spark jobs of :mod:`rootservice.balancer.spark`
 on one long-lived SparkSession (``spark_master``, ``local[*]`` by default, created lazily in
@@ -11,7 +11,7 @@ single-process pandas (``rootservice.balancer.spark.reference``, checked against
 :class:`SwitchablePlanner` is the one planner the RS's balancer and lost-replica checker hold:
 it delegates to the Spark or the pandas planner as the ``balancer_planner`` parameter says at
 each call, and makes a failed plan visible (counter, event, one WARNING per cause) before
-raising :class:`rootservice.balancer.planner.PlannerError` (issue 13 item 3).
+raising :class:`rootservice.balancer.planner.PlannerError`.
 
 Each method takes the servers rows (``rootservice.balancer.planner.SERVER_COLUMNS``) and returns
 plan rows as dicts, nulls as None.
@@ -61,7 +61,7 @@ def _servers_frame(servers: list[Row]) -> Any:
 
 
 class SparkPlanner:
-    """Plans computed by Spark (SPEC.md section 9). ``settings`` give the master and extra
+    """Plans computed by Spark (docs/design/migration.md). ``settings`` give the master and extra
     configuration (``spark_conf`` entries ``k=v``) and the database the jobs read."""
 
     def __init__(self, settings: RsSettings) -> None:
@@ -79,7 +79,7 @@ class SparkPlanner:
         from rootservice.balancer.spark.readers import PLAN_COLUMNS, read_inputs
 
         spark = self.sessions.get()
-        # Only the columns the plans read travel from PostgreSQL (issue 14 item 6).
+        # Only the columns the plans read travel from PostgreSQL.
         return read_inputs(
             spark, self.db_url, servers=_servers_frame(servers), columns=PLAN_COLUMNS
         )
@@ -203,7 +203,7 @@ FAILURE_LOG_US = 600_000_000
 
 
 class SwitchablePlanner:
-    """The RS's one :class:`rootservice.balancer.planner.Planner` (issue 13 item 3): each
+    """The RS's one :class:`rootservice.balancer.planner.Planner`: each
     call goes to ``spark`` or ``local`` as ``settings.balancer_planner`` says at that moment,
     so ALTER SYSTEM SET balancer_planner applies from the next round.
 

@@ -1,4 +1,4 @@
-"""What the balancer needs from the layers below it, as consumer protocols (SPEC.md section 9).
+"""What the balancer needs from the layers below it, as consumer protocols (docs/design/migration.md).
 
 The balancer classes take these at construction, never the whole server manager or LS
 manager: :class:`Whitelist` (the servers package's whitelist), :class:`EventSink` (its
@@ -63,7 +63,7 @@ Reports = dict[str, dict[LsKey, obrpc_pb2.ReplicaInfo]]
 
 
 class Whitelist(Protocol):
-    """The servers the RS knows (SPEC.md section 3), keyed ``'ip:port'``."""
+    """The servers the RS knows (docs/design/servers.md#the-three-statuses), keyed ``'ip:port'``."""
 
     def get(self, server: str) -> ServerStatus | None:
         """The server's status, or None when it is not in the whitelist."""
@@ -95,7 +95,7 @@ class Waker(Protocol):
 
 
 class Gate(Protocol):
-    """The term's answer to "may a background round act now" (SPEC.md section 8)."""
+    """The term's answer to "may a background round act now" (docs/design/ha.md#taking-office)."""
 
     def may_act(self) -> bool:
         """This RS is the leader, its lease safely held and its whitelist in service
@@ -104,7 +104,7 @@ class Gate(Protocol):
 
 
 class Store(Protocol):
-    """The epoch-fenced metadata store (SPEC.md section 10)."""
+    """The epoch-fenced metadata store (docs/design/ha.md#fenced-writes)."""
 
     @property
     def rs_addr(self) -> tuple[str, int]:
@@ -157,7 +157,7 @@ class ReplicaReports(Protocol):
 
 class LsStatus(LsLayout, ReplicaReports, Protocol):
     """The layout's views (with their leaders) and the replica reports: what the jobs'
-    stall reasons read (issue 13 item 3)."""
+    stall reasons read."""
 
 
 class ReplicaWork(LsLayout, ReplicaReports, Protocol):

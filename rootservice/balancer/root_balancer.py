@@ -1,4 +1,4 @@
-"""The root balancer task (``balancer``): emptying servers as the RS runs it (SPEC.md section 9;
+"""The root balancer task (``balancer``): emptying servers as the RS runs it (docs/design/migration.md;
 OceanBase's ``ObRootBalancer`` and ``ObDRWorker``).
 
 One round plans with the :class:`rootservice.balancer.planner.Planner` (Spark) and applies:
@@ -6,11 +6,11 @@ unit moves (:mod:`rootservice.balancer.unit_moves`), replica copies
 (:mod:`rootservice.balancer.copy_tasks`), unit completion, then the progress of the
 DELETE_SERVER jobs (:mod:`rootservice.balancer.job_progress`). Before it plans, a round
 sends the units whose copies stalled at their destination, or whose destination is being
-drained, to another server (:mod:`rootservice.balancer.copy_replan`, issue 25), so its plan
-already hands their copies to the new one. Every write is a fenced transaction (SPEC.md
-section 10).
+drained, to another server (:mod:`rootservice.balancer.copy_replan`), so its plan
+already hands their copies to the new one. Every write is a fenced transaction
+(docs/design/ha.md#fenced-writes).
 
-CANCEL DELETE SERVER never waits for a round (issue 13 item 2): its units go back in the
+CANCEL DELETE SERVER never waits for a round: its units go back in the
 statement's own transaction (:meth:`RootBalancer.move_units_back`), the in-memory work is
 forgotten under the parts' short locks once it committed (:meth:`RootBalancer.cancelled`)
 and the partial replicas are dropped off the statement's path
@@ -126,8 +126,7 @@ class RootBalancer:
                 actions += self.copies.hand_out(self.planner.replica_plan(servers))
                 stale["copies"] = self.copies.last_stale
             except PlannerError as e:
-                # Counted, logged and recorded by the planner; the jobs say it (issue 13
-                # item 3), and the round ends as a handled one (no task-failure traceback).
+                # Counted, logged and recorded by the planner; the jobs say it, and the round ends as a handled one (no task-failure traceback).
                 self.jobs.planner_failed(e.cause)
                 self.jobs.update_jobs()
                 return actions

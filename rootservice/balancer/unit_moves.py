@@ -1,10 +1,10 @@
-"""Unit moves off servers being emptied (SPEC.md section 9; OceanBase's ``ObRootBalancer`` /
+"""Unit moves off servers being emptied (docs/design/migration.md; OceanBase's ``ObRootBalancer`` /
 ``ObUnitManager`` unit migration), recorded in ``__all_unit``:
 
 - **Start.** For each unit of a DELETING or permanently offline server the unit plan gives a
   target; :meth:`UnitMoves.apply_unit_plan` records the move (``svr_*`` = target,
   ``migrate_from_svr_*`` = source), in batches, re-checking the plan's premises in the same
-  transaction (issue 13 item 2, see :meth:`UnitMoves.stale_move`).
+  transaction (see :meth:`UnitMoves.stale_move`).
 - **Completion.** A moving unit is done when no LS of its unit group has a replica on the
   source any more: ``migrate_from`` is cleared (:meth:`UnitMoves.finish_units`), only while
   the unit row is still the one the round read.
@@ -13,7 +13,7 @@
 
 A plan computed before a state change moves nothing: the rows whose premises no longer hold
 are skipped, counted in ``stale_plan_rows_total`` and in :attr:`UnitMoves.last_stale`.
-Every write is a fenced transaction (SPEC.md section 10) with its events. Times are
+Every write is a fenced transaction (docs/design/ha.md#fenced-writes) with its events. Times are
 microseconds since the epoch.
 """
 
@@ -85,8 +85,7 @@ class UnitMoves:
         committed since the plan), or the destination is gone, not alive, DELETING, stopped
         or in another zone than the unit. Called inside the applying transaction, i.e.
         under the store's write lock, which every server statement holds while it writes
-        the table and then the whitelist, so the whitelist read here is the committed one
-        (issue 13 item 2). That the unit is still on the source and not moving is
+        the table and then the whitelist, so the whitelist read here is the committed one. That the unit is still on the source and not moving is
         :func:`rootservice.db.unit_repo.start_unit_move`'s check, in the same transaction."""
         src = self.servers.get(f"{row['from_svr_ip']}:{row['from_svr_port']}")
         if src is None:
@@ -180,7 +179,7 @@ class UnitMoves:
         (reported by an alive server or in ``__all_ls_meta_table``) on the source. In the
         transaction, a unit is finished only while its row is still the one read here (on
         the same server, moving from the same source): one moved back by a CANCEL DELETE
-        since is a stale row, counted in :attr:`last_stale` (issue 13 item 2). Returns units
+        since is a stale row, counted in :attr:`last_stale`. Returns units
         finished; raises ``ObError`` when the transaction fails."""
         self.last_stale = 0
         topo = self.ls.topology()
@@ -247,7 +246,7 @@ class UnitMoves:
 
     def move_back(self, conn: sa.Connection, server: str) -> list[unit_repo.Unit]:
         """CANCEL DELETE SERVER ``server`` (``'ip:port'``), in the statement's transaction
-        ``conn`` (issue 13 item 2: the units are back when the statement commits): units
+        ``conn`` (the units are back when the statement commits): units
         moving away from it go back (``svr`` = ``migrate_from``, event
         ``cancel_migrate_unit``); units that finished moving stay. Returns the units moved
         back as they were before (their ``server`` is the destination they leave). The

@@ -3,7 +3,7 @@
 One :class:`Catalog` per RS process (``RootService.catalog``) reads the database's catalog
 once, through SQLAlchemy's inspector, and answers three kinds of callers: the read-only
 SELECT engine (:mod:`rootservice.db.query_repo`; names resolved case-insensitively),
-``SHOW TABLES`` / ``DESC`` and the MySQL endpoint's ``information_schema`` (issue 11 item 1,
+``SHOW TABLES`` / ``DESC`` and the MySQL endpoint's ``information_schema`` (
 :meth:`Catalog.tables`).
 
 Names are spelled as the product spells them (OceanBase's): tables lower case
@@ -206,7 +206,7 @@ class Catalog:
     def tables(self, conn: sa.Connection) -> list[TableInfo]:
         """Every system table and view present in the database (``conn``'s), tables first,
         each group in :data:`~rootservice.db.tables.SYSTEM_TABLES` /
-        :data:`~rootservice.db.tables.SYSTEM_VIEWS` order (issue 11: the MySQL endpoint's
+        :data:`~rootservice.db.tables.SYSTEM_VIEWS` order (the MySQL endpoint's
         ``information_schema`` and ``SHOW TABLES``)."""
         return list(self._load(conn).values())
 

@@ -1,5 +1,4 @@
-"""``__all_server_drain``: one row per drained server, its last DRAIN SERVER (issue 25
-item 3, migration 0011; :mod:`rootservice.servers.drain`).
+"""``__all_server_drain``: one row per drained server, its last DRAIN SERVER (migration 0011; :mod:`rootservice.servers.drain`).
 
 Every function takes a connection inside the caller's transaction and never commits. Times
 are microseconds since the epoch (the RS's clock).

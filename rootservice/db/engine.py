@@ -3,7 +3,7 @@
 ``make_engine(url)`` returns an engine tuned for the RS: SQLite in WAL mode with a busy
 timeout and foreign keys on, PostgreSQL through psycopg 3 with a short connect timeout, TCP
 keepalives and a user timeout so an unreachable database fails fast, a bounded pool, and a
-client-side bound on every wait for the server (:func:`io_deadline`, issue 14 item 7: a
+client-side bound on every wait for the server (:func:`io_deadline`: a
 database that stops answering - a network blackhole, a hung server - must produce an error,
 not a thread stuck for ever holding the RS's write lock or its election round).
 ``upgrade(engine)`` applies the Alembic migrations in ``migrations/``; it is the only way the
@@ -150,7 +150,7 @@ def make_engine(
     of ``connect_timeout_s`` (libpq: the whole connection start-up), :data:`TCP_ARGS`, a
     pre-ping on checkout, at most ``POOL_SIZE + MAX_OVERFLOW`` connections and
     ``pool_timeout_s`` of waiting for one. SQLite files' parent directories are created.
-    ``server_judge`` (PostgreSQL, issue 24 item 1) sees the :class:`ServerIdentity` of every
+    ``server_judge`` (PostgreSQL) sees the :class:`ServerIdentity` of every
     new connection (None when unreadable) and may refuse it: the connection is closed and,
     with a multi-host URL, the next server of the list is tried without the refused one (libpq
     alone would pick the first writable one again: an old primary restarted writable); with
@@ -279,7 +279,7 @@ def set_local(conn: sa.Connection, settings: dict[str, str]) -> None:
     if conn.dialect.name != "postgresql" or not settings:
         return
     # One statement for all of them: every round trip counts when the database is slow
-    # (issue 14 item 7: at 1 s per statement, three SETs were three of a renewal's seconds).
+    # (at 1 s per statement, three SETs were three of a renewal's seconds).
     calls = ", ".join(f"set_config(:n{i}, :v{i}, true)" for i in range(len(settings)))
     params: dict[str, str] = {}
     for i, (name, value) in enumerate(settings.items()):

@@ -1,4 +1,4 @@
-"""``__all_rootservice_event_history``: what the RS did and why (SPEC.md section 4).
+"""``__all_rootservice_event_history``: what the RS did and why (docs/design/servers.md#the-tables).
 
 Every function takes a connection inside the caller's transaction and never commits.
 """
@@ -54,7 +54,7 @@ def insert_events(conn: sa.Connection, events: Iterable[Event], rs_addr: tuple[s
 
 def latest_events(conn: sa.Connection, limit: int) -> list[dict[str, Any]]:
     """The ``limit`` latest events, newest first (by ``event_time``, then insertion order),
-    for the status API (issue 12): dicts of ``event_time_us``, ``module``, ``event``,
+    for the status API: dicts of ``event_time_us``, ``module``, ``event``,
     ``values`` (the non-empty name/value pairs, in order) and ``rs`` (``"ip:port"`` of the RS
     that wrote it, "" when unknown)."""
     t = all_rootservice_event_history

@@ -1,4 +1,4 @@
-"""``__all_rootservice_job``: DELETE_SERVER jobs and their progress (SPEC.md section 9,
+"""``__all_rootservice_job``: DELETE_SERVER jobs and their progress (docs/design/migration.md,
 OceanBase's ``ObRsJobTableOperator``).
 
 Every function takes a connection inside the caller's transaction and never commits.
@@ -27,7 +27,7 @@ class Job:
     svr_ip: str
     svr_port: int
     # The row's extra_info ("" when NULL): a DELETE_SERVER job's progress baseline lives
-    # there, read back by a new leader (issue 13 item 3).
+    # there, read back by a new leader.
     extra_info: str = ""
 
     @property
@@ -165,7 +165,7 @@ def set_job_extra_info(
 
 def recent_jobs(conn: sa.Connection, ended_limit: int = 20) -> list[dict[str, Any]]:
     """Every INPROGRESS job (oldest first), then the ``ended_limit`` most recently modified
-    ended ones (newest first), for the status API (issue 12). Each is a dict: ``job_id``,
+    ended ones (newest first), for the status API. Each is a dict: ``job_id``,
     ``job_type``, ``job_status``, ``svr_ip`` / ``svr_port`` (None when the job is not about a
     server), ``progress``, ``extra_info`` (the raw text, "" when NULL), ``return_code``,
     ``create_time_us`` / ``modify_time_us`` (microseconds since the epoch)."""

@@ -1,5 +1,5 @@
 """The ``rootservice_epoch`` row of ``__all_service_epoch``: the epoch every write is fenced
-with and the leader's lease (SPEC.md section 10, issue 5).
+with and the leader's lease (docs/design/ha.md#fenced-writes).
 
 ``svr_ip`` / ``svr_port`` hold the leader's RPC address, ``lease_expire_time`` /
 ``lease_renew_time`` are microseconds by the database's clock. Every function takes a
@@ -26,7 +26,7 @@ RS_EPOCH_NAME = "rootservice_epoch"
 class RsLease:
     """The lease row: ``epoch`` (0 = never taken), ``holder`` (``"ip:port"``, "" = nobody),
     ``expire_us`` and ``renew_us`` (microseconds since the epoch by the database's clock);
-    ``incarnation`` (the holder's random id, 0 = none: issue 24), ``pg_system_id`` and
+    ``incarnation`` (the holder's random id, 0 = none), ``pg_system_id`` and
     ``pg_timeline`` (the PostgreSQL server the holder took office or last renewed through;
     None on SQLite)."""
 
@@ -45,7 +45,7 @@ def db_now_us(conn: sa.Connection) -> int:
     PostgreSQL's ``clock_timestamp()`` (the real time, not the transaction's start, so a lock
     wait inside the transaction is counted); SQLite's ``julianday('now')`` (millisecond
     precision; SQLite is a local file, so this is the RS host's clock). Every RS measures the
-    lease by this one clock, so their own clocks may disagree (SPEC.md section 10).
+    lease by this one clock, so their own clocks may disagree (docs/design/ha.md#fenced-writes).
     """
     if conn.dialect.name == "postgresql":
         q = "SELECT CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000 AS BIGINT)"
@@ -133,7 +133,7 @@ def take_lease(
 ) -> int:
     """Take office: raise the epoch from ``old.epoch`` (as read with ``lock=True`` in the same
     transaction) to ``epoch`` (default and at least ``old.epoch + 1``) and make ``holder``
-    the leader until ``expire_us`` with ``incarnation``, recording ``server`` (issue 24);
+    the leader until ``expire_us`` with ``incarnation``, recording ``server``;
     returns the new epoch. Creates the row when it is missing (a database migrated before
     0002 inserted it)."""
     t = all_service_epoch
@@ -166,7 +166,7 @@ def renew_lease(
     server: ServerIdentity | None = None,
 ) -> bool:
     """Extend the lease of ``holder`` at ``epoch`` to ``expire_us``, recording ``server`` (the
-    PostgreSQL server renewed through, issue 24; None leaves the columns); False (nothing
+    PostgreSQL server renewed through; None leaves the columns); False (nothing
     changed) when the row has another epoch or holder, i.e. this RS was deposed."""
     t = all_service_epoch
     n = conn.execute(

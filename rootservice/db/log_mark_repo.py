@@ -1,5 +1,5 @@
 """``__all_ls_log_mark``: the highest log end index any replica of each log stream ever
-reported (issue 24 item 4, migration 0009).
+reported (migration 0009).
 
 Every function takes a connection inside the caller's transaction and never commits.
 """

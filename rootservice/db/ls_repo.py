@@ -1,5 +1,5 @@
 """``__all_ls_status`` and ``__all_ls_meta_table``: log streams and where their replicas are
-(SPEC.md section 4, OceanBase 4.x inner tables).
+(docs/design/servers.md#the-tables, OceanBase 4.x inner tables).
 
 Every function takes a connection inside the caller's transaction and never commits.
 """

@@ -1,4 +1,4 @@
-"""``__all_rootservice_member``: the root services seen by the database (issue 12,
+"""``__all_rootservice_member``: the root services seen by the database (
 migration 0006).
 
 Each RS's election round (:mod:`rootservice.ha.election`) calls :func:`touch` in its own

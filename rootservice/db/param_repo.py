@@ -51,7 +51,7 @@ def set_param(conn: sa.Connection, name: str, value: str, now_us: int, info: str
 
 def next_counter(conn: sa.Connection, name: str, now_us: int, at_least: int = 0) -> int:
     """Allocate the next value of a counter kept in ``__all_sys_parameter`` (server ids, job
-    ids: never reused, SPEC.md section 2). The update takes the row lock, so concurrent
+    ids: never reused, docs/design/servers.md#the-server-record). The update takes the row lock, so concurrent
     allocators serialise."""
     t = all_sys_parameter
     cur = conn.execute(sa.select(t.c.value).where(t.c.name == name).with_for_update()).scalar()

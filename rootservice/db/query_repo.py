@@ -1,4 +1,4 @@
-"""Read-only SELECT over the system tables and DBA_OB_* views (SPEC.md section 4, issue 11).
+"""Read-only SELECT over the system tables and DBA_OB_* views (docs/design/servers.md#the-tables).
 
 Runs an :class:`sql.ast.Query` that :mod:`sql.reads` parsed and checked (MySQL syntax, only
 reads, only allowed functions): every table must be one of the :class:`Catalog`'s (else

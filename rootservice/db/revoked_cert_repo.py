@@ -1,4 +1,4 @@
-"""``__all_revoked_certificate``: the revoked certificates (issue 26 item 5, migration 0007).
+"""``__all_revoked_certificate``: the revoked certificates (migration 0007).
 
 Every function takes a connection inside the caller's transaction and never commits. Serials
 are lower-case hex (:func:`obcommon.security.revocation.serial_text`).

@@ -1,5 +1,4 @@
-"""Which PostgreSQL server a connection reached: its system identifier and timeline (issue
-24 item 1).
+"""Which PostgreSQL server a connection reached: its system identifier and timeline.
 
 ``system_identifier`` (``pg_control_system()``) names one database cluster for life: a
 standby made by ``pg_basebackup`` shares its primary's, a cluster made by ``initdb`` (or a

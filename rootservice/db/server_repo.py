@@ -1,4 +1,4 @@
-"""``__all_server``: the whitelist's rows (SPEC.md sections 4 and 6).
+"""``__all_server``: the whitelist's rows (docs/design/servers.md).
 
 Every function takes a connection inside the caller's transaction and never commits; the
 caller decides what commits together (write-through admin operations).

@@ -1,5 +1,5 @@
 """``__all_space_usage``: bytes each tenant's replicas take on each server, from the agents'
-reports (SPEC.md section 4).
+reports (docs/design/servers.md#the-tables).
 
 Every function takes a connection inside the caller's transaction and never commits.
 """

@@ -1,4 +1,4 @@
-"""SQLAlchemy Core definitions of the system tables (SPEC.md section 4).
+"""SQLAlchemy Core definitions of the system tables (docs/design/servers.md#the-tables).
 
 These mirror what the Alembic migrations create; the migrations, not ``metadata.create_all``,
 are the source of the schema. Table and column names are part of the product: ops
@@ -35,11 +35,11 @@ all_server = sa.Table(
     sa.Column(
         "gmt_modified", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()
     ),
-    # Issue 25 item 1 (migration 0010): end of the SUSPECT period, 0 when not SUSPECT.
+    # Migration 0010: end of the SUSPECT period, 0 when not SUSPECT.
     sa.Column("suspect_end_time", sa.BigInteger, nullable=False, server_default="0"),
-    # Issue 25 item 4 (migration 0011): end of a STOP ... FOR MAINTENANCE window, 0: none.
+    # Migration 0011: end of a STOP ... FOR MAINTENANCE window, 0: none.
     sa.Column("maintenance_end_time", sa.BigInteger, nullable=False, server_default="0"),
-    # Issue 25 item 2 (migration 0012): when the server became LAGGING, 0 when it is not.
+    # Migration 0012: when the server became LAGGING, 0 when it is not.
     sa.Column("lagging_time", sa.BigInteger, nullable=False, server_default="0"),
 )
 
@@ -134,14 +134,14 @@ all_service_epoch = sa.Table(
     sa.Column(
         "gmt_modified", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()
     ),
-    # The RS election lease on the rootservice_epoch row (issue 5; migration 0002 appends
+    # The RS election lease on the rootservice_epoch row (migration 0002 appends
     # them after gmt_*): the holder's RPC address, and when the lease was last renewed and
     # when it expires, in microseconds by the database's clock.
     sa.Column("svr_ip", sa.String(46), nullable=False, server_default=""),
     sa.Column("svr_port", sa.Integer, nullable=False, server_default="0"),
     sa.Column("lease_expire_time", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("lease_renew_time", sa.BigInteger, nullable=False, server_default="0"),
-    # The fencing token's incarnation and the PostgreSQL server's identity (issue 24 item 1,
+    # The fencing token's incarnation and the PostgreSQL server's identity (
     # migration 0008): NULL identity on SQLite.
     sa.Column("incarnation", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("pg_system_id", sa.BigInteger, nullable=True),
@@ -160,7 +160,7 @@ def _gmt() -> list[sa.Column]:
     ]
 
 
-# --- tenants, units and log streams (issue 3; OceanBase 4.x inner tables) -------------------
+# --- tenants, units and log streams (OceanBase 4.x inner tables) -------------------
 
 all_unit_config = sa.Table(
     "__all_unit_config",
@@ -283,7 +283,7 @@ all_space_usage = sa.Table(
     *_gmt(),
 )
 
-# --- retired server identities (issue 24 items 3-4; migration 0009) -----------------------
+# --- retired server identities (migration 0009) -----------------------
 
 all_server_tombstone = sa.Table(
     "__all_server_tombstone",
@@ -332,7 +332,7 @@ SYSTEM_VIEWS = (
 )
 
 
-# --- users and privileges (issue 10; OceanBase's __all_user, migration 0004) ---------------
+# --- users and privileges (OceanBase's __all_user, migration 0004) ---------------
 
 all_user = sa.Table(
     "__all_user",
@@ -346,13 +346,13 @@ all_user = sa.Table(
     sa.Column("priv_alter_system", sa.Integer, nullable=False, server_default="0"),
     sa.Column("priv_create_user", sa.Integer, nullable=False, server_default="0"),
     *_gmt(),
-    # mysql_native_password's verifier, hex SHA1(SHA1(password)) (40 chars; issue 11), last
+    # mysql_native_password's verifier, hex SHA1(SHA1(password)) (40 chars), last
     # as migration 0005 appended it; NULL for no password and for users created before 0005.
     sa.Column("native_passwd", sa.String(40), nullable=True),
 )
 
 
-# --- root services seen (issue 12; migration 0006) ------------------------------------------
+# --- root services seen (migration 0006) ------------------------------------------
 
 all_rootservice_member = sa.Table(
     "__all_rootservice_member",
@@ -366,7 +366,7 @@ all_rootservice_member = sa.Table(
 )
 
 
-# --- revoked certificates (issue 26 item 5; migration 0007) ---------------------------------
+# --- revoked certificates (migration 0007) ---------------------------------
 
 all_revoked_certificate = sa.Table(
     "__all_revoked_certificate",
@@ -385,7 +385,7 @@ all_revoked_certificate = sa.Table(
 )
 
 
-# --- server drains (issue 25 item 3; migration 0011) ----------------------------------------
+# --- server drains (migration 0011) ----------------------------------------
 
 all_server_drain = sa.Table(
     "__all_server_drain",

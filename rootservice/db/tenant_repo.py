@@ -1,4 +1,4 @@
-"""``__all_tenant``: tenants (SPEC.md section 4). User tenant ids are even from 1002, as in
+"""``__all_tenant``: tenants (docs/design/servers.md#the-tables). User tenant ids are even from 1002, as in
 OceanBase.
 
 Every function takes a connection inside the caller's transaction and never commits.

@@ -1,4 +1,4 @@
-"""``__all_server_tombstone``: the retired server identities (issue 24 items 3-4, migration
+"""``__all_server_tombstone``: the retired server identities (migration
 0009).
 
 Every function takes a connection inside the caller's transaction and never commits. Rows

@@ -1,5 +1,5 @@
 """``__all_unit_config``, ``__all_resource_pool`` and ``__all_unit``: resource units, pools
-and the units placed on servers (SPEC.md section 4, OceanBase 4.x inner tables).
+and the units placed on servers (docs/design/servers.md#the-tables, OceanBase 4.x inner tables).
 
 Every function takes a connection inside the caller's transaction and never commits; sizes
 are bytes, CPU is cores, times microseconds since the epoch.
@@ -225,7 +225,7 @@ def start_unit_move(
     now_us: int,
 ) -> bool:
     """Move unit ``unit_id`` from server ``src`` to ``dest`` (``(ip, port)``): ``svr_*`` =
-    ``dest``, ``migrate_from_svr_*`` = ``src`` (SPEC.md section 9, the root balancer's unit
+    ``dest``, ``migrate_from_svr_*`` = ``src`` (docs/design/migration.md, the root balancer's unit
     moves). Only if the unit is still on ``src`` and not already moving; returns whether it
     moved."""
     t = all_unit
@@ -258,7 +258,7 @@ def retarget_unit_move(
 ) -> bool:
     """Send moving unit ``unit_id`` to ``to`` instead of ``was_to`` (``(ip, port)``), still
     moving from ``moving_from``: ``svr_*`` = ``to`` (a copy to ``was_to`` stalled or it is
-    being drained, issue 25 items 2-3). Only while the unit is on ``was_to`` moving from
+    being drained). Only while the unit is on ``was_to`` moving from
     ``moving_from``; returns whether it changed."""
     t = all_unit
     res = conn.execute(
@@ -285,7 +285,7 @@ def finish_unit_move(
 ) -> bool:
     """The move of unit ``unit_id`` is done: clear its ``migrate_from_svr_*``. With ``on``
     / ``moving_from`` (``(ip, port)``) only while the unit is still on ``on`` moving from
-    ``moving_from`` (the balancer's premise, issue 13 item 2: a CANCEL DELETE may have moved
+    ``moving_from`` (the balancer's premise: a CANCEL DELETE may have moved
     it back since the round looked); returns whether the row changed."""
     t = all_unit
     q = sa.update(t).where(t.c.unit_id == unit_id)

@@ -1,4 +1,4 @@
-"""``__all_user``: the users, their password hashes and global privileges (issue 10).
+"""``__all_user``: the users, their password hashes and global privileges.
 
 Every function takes a connection inside the caller's transaction and never commits. The
 privileges are named as MySQL writes them (``SELECT``, ``ALTER SYSTEM``, ``CREATE USER``);

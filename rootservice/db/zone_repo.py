@@ -1,4 +1,4 @@
-"""``__all_zone``: zones with their status, region and IDC (SPEC.md section 7).
+"""``__all_zone``: zones with their status, region and IDC (docs/design/statements.md).
 
 Every function takes a connection inside the caller's transaction and never commits.
 """
@@ -29,7 +29,7 @@ class ZoneInfo:
 
     @property
     def active(self) -> bool:
-        """True when the zone's status is ``ACTIVE`` (ADD SERVER needs it, SPEC.md section 7)."""
+        """True when the zone's status is ``ACTIVE`` (ADD SERVER needs it, docs/design/statements.md)."""
         return self.status == "ACTIVE"
 
 

@@ -8,7 +8,7 @@ STOP SERVER moving every leader off the stopped server (the statement returns at
 ``leader_cnt`` 0) and START SERVER letting them come back to the primary zone; an agent
 killed (INACTIVE after ``lease_time``, lowered to 3 s) and restarted (ACTIVE); DELETE SERVER
 refused for lack of room (its unit has nowhere to go) and DELETE SERVER of the empty fourth
-server (it leaves ``__all_server``); then the whole DELETE SERVER life cycle of issue 4: a
+server (it leaves ``__all_server``); then the whole DELETE SERVER life cycle: a
 fifth server joins, EXPLAIN ALTER SYSTEM DELETE SERVER shows what would move (a dry run),
 and DELETE SERVER empties agent1 onto it (the RS's Spark plans move the
 unit, the agents copy the replicas, ``obadmin --wait-job`` shows the progress, the server
@@ -18,7 +18,7 @@ whose replicas are rebuilt on another server of its zone and whose lost rows are
 few refused statements with their errors, and the event history. Every statement goes through ``obadmin``. Every process it starts is stopped
 at the end; exit code 0 on success.
 
-It runs secure, as production does (issue 10): ``rootservice cert create-*`` writes a CA,
+It runs secure, as production does: ``rootservice cert create-*`` writes a CA,
 the RS's, one node certificate per agent and the root client's into ``ROOT/certs``; every
 gRPC channel is mutual TLS. A user with only the SELECT privilege is refused ALTER SYSTEM
 (1227), a wrong password is refused (1045), and an agent's certificate cannot renew

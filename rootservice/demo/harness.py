@@ -230,7 +230,7 @@ class Demo:
     def status(self, name: str) -> str | None:
         """Agent ``name``'s display status in ``__all_server``, or None when it has no row.
 
-        The status is ``ACTIVE``, ``INACTIVE`` or ``DELETING`` (SPEC.md section 3).
+        The status is ``ACTIVE``, ``INACTIVE`` or ``DELETING`` (docs/design/servers.md#the-three-statuses).
         """
         addr = self.agents[name][0]
         ip, port = addr.rsplit(":", 1)

@@ -108,7 +108,7 @@ def run(d: Demo) -> None:
     d.wait("agent5 listening", lambda: d.listening("agent5"))
     d.must(f"ALTER SYSTEM ADD SERVER '{a['agent5']}' ZONE 'z1'")
     d.wait("agent5 ACTIVE", lambda: d.status("agent5") == "ACTIVE")
-    # Its dry run first (issue 13 item 4): what would move, from where to where, and what
+    # Its dry run first: what would move, from where to where, and what
     # would block it, nothing done. When this is the first plan the RS starts its
     # SparkSession here, and the DELETE's own first round below starts sooner.
     print("(EXPLAIN: the first plan that needs Spark starts the RS's SparkSession)\n")
@@ -135,7 +135,7 @@ def run(d: Demo) -> None:
     d.wait("a copy to agent6 under way", lambda: d.replica_dirs("agent6") > 0, 120)
     d.must("SELECT job_id, job_status, progress, extra_info FROM DBA_OB_ROOTSERVICE_JOBS")
     # The cancel answers when its transaction commits, even while the balancer's round is in
-    # a Spark plan (issue 13 item 2): its time is printed, it is not a check.
+    # a Spark plan: its time is printed, it is not a check.
     began = time.monotonic()
     d.must(f"ALTER SYSTEM CANCEL DELETE SERVER '{a['agent2']}'")
     print(f"(CANCEL DELETE SERVER answered in {time.monotonic() - began:.2f} s, obadmin included)")

@@ -32,7 +32,7 @@ def forged_lease(d: Demo, holder: str, victim: str) -> None:
 
 
 def mysql_dashboard(d: Demo) -> None:
-    """What a dashboard does over the MySQL endpoint (issue 11): log in as ``ops`` with its
+    """What a dashboard does over the MySQL endpoint: log in as ``ops`` with its
     password over TLS, run a GROUP BY and a join, and be refused ALTER SYSTEM (1227)."""
     import pymysql  # a dev dependency: make demo installs it
     from tabulate import tabulate
@@ -105,7 +105,7 @@ def http_get(d: Demo, port: int, path: str, *, basic: tuple[str, str] | None = N
 
 
 def observability(d: Demo) -> None:
-    """What an SRE's tools see (issue 12): the RS's /readyz, the status API as 'ops' (SELECT
+    """What an SRE's tools see: the RS's /readyz, the status API as 'ops' (SELECT
     only, HTTP Basic), a few lines of the RS's and an agent's /metrics, and the dashboard's
     address."""
     status, body = http_get(d, d.http_port, "/readyz")

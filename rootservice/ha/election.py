@@ -1,4 +1,4 @@
-"""RS leader election on the system-table database (issue 5, SPEC.md sections 8 and 10).
+"""RS leader election on the system-table database (docs/design/ha.md).
 
 Several ``rootservice serve`` processes share one database; the ``rootservice_epoch`` row of
 ``__all_service_epoch`` is the lease (see :mod:`rootservice.db.lease_repo`). One
@@ -8,7 +8,7 @@ Several ``rootservice serve`` processes share one database; the ``rootservice_ep
   clock (or is its own, left by an earlier process at this address), by raising the epoch
   (OceanBase's ``__all_service_epoch``, HDFS QJM's promised epoch: seeds 002);
 - every round, leader's or standby's, records this RS in ``__all_rootservice_member``
-  (:mod:`rootservice.db.member_repo`, issue 12: the standbys the status API lists);
+  (:mod:`rootservice.db.member_repo`: the standbys the status API lists);
 - the leader renews the lease (``expire = db_now + lease_time``) every
   :func:`lease_timings` ``renew`` period, and steps down at once when a renewal fails or
   finds another epoch or holder.
@@ -67,7 +67,7 @@ MAX_RS_LIST = 8
 def merge_rs_list(stored: str, me: str, keep: int = MAX_RS_LIST) -> list[str]:
     """The RS list after ``me`` takes office: ``stored`` (``__all_sys_parameter``
     ``rootservice_list``, addresses separated by ``;``) without ``me``, then ``me``, cut to
-    the ``keep`` most recent. Agents get it in every lease response (SPEC.md section 5) and
+    the ``keep`` most recent. Agents get it in every lease response (docs/design/leases.md) and
     rotate through it, so every RS that ever led stays findable; standbys that never led are
     found through the agents' own ``--rs-list``."""
     addrs = [a for a in (x.strip() for x in stored.split(";")) if a and a != me]
@@ -99,7 +99,7 @@ class Election:
     tests pass their FakeClock); None reads the database's. ``on_elected(epoch)`` takes
     office (in the round that won; raising makes the round step down again);
     ``on_step_down(reason)`` cleans up in the election thread. ``fence`` holds the agents'
-    reported epochs and the metadata servers seen (issue 24 item 1): a take-office starts
+    reported epochs and the metadata servers seen: a take-office starts
     above both the row and every reported epoch, a conflicting report makes the leader re-take
     the row above it (:meth:`_retake`), a server of a lower timeline is refused, and no
     take-office happens within one lease after a change of primary. ``incarnation()`` draws
@@ -136,9 +136,9 @@ class Election:
         # One round at a time (the scheduler already ensures it; tests and start() too).
         self._round = threading.Lock()
         # A standby or a leader cut off from the database fails every round: one line a
-        # minute (issue 12 item 5).
+        # minute.
         self._failures = RateLimitedLog(log, clock, 60_000_000)
-        # After taking office failed on a database error (issue 14 item 7: PostgreSQL out of
+        # After taking office failed on a database error (PostgreSQL out of
         # connections), no new attempt before this monotonic time: one lease, not every
         # round - each attempt raises the epoch and logs.
         self._retry_after_mono = 0
@@ -198,7 +198,7 @@ class Election:
         # A round's database work ends within the time a lease is trusted (``lease -
         # margin``), whatever the database does: a round stuck on a connection that never
         # answers (a blackhole, a hung server) would keep a deposed leader from finishing its
-        # step-down and a standby from ever taking office (issue 14 item 7).
+        # step-down and a standby from ever taking office.
         lease = self.lease_time()
         _, margin = lease_timings(lease)
         return max(MIN_ROUND_TIMEOUT_US, lease - margin) / 1e6
@@ -251,7 +251,7 @@ class Election:
                 server = self._judge_server(conn)
                 row = lease_repo.read_lease(conn, lock=True)
                 now = self._db_now(conn)
-                # Seen by the status API's root services (issue 12): standbys too.
+                # Seen by the status API's root services: standbys too.
                 member_repo.touch(conn, holder, now)
                 # Our own address in the row is a lease left by an earlier process (or term)
                 # of this RS: binding the same port proves that process is gone. Not so for
@@ -263,7 +263,7 @@ class Election:
                     self.clock.monotonic_us()
                 ):
                     # After a change of primary, the new server's clock and its copy of the
-                    # row are not trusted for one lease (issue 24 item 1).
+                    # row are not trusted for one lease.
                     return
                 reported = self.fence.highest_known
                 if reported > row.epoch:
@@ -329,7 +329,7 @@ class Election:
             # lease runs out.
             self._release(epoch, holder)
 
-    # --- fencing (issue 24 item 1) ---------------------------------------------------------
+    # --- fencing ---------------------------------------------------------
 
     def _judge_server(self, conn: sa.Connection) -> ServerIdentity | None:
         # The server this round runs on, read again: one promoted while we were connected

@@ -1,4 +1,4 @@
-"""Fencing against a metadata store that went back in time (issue 24 item 1).
+"""Fencing against a metadata store that went back in time.
 
 The epoch in the lease row is unique only as long as the database never forgets a commit.
 Promote an asynchronous PostgreSQL standby that missed the last epoch bump, or let a libpq
@@ -42,13 +42,13 @@ from rootservice.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-#: The file in the RS's data directory keeping the metadata server seen (issue 24).
+#: The file in the RS's data directory keeping the metadata server seen.
 METADATA_SERVER_FILE = "metadata_server.json"
 
 
 def choose_epoch(row_epoch: int, reported: Iterable[int]) -> int:
     """The epoch a root service takes office (or re-takes the lease row) with: one above the
-    lease row's ``row_epoch`` and every epoch an agent reported (issue 24 item 1). Without
+    lease row's ``row_epoch`` and every epoch an agent reported. Without
     the reports an RS on a store that lost the last bump would reuse that epoch."""
     return max([row_epoch, *reported]) + 1
 
@@ -113,7 +113,7 @@ class EpochFence:
         take-office starts above it. Cheap when it is not above :attr:`highest_known`.
         A report more than :data:`~obcommon.bounds.MAX_TERM_JUMP` above every epoch known is
         ignored and False returned (a forged or corrupt one must not push the epoch out of
-        the agents' bounds: issue 10)."""
+        the agents' bounds)."""
         if epoch <= self.highest_known:
             return True
         if reporter and epoch > max(self.highest_known, 1) + MAX_TERM_JUMP:

@@ -1,4 +1,4 @@
-"""Readiness that tells the truth (issue 12 item 2): is this RS the leader in FULL_SERVICE with
+"""Readiness that tells the truth: is this RS the leader in FULL_SERVICE with
 its database reachable, and if not, why.
 
 One :class:`Readiness` per RS answers the HTTP probes (``/readyz``, :mod:`rootservice.http`)
@@ -19,7 +19,7 @@ What "ready" means per gRPC service name (:meth:`Readiness.services`):
 - ``oceanbase.rs.AdminService`` (obadmin's statements): ready, OR the leader holding its lease
   before BOOTSTRAP with its database reachable (BOOTSTRAP is sent there: it is the only way
   out of WAIT_BOOTSTRAP), OR a standby that can forward statements (it has a forwarder and
-  knows the leader; issue 11 item 3) with its database reachable (logins read ``__all_user``).
+  knows the leader) with its database reachable (logins read ``__all_user``).
 
 Times are integer microseconds on the term's clock.
 """

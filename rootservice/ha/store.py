@@ -4,7 +4,7 @@ Every write to the system tables goes through :meth:`MetaStore.txn`, which holds
 process-wide write lock (so admin operations, the persistence queue and CheckAllServerTask
 never interleave their read-memory / write-table / apply-memory sequences) and first checks
 that this RS's epoch is still the one in the lease row, locking that row ``FOR SHARE``
-(SPEC.md sections 6 and 10, issue 5); the epoch is the :class:`rootservice.ha.term.Term`'s. Database failures become ``ObError(OB_ERR_SYS)`` with a
+(docs/design/servers.md and docs/design/ha.md); the epoch is the :class:`rootservice.ha.term.Term`'s. Database failures become ``ObError(OB_ERR_SYS)`` with a
 short reason, so callers have one error type.
 """
 
@@ -35,8 +35,8 @@ class MetaStore:
     (:meth:`Term.request_step_down`). ``idle_timeout_us()`` bounds, on PostgreSQL, how long
     one of our transactions may sit idle holding the lease row: a paused RS must not keep a
     standby from taking office. ``rejected_writes`` counts the fenced transactions refused
-    (issue 5's "writes rejected"). ``fence`` judges the PostgreSQL server each fenced
-    transaction's connection reached (issue 24 item 1: a lower timeline than seen, or another
+    (the "writes rejected" count). ``fence`` judges the PostgreSQL server each fenced
+    transaction's connection reached (a lower timeline than seen, or another
     system, is refused and ends the term); None: not judged.
     """
 
@@ -115,7 +115,7 @@ class MetaStore:
 
     def _judge_server(self, conn: sa.Connection) -> None:
         # The server this connection reached, judged again: a higher timeline may have been
-        # seen since it was opened (issue 24 item 1). Refused: the connection is dropped.
+        # seen since it was opened. Refused: the connection is dropped.
         if self.fence is None:
             return
         why = self.fence.judge_server(conn.info.get(IDENTITY_KEY))

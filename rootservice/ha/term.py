@@ -1,7 +1,7 @@
 """The term: the one place that answers "may this root service act as the leader now?".
 
 A term is one tenure of this process as leader, numbered by the epoch it won in the lease
-row of ``__all_service_epoch`` (SPEC.md sections 8 and 10, issue 5). :class:`Term` holds
+row of ``__all_service_epoch`` (docs/design/ha.md). :class:`Term` holds
 everything that answer depends on, written by the two places that change it:
 
 - the :class:`rootservice.ha.election.Election` rounds: :meth:`Term.begin` when a round wins
@@ -56,7 +56,7 @@ def lease_timings(lease_us: int) -> tuple[int, int]:
 
 
 class RsState(StrEnum):
-    """States of the RS (OceanBase's ObRootService states, SPEC.md section 8).
+    """States of the RS (OceanBase's ObRootService states, docs/design/ha.md#taking-office).
 
     ``WAIT_BOOTSTRAP`` on an empty database, ``BOOTSTRAPPING`` while BOOTSTRAP waits for the
     rs_list servers, ``IN_SERVICE`` while taking office and ``FULL_SERVICE`` once the timers
@@ -107,7 +107,7 @@ class Term:
         #: The epoch this RS holds (0 when not in office: nothing may be written).
         self.epoch = 0
         #: The random id drawn when this term began: with the epoch, the fencing token every
-        #: command and lease answer carries (issue 24 item 1).
+        #: command and lease answer carries.
         self.incarnation = 0
         #: The whitelist is loaded and served (between open_service and close_service).
         self.in_service = False
@@ -241,7 +241,7 @@ class Term:
         self.state = RsState.NOT_MASTER
         self.in_service = False
         # A clean stop gives the office up on purpose (INFO); any other reason is a fault
-        # the operator must look at (issue 12 item 5: a clean SIGTERM logs nothing at ERROR).
+        # the operator must look at (a clean SIGTERM logs nothing at ERROR).
         level = logging.INFO if reason == CLEAN_STOP else logging.ERROR
         log.log(level, "stepping down from epoch %d: %s", old, reason, extra={"reason": reason})
         self.metrics.inc("rs_step_down_total")

@@ -1,4 +1,4 @@
-"""Who is calling the HTTP endpoint (issue 12 item 3, with the rules of issue 10).
+"""Who is calling the HTTP endpoint (with the rules).
 
 A request is authenticated by a client certificate of the cluster's CA whose role is
 ``client`` (CN = the user; a node or RS certificate names no user), or by HTTP Basic with a
@@ -46,7 +46,7 @@ def peer_addr(request: web.Request) -> str:
 
 
 def refuse_revoked(rs: RootService, request: web.Request) -> None:
-    """Refuse a request whose connection presented a revoked certificate (issue 26 item 5):
+    """Refuse a request whose connection presented a revoked certificate:
     ``ObError("ER_ACCESS_DENIED_ERROR")``, counted and audited, whatever credentials it
     brings; other connections with a certificate are remembered so that a later revocation
     closes them (``rs.cert_connections``)."""

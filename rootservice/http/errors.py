@@ -1,4 +1,4 @@
-"""The one translation of ``ObError`` into HTTP answers (issue 12), beside the gRPC one
+"""The one translation of ``ObError`` into HTTP answers, beside the gRPC one
 (:meth:`obcommon.errors.ObError.grpc_code`) and the MySQL one
 (:func:`rootservice.api.mysql_results.error_packet`).
 

@@ -1,4 +1,4 @@
-"""The RS's HTTP(S) server (issue 12): an aiohttp application on the RS's event loop.
+"""The RS's HTTP(S) server: an aiohttp application on the RS's event loop.
 
 Routes (the contract of the status API, /tmp/brief/contract12.md, is restated in
 docs/ARCHITECTURE.md "The HTTP front end"):
@@ -77,7 +77,7 @@ async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         resp = ob_error_response(e, **extra)
         if e.name == "ER_ACCESS_DENIED_ERROR":
             # A refused login ends the connection, as on the MySQL endpoint: a revoked
-            # certificate must not keep a connection open (issue 26 item 5).
+            # certificate must not keep a connection open.
             resp.force_close()
         return resp
     except web.HTTPException as e:

@@ -1,4 +1,4 @@
-"""The JSON status API's documents (issue 12 item 3; the contract of the dashboard): servers
+"""The JSON status API's documents (the contract of the dashboard): servers
 with their in-memory state, zones, root services, jobs, events, and the Doris FE actions
 used as anchor (Health, HA, Bootstrap, Hardware Info, Check Decommission).
 
@@ -38,12 +38,10 @@ def server_doc(
     knows it leads (an alive server reporting LEADER at the LS's highest term: a paused or
     deposed leader's last report does not count); without ``leaders``, the LEADER replicas of
     its last report (0 until its first report, the record's -1). ``last_heartbeat_age_us`` None when it never heartbeated; ``suspect``
-    whether it is SUSPECT (issue 25 item 1: back after its lease expired, no new leaders and
-    no copies) until ``suspect_end_time_us`` (0 when not); ``lagging`` whether it is LAGGING
-    (issue 25 item 2) since ``lagging_time_us`` for ``lag_reasons`` (``command``, ``disk``),
-    and its last ``disk_probe_latency_us``; ``draining`` whether a DRAIN SERVER runs on it
-    (issue 25 item 3) and ``maintenance_end_time_us`` the end of its ``STOP ... FOR
-    MAINTENANCE`` window while it lasts (issue 25 item 4; 0 when none or over)."""
+    whether it is SUSPECT (back after its lease expired, no new leaders and
+    no copies) until ``suspect_end_time_us`` (0 when not); ``lagging`` whether it is LAGGING since ``lagging_time_us`` for ``lag_reasons`` (``command``, ``disk``),
+    and its last ``disk_probe_latency_us``; ``draining`` whether a DRAIN SERVER runs on it and ``maintenance_end_time_us`` the end of its ``STOP ... FOR
+    MAINTENANCE`` window while it lasts (0 when none or over)."""
     r = s.resource_info
     return {
         "server": s.key,
@@ -228,7 +226,7 @@ class ClusterStatus:
         }
 
     def planner(self) -> dict[str, Any]:
-        """The balancer planner (issue 13 item 3): ``name`` (balancer_planner), ``ready`` and
+        """The balancer planner: ``name`` (balancer_planner), ``ready`` and
         ``detail`` of the last check (None / "" before one), ``failing`` (task -> cause of
         its last failed plan, empty while plans succeed)."""
         check = self.rs.planner_check
@@ -264,7 +262,7 @@ class ClusterStatus:
         (:meth:`rootservice.servers.admin.ServerAdmin.check_delete_servers`, nothing
         changed). ``{"ok": True, "reason": ""}`` or ``{"ok": False, "reason": message}``.
         With ``plan`` and ``ok``, also ``"plan"``: the rows of EXPLAIN ALTER SYSTEM DELETE
-        SERVER (issue 13 item 4; :meth:`rootservice.balancer.dry_run.DeleteDryRun.explain`),
+        SERVER (:meth:`rootservice.balancer.dry_run.DeleteDryRun.explain`),
         one object per row by column name. Opt-in because a server with units costs a
         planner run (a Spark job of seconds), too slow for a page that polls.
         Raises ``ObError(OB_SERVER_NOT_IN_WHITE_LIST)`` for an unknown server and

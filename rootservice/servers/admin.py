@@ -1,9 +1,9 @@
-"""The admin operations on servers (SPEC.md section 7): ADD, DELETE, CANCEL DELETE, STOP,
+"""The admin operations on servers (docs/design/statements.md): ADD, DELETE, CANCEL DELETE, STOP,
 FORCE STOP, ISOLATE and START SERVER, and STOP / FORCE STOP ZONE (which checks the zone's
 servers as STOP SERVER does).
 
 Follows OceanBase's ``ObServerManager`` / ``ObRootService`` server statements, write-through
-(SPEC.md section 6): validate, commit the rows, jobs and events in one fenced transaction, then
+(docs/design/servers.md#memory-and-the-table): validate, commit the rows, jobs and events in one fenced transaction, then
 change memory; a refused or failed statement changes nothing. Each statement holds the store's
 write lock across read-memory / write-table / apply-memory, always before the whitelist lock.
 """
@@ -60,7 +60,7 @@ class LeaderMover(Protocol):
 
 
 class DisruptionBudget(Protocol):
-    """The disruption budget (issue 25 item 5;
+    """The disruption budget (
     :class:`rootservice.tenants.drain_work.DrainWork`)."""
 
     def check_budget(self, targets: set[str], action: str, /) -> None:
@@ -71,7 +71,7 @@ class DisruptionBudget(Protocol):
 
 class DeleteCancelListener(Protocol):
     """The balancer's part of CANCEL DELETE SERVER
-    (:class:`rootservice.balancer.root_balancer.RootBalancer`; issue 13 item 2): none of it
+    (:class:`rootservice.balancer.root_balancer.RootBalancer`): none of it
     waits for a balancer round."""
 
     def move_units_back(self, conn: sa.Connection, server: str, /) -> Any:
@@ -115,7 +115,7 @@ class ServerAdmin:
         budget: DisruptionBudget | None = None,
     ) -> None:
         """Operate on ``whitelist`` / ``zones`` and the tables of ``store``; ``budget``
-        (None: none) judges STOP, ISOLATE and maintenance (issue 25 item 5)."""
+        (None: none) judges STOP, ISOLATE and maintenance."""
         self.whitelist = whitelist
         self.zones = zones
         self.store = store
@@ -170,7 +170,7 @@ class ServerAdmin:
     def add_servers(self, servers: list[str], zone: str | None) -> list[int]:
         """ADD SERVER: new ids, rows NORMAL and lease_expired (display INACTIVE) until the
         first heartbeat; event ``add_server``. All or none. Raises OB_INVALID_ARGUMENT,
-        OB_ENTRY_EXIST, OB_SERVER_ALREADY_DELETED (a buried address, issue 24: refused for
+        OB_ENTRY_EXIST, OB_SERVER_ALREADY_DELETED (a buried address: refused for
         ever), OB_SERVER_CONNECTION_ERROR, then per server in OceanBase 4.3.3's order
         (ObServerZoneOpService::add_servers): OB_SERVER_ZONE_NOT_MATCH (agent's own zone
         differs from the statement's, zone_checking_for_adding_server_), OB_OP_NOT_ALLOW
@@ -246,7 +246,7 @@ class ServerAdmin:
         *event_values: tuple[str, Any],
         also: Callable[[sa.Connection, ServerStatus], Any] | None = None,
     ) -> list[Any]:
-        """The write-through step of an admin operation (SPEC.md section 6): apply ``change``
+        """The write-through step of an admin operation (docs/design/servers.md#memory-and-the-table): apply ``change``
         to copies of the servers' current records, write their rows, ``also(conn, s)`` for
         each and one ``event`` each in one fenced transaction, then apply ``change`` to
         memory. Returns what ``also`` returned. The caller holds the write lock, so no other
@@ -313,8 +313,8 @@ class ServerAdmin:
 
     def check_delete_servers(self, servers: list[str], zone: str | None = None) -> list[str]:
         """The pre-checks of DELETE SERVER without changing anything (the status API's
-        ``check_decommission``, issue 12, as Doris' CheckDecommissionAction; EXPLAIN ALTER
-        SYSTEM DELETE SERVER, issue 13 item 4): the servers are whitelisted, in ``zone`` when
+        ``check_decommission``, as Doris' CheckDecommissionAction; EXPLAIN ALTER
+        SYSTEM DELETE SERVER): the servers are whitelisted, in ``zone`` when
         given, and not DELETING, and ``checks.check_delete`` passes. Raises what
         :meth:`delete_servers` would raise before writing, in the same order
         (OB_INVALID_ARGUMENT, OB_SERVER_NOT_IN_WHITE_LIST, OB_SERVER_ZONE_NOT_MATCH,
@@ -333,7 +333,7 @@ class ServerAdmin:
         (``cancel_listener.move_units_back``), events ``cancel_delete_server`` and
         ``cancel_migrate_unit``; then, still under the write lock, the balancer forgets its
         in-memory work for the server (``cancel_listener.cancelled``). It answers once that
-        is done, never waiting for a balancer round (issue 13 item 2: a round that planned
+        is done, never waiting for a balancer round (a round that planned
         before it applies nothing of that plan). The partial replicas on the destinations
         are dropped by the ``background`` runner (the statement does not wait for agents),
         as is the heartbeat request; then the balancer is woken.
@@ -373,10 +373,10 @@ class ServerAdmin:
         maintenance_us: int = 0,
     ) -> None:
         """STOP / FORCE STOP / ISOLATE SERVER: ``stop_time = now`` (kept if already stopped).
-        ``STOP SERVER ... FOR MAINTENANCE`` (``maintenance_us`` > 0, issue 25 item 4) also
+        ``STOP SERVER ... FOR MAINTENANCE`` (``maintenance_us`` > 0) also
         sets ``maintenance_end_time = now + maintenance_us`` on every server named.
 
-        STOP, ISOLATE and maintenance are judged by the disruption budget (issue 25 item 5)
+        STOP, ISOLATE and maintenance are judged by the disruption budget
         with every server already unavailable; FORCE STOP is the operator's override.
 
         Follows ObServerZoneOpService::stop_server_precheck: its checks are skipped when every
@@ -446,8 +446,7 @@ class ServerAdmin:
         checks of STOP / FORCE STOP SERVER on all of them (check_majority_and_log_in_sync;
         FORCE skips the log-sync part), then :meth:`ZoneManager.stop_zone` (which refuses the
         last ACTIVE zone) and the leaders are moved off the zone's servers. An INACTIVE zone
-        is left as it is. ``STOP ZONE ... FOR MAINTENANCE`` (``maintenance_us`` > 0, issue 25
-        item 4) sets ``maintenance_end_time`` on every server of the zone (the maintenance
+        is left as it is. ``STOP ZONE ... FOR MAINTENANCE`` (``maintenance_us`` > 0) sets ``maintenance_end_time`` on every server of the zone (the maintenance
         ticker starts the zone at the end), and STOP ZONE is judged by the disruption budget
         (FORCE STOP is not). Raises OB_ENTRY_NOT_EXIST, OB_STOP_SERVER_IN_MULTIPLE_ZONES,
         OB_OP_NOT_ALLOW."""
@@ -479,7 +478,7 @@ class ServerAdmin:
     def start_servers(self, servers: list[str], zone: str | None, reason: str = "") -> None:
         """START SERVER: ``stop_time = 0`` (unchanged if already started); it ends a
         maintenance window early (``maintenance_end_time = 0``, the permanent-offline clock
-        counts from now; issue 25 item 4) and a drain (the drain ends CANCELED). Raises
+        counts from now) and a drain (the drain ends CANCELED). Raises
         OB_SERVER_NOT_IN_WHITE_LIST, OB_SERVER_ZONE_NOT_MATCH."""
         with self.store.write_lock:
             targets = [
@@ -499,7 +498,7 @@ class ServerAdmin:
                 self._write_through(targets, started, "start_server", ("reason", reason))
 
     def end_maintenance(self, key: str) -> bool:
-        """The end of ``key``'s maintenance window (the maintenance ticker, issue 25 item 4):
+        """The end of ``key``'s maintenance window (the maintenance ticker):
         ``maintenance_end_time = 0`` and, when the server heartbeats, ``stop_time = 0``
         (event ``maintenance_end`` with ``result`` ``started``); otherwise it stays stopped
         and the event says ``agent_down``: from now its downtime counts towards permanent

@@ -5,9 +5,9 @@ Called from admin-operation threads, so it uses grpc's synchronous API with one 
 channel per agent address, secured by the RS's :class:`TransportSecurity` (mutual TLS with
 ``rs.crt``: the agents serve these calls to RS certificates only); the cache is dropped when
 the certificates are rotated. Every call has a deadline of ``rpc_timeout``; a failure becomes
-``ObError(OB_SERVER_CONNECTION_ERROR)`` naming the server (SPEC.md section 7, ADD SERVER).
+``ObError(OB_SERVER_CONNECTION_ERROR)`` naming the server (docs/design/statements.md, ADD SERVER).
 
-``ApplyReplicas`` and ``RequestHeartbeat`` are commands (issue 25 item 2): each carries a
+``ApplyReplicas`` and ``RequestHeartbeat`` are commands: each carries a
 ``command_seq`` from the :class:`rootservice.servers.command_ledger.CommandLedger`, settled when
 the call returns or fails short of its deadline; a call that runs out of time leaves it for
 the agent's heartbeats to settle, or for the lag detector to find overdue. ``DumpStacks``
@@ -52,7 +52,7 @@ class AgentClient:
     ) -> None:
         """No channel is opened yet; ``timeout_us`` (microseconds) is the deadline of every
         call; channels are opened through ``security``; ``incarnation()`` is sent with the
-        epoch (the term's, issue 24 item 1); commands are numbered in ``ledger`` (default: one
+        epoch (the term's); commands are numbered in ``ledger`` (default: one
         of its own) at ``clock``'s monotonic time."""
         self.ledger = ledger if ledger is not None else CommandLedger()
         self.clock: Clock = clock or SystemClock()
@@ -122,7 +122,7 @@ class AgentClient:
         return resp
 
     def dump_stacks(self, server: str, epoch: int) -> obrpc_pb2.DumpStacksResponse:
-        """Every thread's Python stack of the agent at ``server`` (issue 25 item 2). Raises
+        """Every thread's Python stack of the agent at ``server``. Raises
         ``ObError(OB_SERVER_CONNECTION_ERROR)``."""
         try:
             return self._stub(server).DumpStacks(

@@ -1,4 +1,4 @@
-"""CheckAllServerTask (SPEC.md section 6): the task ``check_all_server`` compares the
+"""CheckAllServerTask (docs/design/servers.md#memory-and-the-table): the task ``check_all_server`` compares the
 whitelist with ``__all_server`` on the checked columns and queues a repair for each difference.
 
 Follows OceanBase's ``ObCheckServerTask``; what differs legitimately (a row queued in the

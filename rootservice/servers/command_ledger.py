@@ -1,4 +1,4 @@
-"""The RS commands sent to each agent and not yet known applied (issue 25 item 2).
+"""The RS commands sent to each agent and not yet known applied.
 
 Every ``ApplyReplicas`` and ``RequestHeartbeat`` the :class:`rootservice.servers.agent_client.AgentClient`
 sends takes a sequence number from :meth:`CommandLedger.issue`: ``rs_epoch << 32 | n``, so the

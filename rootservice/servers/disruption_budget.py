@@ -1,4 +1,4 @@
-"""The disruption budget (issue 25 item 5): DRAIN, STOP, ISOLATE and maintenance windows are
+"""The disruption budget: DRAIN, STOP, ISOLATE and maintenance windows are
 judged together with every server already unavailable, and refused when some log stream
 would be left below its majority or without a possible leader.
 
@@ -8,8 +8,8 @@ pass the log streams' members and the servers' records; nothing here reads a tab
 A server counts as *disrupted* for the budget when :func:`disruption` names a reason: it is
 being drained, INACTIVE (lease expired or permanently offline), stopped or isolated (a
 maintenance window included) or SUSPECT. That is one function on purpose: the lag detector's
-LAGGING (issue 25 item 2) joins it with one line. SUSPECT counts as live for an LS's own
-majority (it keeps its replicas, issue 25 item 1) but not for the budget: a server that
+LAGGING joins it with one line. SUSPECT counts as live for an LS's own
+majority (it keeps its replicas) but not for the budget: a server that
 flapped a minute ago is the one most likely to fail during a maintenance.
 
 After Kubernetes' PodDisruptionBudget (voluntary disruptions are refused while the budget is
@@ -33,7 +33,7 @@ LsKey = tuple[int, int]
 def disruption(s: ServerStatus | None, mono: int, now: int) -> str | None:
     """Why ``s`` cannot be counted on for a majority at monotonic ``mono`` / wall ``now``
     (None: it can): ``"draining"``, ``"INACTIVE"``, ``"in maintenance"``, ``"stopped"``,
-    ``"LAGGING"`` (issue 25 item 2), ``"SUSPECT"``, or ``"not in the whitelist"`` for None.
+    ``"LAGGING"``, ``"SUSPECT"``, or ``"not in the whitelist"`` for None.
     The one place a state that makes a server unavailable is added."""
     if s is None:
         return "not in the whitelist"

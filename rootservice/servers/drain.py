@@ -1,4 +1,4 @@
-"""``ALTER SYSTEM DRAIN SERVER 'ip:port' [TIMEOUT d]`` (issue 25 item 3): isolate a server,
+"""``ALTER SYSTEM DRAIN SERVER 'ip:port' [TIMEOUT d]``: isolate a server,
 move its leaders off, re-plan the copies to it and wait for those from it, with progress in
 ``__all_server_drain`` (``DBA_OB_SERVER_DRAINS``) and a bounded wait.
 
@@ -67,8 +67,8 @@ log = logging.getLogger(__name__)
 
 #: Period of the drain's rounds, seconds.
 POLL_S = 0.5
-#: The progress row is written at least this often while DRAINING, microseconds (issue 25:
-#: "at least every 5 s"; 1 s leaves room for a slow round).
+#: The progress row is written at least this often while DRAINING, microseconds ("at least every 5
+#: s"; 1 s leaves room for a slow round).
 PROGRESS_INTERVAL_US = 1_000_000
 
 

@@ -1,10 +1,10 @@
-"""The empty-server checker (OceanBase's ``ObEmptyServerChecker``, SPEC.md section 9).
+"""The empty-server checker (OceanBase's ``ObEmptyServerChecker``, docs/design/migration.md).
 
 A DELETING server that holds no unit gets ``force_stop_hb``; when, in addition, no log
 stream has it in its leader's member list and ``__all_ls_meta_table`` has no replica on it,
 it is removed (:meth:`EmptyServerChecker.finish_delete_server`). Units and replicas come from
 the tenant layer; with no tenants a DELETING server is empty and is removed by the next check,
-as SPEC.md section 9 says of a server with no units.
+as docs/design/migration.md says of a server with no units.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class EmptyServerChecker:
         Does nothing (returns 0) while this RS may not act. Each DELETING server without units
         gets ``force_stop_hb = true``; if some LS has no leader nothing is removed this round;
         otherwise each of those servers that also has no replica is removed through
-        :meth:`finish_delete_server` (SPEC.md section 9). Raises ``ObError(OB_RS_NOT_MASTER)``
+        :meth:`finish_delete_server` (docs/design/migration.md). Raises ``ObError(OB_RS_NOT_MASTER)``
         when this RS was deposed and ``ObError(OB_ERR_SYS)`` when the database fails during a
         removal.
         """

@@ -1,9 +1,9 @@
 """Rows of ``__all_rootservice_event_history`` raised by the server layer (module
-``server``), SPEC.md sections 5-7: ``online``, ``lease_expire``, ``permanent_offline``,
+``server``), docs/design/leases.md, docs/design/servers.md and docs/design/statements.md: ``online``, ``lease_expire``, ``permanent_offline``,
 ``data_disk_error``, ``add_server``, ``delete_server``... each naming the server and its zone.
 
 Each such transition is also one INFO line on the ``rootservice.servers.transitions`` logger
-(:func:`log_transition`, issue 12 item 5): ``server 10.0.0.1:2882 lease_expire: no heartbeat
+(:func:`log_transition`): ``server 10.0.0.1:2882 lease_expire: no heartbeat
 for 10s (lease_time 10s)`` with ``server``, ``zone``, ``event`` and ``reason`` as structured
 fields, once per transition and never per heartbeat.
 """

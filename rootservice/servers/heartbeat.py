@@ -1,4 +1,4 @@
-"""Heartbeat intake (SPEC.md section 5): ``receive_hb`` validates a lease request, updates the
+"""Heartbeat intake (docs/design/leases.md): ``receive_hb`` validates a lease request, updates the
 server's record in memory, queues the table changes and answers with the lease.
 
 Follows OceanBase's ``ObServerManager::receive_hb``. Only memory is touched here, under the
@@ -101,9 +101,9 @@ class HeartbeatIntake:
     ) -> None:
         """Serve heartbeats from ``whitelist``; the term's token is sent in every response.
         ``transit`` gets every accepted heartbeat's send and receive times (the RS's intake
-        delay, issue 14 item 3). ``fence`` gets the reports of agents that obeyed a token
-        this term's does not follow (issue 24 item 1; None: not checked). ``commands`` hears
-        each heartbeat's ``applied_command_seq`` (issue 25 item 2; None: not kept)."""
+        delay). ``fence`` gets the reports of agents that obeyed a token
+        this term's does not follow (None: not checked). ``commands`` hears
+        each heartbeat's ``applied_command_seq`` (None: not kept)."""
         self._fence = fence
         self._commands = commands
         self.whitelist = whitelist
@@ -146,16 +146,16 @@ class HeartbeatIntake:
         for a malformed request or another cluster's agent; OB_ZONE_INFO_NOT_EXIST;
         OB_SERVER_NOT_IN_WHITE_LIST (nothing is added); OB_SERVER_ZONE_NOT_MATCH;
         OB_STATE_NOT_MATCH for a joined server whose identity is gone or differs;
-        OB_SERVER_ALREADY_DELETED for a buried address or server id (issue 24). Only
+        OB_SERVER_ALREADY_DELETED for a buried address or server id. Only
         memory is touched here; table changes are queued.
         """
         if not self.term.in_service:
             self.term.check()
-        # One clock reading per request (issue 23 item 4): the bounds, the record and the
+        # One clock reading per request: the bounds, the record and the
         # lease are all dated by it.
         now = self.clock.now_us()
         raw = req.resource_info.SerializeToString()
-        # Every field within its bounds before anything is looked up or changed (issue 10).
+        # Every field within its bounds before anything is looked up or changed.
         steady = self._monotonic_us() + self._steady_offset_us
         if checks is None:
             check_lease_request(req, now, steady)
@@ -169,7 +169,7 @@ class HeartbeatIntake:
                 # OB_INVALID_ARGUMENT rather than "not in white list".
                 key = self.whitelist.resolve_key(req.server)
                 s = self._servers.get(key)
-            # A buried identity (FORCE DELETE / RECOVER LS, issue 24) never rejoins.
+            # A buried identity (FORCE DELETE / RECOVER LS) never rejoins.
             if (refusal := self.whitelist.tombstones.refusal(key, req.server_id)) is not None:
                 raise refusal
             if not self.zones.exists(req.zone):
@@ -191,16 +191,15 @@ class HeartbeatIntake:
             changed = False
             if req.cluster_id and not s.with_partition:
                 # The agent keeps this cluster's identity: from now on an empty one from
-                # this ip:port is a wiped data directory (issue 13 item 5).
+                # this ip:port is a wiped data directory.
                 s.with_partition = 1
                 changed = True
             s.disk_probe_latency_us = req.disk_probe_latency_us
             if self._commands is not None:
                 self._commands.applied(key, req.applied_command_seq)
-            # The heartbeats of a LAGGING server past its third timeout renew nothing (issue 25
-            # item 2): its lease runs out as a silent server's would, until the episode ends.
+            # The heartbeats of a LAGGING server past its third timeout renew nothing: its lease runs out as a silent server's would, until the episode ends.
             if not s.force_stop_hb and not s.lag.expired:
-                # The lease age is measured on this one (issue 14 item 7): one extra clock read.
+                # The lease age is measured on this one: one extra clock read.
                 mono = self._monotonic_us()
                 if not s.is_alive():
                     why = _online_reason(s, mono)
@@ -220,7 +219,7 @@ class HeartbeatIntake:
                     self.persist.add_event(ev)
                     log_transition(ev, why)
                     if s.suspect.down_since_mono_us:
-                        # Back after a lease expiry this RS saw: SUSPECT (issue 25 item 1).
+                        # Back after a lease expiry this RS saw: SUSPECT.
                         self._returned(s, mono, now)
                 s.last_hb_time = now
                 s.last_hb_mono_us = mono
@@ -252,11 +251,11 @@ class HeartbeatIntake:
     def _returned(self, s: ServerStatus, mono: int, now: int) -> None:
         """``s`` heartbeats again at ``mono`` / ``now`` after its lease expired: its outage
         since its last heartbeat joins the permanent-offline window and it is SUSPECT for its
-        current suspect time (issue 25 item 1), with event ``suspect``. Caller holds the
+        current suspect time, with event ``suspect``. Caller holds the
         whitelist lock."""
         s.offline_spans = closed(
             s.offline_spans,
-            # A maintenance window's downtime is not offline time (issue 25 item 4).
+            # A maintenance window's downtime is not offline time.
             min(mono, s.offline_start(s.suspect.down_since_mono_us)),
             mono,
             self.settings.server_permanent_offline_time,
@@ -280,7 +279,7 @@ class HeartbeatIntake:
 
     def _check_cluster_id(self, req: obrpc_pb2.LeaseRequest, s: ServerStatus) -> None:
         """Refuse another cluster's ``cluster_id`` and, once the cluster is bootstrapped, an
-        empty one from a server that has joined (issue 10 item 5).
+        empty one from a server that has joined.
 
         An empty ``cluster_id`` is what an agent sends before it has an identity, and such
         an agent has not started service (``observer_agent.lease``: it sets
@@ -293,7 +292,7 @@ class HeartbeatIntake:
         ``cluster_id`` in its response (``LeaseServicer``). Raises
         ``ObError(OB_INVALID_ARGUMENT)``.
 
-        Issue 13 item 5: a server that has joined (``with_partition`` = 1: it once sent
+        A server that has joined (``with_partition`` = 1: it once sent
         this cluster's ``cluster_id``, so its data directory held the identity and may hold
         replicas) and now sends an empty one lost its data directory; it is refused with
         ``OB_STATE_NOT_MATCH`` naming the fix, whatever ``start_service_time`` says (that
@@ -340,7 +339,7 @@ class HeartbeatIntake:
     def _token_reported(self, req: obrpc_pb2.LeaseRequest) -> None:
         """The agent reports a token above ours or of our epoch with another incarnation: it
         would refuse our answers and commands. Refused (OB_RS_NOT_MASTER) while the election
-        raises the epoch above it (issue 24 item 1)."""
+        raises the epoch above it."""
         if self._fence is None:
             return
         own = self.term.token()
@@ -361,7 +360,7 @@ class HeartbeatIntake:
         longer extended, measured on the monotonic clock and expressed in the current wall
         time so a step of the RS's wall clock does not stretch or cut it), IS_STOPPED for a
         stopped server or a server of a stopped zone. It carries the current
-        ``migration_max_bytes_per_second`` (issue 13 item 6: the agent's copy bandwidth limit;
+        ``migration_max_bytes_per_second`` (the agent's copy bandwidth limit;
         read from the shared settings, so an ALTER SYSTEM SET reaches every agent with its
         next heartbeat), the term's epoch, the rs_list and the cluster id."""
         lease = self.settings.lease_time
@@ -371,8 +370,7 @@ class HeartbeatIntake:
             expire = now + lease
         resp = obrpc_pb2.LeaseResponse()
         # The fields every server is sent alike come from a template, remade when one of
-        # them changes: copying it is about a third of building the message field by field
-        # (issue 23 item 4).
+        # them changes: copying it is about a third of building the message field by field.
         resp.CopyFrom(self._response_template())
         resp.lease_expire_time = expire
         resp.heartbeat_expire_time = expire
@@ -415,7 +413,7 @@ class HeartbeatIntake:
         return t
 
     def _on_report_status_change(self, s: ServerStatus, now: int) -> None:
-        """The data-disk reaction (SPEC.md section 5): an error on a started server stops it,
+        """The data-disk reaction (docs/design/leases.md): an error on a started server stops it,
         a recovery on a stopped one starts it, each with event and off the heartbeat path."""
         # OceanBase runs STOP / START SERVER for the server, with all their checks, off the
         # heartbeat thread (ObRootService::submit_stop_server_task).

@@ -1,4 +1,4 @@
-"""RS -> agent heartbeat requests (SPEC.md section 5): ask servers for a lease request now
+"""RS -> agent heartbeat requests (docs/design/leases.md): ask servers for a lease request now
 and feed each answer to the heartbeat intake, as if the agent had sent it.
 
 Used when taking office (the servers not alive yet), after ADD SERVER and CANCEL DELETE SERVER,
@@ -53,8 +53,8 @@ class HeartbeatRequester:
         *,
         unless: Callable[[str], bool] | None = None,
     ) -> int:
-        """Ask each server for a heartbeat and feed the answer to receive_hb (SPEC.md
-        section 5, RS -> agent), ``parallel`` at a time so that taking office with thousands
+        """Ask each server for a heartbeat and feed the answer to receive_hb
+        (docs/design/leases.md, RS -> agent), ``parallel`` at a time so that taking office with thousands
         of silent servers takes seconds, not ``rpc_timeout`` each. A server for which
         ``unless(key)`` is true when its turn comes is not asked (take office: it came back
         by itself meanwhile). Failures are only a warning: one summary line. Returns how
@@ -73,7 +73,7 @@ class HeartbeatRequester:
             try:
                 req = self.agents.request_heartbeat(key, self.store.epoch)
                 if req.server != key:
-                    # Whoever answers at X's address speaks for X only (issue 10).
+                    # Whoever answers at X's address speaks for X only.
                     raise ObError(
                         "OB_INVALID_ARGUMENT",
                         f"heartbeat requested from '{key}' answered for '{req.server[:64]}'",

@@ -1,6 +1,6 @@
 """The history pruner: the leader deletes ``__all_rootservice_event_history`` rows older than
 ``event_history_retention`` and ended ``__all_rootservice_job`` rows older than
-``job_history_retention`` (issue 12 item 6).
+``job_history_retention``.
 
 OceanBase's event-history operators do the same for their tables
 (``ObRsEventHistoryTableOperator::async_delete``: ``DELETE ... WHERE gmt_create < now -

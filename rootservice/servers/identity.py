@@ -1,5 +1,5 @@
-"""What this RS tells every agent in a lease response and how it knows itself (SPEC.md
-sections 5 and 8): the cluster identity, the rs_list and this RS's own server.
+"""What this RS tells every agent in a lease response and how it knows itself
+(docs/design/leases.md and docs/design/ha.md): the cluster identity, the rs_list and this RS's own server.
 
 Set by the RS life cycle (``RootService.open``, ``do_restart``, BOOTSTRAP) before the
 whitelist is served; read on the heartbeat path (plain attribute reads, no lock: each is

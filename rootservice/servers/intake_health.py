@@ -1,7 +1,7 @@
 """The RS's own intake delay, so that an overloaded RS does not mistake its backlog for dead
-servers (issue 14 item 3).
+servers.
 
-A lease expires when ``now - last_hb_time >= lease_time`` (SPEC.md section 5). That rule
+A lease expires when ``now - last_hb_time >= lease_time`` (docs/design/leases.md). That rule
 assumes the RS hears a heartbeat as soon as it is sent. When the RS itself is behind - its one
 Python core cannot serve the heartbeat rate, a CPU hog starves it, it was SIGSTOPped or
 paused by the GIL - heartbeats wait in the kernel's socket buffers and gRPC's queues, and

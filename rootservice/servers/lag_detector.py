@@ -1,4 +1,4 @@
-"""The lag detector (issue 25 item 2; task ``lag_detector``): agents that heartbeat while doing
+"""The lag detector (task ``lag_detector``): agents that heartbeat while doing
 nothing.
 
 Each round judges, by :mod:`rootservice.servers.lag_policy`, what the agents' heartbeats

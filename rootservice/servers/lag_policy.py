@@ -1,4 +1,4 @@
-"""The lag detector's policy (issue 25 item 2), pure: when a server, a copy or a follower is
+"""The lag detector's policy, pure: when a server, a copy or a follower is
 lagging, and when a LAGGING server is treated as lease-expired.
 
 Every function takes the monotonic microseconds it judges at (the caller reads the injected
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-#: The disk probe latency above which a server is LAGGING, microseconds (issue 25: 5 s).
+#: The disk probe latency above which a server is LAGGING, microseconds (5 s).
 DISK_LAG_US = 5_000_000
 #: After this many timeouts of one LAGGING episode the server is treated as lease-expired.
 EXPIRE_AFTER = 3

@@ -1,13 +1,13 @@
-"""Range checks of every field of a ``LeaseRequest`` before the RS uses it (issue 10, item 5).
+"""Range checks of every field of a ``LeaseRequest`` before the RS uses it.
 
 A lease request comes from outside the RS: before this check 26 of 43 extreme values were
 accepted (infinite CPU, 2^63-1 sizes, year-292277 times, NUL bytes, 10,000 fake replicas)
-and on PostgreSQL some then made every write of the persistence queue fail (issue 10
-"Why"). :func:`check_lease_request` refuses the first field out of its bounds with
+and on PostgreSQL some then made every write of the persistence queue fail.
+:func:`check_lease_request` refuses the first field out of its bounds with
 ``OB_INVALID_ARGUMENT`` naming the field, the value (truncated) and the bound, before
 :meth:`rootservice.servers.heartbeat.HeartbeatIntake.receive_hb` changes anything.
 
-The checks come in two groups (issue 23 item 4: the heartbeat path runs 5,000 times a
+The checks come in two groups (the heartbeat path runs 5,000 times a
 second in ``make bench``):
 
 - :func:`_check_stable`: the fields of :data:`STABLE_FIELDS`, which an agent resends unchanged
@@ -62,7 +62,7 @@ MAX_FUTURE_US = 86_400_000_000
 """A replica's ``log_end_ts`` may be at most one day ahead of the RS's clock."""
 MAX_CLOCK_SKEW_US = 30_000_000
 """How far (either way) an agent's ``current_server_time`` may be from the RS's clock, and
-``start_service_time`` ahead of it: 30 s (issue 26 item 4). OceanBase's RS compares the
+``start_service_time`` ahead of it: 30 s. OceanBase's RS compares the
 same field with its own clock, ``server_behind_time = now - (current_server_time +
 round_trip_time / 2)``, and logs "clock between rs and server not sync" when it exceeds
 ``rpc_timeout`` (2 s by default; ``ObServerManager::receive_hb`` in oceanbase/oceanbase
@@ -71,7 +71,7 @@ src/rootserver/ob_server_manager.cpp); its deployment guide asks for clocks with
 also cover how long a heartbeat may wait before the RS reads it, which the field cannot
 tell from skew (the agent sends no round-trip time): an agent waits up to
 ``MAX_LATE_ANSWER_TIMEOUTS`` x ``rpc_timeout`` = 8 s by default for a late answer
-(observer_agent/lease.py, issue 14 item 3), and a refused heartbeat makes it back off (up
+(observer_agent/lease.py), and a refused heartbeat makes it back off (up
 to 60 s), so refusing a merely late one would cost an overloaded RS its live servers. 30 s
 is 15 OceanBase tolerances and over three times the longest wait; a clock a day off, or
 an hour (a time zone mistake), is refused."""
@@ -86,7 +86,7 @@ MAX_SIZE_BYTES = 1 << 50
 MAX_CPU = 100_000.0
 """The most CPU cores one server reports."""
 MAX_ZONE_CHARS = 128
-"""As ``ALTER SYSTEM ADD ZONE`` accepts (SPEC.md section 7)."""
+"""As ``ALTER SYSTEM ADD ZONE`` accepts (docs/design/statements.md)."""
 MAX_ADDR_CHARS = 128
 """An ``ip:port`` (an IPv6 address with its port is under 64)."""
 MAX_CLUSTER_ID_CHARS = 128
@@ -211,10 +211,10 @@ def check_lease_request(
     """Check every field of ``req`` against its bound; ``now_us`` is the RS's wall clock,
     ``steady_us`` (default ``now_us``) the same clock carried by the monotonic clock since
     the RS started, without the steps the wall clock took since (an RS whose own clock was
-    stepped an hour, issue 14 item 7, must not refuse every server: a time agreeing with
+    stepped an hour, must not refuse every server: a time agreeing with
     either is accepted).
 
-    Bounds (issues 10 item 5 and 26 item 4): ``version`` in [:data:`MIN_LEASE_VERSION`,
+    Bounds: ``version`` in [:data:`MIN_LEASE_VERSION`,
     :data:`MAX_LEASE_VERSION`]; ``zone`` 1..128 printable characters; ``server`` 1..128 and
     ``cluster_id`` 0..128 printable ASCII; ``sql_port`` 1..65535; ``build_version`` 0..256
     printable ASCII; ``start_service_time`` 0 (not in service) or from 2000-01-01 to
@@ -222,7 +222,7 @@ def check_lease_request(
     future); ``current_server_time`` within :data:`MAX_CLOCK_SKEW_US` of the RS's clock
     either way; ``server_status`` only the data-disk bit; ``rs_epoch`` and
     ``seq`` 0..2^53 / >= 0; ``rs_incarnation`` >= 0; ``revocation_version`` >= 0; ``applied_command_seq`` >= 0;
-    ``disk_probe_latency_us`` 0..1 day (issue 25 item 2); ``resource_info``: CPU finite in [0, 100,000] cores, sizes in
+    ``disk_probe_latency_us`` 0..1 day; ``resource_info``: CPU finite in [0, 100,000] cores, sizes in
     [0, 1 PiB]; at most :data:`MAX_REPLICAS` replicas, each checked by
     :func:`_check_replica` (terms at most 2^53, ids, sizes, addresses, times).
 
@@ -237,7 +237,7 @@ def check_lease_request(
 class StreamChecks:
     """:func:`check_lease_request` for the requests of one lease stream, with the checks of
     :data:`STABLE_FIELDS` run only when one of those fields differs from the last request
-    of the stream that passed them (issue 23 item 4: an agent resends them unchanged, so
+    of the stream that passed them (an agent resends them unchanged, so
     on the heartbeat path they are checked once per stream and once per change). The
     same requests are refused, with the same error, as by :func:`check_lease_request`."""
 

@@ -1,4 +1,4 @@
-"""The lease checker (SPEC.md section 5): the 100 ms task ``heartbeat_checker`` that expires
+"""The lease checker (docs/design/leases.md): the 100 ms task ``heartbeat_checker`` that expires
 leases and declares servers permanently offline.
 
 Follows OceanBase's ``ObHeartbeatChecker``. Each tick touches only what expires: the alive
@@ -16,7 +16,7 @@ feeds the SUSPECT damping (:mod:`rootservice.servers.suspect_policy`), and the t
 
 Ages are measured on the monotonic clock (``ServerStatus.last_hb_mono_us``), never on the
 wall clock: a +1 h step of the RS's wall clock used to expire every live server and declare
-it permanently offline in one tick (issue 14 item 7). Wall time is only written (events,
+it permanently offline in one tick. Wall time is only written (events,
 ``last_offline_time``).
 """
 
@@ -66,9 +66,8 @@ class LeaseChecker:
         suspicion: MassExpiry | None = None,
     ) -> None:
         """Check ``whitelist`` against ``settings.lease_time`` (plus ``allowance``, the RS's
-        own intake delay, issue 14 item 3) and ``settings.server_permanent_offline_time``
-        (read on every tick); while ``suspicion`` says so, hold permanent offline (issue 14
-        item 7)."""
+        own intake delay) and ``settings.server_permanent_offline_time``
+        (read on every tick); while ``suspicion`` says so, hold permanent offline."""
         self.whitelist = whitelist
         self.persist = persist
         self.grace = grace
@@ -83,13 +82,13 @@ class LeaseChecker:
     def run_once(self) -> int:
         """One tick of the 100 ms checker: expire leases (monotonic ``mono - last_hb_mono_us
         >= lease_time``, inclusive), declare permanent offline (offline for ``>=
-        server_permanent_offline_time`` in total within the sliding window, issue 25) and end
+        server_permanent_offline_time`` in total within the sliding window) and end
         SUSPECT periods (``mono >= suspect.until_mono_us``). Returns the number of
         transitions. Does nothing
         while this RS may not act (``Term.may_act``: not in office, not in service, lease not
-        safely held) or in the first ``lease_time`` after the take office (SPEC.md section 6).
+        safely held) or in the first ``lease_time`` after the take office (docs/design/servers.md#memory-and-the-table).
 
-        The take-office grace is per server (:class:`TakeOfficeGrace`, issue 23 item 3): a
+        The take-office grace is per server (:class:`TakeOfficeGrace`): a
         server that came back is judged on its own lease from then on; the candidates still
         away are written INACTIVE only once the grace stops holding them, and no permanent
         offline is declared while it does (an INACTIVE server may be one of those reconnecting).
@@ -102,7 +101,7 @@ class LeaseChecker:
             return 0
         held = self.grace.holds(mono, self.settings.lease_time)
         now = self.clock.now_us()
-        # An overloaded RS must not mistake its own backlog for dead servers (issue 14 item 3).
+        # An overloaded RS must not mistake its own backlog for dead servers.
         lease = self.settings.lease_time + (self.allowance.checker_tick() if self.allowance else 0)
         offline = self.settings.server_permanent_offline_time
         servers = self.whitelist.records
@@ -155,7 +154,7 @@ class LeaseChecker:
                 )
                 self.metrics.window("expire_detect_lag_us").record(age - lease)
                 n += 1
-            # A mass expiry holds permanent offline (issue 14 item 7): the heap keeps them.
+            # A mass expiry holds permanent offline: the heap keeps them.
             suspected = self.suspicion is not None and self.suspicion.observe(
                 now, expired, len(alive)
             )
@@ -165,7 +164,7 @@ class LeaseChecker:
                 if s is None or s.hb_status is not HeartbeatStatus.LEASE_EXPIRED:
                     continue
                 age = mono - s.last_hb_mono_us
-                # A maintenance window's downtime does not count (issue 25 item 4).
+                # A maintenance window's downtime does not count.
                 start = s.offline_start(s.last_hb_mono_us)
                 total = offline_in_window(s.offline_spans, start, mono, offline)
                 if total < offline:

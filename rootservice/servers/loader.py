@@ -1,4 +1,4 @@
-"""load_server_manager (SPEC.md section 6): read ``__all_server`` and ``__all_zone`` into
+"""load_server_manager (docs/design/servers.md#memory-and-the-table): read ``__all_server`` and ``__all_zone`` into
 memory when taking office and on RELOAD SERVER, and the take-office grace that follows.
 
 Only a heartbeat makes a server alive: a loaded server is never alive unless it already was in
@@ -42,13 +42,13 @@ def table_value(row: dict[str, Any], col: str) -> Any:
 
 
 #: While candidates keep coming back, their grace lasts up to this many ``lease_time`` after
-#: the take office (issue 14 item 1: 10,000 agents reconnecting over TLS to a restarted RS on
+#: the take office (10,000 agents reconnecting over TLS to a restarted RS on
 #: one Python core took 90 s; with a grace of one lease every one of them was shown INACTIVE).
 MAX_GRACE_LEASES = 10
 
 
 class TakeOfficeGrace:
-    """The take-office grace (SPEC.md section 6), per server (issue 23 item 3).
+    """The take-office grace (docs/design/servers.md#memory-and-the-table), per server.
 
     ``candidates``: servers the table shows alive that a take-office load could not prove alive
     yet; their rows stay as they are while the grace holds them. ``no_expire_until_mono``: end
@@ -89,7 +89,7 @@ class TakeOfficeGrace:
 
     def hold_until(self, until_mono: int) -> None:
         """No lease expires before monotonic ``until_mono`` (at least): the metadata server
-        changed (a PostgreSQL failover, issue 24 item 1), and agents that could not reach
+        changed (a PostgreSQL failover), and agents that could not reach
         this RS while it failed over get one lease to come back, as after a take office."""
         self.no_expire_until_mono = max(self.no_expire_until_mono, until_mono)
 
@@ -100,7 +100,7 @@ class TakeOfficeGrace:
 
     def first_lease(self, mono: int) -> bool:
         """True before ``no_expire_until_mono``: one ``lease_time`` after the take office no
-        lease may expire at monotonic ``mono`` (SPEC.md section 6: the agents need the chance
+        lease may expire at monotonic ``mono`` (docs/design/servers.md#memory-and-the-table: the agents need the chance
         to find the new RS)."""
         return mono < self.no_expire_until_mono
 
@@ -240,7 +240,7 @@ class ServerLoader:
                         elif take_office and r["last_offline_time"] == 0:
                             candidates.add(key)
                         if r["suspect_end_time"] > now:
-                            # The old leader's SUSPECT period goes on (issue 25 item 1).
+                            # The old leader's SUSPECT period goes on.
                             s.suspect_end_time = r["suspect_end_time"]
                             s.suspect = restored(
                                 s.suspect_end_time - now, mono, self.settings.server_suspect_time

@@ -1,4 +1,4 @@
-"""The maintenance ticker (task ``maintenance_ticker``, issue 25 item 4): ends the
+"""The maintenance ticker (task ``maintenance_ticker``): ends the
 ``STOP SERVER / ZONE ... FOR MAINTENANCE`` windows.
 
 During a window (``__all_server.maintenance_end_time`` in the future) the server is stopped

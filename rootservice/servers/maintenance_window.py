@@ -1,4 +1,4 @@
-"""Maintenance windows (issue 25 item 4): the bounds of ``STOP SERVER ... FOR MAINTENANCE d``
+"""Maintenance windows: the bounds of ``STOP SERVER ... FOR MAINTENANCE d``
 and of DRAIN's ``TIMEOUT d``.
 
 Pure. A window always has an end: ``STOP ... FOR MAINTENANCE`` without a duration is a syntax

@@ -1,5 +1,4 @@
-"""The permanent-offline clock as cumulative offline time in a sliding window (issue 25
-item 1): a server is permanently offline once it has been offline for
+"""The permanent-offline clock as cumulative offline time in a sliding window: a server is permanently offline once it has been offline for
 ``server_permanent_offline_time`` in total within the last :func:`window_us`.
 
 Pure: every function takes the monotonic microseconds it judges at; the spans are the

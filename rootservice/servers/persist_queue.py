@@ -1,5 +1,5 @@
 """The persistence queue of heartbeat-derived changes to ``__all_server`` and the event
-history (SPEC.md section 6): the task ``persist_queue``.
+history (docs/design/servers.md#memory-and-the-table): the task ``persist_queue``.
 
 Admin operations are write-through (they write their rows themselves); only what heartbeats and
 the lease checker change in memory goes through this queue.
@@ -37,7 +37,7 @@ class RowSource(Protocol):
 
 
 class PersistQueue:
-    """Retrying, coalescing persistence of heartbeat-derived changes (SPEC.md section 6).
+    """Retrying, coalescing persistence of heartbeat-derived changes (docs/design/servers.md#memory-and-the-table).
 
     ``mark(key)`` records that a server's row is stale; ``run_once()`` writes the *current*
     in-memory row of every stale server in one transaction, so repeated changes coalesce and
@@ -87,7 +87,7 @@ class PersistQueue:
     def clear(self) -> int:
         """Forget every queued row and event; returns how many were dropped.
 
-        Called when the RS steps down (issue 5): what a deposed leader queued must never be
+        Called when the RS steps down: what a deposed leader queued must never be
         written by a later term of this process, which loads fresh state instead.
         """
         with self._lock:

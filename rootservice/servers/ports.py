@@ -41,7 +41,7 @@ def inline(fn: Callable[[], object]) -> None:
 
 
 class LeaseAllowance(Protocol):
-    """The RS's own intake delay (issue 14 item 3), met by
+    """The RS's own intake delay, met by
     :class:`rootservice.servers.intake_health.IntakeHealth`."""
 
     def checker_tick(self) -> int:
@@ -51,8 +51,7 @@ class LeaseAllowance(Protocol):
 
 
 class TransitSink(Protocol):
-    """Where the heartbeat path reports each accepted heartbeat's send and receive times
-    (issue 14 item 3), met by :class:`rootservice.servers.intake_health.IntakeHealth`. Called
+    """Where the heartbeat path reports each accepted heartbeat's send and receive times, met by :class:`rootservice.servers.intake_health.IntakeHealth`. Called
     under the whitelist lock for every heartbeat: cheap, no I/O."""
 
     def transit(self, server: str, sent_us: int, received_us: int, /) -> None:
@@ -62,7 +61,7 @@ class TransitSink(Protocol):
 
 
 class MassExpiry(Protocol):
-    """Self-suspicion (issue 14 item 7), met by
+    """Self-suspicion, met by
     :class:`rootservice.servers.self_suspicion.SelfSuspicion`."""
 
     def observe(self, now: int, expired: list[str], alive: int, /) -> bool:

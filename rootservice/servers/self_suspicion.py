@@ -1,4 +1,4 @@
-"""Self-suspicion of the RS (issue 14 item 7): when a large share of the servers' leases
+"""Self-suspicion of the RS: when a large share of the servers' leases
 expire at once, the likelier cause is this RS (a partition between it and most agents while
 it keeps its database lease, a broken network card, a firewall rule) rather than a mass
 death; the RS then holds the disruptive follow-ups of an expiry.

@@ -1,4 +1,4 @@
-"""The server status records of the whitelist and the three statuses (SPEC.md sections 2-3).
+"""The server status records of the whitelist and the three statuses (docs/design/servers.md).
 
 A :class:`ServerStatus` is the in-memory record of one server (OceanBase's
 ``share::ObServerStatus``). Admin status is set by operators, heartbeat status by heartbeats
@@ -23,20 +23,20 @@ DATA_DISK_ERROR_BIT = 0x1
 MAX_ZONE_LENGTH = 128
 
 StopMode = Literal["STOP", "FORCE_STOP", "ISOLATE"]
-"""The statement that stops a server (SPEC.md section 7): STOP checks the majority and the log
+"""The statement that stops a server (docs/design/statements.md): STOP checks the majority and the log
 sync of every LS with a member there, FORCE STOP only the majority, ISOLATE the tenants'
 primary regions."""
 
 
 class AdminStatus(StrEnum):
-    """Set only by operators (SPEC.md section 3): NORMAL, or DELETING after DELETE SERVER."""
+    """Set only by operators (docs/design/servers.md#the-three-statuses): NORMAL, or DELETING after DELETE SERVER."""
 
     NORMAL = "NORMAL"
     DELETING = "DELETING"
 
 
 class HeartbeatStatus(StrEnum):
-    """Set by heartbeats and the checker (SPEC.md section 3)."""
+    """Set by heartbeats and the checker (docs/design/servers.md#the-three-statuses)."""
 
     ALIVE = "alive"
     LEASE_EXPIRED = "lease_expired"
@@ -59,7 +59,7 @@ class ReportStatus(StrEnum):
 
 
 def display_status(admin: AdminStatus, hb: HeartbeatStatus) -> DisplayStatus:
-    """SPEC.md section 3: DELETING wins; otherwise ACTIVE iff alive."""
+    """docs/design/servers.md#the-three-statuses: DELETING wins; otherwise ACTIVE iff alive."""
     if admin is AdminStatus.DELETING:
         return DisplayStatus.DELETING
     return DisplayStatus.ACTIVE if hb is HeartbeatStatus.ALIVE else DisplayStatus.INACTIVE
@@ -109,30 +109,29 @@ class ResourceInfo:
 
 @dataclass(slots=True)
 class ServerStatus:
-    """One whitelist record (SPEC.md section 2). Times are microseconds since the epoch,
+    """One whitelist record (docs/design/servers.md#the-server-record). Times are microseconds since the epoch,
     0 meaning never / not set. ``key`` is the ``'ip:port'`` string.
 
     ``last_hb_mono_us`` is the same instant as ``last_hb_time`` on the RS's monotonic clock
     (:meth:`obcommon.clock.Clock.monotonic_us`), memory only: lease ages and the
     permanent-offline deadline are measured on it, so a step of the wall clock (NTP, an
-    operator's ``date -s``) neither expires live servers nor keeps dead ones alive (issue 14
-    item 7). ``last_hb_time`` stays wall time for the table, the events and the dashboards.
+    operator's ``date -s``) neither expires live servers nor keeps dead ones alive. ``last_hb_time`` stays wall time for the table, the events and the dashboards.
 
-    SUSPECT (issue 25 item 1, :mod:`rootservice.servers.suspect_policy`): ``suspect`` is the
+    SUSPECT (:mod:`rootservice.servers.suspect_policy`): ``suspect`` is the
     damping state (memory only; SUSPECT while ``suspect.is_suspect(mono)``, exact to the
     microsecond for placement) and ``suspect_end_time`` its wall-clock end as
     ``__all_server.suspect_end_time`` shows it (0: not SUSPECT; cleared by the lease checker's
     tick once the period is over). ``offline_spans`` are the closed outages of the sliding
     permanent-offline window (:mod:`rootservice.servers.offline_window`), memory only.
 
-    Maintenance (issue 25 item 4, :mod:`rootservice.servers.maintenance`):
+    Maintenance (:mod:`rootservice.servers.maintenance`):
     ``maintenance_end_time`` is the wall-clock end of a ``STOP ... FOR MAINTENANCE`` window
     (0: none), as ``__all_server`` shows it; ``maintenance_floor_mono`` the same instant on
     the monotonic clock (memory only, kept after the window ends): no offline time before it
     counts towards permanent offline (:meth:`offline_start`). ``draining``: a DRAIN SERVER
     is running on it (memory; ``__all_server_drain`` holds the drain itself).
 
-    LAGGING (issue 25 item 2, :mod:`rootservice.servers.lag_policy`): ``lag`` is the episode
+    LAGGING (:mod:`rootservice.servers.lag_policy`): ``lag`` is the episode
     (memory only), ``lagging_time`` its wall-clock start as ``__all_server.lagging_time`` shows
     it (0: not LAGGING), ``disk_probe_latency_us`` the last reported disk-probe latency. A
     LAGGING server is SUSPECT for placement (:meth:`is_suspect`)."""
@@ -175,7 +174,7 @@ class ServerStatus:
     resource_raw: bytes = b""
     #: The whitelist key, ``'ip:port'`` of ``ip`` and ``port`` (which never change: a record
     #: is replaced, not readdressed). Formatted once: the heartbeat path reads it several
-    #: times per request (issue 23 item 4).
+    #: times per request.
     key: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -191,12 +190,12 @@ class ServerStatus:
 
     def is_suspect(self, mono: int) -> bool:
         """SUSPECT at monotonic ``mono``: alive and within its suspect period, or LAGGING
-        (issue 25 items 1-2: no new leaders, no copies)."""
+        (no new leaders, no copies)."""
         return (self.suspect.until_mono_us > mono or self.lag.lagging) and self.is_alive()
 
     def offline_start(self, since_mono: int) -> int:
         """Where an outage that began at monotonic ``since_mono`` starts counting towards
-        permanent offline: not before the end of a maintenance window (issue 25 item 4)."""
+        permanent offline: not before the end of a maintenance window."""
         # 0 is "no window", not an instant: a monotonic reading may be below 0 after a load.
         floor = self.maintenance_floor_mono
         return max(since_mono, floor) if floor else since_mono
@@ -218,7 +217,7 @@ class ServerStatus:
         return self.is_active() and self.block_migrate_in_time == 0
 
     def display_status(self) -> DisplayStatus:
-        """SPEC.md section 3, see :func:`display_status`."""
+        """docs/design/servers.md#the-three-statuses, see :func:`display_status`."""
         return display_status(self.admin_status, self.hb_status)
 
     def to_row(self) -> dict[str, Any]:
@@ -244,7 +243,7 @@ class ServerStatus:
         }
 
 
-# Columns CheckAllServerTask compares between memory and the table (SPEC.md section 6).
+# Columns CheckAllServerTask compares between memory and the table (docs/design/servers.md#memory-and-the-table).
 CHECKED_COLUMNS = (
     "zone",
     "inner_port",

@@ -1,4 +1,4 @@
-"""The SUSPECT policy (issue 25 item 1): how long a server whose lease expired and came back
+"""The SUSPECT policy: how long a server whose lease expired and came back
 gets no new leaders and no copies, with flapping damping.
 
 Pure: every function takes the monotonic microseconds it judges at (the caller reads the
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: The longest suspect time, microseconds (issue 25: "cap 5 min").
+#: The longest suspect time, microseconds ("cap 5 min").
 SUSPECT_CAP_US = 300_000_000
 
 

@@ -1,4 +1,4 @@
-"""The in-memory copy of ``__all_server_tombstone`` (issue 24 items 3-4): the identities
+"""The in-memory copy of ``__all_server_tombstone``: the identities
 FORCE DELETE SERVER and RECOVER LS retired. The heartbeat intake asks it on every lease
 request (one dict lookup, no I/O, no lock) and ADD SERVER before it admits an address; the
 loader fills it at take office (:attr:`rootservice.servers.whitelist.Whitelist.tombstones`).

@@ -1,4 +1,4 @@
-"""Buried servers (issue 24 items 3-4): the identities FORCE DELETE SERVER and RECOVER LS
+"""Buried servers: the identities FORCE DELETE SERVER and RECOVER LS
 retired, refused for ever.
 
 :class:`rootservice.servers.tombstone_set.Tombstones` is the in-memory copy of

@@ -1,4 +1,4 @@
-"""The in-memory server whitelist (SPEC.md sections 2-3): the records, their lock, the alive
+"""The in-memory server whitelist (docs/design/servers.md): the records, their lock, the alive
 order and the permanent-offline heap, and the read API the rest of the RS uses.
 
 Follows OceanBase's ``ObServerManager`` server-status array. Only this package changes the
@@ -54,11 +54,11 @@ class Whitelist:
         # (permanent-offline deadline on the monotonic clock, key) of lease-expired servers;
         # stale entries are skipped when popped.
         self.offline_heap: list[tuple[int, str]] = []
-        # The buried identities (issue 24): refused at lease time and by ADD SERVER; kept
+        # The buried identities: refused at lease time and by ADD SERVER; kept
         # here because every reader of the whitelist's keys must see them.
         self.tombstones = Tombstones()
-        # (end of the SUSPECT period on the monotonic clock, key) of SUSPECT servers (issue
-        # 25 item 1): the lease checker clears their ``suspect_end_time`` when it passes;
+        # (end of the SUSPECT period on the monotonic clock, key) of SUSPECT servers: the lease
+        # checker clears their ``suspect_end_time`` when it passes;
         # stale entries are skipped when popped.
         self.suspect_heap: list[tuple[int, str]] = []
 
@@ -138,7 +138,7 @@ class Whitelist:
         return sum(1 for s in list(self.records.values()) if s.suspect_end_time and s.is_alive())
 
     def lagging_count(self) -> int:
-        """Servers whose ``lagging_time`` is set (LAGGING, issue 25 item 2), for
+        """Servers whose ``lagging_time`` is set (LAGGING), for
         ``/metrics``; reads without the lock as :meth:`status_counts`."""
         return sum(1 for s in list(self.records.values()) if s.lagging_time)
 

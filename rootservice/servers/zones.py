@@ -1,4 +1,4 @@
-"""Zones in memory, mirrored write-through to ``__all_zone`` (SPEC.md sections 4 and 7).
+"""Zones in memory, mirrored write-through to ``__all_zone`` (docs/design/servers.md and docs/design/statements.md).
 
 OceanBase keeps zone state in ``__all_zone`` rows (``status``, ``region``, ``idc``) and caches
 it in the RS's zone manager; ADD ZONE creates a zone INACTIVE, START ZONE makes it ACTIVE.
@@ -202,7 +202,7 @@ class ZoneManager:
             self._write(new, "alter_zone", ("region", new.region), ("idc", new.idc))
 
     def _write(self, info: ZoneInfo, event: str, *values: tuple[str, str]) -> None:
-        """Write-through (SPEC.md section 6): the zone's rows and one ``zone`` event in one
+        """Write-through (docs/design/servers.md#memory-and-the-table): the zone's rows and one ``zone`` event in one
         fenced transaction, then the cache. The caller holds the store's write lock."""
         now = self.clock.now_us()
         with self.store.txn() as conn:

@@ -1,5 +1,5 @@
 """The balancer's view of the tenant layer: the one object ``rootservice.balancer`` is given
-as ``ls`` (SPEC.md section 9).
+as ``ls`` (docs/design/migration.md).
 
 The balancer (unit migration, replica copies, disaster recovery) reads the layout and the
 reports, sends replica specs and asks for reconciler rounds and leader switches; each call

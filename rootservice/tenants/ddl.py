@@ -1,5 +1,5 @@
 """Unit configs, resource pools and tenants: CREATE / DROP RESOURCE UNIT, RESOURCE POOL and
-TENANT (SPEC.md section 7; OceanBase's ``ObUnitManager`` and the tenant part of
+TENANT (docs/design/statements.md; OceanBase's ``ObUnitManager`` and the tenant part of
 ``ObDDLService``).
 
 The manager validates, places units (:mod:`rootservice.tenants.placement`), writes the rows in

@@ -1,4 +1,4 @@
-"""The DDL statements of the tenant layer as plain values (SPEC.md section 7).
+"""The DDL statements of the tenant layer as plain values (docs/design/statements.md).
 
 :mod:`rootservice.api.statements` turns the parsed statements (``sql.ast``) into these, so the
 tenant layer does not depend on the admin language. Values are as written by the operator;

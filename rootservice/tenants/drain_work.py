@@ -1,5 +1,4 @@
-"""The tenant layer's part of DRAIN SERVER and of the disruption budget (issue 25 items 3
-and 5): the log streams' members and leaders as the reports show them, and why a leader
+"""The tenant layer's part of DRAIN SERVER and of the disruption budget: the log streams' members and leaders as the reports show them, and why a leader
 cannot leave a server.
 
 :class:`DrainWork` meets :class:`rootservice.servers.drain.DrainWork` and the server
@@ -82,7 +81,7 @@ class DrainWork:
         ]
 
     def check_budget(self, targets: set[str], action: str) -> None:
-        """The disruption budget (issue 25 item 5). Raises OB_OP_NOT_ALLOW naming every LS
+        """The disruption budget. Raises OB_OP_NOT_ALLOW naming every LS
         that ``targets`` disrupted by ``action`` would leave below its majority."""
         problems = refusals(self.streams(), self.disrupted(), targets, action)
         if problems:

@@ -1,8 +1,8 @@
-"""Whether a server may host or lead replicas (SPEC.md section 7, OceanBase's leader
+"""Whether a server may host or lead replicas (docs/design/statements.md, OceanBase's leader
 coordinator): a leader must be alive, started (``stop_time == 0``), in service and in an
 ACTIVE zone; a stopped or isolated server is never chosen.
 
-A SUSPECT server (issue 25 item 1, :mod:`rootservice.servers.suspect_policy`) keeps its
+A SUSPECT server (:mod:`rootservice.servers.suspect_policy`) keeps its
 replicas and its leaders and counts as a healthy member for majority checks
 (:meth:`HostHealth.can_lead`, :meth:`HostHealth.healthy_member`), but is no new leader while a
 server that is not SUSPECT can lead (:meth:`HostHealth.is_suspect`, used by the leader
@@ -31,13 +31,13 @@ class HostHealth:
         self.clock = clock
 
     def is_suspect(self, server: str) -> bool:
-        """``server`` is alive and SUSPECT now (issue 25 item 1): no new leader, no copy
+        """``server`` is alive and SUSPECT now: no new leader, no copy
         destination."""
         s = self.servers.get(server)
         return s is not None and s.is_suspect(self.clock.monotonic_us())
 
     def lag_reasons(self, server: str) -> tuple[str, ...]:
-        """Why ``server`` is LAGGING (issue 25 item 2: ``("command",)``, ``("disk",)`` ...;
+        """Why ``server`` is LAGGING (``("command",)``, ``("disk",)`` ...;
         :mod:`rootservice.servers.lag_policy`), empty when it is not or is not whitelisted."""
         s = self.servers.get(server)
         return s.lag.reasons if s is not None and s.lag.lagging else ()
@@ -64,7 +64,7 @@ class HostHealth:
         self, server: str, r: obrpc_pb2.ReplicaInfo | None, exclude: Set[str]
     ) -> bool:
         """Alive, started, in service, zone ACTIVE, not being stopped, replica in service
-        (the members that count for STOP's majority, SPEC.md section 7)."""
+        (the members that count for STOP's majority, docs/design/statements.md)."""
         return r is not None and r.in_service and self.can_lead(server, exclude)
 
     def zone_of(self, plan: LsPlan, server: str) -> str:

@@ -1,4 +1,4 @@
-"""The ``lag_rebuilder`` task (issue 25 item 2, the last of the lag detector's actions: "a
+"""The ``lag_rebuilder`` task (the last of the lag detector's actions: "a
 lagging replica rebuilt"; every ``ls_check_interval``).
 
 A follower that trails its leader's log by more than ``ls_log_sync_threshold`` for
@@ -24,7 +24,7 @@ logged once and tried again next round, as the replica rebuilder does.
 
 - while the follower's server is LAGGING itself (its commands or its disk: the server, not the
   replica, is the problem, and its leaders are already moved off) or SUSPECT (no copies to
-  it, issue 25 item 1);
+  it);
 - when the other members that are healthy (alive, started, replica in service: the majority
   checks of STOP, :meth:`rootservice.tenants.host_health.HostHealth.healthy_member`), not
   LAGGING and in log sync with the leader are fewer than a majority of the member list

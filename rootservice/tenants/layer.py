@@ -66,7 +66,7 @@ class TenantLayer:
     pre_checks: ServerPreChecks
     probes: ServerProbes
     balancer_view: BalancerView
-    #: Held by RECOVER LS / FORCE DELETE SERVER (issue 24); the scheduling tasks' gate.
+    #: Held by RECOVER LS / FORCE DELETE SERVER; the scheduling tasks' gate.
     pause: SchedulingPause
     gate: PausableGate
     log_marks: LogMarks
@@ -225,7 +225,7 @@ def build_lost_servers(
     settings: RsSettings,
     wake: Callable[[str], None],
 ) -> LostServers:
-    """FORCE DELETE SERVER and RECOVER LS (issue 24 items 3-4) on the tenant layer
+    """FORCE DELETE SERVER and RECOVER LS on the tenant layer
     ``tenants``: the burial of lost servers and the removal of their members. ``wake(name)``
     runs a task now (the balancer and the checkers after a burial)."""
     return LostServers(
@@ -261,7 +261,7 @@ def build_lag_rebuilder(
     settings: RsSettings,
     metrics: Metrics,
 ) -> LagRebuilder:
-    """The ``lag_rebuilder`` task (issue 25 item 2) on the tenant layer ``tenants``:
+    """The ``lag_rebuilder`` task on the tenant layer ``tenants``:
     ``followers`` (the lag detector) lists the LAGGING followers it rebuilds in place."""
     return LagRebuilder(
         term=tenants.gate,

@@ -1,9 +1,9 @@
-"""Leaders of the log streams: choosing, switching and moving them off servers (SPEC.md
-section 7; OceanBase's leader coordinator and ``ALTER SYSTEM SWITCH REPLICA LEADER``).
+"""Leaders of the log streams: choosing, switching and moving them off servers
+(docs/design/statements.md; OceanBase's leader coordinator and ``ALTER SYSTEM SWITCH REPLICA LEADER``).
 
 - **Choice.** A leader must be alive, started (``stop_time == 0``), in service, in an ACTIVE
   zone, and is preferred in the tenant's primary zone (:mod:`rootservice.tenants.host_health`).
-  A SUSPECT server (issue 25 item 1) is chosen last: only when no other member can lead (an
+  A SUSPECT server is chosen last: only when no other member can lead (an
   LS without leader is unavailable), never to move a leader to a better zone, and SWITCH
   REPLICA LEADER refuses it; a leader it already holds stays.
 - **Switch.** The old leader resigns at a new term and reports its last log index; the new
@@ -76,7 +76,7 @@ class LeaderCoordinator:
         self.metrics = metrics
         self.sleep = sleep
         self.warnings = warnings
-        # The applier's: a copy's announcement never interleaves with a switch (issue 23).
+        # The applier's: a copy's announcement never interleaves with a switch.
         self._switch_lock = applier.ls_change_lock
 
     def choose_leader(
@@ -84,7 +84,7 @@ class LeaderCoordinator:
     ) -> str | None:
         """The best leader candidate among the plan's members: able to lead (alive, started,
         in service, zone ACTIVE, not in ``exclude``), replica reported in service (unless
-        ``require_report`` is False, at creation), ordered by not SUSPECT first (issue 25),
+        ``require_report`` is False, at creation), ordered by not SUSPECT first,
         tenant primary-zone priority, the LS's own primary zone, then the longest log, then
         address."""
 
@@ -93,7 +93,7 @@ class LeaderCoordinator:
             r = view.replicas.get(server)
             s = self.servers.get(server)
             return (
-                # a SUSPECT server only when nothing else can lead (issue 25 item 1)
+                # a SUSPECT server only when nothing else can lead
                 1 if self.health.is_suspect(server) else 0,
                 # a replica migrating away (its unit moved) or on a DELETING server leads
                 # only when nothing else can
@@ -117,7 +117,7 @@ class LeaderCoordinator:
         return min(candidates, key=rank)
 
     def switch_leader(self, key: LsKey, new_leader: str, reason: str) -> None:
-        """Make ``new_leader`` the leader of LS ``key`` at a new term (SPEC.md section 7's
+        """Make ``new_leader`` the leader of LS ``key`` at a new term (docs/design/statements.md's
         "leaders move off"; OceanBase's ``ALTER SYSTEM SWITCH REPLICA LEADER``).
 
         The old leader (if alive) resigns first and reports its last log index; the new
@@ -195,7 +195,7 @@ class LeaderCoordinator:
             )
         except ObError:
             # A stopped or draining old leader is reinstated too: leading from a server
-            # being emptied beats an LS without leader (issue 25 item 3).
+            # being emptied beats an LS without leader.
             if old is not None and old != new_leader and self.health.is_alive(old):
                 try:
                     self.applier.apply(old, [spec(plan, old, old, term + 1, members=members)])

@@ -1,8 +1,8 @@
-"""The ``learner_sync`` task (issue 23 item 1; every :data:`LEARNER_SYNC_INTERVAL_US`): a
+"""The ``learner_sync`` task (every :data:`LEARNER_SYNC_INTERVAL_US`): a
 copy whose log catch-up is refused is announced again to the LS's current leader.
 
 A replica being built by copy fetches its log from the leader, which serves it only while
-its last spec lists the copy as a learner (issue 10). Two things can make a leader forget
+its last spec lists the copy as a learner. Two things can make a leader forget
 that: the leader moved and the new one's spec was built before the copy was announced (the
 race a CI run hit: a copy handed out 60 ms before its LS's leader moved off the server being
 deleted, refused for ever with ``PERMISSION_DENIED``), and an agent restart (an agent keeps

@@ -1,4 +1,4 @@
-"""The ``ls_log_marks`` task (issue 24 item 4): the highest log end index any replica of each
+"""The ``ls_log_marks`` task: the highest log end index any replica of each
 log stream ever reported, kept in ``__all_ls_log_mark``.
 
 RECOVER LS shows what its survivor lacks (``HIGHEST_LOG_END``, ``LOST_ENTRIES``). The replicas

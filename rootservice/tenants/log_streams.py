@@ -1,5 +1,5 @@
 """A tenant's log-stream replicas on the agents: created by CREATE TENANT, dropped by DROP
-TENANT (SPEC.md section 7).
+TENANT (docs/design/statements.md).
 
 The rows (``__all_ls_status``, ``__all_unit``) are written by the DDL first; this module then
 tells the agents: every replica of a new tenant at term 1 with its leader in the primary

@@ -1,5 +1,4 @@
-"""ALTER SYSTEM FORCE DELETE SERVER and ALTER SYSTEM RECOVER LS ... FROM LOST SERVERS
-(issue 24 items 3-4): removing servers that are gone for good, and recovering the log
+"""ALTER SYSTEM FORCE DELETE SERVER and ALTER SYSTEM RECOVER LS ... FROM LOST SERVERS: removing servers that are gone for good, and recovering the log
 streams that lost their majority with them.
 
 **FORCE DELETE SERVER 'a' [, ...]** (servers that do not heartbeat): the plan

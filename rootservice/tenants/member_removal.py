@@ -1,4 +1,4 @@
-"""Taking lost servers out of member lists (issue 24 items 3-4): the two member changes
+"""Taking lost servers out of member lists: the two member changes
 FORCE DELETE SERVER and RECOVER LS apply, and the plan inputs they read.
 
 - :meth:`MemberRemoval.remove_member` (REMOVE_MEMBER): the LS keeps a majority without the

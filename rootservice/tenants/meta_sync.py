@@ -1,5 +1,5 @@
 """The ``ls_meta_sync`` task: mirror the replica reports into ``__all_ls_meta_table`` and
-``__all_space_usage`` (SPEC.md sections 4 and 9), like OceanBase's LS meta table updater.
+``__all_space_usage`` (docs/design/servers.md and docs/design/migration.md), like OceanBase's LS meta table updater.
 
 Only what changed since the last sync is written, in one fenced transaction. A server that is
 not alive keeps its rows, written FOLLOWER and stale (it leads nothing while it does not
@@ -35,7 +35,7 @@ class LsMetaSync:
     """``run_once()`` -> rows written. Keeps what the two tables hold (as far as this RS
     wrote or read them) to write only the differences. ``moves`` hears of the replica rows it
     deleted once they are committed (:meth:`ReplicaMoves.rows_deleted`: the last step a unit
-    moving off a server, and the server's removal, wait for, issue 23)."""
+    moving off a server, and the server's removal, wait for)."""
 
     name = "ls_meta_sync"
 

@@ -1,5 +1,4 @@
-"""Scheduling paused while RECOVER LS / FORCE DELETE SERVER change member lists (issue 24
-item 4: "scheduling stops while it runs").
+"""Scheduling paused while RECOVER LS / FORCE DELETE SERVER change member lists ("scheduling stops while it runs").
 
 The balancer, the lost-replica checker, the LS reconciler and the replica rebuilder are
 given a :class:`PausableGate` instead of the term: their rounds do nothing while a

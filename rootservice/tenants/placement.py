@@ -1,4 +1,4 @@
-"""Unit placement: which server of a zone hosts a unit (SPEC.md sections 7 and 9).
+"""Unit placement: which server of a zone hosts a unit (docs/design/statements.md and docs/design/migration.md).
 
 One pure module used by CREATE RESOURCE POOL, by the DELETE SERVER pre-check ("can the other
 servers of the zone hold this server's units?") and later by the root balancer. It follows

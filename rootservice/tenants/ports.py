@@ -21,7 +21,7 @@ Sleep = Callable[[float], None]
 
 
 class ServerDirectory(Protocol):
-    """The server whitelist, read side (SPEC.md section 2)."""
+    """The server whitelist, read side (docs/design/servers.md#the-server-record)."""
 
     def get(self, server: str) -> ServerStatus | None:
         """A copy of the record of ``server`` ('ip:port'), or None when not whitelisted."""
@@ -38,7 +38,7 @@ class ServerDirectory(Protocol):
 
 
 class ZoneDirectory(Protocol):
-    """The zones of ``__all_zone`` as the RS holds them (SPEC.md section 4)."""
+    """The zones of ``__all_zone`` as the RS holds them (docs/design/servers.md#the-tables)."""
 
     def get(self, zone: str) -> ZoneInfo | None:
         """The zone, or None."""
@@ -62,7 +62,7 @@ class EventSink(Protocol):
 
 
 class HeartbeatRequester(Protocol):
-    """Asks servers for a heartbeat now (SPEC.md section 5, RS -> agent)."""
+    """Asks servers for a heartbeat now (docs/design/leases.md, RS -> agent)."""
 
     def request_heartbeats(self, servers: Iterable[str]) -> int:
         """Ask each server for a lease request and process the answers; failures are only
@@ -86,7 +86,7 @@ class ReplicaAgents(Protocol):
 
 class ReplicaMoves(Protocol):
     """Hears the steps of a replica move as the tenant layer learns them, so that the task
-    that takes the next step runs now rather than at its next period (issue 23: a DELETE
+    that takes the next step runs now rather than at its next period (a DELETE
     SERVER waited up to ``balancer_interval`` after its last replica had left). The RS's
     :class:`rootservice.balancer.emptying_wake.EmptyingWake`; called on the heartbeat path
     and in the meta sync's round, so it must be cheap and never raise."""

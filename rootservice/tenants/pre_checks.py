@@ -1,5 +1,5 @@
-"""The tenant layer's pre-checks of DELETE / STOP / FORCE STOP / ISOLATE SERVER (SPEC.md
-section 7; OceanBase's ``check_majority_and_log_in_sync_`` and the DELETE SERVER unit check).
+"""The tenant layer's pre-checks of DELETE / STOP / FORCE STOP / ISOLATE SERVER
+(docs/design/statements.md; OceanBase's ``check_majority_and_log_in_sync_`` and the DELETE SERVER unit check).
 
 Each check raises ``ObError`` and changes nothing; the server manager runs it before it writes
 anything. Times are microseconds since the epoch.
@@ -62,7 +62,7 @@ class ServerPreChecks:
     def check_delete(self, targets: list[ServerStatus]) -> None:
         """DELETE SERVER: every LS has a leader, else OB_OP_NOT_ALLOW naming the first LS
         without one (checked first: an LS that lost its majority blocks every removal, and
-        its way out is RECOVER LS, issue 24); the other active servers of each zone can
+        its way out is RECOVER LS); the other active servers of each zone can
         hold every unit of the deleted servers (CPU, memory, log disk, one unit per tenant
         and server), else OB_DELETE_SERVER_NOT_ALLOWED naming the unit and the resource
         short."""
@@ -89,7 +89,7 @@ class ServerPreChecks:
             )
 
     def check_stop(self, targets: list[ServerStatus], mode: StopMode) -> None:
-        """STOP / FORCE STOP SERVER (SPEC.md section 7; OceanBase's
+        """STOP / FORCE STOP SERVER (docs/design/statements.md; OceanBase's
         ``check_majority_and_log_in_sync_``): every LS with a member on the servers keeps a
         majority of members that are alive, started, in service and not being stopped, and
         (STOP only) a majority of members whose log is within ``ls_log_sync_threshold`` of

@@ -1,4 +1,4 @@
-"""The ``ls_reconciler`` task (SPEC.md sections 4, 7 and 9; every ``ls_check_interval``).
+"""The ``ls_reconciler`` task (docs/design/servers.md, docs/design/statements.md and docs/design/migration.md; every ``ls_check_interval``).
 
 Creates the replicas that ``__all_ls_status`` and ``__all_unit`` say should exist but no
 alive server reports, drops replicas of log streams that no longer exist, elects or moves
@@ -121,7 +121,7 @@ class LsReconciler:
         return actions
 
     def _complete_membership(self, plan: LsPlan, view: LsView) -> int:
-        """The last steps of a replica migration (SPEC.md section 9, disaster recovery):
+        """The last steps of a replica migration (docs/design/migration.md, disaster recovery):
         once every planned member that is not yet a Paxos member hosts a replica that is in
         service and whose log is in sync, move leadership off leaving members, make the
         planned members the member list (same term), and drop the leaving replicas on the

@@ -1,4 +1,4 @@
-"""The plan of RECOVER LS ... FROM LOST SERVERS and FORCE DELETE SERVER (issue 24 items 3-4),
+"""The plan of RECOVER LS ... FROM LOST SERVERS and FORCE DELETE SERVER,
 pure: which log streams lose which members, the survivor of each LS that lost its majority,
 its new term, what would be lost, and the digest of the reports the plan was made from.
 

@@ -1,4 +1,4 @@
-"""The ``replica_rebuilder`` task (issue 13 item 5; SPEC.md section 9, disaster recovery;
+"""The ``replica_rebuilder`` task (docs/design/migration.md, disaster recovery;
 every ``ls_check_interval``).
 
 A Paxos member of an LS that sits on a live server but that server no longer reports (its
@@ -41,7 +41,7 @@ REASON_MISSING = "replica missing on live server"
 
 #: Wait, in microseconds, before the second retry of a member whose copies keep failing; it
 #: doubles with every further failure up to :data:`RETRY_CAP_US`. The first retry (from
-#: another source) is immediate. Issue 14 item 7: a destination whose data disk is full
+#: another source) is immediate. A destination whose data disk is full
 #: refused a copy every 0.3 s, an event and a warning each time.
 RETRY_BASE_US = 1_000_000
 RETRY_CAP_US = 60_000_000
@@ -151,7 +151,7 @@ class ReplicaRebuilder:
                 if (r is not None and not failed) or not self.health.is_alive(server):
                     continue
                 if self.health.is_suspect(server):
-                    continue  # no copy to a SUSPECT server (issue 25 item 1): after it
+                    continue  # no copy to a SUSPECT server: after it
                 if failed and now < self._failures.get((key, server), (0, 0))[1]:
                     continue  # backing off: the same failure would come back at once
                 if r is None and (key, server) in self._sent:
@@ -197,8 +197,7 @@ class ReplicaRebuilder:
     def _hand_out(self, key: LsKey, view: LsView, dest: str, src: str, failed: str) -> bool:
         """Tell ``src`` and the leader, then send ``dest`` its copy spec; one event and a
         WARNING log per copy. ``failed`` is the ``build_error`` of the failed copy this one
-        retries ("" for a first copy), shown in the event's reason and the log (issue 14
-        item 7: a destination whose disk is full says OB_SERVER_OUTOF_DISK_SPACE). False
+        retries ("" for a first copy), shown in the event's reason and the log (a destination whose disk is full says OB_SERVER_OUTOF_DISK_SPACE). False
         (logged once) when a server refused."""
         plan = self.layout.topology().plans.get(key)
         if plan is None:

@@ -1,12 +1,12 @@
-"""Replica specs and the ApplyReplicas calls that hand them to the agents (SPEC.md
-sections 4 and 9).
+"""Replica specs and the ApplyReplicas calls that hand them to the agents
+(docs/design/servers.md and docs/design/migration.md).
 
 A :class:`obrpc_pb2.ReplicaSpec` is the desired state of one replica on one server: member
 list, leader and term, and either the log index to catch up to (a new leader) or the server
 to copy from (a replica being built). Every ApplyReplicas answer carries the agent's full
 replica report, which is adopted at once as if it came with a heartbeat.
 
-**Learners** (issue 10, issue 23). A member serves FetchData / FetchLog only to the RS, the
+**Learners**. A member serves FetchData / FetchLog only to the RS, the
 members and the learners its last spec listed. Every spec lists as learners the servers
 reporting a non-member replica *and* the copies this RS announced that have not finished
 (:class:`AnnouncedCopies`), so a leader change (whose specs are built here) tells the new
@@ -114,7 +114,7 @@ class ReplicaApplier:
         self.reports = reports
         self.announced = AnnouncedCopies(monotonic_us)
         #: Held across a leader switch (``LeaderCoordinator``) and across an announcement,
-        #: so that neither works from the other's half-done state (issue 23: a copy handed
+        #: so that neither works from the other's half-done state (a copy handed
         #: out 60 ms before its leader moved was never announced to the new leader).
         self.ls_change_lock = threading.RLock()
 
@@ -160,7 +160,7 @@ class ReplicaApplier:
     def learners(self, key: LsKey, members: Sequence[str]) -> list[str]:
         """The servers reporting a replica of ``key`` that are not in ``members`` and the
         copies of ``key`` announced and not ended (:class:`AnnouncedCopies`): copies being
-        built or catching up (issue 10: the members serve FetchData / FetchLog only to the
+        built or catching up (the members serve FetchData / FetchLog only to the
         RS, the members and these; a spec that left them out would cut their copy off)."""
         inside = set(members)
         reported = {

@@ -1,4 +1,4 @@
-"""Replica reports and the log streams as they show (SPEC.md sections 4 and 9).
+"""Replica reports and the log streams as they show (docs/design/servers.md and docs/design/migration.md).
 
 Every lease request carries the agent's replicas (role, member list, term, log position,
 data size). :class:`ReplicaReports` keeps the latest report per server and each server's
@@ -64,7 +64,7 @@ class ReplicaReports:
 
     ``servers`` tells which reporting servers are alive; ``layout`` names the log streams
     that should exist (a view exists for each, reported or not); ``moves`` hears, from the
-    reports, the steps of replica moves that let the next step run at once (issue 23): a
+    reports, the steps of replica moves that let the next step run at once: a
     replica being built that is now in service (:meth:`ReplicaMoves.copy_built`), a DELETING
     server that reports fewer replicas than before (:meth:`ReplicaMoves.replica_dropped`).
     """
@@ -152,7 +152,7 @@ class ReplicaReports:
                 v = out.setdefault(k, LsView(k))
                 v.replicas[server] = r
                 if r.term > MAX_TERM:
-                    # Forged or corrupt (lease requests refuse it since issue 10, a report
+                    # Forged or corrupt (lease requests refuse it A report
                     # kept from before may still hold it): it neither leads nor sets the
                     # term, or `term + 1` of the next switch would overflow the protocol's
                     # int64 on every reconciler round.

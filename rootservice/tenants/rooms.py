@@ -1,4 +1,4 @@
-"""The servers as unit placement candidates (SPEC.md sections 7 and 9; OceanBase's
+"""The servers as unit placement candidates (docs/design/statements.md and docs/design/migration.md; OceanBase's
 ``ObUnitManager`` load of each server).
 
 Used by CREATE RESOURCE POOL (where do the new units go), by the DELETE SERVER pre-check

@@ -1,5 +1,5 @@
-"""What the empty-server checker asks of the tenant layer about a DELETING server (SPEC.md
-section 9; OceanBase's ``ObEmptyServerChecker``): does it still host units or replicas, may
+"""What the empty-server checker asks of the tenant layer about a DELETING server
+(docs/design/migration.md; OceanBase's ``ObEmptyServerChecker``): does it still host units or replicas, may
 anything be removed now (every LS has a leader), and which rows go with it.
 """
 

@@ -1,4 +1,4 @@
-"""The desired layout of the log streams (SPEC.md sections 4 and 7): which server of each
+"""The desired layout of the log streams (docs/design/servers.md and docs/design/statements.md): which server of each
 zone hosts a replica of each LS, read from ``__all_tenant`` / ``__all_ls_status`` /
 ``__all_unit`` and cached until the layout version moves.
 

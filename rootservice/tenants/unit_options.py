@@ -1,4 +1,4 @@
-"""The options of CREATE RESOURCE UNIT (SPEC.md section 7; OceanBase's ``ObUnitResource``):
+"""The options of CREATE RESOURCE UNIT (docs/design/statements.md; OceanBase's ``ObUnitResource``):
 which are required, their defaults, their grammar and OceanBase's lower bounds.
 
 CPU is cores, sizes bytes, IOPS counts.

@@ -1,5 +1,5 @@
 """The tenant layer's vocabulary: object names, OceanBase's limits of units, pools and log
-streams, the primary-zone grammar and what a unit takes from its server (SPEC.md section 7;
+streams, the primary-zone grammar and what a unit takes from its server (docs/design/statements.md;
 OceanBase's ``ObUnitResource`` and ``ObPrimaryZoneUtil``).
 
 Pure functions and constants shared by the DDL, the layout (:mod:`rootservice.tenants.topology`)

@@ -1,4 +1,4 @@
-"""Small reconnect-storm measurement (issue 14 item 1, the agent side): one real RS on SQLite,
+"""Small reconnect-storm measurement (the agent side): one real RS on SQLite,
 ``N`` real agents, ``kill -9`` of the RS for ``outage`` seconds, then the RS restarted on the
 same port and database. Reports, per agent, the time from the restarted RS answering its
 health check to the agent's first granted lease (the ``lease granted by`` line of its JSON

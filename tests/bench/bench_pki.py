@@ -1,4 +1,4 @@
-"""The benchmark's certificates (issue 10, "Benchmark"): one CA per ``make bench`` run, a
+"""The benchmark's certificates ("Benchmark"): one CA per ``make bench`` run, a
 node certificate per simulated agent, and per server under test its ``rs.crt`` plus the
 ``client.root.crt`` the benchmark reads ``GetMetrics`` with. Everything is written by
 :mod:`obcommon.security.certs` (ECDSA P-256, about 1 ms a certificate); nothing here does

@@ -1,4 +1,4 @@
-"""Emptying-speed benchmark (``make bench-empty``, issue 14 item 5): a DELETE SERVER of a
+"""Emptying-speed benchmark (``make bench-empty``): a DELETE SERVER of a
 server holding ``--size`` bytes of replicas (default 2 GiB in 4 log streams of 512 MiB),
 beside ``cp -r`` of the same files on the same disk in the same run.
 
@@ -130,7 +130,7 @@ def copies_from_log(text: str, since: float) -> list[dict[str, Any]]:
             c[kind] = _stamp(m.group(1))
             if kind == "data":
                 c["bytes"] = int(m.group(4))
-                # The data path: https / http (the bulk path, issue 23) or the gRPC stream.
+                # The data path: https / http (the bulk path) or the gRPC stream.
                 c["over"] = {"the": "stream", None: "stream"}.get(m.group(5), m.group(5))
     return [out[k] for k in sorted(out)]
 

@@ -1,6 +1,6 @@
 """Heartbeat benchmark (``make bench``): N simulated agents against a real RS on loopback.
 
-Each N is run in up to four configurations (``--servers``, all by default; issue 10,
+Each N is run in up to four configurations (``--servers``, all by default,
 "Benchmark"): ``rs-tls`` (the RS over mutual TLS, ``--certs-dir``: every agent has its own
 connection and its own node certificate, as the RS accepts a lease for server X only from
 node certificate X), ``rs`` (the RS in plaintext, ``--insecure``), ``echo`` (the bare echo
@@ -39,10 +39,10 @@ For each N and configuration, it
    (``--http-addr``; HTTPS with ``client.root.crt`` for ``rs-tls``) every
    ``--scrape-interval`` seconds (5), alternating with plain windows (P S P S), and reports
    CPU per heartbeat and p99 with / without (means over the windows of each kind), the
-   scrape time p50 / max and the body size (issue 12);
+   scrape time p50 / max and the body size;
 8. runs the same load against a bare ``grpc.aio`` echo server (tests/bench/echo_server.py)
    so the RS's CPU and p99 are also given as a ratio to gRPC's own cost;
-9. with ``--profile`` (issue 23 item 4), one more window per configuration with the server
+9. with ``--profile``, one more window per configuration with the server
    under py-spy (tests/bench/pyspy_profile.py; after the measured windows, so the sampling is in
    none of their figures): the top functions by own and by inclusive samples are printed
    and kept in the JSON, the raw stacks written beside ``--out``.
@@ -360,8 +360,7 @@ class RsClient:
 
 
 class Scraper:
-    """Scrapes the RS's ``/metrics`` every ``interval_s`` in a thread, as Prometheus would
-    (issue 12 "Benchmark"): over HTTPS with ``certs_dir``'s ``client.root.crt`` and
+    """Scrapes the RS's ``/metrics`` every ``interval_s`` in a thread, as Prometheus would: over HTTPS with ``certs_dir``'s ``client.root.crt`` and
     ``ca.crt``, else plain HTTP (an ``--insecure`` RS). Records each scrape's wall time
     (milliseconds) and body size (bytes); a failed scrape is counted, not raised."""
 
@@ -551,7 +550,7 @@ def connect_phase(
 
 def wait_take_office_requests(rs: Child, n: int) -> dict[str, Any]:
     """After taking office the RS asks every server that is not alive for a heartbeat
-    (SPEC.md section 5). Here no agent serves ObserverService, so all N requests fail
+    (docs/design/leases.md). Here no agent serves ObserverService, so all N requests fail
     (connection refused) and the RS logs a warning: one summary line ("request heartbeat
     failed for X of N servers"), or one line per server in older versions. That burst is
     not steady state: wait for the summary, or N per-server lines, or 5 s without a new
@@ -670,7 +669,7 @@ def profile_window(
     server: Child, gens: list[Child], n: int, args: argparse.Namespace, config: str
 ) -> dict[str, Any]:
     """One more window (after the measured ones, so py-spy's sampling is in none of their
-    figures) with ``server`` profiled by py-spy (``--profile``, issue 23 item 4): the raw
+    figures) with ``server`` profiled by py-spy (``--profile``): the raw
     stacks go to ``.bench/profile-<config>-<n>.txt`` beside ``--out``; returns the summary
     (tests/bench/pyspy_profile.py) with the window's CPU per heartbeat."""
     out = Path(args.out).parent / f"profile-{config}-{n}.txt"
@@ -808,8 +807,8 @@ def run_rs(n: int, args: argparse.Namespace, pki: BenchPki | None = None) -> dic
         res, before, after = measure(rs, gens, n, args, snap)
         res["getmetrics_ms"] = max(calls)
         if args.scrape_interval > 0:
-            # The same load, RS and load generators again, with /metrics scraped (issue 12
-            # "Benchmark"). Scraped and plain windows alternate (S P S P ... after the first
+            # The same load, RS and load generators again, with /metrics scraped. Scraped and plain
+            # windows alternate (S P S P ... after the first
             # plain one), so that a drift of the RS over time (its periodic tasks, memory)
             # falls on both sides instead of on the scraped side alone.
             scraper = Scraper(http_addr, certs_dir, args.scrape_interval)
@@ -1134,7 +1133,7 @@ def report(results: list[dict[str, Any]]) -> str:
         out.append("")
         out.append(
             f"With /metrics scraped every {scraped[0]['scraped']['interval_s']:g}s "
-            "(windows alternating with plain ones, same RS and load; issue 12):"
+            "(windows alternating with plain ones, same RS and load):"
         )
         out.append(
             tabulate(
@@ -1290,7 +1289,7 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=5.0,
         help="after the plain window, measure a second one with the RS's /metrics scraped "
-        "every this many seconds (issue 12; 0: no second window)",
+        "every this many seconds (0: no second window)",
     )
     p.add_argument(
         "--scrape-rounds",
@@ -1303,7 +1302,7 @@ def main(argv: list[str] | None = None) -> int:
         "--profile",
         action="store_true",
         help="one more window per configuration with the server under py-spy; prints its "
-        "top functions (issue 23 item 4)",
+        "top functions",
     )
     p.add_argument("--out", default=str(ROOT / ".bench" / "heartbeat.json"))
     args = p.parse_args(argv)

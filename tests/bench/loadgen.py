@@ -18,7 +18,7 @@ Two clients speak the same bytes on the wire:
 - ``--client grpc``: ``grpc.aio`` stream calls, like observer_agent. About 0.4 ms of CPU per
   heartbeat, so on a small machine the generators saturate before the server does.
 
-Mutual TLS (issue 10, "Benchmark"): with ``--node-certs DIR`` every simulated agent has its
+Mutual TLS ("Benchmark"): with ``--node-certs DIR`` every simulated agent has its
 own connection (``--streams-per-channel`` is forced to 1) presenting its own node
 certificate ``DIR/<port>/node.crt`` / ``node.key`` (CN ``127.0.0.1:<port>``, written by
 tests/bench/bench_pki.py), with ``DIR/ca.crt`` as the only root, as a real agent does:
@@ -26,7 +26,7 @@ the RS accepts a lease for server X only from node certificate X. The raw client
 sockets with the stdlib ``ssl`` module (one ``SSLContext`` per agent, ALPN ``h2``, server
 name 127.0.0.1); the grpc client opens one ``grpc.aio.secure_channel`` per agent with
 ``grpc.ssl_channel_credentials(ca, key, cert)``. No crypto of our own. A reconnect offers the
-agent's last TLS session (issue 23 item 3, as a real agent's ``grpc.ssl_session_cache``):
+agent's last TLS session (as a real agent's ``grpc.ssl_session_cache``):
 the raw client keeps each agent's ``ssl.SSLSession`` and counts the handshakes resumed and
 full; the grpc client gives each agent a session cache of its own. The time and memory
 spent loading the contexts are reported in the ``ready`` event. ``--connect-spread S``
@@ -323,7 +323,7 @@ class LoadGen:
             if self.marked and not a.recovered_at:
                 a.recovered_at = time.time()
             if resp.rs_epoch != a.req.rs_epoch:
-                # The whole fencing token, as a real agent reports it (issue 24).
+                # The whole fencing token, as a real agent reports it.
                 a.req.rs_epoch = resp.rs_epoch
                 a.req.rs_incarnation = resp.rs_incarnation
         if st.measuring:

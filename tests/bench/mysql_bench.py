@@ -1,4 +1,4 @@
-"""MySQL-endpoint benchmark (``make bench-mysql``, also run by ``make bench``; issue 11,
+"""MySQL-endpoint benchmark (``make bench-mysql``, also run by ``make bench``,
 "Benchmark").
 
 Statements per second and latency through the RS's MySQL endpoint (``--mysql-addr``, a

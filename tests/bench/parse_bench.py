@@ -1,4 +1,4 @@
-"""Statement-text benchmark (``make bench-parse``, issue 26): how long the SQL parser and the
+"""Statement-text benchmark (``make bench-parse``): how long the SQL parser and the
 admission token count take on the large inputs that the unit tests only check for their
 result (tests/unit/sql/test_parser.py, tests/unit/rootservice/api/test_admission.py).
 

@@ -1,4 +1,4 @@
-"""A py-spy profile of a server during one bench window (issue 23 item 4: the heartbeat
+"""A py-spy profile of a server during one bench window (the heartbeat
 path's profile before and after).
 
 :class:`Profile` attaches ``py-spy record`` (the dev extra) to a running process for the

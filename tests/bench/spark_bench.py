@@ -21,7 +21,7 @@ For each size (replica rows of ``__all_ls_meta_table``; default 100k, 1M, 5M):
 5. checks that the three plans agree (row count and a hash of the sorted rows).
 
 The end-to-end table gives, per engine, read + the three warm plans and the ratio to the
-fastest engine (issue 14 item 6: Spark within 1.5x, read included). ``--also-full-read``
+fastest engine (Spark within 1.5x, read included). ``--also-full-read``
 also times each engine's read of every column of the layouts (the read before column
 pruning), in the same run.
 

@@ -1,4 +1,4 @@
-"""Storm benchmark (``make bench-storm``; issue 14 items 1-4): N simulated agents over mutual
+"""Storm benchmark (``make bench-storm``): N simulated agents over mutual
 TLS against real root services, and the storms a 10,000-server cluster must ride out.
 
 Every scenario runs its own RS (``--certs-dir``: one connection per simulated agent, each with
@@ -786,7 +786,7 @@ def table_rows(results: dict[str, Any], lease_s: float) -> list[list[str]]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the scenarios; 0, or 1 when a scenario failed to run, 130 on Ctrl-C."""
-    p = argparse.ArgumentParser(description="storm benchmark of the RootService (issue 14)")
+    p = argparse.ArgumentParser(description="storm benchmark of the RootService")
     p.add_argument("--agents", type=int, default=10_000)
     p.add_argument("--scenarios", default=",".join(SCENARIOS))
     p.add_argument("--down", type=float, default=5.0, help="reconnect: seconds the RS is down")

@@ -1,4 +1,4 @@
-"""CPU per GiB of the bulk copy path's transport over mutual TLS (issue 23 item 2): one
+"""CPU per GiB of the bulk copy path's transport over mutual TLS: one
 process serves a file over HTTPS, another GETs it, both with node certificates of one CA
 (:mod:`tests.bench.bench_pki`) and the agents' TLS contexts
 (:class:`obcommon.security.tls.TransportSecurity`); each prints its CPU seconds.

@@ -1,4 +1,4 @@
-"""RS failover chaos run (``make chaos``; issue 5 section 5): real root services, many agents.
+"""RS failover chaos run (``make chaos``): real root services, many agents.
 
 Starts a private PostgreSQL (tests/support/pgserver.py), seeds a bootstrapped cluster of N servers
 (3 zones), starts two ``rootservice serve`` processes on it and N agents - real

@@ -1,4 +1,4 @@
-"""``make demo-spark-cluster`` (issue 13 item 7): a DELETE SERVER planned on a real Spark
+"""``make demo-spark-cluster``: a DELETE SERVER planned on a real Spark
 cluster instead of the RS's local mode.
 
 Starts, all on 127.0.0.1: a private PostgreSQL (tests/support/pgserver.py), a Spark
@@ -28,7 +28,7 @@ from rootservice.demo import Demo, free_port, step
 from tests.support.pgserver import PgServer
 from tests.support.spark_cluster import SparkStandalone
 
-# Few shuffle partitions for a 1-core worker (the plans are latency-bound; README "cluster").
+# Few shuffle partitions for a 1-core worker (the plans are latency-bound; docs/operations/servers.md#the-plans-on-a-spark-cluster).
 SPARK_CONF = ["spark.sql.shuffle.partitions=4", "spark.sql.adaptive.enabled=false"]
 
 

@@ -1,4 +1,4 @@
-"""Issue 14 item 1 with real processes: kill -9 of the RS under ten agents, restart on the
+"""With real processes: kill -9 of the RS under ten agents, restart on the
 same port and database. Every agent comes back (ACTIVE in ``__all_server``) within a generous
 bound, and no server is shown INACTIVE meanwhile: the restarted RS's take-office grace
 (rootservice/servers/loader.py ``TakeOfficeGrace``) covers servers whose agents are still

@@ -1,4 +1,4 @@
-"""``tests/bench/agent_reconnect.py`` smoke run (issue 26 item 2: every benchmark has one):
+"""``tests/bench/agent_reconnect.py`` smoke run (every benchmark has one):
 three real agents, the RS killed for 3 s and restarted on the same port and database. No
 time is asserted, only its counts: every agent's first granted lease after the restart was
 found in its log, the figures exist and no server was shown INACTIVE meanwhile."""

@@ -1,4 +1,4 @@
-"""``make bench-empty`` smoke run (issue 23): the emptying benchmark with ``--quick``
+"""``make bench-empty`` smoke run: the emptying benchmark with ``--quick``
 (200 MiB in 4 log streams) on a real RS and real agents over mutual TLS. No time is asserted
 (speed is the benchmark's to measure), only its counts: one copy per log stream to the
 destination, each of a log stream's bytes, all over the bulk HTTPS path, the job ended and

@@ -1,4 +1,4 @@
-"""``make bench-mysql`` smoke run (issue 26): the MySQL-endpoint benchmark with ``--quick`` on
+"""``make bench-mysql`` smoke run: the MySQL-endpoint benchmark with ``--quick`` on
 SQLite over 50 servers and one client, real RS and client processes. No figure is asserted,
 only its counts: every (query, target) case ran statements, and the endpoint returned the
 same number of rows as the database read directly."""

@@ -1,4 +1,4 @@
-"""``make bench-storm`` smoke runs (issue 14, issue 23 item 3): the storm benchmark's
+"""``make bench-storm`` smoke runs: the storm benchmark's
 mass-expiry and reconnect scenarios at N=50 over mutual TLS with a 3 s lease, real RS and
 load generator processes. No time is asserted, only that the runs produced their figures and
 their counts: every stopped or killed agent expired, no survivor expired, every live agent

@@ -1,4 +1,4 @@
-"""``make bench`` over mutual TLS (issue 10, "Benchmark"), with real processes: the load
+"""``make bench`` over mutual TLS ("Benchmark"), with real processes: the load
 generator (tests/bench/loadgen.py, both clients) heartbeats the echo server over mutual TLS
 with one node certificate per simulated agent, a node certificate of another CA gets no
 answer, and one short heartbeat_bench run puts the RS over TLS beside the RS in plaintext.

@@ -1,5 +1,4 @@
-"""Certificate revocation against real ``rootservice`` and ``observer-agent`` processes
-(issue 26 item 5): a revoked root client certificate is refused on gRPC, MySQL and HTTPS and
+"""Certificate revocation against real ``rootservice`` and ``observer-agent`` processes: a revoked root client certificate is refused on gRPC, MySQL and HTTPS and
 the connections open with it are closed; a revoked node certificate loses its lease (the
 server goes INACTIVE) and the other agents refuse it; a revoked RS certificate is refused by
 the agents.
@@ -230,7 +229,7 @@ def test_revoked_root_client_certificate_is_refused_everywhere(c: Revoking, tmp_
 
 def test_cert_revoke_fails_clearly_without_a_cluster(tmp_path: Path) -> None:
     down = f"127.0.0.1:{free_port()}"
-    # A short deadline: the client retries until it passes (issue 26 item 3), and the
+    # A short deadline: the client retries until it passes, and the
     # default 60 s would only make the test slower.
     r = _cli(
         "revoke", "--serial", "0a", "--certs-dir", str(pki.client_certs()), "--rs", down,

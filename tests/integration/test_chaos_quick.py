@@ -1,4 +1,4 @@
-"""``make chaos`` smoke run (issue 26): tests/chaos/chaos.py with ``--quick`` (6 agents,
+"""``make chaos`` smoke run: tests/chaos/chaos.py with ``--quick`` (6 agents,
 one trial of each fault, a 2 s lease, agents on free ports), in a process of its own as
 ``make chaos`` runs it. No figure is asserted, only the report's counts: every kind of
 trial ran, one server was deleted, and nothing was lost, resurrected, shown INACTIVE during

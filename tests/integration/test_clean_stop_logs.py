@@ -1,4 +1,4 @@
-"""A clean SIGTERM of a real ``rootservice`` and a real ``observer-agent`` (issue 12 item 5):
+"""A clean SIGTERM of a real ``rootservice`` and a real ``observer-agent``:
 exit code 0, an INFO "stopping" / "stopped" line, nothing at ERROR and no traceback; the
 agent run with ``--log-format json`` writes one JSON object per line in the shared format."""
 

@@ -1,6 +1,6 @@
 """Integration tests: real ``rootservice`` and ``observer-agent`` processes on 127.0.0.1
 with short lease times, statements sent the way ``obadmin`` sends them, on SQLite and on
-PostgreSQL (SPEC.md sections 5-9; issue "Root service core")."""
+PostgreSQL (docs/design/; issue "Root service core")."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ class Cluster:
         opts: dict[str, Any] = {
             "lease_time": LEASE,
             # Scaled like lease_time (10s -> 2s): the product's 30s would hold leaders and
-            # copies off an agent restarted past its lease for most of a test (issue 25).
+            # copies off an agent restarted past its lease for most of a test.
             "server_suspect_time": "6s",
             "heartbeat_interval": "500ms",
             "empty_server_check_interval": "1s",
@@ -205,7 +205,7 @@ def test_bootstrap_add_expire_recover_delete(cluster: Cluster) -> None:
 
 
 # One database: the refusal is the lease path's, in memory; what the whitelist writes is
-# checked on both by tests/unit/rootservice/servers (issue 26 item 3: the suite's time).
+# checked on both by tests/unit/rootservice/servers (the suite's time).
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 def test_non_whitelisted_agent_is_refused_and_never_added(cluster: Cluster) -> None:
     c = cluster
@@ -225,7 +225,7 @@ def test_non_whitelisted_agent_is_refused_and_never_added(cluster: Cluster) -> N
         15,
         message="stranger refused twice",
     )
-    # Refused again and again (backing off) but logged once a minute (issue 12).
+    # Refused again and again (backing off) but logged once a minute.
     assert c.agents[stranger].log_text().count("OB_SERVER_NOT_IN_WHITE_LIST") == 1
     assert stranger not in c.statuses()
     assert c.metrics()["servers"] == 1
@@ -346,7 +346,7 @@ def test_database_outage_steps_the_leader_down_until_it_takes_office_again(
     procs: ProcSet, tmp_path: Path
 ) -> None:
     """PostgreSQL stops under a running RS (a private server, so the session's shared one is
-    never stopped). Since issue 5 the RS holds its leadership as a lease in the database: the
+    never stopped). The RS holds its leadership as a lease in the database: the
     first renewal that fails steps it down at once, so it writes nothing, drops its memory
     and refuses statements and heartbeats (OB_RS_NOT_MASTER; OB_ERR_SYS for a statement
     caught before the renewal). Once the database is back it takes office again with a new

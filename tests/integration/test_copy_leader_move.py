@@ -37,7 +37,7 @@ def tc(procs: ProcSet, tmp_path: Path, db_url: str) -> TenantCluster:
 
 # One database: the learner's announcement runs between the agents and the RS's memory
 # (tests/unit/rootservice/tenants/test_learner_sync.py); the member changes it leads to are
-# every DELETE SERVER's, run on both by test_delete_server (issue 26 item 3: the suite's time).
+# every DELETE SERVER's, run on both by test_delete_server (the suite's time).
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 def test_a_copy_whose_leader_moved_and_forgot_it_still_completes_the_delete(
     tc: TenantCluster,

@@ -1,4 +1,4 @@
-"""A copy stalled at its destination finishes elsewhere (issue 25 item 2, "Done when": with the
+"""A copy stalled at its destination finishes elsewhere ("Done when": with the
 agent's "stall copy" fault flag set, a stalled copy finishes elsewhere), with real processes:
 ``rootservice`` on both databases (the re-plan's unit move is a fenced transaction; the pandas
 plans: the planner plays no part in it) and five ``observer-agent`` processes, z1 with two spare servers, one LS in z1/z2/z3,

@@ -1,4 +1,4 @@
-"""The live dashboard in a real browser (issue 12, item 4): Debian's headless Chromium, driven
+"""The live dashboard in a real browser: Debian's headless Chromium, driven
 by selenium through Debian's chromedriver, against real ``rootservice`` and
 ``observer-agent`` processes over HTTPS, on SQLite and on PostgreSQL.
 
@@ -6,7 +6,7 @@ The page must show every server ACTIVE grouped by zone; after one agent is kille
 (SIGKILL) its row must turn INACTIVE without a page reload (a marker set on ``window``
 survives); a DELETE SERVER job shows with its progress bar; statement text with markup is
 shown as text, never parsed; a LAGGING server and one stopped for maintenance show their
-badges (issue 25; SUSPECT's is the same code, DRAINING's too, checked in the status API's
+badges (SUSPECT's is the same code, DRAINING's too, checked in the status API's
 unit tests); when the RS goes away the page says "connection lost since ..."
 and recovers when it is back.
 
@@ -85,7 +85,7 @@ for (const tr of document.querySelectorAll('tbody.zone tr[data-server]')) {
 return out;
 """
 
-# Issue 25's states on the page: per server, the badges of its status cell and the cell's
+# The states on the page: per server, the badges of its status cell and the cell's
 # data- attributes of the LAGGING and MAINTENANCE states.
 _STATES_JS = """
 const out = {};
@@ -168,7 +168,7 @@ def _save_screenshot(driver: Any, name: str, tmp_path: Path) -> Path:
 
 
 # One database: the page reads what the status API serves, whose SQL both databases run in
-# tests/unit/rootservice/http (issue 26 item 3: the suite's time).
+# tests/unit/rootservice/http (the suite's time).
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 def test_dashboard_shows_a_killed_agent_inactive_without_a_reload(
     procs: ProcSet, tmp_path: Path, db_url: str
@@ -256,7 +256,7 @@ def test_dashboard_shows_a_killed_agent_inactive_without_a_reload(
         )
         assert driver.execute_script("return document.getElementById('ob-xss')") is None
 
-        # Issue 25's states, each a badge with its meaning: a1 LAGGING (its disk probe's
+        # The states, each a badge with its meaning: a1 LAGGING (its disk probe's
         # fsync takes 3 s, above the limit at agent_lag_timeout 2s), a3 stopped for
         # maintenance until an hour from now.
         before_us = time.time_ns() // 1000

@@ -1,4 +1,4 @@
-"""Faults between a root service and its PostgreSQL (issue 14 item 7), with real RS and agent
+"""Faults between a root service and its PostgreSQL, with real RS and agent
 processes and the session's real PostgreSQL reached through tests/support/tcp_proxy.py (one
 proxy per RS, so one RS's link can be cut while the others keep theirs):
 

@@ -1,10 +1,10 @@
-"""Integration tests of issue 4: the whole DELETE SERVER life cycle with real agents: units
+"""Integration tests: the whole DELETE SERVER life cycle with real agents: units
 and replicas move, data intact (checksums), the server leaves ``__all_server``; CANCEL DELETE
 mid-way; a permanently offline server's replicas rebuilt elsewhere and its lost rows cleaned
-(SPEC.md section 9).
+(docs/design/migration.md).
 
 On SQLite the RS plans with Spark in local mode (inside the RS process); on PostgreSQL with
-``balancer_planner = 'local'``, the same plans in pandas (issue 13 item 3). Spark over
+``balancer_planner = 'local'``, the same plans in pandas. Spark over
 PostgreSQL (the JDBC reads) is taken to a DELETE SERVER's SUCCESS on a standalone cluster by
 test_spark_cluster.py and checked plan by plan against pandas by
 tests/unit/rootservice/balancer/test_spark_jobs.py; a third SparkSession here cost the suite
@@ -169,9 +169,9 @@ def test_delete_life_cycle_cancel_and_permanent_offline_rebuild(tc: TenantCluste
     src, dest = host["z2"], other["z2"]
     # 2 s per 256K chunk (8 s per 1M replica) keeps the copies visible until the cancel
     # lands; the cancel answers when it commits, never waiting for the balancer's round
-    # (issue 13 item 2), and that round's plan, computed before it, moves nothing.
+    # and that round's plan, computed before it, moves nothing.
     (c.data_dir(dest) / "FAULT_COPY_SLOW_MS").write_text("2000")
-    # Its dry run first, through obadmin (issue 13 item 4): what would move, nothing done.
+    # Its dry run first, through obadmin: what would move, nothing done.
     # Spark is warm by now, so this costs one plan.
     explained = subprocess.run(
         [sys.executable, "-m", "sql.obadmin", *pki.obadmin_flags(), "--rs", c.rs_addr,

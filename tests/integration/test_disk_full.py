@@ -1,4 +1,4 @@
-"""Issue 14 item 7 with a REAL full disk: an agent whose data directory is a small tmpfs that
+"""With a REAL full disk: an agent whose data directory is a small tmpfs that
 fills up stays in service (ACTIVE, no DATA_DISK_ERROR, its lease kept), reports the disk as
 it is, refuses a copy to it with OB_SERVER_OUTOF_DISK_SPACE (4184) visible to the RS, leaves
 no partial files, and takes the RS's retry once space is freed. Needs root (``mount``);
@@ -78,8 +78,8 @@ def heartbeat_of(agent: str) -> obrpc_pb2.LeaseRequest:
 
 
 # One database: the agent refuses the copies (tests/unit/observer_agent/test_disk_full.py) and
-# the RS relays the refusal as the copy's error, nothing of it database-specific (issue 26
-# item 3: the suite's time).
+# the RS relays the refusal as the copy's error, nothing of it database-specific (so one
+# database is enough: the suite's time).
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_full_data_disk_keeps_the_server_and_refuses_copies_until_freed(
     tc: TenantCluster,

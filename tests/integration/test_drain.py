@@ -1,6 +1,6 @@
-"""DRAIN SERVER on real processes (issue 25 items 3 and 5): ``rootservice`` and three
-``observer-agent`` processes hosting a tenant's two log streams, on both databases (issue 25
-asks it of every real-process test of its items; the row and the resumption by a new leader
+"""DRAIN SERVER on real processes: ``rootservice`` and three
+``observer-agent`` processes hosting a tenant's two log streams, on both databases (every
+real-process test of the maintenance statements runs on both; the row and the resumption by a new leader
 are also covered by tests/unit/rootservice/servers/test_drain.py).
 
 One cluster, in order: a healthy drain returns with no leader left on the server and its row

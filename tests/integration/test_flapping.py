@@ -1,4 +1,4 @@
-"""A flapping server in a real cluster (issue 25 item 1): real ``rootservice`` and
+"""A flapping server in a real cluster: real ``rootservice`` and
 ``observer-agent`` processes hosting replicas, on SQLite and PostgreSQL.
 
 The agent leading both log streams (primary zone z1) is SIGSTOPped until the RS shows it

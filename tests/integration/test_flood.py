@@ -1,5 +1,4 @@
-"""A flood of large admin statements against a real RS while real agents heartbeat (issue 10
-item 5): before admission, 8 statements of 4 MiB made the admin path unusable for about
+"""A flood of large admin statements against a real RS while real agents heartbeat: before admission, 8 statements of 4 MiB made the admin path unusable for about
 270 s and caused 6 step-downs. Now the leader never steps down (``rs_step_down_total`` and
 the epoch unchanged), the servers stay ACTIVE, the admin path answers a small statement in
 time, and the surplus of statements is refused at once by the admission limits."""

@@ -1,4 +1,4 @@
-"""RS high availability with real processes (issue 5, section 5 "fault tests"): two
+"""RS high availability with real processes (section 5 "fault tests"): two
 ``rootservice serve`` processes on one PostgreSQL database, ``observer-agent`` processes
 that know both, and the faults: two RS started at once, kill -9 of the leader, SIGSTOP of
 the leader for longer than the lease, PostgreSQL restarted under load, and an acknowledged
@@ -281,7 +281,7 @@ def test_two_rs_started_together_elect_exactly_one(
     assert c.lease() == (1, leader)
     assert "standing by: the leader is " + leader in c.rs[standby].log_text()
 
-    # The standby forwards admin statements to the leader (issue 11), which refuses this one
+    # The standby forwards admin statements to the leader, which refuses this one
     # before BOOTSTRAP (not in service); it refuses leases, naming the leader...
     resp = execute_on(standby, "ALTER SYSTEM ADD ZONE 'z9'")
     assert resp.error.name == "OB_RS_NOT_MASTER" and resp.leader_hint == leader
@@ -321,7 +321,7 @@ def test_two_rs_started_together_elect_exactly_one(
         pg_server.drop_database(name)
 
 
-# --- any RS answers (issue 11 item 3) ---------------------------------------------------------
+# --- any RS answers ---------------------------------------------------------
 
 
 def obadmin_on(addr: str, statement: str) -> subprocess.CompletedProcess[str]:
@@ -522,7 +522,7 @@ def test_paused_leader_is_deposed_and_commits_nothing_after_resuming(
     assert c.lease()[1] == new
     wait_until(lambda: set(c.statuses().values()) == {"ACTIVE"}, 20, message="all ACTIVE")
     # The old leader now acts as a standby: it runs nothing itself and forwards a statement
-    # that needs the leader to the new one (issue 11), which runs and audits it.
+    # that needs the leader to the new one, which runs and audits it.
     forwarded = (metrics(old) or {}).get("statements_forwarded_total", 0)
     resp = execute_on(old, f"ALTER SYSTEM START SERVER '{a2}'")
     assert resp.error.name == "", resp.error

@@ -1,4 +1,4 @@
-"""``heartbeat_bench --quick`` (issue 23 item 4) end to end, with real processes: N=200
+"""``heartbeat_bench --quick`` end to end, with real processes: N=200
 simulated agents against the real RS over mutual TLS and against the bare echo server over
 the same TLS, in one run. Only counts are asserted (every agent answered and alive, no
 error, the expired batch detected, the ratio computed), never a time: speed is measured by

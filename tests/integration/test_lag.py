@@ -129,7 +129,7 @@ def test_each_fault_flag_is_detected_and_the_leader_moves_off(
 def test_a_follower_with_a_frozen_log_is_rebuilt_and_catches_up(
     procs: ProcSet, tmp_path: Path
 ) -> None:
-    """Issue 25 item 2, "a lagging replica rebuilt": ``agent_lag_timeout`` 2 s, so the
+    """A lagging replica rebuilt: ``agent_lag_timeout`` 2 s, so the
     follower is LAGGING 4 s after it trails by over 1 s and rebuilt 4 s after that."""
     c = TenantCluster(procs, tmp_path, f"sqlite:///{tmp_path}/rs.db")
     c.start_rs(**RS_FLAGS, agent_lag_timeout="2s")
@@ -179,7 +179,7 @@ CYCLE_S = 20.0
 
 
 def test_agents_paused_2s_every_20s_are_never_lagging(procs: ProcSet, tmp_path: Path) -> None:
-    """The false-positive check (issue 25: "0 false LAGGING over a 10-minute run with 2 s
+    """The false-positive check ("0 false LAGGING over a 10-minute run with 2 s
     pauses of agents every 20 s"): each of the three agents is SIGSTOPped for 2 s once per
     20 s cycle, staggered, while the RS commands them (probes, leader moves) and their
     followers replicate; ``agent_lag_timeout`` 5 s, lease 4 s (a pause is no outage). No

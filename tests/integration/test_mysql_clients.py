@@ -1,4 +1,4 @@
-"""Real MySQL clients against a real secure RS with agents (issue 11): the ``mariadb`` CLI,
+"""Real MySQL clients against a real secure RS with agents: the ``mariadb`` CLI,
 PyMySQL, mysql-connector-python and MariaDB Connector/J (a tiny Java program compiled at
 test time) log in over TLS, run the admin statements and get OceanBase's and MySQL's error
 numbers; plaintext is refused (3159), a wrong password is refused (1045) with nothing
@@ -199,7 +199,7 @@ def test_add_and_delete_server_with_each_client(c: MyCluster, tmp_path: Path) ->
 
 
 def test_refused_zone_statements_carry_oceanbases_numbers(c: MyCluster) -> None:
-    """Issue 13 item 1 through PyMySQL: a new zone is INACTIVE, so STOP ZONE of another zone
+    """Through PyMySQL: a new zone is INACTIVE, so STOP ZONE of another zone
     is refused with 4660 and OceanBase's message; the refusals change nothing."""
     with pymysql_conn(c, OPS, OPS_PW) as conn, conn.cursor() as cur:
         cur.execute("ALTER SYSTEM ADD ZONE 'zx'")

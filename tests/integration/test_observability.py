@@ -1,4 +1,4 @@
-"""The HTTP(S) endpoints of real ``rootservice`` and ``observer-agent`` processes (issue 12):
+"""The HTTP(S) endpoints of real ``rootservice`` and ``observer-agent`` processes:
 readiness before and after BOOTSTRAP on /readyz and on the gRPC health service per name,
 /metrics and /api/v1/cluster over HTTPS with the test PKI, the agent's /readyz and /metrics.
 Plain stdlib HTTPS (urllib + ssl); every wait is bounded."""

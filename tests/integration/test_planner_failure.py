@@ -1,4 +1,4 @@
-"""Issue 13 item 3 with real processes: an RS whose Spark planner cannot start (``JAVA_HOME``
+"""With real processes: an RS whose Spark planner cannot start (``JAVA_HOME``
 pointing nowhere, for the RS process only) shows the DELETE SERVER job stalled with the reason
 in DBA_OB_ROOTSERVICE_JOBS and a ``planner_failed`` event; ``ALTER SYSTEM SET
 balancer_planner = 'local'`` then takes the DELETE SERVER to SUCCESS with the pandas plans.

@@ -1,5 +1,4 @@
-"""A real Prometheus scrapes a real RS and agent with the shipped deploy/prometheus files
-(issue 26 item 1).
+"""A real Prometheus scrapes a real RS and agent with the shipped deploy/prometheus files.
 
 Debian's ``prometheus`` server (``make prometheus`` installs it as root) runs on loopback
 with a private data directory. Its configuration is a copy of the shipped

@@ -1,4 +1,4 @@
-"""Integration test of issue 24 items 3-4 with real processes on PostgreSQL: three agents, a
+"""Integration test with real processes on PostgreSQL: three agents, a
 tenant of three log streams with three replicas each, two agents (the leader's and one
 follower's) killed. DELETE SERVER is refused naming the LS without a leader; FORCE DELETE of
 the live server is refused; RECOVER LS's DRY RUN lists exactly the three LS with the survivor
@@ -172,7 +172,7 @@ def test_recover_ls_survivor_with_the_longer_log_wins(
 ) -> None:
     """Five replicas of one LS, three lost, two survivors whose logs end apart: RECOVER LS
     picks the one with the longer log (DRY RUN shows it and its log end), it leads and the
-    other follows it (issue 24 item 4, "the survivor with the longer log wins")."""
+    other follows it ("the survivor with the longer log wins")."""
     c = TenantCluster(procs, tmp_path, db_url)
     c.start_rs(**FLAGS)
     a1, a2, a3, behind, ahead = c.bootstrap(5)

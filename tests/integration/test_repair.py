@@ -1,4 +1,4 @@
-"""Issue 13 item 5 with real processes: a replica whose files vanish from a live agent is
+"""With real processes: a replica whose files vanish from a live agent is
 rebuilt by copy (same checksum as the leader's), and an agent restarted with a wiped data
 directory is refused with the message that names the fix and never becomes the old server.
 SQLite and PostgreSQL."""

@@ -1,4 +1,4 @@
-"""Self-suspicion of a real leader RS (issue 14 item 7): a partition between the RS and most
+"""Self-suspicion of a real leader RS: a partition between the RS and most
 agents while it keeps its database lease. One RS on SQLite, 8 real agents in 3 zones, a
 short server_permanent_offline_time; 6 agents are SIGSTOPped (their connections stay open
 but silent): the RS marks their leases expired, suspects itself (event, gauge) and declares

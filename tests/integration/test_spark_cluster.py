@@ -1,4 +1,4 @@
-"""Issue 13 item 7: the balancer's plans on a real Spark cluster, not in local mode.
+"""The balancer's plans on a real Spark cluster, not in local mode.
 
 A Spark standalone master and one worker (1 core, 1g) from the installed ``pyspark``
 distribution run on 127.0.0.1 for the module (tests/support/spark_cluster.py); an RS on the
@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900
 
 APP_NAME = "ob-rootservice-jobs"  # rootservice.balancer.spark.session.DEFAULT_APP_NAME
 # Spark's 200 shuffle partitions make each plan 200 tasks on the worker's one core; the
-# plans are latency-bound (session.py), so a small cluster wants few (README, "cluster").
+# plans are latency-bound (session.py), so a small cluster wants few (docs/operations/servers.md#the-plans-on-a-spark-cluster).
 CLUSTER_CONF = ["spark.sql.shuffle.partitions=4", "spark.sql.adaptive.enabled=false"]
 
 

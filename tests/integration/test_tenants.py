@@ -1,6 +1,6 @@
 """Integration tests of the tenant layer: real ``rootservice`` and ``observer-agent``
 processes whose agents really host replicas (data file + log, replicated agent to agent),
-on SQLite and PostgreSQL (issue "Tenants, units and log streams"; SPEC.md sections 4, 7, 9).
+on SQLite and PostgreSQL (issue "Tenants, units and log streams"; docs/design/servers.md, docs/design/statements.md and docs/design/migration.md).
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ def test_tenant_replicas_stop_moves_leaders_disk_error_and_delete_room(tc: Tenan
     resp = c.sql(f"ALTER SYSTEM DELETE SERVER '{a1}'")
     assert resp.error.name == "OB_DELETE_SERVER_NOT_ALLOWED"
     assert "memory: needs 2G, free 1G" in resp.error.message
-    # Its dry run is refused with the very same error (issue 13 item 4).
+    # Its dry run is refused with the very same error.
     explained = c.sql(f"EXPLAIN ALTER SYSTEM DELETE SERVER '{a1}'")
     assert (explained.error.name, explained.error.message) == (
         resp.error.name,
@@ -172,7 +172,7 @@ def test_tenant_replicas_stop_moves_leaders_disk_error_and_delete_room(tc: Tenan
     )
     assert c.error(f"ALTER SYSTEM DELETE SERVER '{a2}'") == "OB_DELETE_SERVER_NOT_ALLOWED"
     assert c.statuses()[a1] == "ACTIVE"
-    # With a roomy second server in z2, DELETE of a2 is accepted (the move is issue 4).
+    # With a roomy second server in z2, DELETE of a2 is accepted (the balancer then moves its unit).
     a5 = c.start_agent("z2")
     c.ok(f"ALTER SYSTEM ADD SERVER '{a5}' ZONE 'z2'")
     wait_until(lambda: c.statuses().get(a5) == "ACTIVE", 15, message="a5 ACTIVE")

@@ -1,5 +1,4 @@
-"""The trust boundary against real ``rootservice`` and ``observer-agent`` processes (issue
-10, item 6): every refusal is checked together with "nothing changed".
+"""The trust boundary against real ``rootservice`` and ``observer-agent`` processes: every refusal is checked together with "nothing changed".
 
 Most tests share one secure cluster (SQLite, one RS, two agents) started once per module;
 the tests that prove something about a table (a dead server expiring although forged
@@ -43,7 +42,7 @@ from tests.support.cluster import ProcSet, rs_cmd, wait_until
 from tests.support.ports import free_port
 
 #: The deadline of a statement whose certificate the RS refuses: a refused handshake looks
-#: like a failed one and is retried until the deadline (issue 26 item 3), so keep it short.
+#: like a failed one and is retried until the deadline, so keep it short.
 REFUSED_S = 2
 
 # One xdist worker runs the whole module (tests/support/xdist_sched.py): its tests share the
@@ -310,7 +309,7 @@ def test_node_certificate_cannot_administer(
                 obrpc_pb2.SqlRequest(statement=f"ALTER SYSTEM STOP SERVER '{a1}'"), timeout=5
             )
         assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
-        # RS certificates may call too, but only to forward a client's statement (issue 11).
+        # RS certificates may call too, but only to forward a client's statement.
         assert "needs a client or rs certificate" in (e.value.details() or "")
         with pytest.raises(grpc.RpcError) as e:
             stub.GetMetrics(obrpc_pb2.MetricsRequest(), timeout=5)
@@ -572,7 +571,7 @@ def test_certificate_rotation_without_restart(
         == 0
     )
     assert "lease_time" in capsys.readouterr().out
-    # The agent renewed over a new lease stream presenting its new pair (issue 26 item 4),
+    # The agent renewed over a new lease stream presenting its new pair,
     # not over the stream it had opened before the rotation.
     assert "certificates rotated: opening a new lease stream" in c.agents[a1].log_text()
 

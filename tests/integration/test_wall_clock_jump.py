@@ -1,4 +1,4 @@
-"""Issue 14 item 7 with real processes: the RS's wall clock steps +1 h and then back by 1 h
+"""With real processes: the RS's wall clock steps +1 h and then back by 1 h
 (Debian's libfaketime preloaded into the RS only, its offset changed through a file while
 the RS runs; the monotonic clock is left real) under three real agents.
 

@@ -104,7 +104,7 @@ def rs_cmd(db_url: str, rpc_addr: str, data_dir: str | Path, **flags: Any) -> li
     # Every test RS gets its own MySQL port: the default (2881) would be shared by the RS
     # processes of one test and by concurrent tests.
     flags = {"mysql_addr": f"127.0.0.1:{free_port()}", **flags}
-    # Likewise the HTTP endpoint (issue 12; default 8080).
+    # Likewise the HTTP endpoint (default 8080).
     flags = {"http_addr": f"127.0.0.1:{free_port()}", **flags}
     # The pandas planner unless a test asks for Spark (the product's default): every RS that
     # planned a DELETE SERVER or a rebuild otherwise started a JVM of its own, about half a
@@ -139,7 +139,7 @@ def agent_cmd(
     Secured like :func:`rs_cmd` (a node certificate for ``rpc_addr``); ``--http-addr`` on a
     free port unless ``http_addr`` is given."""
     flags = _security_flags(Role.NODE, rpc_addr, flags)
-    # Its own HTTP port (issue 12; the default 8088 would be shared by every agent).
+    # Its own HTTP port (the default 8088 would be shared by every agent).
     flags = {"http_addr": f"127.0.0.1:{free_port()}", **flags}
     if not isinstance(rs_list, str):
         rs_list = ",".join(rs_list)
@@ -208,7 +208,7 @@ class Proc:
             )
         self.pid = self.popen.pid
         # The health service wait_healthy asks: an RS answers "" SERVING only once it leads
-        # in FULL_SERVICE (issue 12), so "started" is its "liveness" service; agents "".
+        # in FULL_SERVICE, so "started" is its "liveness" service; agents "".
         self.health_service = "liveness" if "rootservice.cli" in self.args else ""
         with _registry_lock:
             _registry.append(self)
@@ -246,7 +246,7 @@ class Proc:
     def wait_healthy(self, addr: str, timeout_s: float = 30.0) -> None:
         """Poll the gRPC health service at ``addr`` every 100 ms until it reports SERVING
         (service :attr:`health_service`: ``liveness`` for an RS, which says SERVING on
-        ``""`` only when ready since issue 12; ``""`` for anything else).
+        ``""`` only when ready; ``""`` for anything else).
 
         Raises ``AssertionError`` with the log tail when the process exits first or
         ``timeout_s`` passes.

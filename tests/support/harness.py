@@ -30,7 +30,7 @@ FAKE_START_US = FakeClock().now_us()
 
 #: The clock of the last RS :func:`make_rs` made. The agents of these tests live on its host:
 #: their lease requests carry its time, as a real agent's carry its own clock (the RS refuses
-#: a ``current_server_time`` more than ``MAX_CLOCK_SKEW_US`` off its clock, issue 26 item 4).
+#: a ``current_server_time`` more than ``MAX_CLOCK_SKEW_US`` off its clock).
 _agent_clock: FakeClock | None = None
 
 
@@ -123,7 +123,7 @@ def hb(server: str, zone: str, **fields: Any) -> obrpc_pb2.LeaseRequest:
         server=server,
         sql_port=port + 1000,
         build_version="4.2.0.0-test",
-        # FakeClock's start: the RS refuses times before 2000 or ahead of its clock (issue 10).
+        # FakeClock's start: the RS refuses times before 2000 or ahead of its clock.
         start_service_time=FAKE_START_US,
         current_server_time=agent_now_us(),
         cluster_id="c0ffee",

@@ -1,5 +1,5 @@
-"""A PostgreSQL primary with a streaming standby on loopback: the HA recipe of issue 24 item 2
-(README "High availability"), for the failover tests in tests/integration/test_pg_failover.py.
+"""A PostgreSQL primary with a streaming standby on loopback: the HA recipe
+(docs/operations/ha.md#postgresql-failover-the-fencing-token-and-the-ha-recipe), for the failover tests in tests/integration/test_pg_failover.py.
 
 :class:`PgPair` makes the primary (``initdb``), the standby (``pg_basebackup -R`` of it,
 ``application_name=standby``) and, with ``synchronous=True``, makes the primary wait for the

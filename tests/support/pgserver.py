@@ -113,7 +113,7 @@ class PgServer:
         test, tests/integration/test_db_faults.py). ``settings``: server settings (``-c``)
         over the defaults of this fixture (e.g. ``synchronous_commit``). ``standby_of``: make
         this server a streaming standby of that running one (``pg_basebackup -R`` instead of
-        ``initdb``; issue 24's HA recipe, tests/support/pg_ha.py)."""
+        ``initdb``; the HA recipe, tests/support/pg_ha.py)."""
         self.max_connections = max_connections
         self.settings = dict(settings or {})
         self.bindir = bindir or find_pg_bindir()

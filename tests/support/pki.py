@@ -1,6 +1,6 @@
 """The test session's PKI: one CA (in a temporary directory, removed at exit) and one
 certificates directory per identity, made on first use, so that the real processes of the
-integration tests run with mutual TLS as in production (issue 10).
+integration tests run with mutual TLS as in production.
 
 ``certs_dir(Role.NODE, "127.0.0.1:4001")`` holds ``ca.crt`` and ``node.crt`` / ``node.key``;
 ``certs_dir(Role.CLIENT, "root")`` holds ``ca.crt`` and ``client.root.crt`` / ``.key``.
@@ -97,7 +97,7 @@ def channel(addr: str, role: Role = Role.CLIENT, name: str = "root") -> grpc.Cha
 def proven_channel(addr: str, timeout_s: float = 30.0) -> grpc.Channel:
     """A channel to the RS at ``addr`` as the root client whose connection was proven
     (:func:`sql.connect.connect`: a failed connect or handshake is retried with backoff for
-    ``timeout_s`` seconds, issue 26 item 3); for read-only calls. The caller closes it.
+    ``timeout_s`` seconds); for read-only calls. The caller closes it.
     Raises :class:`sql.connect.RsUnreachableError`."""
     sec = None if addr in INSECURE_ADDRS else security()
     return connect([addr], timeout_s, sec)[1]

@@ -1,5 +1,5 @@
 """A Spark standalone cluster (one master, one worker) on 127.0.0.1 from the installed
-``pyspark`` distribution, for the tests and ``make demo-spark-cluster`` (issue 13 item 7).
+``pyspark`` distribution, for the tests and ``make demo-spark-cluster``.
 
 PySpark's wheel carries Spark's ``bin/spark-class`` and ``jars/`` but not the ``sbin``
 start scripts of the master and workers, so both run in the foreground through

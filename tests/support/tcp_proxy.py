@@ -1,5 +1,5 @@
 """A byte-forwarding TCP proxy for fault tests: put it between a root service and its
-PostgreSQL to partition, slow down or heal that one link (issue 14 item 7).
+PostgreSQL to partition, slow down or heal that one link.
 
 :class:`TcpProxy` runs an asyncio loop in a background thread, listens on ``127.0.0.1``
 port 0 and forwards every accepted connection to ``upstream``. It never parses what it
@@ -16,7 +16,7 @@ forwards. Modes, switched from any thread:
 - :meth:`TcpProxy.fail_handshakes` (on top of any mode): the next ``n`` connections are
   accepted, their first bytes (a TLS ClientHello) read, and then closed without an answer:
   the client's handshake fails (``Handshake read failed``), as on a loaded machine whose
-  server gave up on it (issue 26 item 3);
+  server gave up on it;
 - ``delay`` (:meth:`TcpProxy.delay`): every client -> server chunk is held ``delay_s``
   seconds (order kept) before it is sent on; server -> client is not delayed. For psycopg's
   one-write-per-statement traffic this is "the database answers each statement ``delay_s``

@@ -34,7 +34,7 @@ def lease(server: str, replicas: list[obrpc_pb2.ReplicaInfo] | None = None, **re
         server=server,
         sql_port=int(server.rsplit(":", 1)[1]) + 1000,
         build_version="4.2.0.0-test",
-        # FakeClock's start: the RS refuses times before 2000 or ahead of its clock (issue 10).
+        # FakeClock's start: the RS refuses times before 2000 or ahead of its clock.
         start_service_time=FAKE_START_US,
         current_server_time=agent_now_us(),
         cluster_id="c0ffee",

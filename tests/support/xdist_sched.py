@@ -37,6 +37,9 @@ FILE_GROUPS: dict[str, str] = {
     "tests/integration/test_spark_cluster.py": "spark",
     "tests/unit/rootservice/balancer/test_spark_jobs.py": "spark",
     "tests/integration/test_flood.py": "cpu",
+    # The demo from a freshly installed wheel: an RS with its SparkSession and five agents
+    # (220 s alone on the 2-core machine), as CPU-hungry as test_delete_server.
+    "tests/integration/test_wheel_install.py": "cpu",
     # The module-scoped secure cluster would otherwise start on every worker.
     "tests/integration/test_trust_boundary.py": "trust_boundary",
     "tests/integration/test_mysql_clients.py": "mysql_clients",

@@ -20,10 +20,10 @@ PACKAGES = ("obcommon", "rootservice", "observer_agent", "sql", "migrations")
 # matching prefix of a module's name decides its layer.
 LAYERS: list[tuple[str, ...]] = [
     ("rootservice.cli", "rootservice.demo", "rootservice.cert_commands", "rootservice.cert_revoke"),
-    # The front ends: gRPC / MySQL (api) and HTTP (issue 12).
+    # The front ends: gRPC / MySQL (api) and HTTP.
     ("rootservice.api", "rootservice.http"),
     ("rootservice.app",),
-    # Users, privileges and audit (issue 10): used by api/ (and built by app), uses db/.
+    # Users, privileges and audit: used by api/ (and built by app), uses db/.
     ("rootservice.auth",),
     ("rootservice.bootstrap", "rootservice.office", "rootservice.parameters"),
     ("rootservice.balancer",),

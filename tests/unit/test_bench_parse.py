@@ -1,4 +1,4 @@
-"""``make bench-parse`` smoke run (issue 26): tests/bench/parse_bench.py with ``--quick``. No
+"""``make bench-parse`` smoke run: tests/bench/parse_bench.py with ``--quick``. No
 figure is asserted, only counts: every case ran its repeats and each gave the right answer."""
 
 from __future__ import annotations

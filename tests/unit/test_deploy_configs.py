@@ -1,4 +1,4 @@
-"""The monitoring files of deploy/ (issue 12 item 1): the Prometheus scrape configuration and
+"""The monitoring files of deploy/: the Prometheus scrape configuration and
 recording rules, and the Grafana dashboard. Their structure is checked, and every metric
 name they use must be in a real exposition of an in-process RS and agent (parsed with
 prometheus_client's parser), so that renaming a metric cannot silently blank a panel.

@@ -1,4 +1,4 @@
-"""``make browser`` (part of ``make setup``; issue 12, item 4): Debian's ``chromium`` and
+"""``make browser`` (part of ``make setup``): Debian's ``chromium`` and
 ``chromium-driver`` are installed with apt-get when missing and only then, as the
 ``mysql-clients`` target does. Run against a fake apt-get that records its arguments and
 "installs" the two binaries into a temporary directory."""

@@ -1,4 +1,4 @@
-"""``make faketime`` (part of ``make setup``; issue 14 item 7): Debian's ``faketime``
+"""``make faketime`` (part of ``make setup``): Debian's ``faketime``
 (libfaketime, for the wall-clock jump test) is installed with apt-get when its library is
 missing and only then, as the ``browser`` target does. Run against a fake apt-get that
 records its arguments and "installs" the library into a temporary directory."""

@@ -1,4 +1,4 @@
-"""Install as users expect (issue 11, last section): the dependency floors in pyproject.toml
+"""Install as users expect (last section): the dependency floors in pyproject.toml
 are the versions the generated protobuf / gRPC code needs, ``grpcio-tools`` is pinned so
 that ``make proto`` cannot raise them silently, and ``observer-agent`` / ``obadmin`` work
 without the RS's Spark stack (PySpark, pandas, pyarrow: the ``spark`` extra)."""

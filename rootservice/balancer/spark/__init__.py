@@ -1,7 +1,7 @@
-"""Spark jobs of the RootService: the plans that empty a deleted or dead server (SPEC.md §9).
+"""Spark jobs of the RootService: the plans that empty a deleted or dead server (docs/design/migration.md).
 
 Three pure transforms, each from the input DataFrames (:class:`rootservice.balancer.spark.readers.Inputs`)
-to a small plan DataFrame that the RS applies itself (only the RS writes, SPEC.md §10):
+to a small plan DataFrame that the RS applies itself (only the RS writes, docs/design/ha.md#fenced-writes):
 
 - :func:`rootservice.balancer.spark.unit_plan.unit_migration_plan` - the root balancer (OceanBase's
   ``ObRootBalancer`` / ``ObUnitManager``): a new server for every unit of a DELETING or

@@ -1,4 +1,4 @@
-"""Lost-replica detection (SPEC.md §9; OceanBase's ``ObLostReplicaChecker``).
+"""Lost-replica detection (docs/design/migration.md; OceanBase's ``ObLostReplicaChecker``).
 
 A server is *lost* when it is not in ``__all_server`` (here: not in the servers input) or
 is ``permanent_offline``. A replica (row of ``__all_ls_meta_table``) on a lost server is

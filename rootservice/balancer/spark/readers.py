@@ -22,10 +22,10 @@ API:
   SQLAlchemy), for the pandas reference; the same ``columns`` pruning.
 - :func:`servers_from_table` - a servers input derived from ``__all_server`` rows when the
   caller has no in-memory statuses: heartbeat status from ``last_offline_time`` as an RS
-  loading the table does (SPEC.md §3), capacities 0 (so the unit plan places nothing).
+  loading the table does (docs/design/servers.md#the-three-statuses), capacities 0 (so the unit plan places nothing).
 
 The tables are read separately, not as one snapshot: a plan is advice that the RS checks
-again when it applies it in its own fenced transaction (SPEC.md §10).
+again when it applies it in its own fenced transaction (docs/design/ha.md#fenced-writes).
 """
 
 from __future__ import annotations
@@ -251,7 +251,7 @@ def servers_from_table(
     rows (columns svr_ip, svr_port, zone, status, stop_time, last_offline_time and, when
     present, suspect_end_time).
 
-    Heartbeat status as SPEC.md §3 loads it: ``last_offline_time == 0`` -> ``alive``;
+    Heartbeat status as docs/design/servers.md#the-three-statuses loads it: ``last_offline_time == 0`` -> ``alive``;
     otherwise ``permanent_offline`` once ``now_us - last_offline_time >=
     permanent_offline_time_us - lease_time_us`` (never when ``now_us`` is None), else
     ``lease_expired``. Capacities are unknown: 0.
@@ -281,14 +281,14 @@ def servers_from_table(
 
 
 def _suspect(all_server: pd.DataFrame, now_us: int | None) -> pd.Series:
-    """SUSPECT as ``__all_server.suspect_end_time`` shows it (issue 25 item 1): set and not
+    """SUSPECT as ``__all_server.suspect_end_time`` shows it: set and not
     past ``now_us`` (any set one when ``now_us`` is None); False for a table without it."""
     if "suspect_end_time" not in all_server.columns:
         return pd.Series(False, index=all_server.index)
     end = all_server["suspect_end_time"].fillna(0).astype("int64")
     suspect = (end != 0) if now_us is None else (end > now_us)
     if "lagging_time" in all_server.columns:
-        # LAGGING is SUSPECT for placement (issue 25 item 2)
+        # LAGGING is SUSPECT for placement
         suspect = suspect | (all_server["lagging_time"].fillna(0).astype("int64") != 0)
     return suspect
 

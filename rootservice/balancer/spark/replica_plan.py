@@ -1,4 +1,4 @@
-"""Replica migration plan: disaster recovery's job (SPEC.md §9; OceanBase's ``ObDRWorker``:
+"""Replica migration plan: disaster recovery's job (docs/design/migration.md; OceanBase's ``ObDRWorker``:
 "migrate replica due to unit not match" and the rebuild of replicas of permanently offline
 servers).
 
@@ -9,7 +9,7 @@ servers).
    server (joined on ``unit_id``): build a new replica on the unit's server, then remove
    the old one - unless the unit's server already has a healthy replica of the LS (then
    there is nothing to build and the row is skipped; a replica there that is still building
-   or whose copy failed keeps the row, so the balancer can retry a failed copy, issue 13);
+   or whose copy failed keeps the row, so the balancer can retry a failed copy);
 2. every replica on a ``permanent_offline`` server whose LS is alive (a leader, role 1, on
    an alive server): rebuilt on the unit's server once the unit has moved (then it is a
    case of rule 1); while the unit is still on the dead server the row is listed with no

@@ -4,7 +4,7 @@ they write (shared by the Spark jobs and by :mod:`rootservice.balancer.spark.ref
 Every layout is a tuple of ``(column, kind)`` with ``kind`` one of ``string``, ``int``
 (32-bit), ``long`` (64-bit), ``double`` and ``boolean``; :func:`spark_schema` and :func:`conform_pandas`
 turn one into a Spark ``StructType`` or coerce a pandas frame to it. The input layouts are
-the columns of the system tables (SPEC.md §4) the jobs need, plus :data:`SERVERS_SCHEMA`,
+the columns of the system tables (docs/design/servers.md#the-tables) the jobs need, plus :data:`SERVERS_SCHEMA`,
 which the caller supplies because capacity and heartbeat status live only in the RS's memory.
 
 Sizes are bytes, CPU is cores, times microseconds since the epoch (``0`` = not set).
@@ -26,15 +26,15 @@ SERVERS_SCHEMA: Layout = (
     ("svr_ip", "string"),
     ("svr_port", "int"),
     ("zone", "string"),
-    # display status: ACTIVE / INACTIVE / DELETING (SPEC.md §3)
+    # display status: ACTIVE / INACTIVE / DELETING (docs/design/servers.md#the-three-statuses)
     ("status", "string"),
-    # alive / lease_expired / permanent_offline (SPEC.md §3)
+    # alive / lease_expired / permanent_offline (docs/design/servers.md#the-three-statuses)
     ("hb_status", "string"),
     ("stop_time", "long"),
     ("cpu_total", "double"),
     ("mem_total", "long"),
     ("log_disk_total", "long"),
-    # SUSPECT (issue 25 item 1): alive, but no new unit (no copy) goes to it
+    # SUSPECT: alive, but no new unit (no copy) goes to it
     ("suspect", "boolean"),
 )
 """The servers input: one row per whitelisted server, from the RS's memory (``__all_server``

@@ -38,7 +38,7 @@ the result):
   (:data:`POSTGRESQL_JAR`, Debian's ``libpostgresql-jdbc-java``) is added to ``spark.jars``,
   which puts it on the driver's class path and ships it to every executor (each fetches
   it from the driver's file server into its work directory: measured with a standalone
-  worker, issue 13 item 7), so executors need no copy of their own.
+  worker), so executors need no copy of their own.
 
 PySpark keeps one active SparkContext per process, so there should be one manager per
 process; a second one would get the same session back from ``getOrCreate``.

@@ -1,4 +1,4 @@
-"""Unit migration plan: the root balancer's job (SPEC.md §9; OceanBase's ``ObRootBalancer``
+"""Unit migration plan: the root balancer's job (docs/design/migration.md; OceanBase's ``ObRootBalancer``
 driving ``ObUnitManager``'s unit migration).
 
 :func:`unit_migration_plan` finds a new server for every unit of a server that is DELETING
@@ -95,7 +95,7 @@ def server_rooms(inputs: Inputs, demands: DataFrame) -> DataFrame:
     """Every server of the servers input as a placement candidate
     (:data:`rootservice.balancer.spark.placer.ROOMS_LAYOUT` plus ``affinity``, an array of the keys it
     hosts): its units' demands summed, a unit migrating away counted on both its servers;
-    ``usable`` = ACTIVE, alive, not stopped and not SUSPECT (issue 25)."""
+    ``usable`` = ACTIVE, alive, not stopped and not SUSPECT."""
     return demands.sparkSession.sql(
         _ROOMS,
         {"active": S.STATUS_ACTIVE, "alive": S.HB_ALIVE},

@@ -1,4 +1,4 @@
-// The RootService dashboard (issue 12, item 4): polls GET /api/v1/cluster (the status API of
+// The RootService dashboard: polls GET /api/v1/cluster (the status API of
 // the RS, shapes in the module docstring of rootservice/http) every second and redraws the
 // page in place, without a reload. Every value from the API reaches the page through
 // textContent or setAttribute, never innerHTML, so a server or event value cannot inject
@@ -168,10 +168,10 @@
     ]);
   }
 
-  // The states beside the status, which stays ACTIVE (issue 25): SUSPECT (item 1: back
+  // The states beside the status, which stays ACTIVE: SUSPECT (back
   // after its lease expired; no new leaders and no copies until suspect_end_time_us), LAGGING
-  // (item 2: heartbeats while its commands or disk do not move; since lagging_time_us, for
-  // lag_reasons), DRAINING (item 3: a DRAIN SERVER runs on it) and MAINTENANCE (item 4: a
+  // (heartbeats while its commands or disk do not move; since lagging_time_us, for
+  // lag_reasons), DRAINING (a DRAIN SERVER runs on it) and MAINTENANCE (a
   // STOP ... FOR MAINTENANCE window until maintenance_end_time_us). Each is a badge whose
   // title says what it means, and a data- attribute of the cell.
   function stateCell(s, status) {

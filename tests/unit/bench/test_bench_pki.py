@@ -1,5 +1,5 @@
 """The benchmark's certificates (tests/bench/bench_pki.py) and its ratio table
-(heartbeat_bench.ratios): issue 10, "Benchmark"."""
+(heartbeat_bench.ratios)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The summary of a py-spy profile (tests/bench/pyspy_profile.py, ``heartbeat_bench --profile``,
-issue 23 item 4): own and inclusive shares from py-spy's raw collapsed stacks."""
+"""The summary of a py-spy profile (tests/bench/pyspy_profile.py, ``heartbeat_bench --profile``): own and inclusive shares from py-spy's raw collapsed stacks."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Alembic migrations on SQLite and PostgreSQL: the schema of SPEC.md section 4, the
+"""The Alembic migrations on SQLite and PostgreSQL: the schema of docs/design/servers.md#the-tables, the
 DBA_OB_SERVERS / DBA_OB_ZONES views, and a repeatable walk up to head and back to base."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from rootservice.db import tables
 from rootservice.db.engine import current_revision, downgrade, head_revision, make_engine, upgrade
 
-# SPEC.md section 4: column -> the SQLAlchemy type family it must reflect as.
+# docs/design/servers.md#the-tables: column -> the SQLAlchemy type family it must reflect as.
 ALL_SERVER_COLUMNS: dict[str, str] = {
     "svr_ip": "varchar",
     "svr_port": "int",
@@ -212,10 +212,10 @@ def test_dba_ob_servers_converts_times_and_flags(engine: sa.Engine) -> None:
     assert a["start_service_time"] is None
     assert a["last_offline_time"] is None
     assert b["stop_time"] is None
-    # Issue 25: SUSPECT until a time, NULL when not SUSPECT.
+    # SUSPECT until a time, NULL when not SUSPECT.
     assert _as_utc(a["suspect_end_time"]) == datetime(2026, 1, 1, 0, 0, 30, tzinfo=UTC)
     assert b["suspect_end_time"] is None
-    # Issue 25 item 2: LAGGING since a time, NO / NULL when not.
+    # LAGGING since a time, NO / NULL when not.
     assert a["lagging"] == "YES" and b["lagging"] == "NO"
     assert _as_utc(a["lagging_time"]) == datetime(2026, 1, 1, 0, 0, 45, tzinfo=UTC)
     assert b["lagging_time"] is None

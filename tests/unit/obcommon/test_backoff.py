@@ -1,4 +1,4 @@
-"""The reconnect backoff policy (issue 14 item 1): bounds, jitter ranges, growth, reset and the
+"""The reconnect backoff policy: bounds, jitter ranges, growth, reset and the
 gRPC channel options that keep gRPC's own backoff under the cap, with a seeded Random."""
 
 from __future__ import annotations

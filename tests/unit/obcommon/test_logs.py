@@ -1,4 +1,4 @@
-"""The one log format of the RS and the agents (obcommon/logs.py, issue 12 item 5): text with
+"""The one log format of the RS and the agents (obcommon/logs.py): text with
 UTC microseconds, component and address; JSON with the same fields, extras and exceptions
 inside the object."""
 

@@ -1,4 +1,4 @@
-"""RateLimitedLog (issue 12 item 5): first line at once, then at most one per interval with the
+"""RateLimitedLog: first line at once, then at most one per interval with the
 number suppressed; keys are independent; reset logs the next occurrence at once."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def test_first_logged_then_once_per_interval_with_the_count(
     clock = FakeClock()
     rl = RateLimitedLog(log, clock, MINUTE)
     with caplog.at_level(logging.WARNING, logger=log.name):
-        # 10.5 minutes of a warning every 2 s (the deleted server's agent of issue 12).
+        # 10.5 minutes of a warning every 2 s (the deleted server's agent).
         logged = 0
         for _ in range(315):
             logged += rl.warning("k", "refused %s", "x")

@@ -1,4 +1,4 @@
-"""A full data disk is not a disk error (issue 14 item 7): the probe stays healthy on ENOSPC,
+"""A full data disk is not a disk error: the probe stays healthy on ENOSPC,
 writes that need room are refused up front with OB_SERVER_OUTOF_DISK_SPACE, and a copy that
 runs out of space says so. ENOSPC comes from the kernel's ``/dev/full`` (every write to it
 fails with ENOSPC), free space from the real file system of ``tmp_path``; the whole-agent

@@ -1,4 +1,4 @@
-"""The agent's fencing token (issue 24 item 1; observer_agent.fence): the highest
+"""The agent's fencing token (observer_agent.fence): the highest
 ``(rs_epoch, rs_incarnation)`` obeyed, from lease answers and ApplyReplicas alike, reported in
 lease requests and kept in DATA_DIR across restarts. FakeClock, hand-made messages."""
 

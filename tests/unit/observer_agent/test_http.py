@@ -1,4 +1,4 @@
-"""The agent's HTTP(S) endpoint (issue 12, observer_agent.http) on a real port: /healthz,
+"""The agent's HTTP(S) endpoint (observer_agent.http) on a real port: /healthz,
 /readyz with its reasons, /metrics behind a certificate of the cluster CA."""
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def _served_serial(port: int) -> int:
 
 
 def test_https_follows_a_certificate_rotation(tmp_path: Path) -> None:
-    # Issue 26 item 4: as the RS's endpoint, the agent's serves a rotated pair without a
+    # As the RS's endpoint, the agent's serves a rotated pair without a
     # restart (new connections get it).
     certs = tmp_path / "certs"
     shutil.copytree(pki.certs_dir(Role.NODE, NODE), certs)

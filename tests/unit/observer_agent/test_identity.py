@@ -1,5 +1,5 @@
 """The cluster identity file (observer_agent.identity) and how the lease writes and checks it
-(SPEC.md section 7): written once, kept across restarts, atomic, never another cluster."""
+(docs/design/statements.md): written once, kept across restarts, atomic, never another cluster."""
 
 from __future__ import annotations
 
@@ -133,7 +133,7 @@ def test_malformed_identity_file_is_an_error(tmp_path: Path) -> None:
 def test_requests_carry_the_kept_server_id_and_another_one_is_refused(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Issue 13 item 5, agent side: the request names the kept server id (the RS refuses a
+    """Agent side: the request names the kept server id (the RS refuses a
     mismatch); a response naming another server id is refused at ERROR, rate-limited, and
     service never starts with that data directory."""
     clock = FakeClock()

@@ -1,4 +1,4 @@
-"""The agent's side of the lag detector (issue 25 item 2): the applied command number every
+"""The agent's side of the lag detector: the applied command number every
 lease request reports, the apply freeze (answered, not applied), ``DumpStacks`` showing where
 a frozen command waits, and the disk probe's latency with the slow-fsync switch."""
 

@@ -1,4 +1,4 @@
-"""The agent's lease decisions (SPEC.md section 5; observer_agent.lease), driven by a
+"""The agent's lease decisions (docs/design/leases.md; observer_agent.lease), driven by a
 FakeClock and hand-made LeaseResponse messages: no network, no sleeping."""
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def test_refusal_does_not_raise_the_epoch(tmp_path: Path) -> None:
 def test_refusal_is_logged_with_the_oceanbase_error_text(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # Repeated refusals are rate-limited (issue 12): the first is logged, the next two only
+    # Repeated refusals are rate-limited: the first is logged, the next two only
     # counted until a minute has passed.
     clock = FakeClock()
     agent = make_agent(tmp_path, clock)

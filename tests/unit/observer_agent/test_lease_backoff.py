@@ -1,5 +1,5 @@
 """An agent whose lease requests an RS keeps refusing backs off exponentially up to a minute,
-with jitter, and starts over once accepted; NOT_MASTER does not back off (issue 12 item 5)."""
+with jitter, and starts over once accepted; NOT_MASTER does not back off."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_a_deleted_server_logs_once_a_minute(
 
 
 def test_unreachable_rs_backs_off_with_jitter_up_to_the_cap_and_resets(tmp_path: Path) -> None:
-    """Issue 14 item 1: attempts without an answer (nothing listens on the port) wait the
+    """Attempts without an answer (nothing listens on the port) wait the
     reconnect backoff's draws, growing from 100 ms to at most 2 s, not a fixed interval; an
     accepted lease resets it, and a stream lost while renewing waits below the base."""
     port = free_port()

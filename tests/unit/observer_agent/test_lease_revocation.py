@@ -1,4 +1,4 @@
-"""The agent's copy of the revocation list (issue 26 item 5): taken from accepted lease
+"""The agent's copy of the revocation list: taken from accepted lease
 answers whose version differs from the one it holds, sent back in every request, shared
 with its peer gate; refused answers teach it nothing. FakeClock, hand-made responses."""
 

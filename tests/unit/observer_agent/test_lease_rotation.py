@@ -1,6 +1,6 @@
 """After a certificate rotation the agent renews its lease over a new stream presenting its
 new certificate, so a bad new certificate is found at once rather than at the next
-reconnect (issue 26 item 4; observer_agent/lease.py, ``LeaseStream.generation``).
+reconnect (observer_agent/lease.py, ``LeaseStream.generation``).
 
 A real grpc.aio server with mutual TLS (the session's PKI, an RS certificate) answers the
 agent's lease requests and records, per stream, the serial number of the certificate the

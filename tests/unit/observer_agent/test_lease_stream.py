@@ -1,4 +1,4 @@
-"""A late lease answer keeps the stream (issue 14 item 3): against a real grpc.aio server
+"""A late lease answer keeps the stream: against a real grpc.aio server
 whose first answer comes after the client's timeout, :class:`LateAnswer` leaves the request
 outstanding, :meth:`LeaseStream.await_answer` then returns that very answer on the same
 connection, and the next exchange works; a server that ends the stream breaks it."""

@@ -1,4 +1,4 @@
-"""The agent's Prometheus exposition (issue 12 item 1): real components, the fake clock for
+"""The agent's Prometheus exposition: real components, the fake clock for
 lease times, the output of ``generate_latest`` parsed back. The lease test runs the agent's
 lease loop against a real in-process RS over gRPC, so both ends' counters are checked."""
 

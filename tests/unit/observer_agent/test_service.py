@@ -184,7 +184,7 @@ def test_lease_loop_round_robins_dead_rs_addresses_and_stops(
     with caplog.at_level(logging.INFO, logger="observer_agent"):
         stopped = asyncio.run(asyncio.wait_for(scenario(), 20))
     failed = [r.getMessage() for r in caplog.records if "cannot get a lease" in r.getMessage()]
-    assert len(failed) == 2  # one line per address per minute (issue 12 rate limit)
+    assert len(failed) == 2  # one line per address per minute (the rate limit)
     for addr in dead:
         assert any(addr in m and "UNAVAILABLE" in m for m in failed)
     assert agent.accepted_count == 0 and agent.identity is None
@@ -250,7 +250,7 @@ def test_observer_agent_process_busy_loops_and_exits_0_on_sigterm(tmp_path: Path
     )
     try:
         reader = _LineReader(proc.stderr)
-        # Logged once a minute however often it retries (issue 12's rate limit).
+        # Logged once a minute however often it retries (the rate limit).
         ok = reader.wait_for(lambda ls: any("cannot get a lease from " + rs in x for x in ls), 15)
         assert ok, "no connection failures logged:\n" + "".join(reader.lines)
         assert proc.poll() is None  # still busy looping
@@ -376,7 +376,7 @@ def test_observer_agent_refuses_to_start_without_certs_dir_or_insecure(tmp_path:
 def test_replica_data_and_log_are_served_to_members_and_announced_learners(
     tmp_path: Path,
 ) -> None:
-    """Issue 10: FetchData / FetchLog answer the RS, the LS's members and the learners the RS
+    """FetchData / FetchLog answer the RS, the LS's members and the learners the RS
     announced (copies in flight), no other node: a learner taken off the list is refused
     again."""
     port = free_port()

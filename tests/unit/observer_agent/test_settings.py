@@ -112,7 +112,7 @@ def test_max_concurrent_copies_setting(tmp_path: Path) -> None:
 
 
 def test_reconnect_backoff_settings(tmp_path: Path) -> None:
-    """Issue 14 item 1: 100 ms / 2 s by default, words accepted, the cap not below the base."""
+    """100 ms / 2 s by default, words accepted, the cap not below the base."""
     base = {"rs_list": "127.0.0.1:2882", "rpc_addr": "127.0.0.1:3882", "sql_port": 1, "zone": "z1"}
     s = AgentSettings.in_process(**base, data_dir=tmp_path)
     assert (s.reconnect_backoff_base, s.reconnect_backoff_cap) == (100_000, 2_000_000)

@@ -1,5 +1,5 @@
 """RootService life cycle around the server layer: BOOTSTRAP, deposition, ALTER SYSTEM SET
-(SPEC.md sections 8 and 10). Unit tests on an in-process RS with a FakeClock, on SQLite and
+(docs/design/ha.md). Unit tests on an in-process RS with a FakeClock, on SQLite and
 PostgreSQL."""
 
 from __future__ import annotations

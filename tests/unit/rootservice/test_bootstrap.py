@@ -1,4 +1,4 @@
-"""Bootstrap built from its collaborators, without a RootService (SPEC.md section 8;
+"""Bootstrap built from its collaborators, without a RootService (docs/design/ha.md#taking-office;
 rootservice.bootstrap): the rows it writes, the wait for the servers, the hand-over to the
 take-office path, and that a failed attempt keeps nothing but the cluster id."""
 

@@ -1,4 +1,4 @@
-"""``rootservice cert ...`` through ``rootservice.cli.main`` (issue 10, item 1; the manner of
+"""``rootservice cert ...`` through ``rootservice.cli.main`` (the manner of
 ``cockroach cert``): what it writes and prints, exit 1 for a file or CA problem, 2 for bad
 arguments, and ``list`` marking expired certificates."""
 
@@ -130,7 +130,7 @@ def test_exit_2_for_bad_arguments(tmp_path: Path, capsys: pytest.CaptureFixture[
 def test_revoke_arguments_are_checked_before_the_cluster_is_asked(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # Issue 26 item 5. No RS listens on port 1: any answer below came before dialling.
+    # No RS listens on port 1: any answer below came before dialling.
     d, k = _ca(tmp_path)
     assert main(["cert", "create-node", "127.0.0.1:2900", "--certs-dir", d, "--ca-key", k]) == 0
     rs = ["--certs-dir", d, "--rs", "127.0.0.1:1"]

@@ -1,4 +1,4 @@
-"""The RS's Prometheus exposition (issue 12 item 1): real components driven with the fake
+"""The RS's Prometheus exposition: real components driven with the fake
 clock, the output of ``generate_latest`` parsed back, and each value checked to move when
 its event happens and only then."""
 
@@ -229,7 +229,7 @@ def test_labelled_counters_in_the_json_snapshot() -> None:
 
 
 def test_a_wall_clock_jump_is_counted_recorded_and_harmless(rs: RootService) -> None:
-    """Issue 14 item 7: the watchdog's step goes to ob_rs_wall_clock_jumps_total (there at
+    """The watchdog's step goes to ob_rs_wall_clock_jumps_total (there at
     0 before) and to a root_service / wall_clock_jump event with the step in us; the
     servers heartbeating across it stay ACTIVE."""
     servicer = LeaseServicer(rs)

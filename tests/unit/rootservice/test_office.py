@@ -1,4 +1,4 @@
-"""Office built from its collaborators, without a RootService (SPEC.md section 8, issue 5;
+"""Office built from its collaborators, without a RootService (docs/design/ha.md#taking-office;
 rootservice.office): taking office before and after BOOTSTRAP, do_restart, stepping down."""
 
 from __future__ import annotations

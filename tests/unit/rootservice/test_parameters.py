@@ -1,4 +1,4 @@
-"""Parameters built from their collaborators, without a RootService (SPEC.md section 11;
+"""Parameters built from their collaborators, without a RootService (docs/design/index.md#configuration;
 rootservice.parameters): the precedence of sources, ALTER SYSTEM SET and SHOW PARAMETERS."""
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def test_a_choice_parameter_from_the_table_and_set(engine: sa.Engine, tmp_path: 
 
 
 def test_migration_max_bytes_per_second_is_a_size(engine: sa.Engine, tmp_path: Path) -> None:
-    """Issue 13 item 6: written as OceanBase's capacities ('64M', a plain byte count), kept
+    """Written as OceanBase's capacities ('64M', a plain byte count), kept
     and shown as a size, range [0, 10000G] (OceanBase's standby_fetch_log_bandwidth_limit),
     0 = unlimited (the default); malformed, negative, too large or fractional values are
     refused and change nothing."""

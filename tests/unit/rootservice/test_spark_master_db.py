@@ -1,4 +1,4 @@
-"""A cluster Spark master over SQLite is refused at start-up (issue 13 item 7): the plans'
+"""A cluster Spark master over SQLite is refused at start-up: the plans'
 executors read the system tables over JDBC and cannot reach a SQLite file of the RS."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A background task failing round after round (the database down) is counted every round but
-logged once a minute with the count suppressed; its recovery is logged once (issue 12 item 5)."""
+logged once a minute with the count suppressed; its recovery is logged once."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Timers (rootservice.timers) built alone: registration, stop, wake and reschedule on a real
 APScheduler that is started paused, so no round ever runs; the wall-clock watchdog on a
-FakeClock, and making every job due on a running scheduler (issue 14 item 7)."""
+FakeClock, and making every job due on a running scheduler."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def test_disabled_timers_register_nothing() -> None:
     assert timers.registered() == set() and not timers.running
 
 
-# --- the wall-clock watchdog (issue 14 item 7) ---------------------------------------------
+# --- the wall-clock watchdog ---------------------------------------------
 
 
 def test_watchdog_reports_each_step_once_and_both_sides_of_the_threshold() -> None:
@@ -135,7 +135,7 @@ def test_a_job_an_hour_behind_catches_up_in_two_steps() -> None:
 
 
 def test_a_wake_during_a_cycle_runs_another_cycle_right_after_it() -> None:
-    """Issue 23: APScheduler drops a run that falls due while the job's one instance still
+    """APScheduler drops a run that falls due while the job's one instance still
     runs; a wake landing during a cycle (a copy noticed while a balancer round runs) must
     not wait for the next period (1 h here): the job runs again as soon as the cycle ends.
     A cycle without a wake is not repeated."""

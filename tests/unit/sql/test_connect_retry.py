@@ -1,5 +1,5 @@
 """A failed connect or TLS handshake does not fail a statement whose deadline is not over, and
-a statement that may have run is never sent twice (issue 26 item 3, sql/connect.py).
+a statement that may have run is never sent twice (sql/connect.py).
 
 A real gRPC server with mutual TLS (the session's PKI: an RS certificate, the root client's)
 serves a fake AdminService behind :class:`tests.support.tcp_proxy.TcpProxy`, which makes the

@@ -1,4 +1,4 @@
-"""obadmin's DRAIN SERVER (issue 25 item 3): which statements it watches, the progress line,
+"""obadmin's DRAIN SERVER: which statements it watches, the progress line,
 and the wait that prints a line per poll of DBA_OB_SERVER_DRAINS until the answer comes;
 plus the grammar of DRAIN and FOR MAINTENANCE."""
 

@@ -238,7 +238,7 @@ def test_exit_commands() -> None:
 
 def test_no_rs_listening_prints_error_2003_and_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     addr = f"127.0.0.1:{free_port()}"
-    # Retried until the deadline (issue 26 item 3): a short one.
+    # Retried until the deadline: a short one.
     assert (
         main(["--insecure", "--rs", addr, "--timeout", "1", "-e", "ALTER SYSTEM RELOAD SERVER"])
         == 1

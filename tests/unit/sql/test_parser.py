@@ -1,5 +1,5 @@
-"""The admin SQL parser (sql/parser.py, sql/grammar.lark): statement forms of SPEC.md section 7,
-the AST of sql/ast.py, and MySQL-style errors (SPEC.md section 12); and sql/sizes.py."""
+"""The admin SQL parser (sql/parser.py, sql/grammar.lark): statement forms of docs/design/statements.md,
+the AST of sql/ast.py, and MySQL-style errors (docs/design/index.md#error-codes); and sql/sizes.py."""
 
 from __future__ import annotations
 
@@ -115,7 +115,7 @@ def test_reload_server() -> None:
     assert parse("alter system reload server ;") == ast.ReloadServer()
 
 
-# --- EXPLAIN ALTER SYSTEM DELETE SERVER (issue 13 item 4) -----------------------------------
+# --- EXPLAIN ALTER SYSTEM DELETE SERVER -----------------------------------
 
 
 @pytest.mark.parametrize(
@@ -164,7 +164,7 @@ def test_explain_syntax_errors(text: str, rest: str) -> None:
     assert parse_error(text).to_sql_text() == near(rest)
 
 
-# --- ALTER SYSTEM RECOVER LS (issue 24 item 4) ---------------------------------------------
+# --- ALTER SYSTEM RECOVER LS ---------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -1023,7 +1023,7 @@ def test_random_input_only_ever_raises_ob_error(
                 "ER_PARSE_ERROR",
                 "ER_EMPTY_QUERY",
                 "OB_NOT_SUPPORTED",
-                # sql.reads: a read that is not allowed, another schema (issue 11).
+                # sql.reads: a read that is not allowed, another schema.
                 "ER_NOT_SUPPORTED_YET",
                 "ER_BAD_DB_ERROR",
                 "OB_TABLE_NOT_EXIST",

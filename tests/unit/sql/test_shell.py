@@ -263,7 +263,7 @@ def test_json_lines_for_every_reply_including_errors(capsys: pytest.CaptureFixtu
 
 def test_json_error_when_no_rs_answers(capsys: pytest.CaptureFixture[str]) -> None:
     addr = f"127.0.0.1:{free_port()}"
-    # --timeout 2: the client retries until its deadline (issue 26 item 3); 60 s would only
+    # --timeout 2: the client retries until its deadline; 60 s would only
     # slow the test down.
     argv = ["--insecure", "--rs", addr, "--format", "json", "--timeout", "2", "-e", "SELECT 1"]
     assert main(argv) == 1

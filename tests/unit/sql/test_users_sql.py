@@ -1,4 +1,4 @@
-"""The user statements of the admin language (issue 10) and obadmin's credentials: -u, -p,
+"""The user statements of the admin language and obadmin's credentials: -u, -p,
 --password-file, OB_PASSWORD, sent as ob-user / ob-password metadata on every call."""
 
 from __future__ import annotations

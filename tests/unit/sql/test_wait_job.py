@@ -79,7 +79,7 @@ def test_unreachable_rs_until_the_deadline_exits_3_after_one_lost_line() -> None
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("lost the RootService, retrying every 0.5 s: ERROR 2003 (HY000): ")
     assert lines[1:] == ["job 7 still INPROGRESS after 3 s"]
-    # Each poll also retried its connects with backoff (issue 26 item 3), on the same clock.
+    # Each poll also retried its connects with backoff, on the same clock.
     cap_s = RETRY_POLICY.cap_us / 1e6
     assert all(s <= max(0.5, cap_s) for s in sc.sleeps) and len(sc.sleeps) >= 6
 

@@ -205,7 +205,7 @@ def test_rs_cmd_and_agent_cmd() -> None:
     # Every test RS gets a MySQL port of its own unless the test names one.
     mysql_addr = cmd[cmd.index("--mysql-addr") + 1]
     assert mysql_addr.startswith("127.0.0.1:") and mysql_addr != "127.0.0.1:2881"
-    # And an HTTP port of its own (issue 12).
+    # And an HTTP port of its own.
     http_addr = cmd[cmd.index("--http-addr") + 1]
     assert http_addr.startswith("127.0.0.1:") and http_addr not in ("127.0.0.1:8080", mysql_addr)
     assert cmd == [

@@ -1,5 +1,5 @@
-"""obcommon.security.certs: the files ``rootservice cert create-*`` writes (issue 10, item 1;
-CockroachDB's layout, roles in the subject's OU as Kubernetes' NodeRestriction reads them)."""
+"""obcommon.security.certs: the files ``rootservice cert create-*`` writes
+(CockroachDB's layout, roles in the subject's OU as Kubernetes' NodeRestriction reads them)."""
 
 from __future__ import annotations
 

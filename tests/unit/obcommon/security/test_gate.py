@@ -1,5 +1,4 @@
-"""obcommon.security.gate: PeerGate on a real in-process grpc.aio server with mutual TLS
-(issue 10, item 3): admitted identities, UNAUTHENTICATED without a certificate,
+"""obcommon.security.gate: PeerGate on a real in-process grpc.aio server with mutual TLS: admitted identities, UNAUTHENTICATED without a certificate,
 PERMISSION_DENIED for the wrong role, name or membership, counters and the rate-limited log."""
 
 from __future__ import annotations
@@ -275,7 +274,7 @@ def test_check_returns_the_identity_and_none_when_insecure(tmp_path: Path) -> No
 
 
 def test_a_revoked_certificate_is_refused_on_a_channel_opened_before(tmp_path: Path) -> None:
-    # Issue 26 item 5: the list is looked up at every call, so a channel (and its HTTP/2
+    # The list is looked up at every call, so a channel (and its HTTP/2
     # connection) opened before the revocation gets no further call through.
     pki = Pki(tmp_path)
     gate = PeerGate(False)

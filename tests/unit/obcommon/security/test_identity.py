@@ -1,4 +1,4 @@
-"""obcommon.security.identity: the identity a verified certificate names (issue 10, item 3).
+"""obcommon.security.identity: the identity a verified certificate names.
 Only ``O=ob-rootservice`` certificates with one known OU and one CN are ours."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""obcommon.security.revocation (issue 26 item 5): serials as written, the list's version,
+"""obcommon.security.revocation: serials as written, the list's version,
 the set and its listeners, and the open connections closed when their certificate is
 revoked (a real event loop; the list changed from another thread as the RS's timer does)."""
 

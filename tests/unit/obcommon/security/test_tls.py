@@ -1,5 +1,5 @@
 """obcommon.security.tls: exactly one of --certs-dir and --insecure, a broken pair refused at
-start and ignored on refresh, a rotated pair taken without a restart (issue 10, item 2)."""
+start and ignored on refresh, a rotated pair taken without a restart."""
 
 from __future__ import annotations
 

@@ -256,7 +256,7 @@ async def start_copy_node(
     **over: object,
 ) -> CopyNode:
     """An agent copying in :data:`CHUNK` chunks; ``http`` also starts its HTTP endpoint, so
-    it serves its data files over the bulk path (issue 23)."""
+    it serves its data files over the bulk path."""
     keep = {"replica_log_keep": log_keep} if log_keep else {}
     agent = Agent(
         copy_settings(data_dir, **over),

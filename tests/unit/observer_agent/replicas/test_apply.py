@@ -67,7 +67,7 @@ def test_drop_removes_files_and_lower_term_and_stale_epoch(tmp_path: Path) -> No
 
 
 def test_absurd_terms_and_epochs_are_refused_and_change_nothing(tmp_path: Path) -> None:
-    """Issue 10: a term or an epoch more than MAX_TERM_JUMP above the one seen, or above
+    """A term or an epoch more than MAX_TERM_JUMP above the one seen, or above
     2^53, is refused in-band with OB_INVALID_ARGUMENT naming the field, the value and the
     bound; the request changes nothing (not even its other specs). At the bound it is
     accepted."""

@@ -1,4 +1,4 @@
-"""The copy bandwidth limit (observer_agent.replicas.bandwidth, issue 13 item 6) on a fake
+"""The copy bandwidth limit (observer_agent.replicas.bandwidth) on a fake
 monotonic clock: the bytes let through never exceed ``burst + rate * elapsed`` however many
 copies share the bucket, 0 never waits, a rate change takes effect for copies already
 waiting, and a cancelled wait gives its bytes back."""

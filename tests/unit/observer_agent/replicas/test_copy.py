@@ -393,7 +393,7 @@ def test_max_concurrent_copies(tmp_path: Path) -> None:
 
 
 def test_a_source_announcing_more_than_the_replica_size_is_refused(tmp_path: Path) -> None:
-    """Issue 10: the destination expects at most its ``replica_size``; a source announcing
+    """The destination expects at most its ``replica_size``; a source announcing
     more (here one configured with twice the size) is refused before any byte is written:
     ``build_error`` names the sizes and no partial copy stays. At the bound it succeeds."""
 
@@ -503,7 +503,7 @@ async def copy_held_in_its_log_phase(
 def test_a_copy_whose_leader_moved_follows_the_leader_named_by_the_old_one(
     tmp_path: Path,
 ) -> None:
-    """Issue 14 item 5: a copy in its log phase knows the leader of its hand-out (a, term
+    """A copy in its log phase knows the leader of its hand-out (a, term
     1); the leadership moves to b at term 2 and nobody tells the copy. The old leader answers
     the catch-up with OB_NOT_MASTER naming b at term 2; the copy asks b and goes in service
     (before: it asked a forever and the DELETE SERVER job stalled, bench-empty at 1 GiB)."""
@@ -526,7 +526,7 @@ def test_a_copy_whose_leader_moved_follows_the_leader_named_by_the_old_one(
 
 
 def test_a_copy_refused_by_a_former_leader_asks_the_current_one(tmp_path: Path) -> None:
-    """Issue 23 item 1: a copy in its log phase knows the leader of its hand-out (a, term
+    """A copy in its log phase knows the leader of its hand-out (a, term
     1); the leadership moves to b at term 2, and a no longer hosts the LS (it was dropped
     there), so a's refusal names no newer leader. The copy asks the other members (term 0:
     served by whoever leads), finds b and goes in service; its refusal was reported as

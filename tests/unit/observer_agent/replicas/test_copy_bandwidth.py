@@ -1,4 +1,4 @@
-"""migration_max_bytes_per_second end to end (issue 13 item 6): ALTER SYSTEM SET on an
+"""migration_max_bytes_per_second end to end: ALTER SYSTEM SET on an
 in-process RS (both databases), the lease response carrying it to a real in-process
 destination agent, a copy already running there throttled and then released by a run-time
 change, the agent's metrics; and the measured bound: a copy of N bytes at L bytes/s takes at
@@ -74,7 +74,7 @@ def test_alter_system_set_reaches_a_running_copy(db_url: str, tmp_path: Path) ->
 
                 members = await lead(a)
                 req = copy_upsert(copy_spec(members, a.addr, 1, copy_from=a.addr))
-                # The RS's own token: the agent obeyed it in its lease (issue 24).
+                # The RS's own token: the agent obeyed it in its lease.
                 req.rs_incarnation = rs.term.incarnation
                 resp = await c.apply(req)
                 assert resp.error.code == 0, resp.error

@@ -1,4 +1,4 @@
-"""The bulk data path of replica copies (issue 23): FetchData asked for ``bulk`` names the
+"""The bulk data path of replica copies: FetchData asked for ``bulk`` names the
 source's ``/replica-data`` URL and the copy GETs the file over the agent's HTTP(S) endpoint;
 checksums compared as on the stream, the copy throttle holding, and the FetchData
 authorisation (members, announced learners, the RS; ARCHITECTURE section 2a) holding on the
@@ -114,7 +114,7 @@ def _open_files(under: Path) -> set[str]:
 
 
 def test_a_copy_dropped_during_its_bulk_body_stops_its_receiving_thread(tmp_path: Path) -> None:
-    """The body is received in a worker thread (issue 23): a copy dropped while it runs (here
+    """The body is received in a worker thread: a copy dropped while it runs (here
     paused for a minute after its first piece by the slow-copy fault; 32 MiB, more than the
     sockets buffer, so the source is still sending) stops that thread at
     once and leaves no temp file; the source, which reads a piece ahead of the one it sends,
@@ -202,7 +202,7 @@ def _client_ctx(role: Role, name: str) -> ssl.SSLContext:
 def test_the_https_data_path_serves_members_and_announced_learners_only(
     tmp_path: Path,
 ) -> None:
-    """Issue 10 on the bulk path: GET /replica-data answers the RS and the node certificates
+    """On the bulk path: GET /replica-data answers the RS and the node certificates
     the RS announced as learners (401 without a certificate, 403 for a client certificate
     and for a node that is neither member nor learner, also once it is taken off the list),
     each refusal counted by the agent's PeerGate. The data comes whole and unchanged. And a

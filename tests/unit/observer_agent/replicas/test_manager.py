@@ -85,7 +85,7 @@ def test_apply_creates_files_and_a_restart_reloads_and_verifies(tmp_path: Path) 
 def test_a_replica_whose_files_vanish_under_the_running_agent_is_forgotten(
     tmp_path: Path,
 ) -> None:
-    """Issue 13 item 5: ``rm -r DATA_DIR/replicas/<ls>`` while the agent runs. Reporting the
+    """A replica's files removed: ``rm -r DATA_DIR/replicas/<ls>`` while the agent runs. Reporting the
     replica from memory would hide the loss from the RS: the files check forgets it (its log
     goes too) and the report no longer lists it; an intact replica is left alone."""
     clock = FakeClock()

@@ -1,4 +1,4 @@
-"""Admission of admin statements (issue 10 item 5, rootservice/api/admission.py): the
+"""Admission of admin statements (rootservice/api/admission.py): the
 per-user and the total limits refuse at once and admit again once the others finish, the
 statements run on the admission's own threads, the token bound of a statement (both sides)
 and its error through ``execute_sql``, and the ``ob-user`` metadata."""

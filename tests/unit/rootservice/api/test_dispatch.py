@@ -1,5 +1,5 @@
 """Statement dispatch (rootservice.api.dispatch): the term's gate asked once per statement,
-with what each statement needs (SPEC.md sections 7 and 8; issue 5's standbys)."""
+with what each statement needs (docs/design/statements.md and docs/design/ha.md; the standbys)."""
 
 from __future__ import annotations
 

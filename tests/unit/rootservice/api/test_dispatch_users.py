@@ -1,4 +1,4 @@
-"""The user statements through dispatch and the admin servicer's login path (issue 10):
+"""The user statements through dispatch and the admin servicer's login path:
 1045 / 1227 in-band, GRANT / REVOKE / SHOW GRANTS as MySQL prints them, root's rules, and
 the audit trail (log line + event row, passwords masked, a failed audit write harmless)."""
 

@@ -1,4 +1,4 @@
-"""Any RS answers (issue 11 item 3): a standby forwards a statement that needs the leader to
+"""Any RS answers: a standby forwards a statement that needs the leader to
 the leader's ExecuteSql with the client's identity; the leader's admin service accepts a
 forwarded identity from an RS certificate only, never from a client certificate or in
 insecure mode; a forwarded statement is not forwarded again; an unreachable leader is

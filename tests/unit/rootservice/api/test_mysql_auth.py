@@ -1,4 +1,4 @@
-"""The MySQL endpoint's login plugins (rootservice.api.mysql_auth, issue 11) against a real RS
+"""The MySQL endpoint's login plugins (rootservice.api.mysql_auth) against a real RS
 on SQLite and PostgreSQL, with the client's side computed by PyMySQL's own scramble
 functions: every check accepts the right answer and refuses the wrong one."""
 

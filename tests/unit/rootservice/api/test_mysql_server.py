@@ -1,5 +1,5 @@
 """The MySQL endpoint's pure parts (rootservice.api.mysql_session, mysql_results and
-mysql_server, issue 11): which side answers a statement, ObError -> ERR packet (own code and
+mysql_server): which side answers a statement, ObError -> ERR packet (own code and
 SQLSTATE), OK with info, and the column types of a result set."""
 
 from __future__ import annotations

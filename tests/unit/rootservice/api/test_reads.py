@@ -1,5 +1,4 @@
-"""Full read-only SELECT, SHOW TABLES / DATABASES / COLUMNS and DESC through run_statement
-(issue 11 item 2), on SQLite and PostgreSQL: real RootService, real database."""
+"""Full read-only SELECT, SHOW TABLES / DATABASES / COLUMNS and DESC through run_statement, on SQLite and PostgreSQL: real RootService, real database."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Every statement is one line on the ``rootservice.audit`` logger from the one statement path
-(issue 12 item 5): user, client, front end, kind, outcome, duration; passwords masked; reads
+"""Every statement is one line on the ``rootservice.audit`` logger from the one statement path: user, client, front end, kind, outcome, duration; passwords masked; reads
 at DEBUG, changes and refusals at INFO."""
 
 from __future__ import annotations

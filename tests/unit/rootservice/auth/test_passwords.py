@@ -1,4 +1,4 @@
-"""Password hashes and the verification cache (rootservice.auth.passwords, issue 10)."""
+"""Password hashes and the verification cache (rootservice.auth.passwords)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The revocation list of the RS (issue 26 item 5) on SQLite and PostgreSQL, with the fake
+"""The revocation list of the RS on SQLite and PostgreSQL, with the fake
 clock: ALTER SYSTEM REVOKE CERTIFICATE through dispatch (privilege, audit, the row and its
 view, the set the front ends check replaced at once), a row written by another RS picked up
 by the refresh timer, and the lease answers that carry the list only when the agent's

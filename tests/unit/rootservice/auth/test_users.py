@@ -1,6 +1,6 @@
 """Users (rootservice.auth.users) and __all_user (rootservice.db.user_repo) on SQLite and
 PostgreSQL: authentication as MySQL (1045), privilege checks (1227), the user statements
-and root's rules (issue 10)."""
+and root's rules."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""CANCEL DELETE SERVER while a balancer round is computing its plan (issue 13 item 2), on both
+"""CANCEL DELETE SERVER while a balancer round is computing its plan, on both
 databases with a FakeClock and the RS as RootService wires it: the statement answers while the
 round is still blocked in its planner (it never waits for a round), and the plan the round
 computed before the cancel moves nothing once it is released (stale rows skipped and

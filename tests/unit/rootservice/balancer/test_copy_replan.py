@@ -1,4 +1,4 @@
-"""CopyReplan built from fakes and a real database (issue 25 items 2-3): a copy stalled at its
+"""CopyReplan built from fakes and a real database: a copy stalled at its
 destination is sent again from another member the first time and its unit re-planned to
 another server of the zone the second time (at once when no other member has the LS);
 SUSPECT, LAGGING and recently stalled servers are no candidates; with none the copy is resent

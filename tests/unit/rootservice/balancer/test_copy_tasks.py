@@ -1,4 +1,4 @@
-"""CopyTasks built from fakes (SPEC.md section 9, disaster recovery): the per-destination
+"""CopyTasks built from fakes (docs/design/migration.md, disaster recovery): the per-destination
 throttle, retries from another member, resends of forgotten copies, task ends and CANCEL
 DELETE's drops. No database and no RootService."""
 
@@ -92,7 +92,7 @@ def test_at_most_the_concurrency_limit_builds_on_one_destination() -> None:
     w = World(KEYS)
     assert w.copies.hand_out([row(k, B, D) for k in KEYS]) == 2
     assert [spec.copy_from for _, [spec] in w.ls.applied] == [B, B]
-    # each destination was made a learner on its source first (issue 10)
+    # each destination was made a learner on its source first
     assert w.ls.announced == [(KEYS[0], D, B), (KEYS[1], D, B)]
     assert len(w.copies) == 2 and len(w.events.named("migrate_replica")) == 2
     assert w.metrics.get("replica_tasks_total") == 2
@@ -120,7 +120,7 @@ def test_a_failed_copy_is_sent_again_from_another_healthy_member() -> None:
 
 
 def test_a_stalled_copy_is_sent_again_from_another_healthy_member() -> None:
-    # Issue 25 item 2: the lag detector found its bytes still for twice agent_lag_timeout.
+    # The lag detector found its bytes still for twice agent_lag_timeout.
     w = World(KEYS[:1], a_alive=False)
     k = KEYS[0]
     assert w.copies.restart_stalled(k, D) is False  # nothing in flight: nothing marked
@@ -333,7 +333,7 @@ def test_copy_watch_wakes_the_empty_server_checker_once_the_deleting_server_is_e
 
 
 def test_copy_watch_wakes_the_balancer_when_a_skipped_leaderless_ls_is_led_again() -> None:
-    """Issue 23: a row skipped because its LS had no leader (its leader moving off the
+    """A row skipped because its LS had no leader (its leader moving off the
     DELETING server) is handed out as soon as the LS is led again, not at the next
     ``balancer_interval``."""
     w = World(KEYS[:2])

@@ -1,4 +1,4 @@
-"""EXPLAIN ALTER SYSTEM DELETE SERVER (issue 13 item 4) through the statement path of a
+"""EXPLAIN ALTER SYSTEM DELETE SERVER through the statement path of a
 RootService with a FakeClock, on SQLite and PostgreSQL: the three-zone tenant of
 tests/support/tenants.py (A, D in z1, B in z2, C in z3; plus E in z1 where a third server is
 needed), plans from the pandas planner (the Spark jobs' twin, checked against them in
@@ -196,7 +196,7 @@ def _refusal(rs: RootService, text: str) -> tuple[str, str]:
         ("'not-an-address'", "OB_INVALID_ARGUMENT"),
         (f"'{A}'", "OB_OP_NOT_ALLOW"),  # the LS has no leader
         # z2 has no other server for the unit, but the LS without a leader is checked
-        # first (issue 24: its way out is RECOVER LS)
+        # first (its way out is RECOVER LS)
         (f"'{B}'", "OB_OP_NOT_ALLOW"),
     ],
 )

@@ -1,4 +1,4 @@
-"""EmptyingWake (issue 23): the steps of a replica move heard from the tenant layer wake
+"""EmptyingWake: the steps of a replica move heard from the tenant layer wake
 the task of the next step, and only while a server is being emptied. Fakes only; the whole
 chain through a RootService is in test_migration_manager.py."""
 

@@ -1,4 +1,4 @@
-"""DeleteJobProgress built from fakes on both databases (SPEC.md section 9): totals fixed at
+"""DeleteJobProgress built from fakes on both databases (docs/design/migration.md): totals fixed at
 the first round, progress and bytes from the rows and the copies in flight, one stall report
 with its reason, the final extra_info; and the stall reasons from rows alone. No RootService.
 """

@@ -1,4 +1,4 @@
-"""LostReplicaChecker built from fakes on both databases (SPEC.md section 9,
+"""LostReplicaChecker built from fakes on both databases (docs/design/migration.md,
 ObLostReplicaChecker): the gate, the cheap pre-check that never starts a plan, and the
 deletion of the rows the plan calls lost. No RootService."""
 

@@ -1,5 +1,4 @@
-"""The balancer as a RootService wires it, with a FakeClock on a real database (SPEC.md section
-9): unit moves from a plan, job progress and stall reports, CANCEL DELETE, unit completion,
+"""The balancer as a RootService wires it, with a FakeClock on a real database (docs/design/migration.md): unit moves from a plan, job progress and stall reports, CANCEL DELETE, unit completion,
 lost-replica cleanup. The plans come from the pandas planner (the same computation as the
 Spark jobs, checked against them in test_spark_jobs.py); replica copies need agents and are
 covered by tests/integration/test_delete_server.py (and, with fakes, by test_copy_tasks.py).
@@ -178,7 +177,7 @@ def run_woken(rs: RootService) -> list[str]:
 def test_the_last_replica_leaving_ends_the_job_without_waiting_for_a_period(
     rs: RootService,
 ) -> None:
-    """Issue 23: after the last replica of a DELETING server is gone, the job reached SUCCESS
+    """After the last replica of a DELETING server is gone, the job reached SUCCESS
     only at the next ``balancer_interval`` (10 s in ``make bench-empty``). With the clock
     frozen, the wakes alone now carry it: the server's report without the replica wakes the
     meta sync, whose deleted row wakes the balancer (the unit's move finishes) and the

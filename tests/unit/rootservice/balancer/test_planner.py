@@ -1,4 +1,4 @@
-"""The planner seam without Spark: the servers input rows (SPEC.md section 9) and the lazy
+"""The planner seam without Spark: the servers input rows (docs/design/migration.md) and the lazy
 Spark planner that builds nothing until a plan is asked for."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Whether the configured planner can run, checked without a JVM (issue 13 item 3;
+"""Whether the configured planner can run, checked without a JVM (
 rootservice.balancer.planner_check), and what the RS does with the answer at open: its log,
 ``ob_rs_planner_ready`` and ``/api/v1/planner``'s document."""
 

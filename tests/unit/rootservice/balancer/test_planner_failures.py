@@ -1,4 +1,4 @@
-"""A planner that fails, as a RootService wires it (issue 13 item 3), with a FakeClock on both
+"""A planner that fails, as a RootService wires it, with a FakeClock on both
 databases: the failing planner is a real one (the pandas planner reading a database file that
 cannot be opened, so its every method raises as a dead JVM or an unreachable master would).
 Within ``migration_stall_time`` the DELETE SERVER job says ``stalled: planner failed: <cause>``,

@@ -1,4 +1,4 @@
-"""RootBalancer built from its parts and fakes on both databases (SPEC.md section 9): the gate,
+"""RootBalancer built from its parts and fakes on both databases (docs/design/migration.md): the gate,
 the cheap idle checks that never start a plan, one full round, CANCEL DELETE and step-down.
 No RootService."""
 

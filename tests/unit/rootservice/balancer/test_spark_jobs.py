@@ -1,4 +1,4 @@
-"""The Spark jobs of rootservice.balancer.spark (SPEC.md section 9) on one local SparkSession.
+"""The Spark jobs of rootservice.balancer.spark (docs/design/migration.md) on one local SparkSession.
 
 Hand-made inputs cover every rule of the three plans (unit placement with anti-affinity and
 capacity, the no-room reasons, zones planned independently; replica sources and
@@ -260,7 +260,7 @@ def test_unit_plan_anti_affinity_and_least_loaded_with_ties_by_address(spark: An
 
 
 def test_unit_plan_places_nothing_on_a_suspect_server(spark: Any) -> None:
-    # Issue 25 item 1: the emptiest server is SUSPECT (back after its lease expired): no
+    # The emptiest server is SUSPECT (back after its lease expired): no
     # unit, hence no copy, goes to it; the next one takes both units.
     w = world_least_loaded()
     w.servers[2]["suspect"] = True  # 10.0.0.3
@@ -484,7 +484,7 @@ def test_replica_plan_skips_when_the_destination_has_the_replica_already(spark: 
 
 def test_replica_plan_keeps_a_destination_replica_not_in_service(spark: Any) -> None:
     # the copy to .1.2 is building or failed (its replica reported out of service): the row
-    # stays, so that a failed copy is handed out again (issue 13)
+    # stays, so that a failed copy is handed out again
     w = replica_world("alive")
     w.replica(1002, 1001, "10.1.0.2", 1, status="OFFLINE")
     rows = run(spark, REPLICA, w.inputs())
@@ -727,7 +727,7 @@ def test_read_inputs_from_the_database(spark: Any, db_url: str) -> None:
 
 
 def test_reading_only_the_plans_columns_gives_the_same_plans(spark: Any, db_url: str) -> None:
-    """PLAN_COLUMNS (issue 14 item 6) lists every column a plan reads: the plans on inputs
+    """PLAN_COLUMNS lists every column a plan reads: the plans on inputs
     read with it, lazily persisted as the RS does, equal the plans on every column."""
     cluster = gen.generate(1500, seed=5)
     engine = make_engine(db_url)
@@ -812,7 +812,7 @@ def test_session_defaults_local_and_cluster_masters() -> None:
 
 
 def test_session_on_a_loopback_standalone_master_binds_the_driver_to_loopback() -> None:
-    """Issue 13 item 7: a standalone master on 127.0.0.1 has its executors on this host, and
+    """A standalone master on 127.0.0.1 has its executors on this host, and
     the RS binds loopback only; the cluster keeps Spark's own partitioning defaults."""
     for master in ("spark://127.0.0.1:7077", "spark://localhost:7077,127.0.0.2:7078"):
         conf = SparkSessionManager(master, db_url="postgresql+psycopg://u@h/d").effective_conf()
@@ -865,7 +865,7 @@ def test_empty_database_gives_empty_plans(spark: Any, tmp_path: Path) -> None:
 def test_spark_bench_quick_size_computes_every_plan_alike_on_three_engines(
     spark: Any, pg_server: Any
 ) -> None:
-    """``make bench-spark`` smoke run (issue 26): one size of the Spark jobs benchmark
+    """``make bench-spark`` smoke run: one size of the Spark jobs benchmark
     (``spark_bench.run_size``, 5k replicas, one repeat) on this file's SparkSession and the
     session's PostgreSQL, so that no second JVM starts. No figure is asserted, only counts:
     the generated cluster, and the three plans computed by Spark, pandas and SQL agreeing

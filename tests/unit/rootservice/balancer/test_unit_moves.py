@@ -1,4 +1,4 @@
-"""UnitMoves built from fakes on both databases (SPEC.md section 9): recording a unit plan,
+"""UnitMoves built from fakes on both databases (docs/design/migration.md): recording a unit plan,
 finishing a unit once its source holds no replica of its log streams, moving units back on
 CANCEL DELETE. No RootService."""
 

@@ -1,5 +1,5 @@
 """rootservice.db.catalog: the tables and views operators may read, with MySQL column types,
-alike on SQLite and PostgreSQL (issue 11 item 1: SHOW TABLES, DESC, information_schema)."""
+alike on SQLite and PostgreSQL (SHOW TABLES, DESC, information_schema)."""
 
 from __future__ import annotations
 

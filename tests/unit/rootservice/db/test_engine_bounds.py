@@ -1,4 +1,4 @@
-"""The engine's client-side bounds (issue 14 item 7) on a real PostgreSQL reached through the
+"""The engine's client-side bounds on a real PostgreSQL reached through the
 fault proxy: a database that stops answering gives an error within :func:`io_deadline`, not
 a hang, and the pool recovers after the heal; ``set_local`` sets several settings at once."""
 

@@ -1,4 +1,4 @@
-"""job_repo's progress statements on both databases (SPEC.md section 9): INPROGRESS jobs of
+"""job_repo's progress statements on both databases (docs/design/migration.md): INPROGRESS jobs of
 a type, their progress, and the final extra_info written before the job ends."""
 
 from __future__ import annotations

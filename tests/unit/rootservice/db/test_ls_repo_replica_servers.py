@@ -1,5 +1,5 @@
 """ls_repo.replica_servers on both databases: the servers holding replica rows (the
-lost-replica checker's cheap pre-check, SPEC.md section 9)."""
+lost-replica checker's cheap pre-check, docs/design/migration.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The compiled-read cache of rootservice.db.query_repo and the parse cache of sql.reads
-(issue 11, "Benchmark": dashboards repeat the same queries): a cached plan answers exactly
+("Benchmark": dashboards repeat the same queries): a cached plan answers exactly
 what a fresh one does, follows the data, never crosses catalogs, and long texts are never
 kept."""
 

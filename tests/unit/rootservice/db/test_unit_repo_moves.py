@@ -1,4 +1,4 @@
-"""unit_repo's unit-move statements on both databases (SPEC.md section 9): a move starts only
+"""unit_repo's unit-move statements on both databases (docs/design/migration.md): a move starts only
 from where the plan saw the unit, finishes by clearing ``migrate_from``, and goes back on
 CANCEL DELETE."""
 

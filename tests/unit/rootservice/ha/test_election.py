@@ -1,5 +1,5 @@
 """The RS election on the lease row, driven round by round with a FakeClock standing in for
-both the RS's clock and the database's (issue 5; SPEC.md section 10), on SQLite and
+both the RS's clock and the database's (docs/design/ha.md#fenced-writes), on SQLite and
 PostgreSQL. PostgreSQL-only tests cover the row locks: a take-over waits for the old
 leader's fenced transactions, and two candidates racing for an empty lease."""
 

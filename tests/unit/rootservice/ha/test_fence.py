@@ -1,4 +1,4 @@
-"""The RS's side of the fencing token (issue 24 item 1; rootservice.ha.fence and the
+"""The RS's side of the fencing token (rootservice.ha.fence and the
 election): take office above every reported epoch, re-take the row when an agent reports a
 token ours does not follow, notice the lease row going back, and judge the PostgreSQL
 server (system id, timeline). In-process RS on a FakeClock, SQLite and PostgreSQL."""
@@ -161,7 +161,7 @@ def test_a_report_below_our_token_is_no_conflict() -> None:
     assert not fence.report("a", FenceToken(5, 1), own)
     assert not fence.report("a", FenceToken(9, 9), FenceToken(0, 0))  # a standby: noted only
     assert fence.highest_known == 9 and not fence.pending()
-    # A forged epoch far above everything known is not believed (issue 10).
+    # A forged epoch far above everything known is not believed.
     assert not fence.report("a", FenceToken(10**9, 9), own) and fence.highest_known == 9
     assert fence.report("a", FenceToken(5, 2), own) and fence.take_demand() == (
         FenceToken(5, 2),

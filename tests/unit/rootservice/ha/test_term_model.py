@@ -1,4 +1,4 @@
-"""The term (lease and epoch state machine, SPEC.md sections 8 and 10) checked against a
+"""The term (lease and epoch state machine, docs/design/ha.md) checked against a
 small pure model with Hypothesis: any sequence of elections won, renewals (current or
 stale), step-down requests (current, stale or unscoped), clean-ups, clock steps, supervision
 and service-window changes must leave :class:`rootservice.ha.term.Term` answering exactly as

@@ -1,4 +1,4 @@
-"""The RS's HTTP(S) endpoint (issue 12, rootservice.http) on a real port against an
+"""The RS's HTTP(S) endpoint (rootservice.http) on a real port against an
 in-process RootService: HTTPS with the test PKI and who may read (no credentials, a foreign
 CA, a node certificate, a user without SELECT, Basic and certificate users with SELECT),
 /metrics, /readyz telling the truth, the status API's shapes and errors."""
@@ -188,7 +188,7 @@ def test_cluster_snapshot_has_the_contracts_shape(db_url: str, tmp_path: Path) -
             "self_suspicion",
         }
         assert doc["state"] == "FULL_SERVICE" and doc["self"] == rs.rpc_addr
-        # Issue 14: the lease allowance and self-suspicion (rootservice/servers/).
+        # The lease allowance and self-suspicion (rootservice/servers/).
         assert doc["intake"]["allowance_us"] == 0
         assert doc["self_suspicion"]["suspected"] is False
         ha = doc["root_services"]

@@ -1,4 +1,4 @@
-"""The dashboard's static files (issue 12, item 4): they ship as package data, the page
+"""The dashboard's static files: they ship as package data, the page
 loads only what the RS itself serves (no CDN: machines may have no internet), and data reach
 the page only as text (the rendering itself is tested in a real browser,
 tests/integration/test_dashboard.py)."""

@@ -1,4 +1,4 @@
-"""The admin operations on servers (SPEC.md section 7). Unit tests on an in-process RS with a
+"""The admin operations on servers (docs/design/statements.md). Unit tests on an in-process RS with a
 FakeClock, on SQLite and PostgreSQL."""
 
 from __future__ import annotations

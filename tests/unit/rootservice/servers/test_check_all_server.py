@@ -1,4 +1,4 @@
-"""CheckAllServerTask (SPEC.md section 6). Unit tests on an in-process RS with a FakeClock, on
+"""CheckAllServerTask (docs/design/servers.md#memory-and-the-table). Unit tests on an in-process RS with a FakeClock, on
 SQLite and PostgreSQL."""
 
 from __future__ import annotations

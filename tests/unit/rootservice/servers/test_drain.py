@@ -1,4 +1,4 @@
-"""DRAIN SERVER and the disruption budget (issue 25 items 3 and 5) on one in-process RS with
+"""DRAIN SERVER and the disruption budget on one in-process RS with
 in-memory agents and a fake clock, both databases: the leaders leave, progress rows at least
 every second, the deadline exactly (both sides), the blockers named per LS, a second drain
 refused by the budget, START SERVER cancelling a drain, and a new leader resuming a drain
@@ -71,7 +71,7 @@ def test_disruption_names_each_state_and_one_function_decides() -> None:
     assert disruption(s, 0, 0) is None
     s.suspect = SuspectState(until_mono_us=10)
     assert disruption(s, 9, 0) == "SUSPECT" and disruption(s, 10, 0) is None
-    s.lag = LagState(since_mono=5, reasons=("command",))  # issue 25 item 2
+    s.lag = LagState(since_mono=5, reasons=("command",))  # LAGGING
     assert disruption(s, 10, 0) == "LAGGING"
     s.lag = LagState()
     assert disruption(s, 10, 0) is None
@@ -252,7 +252,7 @@ def test_a_new_leader_resumes_a_drain_from_its_row(rs: RootService) -> None:
 
 
 def test_a_unit_moving_to_the_drained_server_is_re_planned_or_named(rs: RootService) -> None:
-    """Issue 25 item 3 through the RS's wiring: the drain's rounds have the balancer's round
+    """Through the RS's wiring: the drain's rounds have the balancer's round
     re-plan the unit moving to the drained server; z1 has no third server, so it cannot go
     elsewhere, and the drain's blockers say so with the placement's reason."""
     # The pandas plans: the default Spark planner would start a JVM in a unit test (48 s).

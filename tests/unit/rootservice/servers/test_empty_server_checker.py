@@ -1,4 +1,4 @@
-"""The empty-server checker (SPEC.md section 9), built from its collaborators without
+"""The empty-server checker (docs/design/migration.md), built from its collaborators without
 RootService: force_stop_hb, the leader rule and the removal transaction."""
 
 from __future__ import annotations

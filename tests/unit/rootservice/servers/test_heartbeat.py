@@ -1,4 +1,4 @@
-"""Heartbeat intake (SPEC.md section 5): every receive_hb case. Unit tests on an in-process RS
+"""Heartbeat intake (docs/design/leases.md): every receive_hb case. Unit tests on an in-process RS
 with a FakeClock, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
@@ -244,7 +244,7 @@ def test_intake_alone_accepts_reports_and_reacts_to_the_data_disk(
 
 
 def test_each_lease_response_carries_what_the_rs_holds_now(rs: RootService) -> None:
-    """Issue 23 item 4: the fields every server is sent alike come from a template, which
+    """The fields every server is sent alike come from a template, which
     must follow each change (a replaced rs_list or cluster id, ALTER SYSTEM SET
     migration_max_bytes_per_second, a new term's epoch), and one server's stop must not
     reach another server's answer."""

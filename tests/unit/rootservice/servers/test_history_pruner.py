@@ -1,4 +1,4 @@
-"""The history pruner (issue 12 item 6) on a real RS and database (SQLite and PostgreSQL):
+"""The history pruner on a real RS and database (SQLite and PostgreSQL):
 retention edges, bounded batches, INPROGRESS jobs kept, leader only, and the parameters."""
 
 from __future__ import annotations

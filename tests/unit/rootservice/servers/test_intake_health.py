@@ -1,4 +1,4 @@
-"""The lease allowance for the RS's own intake delay (issue 14 item 3,
+"""The lease allowance for the RS's own intake delay (
 rootservice/servers/intake_health.py): each signal on both sides of its boundary, the window,
 the cap at lease_time and the log lines. A FakeClock."""
 

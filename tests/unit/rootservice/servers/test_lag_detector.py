@@ -1,4 +1,4 @@
-"""The lag detector in a whole RS (issue 25 item 2), FakeClock, both databases: a command
+"""The lag detector in a whole RS, FakeClock, both databases: a command
 unapplied for ``agent_lag_timeout`` (not one microsecond less) or a disk probe over 5 s makes
 a heartbeating server LAGGING: event with the stack dump's outcome, SUSPECT for placement,
 ``__all_server.lagging_time`` / DBA_OB_SERVERS, the status API and ``/metrics``; its third
@@ -158,7 +158,7 @@ def test_a_stalled_copy_and_a_trailing_follower_are_reported_after_twice_the_tim
                 rs.heartbeats.receive_hb(req)
             rs.lag_detector.run_once()
 
-        # The copy is one the balancer handed out: the stall sends it again (issue 25 item 2).
+        # The copy is one the balancer handed out: the stall sends it again.
         dest, key = SEEDED[2][0], (1002, 1001)
         rs.copy_tasks.tasks[(key, dest)] = CopyTask(key, dest, A, B, rs.clock.monotonic_us())
         trail = 3 * S + 1  # above ls_log_sync_threshold (3 s)
@@ -201,7 +201,7 @@ def test_a_copy_still_stalled_after_its_resend_is_judged_afresh(
 ) -> None:
     """Acted on, a stalled copy's watch starts again: the resent copy that makes no progress
     either (a stalled destination restarts it at the same byte count) is reported after
-    twice the timeout, so that its destination can be re-planned (issue 25 item 2)."""
+    twice the timeout, so that its destination can be re-planned."""
     rs = _rs(db_url, tmp_path)
     try:
         dest, key = SEEDED[2][0], (1002, 1001)

@@ -1,4 +1,4 @@
-"""The lag detector's policy (issue 25 item 2), pure: both sides of every boundary, on
+"""The lag detector's policy, pure: both sides of every boundary, on
 microseconds."""
 
 from __future__ import annotations

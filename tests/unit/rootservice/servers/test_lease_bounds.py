@@ -1,4 +1,4 @@
-"""Lease request bounds (issue 10 item 5, rootservice/servers/lease_bounds.py): both sides of
+"""Lease request bounds (rootservice/servers/lease_bounds.py): both sides of
 every bound (the extreme accepted, one past it refused with OB_INVALID_ARGUMENT naming the
 field), then on an RS on SQLite and PostgreSQL: a refused lease changes nothing (record,
 row, events), ``cluster_id`` is required once a server joined, and a refusal carries no
@@ -132,7 +132,7 @@ BOUNDS: list[tuple[str, Edit, Edit, str]] = [
     ),
     ("build_version ASCII", setter("build_version", "4.2 ~"), setter("build_version", "4.2é"), "build_version"),
     ("build_version control", setter("build_version", "4.2"), setter("build_version", "4.2\n"), "build_version"),
-    # Issue 26 item 4: a server cannot have started in the future (beyond the clock skew).
+    # A server cannot have started in the future (beyond the clock skew).
     (
         "start_service_time future",
         setter("start_service_time", NOW + MAX_CLOCK_SKEW_US),
@@ -147,7 +147,7 @@ BOUNDS: list[tuple[str, Edit, Edit, str]] = [
         "start_service_time",
     ),
     ("start_service_time zero", setter("start_service_time", 0), setter("start_service_time", -1), "start_service_time"),
-    # Issue 26 item 4: the agent's clock within MAX_CLOCK_SKEW_US of the RS's, either way.
+    # The agent's clock within MAX_CLOCK_SKEW_US of the RS's, either way.
     (
         "current_server_time ahead",
         setter("current_server_time", NOW + MAX_CLOCK_SKEW_US),
@@ -163,7 +163,7 @@ BOUNDS: list[tuple[str, Edit, Edit, str]] = [
     ("current_server_time a day ahead", setter("current_server_time", NOW), setter("current_server_time", NOW + DAY_US), "current_server_time"),
     ("current_server_time a day behind", setter("current_server_time", NOW), setter("current_server_time", NOW - DAY_US), "current_server_time"),
     ("current_server_time zero", setter("current_server_time", NOW), setter("current_server_time", 0), "current_server_time"),
-    # The protocol's versions (issue 26 item 4): only 1.
+    # The protocol's versions: only 1.
     ("version low", setter("version", MIN_LEASE_VERSION), setter("version", MIN_LEASE_VERSION - 1), "version"),
     ("version negative", setter("version", 1), setter("version", -1), "version"),
     ("version high", setter("version", MAX_LEASE_VERSION), setter("version", MAX_LEASE_VERSION + 1), "version"),
@@ -245,7 +245,7 @@ def test_each_bound_accepts_its_extreme_and_refuses_one_past_it(
 
 
 def test_a_step_of_the_rs_clock_refuses_no_agent() -> None:
-    """The RS's wall clock stepped an hour either way (issue 14 item 7): an agent whose time
+    """The RS's wall clock stepped an hour either way: an agent whose time
     agrees with the RS's steady clock (its wall clock before the step) is accepted, one that
     agrees with neither is refused."""
     hour = 3_600_000_000
@@ -322,7 +322,7 @@ def test_a_server_not_in_service_learns_the_cluster_id(rs: RootService) -> None:
 
 
 def test_every_request_field_is_checked_per_stream_or_per_heartbeat() -> None:
-    """Issue 23 item 4: each LeaseRequest field is in exactly one group of lease_bounds, so a
+    """Each LeaseRequest field is in exactly one group of lease_bounds, so a
     field added to obrpc.proto cannot escape the stream's change test."""
     names = [f.name for f in obrpc_pb2.LeaseRequest.DESCRIPTOR.fields]
     assert sorted(STABLE_FIELDS + EACH_FIELDS) == sorted(names)
@@ -337,7 +337,7 @@ def stream_check(checks: StreamChecks, req: obrpc_pb2.LeaseRequest) -> None:
     ("ok", "bad", "field"), [b[1:] for b in BOUNDS], ids=[b[0] for b in BOUNDS]
 )
 def test_a_stream_refuses_what_the_full_check_refuses(ok: Edit, bad: Edit, field: str) -> None:
-    """Issue 23 item 4: on a stream the fields an agent resends unchanged are checked only when
+    """On a stream the fields an agent resends unchanged are checked only when
     they change, yet each bound refuses the same requests, naming the same field: as the
     stream's first request, after an accepted one, and after a refused one."""
     checks = StreamChecks()

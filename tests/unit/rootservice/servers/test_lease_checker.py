@@ -1,4 +1,4 @@
-"""The lease checker (SPEC.md section 5): inclusive boundaries and the take-office grace. Unit
+"""The lease checker (docs/design/leases.md): inclusive boundaries and the take-office grace. Unit
 tests on an in-process RS with a FakeClock, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def test_checker_alone_respects_the_grace_and_writes_candidates_at_its_end(
     assert p.persist.pending_keys() == {A}
 
 
-# --- steps of the RS's wall clock (issue 14 item 7) ---------------------------------------
+# --- steps of the RS's wall clock ---------------------------------------
 
 HOUR = 3600 * 1_000_000
 

@@ -1,4 +1,4 @@
-"""load_server_manager (SPEC.md section 6): what a load makes of the table rows. Unit tests on an
+"""load_server_manager (docs/design/servers.md#memory-and-the-table): what a load makes of the table rows. Unit tests on an
 in-process RS with a FakeClock, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def test_load_turns_old_offline_rows_permanent_offline(db_url: str, tmp_path: Pa
     with rs.store.engine.begin() as conn:
         import sqlalchemy as sa
 
-        # Boundary of SPEC.md section 3: now - last_offline_time >= offline - lease.
+        # Boundary of docs/design/servers.md#the-three-statuses: now - last_offline_time >= offline - lease.
         conn.execute(
             sa.text(
                 "UPDATE __all_server SET last_offline_time = :t, status = 'inactive' WHERE svr_port = 3001"

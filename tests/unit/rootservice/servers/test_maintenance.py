@@ -1,4 +1,4 @@
-"""Maintenance windows (issue 25 item 4) on one in-process RS with a fake clock, both
+"""Maintenance windows on one in-process RS with a fake clock, both
 databases: the window's end exactly (both sides) for a server that heartbeats (started) and
 one that does not (stays stopped, event ``agent_down``, the permanent-offline clock from the
 end), STOP ZONE ... FOR MAINTENANCE starting the zone at the end, START SERVER ending a

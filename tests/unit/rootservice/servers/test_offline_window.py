@@ -1,5 +1,4 @@
-"""The permanent-offline clock as cumulative offline time in a sliding window (issue 25 item
-1, rootservice.servers.offline_window): pure functions on monotonic microseconds."""
+"""The permanent-offline clock as cumulative offline time in a sliding window (rootservice.servers.offline_window): pure functions on monotonic microseconds."""
 
 from __future__ import annotations
 

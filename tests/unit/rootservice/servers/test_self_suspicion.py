@@ -1,4 +1,4 @@
-"""Self-suspicion of the RS after a mass lease expiry (issue 14 item 7,
+"""Self-suspicion of the RS after a mass lease expiry (
 rootservice/servers/self_suspicion.py): both sides of the percentage and of the minimum
 count, the lease_time window, the episode that outlives it, the end and its events; then in
 the lease checker of an in-process RS (SQLite, FakeClock): permanent offline held while

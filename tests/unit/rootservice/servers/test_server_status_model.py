@@ -1,4 +1,4 @@
-"""The server status state machine (SPEC.md sections 3, 5-7) checked against a small pure
+"""The server status state machine (docs/design/) checked against a small pure
 model with Hypothesis.
 
 One in-process RS on SQLite and a FakeClock (``tests.support.harness.make_rs``) with four
@@ -8,27 +8,26 @@ monotonic clock does not move), STOP / START / DELETE / CANCEL DELETE SERVER and
 flushes, and after every step the whitelist must show, for every server, the heartbeat
 status, admin status and stop state the model computes from first principles: a heartbeat
 makes a server alive, a lease expires at ``mono - last heartbeat >= lease_time`` on the
-monotonic clock (a wall step changes nothing, issue 14 item 7), a server is permanently
+monotonic clock (a wall step changes nothing), a server is permanently
 offline once its offline total within the last 2 x ``server_permanent_offline_time`` reaches
-``>= server_permanent_offline_time`` (issue 25 item 1: an outage runs from the last heartbeat
-before an expiry to the return) unless the RS suspects itself (issue 14 item
-7: at least 3 and more than half of the servers alive at the start of a lease_time window
+``>= server_permanent_offline_time`` (an outage runs from the last heartbeat
+before an expiry to the return) unless the RS suspects itself (at least 3 and more than half of the servers alive at the start of a lease_time window
 lost their lease in it; held until those still down are no longer such a share), nothing
 expires in the first lease_time after the take office, the take-office grace is per server
-(issue 23 item 3: the servers the table showed ACTIVE at the take office keep their rows until
+(the servers the table showed ACTIVE at the take office keep their rows until
 they come back or the grace ends, half a lease_time after the last of them came back and at
 most MAX_GRACE_LEASES leases after the take office; a server back is judged on its own lease;
 no permanent offline while the grace holds), STOP is refused while another zone has a stopped
 server, DELETE of a DELETING server and CANCEL of a NORMAL one are refused. After a flush,
 ``__all_server`` shows the display status (ACTIVE for a candidate still held).
 
-SUSPECT (issue 25 item 1): a server back after a lease expiry this RS saw is SUSPECT for
+SUSPECT: a server back after a lease expiry this RS saw is SUSPECT for
 ``p`` (``server_suspect_time`` at first) from its return, exactly; an expiry whose last
 heartbeat is within ``2p`` of the return doubles ``p`` (cap 5 min), and each full clean window
 after the suspect period halves it (floor ``server_suspect_time``); ``suspect_end_time`` is
 set at the return and cleared by the checker tick at the end (or by the expiry).
 
-DRAIN and maintenance (issue 25 items 3-4): DRAIN SERVER isolates the server (stopped) and,
+DRAIN and maintenance: DRAIN SERVER isolates the server (stopped) and,
 with no log stream here, finishes at once (its ``__all_server_drain`` row FINISHED); DRAIN of
 a DELETING server is refused. STOP SERVER ... FOR MAINTENANCE stops it with a window of
 ``MAINT``: no offline time before the window's end (monotonic) counts towards permanent
@@ -36,7 +35,7 @@ offline, neither of the open outage nor of one closed by a return; the maintenan
 ends the window once the RS's wall clock reaches its end, starting the server when it is
 alive, leaving it stopped otherwise; START SERVER ends it early (the floor moves to now).
 
-LAGGING (issue 25 item 2): commands are sent and applied (a heartbeat reporting the highest
+LAGGING: commands are sent and applied (a heartbeat reporting the highest
 number sent) and disk probes reported; at a detector round a server with a command unapplied
 for ``>= agent_lag_timeout`` or a probe ``> 5 s`` is LAGGING (SUSPECT for placement,
 ``lagging_time`` set); every condition clear for a whole timeout ends it; at ``since + 2 x
@@ -126,7 +125,7 @@ class ServerModel:
     last_hb: int
     admin: AdminStatus = AdminStatus.NORMAL
     stopped: bool = False
-    # SUSPECT (issue 25): the current suspect time, the last return, the end of the suspect
+    # SUSPECT: the current suspect time, the last return, the end of the suspect
     # period, the last heartbeat before an expiry this RS saw (0: none since the return),
     # the closed outages, and whether suspect_end_time is set.
     p: int = SUSPECT
@@ -135,14 +134,14 @@ class ServerModel:
     down_since: int = 0
     spans: list[tuple[int, int]] = field(default_factory=list)
     shown: bool = False
-    # Maintenance (issue 25 item 4): the window's wall end (0: none) and monotonic floor.
+    # Maintenance: the window's wall end (0: none) and monotonic floor.
     maint_end: int = 0
     floor: int = 0
 
     def outage_start(self, since: int) -> int:
         return max(since, self.floor) if self.floor else since
 
-    # LAGGING (issue 25 item 2): send times of the unapplied commands, the last reported
+    # LAGGING: send times of the unapplied commands, the last reported
     # disk latency, the episode's start / all-clear start (None: none) and its expiry.
     pending: list[int] = field(default_factory=list)
     disk: int = 0
@@ -200,7 +199,7 @@ class ServerStatusMachine(RuleBasedStateMachine):
         self.model = {
             s: ServerModel(HeartbeatStatus.LEASE_EXPIRED, last_hb=now - LEASE) for s in SERVERS
         }
-        # The take-office grace (issue 23 item 3): servers the table shows ACTIVE at the take
+        # The take-office grace: servers the table shows ACTIVE at the take
         # office are candidates until they come back or the grace ends.
         self.office = now
         self.candidates: set[str] = set()
@@ -292,7 +291,7 @@ class ServerStatusMachine(RuleBasedStateMachine):
 
     @rule(server=st.sampled_from(SERVERS), up=st.sampled_from([S, SUSPECT, 3 * SUSPECT]))
     def flap(self, server: str, up: int) -> None:
-        # Down 11 s (its lease expires), back, up for a while: the pattern of issue 25.
+        # Down 11 s (its lease expires), back, up for a while: the pattern.
         self.rs.clock.advance(LEASE + S)
         self.checker_tick()
         self.heartbeat(server)
@@ -450,7 +449,7 @@ class ServerStatusMachine(RuleBasedStateMachine):
             for m in self.model.values():
                 if m.hb is HeartbeatStatus.LEASE_EXPIRED and m.offline(now) >= OFFLINE:
                     m.hb = HeartbeatStatus.PERMANENT_OFFLINE
-        # The maintenance ticker runs with the lease checker (issue 25 item 4).
+        # The maintenance ticker runs with the lease checker.
         self.maintenance_tick()
 
     @rule(server=st.sampled_from(SERVERS))

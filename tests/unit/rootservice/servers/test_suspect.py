@@ -1,4 +1,4 @@
-"""SUSPECT servers and the sliding permanent-offline window in a whole RS (issue 25 item 1):
+"""SUSPECT servers and the sliding permanent-offline window in a whole RS:
 a flapping server (down 11 s / up 1 s) is SUSPECT from each return, twice as long each time
 up to 5 min, shown in ``__all_server``, the events, the status API and ``/metrics``, and is
 permanently offline once its downtime adds up to ``server_permanent_offline_time``; a clean

@@ -1,4 +1,4 @@
-"""The SUSPECT policy (issue 25 item 1, rootservice.servers.suspect_policy): pure functions on
+"""The SUSPECT policy (rootservice.servers.suspect_policy): pure functions on
 monotonic microseconds, both sides of each boundary."""
 
 from __future__ import annotations

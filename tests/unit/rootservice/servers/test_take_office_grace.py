@@ -1,4 +1,4 @@
-"""The take-office grace, per server (issue 14 item 1, issue 23 item 3;
+"""The take-office grace, per server (
 rootservice/servers/loader.py ``TakeOfficeGrace``, rootservice/servers/lease_checker.py).
 
 No lease expires for one lease_time after the take office. After it, a server that came back

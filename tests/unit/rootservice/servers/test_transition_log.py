@@ -1,5 +1,5 @@
 """Server transitions logged at INFO with the server and the reason, once per transition and
-never per heartbeat (issue 12 item 5), on a real RS with a fake clock."""
+never per heartbeat, on a real RS with a fake clock."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def test_online_lease_expire_permanent_offline_and_back(
         [(server, event, reason), (_, suspect, why)] = _lines(caplog)
         assert (server, event) == (A, "online")
         assert reason.startswith("heartbeat after permanent offline (none for ")
-        # Back after an expiry this RS saw: SUSPECT (issue 25 item 1).
+        # Back after an expiry this RS saw: SUSPECT.
         assert (suspect, why) == (
             "suspect",
             "back after its lease expired: no new leaders and no copies for 30s",

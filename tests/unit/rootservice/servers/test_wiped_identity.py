@@ -1,4 +1,4 @@
-"""Issue 13 item 5, RS side: a server that joined (it sent this cluster's id, so its data
+"""RS side: a server that joined (it sent this cluster's id, so its data
 directory kept the identity) and comes back with an empty data directory, or with another
 server's identity, is refused with OB_STATE_NOT_MATCH naming the fix and never becomes the
 old server; a server ADDed that never joined is still accepted. Fake clock, both databases."""

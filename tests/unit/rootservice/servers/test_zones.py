@@ -1,4 +1,4 @@
-"""Zones (SPEC.md sections 4 and 7; issue 13 item 1: OceanBase's zone rules, docs/ZONES.md).
+"""Zones (docs/design/servers.md and docs/design/statements.md: OceanBase's zone rules, docs/ZONES.md).
 Each rule on both sides, allowed and refused, on an in-process RS with a FakeClock or on the
 server layer's parts, on SQLite and PostgreSQL."""
 

@@ -1,5 +1,5 @@
 """CREATE / DROP RESOURCE UNIT, RESOURCE POOL and TENANT through SQL on a real database with a
-FakeClock (SPEC.md section 7; rootservice.tenants.ddl). The integration tests
+FakeClock (docs/design/statements.md; rootservice.tenants.ddl). The integration tests
 (tests/integration/test_tenants.py) run the same paths with real agents.
 """
 

@@ -1,4 +1,4 @@
-"""TenantManager built from its collaborators, without a RootService (SPEC.md section 7;
+"""TenantManager built from its collaborators, without a RootService (docs/design/statements.md;
 rootservice.tenants.ddl): the gate, the layout version and the plain-value statements."""
 
 from __future__ import annotations

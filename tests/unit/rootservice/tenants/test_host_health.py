@@ -1,4 +1,4 @@
-"""Which servers may lead (SPEC.md section 7; rootservice.tenants.host_health)."""
+"""Which servers may lead (docs/design/statements.md; rootservice.tenants.host_health)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The ``lag_rebuilder`` task (issue 25 item 2: "a lagging replica rebuilt";
+"""The ``lag_rebuilder`` task ("a lagging replica rebuilt";
 rootservice.tenants.lag_rebuild): a follower still LAGGING ``2 x agent_lag_timeout`` after its
 ``follower_lagging`` event is dropped and copied afresh from the leader, once per episode,
 later on each repeat, never below the LS's majority nor on a LAGGING or SUSPECT server.
@@ -158,7 +158,7 @@ def test_never_below_the_majority_of_members_healthy_and_in_log_sync(setup: Setu
     other.lag = LagState(since_mono=0, reasons=("command",), timeouts=1)
     assert s.rebuilder.run_once() == 0
     assert not layer.agents.calls
-    # A SUSPECT member counts (it keeps its replicas, issue 25 item 1); exactly at the
+    # A SUSPECT member counts (it keeps its replicas); exactly at the
     # threshold it is in sync.
     other.lag = LagState()
     other.suspect = dataclasses.replace(other.suspect, until_mono_us=layer.clock.monotonic_us() + S)

@@ -1,4 +1,4 @@
-"""Leader choice, switch, coordination and moving leaders off (SPEC.md section 7;
+"""Leader choice, switch, coordination and moving leaders off (docs/design/statements.md;
 rootservice.tenants.leaders), with in-memory agents and no RootService."""
 
 from __future__ import annotations

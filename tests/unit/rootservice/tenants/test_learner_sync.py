@@ -1,4 +1,4 @@
-"""The ``learner_sync`` task (issue 23 item 1; rootservice.tenants.learner_sync): a copy
+"""The ``learner_sync`` task (rootservice.tenants.learner_sync): a copy
 whose log catch-up is refused is announced again to the current leader, with in-memory
 agents and no RootService."""
 

@@ -1,4 +1,4 @@
-"""Creating and dropping a tenant's replicas (SPEC.md section 7;
+"""Creating and dropping a tenant's replicas (docs/design/statements.md;
 rootservice.tenants.log_streams), with in-memory agents and no RootService."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""FORCE DELETE SERVER and RECOVER LS ... FROM LOST SERVERS (issue 24 items 3-4) through the
+"""FORCE DELETE SERVER and RECOVER LS ... FROM LOST SERVERS through the
 statement path of a RootService with a FakeClock, on SQLite and PostgreSQL: the three-zone
 tenant of tests/support/tenants.py whose replicas are applied by
 :class:`tests.support.tenant_parts.FakeAgents` (in memory).

@@ -1,5 +1,5 @@
 """__all_ls_meta_table, __all_space_usage and leader_cnt from replica reports, through a whole
-RootService (SPEC.md sections 4 and 9; rootservice.tenants.reports and meta_sync).
+RootService (docs/design/servers.md and docs/design/migration.md; rootservice.tenants.reports and meta_sync).
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ def test_meta_sync_deletes_the_rows_of_a_dropped_tenant(layer: Layer) -> None:
 
 
 def test_meta_sync_tells_of_the_rows_it_deleted_once_committed(layer: Layer) -> None:
-    """Issue 23: the last step a unit moving off a server waits for is its row leaving
+    """The last step a unit moving off a server waits for is its row leaving
     ``__all_ls_meta_table``; the sync says so (``rows_deleted``) after its commit, and only
     when it deleted something."""
     tid = make_tenant_alone(layer, ls_count=1)

@@ -1,5 +1,5 @@
 """The DELETE / STOP / ISOLATE SERVER pre-checks of the tenant layer through a whole
-RootService (SPEC.md section 7; rootservice.tenants.pre_checks).
+RootService (docs/design/statements.md; rootservice.tenants.pre_checks).
 """
 
 from __future__ import annotations

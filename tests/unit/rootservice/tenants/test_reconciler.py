@@ -1,4 +1,4 @@
-"""The ``ls_reconciler`` task (SPEC.md sections 4, 7 and 9; rootservice.tenants.reconciler),
+"""The ``ls_reconciler`` task (docs/design/servers.md, docs/design/statements.md and docs/design/migration.md; rootservice.tenants.reconciler),
 with in-memory agents and no RootService."""
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def test_a_dead_planned_member_gets_no_replica(layer: Layer) -> None:
 
 
 def test_a_stored_report_with_a_huge_term_does_not_break_the_rounds(layer: Layer) -> None:
-    """Issue 10: one replica reported LEADER at term 2^63-1 (a report kept from before the
+    """One replica reported LEADER at term 2^63-1 (a report kept from before the
     lease bounds refused it) made every round fail (term + 1 overflows the int64 of the
     protocol) and showed two leaders. It is now ignored for leadership: rounds succeed, the
     real leader stays the only one, and SWITCH LEADER works."""

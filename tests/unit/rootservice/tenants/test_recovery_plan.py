@@ -1,4 +1,4 @@
-"""The plan of RECOVER LS / FORCE DELETE SERVER (issue 24 items 3-4), pure: the survivor
+"""The plan of RECOVER LS / FORCE DELETE SERVER, pure: the survivor
 choice (both sides of each rule: term, log end, in service, primary zone), the plan digest
 (what changes it and what does not), REMOVE_MEMBER against RECOVER, the refusals, and the
 plan's round trip through the job row."""

@@ -1,4 +1,4 @@
-"""The ``replica_rebuilder`` task (issue 13 item 5; rootservice.tenants.replica_rebuilder):
+"""The ``replica_rebuilder`` task (rootservice.tenants.replica_rebuilder):
 a member missing on a live server is rebuilt by copy from a healthy member; dead servers,
 members to be (a unit's move), leaderless log streams and a closed office get nothing. In-memory
 agents, fake clock, both databases."""
@@ -121,7 +121,7 @@ def test_a_planned_member_not_yet_in_the_member_list_is_the_balancers(layer: Lay
 
 
 def test_copies_that_keep_failing_are_retried_with_growing_waits(layer: Layer) -> None:
-    """Issue 14 item 7: a destination whose disk is full fails every copy; the first retry is
+    """A destination whose disk is full fails every copy; the first retry is
     immediate, the next ones wait 1 s, 2 s, 4 s ... (not every round)."""
     key, lost, leader = _lose_follower(layer)
     assert layer.rebuilder.run_once() == 1

@@ -1,4 +1,4 @@
-"""Replica specs and ApplyReplicas (SPEC.md sections 4 and 9;
+"""Replica specs and ApplyReplicas (docs/design/servers.md and docs/design/migration.md;
 rootservice.tenants.replica_specs), with in-memory agents and no RootService."""
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def test_a_leaving_replica_keeps_its_reported_unit_and_copies_follow_the_leader(
 
 
 def test_copies_are_announced_as_learners_and_specs_keep_them(layer: Layer) -> None:
-    # Issue 10: the source and the leader serve a copy only to a learner they were told of.
+    # The source and the leader serve a copy only to a learner they were told of.
     for s in (A, B, C):
         layer.applier.apply(s, [layer.applier.spec(PLAN, s, A, 3)])
     assert list(layer.applier.spec(PLAN, B, A, 3).learner_list) == []
@@ -109,7 +109,7 @@ def _ls_with_a_non_member(layer: Layer) -> tuple[LsKey, LsPlan, str, str, str]:
 def test_a_copy_announced_before_a_leader_switch_is_a_learner_of_the_new_leader(
     layer: Layer,
 ) -> None:
-    # Issue 23: the copy was handed out 60 ms before its leader moved; its destination's
+    # The copy was handed out 60 ms before its leader moved; its destination's
     # report did not show it yet, so the switch's specs left it out and the new leader
     # refused its log catch-up for ever.
     key, plan, old, new, dest = _ls_with_a_non_member(layer)

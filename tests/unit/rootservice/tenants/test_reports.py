@@ -1,4 +1,4 @@
-"""Replica reports, views, effective members and log sync (SPEC.md sections 4 and 9;
+"""Replica reports, views, effective members and log sync (docs/design/servers.md and docs/design/migration.md;
 rootservice.tenants.reports), built without a RootService."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def test_report_sets_leader_cnt_and_keeps_an_empty_report(layer: Layer) -> None:
 def test_reports_tell_of_a_copy_built_and_of_a_deleting_server_dropping_a_replica(
     layer: Layer,
 ) -> None:
-    """Issue 23: the steps of a move the heartbeats bring are heard at once (the tasks of the
+    """The steps of a move the heartbeats bring are heard at once (the tasks of the
     next steps are woken by :class:`rootservice.balancer.emptying_wake.EmptyingWake`)."""
     members, other = [A, B, C], (1002, 1002)
     # D builds a copy: nothing is heard while it builds, once when it is in service

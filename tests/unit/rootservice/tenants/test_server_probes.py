@@ -1,4 +1,4 @@
-"""What the empty-server checker asks of the tenant layer (SPEC.md section 9;
+"""What the empty-server checker asks of the tenant layer (docs/design/migration.md;
 rootservice.tenants.server_probes and rooms), with no RootService."""
 
 from __future__ import annotations

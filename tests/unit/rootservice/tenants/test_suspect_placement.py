@@ -1,4 +1,4 @@
-"""SUSPECT servers in placement (issue 25 item 1): no new leaders (a leader candidate again
+"""SUSPECT servers in placement: no new leaders (a leader candidate again
 after exactly ``server_suspect_time``), a last resort for a leaderless LS, a live member for
 majorities, no rebuild copy (the planner's side is in
 tests/unit/rootservice/balancer/test_spark_jobs.py). In-memory agents, fake clock, both

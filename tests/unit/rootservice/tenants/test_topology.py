@@ -1,4 +1,4 @@
-"""The desired layout and its cache (SPEC.md sections 4 and 7; rootservice.tenants.topology),
+"""The desired layout and its cache (docs/design/servers.md and docs/design/statements.md; rootservice.tenants.topology),
 built without a RootService."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The tenant layer's vocabulary and the CREATE RESOURCE UNIT options, pure (SPEC.md
-section 7; rootservice.tenants.vocabulary and unit_options)."""
+"""The tenant layer's vocabulary and the CREATE RESOURCE UNIT options, pure
+(docs/design/statements.md; rootservice.tenants.vocabulary and unit_options)."""
 
 from __future__ import annotations
 
