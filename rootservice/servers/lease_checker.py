@@ -6,8 +6,8 @@ order of the whitelist has the next lease to expire at its front, and lease-expi
 wait in a heap keyed by their permanent-offline deadline. Memory only; the changes go through
 the persistence queue.
 
-The permanent-offline clock is the offline total within a sliding window (issue 25 item 1,
-:mod:`rootservice.servers.offline_window`), so a flapping server gets there too, declared
+The permanent-offline clock is the offline total within a sliding window
+(:mod:`rootservice.servers.offline_window`), so a flapping server gets there too, declared
 once per episode of being gone (event ``permanent_offline`` and the counter
 ``servers_permanent_offline_total``; its later outages in that episode turn it permanently
 offline again without either); each expiry
