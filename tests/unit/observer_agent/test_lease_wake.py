@@ -101,7 +101,9 @@ def test_a_registered_agent_renewing_its_lease_is_left_alone(tmp_path: Path) -> 
     resp = ok_response(clock, epoch=EPOCH)
     resp.rs_incarnation = INCARNATION
     assert agent.lease.handle_response(resp, RS1)
+    agent.lease._wake = wake = asyncio.Event()  # as run() makes it
     assert agent.lease.heartbeat_requested(FenceToken(EPOCH, INCARNATION))
+    assert not wake.is_set()
     assert agent.lease.registered and agent.lease.refusals_in_row == 0
 
 
