@@ -64,3 +64,23 @@ async def sleep_unless_stopped(stop: asyncio.Event | None, seconds: float) -> No
         return
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), max(0.0, seconds))
+
+
+async def sleep_unless_woken(
+    stop: asyncio.Event | None, wake: asyncio.Event, seconds: float
+) -> bool:
+    """Sleep up to ``seconds`` (negative = 0), waking early when ``stop`` or ``wake`` is set;
+    True when ``wake`` is set at the end (it is left set: the caller clears it)."""
+    if wake.is_set() or is_set(stop):
+        return wake.is_set()
+    waits = {asyncio.ensure_future(wake.wait())}
+    if stop is not None:
+        waits.add(asyncio.ensure_future(stop.wait()))
+    try:
+        await asyncio.wait(waits, timeout=max(0.0, seconds), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+        # Retrieved, so a cancelled wait is never reported as never awaited.
+        await asyncio.gather(*waits, return_exceptions=True)
+    return wake.is_set()

@@ -18,9 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Iterable
 from pathlib import Path
-from typing import Protocol
 
 from obcommon.addresses import parse_host_port
 from obcommon.backoff import Backoff, BackoffPolicy
@@ -33,19 +31,28 @@ from obcommon.security.certs import Role
 from obcommon.security.revocation import RevokedSerials
 from obcommon.security.tls import TransportSecurity
 from observer_agent.address import LocalServer
-from observer_agent.background import describe_exception, is_set, sleep_unless_stopped
+from observer_agent.background import (
+    describe_exception,
+    is_set,
+    sleep_unless_stopped,
+    sleep_unless_woken,
+)
 from observer_agent.commands import AppliedCommands
 from observer_agent.fence import TokenKeeper
 from observer_agent.identity import ClusterIdentity, write_identity
+from observer_agent.lease_ports import (
+    CopyRateLimit,
+    ReplicaReport,
+    ResourceSource,
+    RsChoice,
+    ServerStatus,
+)
 from observer_agent.lease_stream import LateAnswer, LeaseStream
 from observer_agent.metrics import AgentMetrics
+from observer_agent.refusal_backoff import LIFTED_BY_STATEMENT, NO_BACKOFF, refusal_delay_us
 from observer_agent.settings import AgentSettings
 
 LEASE_REQUEST_VERSION = 1
-
-#: Longest wait, in microseconds, between lease requests an RS keeps refusing
-#: (a deleted server's agent asked every 2 s forever and logged each refusal).
-MAX_REFUSAL_BACKOFF_US = 60_000_000
 
 #: A repeated lease warning (the same refusal, an unreachable RS) is logged at most this often.
 REPEAT_LOG_US = 60_000_000
@@ -57,65 +64,6 @@ REPEAT_LOG_US = 60_000_000
 #: (2 s) that is 8 s of silence, inside the RS's 10 s lease_time, so an RS that really hangs
 #: is still left in time for a standby.
 MAX_LATE_ANSWER_TIMEOUTS = 4
-
-# Refusals that do not back off: a standby or an RS waiting for BOOTSTRAP answers NOT_MASTER,
-# and the agent must find the leader (and join a bootstrap) within a heartbeat or two.
-_NO_BACKOFF = frozenset({"OB_RS_NOT_MASTER"})
-
-
-class ServerStatus(Protocol):
-    """The ``server_status`` bits a lease request reports (the data disk's health)."""
-
-    @property
-    def server_status(self) -> int:
-        """``DATA_DISK_ERROR`` (0x1) while the data disk fails its probe, else 0."""
-        ...
-
-    @property
-    def probe_latency_us(self) -> int:
-        """The disk probe's latency, microseconds."""
-
-
-class ResourceSource(Protocol):
-    """The node's last sampled resources."""
-
-    @property
-    def info(self) -> obrpc_pb2.ResourceInfo:
-        """The last ``ResourceInfo`` (empty before the first sample)."""
-        ...
-
-
-class ReplicaReport(Protocol):
-    """The LS replicas the node hosts."""
-
-    def report(self) -> list[obrpc_pb2.ReplicaInfo]:
-        """``ReplicaInfo`` of every hosted replica, from memory (no I/O)."""
-        ...
-
-
-class RsChoice(Protocol):
-    """Which RS to try next (implemented by :class:`observer_agent.rs_list.RsAddresses`)."""
-
-    def next_address(self) -> str:
-        """The RS (``ip:port``) to try next."""
-        ...
-
-    def prefer(self, addr: str) -> None:
-        """Try ``addr`` next (a leader hint, or the RS of a lost stream)."""
-        ...
-
-    def adopt(self, rs_list: Iterable[str]) -> None:
-        """Adopt the RS list of an accepted response."""
-        ...
-
-
-class CopyRateLimit(Protocol):
-    """Where the RS's ``migration_max_bytes_per_second`` goes (implemented by
-    :class:`observer_agent.replicas.bandwidth.CopyBandwidth`)."""
-
-    def set_rate(self, bytes_per_s: int) -> bool:
-        """Take the limit (bytes per second, 0 = unlimited); True when it changed."""
-        ...
 
 
 class LeaseDecisions:
@@ -180,8 +128,8 @@ class LeaseDecisions:
         self._replicas = replicas
         self.rs = rs
         self._rng = rng
-        # Unanswered attempts back off with jitter, reset by an accepted lease, never beyond a
-        # heartbeat interval: a longer wait left an agent out of a new
+        # Unanswered attempts back off with jitter, reset by an accepted lease (issue 14 item
+        # 1), never beyond a heartbeat interval: a longer wait left an agent out of a new
         # leader's one-lease take-office grace (test_ha, kill -9 of the leader).
         base = settings.reconnect_backoff_base
         cap = max(base, min(settings.reconnect_backoff_cap, settings.heartbeat_interval))
@@ -207,10 +155,14 @@ class LeaseDecisions:
         # Refusals in a row that back off (reset by an accepted lease), and the rate limiter
         # of the warnings that would repeat every round.
         self.refusals_in_row = 0
+        # The last of them is one a statement lifts (a shorter cap: refusal_backoff).
+        self._lifted_by_statement = False
         self.repeat_log = RateLimitedLog(log, clock, REPEAT_LOG_US)
         self._heartbeat_now = False
         self._lease_lapse_logged = False
         self._stop: asyncio.Event | None = None
+        # Set by the leader's heartbeat request: ends the wait between lease rounds (run()).
+        self._wake: asyncio.Event | None = None
         self._conn: LeaseStream | None = None
 
     @property
@@ -270,8 +222,8 @@ class LeaseDecisions:
         is acted on): a refusal, or an RS of another cluster, must not be able to fence our
         own RS out.
 
-        A ``server_id`` other than the kept identity's is refused too (logged at ERROR,
-        rate-limited; service never starts).
+        A ``server_id`` other than the kept identity's is refused too (issue 13 item 5:
+        logged at ERROR, rate-limited; service never starts).
 
         On acceptance: record the epoch, ``lease_expire_time``, ``server_id``,
         ``rs_server_status``, the RS list and the copy bandwidth limit
@@ -340,6 +292,7 @@ class LeaseDecisions:
             self._count_refusal("other_server_id")
             self.registered = False
             self.refusals_in_row += 1
+            self._lifted_by_statement = False
             self.repeat_log.log(
                 logging.ERROR,
                 "server_id",
@@ -417,8 +370,9 @@ class LeaseDecisions:
         self._count_refusal(err.name)
         self.registered = False
         self.last_refusal = err
-        if err.name not in _NO_BACKOFF:
+        if err.name not in NO_BACKOFF:
             self.refusals_in_row += 1
+            self._lifted_by_statement = err.name in LIFTED_BY_STATEMENT
         self.repeat_log.warning(
             "refused",
             "lease refused by %s: %s",
@@ -444,20 +398,55 @@ class LeaseDecisions:
         return False
 
     def retry_delay_us(self) -> int:
-        """Microseconds to wait before the next lease request after a refusal.
+        """Microseconds to wait before the next lease request after a refusal:
+        :func:`observer_agent.refusal_backoff.refusal_delay_us` of ``heartbeat_interval`` and
+        the refusals in a row (``heartbeat_interval`` while none backs off; doubling up to four
+        intervals after a refusal a statement lifts, up to a minute after any other;
+        jittered). An accepted lease, or the leader's heartbeat request, resets the count."""
+        return refusal_delay_us(
+            self.settings.heartbeat_interval,
+            self.refusals_in_row,
+            self._lifted_by_statement,
+            self._rng,
+        )
 
-        ``heartbeat_interval`` while no refusal backs off (NOT_MASTER: the agent looks for the
-        leader); after ``n`` refusals in a row, ``heartbeat_interval * 2**(n-1)`` capped at
-        :data:`MAX_REFUSAL_BACKOFF_US`, times a random factor in [0.8, 1.0] so that the agents
-        of a deleted zone do not ask in step (exponential backoff with jitter, as gRPC's
-        connection backoff). An accepted lease resets ``n``.
-        """
-        hb = self.settings.heartbeat_interval
-        n = self.refusals_in_row
-        if n == 0:
-            return hb
-        delay = min(MAX_REFUSAL_BACKOFF_US, hb << min(n - 1, 40))
-        return int(delay * self._rng.uniform(0.8, 1.0))
+    def heartbeat_requested(self, token: FenceToken) -> bool:
+        """The RS holding fencing token ``token`` asked for a heartbeat
+        (``ObserverService.RequestHeartbeat``: after ADD SERVER, take office, CANCEL DELETE).
+
+        When :meth:`obcommon.fencing.refusal` lets ``token`` through (the highest obeyed or
+        above it) and its epoch is a leader's (> 0), the RS asking is the one this agent
+        obeys, or a newer one: the refusals in a row are forgotten and, unless the lease is
+        being renewed already, the wait before the next lease round ends now (:meth:`run`),
+        so the lease starts at once instead of after a backoff of up to a minute (OceanBase's
+        observer likewise takes the heartbeat of an RS of a new enough epoch as the master
+        RS's, ``ObHeartbeatHandler::handle_heartbeat`` in src/observer/ob_heartbeat_handler.cpp,
+        and refuses a lower epoch with ``OB_RS_NOT_MASTER``). Any other token (a deposed RS,
+        another incarnation of the same epoch, an absurd jump, no epoch) changes nothing and
+        is not obeyed either: only a lease answer makes a token obeyed. Returns True when
+        ``token`` was let through. Never raises."""
+        if token.epoch <= 0:
+            return False  # tools and tests ask without a token: answered, nothing more
+        why = self.tokens.judge(token)
+        if why is not None:
+            self.repeat_log.log(
+                logging.INFO, "stale heartbeat request", "heartbeat request ignored: %s", why
+            )
+            return False
+        if self.registered:
+            return True
+        self.repeat_log.log(
+            logging.INFO,
+            "backoff ended",
+            "heartbeat requested by the root service of %s: ending the backoff after %d "
+            "refusals, asking for a lease now",
+            token,
+            self.refusals_in_row,
+        )
+        self.refusals_in_row = 0
+        if self._wake is not None:
+            self._wake.set()
+        return True
 
     def consume_heartbeat_now(self) -> bool:
         """True once after an event that should be reported without waiting a full interval
@@ -492,11 +481,15 @@ class LeaseClient(LeaseDecisions):
 
     async def run(self, stop: asyncio.Event | None) -> None:
         """Try RSs one after the other until ``stop`` is set: register, renew on the same
-        stream every ``heartbeat_interval``, move on after a failure or a refusal. Catches
-        every exception but ``CancelledError``; does not close the stream when it returns
-        (:meth:`close_stream` does)."""
+        stream every ``heartbeat_interval``, move on after a failure or a refusal; the wait
+        between rounds ends early on the leader's heartbeat request
+        (:meth:`heartbeat_requested`). Catches every exception but ``CancelledError``; does
+        not close the stream when it returns (:meth:`close_stream` does)."""
         self._stop = stop
+        self._wake = wake = asyncio.Event()
         while not is_set(self._stop):
+            # A request of the leader during this round still ends the wait after it.
+            wake.clear()
             try:
                 delay_s = await self._lease_round()
             except Exception:
@@ -504,7 +497,7 @@ class LeaseClient(LeaseDecisions):
                 await self.close_stream()
                 self.registered = False
                 delay_s = self.settings.heartbeat_interval / 1e6
-            await sleep_unless_stopped(self._stop, delay_s)
+            await sleep_unless_woken(self._stop, wake, delay_s)
 
     async def _lease_round(self) -> float:
         """Try one RS: register, then renew on the same stream until it fails or refuses.

@@ -55,10 +55,14 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
     ) -> obrpc_pb2.LeaseRequest:
         """``ObserverService.RequestHeartbeat`` of obrpc.proto: a freshly built lease request.
 
-        The RS feeds the answer through its receive_hb (docs/design/leases.md); the request's
-        ``rs_epoch`` is not checked here.
+        The RS feeds the answer through its receive_hb (docs/design/leases.md). Every RS is
+        answered, whatever its fencing token (a new leader learns the agents' tokens this
+        way), but only the request of the RS this agent obeys, or a newer one, ends the
+        lease loop's backoff (:meth:`observer_agent.lease.LeaseDecisions.heartbeat_requested`):
+        after ADD SERVER the agent asks for its lease at once.
         """
         await self.agent.peer_gate.admit(context, "ObserverService.RequestHeartbeat", RS_ONLY)
+        self.agent.lease.heartbeat_requested(FenceToken(request.rs_epoch, request.rs_incarnation))
         if request.command_seq:
             # Applied once past the apply gate (a frozen agent still answers: its heartbeats
             # go on, the lag detector sees the command unapplied).
@@ -97,7 +101,7 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
     ) -> obrpc_pb2.ApplyReplicasResponse:
         """``ObserverService.ApplyReplicas`` of obrpc.proto; answers in-band, never aborts.
 
-        - The fencing token ``(rs_epoch, rs_incarnation)`` is judged first (
+        - The fencing token ``(rs_epoch, rs_incarnation)`` is judged first (issue 24 item 1,
           :meth:`observer_agent.fence.TokenKeeper.admit`): an epoch lower than the highest
           obeyed, or equal with another incarnation -> ``error`` ``OB_RS_NOT_MASTER`` naming
           both tokens, nothing applied; an absurd epoch -> ``OB_INVALID_ARGUMENT``. A higher
