@@ -61,6 +61,15 @@ class TransitSink(Protocol):
         ...
 
 
+class WaitingRequests(Protocol):
+    """The RS's own queue of lease requests, met by
+    :class:`rootservice.servers.lease_queue.LeaseQueue`."""
+
+    def waiting(self, server: str, /) -> bool:
+        """True while a request of ``server`` waits to be handled."""
+        ...
+
+
 class MassExpiry(Protocol):
     """Self-suspicion (issue 14 item 7), met by
     :class:`rootservice.servers.self_suspicion.SelfSuspicion`."""
