@@ -10,6 +10,7 @@ from obcommon.clock import FakeClock
 from obcommon.proto import obrpc_pb2
 from rootservice.app import RootService
 from rootservice.db.event_repo import Event
+from rootservice.servers.lease_bounds import MAX_CLOCK_SKEW_US
 from rootservice.servers.lease_queue import BEHIND_US, LeaseQueue
 from rootservice.servers.status import HeartbeatStatus
 from tests.support.harness import LEASE, ZA, ZB, ZC, A, B, C, events, flush, hb, hb_status
@@ -146,3 +147,16 @@ def test_a_request_whose_stream_ended_is_still_handled() -> None:
     clock.advance(3 * S)
     assert q.run_turn() == 1
     assert handled == [3 * S] and not q.waiting(A)
+
+
+def test_a_request_is_judged_as_of_its_arrival(rs: RootService) -> None:
+    # The agent's clock field is checked against the RS's clock when the request arrived:
+    # a wait in the RS's queue longer than the allowed clock skew refuses nothing.
+    rs.clock.advance(LEASE)
+    rs.heartbeats.receive_hb(hb(A, ZA))
+    answers = queue_hb(rs, A, ZA)
+    rs.clock.advance(MAX_CLOCK_SKEW_US + S)
+    assert rs.lease_checker.run_once() == 0
+    rs.lease_queue.run_turn()
+    assert not answers[0].HasField("error"), answers[0].error
+    assert hb_status(rs, A) is HeartbeatStatus.ALIVE
