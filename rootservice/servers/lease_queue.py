@@ -35,7 +35,6 @@ answer is dropped.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import deque
@@ -56,6 +55,7 @@ BEHIND_US = 1_000_000
 MODULE = "lease_intake"
 
 Resp = TypeVar("Resp")
+_T = TypeVar("_T")
 
 
 @dataclass(slots=True)
@@ -186,16 +186,14 @@ class LeaseQueue(Generic[Resp]):
             self._count[item.server] = left
         else:
             self._count.pop(item.server, None)
-        # The stream may have ended while the request waited: only the answer is dropped.
-        with contextlib.suppress(asyncio.InvalidStateError):
-            try:
-                resp = item.work(max(0, self.clock.monotonic_us() - item.arrived_us))
-            except Exception as e:  # noqa: BLE001 - one bad request must not stop the worker
-                log.exception("lease request of %s failed", item.server)
-                if item.fail is not None:
-                    item.fail(e)
-                return
-            item.reply(resp)
+        try:
+            resp = item.work(max(0, self.clock.monotonic_us() - item.arrived_us))
+        except Exception as e:  # noqa: BLE001 - one bad request must not stop the worker
+            log.exception("lease request of %s failed", item.server)
+            if item.fail is not None:
+                _ended(item.fail, e)
+            return
+        _ended(item.reply, resp)
 
     def _judge(self) -> None:
         """Enter or leave the behind state (event and log line once per change)."""
@@ -239,3 +237,13 @@ class LeaseQueue(Generic[Resp]):
                 await self._wake.wait()
             self.run_turn()
             await asyncio.sleep(0)
+
+
+def _ended(give: Callable[[_T], object], value: _T) -> bool:
+    """``give(value)``; True when the stream ended while the request waited (its future is
+    cancelled: only the answer is dropped)."""
+    try:
+        give(value)
+    except asyncio.InvalidStateError:
+        return True
+    return False
