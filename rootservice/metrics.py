@@ -248,6 +248,10 @@ class Readings:
     servers_suspect: int = 0
     # LAGGING servers (a command unapplied or a slow disk probe).
     servers_lagging: int = 0
+    # The lease queue: the age of its oldest request, how many wait, and "behind".
+    intake_lag_us: int = 0
+    intake_waiting: int = 0
+    intake_behind: bool = False
 
 
 class RsReadings(Protocol):
@@ -457,6 +461,21 @@ class RsCollector(Collector):
             "Extra time granted before a lease expires for this RS's own intake delay "
             "(checker lateness, event-loop lag, heartbeat rate deficit), capped at lease_time.",
             value=r.lease_allowance_us / 1e6,
+        )
+        yield GaugeMetricFamily(
+            "ob_rs_lease_intake_lag_seconds",
+            "How long the oldest lease request waiting in this RS's own queue has waited.",
+            value=r.intake_lag_us / 1e6,
+        )
+        yield GaugeMetricFamily(
+            "ob_rs_lease_intake_waiting",
+            "Lease requests waiting in this RS's own queue.",
+            value=r.intake_waiting,
+        )
+        yield GaugeMetricFamily(
+            "ob_rs_lease_intake_behind",
+            "1 while the lease intake lag is at least 1 s (until it is back under 0.25 s).",
+            value=int(r.intake_behind),
         )
         yield GaugeMetricFamily(
             "ob_rs_self_suspect",

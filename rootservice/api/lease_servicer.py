@@ -11,12 +11,20 @@ Only a node certificate naming the request's ``server`` may renew that server's 
 (a node may only speak for itself, as Kubernetes' NodeRestriction); anything else
 is refused by ``rs.peer_gate`` before the request is looked at, so a forged renewal or disk
 error bit changes nothing.
+
+Requests are not handled in the stream's own task: each goes into the RS's lease queue
+(:class:`rootservice.servers.lease_queue.LeaseQueue`, ``rs.lease_queue``) the moment it is
+read, and one worker on the event loop handles the queue fairly (renewals of admitted
+streams before first requests), so the RS sees its own backlog and no stream waits behind
+an admission storm.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
+from functools import partial
 
 import grpc
 
@@ -38,9 +46,24 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
         """Serve leases for ``rs``; handling times go to its ``hb_handle_us`` latency window."""
         self.rs = rs
         self._hb_window = rs.metrics.window("hb_handle_us")
+        self._queue = rs.lease_queue
+        self._worker: asyncio.Task[None] | None = None
+
+    async def _answer(
+        self, req: obrpc_pb2.LeaseRequest, checks: StreamChecks | None, first: bool
+    ) -> obrpc_pb2.LeaseResponse:
+        """``req`` through the lease queue: its answer once the worker handled it (the
+        worker is started on this event loop when it does not run)."""
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.get_running_loop().create_task(self._queue.run())
+        fut: asyncio.Future[obrpc_pb2.LeaseResponse] = asyncio.get_running_loop().create_future()
+        self._queue.submit(
+            req.server, partial(self._handle, req, checks), fut.set_result, first, fut.set_exception
+        )
+        return await fut
 
     def _handle(
-        self, req: obrpc_pb2.LeaseRequest, checks: StreamChecks | None = None
+        self, req: obrpc_pb2.LeaseRequest, checks: StreamChecks | None = None, waited_us: int = 0
     ) -> obrpc_pb2.LeaseResponse:
         """``receive_hb(req, checks)`` with the term guard, the counters and the handling
         time; a refusal becomes the response's ``error``."""
@@ -59,7 +82,7 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
                 # A leader past its safety margin must not grant leases, even before the
                 # watchdog has stepped it down.
                 raise ObError("OB_RS_NOT_MASTER", detail=why)
-            resp = self.rs.heartbeats.receive_hb(req, checks)
+            resp = self.rs.heartbeats.receive_hb(req, checks, waited_us)
             # The revocation list rides on accepted answers: its version
             # always, the serials only when the agent's version is another.
             serials, version = self.rs.peer_gate.revoked.state
@@ -93,7 +116,7 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
         metadata ``ob-code`` / ``ob-name``.
         """
         await self.rs.peer_gate.admit(context, "RootService.RenewLease", NODES, name=request.server)
-        resp = self._handle(request)
+        resp = await self._answer(request, None, False)
         if resp.error.code:
             context.set_trailing_metadata(
                 (
@@ -126,7 +149,8 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
         gate = self.rs.peer_gate
         ident = await gate.admit(context, "RootService.LeaseStream", NODES)
         checks = StreamChecks()
-        handle = self._handle
+        answer = self._answer
+        first = True
         if ident is not None:
             # Once per stream, off the per-heartbeat path: how many reconnects resumed TLS.
             resumed = session_resumed(context)
@@ -136,4 +160,5 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
         async for req in request_iterator:
             if ident is not None and (req.server != ident.name or gate.is_revoked(ident)):
                 await gate.admit(context, "RootService.LeaseStream", NODES, name=req.server)
-            yield handle(req, checks)
+            yield await answer(req, checks, first)
+            first = False

@@ -287,6 +287,9 @@ class RootService(RsComponents):
             self_suspect=self.self_suspicion.suspected,
             servers_suspect=self.whitelist.suspect_count(),
             servers_lagging=self.whitelist.lagging_count(),
+            intake_lag_us=self.lease_queue.lag_us(),
+            intake_waiting=self.lease_queue.depth(),
+            intake_behind=self.lease_queue.behind,
         )
 
     def metrics_snapshot(self) -> dict[str, Any]:
@@ -308,4 +311,7 @@ class RootService(RsComponents):
         out["self_suspect"] = self.self_suspicion.suspected
         out["servers_suspect"] = self.whitelist.suspect_count()
         out["servers_lagging"] = self.whitelist.lagging_count()
+        out["intake_lag_us"] = self.lease_queue.lag_us()
+        out["intake_waiting"] = self.lease_queue.depth()
+        out["intake_behind"] = self.lease_queue.behind
         return out

@@ -16,6 +16,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from obcommon.clock import Clock, SystemClock
+from obcommon.proto import obrpc_pb2
 from obcommon.security.certs import Role
 from obcommon.security.gate import PeerGate
 from obcommon.security.revocation import OpenConnections
@@ -57,6 +58,7 @@ from rootservice.servers.identity import ClusterIdentity
 from rootservice.servers.intake_health import IntakeHealth
 from rootservice.servers.lag_detector import LagDetector
 from rootservice.servers.lease_checker import LeaseChecker
+from rootservice.servers.lease_queue import LeaseQueue
 from rootservice.servers.loader import ServerLoader, TakeOfficeGrace
 from rootservice.servers.maintenance import MaintenanceTicker
 from rootservice.servers.persist_queue import PersistQueue
@@ -310,6 +312,11 @@ class RsComponents(ABC):
         # The RS's own intake delay lengthens the leases; the checker's
         # tick lateness is measured only when the timers run it (unit tests tick by hand).
         self.intake_health = IntakeHealth(self.clock, settings, measure_ticks=self.start_scheduler)
+        # The lease streams' requests wait here, seen: fair turns, the intake lag, and no
+        # expiry of a server whose request waits.
+        self.lease_queue: LeaseQueue[obrpc_pb2.LeaseResponse] = LeaseQueue(
+            self.clock, self.persist.add_event
+        )
         self.heartbeats = HeartbeatIntake(
             self.whitelist,
             self.zones,
@@ -348,6 +355,7 @@ class RsComponents(ABC):
             self.timers.wake,
             allowance=self.intake_health,
             suspicion=self.self_suspicion,
+            queued=self.lease_queue,
         )
         self.check_all_server = CheckAllServerTask(
             self.whitelist,
@@ -477,7 +485,10 @@ class RsComponents(ABC):
         # rate-limited database probe; a standby's admin service can forward statements
         # unless insecure (rootservice.api.forwarding.forwarder_for).
         self.readiness = Readiness(
-            self.term, self.store, can_forward=lambda: not self.security.insecure
+            self.term,
+            self.store,
+            can_forward=lambda: not self.security.insecure,
+            intake=self.lease_queue.describe,
         )
         # The HTTP(S) endpoint's address once bound (tests bind port 0).
         self.http_addr = settings.http_addr

@@ -54,6 +54,8 @@ class Verdict:
     ready: bool
     reason: str
     leader: str
+    #: Not "" while the RS is behind on its lease intake (ready or not: it still serves).
+    intake: str = ""
 
 
 def db_probe(store: MetaStore) -> str | None:
@@ -84,9 +86,12 @@ class Readiness:
         can_forward: Callable[[], bool] = lambda: False,
         probe_db: Callable[[], str | None] | None = None,
         interval_us: int = PROBE_INTERVAL_US,
+        intake: Callable[[], str] = lambda: "",
     ) -> None:
-        """No probe has run yet: the database counts as unknown (not ready) until one did."""
+        """No probe has run yet: the database counts as unknown (not ready) until one did.
+        ``intake()`` says how far behind the lease intake is ("" when it keeps up)."""
         self.term = term
+        self.intake = intake
         self.can_forward = can_forward
         self._probe_db = probe_db or (lambda: db_probe(store))
         self.interval_us = interval_us
@@ -165,7 +170,7 @@ class Readiness:
             db = self.db_error
             if db is not None:
                 why = f"database unreachable: {db}"
-        return Verdict(why is None, why or "", leader)
+        return Verdict(why is None, why or "", leader, self.intake())
 
     def services(self) -> dict[str, bool]:
         """gRPC health per service name (see the module docstring): name -> SERVING."""

@@ -108,6 +108,9 @@ async def readyz(request: web.Request) -> web.Response:
     await readiness.refresh()
     v = readiness.verdict()
     body: dict[str, Any] = {"ready": v.ready, "reason": v.reason, "leader": v.leader}
+    if v.intake:
+        # Still ready (the leader serves, only late): the lag is shown, not a 503.
+        body["lease_intake"] = v.intake
     return web.json_response(body, status=200 if v.ready else 503)
 
 

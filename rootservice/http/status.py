@@ -222,6 +222,7 @@ class ClusterStatus:
             "jobs": self.jobs(),
             "events": self.events(SNAPSHOT_EVENTS),
             "intake": self.rs.intake_health.status(),
+            "lease_intake": self.rs.lease_queue.status(),
             "self_suspicion": self.rs.self_suspicion.status(),
         }
 

@@ -136,11 +136,13 @@ class HeartbeatIntake:
         self._template_rs_list: list[str] | None = None
 
     def receive_hb(
-        self, req: obrpc_pb2.LeaseRequest, checks: StreamChecks | None = None
+        self, req: obrpc_pb2.LeaseRequest, checks: StreamChecks | None = None, waited_us: int = 0
     ) -> obrpc_pb2.LeaseResponse:
         """Handle one lease request and return the lease response. ``checks``: the bounds
         checks of the lease stream ``req`` came on (each field is checked by both; with it,
         the fields an agent resends unchanged are checked once per stream and per change).
+        ``waited_us``: how long it waited in the RS's own lease queue, which the lease
+        checker already allows for (so it is left out of the transit delay).
 
         Raises ``ObError``: OB_RS_NOT_MASTER before the RS is in service; OB_INVALID_ARGUMENT
         for a malformed request or another cluster's agent; OB_ZONE_INFO_NOT_EXIST;
@@ -157,10 +159,11 @@ class HeartbeatIntake:
         raw = req.resource_info.SerializeToString()
         # Every field within its bounds before anything is looked up or changed.
         steady = self._monotonic_us() + self._steady_offset_us
+        # Judged as of its arrival: the time it waited in the RS's queue is the RS's own.
         if checks is None:
-            check_lease_request(req, now, steady)
+            check_lease_request(req, now - waited_us, steady - waited_us)
         else:
-            checks.check(req, now, raw, steady)
+            checks.check(req, now - waited_us, raw, steady - waited_us)
         key = req.server
         with self._lock:
             s = self._servers.get(key)
@@ -225,7 +228,7 @@ class HeartbeatIntake:
                 s.last_hb_mono_us = mono
                 self._set_alive(s)
                 if self._transit is not None:
-                    self._transit(key, req.current_server_time, now)
+                    self._transit(key, req.current_server_time, now - waited_us)
             if req.start_service_time != s.start_service_time:
                 s.start_service_time = req.start_service_time
                 changed = True

@@ -40,7 +40,7 @@ from rootservice.servers.offline_window import (
     window_us,
 )
 from rootservice.servers.persist_queue import PersistQueue
-from rootservice.servers.ports import LeaseAllowance, MassExpiry, Wake
+from rootservice.servers.ports import LeaseAllowance, MassExpiry, WaitingRequests, Wake
 from rootservice.servers.status import HeartbeatStatus
 from rootservice.servers.suspect_policy import on_expiry
 from rootservice.servers.whitelist import Whitelist
@@ -64,10 +64,13 @@ class LeaseChecker:
         wake: Wake,
         allowance: LeaseAllowance | None = None,
         suspicion: MassExpiry | None = None,
+        queued: WaitingRequests | None = None,
     ) -> None:
         """Check ``whitelist`` against ``settings.lease_time`` (plus ``allowance``, the RS's
         own intake delay) and ``settings.server_permanent_offline_time``
-        (read on every tick); while ``suspicion`` says so, hold permanent offline."""
+        (read on every tick); while ``suspicion`` says so, hold permanent offline.
+        A server with a request waiting in ``queued`` (the RS's own lease queue) is
+        not expired, whatever its age: the request reached the RS."""
         self.whitelist = whitelist
         self.persist = persist
         self.grace = grace
@@ -78,6 +81,7 @@ class LeaseChecker:
         self.wake = wake
         self.allowance = allowance
         self.suspicion = suspicion
+        self.queued = queued
 
     def run_once(self) -> int:
         """One tick of the 100 ms checker: expire leases (monotonic ``mono - last_hb_mono_us
@@ -111,19 +115,28 @@ class LeaseChecker:
         # (event, reason) of each transition, logged once the whitelist lock is released.
         logged: list[tuple[Event, str]] = []
         expired: list[str] = []
+        waiting = self.queued.waiting if self.queued is not None else None
         with self.whitelist.lock:
             if self.grace.candidates and not held:
                 n += self._expire_candidates(now, logged)
-            while alive:
-                key = next(iter(alive))
+            # Oldest lease first. A server whose request waits in the RS's own queue stays
+            # where it is (its request will renew it) and the scan goes on past it.
+            due: list[str] = []
+            for key in alive:
                 s = servers.get(key)
                 if s is None or not s.is_alive():
-                    del alive[key]
+                    due.append(key)
+                    continue
+                if mono - s.last_hb_mono_us < lease:
+                    break
+                if waiting is None or not waiting(key):
+                    due.append(key)
+            for key in due:
+                del alive[key]
+                s = servers.get(key)
+                if s is None or not s.is_alive():
                     continue
                 age = mono - s.last_hb_mono_us
-                if age < lease:
-                    break
-                del alive[key]
                 s.hb_status = HeartbeatStatus.LEASE_EXPIRED
                 s.last_offline_time = now
                 s.start_service_time = 0

@@ -60,6 +60,15 @@ class TransitSink(Protocol):
         ...
 
 
+class WaitingRequests(Protocol):
+    """The RS's own queue of lease requests, met by
+    :class:`rootservice.servers.lease_queue.LeaseQueue`."""
+
+    def waiting(self, server: str, /) -> bool:
+        """True while a request of ``server`` waits to be handled."""
+        ...
+
+
 class MassExpiry(Protocol):
     """Self-suspicion, met by
     :class:`rootservice.servers.self_suspicion.SelfSuspicion`."""

@@ -535,16 +535,31 @@ def wait_ready(gens: list[Child], n: int, args: argparse.Namespace) -> dict[str,
 
 
 def connect_phase(
-    server: Child, gens: list[Child], n: int, args: argparse.Namespace
+    server: Child, gens: list[Child], n: int, args: argparse.Namespace, config: str = ""
 ) -> dict[str, Any]:
     """:func:`wait_ready` plus the CPU seconds the server and the load generators spent from
     the generators' start until every agent had its first answer: connects, TLS handshakes
-    (once per stream) and the first heartbeats."""
+    (once per stream) and the first heartbeats. With ``--profile-connect`` the server is
+    under py-spy for the phase (its summary under ``"profile"``, the raw stacks in
+    ``.bench/profile-connect-<config>-<n>.txt``): the first lease's own cost."""
+    prof: Profile | None = None
+    if getattr(args, "profile_connect", False):
+        out = Path(args.out).parent / f"profile-connect-{config}-{n}.txt"
+        log(f"{config}: connect phase profiled (py-spy) -> {out}")
+        prof = Profile(server.proc.pid, out)
+        prof.start()
     s0 = cpu_s(server.ps)
     g0 = [cpu_s(g.ps) for g in gens]  # the generators started a moment ago
-    ready = wait_ready(gens, n, args)
+    try:
+        ready = wait_ready(gens, n, args)
+    finally:
+        if prof is not None:
+            summary = prof.stop()
     ready["server_cpu_s"] = cpu_s(server.ps) - s0
     ready["loadgen_cpu_s"] = [cpu_s(g.ps) - c for g, c in zip(gens, g0, strict=True)]
+    if prof is not None:
+        summary["raw"] = str(prof.out)
+        ready["profile"] = summary
     return ready
 
 
@@ -793,7 +808,7 @@ def run_rs(n: int, args: argparse.Namespace, pki: BenchPki | None = None) -> dic
         )
         nodes = pki.nodes_dir if pki is not None else None
         gens = start_loadgens(children, addr, n, args, tmp, "rs", nodes)
-        ready = connect_phase(rs, gens, n, args)
+        ready = connect_phase(rs, gens, n, args, "rs-tls" if tls else "rs")
         take_office = wait_take_office_requests(rs, n)
         rs_client = client
         calls: list[float] = []
@@ -979,7 +994,7 @@ def run_echo(n: int, args: argparse.Namespace, pki: BenchPki | None = None) -> d
         )
         nodes = pki.nodes_dir if pki is not None else None
         gens = start_loadgens(children, f"127.0.0.1:{port}", n, args, tmp, "echo", nodes)
-        ready = connect_phase(echo, gens, n, args)
+        ready = connect_phase(echo, gens, n, args, "echo-tls" if tls else "echo")
         res, _, _ = measure(echo, gens, n, args)
         if args.profile:
             res["profile"] = profile_window(echo, gens, n, args, "echo-tls" if tls else "echo")
@@ -1304,6 +1319,12 @@ def main(argv: list[str] | None = None) -> int:
         help="one more window per configuration with the server under py-spy; prints its "
         "top functions",
     )
+    p.add_argument(
+        "--profile-connect",
+        action="store_true",
+        help="the server under py-spy during the connect phase (the first leases); prints "
+        "its top functions",
+    )
     p.add_argument("--out", default=str(ROOT / ".bench" / "heartbeat.json"))
     args = p.parse_args(argv)
     if args.quick:
@@ -1375,6 +1396,8 @@ def main(argv: list[str] | None = None) -> int:
         for r in results:
             if "profile" in r:
                 print(render(r["config"], r["agents"], r["profile"]))
+            if "profile" in r.get("connect", {}):
+                print(render(f"{r['config']} connect", r["agents"], r["connect"]["profile"]))
         for f in failures:
             print(f"FAILED: {f['config']} N={f['agents']:,}: {f['error'][:300]}")
         out = Path(args.out)

@@ -88,3 +88,16 @@ def test_peer_identity_reads_the_verified_leaf(tmp_path: Path) -> None:
     assert peer_identity(_Context({"transport_security_type": [b"insecure"]})) is None
     assert peer_identity(_Context({})) is None
     assert peer_identity(_Context(RuntimeError("closed"))) is None
+
+
+def test_the_identity_cache_holds_every_node_of_a_large_cluster() -> None:
+    # A reconnect storm of 10,000 agents (and a few clients) must find every certificate
+    # parsed when its agent connected before: none evicted by the others.
+    from obcommon.security.identity import _Cache
+
+    cache = _Cache()
+    n = 10_000 + 100
+    for i in range(n):
+        cache.put(b"pem-%d" % i, PeerIdentity(Role.NODE, f"127.0.0.1:{i}"))
+    assert cache.get(b"pem-0") == (True, PeerIdentity(Role.NODE, "127.0.0.1:0"))
+    assert all(cache.get(b"pem-%d" % i)[0] for i in range(n))

@@ -185,12 +185,19 @@ def test_cluster_snapshot_has_the_contracts_shape(db_url: str, tmp_path: Path) -
             "jobs",
             "events",
             "intake",
+            "lease_intake",
             "self_suspicion",
         }
         assert doc["state"] == "FULL_SERVICE" and doc["self"] == rs.rpc_addr
         # The lease allowance and self-suspicion (rootservice/servers/).
         assert doc["intake"]["allowance_us"] == 0
         assert doc["self_suspicion"]["suspected"] is False
+        assert doc["lease_intake"] == {
+            "behind": False,
+            "lag_us": 0,
+            "waiting": 0,
+            "waiting_first": 0,
+        }
         ha = doc["root_services"]
         assert ha["leader"] == rs.rpc_addr and ha["epoch"] >= 1
         assert ha["members"][0]["addr"] == rs.rpc_addr and ha["members"][0]["role"] == "leader"

@@ -35,6 +35,10 @@ offline, neither of the open outage nor of one closed by a return; the maintenan
 ends the window once the RS's wall clock reaches its end, starting the server when it is
 alive, leaving it stopped otherwise; START SERVER ends it early (the floor moves to now).
 
+The RS's own lease queue: a request may reach the RS and wait in its queue (``send``) until
+the worker's turn (``intake``) handles it as a heartbeat at that moment; while one of its
+requests waits, a server's lease does not expire, however old its last handled heartbeat.
+
 LAGGING: commands are sent and applied (a heartbeat reporting the highest
 number sent) and disk probes reported; at a detector round a server with a command unapplied
 for ``>= agent_lag_timeout`` or a probe ``> 5 s`` is LAGGING (SUSPECT for placement,
@@ -148,6 +152,8 @@ class ServerModel:
     lag_since: int | None = None
     clear_since: int | None = None
     lag_expired: bool = False
+    # Its requests waiting in the RS's lease queue (sent, not handled yet).
+    queued: int = 0
 
     def suspect(self, now: int) -> bool:
         return self.hb is HeartbeatStatus.ALIVE and now < self.until
@@ -192,6 +198,7 @@ class ServerStatusMachine(RuleBasedStateMachine):
             agent_lag_timeout="5s",
         )
         self.sent: dict[str, int] = {}  # the highest command number sent to each server
+        self.waiting: list[str] = []  # the servers of the queued requests, oldest first
         now = self.now()
         # Seeded as BOOTSTRAP + ADD SERVER leave servers that never heartbeated: lease
         # expired at the load, the take-office grace running for one lease.
@@ -364,6 +371,35 @@ class ServerStatusMachine(RuleBasedStateMachine):
     @rule(server=st.sampled_from(SERVERS))
     def heartbeat(self, server: str, applied: int = 0, disk_us: int = 0) -> None:
         receive_hb(self.rs, server, applied, disk_us)
+        self.heard(server, disk_us)
+
+    @rule(server=st.sampled_from(SERVERS))
+    def send(self, server: str) -> None:
+        # A request reaches the RS's own lease queue and waits there: from now until it is
+        # handled the server's lease does not expire, however long the wait.
+        req = hb(server, ZONE[server])
+        self.rs.lease_queue.submit(
+            server,
+            lambda waited_us: self.rs.heartbeats.receive_hb(req, None, waited_us),
+            lambda resp: None,
+            False,
+        )
+        self.model[server].queued += 1
+        self.waiting.append(server)
+
+    @rule()
+    def intake(self) -> None:
+        # The worker's turn: every waiting request, oldest first, each a heartbeat now.
+        self.rs.lease_queue.turn_us = 10**12
+        self.rs.lease_queue.run_turn()
+        for server in self.waiting:
+            self.model[server].queued -= 1
+            self.heard(server, 0)
+        self.waiting.clear()
+        assert self.rs.lease_queue.depth() == 0
+
+    def heard(self, server: str, disk_us: int) -> None:
+        """The model of one handled heartbeat of ``server`` at the current time."""
         m = self.model[server]
         m.disk = disk_us
         if m.lag_expired:
@@ -424,7 +460,7 @@ class ServerStatusMachine(RuleBasedStateMachine):
                 self.model[server].expired()
             self.candidates.clear()
         for server, m in self.model.items():
-            if m.hb is HeartbeatStatus.ALIVE and now - m.last_hb >= LEASE:
+            if m.hb is HeartbeatStatus.ALIVE and now - m.last_hb >= LEASE and not m.queued:
                 m.hb = HeartbeatStatus.LEASE_EXPIRED
                 m.expired()
                 self.expired_at[server] = now

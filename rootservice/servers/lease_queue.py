@@ -1,0 +1,249 @@
+"""The RS's own queue of lease requests: fair intake under overload, and the intake lag.
+
+Every request a lease stream receives is put here at once (dated on the monotonic clock)
+and handled by one worker on the event loop, in turns:
+
+- first the renewals (requests of streams that had an answer before), oldest first: each
+  stream has at most one request waiting (an agent sends the next one only after the
+  answer), so first-in first-out is one turn per stream, and an admitted agent waits at most
+  for the renewals queued before it;
+- then the first requests of new streams (a first lease: the stream's identity and bounds
+  checks, often the server's online transition), at least one per turn and more while the
+  turn's budget (:data:`TURN_US` of handling) lasts. A reconnect storm is admitted at the
+  rate the RS can afford without starving the renewals of the agents already admitted.
+
+After each turn the worker yields to the event loop, so the streams keep reading and the
+backlog stays in this queue, where it is seen, rather than in gRPC's buffers, where it is
+not.
+
+**The intake lag** is the age of the oldest waiting request (:meth:`LeaseQueue.lag_us`).
+From :data:`BEHIND_US` the RS is *behind*: it says so once (WARNING and event
+``lease_intake`` / ``behind``, then ``caught_up`` with the episode's worst lag once the lag
+is back under a quarter of that), in ``/readyz`` and in the metrics. Whatever the lag, the
+lease checker expires no server with a request waiting here (:meth:`LeaseQueue.waiting`):
+the request reached the RS, so the agent was alive when it sent it, and the time it waits
+is the RS's own delay, not the agent's. A server that sent nothing has nothing waiting and
+expires on its lease as before. (Kubernetes' node lifecycle controller likewise dates a
+node's status from when the controller observed it, pkg/controller/nodelifecycle/
+node_lifecycle_controller.go ``tryUpdateNodeHealth``; OceanBase's ObHeartbeatChecker
+compares the last heartbeat the RS *received*, src/rootserver/ob_heartbeat_service.cpp.)
+
+A request whose stream ends while it waits is still handled (it reached the RS); only its
+answer is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from obcommon.clock import Clock
+from rootservice.db.event_repo import Event
+
+log = logging.getLogger(__name__)
+
+#: Handling time (microseconds, measured) after which a turn ends and the loop runs again.
+TURN_US = 20_000
+#: An intake lag of at least this (microseconds) makes the RS "behind".
+BEHIND_US = 1_000_000
+#: The module of the intake's events in ``__all_rootservice_event_history``.
+MODULE = "lease_intake"
+
+Resp = TypeVar("Resp")
+_T = TypeVar("_T")
+
+
+@dataclass(slots=True)
+class _Waiting(Generic[Resp]):
+    server: str
+    arrived_us: int
+    work: Callable[[int], Resp]
+    reply: Callable[[Resp], object]
+    fail: Callable[[BaseException], object] | None
+
+
+class LeaseQueue(Generic[Resp]):
+    """Waiting lease requests of ``server`` names, each a ``work(waited_us)`` that handles it
+    (``waited_us``: microseconds it waited here) and returns the answer, run in :meth:`run_turn` (renewals first, then first requests), the
+    answer given to the request's ``reply``. ``add_event`` queues the ``behind`` /
+    ``caught_up`` events. Times on ``clock`` (monotonic microseconds); every method runs on
+    the event loop's thread except :meth:`waiting`, :meth:`lag_us` and :meth:`status`, which
+    only read."""
+
+    def __init__(
+        self,
+        clock: Clock,
+        add_event: Callable[[Event], None],
+        *,
+        behind_us: int = BEHIND_US,
+        turn_us: int = TURN_US,
+    ) -> None:
+        """An empty queue; nothing runs until :meth:`run` (or :meth:`run_turn`)."""
+        self.clock = clock
+        self.add_event = add_event
+        self.behind_us = behind_us
+        self.turn_us = turn_us
+        self._renewals: deque[_Waiting[Resp]] = deque()
+        self._firsts: deque[_Waiting[Resp]] = deque()
+        # server -> requests of it waiting (normally 0 or 1).
+        self._count: dict[str, int] = {}
+        self._wake: asyncio.Event | None = None
+        self.behind = False
+        self._worst_us = 0
+        #: Requests handled, and of them first requests of a stream (for the metrics).
+        self.handled_total = 0
+        self.firsts_total = 0
+
+    # --- the streams' side ----------------------------------------------------------------
+
+    def submit(
+        self,
+        server: str,
+        work: Callable[[int], Resp],
+        reply: Callable[[Resp], object],
+        first: bool,
+        fail: Callable[[BaseException], object] | None = None,
+    ) -> None:
+        """Queue a request of ``server`` (``first``: the first of its stream):
+        ``work(waited_us)`` handles it and returns the answer, which goes to ``reply``; an
+        exception it raises goes to ``fail`` (and is logged), never into the worker."""
+        item = _Waiting(server, self.clock.monotonic_us(), work, reply, fail)
+        (self._firsts if first else self._renewals).append(item)
+        self._count[server] = self._count.get(server, 0) + 1
+        if self._wake is not None:
+            self._wake.set()
+
+    # --- what the rest of the RS reads ----------------------------------------------------
+
+    def waiting(self, server: str) -> bool:
+        """True while a request of ``server`` waits in the queue (it reached the RS)."""
+        return server in self._count
+
+    def depth(self) -> int:
+        """Requests waiting."""
+        return len(self._renewals) + len(self._firsts)
+
+    def lag_us(self) -> int:
+        """The intake lag: microseconds the oldest waiting request has waited (0: none)."""
+        oldest = [q[0].arrived_us for q in (self._renewals, self._firsts) if q]
+        if not oldest:
+            return 0
+        return max(0, self.clock.monotonic_us() - min(oldest))
+
+    def status(self) -> dict[str, object]:
+        """``behind``, ``lag_us``, ``waiting`` and ``waiting_first`` (the status API)."""
+        return {
+            "behind": self.behind,
+            "lag_us": self.lag_us(),
+            "waiting": self.depth(),
+            "waiting_first": len(self._firsts),
+        }
+
+    def describe(self) -> str:
+        """One line for ``/readyz`` while behind ("" otherwise)."""
+        if not self.behind:
+            return ""
+        return (
+            f"behind on lease intake: {self.depth()} lease requests waiting, the oldest for "
+            f"{self.lag_us() / 1e6:.1f}s (their leases do not expire while they wait)"
+        )
+
+    # --- the worker -----------------------------------------------------------------------
+
+    def run_turn(self) -> int:
+        """One turn: the renewals waiting, oldest first, then the first requests, at least
+        one; stops once :attr:`turn_us` of handling is spent (measured). Returns how many
+        were handled."""
+        start = time.perf_counter_ns()
+        budget = self.turn_us * 1000
+        n = 0
+        renewals, firsts = self._renewals, self._firsts
+        while renewals:
+            self._one(renewals.popleft())
+            n += 1
+            if time.perf_counter_ns() - start >= budget:
+                break
+        taken = 0
+        while firsts:
+            self._one(firsts.popleft())
+            n += 1
+            taken += 1
+            if time.perf_counter_ns() - start >= budget:
+                break
+        self.firsts_total += taken
+        self.handled_total += n
+        self._judge()
+        return n
+
+    def _one(self, item: _Waiting[Resp]) -> None:
+        left = self._count.get(item.server, 1) - 1
+        if left > 0:
+            self._count[item.server] = left
+        else:
+            self._count.pop(item.server, None)
+        try:
+            resp = item.work(max(0, self.clock.monotonic_us() - item.arrived_us))
+        except Exception as e:  # noqa: BLE001 - one bad request must not stop the worker
+            log.exception("lease request of %s failed", item.server)
+            if item.fail is not None:
+                _ended(item.fail, e)
+            return
+        _ended(item.reply, resp)
+
+    def _judge(self) -> None:
+        """Enter or leave the behind state (event and log line once per change)."""
+        lag = self.lag_us()
+        if lag > self._worst_us:
+            self._worst_us = lag
+        if not self.behind and lag >= self.behind_us:
+            self.behind = True
+            self._worst_us = lag
+            self._event("behind", lag)
+            log.warning(
+                "lease intake behind: the oldest of %d waiting lease requests has waited "
+                "%.1fs (their servers' leases are not expired while they wait)",
+                self.depth(),
+                lag / 1e6,
+            )
+        elif self.behind and lag < self.behind_us // 4:
+            self.behind = False
+            self._event("caught_up", self._worst_us)
+            log.info("lease intake caught up (worst lag %.1fs)", self._worst_us / 1e6)
+            self._worst_us = 0
+
+    def _event(self, event: str, lag_us: int) -> None:
+        self.add_event(
+            Event(
+                self.clock.now_us(),
+                MODULE,
+                event,
+                (("lag", f"{lag_us / 1e6:.3f}s"), ("waiting", self.depth())),
+            )
+        )
+
+    async def run(self) -> None:
+        """The worker, on the event loop, until cancelled: a turn whenever requests wait,
+        then a yield to the loop."""
+        self._wake = asyncio.Event()
+        while True:
+            if not self._renewals and not self._firsts:
+                self._judge()
+                self._wake.clear()
+                await self._wake.wait()
+            self.run_turn()
+            await asyncio.sleep(0)
+
+
+def _ended(give: Callable[[_T], object], value: _T) -> bool:
+    """``give(value)``; True when the stream ended while the request waited (its future is
+    cancelled: only the answer is dropped)."""
+    try:
+        give(value)
+    except asyncio.InvalidStateError:
+        return True
+    return False

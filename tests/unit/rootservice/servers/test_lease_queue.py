@@ -1,0 +1,162 @@
+"""The RS's own lease queue: fair turns, the intake lag, and the lease checker's rule that a
+request waiting in the queue keeps its server's lease (a request that reached the RS is a
+sign of life). In-process RS with a FakeClock, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from obcommon.clock import FakeClock
+from obcommon.proto import obrpc_pb2
+from rootservice.app import RootService
+from rootservice.db.event_repo import Event
+from rootservice.servers.lease_bounds import MAX_CLOCK_SKEW_US
+from rootservice.servers.lease_queue import BEHIND_US, LeaseQueue
+from rootservice.servers.status import HeartbeatStatus
+from tests.support.harness import LEASE, ZA, ZB, ZC, A, B, C, events, flush, hb, hb_status
+
+S = 1_000_000
+
+
+def queue_hb(rs: RootService, server: str, zone: str) -> list[obrpc_pb2.LeaseResponse]:
+    """A lease request of ``server`` made now and put in the RS's queue (unhandled); the
+    returned list receives its answer."""
+    req = hb(server, zone)
+    answers: list[obrpc_pb2.LeaseResponse] = []
+
+    def work(waited_us: int) -> obrpc_pb2.LeaseResponse:
+        return rs.heartbeats.receive_hb(req, None, waited_us)
+
+    rs.lease_queue.submit(server, work, answers.append, first=False)
+    return answers
+
+
+def check_interval(rs: RootService) -> int:
+    return rs.settings.heartbeat_check_interval
+
+
+def test_a_live_agent_whose_request_waits_past_lease_time_is_not_expired(rs: RootService) -> None:
+    rs.clock.advance(LEASE)  # past the take-office grace
+    rs.heartbeats.receive_hb(hb(A, ZA))
+    rs.clock.advance(LEASE // 2)
+    answers = queue_hb(rs, A, ZA)  # sent and received, not handled yet
+    # Its lease would have ended LEASE / 2 ago; the checker ticks on and on while it waits.
+    for _ in range(10):
+        rs.clock.advance(LEASE // 10)
+        assert rs.lease_checker.run_once() == 0
+    assert hb_status(rs, A) is HeartbeatStatus.ALIVE
+    assert rs.lease_queue.waiting(A) and rs.lease_queue.lag_us() == LEASE
+    # Handled at last: renewed from now, nothing counted against it.
+    rs.lease_queue.run_turn()
+    assert len(answers) == 1 and not answers[0].HasField("error")
+    assert not rs.lease_queue.waiting(A)
+    rs.clock.advance(LEASE - 1)
+    assert rs.lease_checker.run_once() == 0
+    rs.clock.advance(1)
+    assert rs.lease_checker.run_once() == 1
+    assert hb_status(rs, A) is HeartbeatStatus.LEASE_EXPIRED
+    flush(rs)
+    assert [e["value1"] for e in events(rs, "lease_expire")] == [A]
+
+
+def test_a_silent_agent_expires_on_time_while_others_wait_in_the_queue(rs: RootService) -> None:
+    rs.clock.advance(LEASE)
+    t0 = rs.clock.now_us()
+    rs.heartbeats.receive_hb(hb(A, ZA))
+    rs.heartbeats.receive_hb(hb(B, ZB))
+    rs.clock.advance(LEASE // 2)
+    queue_hb(rs, B, ZB)  # B is alive, its request waits; A sent nothing more
+    rs.clock.advance(t0 + LEASE - 1 - rs.clock.now_us())
+    assert rs.lease_checker.run_once() == 0
+    # The first tick at or after lease_time expires A (B's request still waits, B stays).
+    rs.clock.advance(check_interval(rs))
+    assert rs.lease_checker.run_once() == 1
+    assert hb_status(rs, A) is HeartbeatStatus.LEASE_EXPIRED
+    assert hb_status(rs, B) is HeartbeatStatus.ALIVE
+    assert rs.lease_queue.lag_us() > 0
+
+
+def test_renewals_go_before_first_requests_and_a_first_request_gets_each_turn() -> None:
+    clock = FakeClock()
+    q: LeaseQueue[str] = LeaseQueue(clock, lambda e: None)
+    order: list[str] = []
+
+    def work(name: str) -> Callable[[int], str]:
+        return lambda waited_us: name
+
+    for name, first in [("f1", True), ("r1", False), ("r2", False), ("f2", True)]:
+        q.submit(name, work(name), order.append, first)
+    assert q.run_turn() == 4
+    assert order == ["r1", "r2", "f1", "f2"]
+    # A turn with no budget: one renewal, then still one first request (admission never stops).
+    q.turn_us = 0
+    order.clear()
+    for name, first in [("f3", True), ("r3", False), ("r4", False), ("f4", True)]:
+        q.submit(name, work(name), order.append, first)
+    assert q.run_turn() == 2
+    assert order == ["r3", "f3"]
+    assert q.run_turn() == 2
+    assert order == ["r3", "f3", "r4", "f4"]
+    assert q.depth() == 0 and q.lag_us() == 0
+
+
+def test_falling_behind_and_catching_up_are_events_and_readiness_says_so(
+    rs: RootService,
+) -> None:
+    rs.clock.advance(LEASE)
+    rs.lease_queue.turn_us = 0  # one request per turn
+    queue_hb(rs, A, ZA)
+    queue_hb(rs, B, ZB)
+    queue_hb(rs, C, ZC)
+    rs.clock.advance(BEHIND_US - 1)
+    rs.lease_queue.run_turn()  # B and C have waited just under the threshold
+    assert not rs.lease_queue.behind
+    assert rs.readiness.verdict().intake == ""
+    rs.clock.advance(1)
+    rs.lease_queue.run_turn()  # C has waited the threshold
+    assert rs.lease_queue.behind
+    rs.readiness.probe(force=True)
+    verdict = rs.readiness.verdict()
+    assert verdict.ready and "behind on lease intake" in verdict.intake
+    readings = rs.readings()
+    assert readings.intake_behind and readings.intake_waiting == 1
+    assert readings.intake_lag_us == BEHIND_US
+    rs.lease_queue.run_turn()
+    assert not rs.lease_queue.behind and rs.readiness.verdict().intake == ""
+    flush(rs)
+    got = [(e["module"], e["event"]) for e in events(rs) if e["module"] == "lease_intake"]
+    assert got == [("lease_intake", "behind"), ("lease_intake", "caught_up")]
+
+
+def test_a_request_whose_stream_ended_is_still_handled() -> None:
+    clock = FakeClock()
+    seen: list[Event] = []
+    q: LeaseQueue[str] = LeaseQueue(clock, seen.append)
+    handled: list[int] = []
+
+    def work(waited_us: int) -> str:
+        handled.append(waited_us)
+        return "answer"
+
+    def gone(answer: str) -> None:
+        import asyncio
+
+        raise asyncio.InvalidStateError("cancelled")
+
+    q.submit(A, work, gone, first=False)
+    clock.advance(3 * S)
+    assert q.run_turn() == 1
+    assert handled == [3 * S] and not q.waiting(A)
+
+
+def test_a_request_is_judged_as_of_its_arrival(rs: RootService) -> None:
+    # The agent's clock field is checked against the RS's clock when the request arrived:
+    # a wait in the RS's queue longer than the allowed clock skew refuses nothing.
+    rs.clock.advance(LEASE)
+    rs.heartbeats.receive_hb(hb(A, ZA))
+    answers = queue_hb(rs, A, ZA)
+    rs.clock.advance(MAX_CLOCK_SKEW_US + S)
+    assert rs.lease_checker.run_once() == 0
+    rs.lease_queue.run_turn()
+    assert not answers[0].HasField("error"), answers[0].error
+    assert hb_status(rs, A) is HeartbeatStatus.ALIVE
