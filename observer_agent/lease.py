@@ -128,8 +128,8 @@ class LeaseDecisions:
         self._replicas = replicas
         self.rs = rs
         self._rng = rng
-        # Unanswered attempts back off with jitter, reset by an accepted lease (issue 14 item
-        # 1), never beyond a heartbeat interval: a longer wait left an agent out of a new
+        # Unanswered attempts back off with jitter, reset by an accepted lease,
+        # never beyond a heartbeat interval: a longer wait left an agent out of a new
         # leader's one-lease take-office grace (test_ha, kill -9 of the leader).
         base = settings.reconnect_backoff_base
         cap = max(base, min(settings.reconnect_backoff_cap, settings.heartbeat_interval))
@@ -222,7 +222,7 @@ class LeaseDecisions:
         is acted on): a refusal, or an RS of another cluster, must not be able to fence our
         own RS out.
 
-        A ``server_id`` other than the kept identity's is refused too (issue 13 item 5:
+        A ``server_id`` other than the kept identity's is refused too (it is
         logged at ERROR, rate-limited; service never starts).
 
         On acceptance: record the epoch, ``lease_expire_time``, ``server_id``,

@@ -101,8 +101,8 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
     ) -> obrpc_pb2.ApplyReplicasResponse:
         """``ObserverService.ApplyReplicas`` of obrpc.proto; answers in-band, never aborts.
 
-        - The fencing token ``(rs_epoch, rs_incarnation)`` is judged first (issue 24 item 1,
-          :meth:`observer_agent.fence.TokenKeeper.admit`): an epoch lower than the highest
+        - The fencing token ``(rs_epoch, rs_incarnation)`` is judged first
+          (:meth:`observer_agent.fence.TokenKeeper.admit`): an epoch lower than the highest
           obeyed, or equal with another incarnation -> ``error`` ``OB_RS_NOT_MASTER`` naming
           both tokens, nothing applied; an absurd epoch -> ``OB_INVALID_ARGUMENT``. A higher
           token is kept on disk before anything is applied, so no other root service with

@@ -143,7 +143,7 @@ def test_a_deleted_server_logs_once_a_minute(
             clock.advance(d)
             elapsed += d
     lines = [r for r in caplog.records if "lease refused" in r.getMessage()]
-    # Before issue 12: 315 requests and 315 lines. One line a minute at most, whatever the
+    # Before the refusal was rate-limited: 315 requests and 315 lines. One line a minute at most, whatever the
     # reason.
     assert requests <= most_requests
     assert 1 <= len(lines) <= 11
