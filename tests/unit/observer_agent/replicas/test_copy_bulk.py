@@ -140,9 +140,7 @@ def test_a_copy_dropped_during_its_bulk_body_stops_its_receiving_thread(tmp_path
                 lambda: c.agent.replicas.bulk_receiving() == 0, "the receiving thread to end", 10
             )
             assert c.info() is None and leftovers(c) == []
-            await wait_until(
-                lambda: _open_count(served) == 0, "the source's data file closed", 10
-            )
+            await wait_until(lambda: _open_count(served) == 0, "the source's data file closed", 10)
         finally:
             await c.stop()
             await a.stop()
