@@ -41,7 +41,8 @@ import hashlib
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,7 @@ from tests.integration.test_cluster import LEASE, Cluster
 from tests.support import pki
 from tests.support.cluster import ProcSet, wait_until
 from tests.support.ports import free_port
+from tests.support.timescale import scaled
 
 pytestmark = pytest.mark.integration
 
@@ -112,9 +114,12 @@ def _spki_sha256_b64(cert_pem: Path) -> str:
 
 
 @contextmanager
-def _chromium(trusted_spki: str) -> Iterator[Any]:
+def _chromium(trusted_spki: str) -> Iterator[Callable[[], Any]]:
     """A headless Chromium session (selenium ``WebDriver``) trusting exactly the certificate
-    whose SPKI hash is ``trusted_spki``; quit and its profile removed on exit."""
+    whose SPKI hash is ``trusted_spki``, started on a thread of its own: the caller goes on
+    setting up its cluster while the browser starts (several processes, 5-15 s of a core)
+    and calls what this yields to get the driver (waiting for it; the start's error is
+    raised there). Quit and its profile removed on exit."""
     if not (CHROMIUM.is_file() and CHROMEDRIVER.is_file()):
         pytest.skip(
             f"{CHROMIUM} or {CHROMEDRIVER} missing: install Debian's chromium and "
@@ -140,13 +145,23 @@ def _chromium(trusted_spki: str) -> Iterator[Any]:
         f"--ignore-certificate-errors-spki-list={trusted_spki}",
     ):
         opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
+
+    def start() -> Any:
+        driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
+        driver.set_page_load_timeout(scaled(30))
+        driver.set_script_timeout(scaled(10))
+        return driver
+
+    pool = ThreadPoolExecutor(1, thread_name_prefix="chromium-start")
+    started = pool.submit(start)
     try:
-        driver.set_page_load_timeout(30)
-        driver.set_script_timeout(10)
-        yield driver
+        # The driver's own start has its limits (chromedriver's); this one only bounds the
+        # join in case something hangs outside them.
+        yield lambda: started.result(timeout=scaled(120))
     finally:
-        driver.quit()
+        pool.shutdown(wait=True)
+        if started.exception() is None:
+            started.result().quit()
         shutil.rmtree(profile, ignore_errors=True)
 
 
@@ -177,19 +192,21 @@ def test_dashboard_shows_a_killed_agent_inactive_without_a_reload(
     c = Cluster(procs, tmp_path, db_url)
     http_addr = f"127.0.0.1:{free_port()}"
     c.start_rs(http_addr=http_addr, agent_lag_timeout="2s")
-    # User statements need the leader: on PostgreSQL the RS first wins the election.
-    wait_until(lambda: c.metrics().get("state") == "WAIT_BOOTSTRAP", 20, message="RS leads")
-    c.ok(f"CREATE USER '{USER}' IDENTIFIED BY '{PASSWORD}'")
-    c.ok(f"GRANT SELECT ON *.* TO '{USER}'")
-    a1, a2, a3 = c.bootstrap(3)
-    a4 = c.start_agent("z1")
-    c.ok(f"ALTER SYSTEM ADD SERVER '{a4}' ZONE 'z1'")
-    wait_until(lambda: c.statuses().get(a4) == "ACTIVE", 15, message="added server ACTIVE")
-    zones = {a1: "z1", a2: "z2", a3: "z3", a4: "z1"}
-
     rs_cert = pki.certs_dir(Role.RS, c.rs_addr) / cert_file(Role.RS)
     url = f"https://{USER}:{PASSWORD}@{http_addr}/"
-    with _chromium(_spki_sha256_b64(rs_cert)) as driver:
+    # The browser starts while the cluster is set up.
+    with _chromium(_spki_sha256_b64(rs_cert)) as browser:
+        # User statements need the leader: on PostgreSQL the RS first wins the election.
+        wait_until(lambda: c.metrics().get("state") == "WAIT_BOOTSTRAP", 20, message="RS leads")
+        c.ok(f"CREATE USER '{USER}' IDENTIFIED BY '{PASSWORD}'")
+        c.ok(f"GRANT SELECT ON *.* TO '{USER}'")
+        a1, a2, a3 = c.bootstrap(3)
+        a4 = c.start_agent("z1")
+        c.ok(f"ALTER SYSTEM ADD SERVER '{a4}' ZONE 'z1'")
+        wait_until(lambda: c.statuses().get(a4) == "ACTIVE", 15, message="added server ACTIVE")
+        zones = {a1: "z1", a2: "z2", a3: "z3", a4: "z1"}
+
+        driver = browser()
         driver.get(url)
         assert driver.title == "OceanBase RootService"
 
