@@ -91,7 +91,7 @@ def test_a_rotation_opens_a_new_lease_stream_with_the_new_certificate(tmp_path: 
             await _until(lambda: recorder.renewals[at] >= 2, "renewals on the new stream")
         finally:
             stop.set()
-            await asyncio.wait_for(loop_task, 10)
+            await asyncio.wait_for(loop_task, scaled(10))
             await agent.lease.close_stream()
             await server.stop(None)
         assert old != new.serial_number

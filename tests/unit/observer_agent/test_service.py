@@ -127,7 +127,7 @@ def test_observer_service_and_health_over_grpc(tmp_path: Path) -> None:
         finally:
             await server.stop(None)
 
-    asyncio.run(asyncio.wait_for(scenario(), 20))
+    asyncio.run(asyncio.wait_for(scenario(), scaled(20)))
 
 
 def test_second_agent_on_the_same_port_fails_to_bind(tmp_path: Path) -> None:
@@ -141,7 +141,7 @@ def test_second_agent_on_the_same_port_fails_to_bind(tmp_path: Path) -> None:
         finally:
             await stop_server(first, server, 0)
 
-    asyncio.run(asyncio.wait_for(scenario(), 20))
+    asyncio.run(asyncio.wait_for(scenario(), scaled(20)))
 
 
 def test_lease_loop_round_robins_dead_rs_addresses_and_stops(
@@ -179,7 +179,7 @@ def test_lease_loop_round_robins_dead_rs_addresses_and_stops(
         assert agent.server_status == 1
         stop.set()
         # The stop is taken while the lease attempts keep failing (a hang would time out).
-        await asyncio.wait_for(task, 5)
+        await asyncio.wait_for(task, scaled(5))
         return task.done() and task.exception() is None
 
     with caplog.at_level(logging.INFO, logger="observer_agent"):
