@@ -306,7 +306,7 @@ def test_data_disk_error_stops_the_server_and_recovery_starts_it(cluster: Cluste
 
 def run(args: list[str]) -> subprocess.CompletedProcess[str]:
     """Run a command line to completion (60 s at most), capturing its text output."""
-    return subprocess.run(args, capture_output=True, text=True, timeout=60)
+    return subprocess.run(args, capture_output=True, text=True, timeout=scaled(60))
 
 
 def obadmin(rs_addr: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -25,6 +25,7 @@ from tests.integration.test_tenants import RS_FLAGS, TenantCluster, replica_repo
 from tests.support import pki
 from tests.support.cluster import ProcSet, wait_until
 from tests.support.spark_cluster import LEAN_SPARK_CONF
+from tests.support.timescale import scaled
 
 # slow: over 3 minutes per backend (throttled replica copies and Spark plans), so under
 # xdist their group (with the other Spark user; tests/support/xdist_sched.py) starts first.
@@ -141,8 +142,8 @@ def test_delete_life_cycle_cancel_and_permanent_offline_rebuild(tc: TenantCluste
     # obadmin follows the job with a progress bar until it ends.
     waited = subprocess.run(
         [sys.executable, "-m", "sql.obadmin", *pki.obadmin_flags(), "--rs", c.rs_addr, "--wait-job", str(progress["id"]),
-         "--wait-timeout", "180"],
-        capture_output=True, text=True, timeout=240,
+         "--wait-timeout", f"{scaled(180):.0f}"],
+        capture_output=True, text=True, timeout=scaled(240),
     )  # fmt: skip
     assert waited.returncode == 0, waited.stdout + waited.stderr
     lines = waited.stdout.splitlines()
@@ -179,7 +180,7 @@ def test_delete_life_cycle_cancel_and_permanent_offline_rebuild(tc: TenantCluste
     explained = subprocess.run(
         [sys.executable, "-m", "sql.obadmin", *pki.obadmin_flags(), "--rs", c.rs_addr,
          "--format", "json", "-e", f"EXPLAIN ALTER SYSTEM DELETE SERVER '{src}'"],
-        capture_output=True, text=True, timeout=90,
+        capture_output=True, text=True, timeout=scaled(90),
     )  # fmt: skip
     assert explained.returncode == 0, explained.stdout + explained.stderr
     plan = json.loads(explained.stdout.splitlines()[-1])
