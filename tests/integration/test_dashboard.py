@@ -41,8 +41,7 @@ import hashlib
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -114,12 +113,9 @@ def _spki_sha256_b64(cert_pem: Path) -> str:
 
 
 @contextmanager
-def _chromium(trusted_spki: str) -> Iterator[Callable[[], Any]]:
+def _chromium(trusted_spki: str) -> Iterator[Any]:
     """A headless Chromium session (selenium ``WebDriver``) trusting exactly the certificate
-    whose SPKI hash is ``trusted_spki``, started on a thread of its own: the caller goes on
-    setting up its cluster while the browser starts (several processes, 5-15 s of a core)
-    and calls what this yields to get the driver (waiting for it; the start's error is
-    raised there). Quit and its profile removed on exit."""
+    whose SPKI hash is ``trusted_spki``; quit and its profile removed on exit."""
     if not (CHROMIUM.is_file() and CHROMEDRIVER.is_file()):
         pytest.skip(
             f"{CHROMIUM} or {CHROMEDRIVER} missing: install Debian's chromium and "
@@ -145,23 +141,13 @@ def _chromium(trusted_spki: str) -> Iterator[Callable[[], Any]]:
         f"--ignore-certificate-errors-spki-list={trusted_spki}",
     ):
         opts.add_argument(arg)
-
-    def start() -> Any:
-        driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
+    try:
         driver.set_page_load_timeout(scaled(30))
         driver.set_script_timeout(scaled(10))
-        return driver
-
-    pool = ThreadPoolExecutor(1, thread_name_prefix="chromium-start")
-    started = pool.submit(start)
-    try:
-        # The driver's own start has its limits (chromedriver's); this one only bounds the
-        # join in case something hangs outside them.
-        yield lambda: started.result(timeout=scaled(120))
+        yield driver
     finally:
-        pool.shutdown(wait=True)
-        if started.exception() is None:
-            started.result().quit()
+        driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
 
 
@@ -192,21 +178,19 @@ def test_dashboard_shows_a_killed_agent_inactive_without_a_reload(
     c = Cluster(procs, tmp_path, db_url)
     http_addr = f"127.0.0.1:{free_port()}"
     c.start_rs(http_addr=http_addr, agent_lag_timeout="2s")
+    # User statements need the leader: on PostgreSQL the RS first wins the election.
+    wait_until(lambda: c.metrics().get("state") == "WAIT_BOOTSTRAP", 20, message="RS leads")
+    c.ok(f"CREATE USER '{USER}' IDENTIFIED BY '{PASSWORD}'")
+    c.ok(f"GRANT SELECT ON *.* TO '{USER}'")
+    a1, a2, a3 = c.bootstrap(3)
+    a4 = c.start_agent("z1")
+    c.ok(f"ALTER SYSTEM ADD SERVER '{a4}' ZONE 'z1'")
+    wait_until(lambda: c.statuses().get(a4) == "ACTIVE", 15, message="added server ACTIVE")
+    zones = {a1: "z1", a2: "z2", a3: "z3", a4: "z1"}
+
     rs_cert = pki.certs_dir(Role.RS, c.rs_addr) / cert_file(Role.RS)
     url = f"https://{USER}:{PASSWORD}@{http_addr}/"
-    # The browser starts while the cluster is set up.
-    with _chromium(_spki_sha256_b64(rs_cert)) as browser:
-        # User statements need the leader: on PostgreSQL the RS first wins the election.
-        wait_until(lambda: c.metrics().get("state") == "WAIT_BOOTSTRAP", 20, message="RS leads")
-        c.ok(f"CREATE USER '{USER}' IDENTIFIED BY '{PASSWORD}'")
-        c.ok(f"GRANT SELECT ON *.* TO '{USER}'")
-        a1, a2, a3 = c.bootstrap(3)
-        a4 = c.start_agent("z1")
-        c.ok(f"ALTER SYSTEM ADD SERVER '{a4}' ZONE 'z1'")
-        wait_until(lambda: c.statuses().get(a4) == "ACTIVE", 15, message="added server ACTIVE")
-        zones = {a1: "z1", a2: "z2", a3: "z3", a4: "z1"}
-
-        driver = browser()
+    with _chromium(_spki_sha256_b64(rs_cert)) as driver:
         driver.get(url)
         assert driver.title == "OceanBase RootService"
 
