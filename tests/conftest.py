@@ -21,6 +21,8 @@ import sqlalchemy as sa
 from rootservice.db.engine import make_engine, upgrade
 from tests.support.cluster import ProcSet, procs_since, registry_mark, stop_all
 from tests.support.pgserver import PgNotAvailable, PgServer
+from tests.support.timescale import ENV as TIME_SCALE_ENV
+from tests.support.timescale import BadTimeScale, origin, scale
 
 SKIP_PG_ENV = "OB_TEST_SKIP_PG"
 
@@ -32,9 +34,16 @@ def _terminate_as_interrupt(signum: int, _frame: object) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Treat SIGTERM (a CI job cancelled or timed out) like Ctrl-C: Python's default
+    """Fix the run's wait factor (tests/support/timescale.py) before xdist starts its
+    workers, which inherit it; a bad ``OB_TEST_TIME_SCALE`` stops the run with its reason.
+
+    Treat SIGTERM (a CI job cancelled or timed out) like Ctrl-C: Python's default
     SIGTERM exits without running fixture teardown or atexit, which would leave the session's
     PostgreSQL and any test processes running."""
+    try:
+        scale()
+    except BadTimeScale as e:
+        raise pytest.UsageError(str(e)) from None
     if (
         threading.current_thread() is threading.main_thread()
         and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
@@ -42,9 +51,31 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGTERM, _terminate_as_interrupt)
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    """The wait factor of the run, and where it came from."""
+    how = "measured here" if origin() == "derived" else "given"
+    return f"waits scaled by {scale():g} ({TIME_SCALE_ENV} {how}; tests/support/timescale.py)"
+
+
+def _scale_timeout(item: pytest.Item, default_s: float) -> None:
+    # pytest-timeout's limit of the item (its closest mark, else the ini's ``timeout``),
+    # scaled like every other wait: a mark put first is the closest.
+    mark = item.get_closest_marker("timeout")
+    limit = mark.kwargs.get("timeout", mark.args[0] if mark.args else None) if mark else None
+    limit = default_s if limit is None else float(limit)
+    if limit > 0:
+        item.add_marker(pytest.mark.timeout(limit * scale()), append=False)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """On a pytest-xdist worker (``make test``), longest work first: see
+    """Scale each test's pytest-timeout limit by the run's wait factor.
+
+    On a pytest-xdist worker (``make test``), longest work first: see
     tests/support/xdist_sched.py. A serial run keeps the file order."""
+    # pytest-timeout's limit from --timeout, PYTEST_TIMEOUT or the ini (None: no plugin).
+    default_s = float(getattr(config, "_env_timeout", None) or 0)
+    for item in items:
+        _scale_timeout(item, default_s)
     if hasattr(config, "workerinput"):  # set on xdist workers only
         from tests.support.xdist_sched import rank
 

@@ -18,6 +18,7 @@ from tests.bench import heartbeat_bench as hb
 from tests.bench.bench_pki import BenchPki
 from tests.support.cluster import wait_until
 from tests.support.ports import free_port
+from tests.support.timescale import scaled
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +31,7 @@ def start_echo(children: hb.Children, tmp: Path, pki: BenchPki) -> str:
     certs = pki.server_dir(tmp / "echo-certs", addr)
     argv = [sys.executable, str(hb.ECHO), "--addr", addr, "--certs-dir", str(certs)]
     echo = children.start("echo", argv, tmp / "echo.log", True)
-    line = echo.next_line(time.monotonic() + 30)
+    line = echo.next_line(time.monotonic() + scaled(30))
     assert line is not None and line.startswith("READY "), echo.tail()
     return addr
 

@@ -18,6 +18,7 @@ from sql.client import execute, result_rows
 from tests.support import pki
 from tests.support.cluster import Proc, ProcSet, agent_cmd, rs_cmd, wait_until
 from tests.support.ports import free_port
+from tests.support.timescale import scaled
 
 pytestmark = pytest.mark.integration
 
@@ -69,7 +70,9 @@ class Cluster:
         return self.tmp / f"agent-{addr.rsplit(':', 1)[1]}"
 
     def sql(self, statement: str) -> obrpc_pb2.SqlResponse:
-        return execute([self.rs_addr], statement, timeout_s=60, credentials=pki.credentials())
+        return execute(
+            [self.rs_addr], statement, timeout_s=scaled(60), credentials=pki.credentials()
+        )
 
     def ok(self, statement: str) -> list[list[Any]]:
         resp = self.sql(statement)
@@ -90,7 +93,7 @@ class Cluster:
     def metrics(self) -> dict[str, Any]:
         with pki.proven_channel(self.rs_addr) as ch:
             resp = obrpc_pb2_grpc.AdminServiceStub(ch).GetMetrics(
-                obrpc_pb2.MetricsRequest(), timeout=5
+                obrpc_pb2.MetricsRequest(), timeout=scaled(5)
             )
         return json.loads(resp.json)  # type: ignore[no-any-return]
 
@@ -303,7 +306,7 @@ def test_data_disk_error_stops_the_server_and_recovery_starts_it(cluster: Cluste
 
 def run(args: list[str]) -> subprocess.CompletedProcess[str]:
     """Run a command line to completion (60 s at most), capturing its text output."""
-    return subprocess.run(args, capture_output=True, text=True, timeout=60)
+    return subprocess.run(args, capture_output=True, text=True, timeout=scaled(60))
 
 
 def obadmin(rs_addr: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -55,6 +55,7 @@ from tests.integration.test_cluster import LEASE, Cluster
 from tests.support import pki
 from tests.support.cluster import ProcSet, wait_until
 from tests.support.ports import free_port
+from tests.support.timescale import scaled
 
 pytestmark = pytest.mark.integration
 
@@ -142,8 +143,8 @@ def _chromium(trusted_spki: str) -> Iterator[Any]:
         opts.add_argument(arg)
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
     try:
-        driver.set_page_load_timeout(30)
-        driver.set_script_timeout(10)
+        driver.set_page_load_timeout(scaled(30))
+        driver.set_script_timeout(scaled(10))
         yield driver
     finally:
         driver.quit()

@@ -24,6 +24,8 @@ import pytest
 from tests.integration.test_tenants import RS_FLAGS, TenantCluster, replica_report
 from tests.support import pki
 from tests.support.cluster import ProcSet, wait_until
+from tests.support.spark_cluster import LEAN_SPARK_CONF
+from tests.support.timescale import scaled
 
 # slow: over 3 minutes per backend (throttled replica copies and Spark plans), so under
 # xdist their group (with the other Spark user; tests/support/xdist_sched.py) starts first.
@@ -37,6 +39,7 @@ MIGRATION_FLAGS = {
     "lost_replica_check_interval": "1s",
     "empty_server_check_interval": "1s",
     "spark_master": "local[1]",
+    "spark_conf": LEAN_SPARK_CONF,
 }
 
 
@@ -118,7 +121,8 @@ def test_delete_life_cycle_cancel_and_permanent_offline_rebuild(tc: TenantCluste
     c.ok(f"ALTER SYSTEM DELETE SERVER '{gone}'")
     assert c.statuses()[gone] == "DELETING"
     # Spark starts in the RS on the first plan: allow for its start-up, which took 45-62 s
-    # on a loaded 2-core machine (4 xdist workers), and 120 s did not always suffice there.
+    # on a loaded 2-core machine (4 xdist workers), and 120 s did not always suffice there;
+    # a machine 2.5 times slower missed 240 s, hence the run's wait factor (wait_until).
     wait_until(
         lambda: any(r.copy_from and r.bytes_copied > 0 for r in replica_report(target).values()),
         240,
@@ -138,8 +142,8 @@ def test_delete_life_cycle_cancel_and_permanent_offline_rebuild(tc: TenantCluste
     # obadmin follows the job with a progress bar until it ends.
     waited = subprocess.run(
         [sys.executable, "-m", "sql.obadmin", *pki.obadmin_flags(), "--rs", c.rs_addr, "--wait-job", str(progress["id"]),
-         "--wait-timeout", "180"],
-        capture_output=True, text=True, timeout=240,
+         "--wait-timeout", f"{scaled(180):.0f}"],
+        capture_output=True, text=True, timeout=scaled(240),
     )  # fmt: skip
     assert waited.returncode == 0, waited.stdout + waited.stderr
     lines = waited.stdout.splitlines()
@@ -176,7 +180,7 @@ def test_delete_life_cycle_cancel_and_permanent_offline_rebuild(tc: TenantCluste
     explained = subprocess.run(
         [sys.executable, "-m", "sql.obadmin", *pki.obadmin_flags(), "--rs", c.rs_addr,
          "--format", "json", "-e", f"EXPLAIN ALTER SYSTEM DELETE SERVER '{src}'"],
-        capture_output=True, text=True, timeout=90,
+        capture_output=True, text=True, timeout=scaled(90),
     )  # fmt: skip
     assert explained.returncode == 0, explained.stdout + explained.stderr
     plan = json.loads(explained.stdout.splitlines()[-1])

@@ -32,6 +32,7 @@ from tests.support import pki
 from tests.support.cluster import Proc, ProcSet, agent_cmd, rs_cmd, wait_until
 from tests.support.pgserver import PgServer
 from tests.support.ports import free_port
+from tests.support.timescale import scaled
 
 pytestmark = pytest.mark.integration
 
@@ -149,7 +150,7 @@ class HaCluster:
 
     def ok(self, statement: str, addrs: list[str] | None = None) -> list[list[Any]]:
         resp = execute(
-            addrs or self.rs_addrs, statement, timeout_s=30, credentials=pki.credentials()
+            addrs or self.rs_addrs, statement, timeout_s=scaled(30), credentials=pki.credentials()
         )
         assert resp.error.code == 0, f"{statement}: {resp.error.name} {resp.error.message}"
         return result_rows(resp)

@@ -21,6 +21,7 @@ from sql.obadmin import main
 from tests.support import pki
 from tests.support.cluster import ProcSet, rs_cmd
 from tests.support.ports import free_port
+from tests.support.timescale import scaled
 
 
 def csv_rows(rs_addr: str, statement: str, capsys: pytest.CaptureFixture[str]) -> list[str]:
@@ -146,7 +147,7 @@ def read_until(fd: int, wanted: bytes, then_prompt: bool = False, timeout_s: flo
     """What the pty shows until ``wanted`` appears, and the next prompt after it with
     ``then_prompt`` (AssertionError after ``timeout_s``)."""
     seen = b""
-    end = time.monotonic() + timeout_s
+    end = time.monotonic() + scaled(timeout_s)
 
     def done() -> bool:
         before, found, after = seen.partition(wanted)

@@ -20,7 +20,7 @@ import pytest
 from tests.integration.test_delete_server import MIGRATION_FLAGS, job
 from tests.integration.test_tenants import TenantCluster
 from tests.support.cluster import ProcSet, wait_until
-from tests.support.spark_cluster import SparkStandalone
+from tests.support.spark_cluster import LEAN_SPARK_CONF, SparkStandalone
 
 # slow: a master, a worker, an executor and the RS's driver are four JVMs; under xdist the
 # file runs first, in the "cpu" group (tests/support/xdist_sched.py), beside no other Spark.
@@ -29,16 +29,21 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900
 APP_NAME = "ob-rootservice-jobs"  # rootservice.balancer.spark.session.DEFAULT_APP_NAME
 # Spark's 200 shuffle partitions make each plan 200 tasks on the worker's one core; the
 # plans are latency-bound (session.py), so a small cluster wants few (docs/operations/servers.md#the-plans-on-a-spark-cluster).
-CLUSTER_CONF = ["spark.sql.shuffle.partitions=4", "spark.sql.adaptive.enabled=false"]
+CLUSTER_CONF = [
+    "spark.sql.shuffle.partitions=4",
+    "spark.sql.adaptive.enabled=false",
+    *LEAN_SPARK_CONF,
+]
 
 
 @pytest.fixture(scope="module")
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkStandalone]:
-    """One master and one worker for every test of the module; stopped (process groups
-    killed) at its end."""
+    """One master and one worker for every test of the module, started in the background
+    (a test calls ``wait_started`` before it needs them); stopped (process groups killed)
+    at the module's end."""
     base = tmp_path_factory.mktemp("spark-standalone")
     sc = SparkStandalone(base / "logs", base / "work", cores=1, memory="1g")
-    sc.start()
+    sc.start_in_background()
     try:
         yield sc
     finally:
@@ -69,6 +74,9 @@ def test_delete_server_planned_on_a_standalone_cluster(
         [int(a1.rsplit(":", 1)[1])]
     ]
 
+    # The RS starts its SparkSession at its first plan: the master and the worker (started
+    # while the cluster above was set up) must be up by then.
+    spark_cluster.wait_started()
     c.ok(f"ALTER SYSTEM DELETE SERVER '{a1}'")
     # The first plan starts the SparkSession: the driver registers with the master, which
     # has the worker launch an executor JVM; 13 s on a quiet machine, bounded generously for

@@ -16,6 +16,7 @@ from tests.integration.test_cluster import AGENT_FLAGS, Cluster
 from tests.support import pki
 from tests.support.cluster import ProcSet, agent_cmd, wait_until
 from tests.support.ports import free_port
+from tests.support.timescale import scaled
 
 pytestmark = pytest.mark.integration
 
@@ -100,7 +101,7 @@ def replica_report(agent: str) -> dict[tuple[int, int], Any]:
     # ObserverService answers RS certificates only.
     with pki.channel(agent, Role.RS, "127.0.0.1:1") as ch:
         req = obrpc_pb2_grpc.ObserverServiceStub(ch).RequestHeartbeat(
-            obrpc_pb2.RequestHeartbeatRequest(), timeout=5
+            obrpc_pb2.RequestHeartbeatRequest(), timeout=scaled(5)
         )
     return {(r.tenant_id, r.ls_id): r for r in req.replicas}
 

@@ -25,8 +25,9 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from obcommon.security.certs import Role
-from tests.support import pki
+from tests.support import pki, timescale
 from tests.support.ports import free_port
+from tests.support.timescale import scaled
 
 T = TypeVar("T")
 
@@ -46,9 +47,11 @@ def wait_until(
 
     Exceptions listed in ``ignore`` count as "not yet" (e.g. ``grpc.RpcError`` while a server
     is still starting). Raises ``AssertionError`` with ``message`` and the last value (or
-    exception) seen when ``timeout_s`` passes.
+    exception) seen when ``timeout_s`` passes, a limit for the README's machine that the
+    run's wait factor scales (tests/support/timescale.py).
     """
-    deadline = time.monotonic() + timeout_s
+    limit_s = scaled(timeout_s)
+    deadline = time.monotonic() + limit_s
     last: Any = None
     while True:
         try:
@@ -59,8 +62,8 @@ def wait_until(
             last = e
         if time.monotonic() >= deadline:
             raise AssertionError(
-                f"timed out after {timeout_s}s waiting for {message or predicate!r}; "
-                f"last result: {last!r}"
+                f"timed out after {limit_s:.1f}s ({timeout_s}s x {timescale.scale():g}) waiting for "
+                f"{message or predicate!r}; last result: {last!r}"
             )
         time.sleep(interval_s)
 
@@ -249,8 +252,9 @@ class Proc:
         ``""`` only when ready; ``""`` for anything else).
 
         Raises ``AssertionError`` with the log tail when the process exits first or
-        ``timeout_s`` passes.
+        ``timeout_s`` (scaled by the run's wait factor) passes.
         """
+        timeout_s = scaled(timeout_s)
         deadline = time.monotonic() + timeout_s
         last: object = "no answer yet"
         while True:
@@ -277,7 +281,9 @@ class Proc:
             time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
     def wait(self, timeout_s: float) -> int:
-        """Wait for the process to exit on its own; raises AssertionError on timeout."""
+        """Wait for the process to exit on its own; raises AssertionError when ``timeout_s``
+        (scaled by the run's wait factor) passes first."""
+        timeout_s = scaled(timeout_s)
         try:
             return self.popen.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -292,12 +298,17 @@ class Proc:
             self._signal(signal.SIGCONT)
 
     def stop(self, timeout_s: float = 10.0) -> int:
-        """SIGTERM, then SIGKILL if it has not exited within ``timeout_s``. Returns the exit
-        status. A paused process is resumed first so that it can act on SIGTERM."""
+        """SIGTERM, then SIGKILL if it has not exited within ``timeout_s`` (scaled by the
+        run's wait factor). Returns the exit status. A paused process is resumed first so
+        that it can act on SIGTERM."""
+        return self._stop_within(scaled(timeout_s))
+
+    def _stop_within(self, limit_s: float) -> int:
+        # stop() with a limit already scaled (stop_all shares one among its processes).
         if self.alive:
             self.terminate()
             try:
-                self.popen.wait(timeout=timeout_s)
+                self.popen.wait(timeout=limit_s)
             except subprocess.TimeoutExpired:
                 self._signal(signal.SIGKILL)
         return self._reap()
@@ -350,10 +361,10 @@ def stop_all(procs: Sequence[Proc], timeout_s: float = 10.0) -> list[str]:
             p.terminate()
         except Exception as e:  # collected and reported by the caller
             errors.append(f"{p!r}: {e}")
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + scaled(timeout_s)
     for p in procs:
         try:
-            p.stop(max(0.0, deadline - time.monotonic()))
+            p._stop_within(max(0.0, deadline - time.monotonic()))
         except Exception as e:  # collected and reported by the caller
             errors.append(f"{p!r}: {e}")
     return errors

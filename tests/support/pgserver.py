@@ -25,13 +25,22 @@ import psycopg
 from psycopg import sql
 
 from tests.support.ports import free_port
+from tests.support.timescale import scaled
 
 HOST = "127.0.0.1"
 SUPERUSER = "postgres"
 # pg_ctl's own -t, and the outer limit on each subprocess call (a bit more than -t so that
-# pg_ctl reports its own, more readable, timeout first).
+# pg_ctl reports its own, more readable, timeout first); both scaled by the run's wait
+# factor (tests/support/timescale.py).
 PG_CTL_TIMEOUT_S = 60
 SUBPROCESS_TIMEOUT_S = PG_CTL_TIMEOUT_S + 30
+
+
+def _pg_ctl_t() -> str:
+    """pg_ctl's ``-t`` for this run."""
+    return str(round(scaled(PG_CTL_TIMEOUT_S)))
+
+
 # Tries with a fresh port when the one picked was taken between probing and binding.
 START_ATTEMPTS = 3
 
@@ -229,9 +238,7 @@ class PgServer:
 
     def promote(self) -> None:
         """``pg_ctl promote -w`` (a standby becomes a primary on the next timeline)."""
-        self._run(
-            ["pg_ctl", "-D", str(self.data_dir), "-w", "-t", str(PG_CTL_TIMEOUT_S), "promote"]
-        )
+        self._run(["pg_ctl", "-D", str(self.data_dir), "-w", "-t", _pg_ctl_t(), "promote"])
 
     def stop(self) -> None:
         """Shut the server down and delete its directory. Safe to call more than once."""
@@ -278,11 +285,11 @@ class PgServer:
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 text=True,
-                timeout=SUBPROCESS_TIMEOUT_S,
+                timeout=scaled(SUBPROCESS_TIMEOUT_S),
             )
         except subprocess.TimeoutExpired as e:
             raise PgServerError(
-                f"{' '.join(cmd)} did not finish within {SUBPROCESS_TIMEOUT_S}s\n"
+                f"{' '.join(cmd)} did not finish within {scaled(SUBPROCESS_TIMEOUT_S):.0f}s\n"
                 f"--- postgres log ---\n{self.log_tail()}"
             ) from e
         if check and proc.returncode != 0:
@@ -373,7 +380,7 @@ class PgServer:
                 str(self.log_file),
                 "-w",
                 "-t",
-                str(PG_CTL_TIMEOUT_S),
+                _pg_ctl_t(),
                 "-o",
                 options,
                 "start",
@@ -386,7 +393,7 @@ class PgServer:
         if not (self.data_dir / "postmaster.pid").exists():
             self._running = False
             return
-        stop = ["pg_ctl", "-D", str(self.data_dir), "-w", "-t", str(PG_CTL_TIMEOUT_S), "stop"]
+        stop = ["pg_ctl", "-D", str(self.data_dir), "-w", "-t", _pg_ctl_t(), "stop"]
         try:
             self._run([*stop, "-m", "fast"])
         except PgServerError:

@@ -18,6 +18,7 @@ The master's state comes from its web UI's JSON (``http://127.0.0.1:<webui>/json
 from __future__ import annotations
 
 import json
+import threading
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,17 @@ HOST = "127.0.0.1"
 #: Bounds of the waits: a JVM starts in 2-5 s on a quiet 2-core machine, 20 s and more
 #: under a loaded test run.
 START_TIMEOUT_S = 120.0
+
+
+#: JVM options of the tests' short-lived Spark JVMs (master, worker, executor, the RS's
+#: driver): the C1 compiler only (C2 spends seconds of CPU compiling code a test runs a few
+#: times) and the serial collector (no GC threads beside the work on a 2-core machine).
+LEAN_JVM_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: The same for a SparkSession, as ``--spark-conf`` items of the RS.
+LEAN_SPARK_CONF = [
+    f"spark.driver.extraJavaOptions={LEAN_JVM_OPTS}",
+    f"spark.executor.extraJavaOptions={LEAN_JVM_OPTS}",
+]
 
 
 def spark_home() -> Path:
@@ -55,6 +67,8 @@ class SparkStandalone:
         self.worker_webui_port = free_port()
         self.master: Proc | None = None
         self.worker: Proc | None = None
+        self._starting: threading.Thread | None = None
+        self._start_error: BaseException | None = None
 
     @property
     def master_url(self) -> str:
@@ -78,6 +92,7 @@ class SparkStandalone:
             # No daemon pid files or logs of spark-daemon.sh anywhere (unused, but spark-class
             # reads spark-env.sh from here if one exists: none does).
             "SPARK_CONF_DIR": str(self.log_dir),
+            "SPARK_DAEMON_JAVA_OPTS": LEAN_JVM_OPTS,
         }
 
     def _spark_class(self, *args: str) -> list[str]:
@@ -112,6 +127,29 @@ class SparkStandalone:
         except BaseException:
             self.stop()
             raise
+
+    def start_in_background(self) -> None:
+        """:meth:`start` on a thread of its own, so that the caller sets up the rest of a
+        test while the two JVMs start (most of a core each for 10-40 s);
+        :meth:`wait_started` joins it."""
+
+        def run() -> None:
+            try:
+                self.start()
+            except BaseException as e:  # re-raised by wait_started
+                self._start_error = e
+
+        self._starting = threading.Thread(target=run, name="spark-standalone-start", daemon=True)
+        self._starting.start()
+
+    def wait_started(self) -> None:
+        """Wait for :meth:`start_in_background`'s start (bounded by :meth:`start`'s own
+        waits) and raise what it raised."""
+        if self._starting is not None:
+            self._starting.join()
+            self._starting = None
+        if self._start_error is not None:
+            raise self._start_error
 
     def _wait(self, predicate: Any, proc: Proc, what: str) -> None:
         def ready() -> bool:
@@ -148,8 +186,12 @@ class SparkStandalone:
 
     def stop(self) -> list[str]:
         """Stop the worker, then the master (their whole process groups: SIGTERM, SIGKILL
-        after 10 s). Idempotent; returns the errors met instead of raising."""
+        after 10 s), after a start in the background has ended. Idempotent; returns the
+        errors met instead of raising."""
         errors: list[str] = []
+        starting = self._starting
+        if starting is not None and starting is not threading.current_thread():
+            starting.join()
         for p in (self.worker, self.master):
             if p is None:
                 continue

@@ -4,6 +4,7 @@ lease responses, and polling / running coroutines."""
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from obcommon.errors import ObError, error_to_proto
 from obcommon.proto import obrpc_pb2
 from observer_agent.agent import Agent
 from observer_agent.settings import AgentSettings
+from tests.support.timescale import scale, scaled
 
 RS1 = "127.0.0.1:2882"
 
@@ -69,18 +71,27 @@ def refusal(name: str, *, epoch: int = 0, leader_hint: str = "") -> obrpc_pb2.Le
     return resp
 
 
+POLL_S = 0.02
+
+
 async def wait_until(cond: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
-    """Poll ``cond`` every 20 ms, at most ``timeout_s`` (and 1000 polls)."""
+    """Poll ``cond`` every 20 ms, at most ``timeout_s`` scaled by the run's wait factor
+    (tests/support/timescale.py), and as many polls as fit in that."""
+    limit_s = scaled(timeout_s)
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    for _ in range(1000):
+    deadline = loop.time() + limit_s
+    for _ in range(math.ceil(limit_s / POLL_S) + 1):
         if cond():
             return
         if loop.time() >= deadline:
             break
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(POLL_S)
+    raise AssertionError(
+        f"timed out after {limit_s:.1f}s ({timeout_s}s x {scale():g}) waiting for {what}"
+    )
 
 
 def run(coro: Any, timeout_s: float = 30) -> Any:
-    return asyncio.run(asyncio.wait_for(coro, timeout_s))
+    """Run ``coro`` to its end, cancelled after ``timeout_s`` scaled by the run's wait
+    factor."""
+    return asyncio.run(asyncio.wait_for(coro, scaled(timeout_s)))

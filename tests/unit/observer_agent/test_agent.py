@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from tests.support.timescale import scaled
 from tests.unit.observer_agent.helpers import make_agent
 
 
@@ -13,8 +14,8 @@ def test_async_probe_ok_and_resource_refresh(tmp_path: Path) -> None:
 
     async def scenario() -> tuple[bool, bool]:
         return (
-            await asyncio.wait_for(agent.probe_disk_async(), 5),
-            await asyncio.wait_for(agent.refresh_resources_async(), 5),
+            await asyncio.wait_for(agent.probe_disk_async(), scaled(5)),
+            await asyncio.wait_for(agent.refresh_resources_async(), scaled(5)),
         )
 
     assert asyncio.run(scenario()) == (True, True)

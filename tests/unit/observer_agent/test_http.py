@@ -24,6 +24,7 @@ from observer_agent.http import AgentHttp, readiness
 from observer_agent.settings import AgentSettings
 from tests.support import pki
 from tests.support.ports import free_port
+from tests.support.timescale import scaled
 
 NODE = "127.0.0.1:2890"
 
@@ -158,7 +159,7 @@ def test_https_follows_a_certificate_rotation(tmp_path: Path) -> None:
             v = Validity.starting(int(time.time()), 3600)
             new = create_cert(certs, pki.ca_key(), Role.NODE, NODE, v, overwrite=True)
             assert new.serial_number != before
-            give_up = loop.time() + 30
+            give_up = loop.time() + scaled(30)
             while await asyncio.to_thread(_served_serial, port) != new.serial_number:
                 assert loop.time() < give_up, "the endpoint still presents the old certificate"
                 await asyncio.sleep(0.1)

@@ -18,6 +18,7 @@ from observer_agent.commands import AppliedCommands, dump_stacks
 from observer_agent.disk import FAULT_FSYNC_SLOW_FILE
 from observer_agent.replicas.faults import FAULT_APPLY_FREEZE_FILE
 from observer_agent.service import create_server
+from tests.support.timescale import scaled
 from tests.unit.observer_agent.helpers import make_settings
 from tests.unit.observer_agent.test_service import in_process_agent
 
@@ -60,7 +61,7 @@ def test_commands_are_reported_applied_and_a_freeze_holds_them(tmp_path: Path) -
         finally:
             await server.stop(None)
 
-    asyncio.run(asyncio.wait_for(scenario(), 20))
+    asyncio.run(asyncio.wait_for(scenario(), scaled(20)))
 
 
 def test_applied_commands_keep_the_highest() -> None:
@@ -120,6 +121,6 @@ def test_the_probe_latency_grows_while_it_runs_and_the_slow_fsync_switch_adds_to
         assert await probe
 
     try:
-        asyncio.run(asyncio.wait_for(scenario(), 20))
+        asyncio.run(asyncio.wait_for(scenario(), scaled(20)))
     finally:
         release.set()

@@ -22,6 +22,7 @@ from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from obcommon.security.certs import Role, Validity, create_cert
 from obcommon.security.tls import TransportSecurity
 from tests.support import pki
+from tests.support.timescale import scaled
 from tests.unit.observer_agent.helpers import ME, make_agent, ok_response
 
 
@@ -52,7 +53,7 @@ class SerialRecorder(obrpc_pb2_grpc.RootServiceServicer):
 
 async def _until(cond: object, what: str, give_up_s: float = 30.0) -> None:
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + give_up_s
+    deadline = loop.time() + scaled(give_up_s)
     while not cond():  # type: ignore[operator]
         assert loop.time() < deadline, f"timed out waiting for {what}"
         await asyncio.sleep(0.05)
@@ -90,7 +91,7 @@ def test_a_rotation_opens_a_new_lease_stream_with_the_new_certificate(tmp_path: 
             await _until(lambda: recorder.renewals[at] >= 2, "renewals on the new stream")
         finally:
             stop.set()
-            await asyncio.wait_for(loop_task, 10)
+            await asyncio.wait_for(loop_task, scaled(10))
             await agent.lease.close_stream()
             await server.stop(None)
         assert old != new.serial_number

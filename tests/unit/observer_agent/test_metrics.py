@@ -17,6 +17,7 @@ from observer_agent.replicas.faults import FAULT_COPY_SLOW_FILE
 from observer_agent.replicas.replica import Build
 from rootservice.api.grpc_server import create_server
 from tests.support.harness import SEEDED, ZA, A, make_rs
+from tests.support.timescale import scaled
 from tests.unit.observer_agent.helpers import (
     LEASE_US,
     RS1,
@@ -107,7 +108,7 @@ def test_lease_loop_against_a_real_rs_counts_on_both_sides(tmp_path: Path) -> No
                 lambda: good.accepted_count >= 3 and stranger.refused_count >= 2, "renewals"
             )
             stop.set()
-            await asyncio.wait_for(asyncio.gather(*tasks), 10)
+            await asyncio.wait_for(asyncio.gather(*tasks), scaled(10))
             return good, stranger
         finally:
             await server.stop(None)

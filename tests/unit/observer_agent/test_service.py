@@ -28,6 +28,7 @@ from observer_agent.service import OBSERVER_SERVICE_NAME, create_server, start_s
 from observer_agent.settings import AgentSettings
 from tests.support import pki
 from tests.support.ports import free_port
+from tests.support.timescale import scaled
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -126,7 +127,7 @@ def test_observer_service_and_health_over_grpc(tmp_path: Path) -> None:
         finally:
             await server.stop(None)
 
-    asyncio.run(asyncio.wait_for(scenario(), 20))
+    asyncio.run(asyncio.wait_for(scenario(), scaled(20)))
 
 
 def test_second_agent_on_the_same_port_fails_to_bind(tmp_path: Path) -> None:
@@ -140,7 +141,7 @@ def test_second_agent_on_the_same_port_fails_to_bind(tmp_path: Path) -> None:
         finally:
             await stop_server(first, server, 0)
 
-    asyncio.run(asyncio.wait_for(scenario(), 20))
+    asyncio.run(asyncio.wait_for(scenario(), scaled(20)))
 
 
 def test_lease_loop_round_robins_dead_rs_addresses_and_stops(
@@ -159,7 +160,7 @@ def test_lease_loop_round_robins_dead_rs_addresses_and_stops(
     async def scenario() -> bool:
         stop = asyncio.Event()
         task = asyncio.create_task(agent.run(stop))
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + scaled(10)
         while time.monotonic() < deadline:
             failed = [
                 r.getMessage() for r in caplog.records if "cannot get a lease" in r.getMessage()
@@ -178,11 +179,11 @@ def test_lease_loop_round_robins_dead_rs_addresses_and_stops(
         assert agent.server_status == 1
         stop.set()
         # The stop is taken while the lease attempts keep failing (a hang would time out).
-        await asyncio.wait_for(task, 5)
+        await asyncio.wait_for(task, scaled(5))
         return task.done() and task.exception() is None
 
     with caplog.at_level(logging.INFO, logger="observer_agent"):
-        stopped = asyncio.run(asyncio.wait_for(scenario(), 20))
+        stopped = asyncio.run(asyncio.wait_for(scenario(), scaled(20)))
     failed = [r.getMessage() for r in caplog.records if "cannot get a lease" in r.getMessage()]
     assert len(failed) == 2  # one line per address per minute (the rate limit)
     for addr in dead:
@@ -206,7 +207,7 @@ class _LineReader:
             self._q.put(line)
 
     def wait_for(self, pred: object, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)
         while True:
             while not self._q.empty():
                 self.lines.append(self._q.get_nowait())

@@ -15,6 +15,7 @@ from obcommon.security.revocation import (
     list_version,
     parse_serial,
 )
+from tests.support.timescale import scaled
 
 
 def test_serials_are_read_in_the_forms_tools_print() -> None:
@@ -85,7 +86,7 @@ def test_open_connections_of_a_revoked_certificate_are_closed() -> None:
         t.start()
         t.join()
         # Closed on this loop soon after; the bound only keeps a broken build from hanging.
-        await asyncio.wait_for(asyncio.gather(a.done.wait(), a2.done.wait()), 30)
+        await asyncio.wait_for(asyncio.gather(a.done.wait(), a2.done.wait()), scaled(30))
         assert not b.closed and len(conns) == 1 and conns.closed_total == 2
 
     asyncio.run(main())

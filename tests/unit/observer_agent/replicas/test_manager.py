@@ -12,6 +12,7 @@ from pathlib import Path
 from obcommon.clock import FakeClock
 from obcommon.proto import obrpc_pb2
 from observer_agent.agent import Agent
+from tests.support.timescale import scaled
 from tests.unit.observer_agent.helpers import run, wait_until
 from tests.unit.observer_agent.replicas.helpers import KEY, LS, SMALL, T, settings, spec, upsert
 
@@ -74,7 +75,7 @@ def test_apply_creates_files_and_a_restart_reloads_and_verifies(tmp_path: Path) 
             return agent.build_lease_request().replicas[0]
         finally:
             stop.set()
-            await asyncio.wait_for(task, 10)
+            await asyncio.wait_for(task, scaled(10))
 
     after = run(restart())
     assert after.in_service and after.data_checksum == info.data_checksum
