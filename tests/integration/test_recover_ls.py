@@ -36,6 +36,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 # SparkSession started inside the RS (test_delete_server.py does the same on PostgreSQL).
 FLAGS = {**RS_FLAGS, "balancer_planner": "local"}
 
+#: A call the survivor holds for the fault file's 8 s is still awaited by the RS.
+SLOW_RPC = {**FLAGS, "rpc_timeout": "10s"}
+
 LS_IDS = (1001, 1002, 1003)
 TENANT = 1002
 #: Bound of the waits on this slow, shared machine (they end on their condition).
@@ -104,7 +107,7 @@ def leads_alone(server: str) -> bool:
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 def test_recover_ls_after_losing_two_of_three(procs: ProcSet, tmp_path: Path, db_url: str) -> None:
     c = TenantCluster(procs, tmp_path, db_url)
-    c.start_rs(**FLAGS)
+    c.start_rs(**SLOW_RPC)
     a1, a2, a3 = c.bootstrap()
     c.make_tenant(ls_count=3)
     wait_until(lambda: c.leaders_on(a1) == 3, 20, message="3 leaders in primary zone z1")
@@ -139,11 +142,12 @@ def test_recover_ls_after_losing_two_of_three(procs: ProcSet, tmp_path: Path, db
     assert len({r[2] for r in rows}) == 1  # one plan id
     assert snapshot(c, a3) == before
 
-    # Applied, and the RS killed at its commit point: a3 holds every ApplyReplicas 20 s, the
-    # RS is killed once the lost servers are buried (its call to the survivor in flight),
-    # and the next RS finishes the run from the plan in the job row.
+    # Applied, and the RS killed at its commit point: a3 holds every ApplyReplicas 8 s (the
+    # RS waits up to 3 rpc_timeouts, 30 s, for the survivor: a call it sent is applied while
+    # it waits), the RS is killed once the lost servers are buried (its call to the survivor
+    # in flight), and the next RS finishes the run from the plan in the job row.
     hold = c.data_dir(a3) / "FAULT_APPLY_HOLD_MS"
-    hold.write_text("20000")
+    hold.write_text("8000")
     text = f"ALTER SYSTEM RECOVER LS FROM LOST SERVERS '{a1}', '{a2}'"
     runner = threading.Thread(target=lambda: _quietly(c, text), daemon=True)
     runner.start()
@@ -163,14 +167,19 @@ def test_recover_ls_after_losing_two_of_three(procs: ProcSet, tmp_path: Path, db
     assert [(st, json.loads(i)["stage"]) for st, i in read_db(db_url, RECOVER_JOB)] == [
         ("INPROGRESS", "buried")
     ]
-    c.start_rs(**FLAGS)
-    wait_until(lambda: leads_alone(a3), WAIT_S, message="every LS led by the survivor")
+    c.start_rs(**SLOW_RPC)
+    rs = c.rs
     # The cause: the next RS resumed the run (its log says so, the job ends below).
-    assert "resumed after an RS failover" in c.rs.log_text()
+    wait_until(
+        lambda: "resumed after an RS failover" in rs.log_text(),
+        WAIT_S,
+        message="the next RS resumes the run",
+    )
+    wait_until(lambda: leads_alone(a3), WAIT_S, message="every LS led by the survivor")
     # The order: no member change reached the survivor before the commit point. Every
     # "leader at a new term" of a3 is logged after the burial's event, written in the
     # transaction that buries (one host, one clock). An RS that asked the survivor first
-    # would be stuck in its held call with nothing buried, and a3 would lead before it.
+    # would have waited out the hold, and a3 would lead before the burial.
     [(bury_us,)] = read_db(db_url, BURY_EVENT)
     old_terms = {k[1]: term for k, _role, term, _, _ in before[0]}
     promoted = [
