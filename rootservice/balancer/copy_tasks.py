@@ -243,12 +243,7 @@ class CopyTasks:
                 # A task ends when its LS is gone or its old replica left the member list (its
                 # bytes count as copied until then).
                 for tk, done in list(self.tasks.items()):
-                    p, v = topo.plans.get(done.key), views.get(done.key)
-                    if (
-                        p is None
-                        or v is None
-                        or (v.leader is not None and done.old not in self.ls.members(p, v))
-                    ):
+                    if self._ended(done, topo.plans.get(done.key), views.get(done.key)):
                         self.tasks.pop(tk, None)
                 for row in rows:
                     if not row.get("src_svr_ip") or not row.get("dest_svr_ip"):
@@ -257,7 +252,8 @@ class CopyTasks:
                     key = (int(row["tenant_id"]), int(row["ls_id"]))
                     dest = f"{row['dest_svr_ip']}:{row['dest_svr_port']}"
                     src = f"{row['src_svr_ip']}:{row['src_svr_port']}"
-                    old = f"{row['old_svr_ip']}:{row['old_svr_port']}"
+                    # No old replica: a replica added (rootservice.balancer.replica_adds).
+                    old = f"{row['old_svr_ip']}:{row['old_svr_port']}" if row["old_svr_ip"] else ""
                     plan = topo.plans.get(key)
                     why = self.stale_copy(plan, dest, old)
                     if why or plan is None:
@@ -338,14 +334,20 @@ class CopyTasks:
                 out.add((t.key, t.dest, COPY_FAILED))
             elif r is not None and r.in_service:
                 out.add((t.key, t.dest, COPY_READY))
-            p, v = plans.get(t.key), views.get(t.key)
-            if (
-                p is None
-                or v is None
-                or (v.leader is not None and t.old not in self.ls.members(p, v))
-            ):
+            if self._ended(t, plans.get(t.key), views.get(t.key)):
                 out.add((t.key, t.dest, COPY_REPLACED))
         return frozenset(out)
+
+    def _ended(self, task: CopyTask, plan: LsPlan | None, view: LsView | None) -> bool:
+        """The task is over: its LS is gone, or (with a leader) its old replica left the
+        member list, or, for a replica added where none was replaced (``old`` empty,
+        :mod:`rootservice.balancer.replica_adds`), its destination joined it."""
+        if plan is None or view is None:
+            return True
+        if view.leader is None:
+            return False
+        members = self.ls.members(plan, view)
+        return task.dest in members if not task.old else task.old not in members
 
     def led_again(self) -> frozenset[LsKey]:
         """The log streams whose rows the last :meth:`hand_out` skipped for want of a leader
@@ -400,7 +402,23 @@ class CopyTasks:
             log.info("copy of LS %s to %s cancelled while it was sent: dropping it", key, dest)
             self.drop({dest: [key]})
             return False
-        if new:
+        if new and not task.old:
+            self.events.add_event(
+                Event(
+                    now,
+                    "disaster_recovery",
+                    "add_replica",
+                    (
+                        ("tenant_id", key[0]),
+                        ("ls", f"{key[0]}.{key[1]}"),
+                        ("to", dest),
+                        ("source", src),
+                        ("reason", reason),
+                    ),
+                )
+            )
+            log.warning("LS %d.%d: adding a replica on %s, copied from %s", *key, dest, src)
+        elif new:
             self.events.add_event(
                 Event(
                     now,

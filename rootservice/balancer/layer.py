@@ -16,6 +16,7 @@ from rootservice.balancer.lost_replica_checker import LostReplicaChecker
 from rootservice.balancer.planner import Planner
 from rootservice.balancer.planners import LazySparkPlanner, PandasPlanner, SwitchablePlanner
 from rootservice.balancer.ports import EventSink, Store, Waker, Whitelist
+from rootservice.balancer.replica_adds import ReplicaAdds
 from rootservice.balancer.root_balancer import RootBalancer
 from rootservice.balancer.unit_moves import UnitMoves
 from rootservice.config import RsSettings
@@ -106,6 +107,16 @@ def build_balancer_layer(
         units=units,
         copies=copies,
     )
+    # Log streams short of a replica in a zone of their units (after RECOVER LS / FORCE
+    # DELETE SERVER): copies added through the same hand-out, jobs saying why they wait.
+    adds = ReplicaAdds(
+        servers=servers,
+        ls=tenants.balancer_view,
+        unplaced=lambda: units.unplaced,
+        store=store,
+        events=events,
+        clock=clock,
+    )
     return BalancerLayer(
         planner=planner,
         unit_moves=units,
@@ -121,6 +132,7 @@ def build_balancer_layer(
             copies=copies,
             jobs=jobs,
             replan=replan,
+            adds=adds,
         ),
         # EXPLAIN ALTER SYSTEM DELETE SERVER: the balancer's planner on
         # the servers as DELETE would leave them; reads only, never the round's lock.

@@ -32,6 +32,7 @@ from rootservice.balancer.copy_tasks import CopyTasks
 from rootservice.balancer.job_progress import DeleteJobProgress
 from rootservice.balancer.planner import Planner, PlannerError, server_rows
 from rootservice.balancer.ports import Gate, LsKey, LsLayout, Replanner, Whitelist
+from rootservice.balancer.replica_adds import ReplicaAdds, copy_rows
 from rootservice.balancer.unit_moves import UnitMoves
 from rootservice.db.unit_repo import Unit
 from rootservice.servers.status import AdminStatus, HeartbeatStatus
@@ -61,8 +62,10 @@ class RootBalancer:
         copies: CopyTasks,
         jobs: DeleteJobProgress,
         replan: Replanner | None = None,
+        adds: ReplicaAdds | None = None,
     ) -> None:
-        """Nothing runs until :meth:`run_once`."""
+        """Nothing runs until :meth:`run_once`. ``adds`` finds the log streams short of
+        replicas and records why (None: nothing is added)."""
         self.servers = servers
         self.ls = ls
         self.planner = planner
@@ -71,6 +74,7 @@ class RootBalancer:
         self.copies = copies
         self.jobs = jobs
         self.replan = replan
+        self.adds = adds
         # One round at a time; CANCEL DELETE never takes it.
         self._lock = threading.Lock()
 
@@ -84,6 +88,8 @@ class RootBalancer:
         self.units.clear()
         if self.replan is not None:
             self.replan.clear()
+        if self.adds is not None:
+            self.adds.clear()
 
     def _emptying(self) -> list[str]:
         return [
@@ -115,7 +121,9 @@ class RootBalancer:
                 return actions
             moving = self.units.moving()
             misplaced = self._misplaced_replicas()
-            if not emptying and not moving and not self.copies and not misplaced:
+            short, undecided = self.adds.shortages() if self.adds else ([], set())
+            adding = bool(short) or (self.adds is not None and self.adds.has_open())
+            if not emptying and not moving and not self.copies and not misplaced and not adding:
                 return actions
             servers = server_rows(self.servers)
             stale = {"units": 0, "copies": 0, "finished": 0}
@@ -123,8 +131,17 @@ class RootBalancer:
                 if self._emptying():
                     actions += self.units.apply_unit_plan(self.planner.unit_plan(servers))
                     stale["units"] = self.units.last_stale
-                actions += self.copies.hand_out(self.planner.replica_plan(servers))
+                    if self.adds is not None:
+                        # The units just moved are the add's destinations of this round.
+                        short, undecided = self.adds.shortages()
+                # Only adds to hand out: no plan (a Spark job per round while a log stream
+                # waits for a server would be for nothing).
+                planned = emptying or moving or self.copies or misplaced
+                rows = (self.planner.replica_plan(servers) if planned else []) + copy_rows(short)
+                actions += self.copies.hand_out(rows)
                 stale["copies"] = self.copies.last_stale
+                if self.adds is not None:
+                    self.adds.record(short, undecided)
             except PlannerError as e:
                 # Counted, logged and recorded by the planner; the jobs say it, and the round ends as a handled one (no task-failure traceback).
                 self.jobs.planner_failed(e.cause)

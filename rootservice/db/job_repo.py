@@ -44,8 +44,9 @@ def create_job(
     now_us: int,
     rs_addr: tuple[str, int],
     sql_text: str = "",
+    tenant_id: int | None = None,
 ) -> int:
-    """Insert an INPROGRESS job row; returns its job_id."""
+    """Insert an INPROGRESS job row (of ``tenant_id`` when given); returns its job_id."""
     job_id = next_counter(conn, PARAM_MAX_JOB_ID, now_us)
     ts = us_to_datetime(now_us)
     conn.execute(
@@ -54,6 +55,7 @@ def create_job(
             job_type=job_type,
             job_status="INPROGRESS",
             progress=0,
+            tenant_id=tenant_id,
             svr_ip=ip,
             svr_port=port,
             rs_svr_ip=rs_addr[0],

@@ -122,8 +122,9 @@ class LsReconciler:
 
     def _complete_membership(self, plan: LsPlan, view: LsView) -> int:
         """The last steps of a replica migration (docs/design/migration.md, disaster recovery):
-        once every planned member that is not yet a Paxos member hosts a replica that is in
-        service and whose log is in sync, move leadership off leaving members, make the
+        once every planned member that is not yet a Paxos member (those on servers that are
+        not alive aside: then the others only join) hosts a replica that is in service and
+        whose log is in sync, move leadership off leaving members, make the
         planned members the member list (same term), and drop the leaving replicas on the
         servers that are alive (the rows of dead ones go at the next meta sync). Returns 1
         when it changed something."""
@@ -135,6 +136,16 @@ class LsReconciler:
             return 0
         joining = [m for m in desired if m not in members]
         leaving = [m for m in members if m not in desired]
+        absent = [m for m in joining if not self.health.is_alive(m)]
+        if absent:
+            # A planned member on a server that is not alive (its unit still on a lost
+            # server, no other one having room) must not hold back the replicas added in
+            # the other zones; nobody leaves meanwhile, its zone has no replacement yet.
+            joining = [m for m in joining if m not in absent]
+            if not joining:
+                return 0
+            leaving = []
+            desired = sorted({*members, *joining})
         threshold = self.settings.ls_log_sync_threshold
         for m in joining:
             r = view.replicas.get(m)

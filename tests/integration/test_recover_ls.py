@@ -2,25 +2,31 @@
 tenant of three log streams with three replicas each, two agents (the leader's and one
 follower's) killed. DELETE SERVER is refused naming the LS without a leader; FORCE DELETE of
 the live server is refused; RECOVER LS's DRY RUN lists exactly the three LS with the survivor
-and its log end and changes nothing; RECOVER LS applied with the RS killed at its commit point (the survivor
-holding the call in flight) is finished by the next RS: every LS gets a leader within 30 s of
-its start, none was changed half-way before; a removed agent restarted with its old data
-directory is refused at lease time. Then five replicas of one LS, three lost, two survivors
-whose logs end apart (one stopped fetching): the one with the longer log is chosen, leads, and
-the other follows it.
+and its log end and changes nothing; RECOVER LS applied with the RS killed at its commit point
+(the survivor holding the call in flight): the job is left at its commit point, the next RS
+resumes and finishes it, every LS led by the survivor, and the survivor took no new term
+before the burial's commit. A removed agent restarted with its old data directory is refused
+at lease time. Then five replicas of one LS, three lost, two survivors whose logs end apart
+(one stopped fetching): the one with the longer log is chosen, leads, and the other follows
+it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import re
 import threading
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from obcommon.proto import obrpc_pb2
 from observer_agent.replicas.faults import FAULT_REPLICATION_STOP_FILE
+from rootservice.db.engine import make_engine
 from tests.integration.test_tenants import RS_FLAGS, TenantCluster, replica_report
 from tests.support.cluster import ProcSet, wait_until
 
@@ -30,8 +36,43 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 # SparkSession started inside the RS (test_delete_server.py does the same on PostgreSQL).
 FLAGS = {**RS_FLAGS, "balancer_planner": "local"}
 
+#: A call the survivor holds for the fault file's 8 s is still awaited by the RS.
+SLOW_RPC = {**FLAGS, "rpc_timeout": "10s"}
+
 LS_IDS = (1001, 1002, 1003)
 TENANT = 1002
+#: Bound of the waits on this slow, shared machine (they end on their condition).
+WAIT_S = 120
+RECOVER_JOB = (
+    "SELECT job_status, extra_info FROM __all_rootservice_job WHERE job_type = 'RECOVER_LS'"
+)
+BURY_EVENT = (
+    "SELECT event_time FROM __all_rootservice_event_history WHERE event = 'recover_ls_bury'"
+)
+LEADER_LINE = re.compile(
+    r"^(\S+) INFO agent \S+ observer_agent: replica tenant \d+ ls (\d+): leader at term (\d+)",
+    re.M,
+)
+
+
+def leader_lines(text: str) -> list[tuple[int, int, int]]:
+    """(ls id, term, time in µs since the epoch) of every "leader at term" line of an agent's
+    log."""
+    out = []
+    for m in LEADER_LINE.finditer(text):
+        at = datetime.fromisoformat(m.group(1).replace("Z", "+00:00"))
+        out.append((int(m.group(2)), int(m.group(3)), int(at.timestamp() * 1_000_000)))
+    return out
+
+
+def read_db(db_url: str, query: str) -> list[tuple[Any, ...]]:
+    """``query``'s rows, read straight from the RS's database (no RS needed)."""
+    eng = make_engine(db_url)
+    try:
+        with eng.connect() as conn:
+            return [tuple(r) for r in conn.execute(sa.text(query))]
+    finally:
+        eng.dispose()
 
 
 def snapshot(c: TenantCluster, survivor: str) -> tuple[Any, ...]:
@@ -66,7 +107,7 @@ def leads_alone(server: str) -> bool:
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 def test_recover_ls_after_losing_two_of_three(procs: ProcSet, tmp_path: Path, db_url: str) -> None:
     c = TenantCluster(procs, tmp_path, db_url)
-    c.start_rs(**FLAGS)
+    c.start_rs(**SLOW_RPC)
     a1, a2, a3 = c.bootstrap()
     c.make_tenant(ls_count=3)
     wait_until(lambda: c.leaders_on(a1) == 3, 20, message="3 leaders in primary zone z1")
@@ -101,11 +142,12 @@ def test_recover_ls_after_losing_two_of_three(procs: ProcSet, tmp_path: Path, db
     assert len({r[2] for r in rows}) == 1  # one plan id
     assert snapshot(c, a3) == before
 
-    # Applied, and the RS killed at its commit point: a3 holds every ApplyReplicas 20 s, the
-    # RS is killed once the lost servers are buried (its call to the survivor in flight),
-    # and the next RS finishes the run from the plan in the job row.
+    # Applied, and the RS killed at its commit point: a3 holds every ApplyReplicas 8 s (the
+    # RS waits up to 3 rpc_timeouts, 30 s, for the survivor: a call it sent is applied while
+    # it waits), the RS is killed once the lost servers are buried (its call to the survivor
+    # in flight), and the next RS finishes the run from the plan in the job row.
     hold = c.data_dir(a3) / "FAULT_APPLY_HOLD_MS"
-    hold.write_text("20000")
+    hold.write_text("8000")
     text = f"ALTER SYSTEM RECOVER LS FROM LOST SERVERS '{a1}', '{a2}'"
     runner = threading.Thread(target=lambda: _quietly(c, text), daemon=True)
     runner.start()
@@ -113,23 +155,40 @@ def test_recover_ls_after_losing_two_of_three(procs: ProcSet, tmp_path: Path, db
         lambda: c.ok(
             "SELECT 1 FROM __all_rootservice_event_history WHERE event = 'recover_ls_bury'"
         ),
-        20,
+        WAIT_S,
         message="the lost servers buried",
     )
     assert c.rs is not None
     c.rs.kill()
     hold.unlink()
-    # No LS half-changed meanwhile: a3 (its call held) still follows nobody at the old term.
-    # (Its terms as before the run, not literally 1: a loaded machine may have moved a leader,
-    # and so the term, before the kills.)
-    assert sorted((k, r.role, r.term) for k, r in replica_report(a3).items()) == [
-        (k, role, term) for k, role, term, _, _ in before[0]
-    ]
-    assert all(r.role != obrpc_pb2.LEADER for r in replica_report(a3).values())
     runner.join(timeout=70)
-    c.start_rs(**FLAGS)
-    wait_until(lambda: leads_alone(a3), 30, message="every LS led by the survivor")
-    assert "resumed after an RS failover" in c.rs.log_text()
+    # The killed RS ended nothing: its job waits at the commit point, read from the tables
+    # (what the survivor holds meanwhile is the fault file's doing: not asserted).
+    assert [(st, json.loads(i)["stage"]) for st, i in read_db(db_url, RECOVER_JOB)] == [
+        ("INPROGRESS", "buried")
+    ]
+    c.start_rs(**SLOW_RPC)
+    rs = c.rs
+    # The cause: the next RS resumed the run (its log says so, the job ends below).
+    wait_until(
+        lambda: "resumed after an RS failover" in rs.log_text(),
+        WAIT_S,
+        message="the next RS resumes the run",
+    )
+    wait_until(lambda: leads_alone(a3), WAIT_S, message="every LS led by the survivor")
+    # The order: no member change reached the survivor before the commit point. Every
+    # "leader at a new term" of a3 is logged after the burial's event, written in the
+    # transaction that buries (one host, one clock). An RS that asked the survivor first
+    # would have waited out the hold, and a3 would lead before the burial.
+    [(bury_us,)] = read_db(db_url, BURY_EVENT)
+    old_terms = {k[1]: term for k, _role, term, _, _ in before[0]}
+    promoted = [
+        (ls, term, at)
+        for ls, term, at in leader_lines(c.agents[a3].log_text())
+        if ls in old_terms and term > old_terms[ls]
+    ]
+    assert {ls for ls, _, _ in promoted} == set(LS_IDS), promoted
+    assert all(at > bury_us for _, _, at in promoted), (bury_us, promoted)
     first = replica_report(a3)[(TENANT, 1001)].log_end_index
     wait_until(
         lambda: replica_report(a3)[(TENANT, 1001)].log_end_index > first,

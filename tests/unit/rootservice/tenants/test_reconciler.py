@@ -122,3 +122,27 @@ def test_a_tenant_created_during_a_round_keeps_its_replicas(layer: Layer) -> Non
     layer.reconciler.run_once()
     key = (created[0], 1001)
     assert all(key in layer.agents.replicas.get(s, {}) for s in (A, B, C)), layer.agents.replicas
+
+
+def test_a_copy_added_joins_while_another_zones_unit_server_is_down(layer: Layer) -> None:
+    """A log stream left with one member (RECOVER LS from the servers of z1 and z3): the copy
+    added in z1 joins the member list although z3's unit still sits on a dead server; nobody
+    leaves meanwhile."""
+    tid = make_tenant(layer, ls_count=1)
+    key = (tid, 1001)
+    plan = layer.layout.topology().plans[key]
+    x = next(m for m in plan.members if m in (A, D))
+    term = layer.reports.views()[key].term + 1
+    layer.applier.apply(B, [layer.applier.spec(plan, B, B, term, members=[B])])
+    layer.applier.apply(x, drop=[key])
+    layer.servers.get(C).hb_status = HeartbeatStatus.LEASE_EXPIRED
+    heartbeat(layer, B, x)
+    assert layer.reconciler.run_once() == 0  # nothing in z1 yet: nothing to add
+    view = layer.reports.views()[key]
+    assert view.leader == B and list(view.replicas[B].member_list) == [B]
+    layer.applier.apply(x, [layer.applier.copy_spec(plan, view, x, B)])
+    heartbeat(layer, B, x)
+    layer.reconciler.run_once()
+    assert sorted(layer.agents.replicas[B][key].member_list) == sorted([B, x])
+    changes = [e for e in layer.events.events if e.event == "change_member_list"]
+    assert dict(changes[-1].values)["added"] == x and dict(changes[-1].values)["removed"] == ""
