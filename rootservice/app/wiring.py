@@ -270,6 +270,7 @@ class RsComponents(ABC):
             settings=settings,
             copies=self.copy_replan.copies_left,
             replan_to=self.copy_replan.leave,
+            views=tl.views,
         )
         # Retention of the event and job history (issue 12 item 6).
         self.history_pruner = HistoryPruner(
