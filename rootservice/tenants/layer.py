@@ -263,6 +263,8 @@ def build_lost_servers(
         store=store,
         clock=clock,
         wake=wake,
+        views=tenants.views,
+        view_timeout_us=settings.leader_switch_timeout,
     )
 
 

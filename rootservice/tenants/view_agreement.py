@@ -147,3 +147,35 @@ class ViewAgreement:
             deadline_us=deadline_us,
             code="OB_WAIT_LEADER_SWITCH_TIMEOUT",
         )
+
+    def wait_led(
+        self,
+        keys: Collection[LsKey],
+        avoid: Collection[str],
+        refresh: Collection[str],
+        deadline_us: int,
+        what: str,
+    ) -> None:
+        """Until the view shows each LS of ``keys`` with exactly one LEADER row, on none of
+        ``avoid`` and on the leader the reports name (when they name one). Raises
+        OB_WAIT_LEADER_SWITCH_TIMEOUT naming each LS and the LEADER rows it shows."""
+        gone = set(avoid)
+
+        def wrong(view: ViewLeaders) -> list[str]:
+            now = self.reports.views()
+            out = []
+            for key in sorted(keys):
+                rows = view.get(key, [])
+                lead = now[key].leader if key in now else None
+                if len(rows) == 1 and rows[0] not in gone and lead in (None, rows[0]):
+                    continue
+                out.append(f"{ls_text(key)} led by {', '.join(rows) or 'no server'}")
+            return out
+
+        self.wait(
+            what,
+            wrong,
+            refresh=set(refresh) - gone,
+            deadline_us=deadline_us,
+            code="OB_WAIT_LEADER_SWITCH_TIMEOUT",
+        )

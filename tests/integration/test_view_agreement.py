@@ -111,3 +111,34 @@ def test_answers_wait_for_the_views(procs: ProcSet, tmp_path: Path, db_url: str)
         stmt.join(75)
     assert answers and answers[0].error.name == "OB_CANCELED", answers
     assert not ahead, ahead
+
+
+def test_lost_server_statements_wait_for_the_views(
+    procs: ProcSet, tmp_path: Path, db_url: str
+) -> None:
+    """FORCE DELETE SERVER of the dead leader, then RECOVER LS from the next dead member:
+    right after each OK, every log stream shows one LEADER row, on a live member."""
+    c = TenantCluster(procs, tmp_path, db_url)
+    ahead: list[str] = []
+    c.start_rs(**{**RS_FLAGS, "ls_check_interval": "3s"})
+    a1, a2, a3 = c.bootstrap(3)
+    c.make_tenant(ls_count=2, primary="z1;z3;z2")
+    wait_until(lambda: c.leaders_on(a1) == 2, 60, message="both leaders on a1")
+
+    # FORCE DELETE of a1, the leader, once it is INACTIVE.
+    c.agents[a1].kill()
+    wait_until(lambda: c.statuses()[a1] == "INACTIVE", 20, message="a1 INACTIVE")
+    c.ok(f"ALTER SYSTEM FORCE DELETE SERVER '{a1}'")
+    got = _leaders(c)
+    if not all(len(v) == 1 and v[0] in (a2, a3) for v in got.values()):
+        ahead.append(f"FORCE DELETE {a1}: leaders {got}")
+
+    # a2 dies too: both log streams (members a2, a3) lost their majority; a3 survives.
+    wait_until(lambda: all(len(v) == 1 for v in _leaders(c).values()), 30, message="led")
+    c.agents[a2].kill()
+    wait_until(lambda: c.statuses()[a2] == "INACTIVE", 20, message="a2 INACTIVE")
+    c.ok(f"ALTER SYSTEM RECOVER LS FROM LOST SERVERS '{a2}'")
+    got = _leaders(c)
+    if got != {1001: [a3], 1002: [a3]}:
+        ahead.append(f"RECOVER LS from {a2}: leaders {got}")
+    assert not ahead, ahead
