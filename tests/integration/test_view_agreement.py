@@ -116,7 +116,7 @@ def test_answers_wait_for_the_views(procs: ProcSet, tmp_path: Path, db_url: str)
 def test_lost_server_statements_wait_for_the_views(
     procs: ProcSet, tmp_path: Path, db_url: str
 ) -> None:
-    """FORCE DELETE SERVER of the dead leader, then RECOVER LS from the next dead member:
+    """FORCE DELETE SERVER of the dead leader, then RECOVER LS from the next dead leader:
     right after each OK, every log stream shows one LEADER row, on a live member."""
     c = TenantCluster(procs, tmp_path, db_url)
     ahead: list[str] = []
@@ -133,12 +133,13 @@ def test_lost_server_statements_wait_for_the_views(
     if not all(len(v) == 1 and v[0] in (a2, a3) for v in got.values()):
         ahead.append(f"FORCE DELETE {a1}: leaders {got}")
 
-    # a2 dies too: both log streams (members a2, a3) lost their majority; a3 survives.
-    wait_until(lambda: all(len(v) == 1 for v in _leaders(c).values()), 30, message="led")
-    c.agents[a2].kill()
-    wait_until(lambda: c.statuses()[a2] == "INACTIVE", 20, message="a2 INACTIVE")
-    c.ok(f"ALTER SYSTEM RECOVER LS FROM LOST SERVERS '{a2}'")
+    # a3, the new leader (z3 before z2), dies too: both log streams (members a2, a3) lost
+    # their majority; a2 survives and must be shown leading.
+    wait_until(lambda: c.leaders_on(a3) == 2, 30, message="both leaders on a3")
+    c.agents[a3].kill()
+    wait_until(lambda: c.statuses()[a3] == "INACTIVE", 20, message="a3 INACTIVE")
+    c.ok(f"ALTER SYSTEM RECOVER LS FROM LOST SERVERS '{a3}'")
     got = _leaders(c)
-    if got != {1001: [a3], 1002: [a3]}:
-        ahead.append(f"RECOVER LS from {a2}: leaders {got}")
+    if got != {1001: [a2], 1002: [a2]}:
+        ahead.append(f"RECOVER LS from {a3}: leaders {got}")
     assert not ahead, ahead
