@@ -130,13 +130,21 @@ class ViewAgreement:
         self, key: LsKey, server: str, refresh: Collection[str], deadline_us: int
     ) -> None:
         """Until the view shows ``server`` as the one LEADER of LS ``key`` (or, when the
-        reports say the leader moved on since, that leader: the view then agrees with what
-        is). Raises OB_WAIT_LEADER_SWITCH_TIMEOUT naming the LEADER rows it shows instead."""
+        reports say the leader moved on at a later term than the first round saw, that
+        leader: the view then agrees with what is). Raises OB_WAIT_LEADER_SWITCH_TIMEOUT naming the LEADER rows it shows instead."""
+
+        first_term: list[int] = []
 
         def wrong(view: ViewLeaders) -> list[str]:
             rows = view.get(key, [])
             now = self.reports.views().get(key)
-            if rows == [server] or (now is not None and now.leader and rows == [now.leader]):
+            term = now.term if now is not None else 0
+            first_term[:1] = first_term[:1] or [term]
+            if rows == [server]:
+                return []
+            # Moved on at a later term than the first round saw (the reconciler's choice):
+            # the view agrees with what is, which is all the answer may wait for.
+            if now is not None and now.leader and rows == [now.leader] and term > first_term[0]:
                 return []
             return [f"{ls_text(key)} led by {', '.join(rows) or 'no server'}"]
 
