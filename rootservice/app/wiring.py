@@ -272,6 +272,7 @@ class RsComponents(ABC):
             settings=settings,
             copies=self.copy_replan.copies_left,
             replan_to=self.copy_replan.leave,
+            views=tl.views,
         )
         # Retention of the event and job history.
         self.history_pruner = HistoryPruner(

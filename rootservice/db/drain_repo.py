@@ -97,6 +97,27 @@ def record_progress(
     ).rowcount
 
 
+def end_drain(
+    conn: sa.Connection, ip: str, port: int, now_us: int, status: str, why: str, rs_svr: str
+) -> int:
+    """End the server's DRAINING row with ``status`` (``end_time = now_us``, ``why`` as
+    its blockers), keeping its last counts. Returns rows changed: 0 when it was not
+    DRAINING."""
+    t = all_server_drain
+    return conn.execute(
+        t.update()
+        .where(t.c.svr_ip == ip, t.c.svr_port == port, t.c.status == DRAINING)
+        .values(
+            status=status,
+            end_time=now_us,
+            progress_time=now_us,
+            blockers=why[:4096],
+            rs_svr=rs_svr,
+            gmt_modified=us_to_datetime(now_us),
+        )
+    ).rowcount
+
+
 def load_drains(conn: sa.Connection, status: str | None = None) -> list[DrainRow]:
     """Every row (or those in ``status``), by address."""
     t = all_server_drain

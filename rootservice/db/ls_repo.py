@@ -12,6 +12,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from obcommon.addresses import format_server
 from rootservice.db.tables import (
     all_ls_meta_table,
     all_ls_status,
@@ -176,3 +177,29 @@ def replicas_on_server(conn: sa.Connection, ip: str, port: int) -> int:
     t = all_ls_meta_table
     q = sa.select(sa.func.count()).select_from(t).where(t.c.svr_ip == ip, t.c.svr_port == port)
     return int(conn.execute(q).scalar_one())
+
+
+# The view operators read the replicas' roles from (migration 0003): a statement that says
+# it moved a leader waits on this very view, as OceanBase's ``wait_leader_switch_out_``
+# counts ``role = 'LEADER'`` rows of ``CDB_OB_LS_LOCATIONS``
+# (src/sql/engine/cmd/ob_alter_system_executor.cpp).
+_ls_locations = sa.table(
+    "dba_ob_ls_locations",
+    sa.column("tenant_id"),
+    sa.column("ls_id"),
+    sa.column("svr_ip"),
+    sa.column("svr_port"),
+    sa.column("role"),
+)
+
+
+def view_leaders(conn: sa.Connection) -> dict[tuple[int, int], list[str]]:
+    """What ``DBA_OB_LS_LOCATIONS`` shows as LEADER: (tenant_id, ls_id) -> the 'ip:port' of
+    every row whose ROLE is ``'LEADER'`` (normally one), sorted; an LS with no LEADER row is
+    absent."""
+    v = _ls_locations
+    out: dict[tuple[int, int], list[str]] = {}
+    q = sa.select(v.c.tenant_id, v.c.ls_id, v.c.svr_ip, v.c.svr_port).where(v.c.role == "LEADER")
+    for tenant, ls, ip, port in conn.execute(q):
+        out.setdefault((int(tenant), int(ls)), []).append(format_server(ip, int(port)))
+    return {k: sorted(v) for k, v in out.items()}

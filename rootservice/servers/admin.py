@@ -21,7 +21,7 @@ from obcommon.addresses import format_server, parse_server
 from obcommon.clock import Clock
 from obcommon.errors import ObError
 from rootservice.config import RsSettings
-from rootservice.db import event_repo, job_repo, param_repo, server_repo
+from rootservice.db import drain_repo, event_repo, job_repo, param_repo, server_repo
 from rootservice.ha.store import MetaStore
 from rootservice.servers.agent_client import AgentClient
 from rootservice.servers.events import log_transitions, server_event
@@ -88,6 +88,20 @@ class DeleteCancelListener(Protocol):
         """Drop the replicas half-built for the units that went back (agent RPCs, each
         bounded by ``rpc_timeout``; failures logged, not raised)."""
         ...
+
+
+def _end_drain(store: MetaStore, clock: Clock, conn: sa.Connection, s: ServerStatus) -> None:
+    """START SERVER's end of a drain of ``s``, in the statement's transaction ``conn``: the
+    drain's own thread sees the start only at its next round, but the row operators read
+    (``DBA_OB_SERVER_DRAINS``) must say CANCELED when the statement answers."""
+    if not s.draining:
+        return
+    now = clock.now_us()
+    why = "START SERVER"
+    rs = format_server(*store.rs_addr)
+    if drain_repo.end_drain(conn, s.ip, s.port, now, drain_repo.CANCELED, why, rs):
+        ev = server_event(now, "drain_server_canceled", s, ("blockers", why))
+        event_repo.insert_events(conn, [ev], store.rs_addr)
 
 
 class ServerAdmin:
@@ -478,7 +492,8 @@ class ServerAdmin:
     def start_servers(self, servers: list[str], zone: str | None, reason: str = "") -> None:
         """START SERVER: ``stop_time = 0`` (unchanged if already started); it ends a
         maintenance window early (``maintenance_end_time = 0``, the permanent-offline clock
-        counts from now) and a drain (the drain ends CANCELED). Raises
+        counts from now) and a drain (its ``DBA_OB_SERVER_DRAINS`` row is
+        CANCELED in the statement's own transaction, event ``drain_server_canceled``). Raises
         OB_SERVER_NOT_IN_WHITE_LIST, OB_SERVER_ZONE_NOT_MATCH."""
         with self.store.write_lock:
             targets = [
@@ -495,14 +510,16 @@ class ServerAdmin:
                         s.maintenance_end_time = 0
                         s.maintenance_floor_mono = min(s.maintenance_floor_mono, mono)
 
-                self._write_through(targets, started, "start_server", ("reason", reason))
+                end = functools.partial(_end_drain, self.store, self.clock)
+                self._write_through(targets, started, "start_server", ("reason", reason), also=end)
 
     def end_maintenance(self, key: str) -> bool:
         """The end of ``key``'s maintenance window (the maintenance ticker):
         ``maintenance_end_time = 0`` and, when the server heartbeats, ``stop_time = 0``
         (event ``maintenance_end`` with ``result`` ``started``); otherwise it stays stopped
         and the event says ``agent_down``: from now its downtime counts towards permanent
-        offline. Returns whether it was started. Raises ``ObError`` of the transaction."""
+        offline; a server being drained stays isolated (``draining``). Returns whether it
+        was started. Raises ``ObError`` of the transaction."""
         with self.store.write_lock:
             with self.whitelist.lock:
                 cur = self.whitelist.records.get(key)
@@ -516,6 +533,13 @@ class ServerAdmin:
                 if alive and not s.draining:
                     s.stop_time = 0
 
-            result = "started" if alive else "agent_down: the permanent-offline clock starts"
+            started = alive and not targets[0].draining
+            if started:
+                result = "started"
+            elif alive:
+                # The event must not say "started" while STOP_TIME stays set.
+                result = "draining: stays isolated until the drain ends"
+            else:
+                result = "agent_down: the permanent-offline clock starts"
             self._write_through(targets, ended, "maintenance_end", ("result", result))
-        return alive
+        return started

@@ -272,10 +272,11 @@ class DrainManager:
             drain_repo.CANCELED: "drain_server_canceled",
         }[status]
         with self.store.txn() as conn:
-            drain_repo.record_progress(
+            changed = drain_repo.record_progress(
                 conn, ip, port, now, counts[0], counts[1], blockers, self._rs(), status
             )
-            if s is not None:
+            # 0: START SERVER ended the row (and wrote the event) in its own transaction.
+            if s is not None and changed:
                 ev = server_event(now, name, s, ("blockers", blockers))
                 event_repo.insert_events(conn, [ev], self.store.rs_addr)
                 log_transitions([(ev, status)])

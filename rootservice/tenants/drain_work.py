@@ -19,6 +19,7 @@ from rootservice.tenants.leaders import LeaderCoordinator
 from rootservice.tenants.ports import HeartbeatRequester, ServerDirectory, ZoneDirectory
 from rootservice.tenants.reports import LsView, ReplicaReports, effective_members, in_sync
 from rootservice.tenants.topology import LayoutCache
+from rootservice.tenants.view_agreement import ViewAgreement, leaders_on
 
 
 class DrainWork:
@@ -44,6 +45,7 @@ class DrainWork:
         settings: RsSettings,
         copies: Callable[[str], int],
         replan_to: Callable[[str], list[str]],
+        views: ViewAgreement,
     ) -> None:
         """Wire the collaborators; nothing is read until a call."""
         self.servers = servers
@@ -57,6 +59,7 @@ class DrainWork:
         self.settings = settings
         self.copies = copies
         self.replan_to = replan_to
+        self.views = views
 
     def disrupted(self) -> dict[str, str]:
         """Every whitelisted server the budget cannot count on, with why
@@ -99,7 +102,12 @@ class DrainWork:
         """One drain round: request reports of ``server`` and of the members of the log
         streams it leads, try one leader move for each of them (excluding ``server``), have
         the units moving to it re-planned (``replan_to``; done by the balancer's round),
-        count again. Returns (log streams led from ``server``, copies from or to it)."""
+        count again. Returns (log streams led from ``server``, copies from or to it).
+
+        When the reports show no leader left there, the count is the view's: the LEADER
+        rows ``DBA_OB_LS_LOCATIONS`` shows on ``server`` once the meta table is synced
+        (:class:`rootservice.tenants.view_agreement.ViewAgreement`), so the drain ends only
+        when what operators read agrees. Raises ``ObError`` of that sync."""
         self.replan_to(server)
         led = self.led_from(server)
         topo = self.layout.topology()
@@ -112,7 +120,10 @@ class DrainWork:
             plan = topo.plans.get(key)
             if plan is not None:
                 self.leaders.coordinate(plan, views.get(key, LsView(key)), exclude={server})
-        return len(self.led_from(server)), self.copies(server)
+        led = self.led_from(server)
+        if not led:
+            return len(leaders_on(self.views.leaders([server]), {server})), self.copies(server)
+        return len(led), self.copies(server)
 
     def blockers(self, server: str) -> list[str]:
         """Why each LS still led from ``server`` keeps its leader there, one line per LS
@@ -161,4 +172,9 @@ class DrainWork:
                 if reasons:
                     text += f"; {', '.join(reasons)}"
             out.append(f"{ls_name(key)}: {text}")
+        if not out:
+            out = [
+                f"{row}: DBA_OB_LS_LOCATIONS still shows it LEADER (the meta table lags)"
+                for row in leaders_on(self.views.leaders([server]), {server})
+            ]
         return out + self.replan_to(server)

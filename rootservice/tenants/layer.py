@@ -44,6 +44,7 @@ from rootservice.tenants.reports import ReplicaReports
 from rootservice.tenants.rooms import ServerRooms
 from rootservice.tenants.server_probes import ServerProbes
 from rootservice.tenants.topology import LayoutCache, LayoutVersion
+from rootservice.tenants.view_agreement import ViewAgreement
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,8 @@ class TenantLayer:
     health: HostHealth
     applier: ReplicaApplier
     meta_sync: LsMetaSync
+    #: The wait of the statements that answer "done" for the view (DBA_OB_LS_LOCATIONS).
+    views: ViewAgreement
     leaders: LeaderCoordinator
     reconciler: LsReconciler
     rebuilder: ReplicaRebuilder
@@ -96,6 +99,15 @@ def build_tenant_layer(
     health = HostHealth(servers, zones, clock)
     applier = ReplicaApplier(store, agents, servers, reports, clock.monotonic_us)
     meta_sync = LsMetaSync(term, store, clock, servers, layout, reports, moves)
+    views = ViewAgreement(
+        store=store,
+        meta_sync=meta_sync,
+        heartbeats=heartbeats,
+        health=health,
+        reports=reports,
+        clock=clock,
+        sleep=sleep,
+    )
     ls_warnings = OnceLog()
     pause = SchedulingPause()
     gate = PausableGate(term, pause)
@@ -107,7 +119,7 @@ def build_tenant_layer(
         applier=applier,
         events=events,
         heartbeats=heartbeats,
-        meta_sync=meta_sync,
+        views=views,
         clock=clock,
         settings=settings,
         metrics=metrics,
@@ -197,6 +209,7 @@ def build_tenant_layer(
         health=health,
         applier=applier,
         meta_sync=meta_sync,
+        views=views,
         leaders=leaders,
         reconciler=reconciler,
         rebuilder=rebuilder,
@@ -250,6 +263,8 @@ def build_lost_servers(
         store=store,
         clock=clock,
         wake=wake,
+        views=tenants.views,
+        view_timeout_us=settings.leader_switch_timeout,
     )
 
 

@@ -27,12 +27,12 @@ from rootservice.config import RsSettings
 from rootservice.db.event_repo import Event
 from rootservice.metrics import Metrics
 from rootservice.tenants.host_health import HostHealth
-from rootservice.tenants.meta_sync import LsMetaSync
 from rootservice.tenants.once_log import OnceLog
 from rootservice.tenants.ports import EventSink, HeartbeatRequester, ServerDirectory, Sleep
 from rootservice.tenants.replica_specs import ReplicaApplier
 from rootservice.tenants.reports import LsView, ReplicaReports, effective_members, in_sync
 from rootservice.tenants.topology import LayoutCache, LsPlan
+from rootservice.tenants.view_agreement import ViewAgreement
 from rootservice.tenants.vocabulary import LsKey
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class LeaderCoordinator:
         applier: ReplicaApplier,
         events: EventSink,
         heartbeats: HeartbeatRequester,
-        meta_sync: LsMetaSync,
+        views: ViewAgreement,
         clock: Clock,
         settings: RsSettings,
         metrics: Metrics,
@@ -70,7 +70,7 @@ class LeaderCoordinator:
         self.applier = applier
         self.events = events
         self.heartbeats = heartbeats
-        self.meta_sync = meta_sync
+        self.views = views
         self.clock = clock
         self.settings = settings
         self.metrics = metrics
@@ -125,7 +125,16 @@ class LeaderCoordinator:
         members then follow the new leader. Raises OB_ENTRY_NOT_EXIST (no such LS or the
         server is not a member), OB_OP_NOT_ALLOW (the server cannot lead: stopped, not alive,
         not in service), OB_SERVER_CONNECTION_ERROR / OB_TIMEOUT from the agents; on failure
-        the old leader is reinstated when it is still alive (even stopped)."""
+        the old leader is reinstated when it is still alive (even stopped). Returns once
+        ``DBA_OB_LS_LOCATIONS`` shows the new leader
+        (:meth:`rootservice.tenants.view_agreement.ViewAgreement.wait_leader`, within
+        ``leader_switch_timeout``; OB_WAIT_LEADER_SWITCH_TIMEOUT naming what it shows)."""
+        old = self._switch_checked(key, new_leader, reason)
+        deadline = self.clock.now_us() + self.settings.leader_switch_timeout
+        self.views.wait_leader(key, new_leader, [old] if old else [], deadline)
+
+    def _switch_checked(self, key: LsKey, new_leader: str, reason: str) -> str | None:
+        """:meth:`switch_leader`'s checks and switch; returns the leader it replaced."""
         with self._switch_lock:
             topo = self.layout.topology()
             plan = topo.plans.get(key)
@@ -151,8 +160,9 @@ class LeaderCoordinator:
                     "lease expired recently; see DBA_OB_SERVERS.SUSPECT_END_TIME)",
                 )
             if view.leader == new_leader:
-                return
+                return None
             self._switch(plan, view, new_leader, reason)
+            return view.leader
 
     def switch(self, plan: LsPlan, view: LsView, new_leader: str, reason: str) -> None:
         """:meth:`switch_leader` without its checks, under the switch lock, for callers
@@ -293,9 +303,12 @@ class LeaderCoordinator:
 
     def move_leaders_off(self, servers: Iterable[str]) -> None:
         """After STOP / FORCE STOP / ISOLATE: move every leader off ``servers`` and wait
-        until their ``leader_cnt`` is 0 (fresh reports are requested each round), for up to
-        ``leader_switch_timeout``. Raises OB_WAIT_LEADER_SWITCH_TIMEOUT naming the log streams
-        still led from there (the servers stay stopped; the reconciler keeps moving them)."""
+        until their ``leader_cnt`` is 0 (fresh reports are requested each round), then until
+        ``DBA_OB_LS_LOCATIONS`` shows no LEADER row on them
+        (:meth:`rootservice.tenants.view_agreement.ViewAgreement.wait_leaders_off`), for up
+        to ``leader_switch_timeout`` in all. Raises OB_WAIT_LEADER_SWITCH_TIMEOUT naming the
+        log streams still led from there (the servers stay stopped; the reconciler keeps
+        moving them), and ``ObError`` of the meta table's sync."""
         keys = set(servers)
         deadline = self.clock.now_us() + self.settings.leader_switch_timeout
         stuck: list[LsKey] = []
@@ -308,10 +321,9 @@ class LeaderCoordinator:
             ]
             if all(c <= 0 for c in counts):
                 # Operators look at DBA_OB_LS_LOCATIONS right after the statement returns.
-                try:
-                    self.meta_sync.sync_meta()
-                except ObError as e:
-                    log.warning("__all_ls_meta_table sync after the leader moves failed: %s", e)
+                self.views.wait_leaders_off(
+                    keys, deadline, f"leaders moved off {','.join(sorted(keys))}"
+                )
                 return
             topo = self.layout.topology()
             views = self.reports.views()

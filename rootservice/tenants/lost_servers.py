@@ -29,6 +29,11 @@ fails a run found before its commit point (nothing was changed) and finishes one
 it from the plan in its job row (the member changes are idempotent), so no LS is left with
 some members on the new list and others on the old. DRY RUN stops after stage 1 and writes
 nothing.
+
+Both statements answer once ``DBA_OB_LS_LOCATIONS`` agrees: each LS they changed shows one
+LEADER row, on the leader the reports name and on none of the removed servers
+(:class:`rootservice.tenants.view_agreement.ViewAgreement`); otherwise they fail with
+OB_WAIT_LEADER_SWITCH_TIMEOUT naming the LS (the change itself is done, see the job).
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from rootservice.tenants.member_removal import MemberRemoval, keys_filter
 from rootservice.tenants.pause import ActGate, SchedulingPause
 from rootservice.tenants.recovery_plan import RecoveryPlan, make_plan
 from rootservice.tenants.topology import LayoutCache
+from rootservice.tenants.view_agreement import ViewAgreement
 from rootservice.tenants.vocabulary import LsKey
 
 log = logging.getLogger(__name__)
@@ -88,8 +94,12 @@ class LostServers:
         store: MetaStore,
         clock: Clock,
         wake: Callable[[str], None],
+        views: ViewAgreement,
+        view_timeout_us: int,
     ) -> None:
-        """``wake(name)`` runs a task now (the balancer and the checkers after a burial)."""
+        """``wake(name)`` runs a task now (the balancer and the checkers after a burial);
+        ``views`` is the wait for ``DBA_OB_LS_LOCATIONS`` before the statements answer,
+        bounded by ``view_timeout_us``."""
         self.whitelist = whitelist
         self.burial = burial
         self.removal = removal
@@ -99,6 +109,8 @@ class LostServers:
         self.store = store
         self.clock = clock
         self.wake = wake
+        self.views = views
+        self.view_timeout_us = view_timeout_us
         self._lock = threading.Lock()
         self._checked_epoch = 0
 
@@ -164,7 +176,24 @@ class LostServers:
                     out.failures[step.key] = e
                     log.warning("FORCE DELETE: LS %s keeps %s for now: %s", step.key, keys, e)
         self._wake_all()
+        self._wait_views(out, "force delete server")
         return out
+
+    def _wait_views(self, out: Outcome, what: str) -> None:
+        """The statement answers once ``DBA_OB_LS_LOCATIONS`` shows each LS it changed led
+        by its leader, none by a removed server (:meth:`ViewAgreement.wait_led`, within
+        ``leader_switch_timeout``). Raises OB_WAIT_LEADER_SWITCH_TIMEOUT naming the LS whose
+        rows still disagree: the change itself is done (see the job)."""
+        changed = [s for s in out.plan.steps if s.key not in out.failures]
+        if not changed:
+            return
+        self.views.wait_led(
+            [s.key for s in changed],
+            out.plan.removed,
+            sorted({m for s in changed for m in s.members_after}),
+            self.clock.now_us() + self.view_timeout_us,
+            f"{what} {', '.join(out.plan.removed)} done (job(s) {', '.join(map(str, out.jobs))})",
+        )
 
     def _wake_all(self) -> None:
         for name in ("balancer", "empty_server_checker", "lost_replica_checker", "ls_reconciler"):
@@ -244,6 +273,7 @@ class LostServers:
                 raise
             self._finish(job, plan, self._failure(out.failures))
         self._wake_all()
+        self._wait_views(out, "recover ls from lost servers")
         return out
 
     def _apply(self, plan: RecoveryPlan) -> dict[LsKey, ObError]:

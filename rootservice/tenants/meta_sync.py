@@ -85,9 +85,17 @@ class LsMetaSync:
         """Write the replica rows and space usage that changed since the last sync, in one
         fenced transaction. A server that is not alive keeps its rows, written FOLLOWER and
         stale, as is a deposed leader's report (see the module docstring). Returns the rows written (0 while
-        not in service). Raises ``ObError`` (OB_RS_NOT_MASTER, OB_ERR_SYS) from the store."""
+        not in service). Raises ``ObError`` (OB_RS_NOT_MASTER, OB_ERR_SYS) from the store.
+
+        Runs under the store's write lock: the task and a statement waiting for the view
+        (:mod:`rootservice.tenants.view_agreement`) may sync at once, and two syncs diffing
+        against the same cache would write the same rows twice."""
         if not self.term.may_act():
             return 0
+        with self.store.write_lock:
+            return self._sync_meta()
+
+    def _sync_meta(self) -> int:
         if self._meta is None or self._space is None:
             with self.store.read() as conn:
                 self._meta = ls_repo.load_ls_meta(conn)

@@ -3,11 +3,13 @@
 real-process test of the maintenance statements runs on both; the row and the resumption by a new leader
 are also covered by tests/unit/rootservice/servers/test_drain.py).
 
-One cluster, in order: a healthy drain returns with no leader left on the server and its row
-FINISHED; a second drain that would leave both log streams below their majority is refused
+One cluster, in order: a healthy drain returns with no leader left on the server in
+``DBA_OB_LS_LOCATIONS`` (read right after its OK) and its row FINISHED; a second drain that would leave both log streams below their majority is refused
 naming them; after START SERVER the leaders come back, one member (the preferred new leader)
 is killed and a drain with TIMEOUT 5s fails at its timeout naming exactly the log streams
-that member belongs to, while obadmin's shell printed a progress line every second.
+that member belongs to, while obadmin's shell printed a progress line every second and
+another session saw the DRAINING row's progress rewritten at least three times with the
+same counts.
 
 Then, on PostgreSQL with two RS: the RS leader killed (SIGKILL) mid-drain, the drain
 finished by the new leader.
@@ -17,7 +19,6 @@ from __future__ import annotations
 
 import io
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -52,36 +53,13 @@ def test_drain_progress_budget_and_timeout(procs: ProcSet, tmp_path: Path, db_ur
     c.make_tenant(ls_count=2, primary="z1;z3;z2")
     wait_until(lambda: c.leaders_on(a1) == 2, 30, message="both leaders on a1")
 
-    # 1. A healthy drain: progress rows while it runs (read by another session), no leader
-    #    left when it returns.
-    seen: list[list[object]] = []
-    done = threading.Event()
-
-    def watch() -> None:
-        while not done.is_set():
-            row = _drain_row(c, a1)
-            if row:
-                seen.append([*row, time.monotonic()])
-            done.wait(0.2)
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    try:
-        c.ok(f"ALTER SYSTEM DRAIN SERVER '{a1}' TIMEOUT 30s")
-    finally:
-        done.set()
-        watcher.join()
+    # 1. A healthy drain: no leader left on a1 in DBA_OB_LS_LOCATIONS when it returns (the
+    #    very next read, no waiting: the drain answers once the view agrees).
+    c.ok(f"ALTER SYSTEM DRAIN SERVER '{a1}' TIMEOUT 30s")
     status, leaders, copies, _, blockers = _drain_row(c, a1)
     assert (status, leaders, copies, blockers) == ("FINISHED", 0, 0, "")
     assert c.stop_time(a1) > 0
-    wait_until(lambda: c.leaders_on(a1) == 0, 10, message="DBA_OB_LS_LOCATIONS: none on a1")
-    draining = [r for r in seen if r[0] == "DRAINING"]
-    changes = [
-        r[-1]
-        for a, r in zip([None, *draining], draining, strict=False)
-        if a is None or a[3] != r[3]
-    ]
-    assert all(b - a <= 5.0 for a, b in zip(changes, changes[1:], strict=False)), changes
+    assert c.leaders_on(a1) == 0
 
     # 2. The budget: a1 drained and a2 too would leave a3 alone in both log streams.
     resp = c.sql(f"ALTER SYSTEM DRAIN SERVER '{a2}'")
@@ -93,10 +71,36 @@ def test_drain_progress_budget_and_timeout(procs: ProcSet, tmp_path: Path, db_ur
     # 3. Back to a1; a3 (the preferred new leader) dies; the drain cannot finish.
     c.ok(f"ALTER SYSTEM START SERVER '{a1}'")
     wait_until(lambda: c.leaders_on(a1) == 2, 30, message="leaders back on a1")
+    #    Another session reads the progress row while the drain waits.
     c.agents[a3].kill()
+    seen: list[list[object]] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        for _ in range(1000):
+            if done.is_set():
+                return
+            row = _drain_row(c, a1)
+            if row:
+                seen.append(row)
+            done.wait(0.2)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
     out, err = io.StringIO(), io.StringIO()
     shell = Shell([c.rs_addr], "table", 60, out, err, pki.credentials())
-    assert not shell.run_one(f"ALTER SYSTEM DRAIN SERVER '{a1}' TIMEOUT 5s")
+    try:
+        assert not shell.run_one(f"ALTER SYSTEM DRAIN SERVER '{a1}' TIMEOUT 5s")
+    finally:
+        done.set()
+        watcher.join()
+    # The DRAINING row was seen, its progress rewritten while nothing changed (the counts
+    # stay 2 leaders): the periodic write, not a change of count, moved PROGRESS_TIME.
+    # (-1, -1): the row as the statement wrote it, before the first round counted.
+    draining = [r for r in seen if r[0] == "DRAINING" and r[1] != -1]
+    assert draining, seen
+    assert {(r[1], r[2]) for r in draining} == {(2, 0)}, draining
+    assert len({r[3] for r in draining}) >= 3, draining
     text = err.getvalue()
     assert "OB_WAIT_LEADER_SWITCH_TIMEOUT" in text or "4652" in text, text
     assert "LS 1001 (tenant 1002)" in text and "LS 1002 (tenant 1002)" in text, text
@@ -168,7 +172,8 @@ def test_rs_killed_mid_drain_the_new_leader_finishes_it(ha: HaCluster) -> None:
     agent("z3", a3, run=1)
     wait_until(lambda: row()[0] == "FINISHED", 40, message="drain finished by the new leader")
     assert row() == ("FINISHED", 0, new)
-    wait_until(lambda: leaders_on(a1) == 0, 10, message="no leader on a1")
+    # FINISHED is written once the view agrees: no waiting for it.
+    assert leaders_on(a1) == 0
     stmt.join(75)
     # The old leader's client lost its statement with the process.
     assert answers and answers[0].error.code != 0
@@ -177,7 +182,7 @@ def test_rs_killed_mid_drain_the_new_leader_finishes_it(ha: HaCluster) -> None:
 def test_maintenance_window_holds_the_permanent_offline_clock(
     procs: ProcSet, tmp_path: Path, db_url: str
 ) -> None:
-    """STOP SERVER ... FOR MAINTENANCE 5s with ``server_permanent_offline_time`` 6s and the
+    """STOP SERVER ... FOR MAINTENANCE 5s with ``server_permanent_offline_time`` 4s and the
     agent killed at once: INACTIVE within the window but neither permanently offline nor
     rebuilt there; at the end the event says the agent is down, and only then does the
     permanent-offline clock run (without the window it would have fired inside it)."""
