@@ -107,6 +107,31 @@ def add_server(c: TenantCluster, zone: str) -> str:
     return addr
 
 
+def wait_restored(c: TenantCluster, servers: list[str], past: dict[int, int]) -> None:
+    """Wait until every LS has ``servers`` as members, the followers in service past the
+    ``past`` log ends, three NORMAL replicas in DBA_OB_LS_LOCATIONS and its ADD_REPLICA job
+    SUCCESS."""
+    names = ", ".join(servers)
+    wait_until(
+        lambda: in_sync(servers, past),
+        WAIT_S,
+        message=f"every LS: {names} members, the followers in service past the survivor's log end",
+    )
+    wait_until(
+        lambda: (
+            members_of(c) == {ls: sorted(servers) for ls in LS_IDS}
+            and locations_of(c) == {ls: {(s, "NORMAL") for s in servers} for ls in LS_IDS}
+        ),
+        WAIT_S,
+        message="DBA_OB_LS_LOCATIONS: three NORMAL replicas per LS, three members",
+    )
+    wait_until(
+        lambda: {s for s, _ in add_jobs(c).values()} == {"SUCCESS"},
+        WAIT_S,
+        message="the ADD_REPLICA jobs SUCCESS",
+    )
+
+
 def test_recover_ls_then_new_servers_restore_three_replicas(
     procs: ProcSet, tmp_path: Path, db_url: str
 ) -> None:
@@ -152,24 +177,7 @@ def test_recover_ls_then_new_servers_restore_three_replicas(
     past = {ls: replica_report(a3)[(TENANT, ls)].log_end_index for ls in LS_IDS}
     a4 = add_server(c, "z1")
     a5 = add_server(c, "z2")
-    wait_until(
-        lambda: in_sync([a3, a4, a5], past),
-        WAIT_S,
-        message="every LS: a3, a4 and a5 members, the followers in service past a3's log end",
-    )
-    wait_until(
-        lambda: (
-            members_of(c) == {ls: sorted([a3, a4, a5]) for ls in LS_IDS}
-            and locations_of(c) == {ls: {(s, "NORMAL") for s in (a3, a4, a5)} for ls in LS_IDS}
-        ),
-        WAIT_S,
-        message="DBA_OB_LS_LOCATIONS: three NORMAL replicas per LS, three members",
-    )
-    wait_until(
-        lambda: {s for s, _ in add_jobs(c).values()} == {"SUCCESS"},
-        WAIT_S,
-        message="the ADD_REPLICA jobs SUCCESS",
-    )
+    wait_restored(c, [a3, a4, a5], past)
     wait_until(
         lambda: (
             c.ok("SELECT job_status FROM DBA_OB_ROOTSERVICE_JOBS WHERE job_type = 'DELETE_SERVER'")
@@ -221,24 +229,7 @@ def test_force_delete_then_a_new_server_restores_the_replicas(
     )
     past = {ls: replica_report(a1)[(TENANT, ls)].log_end_index for ls in LS_IDS}
     a4 = add_server(c, "z2")
-    wait_until(
-        lambda: in_sync([a1, a3, a4], past),
-        WAIT_S,
-        message="every LS: a1, a3 and a4 members, the followers in service past a1's log end",
-    )
-    wait_until(
-        lambda: (
-            members_of(c) == {ls: sorted([a1, a3, a4]) for ls in LS_IDS}
-            and locations_of(c) == {ls: {(s, "NORMAL") for s in (a1, a3, a4)} for ls in LS_IDS}
-        ),
-        WAIT_S,
-        message="DBA_OB_LS_LOCATIONS: three NORMAL replicas per LS",
-    )
-    wait_until(
-        lambda: {s for s, _ in add_jobs(c).values()} == {"SUCCESS"},
-        WAIT_S,
-        message="the ADD_REPLICA jobs SUCCESS",
-    )
+    wait_restored(c, [a1, a3, a4], past)
     wait_until(
         lambda: a2 not in c.statuses(),
         WAIT_S,
