@@ -43,7 +43,7 @@ import sqlalchemy as sa
 from obcommon.addresses import parse_server
 from obcommon.clock import Clock
 from obcommon.errors import ObError
-from obcommon.fencing import FenceToken
+from obcommon.fencing import FenceToken, reports_conflict
 from obcommon.ratelimit_log import RateLimitedLog
 from rootservice.db import event_repo, lease_repo, member_repo
 from rootservice.db.engine import db_error_summary, io_deadline, set_local
@@ -377,6 +377,12 @@ class Election:
         if demand is None or epoch == 0:
             return
         reported, server = demand
+        if not reports_conflict(self.term.token(), reported):
+            # Judged against a token this RS has left since: a report that reached the fence
+            # while an earlier re-take ran (the agent's next request, still carrying what it
+            # obeyed). That re-take already put the epoch above it; one report, one raise.
+            log.info("report of %s by %s already answered by a re-take", reported, server)
+            return
         me, holder = self._me()
         started = self.clock.monotonic_us()
         lease = self.lease_time()

@@ -79,6 +79,35 @@ def test_a_conflicting_report_is_refused_and_the_leader_raises_its_epoch(
     assert (resp.rs_epoch, resp.rs_incarnation) == (new.epoch, new.incarnation)
 
 
+def test_a_report_judged_against_the_token_before_a_retake_raises_nothing_more(
+    rs: RootService, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two requests of one agent carry the same conflicting token; the second is judged
+    against the old token while the first's re-take runs. One report, one raise: the
+    second demand is answered by the re-take already made (seen in a real run: 2 -> 3 -> 4)."""
+    own = rs.term.token()
+    other = own.incarnation ^ 0x55
+    reported = FenceToken(own.epoch, other)
+    assert rs.fence.report(A, reported, own)
+    assert rs.election.run_once()
+    raised = rs.term.token()
+    assert raised.epoch == own.epoch + 1
+    # The late one: judged against the token the RS held before the re-take.
+    assert rs.fence.report(A, reported, own) and rs.fence.pending()
+    with caplog.at_level(logging.INFO, logger="rootservice.ha.election"):
+        assert rs.election.run_once()
+    assert rs.term.token() == raised
+    assert (lease(rs).epoch, lease(rs).incarnation) == (raised.epoch, raised.incarnation)
+    assert not rs.fence.pending()
+    assert rs.metrics.counters()["rs_epoch_raised_total"] == 1
+    assert "already answered by a re-take" in caplog.text
+    # A report that does conflict with the raised token still raises it.
+    assert rs.fence.report(A, FenceToken(raised.epoch, raised.incarnation ^ 0x55), raised)
+    assert rs.election.run_once()
+    assert rs.term.epoch == raised.epoch + 1
+    assert rs.metrics.counters()["rs_epoch_raised_total"] == 2
+
+
 def test_take_office_goes_above_every_reported_epoch(
     rs: RootService, caplog: pytest.LogCaptureFixture
 ) -> None:
