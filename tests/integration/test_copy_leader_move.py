@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_cluster import LEASE
 from tests.integration.test_delete_server import job
 from tests.integration.test_tenants import RS_FLAGS, TenantCluster, replica_report
 from tests.support.cluster import ProcSet, rs_cmd, wait_until
+from tests.support.timescale import scaled
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +45,11 @@ def test_a_copy_whose_leader_moved_and_forgot_it_still_completes_the_delete(
     c = tc
     flags = {
         **RS_FLAGS,
-        "lease_time": LEASE,
+        # The new leader must be restarted within its lease, so that its log stream stays
+        # with it: a python agent's start-up takes longer than the suite's 2 s lease on a loaded
+        # machine (the lease expired and the leader moved on), hence a lease the wait factor
+        # scales.
+        "lease_time": f"{max(6000, round(scaled(3000)))}ms",
         "heartbeat_interval": "500ms",
         "allow_short_timings": True,
         "rpc_timeout": "1s",
