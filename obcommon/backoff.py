@@ -133,7 +133,7 @@ def grpc_channel_options(policy: BackoffPolicy) -> list[tuple[str, Any]]:
     also uses it as the minimum time a connection attempt (TCP and TLS handshake) may take,
     and setting it to ``base`` aborted handshakes after ~100 ms on a busy RS, so every agent
     started over and the restart storm fed itself (measured: p50 9.4 s instead of 2 s to come
-    back; the same trap as grpc/grpc issues 12830 and 33423). The caller's own RPC deadline
+    back; the same trap as grpc/grpc#12830 and grpc/grpc#33423). The caller's own RPC deadline
     bounds an attempt instead."""
     base_ms = max(1, policy.base_us // 1000)
     cap_ms = max(base_ms, policy.cap_us // 1000)
