@@ -1,7 +1,7 @@
 """The RootService application: the composition root and the process's life cycle.
 
 ``RootService`` builds every component in dependency order, passing each its collaborators
-(docs/ARCHITECTURE.md), lists the leader's background tasks in one place
+(docs/architecture.md), lists the leader's background tasks in one place
 (:meth:`RootService.leader_tasks`), and runs the process: open the database, start the
 election, shut down. The RS state (docs/design/ha.md#taking-office) lives in the term
 (:class:`rootservice.ha.term.Term`); BOOTSTRAP is :mod:`rootservice.bootstrap`, parameters

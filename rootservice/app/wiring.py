@@ -1,5 +1,5 @@
 """The RS's composition root: every component built in dependency order, each given its
-collaborators at construction (docs/ARCHITECTURE.md section 1). :class:`RsComponents` is
+collaborators at construction (docs/architecture.md section 1). :class:`RsComponents` is
 what :class:`rootservice.app.RootService` is made of; the process's life cycle (open, start,
 shut down, the task lists) is :mod:`rootservice.app`'s.
 """

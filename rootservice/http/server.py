@@ -1,7 +1,7 @@
 """The RS's HTTP(S) server: an aiohttp application on the RS's event loop.
 
 Routes (the contract of the status API, /tmp/brief/contract12.md, is restated in
-docs/ARCHITECTURE.md "The HTTP front end"):
+docs/architecture.md "The HTTP front end"):
 
 - ``GET /healthz``: 200 ``{"status": "ok"}`` while the process lives; no credentials.
 - ``GET /readyz``: 200 when this RS is the leader in FULL_SERVICE with its database reachable,

@@ -2,7 +2,7 @@
 move its leaders off, re-plan the copies to it and wait for those from it, with progress in
 ``__all_server_drain`` (``DBA_OB_SERVER_DRAINS``) and a bounded wait.
 
-The flow (docs/ARCHITECTURE.md, "DRAIN SERVER"):
+The flow (docs/architecture.md, "DRAIN SERVER"):
 
 1. The TIMEOUT is range-checked (:func:`rootservice.servers.maintenance_window.drain_timeout`,
    default 10 min); the server must be whitelisted, not DELETING and not being drained.

@@ -1,4 +1,4 @@
-"""The PostgreSQL HA recipe (README "High availability"), with real processes: a primary and
+"""The PostgreSQL HA recipe (docs/operations/ha.md, "PostgreSQL failover"), with real processes: a primary and
 a streaming standby on loopback (tests/support/pg_ha.py), the RS given both in one libpq
 multi-host URL with ``target_session_attrs=read-write``, an observer agent, and the failover
 an operator (or Patroni) would run: kill -9 of the primary, ``pg_ctl promote`` of the standby.

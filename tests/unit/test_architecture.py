@@ -1,4 +1,4 @@
-"""The layout's rules, checked on the source (docs/ARCHITECTURE.md): no import cycle between
+"""The layout's rules, checked on the source (docs/architecture.md): no import cycle between
 the product's modules, and no layer importing one above it.
 
 Every import counts: module level, inside functions and under ``TYPE_CHECKING``, since a
