@@ -23,7 +23,7 @@ ROOT = Path.cwd() / "demo_data"
 CERTS = ROOT / "certs"
 CA_KEY = CERTS / "ca.key"
 LEASE = "3s"
-DEADLINE_S = 300.0
+DEADLINE_S = 600.0
 PERMANENT_OFFLINE = "8s"
 
 
@@ -211,8 +211,9 @@ class Demo:
         """Poll ``predicate`` every 200 ms until it is true, then print how long ``what`` took.
 
         Exceptions from ``predicate`` count as "not yet" (the RS may still be starting). Gives up
-        after ``timeout_s`` seconds, or when the whole demo passes ``DEADLINE_S`` (300 s) since it
-        started, by raising ``SystemExit``.
+        after ``timeout_s`` seconds, or when the whole demo passes ``DEADLINE_S`` (600 s) since it
+        started, by raising ``SystemExit``. (At 300 s the demo, run by the suite beside other
+        tests on two cores, reached its rebuild step at 273 s and failed there.)
         """
         t0 = time.monotonic()
         deadline = min(t0 + timeout_s, self.started + DEADLINE_S)

@@ -101,8 +101,10 @@ class ReplicaRebuilder:
         self.settings = settings
         self.metrics = metrics
         self.warnings = warnings
-        # (LS, server) -> when its copy was last handed out (monotonic microseconds): not sent again
-        # before the agent's report can show it (within rpc_timeout).
+        # (LS, server) -> that server's report count when its copy was handed out: not sent
+        # again before two reports of that server have come in since (the one in flight may
+        # predate the spec). A time (rpc_timeout) sent the same copy twice on a loaded
+        # machine where the next report took longer than that.
         self._sent: dict[tuple[LsKey, str], int] = {}
         # (LS, server) -> (failed copies in a row, earliest next retry, monotonic microseconds);
         # forgotten once that member's replica is in service.
@@ -126,8 +128,13 @@ class ReplicaRebuilder:
         reports = self.reports.reports()
         # Monotonic: a wall-clock jump must not make a copy look just sent for an hour.
         now = self.clock.monotonic_us()
-        wait = self.settings.rpc_timeout
-        self._sent = {k: t for k, t in self._sent.items() if now - t < wait}
+        # A server that stopped reporting is not alive (its lease lapses): forgotten, and
+        # handed a fresh copy if it comes back.
+        self._sent = {
+            k: seq
+            for k, seq in self._sent.items()
+            if self.health.is_alive(k[1]) and self.reports.report_seq(k[1]) < seq + 2
+        }
         building = {
             server: sum(1 for r in table.values() if not r.in_service)
             for server, table in reports.items()
@@ -166,7 +173,7 @@ class ReplicaRebuilder:
                     continue
                 why = (r.build_error if failed and r else "")[:200]
                 if self._hand_out(key, view, server, src, why):
-                    self._sent[(key, server)] = now
+                    self._sent[(key, server)] = self.reports.report_seq(server)
                     if failed:
                         n = self._failures.get((key, server), (0, 0))[0]
                         delay = min(RETRY_CAP_US, RETRY_BASE_US << min(n, 30))

@@ -80,6 +80,15 @@ class ReplicaReports:
         # Servers whose last report had a replica not in service: only their next report is
         # compared with it (the heartbeat path stays one pass over the replicas otherwise).
         self._building: set[str] = set()
+        # server -> reports received from it since this RS took its term (a counter, not a
+        # time: "has it reported since X" must not depend on how loaded the machine is).
+        self._seq: dict[str, int] = {}
+
+    def report_seq(self, key: str) -> int:
+        """How many reports ``key`` has sent to this RS (0 for none): a task that handed
+        ``key`` something waits for this to grow by 2 (the report in flight when it sent may
+        predate it) before reading its absence from the report as a refusal."""
+        return self._seq.get(key, 0)
 
     def report(self, server: ServerStatus, replicas: Sequence[obrpc_pb2.ReplicaInfo]) -> None:
         """Record the replica report of an accepted heartbeat of ``server`` (called on the
@@ -87,6 +96,7 @@ class ReplicaReports:
         tell ``moves`` of a copy built or a replica dropped by a DELETING server."""
         s = server
         old = self._reports.get(s.key)
+        self._seq[s.key] = self._seq.get(s.key, 0) + 1
         if not replicas:
             s.leader_cnt = 0
             # Keep an empty report (not none) for a server that had replicas: the meta sync
@@ -128,6 +138,7 @@ class ReplicaReports:
         with self._lock:
             self._reports.pop(key, None)
         self._building.discard(key)
+        self._seq.pop(key, None)
 
     def reports(self) -> dict[str, dict[LsKey, obrpc_pb2.ReplicaInfo]]:
         """A shallow copy of the latest reports by server."""
@@ -139,6 +150,7 @@ class ReplicaReports:
         with self._lock:
             self._reports.clear()
         self._building.clear()
+        self._seq.clear()
 
     def views(self) -> dict[LsKey, LsView]:
         """Every LS that the layout names or some server reports, with its current leader.
