@@ -9,9 +9,10 @@ same epoch. :class:`EpochFence` holds what one RS process knows beyond the lease
   (``rs_epoch``, ``rs_incarnation``). One above our own, or of our epoch with another
   incarnation (:func:`obcommon.fencing.reports_conflict`), means our epoch was handed out
   before: :meth:`EpochFence.report` records the demand and the election re-takes the lease
-  row with :func:`choose_epoch` before this RS commands anything (the agents would refuse it
-  anyway: :mod:`observer_agent.fence`). A take-office likewise starts above every epoch
-  reported to this process, standby or leader;
+  row with :func:`choose_epoch` at its next round. A command this RS sends in between is not
+  held back here: the agents that reported the higher token refuse it
+  (:mod:`observer_agent.fence`), so it takes no effect. A take-office likewise starts above
+  every epoch reported to this process, standby or leader;
 - **the metadata server**: the PostgreSQL ``system_identifier`` and the highest timeline
   seen (:mod:`rootservice.db.server_identity`). A server of another system, or of a lower
   timeline (an old primary restarted writable), is refused at connect
