@@ -22,12 +22,12 @@ PYTEST_ARGS ?=
 # first, by size).
 PYTEST_WORKERS ?= 4
 
-.PHONY: setup pg-binaries mysql-clients browser faketime prometheus test demo demo-spark-cluster bench bench-storm bench-mysql bench-spark bench-empty bench-parse chaos soak-lag lint docs dist proto clean
+.PHONY: setup pg-binaries mysql-clients browser faketime prometheus nftables test-partitions test demo demo-spark-cluster bench bench-storm bench-mysql bench-spark bench-empty bench-parse chaos soak-lag lint docs dist proto clean
 
 # The Spark jobs (rootservice/jobs) read PostgreSQL through JDBC with Debian's driver jar.
 PG_JDBC_JAR ?= /usr/share/java/postgresql.jar
 
-setup: $(STAMP) pg-binaries mysql-clients browser faketime prometheus
+setup: $(STAMP) pg-binaries mysql-clients browser faketime prometheus nftables
 	@if [ ! -f $(PG_JDBC_JAR) ]; then \
 	    if [ "$$(id -u)" != 0 ] || ! command -v $(firstword $(APT_GET)) >/dev/null 2>&1; then \
 	        echo "$(PG_JDBC_JAR) (the PostgreSQL JDBC driver of the Spark jobs) not found: install Debian's libpostgresql-jdbc-java, e.g. 'sudo apt-get install libpostgresql-jdbc-java', or run 'make setup' as root." >&2; \
@@ -113,6 +113,22 @@ prometheus:
 	{ $(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends prometheus </dev/null; } || exit 1; \
 	[ -x $(PROMETHEUS) ] && [ -x $(PROMTOOL) ] || { echo "prometheus installed but $(PROMETHEUS) or $(PROMTOOL) is missing" >&2; exit 1; }
 
+# The partition tests (tests/partitions/) give every process its own network namespace and
+# cut links between them with Debian's nftables (`nft`). Installed with apt-get when run as
+# root; without root the tests cannot make namespaces at all and say so.
+NFT ?= /usr/sbin/nft
+nftables:
+	@[ -x $(NFT) ] && exit 0; \
+	if [ "$$(id -u)" != 0 ] || ! command -v $(firstword $(APT_GET)) >/dev/null 2>&1; then \
+	    echo "The partition tests need Debian's nftables (nft) and root: install it, e.g. 'sudo apt-get install nftables', or run 'make setup' as root." >&2; \
+	    exit 0; \
+	fi; \
+	echo "Installing nftables with apt-get (the partition tests)"; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	$(APT_GET) install -y -q --no-install-recommends nftables </dev/null || \
+	{ $(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends nftables </dev/null; } || exit 1; \
+	[ -x $(NFT) ] || { echo "nftables installed but $(NFT) is missing" >&2; exit 1; }
+
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 
@@ -160,6 +176,12 @@ pg-binaries:
 test: setup
 	-env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/pytest -q -p no:cacheprovider --collect-only $(PYTEST_ARGS) > /dev/null
 	env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
+
+# Every network-fault scenario (tests/integration/test_partitions.py: each process on its own
+# host in a network namespace, links cut or made lossy with nftables); `make test` runs a
+# short selection. Needs root. OB_PARTITION_SEED=<n> replays a run's printed seed.
+test-partitions: setup
+	OB_PARTITIONS=all $(VENV)/bin/pytest -q -p no:cacheprovider -s tests/unit/support/test_history.py tests/integration/test_partitions.py
 
 demo: setup
 	$(VENV)/bin/python -m rootservice.demo
