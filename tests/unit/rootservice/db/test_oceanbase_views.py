@@ -448,3 +448,41 @@ def test_cdb_ob_ls_and_dba_ob_tenants_have_oceanbase_columns(rs: RootService) ->
     write(rs, "INSERT INTO __all_sys_parameter (name, value) VALUES ('compatible', '4.3.0.0')")
     t = next(r for r in select(rs, "SELECT * FROM DBA_OB_TENANTS")[1] if r["TENANT_ID"] == tid)
     assert t["COMPATIBLE"] == "4.3.0.0"
+
+
+def test_the_views_read_as_oceanbases_tools_write_their_queries(rs: RootService) -> None:
+    rs.server_reports.run_once()
+    rs.clock.advance(1_000_000)  # after the RS's own events (taking office...)
+    with rs.store.txn() as conn:
+        event_repo.insert_events(
+            conn,
+            [Event(rs.clock.now_us(), "server", "data_disk_error", (("server", A),))],
+            rs.store.rs_addr,
+        )
+    cols, rows = select(
+        rs,
+        "SELECT `TIMESTAMP`, MODULE, EVENT FROM oceanbase.DBA_OB_ROOTSERVICE_EVENT_HISTORY "
+        "ORDER BY `TIMESTAMP` DESC LIMIT 1",
+    )
+    assert cols == ["TIMESTAMP", "MODULE", "EVENT"] and rows[0]["EVENT"] == "data_disk_error"
+    rows = select(
+        rs, "select svr_ip, svr_port, event from dba_ob_server_event_history where svr_port = 3001"
+    )[1]
+    assert [r["event"] for r in rows] == ["data_disk_error"]
+    rows = select(
+        rs,
+        "select zone, count(*) as n, sum(cpu_capacity) as cpu from oceanbase.gv$ob_servers "
+        "group by zone order by zone",
+    )[1]
+    assert [(r["zone"], r["n"], r["cpu"]) for r in rows] == [
+        ("z1", 2, 16.0),
+        ("z2", 1, 8.0),
+        ("z3", 1, 8.0),
+    ]
+    assert select(rs, "SELECT COUNT(*) AS n FROM GV$OB_LOG_STAT WHERE IN_SYNC = 'NO'")[1] == [
+        {"n": 0}
+    ]
+    tables = [r[0] for r in result_rows(sql(rs, "SHOW TABLES LIKE 'GV$%'"))]
+    assert tables == ["GV$OB_SERVERS", "GV$OB_UNITS", "GV$OB_LOG_STAT"]
+    desc = [r[0] for r in result_rows(sql(rs, "DESC V$OB_SERVERS"))]
+    assert desc == GV_OB_SERVERS
