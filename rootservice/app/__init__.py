@@ -36,6 +36,7 @@ from rootservice.servers.drain import DRAIN_RESUME_INTERVAL_US
 from rootservice.servers.history_pruner import PRUNE_INTERVAL_US
 from rootservice.servers.lag_detector import LAG_CHECK_INTERVAL_US
 from rootservice.servers.maintenance import MAINTENANCE_TICK_US
+from rootservice.servers.server_report_sync import INTERVAL_US as REPORT_SYNC_INTERVAL_US
 from rootservice.tasks import FnTask
 from rootservice.tenants.learner_sync import LEARNER_SYNC_INTERVAL_US
 from rootservice.tenants.log_marks import INTERVAL_US as LOG_MARK_INTERVAL_US
@@ -175,6 +176,7 @@ class RootService(RsComponents):
             (self.lost_replica_checker, s.lost_replica_check_interval),
             (self.lost_servers, s.ls_check_interval),
             (tl.log_marks, LOG_MARK_INTERVAL_US),
+            (self.server_reports, REPORT_SYNC_INTERVAL_US),
             (self.history_pruner, PRUNE_INTERVAL_US),
             (self.drains, DRAIN_RESUME_INTERVAL_US),
             (self.maintenance, MAINTENANCE_TICK_US),

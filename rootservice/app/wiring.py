@@ -64,6 +64,7 @@ from rootservice.servers.maintenance import MaintenanceTicker
 from rootservice.servers.persist_queue import PersistQueue
 from rootservice.servers.ports import Background
 from rootservice.servers.self_suspicion import SelfSuspicion
+from rootservice.servers.server_report_sync import ServerReportSync
 from rootservice.servers.whitelist import Whitelist
 from rootservice.servers.zones import ZoneManager
 from rootservice.tenants.drain_work import DrainWork
@@ -198,6 +199,7 @@ class RsComponents(ABC):
         self.whitelist = Whitelist()
         self.zones = ZoneManager(self.clock, self.store, self.whitelist)
         self.persist = PersistQueue(self.store, self.clock, self.whitelist, self.metrics)
+        self.server_reports = ServerReportSync(self.term, self.store, self.clock, self.whitelist)
         self.take_office_grace = TakeOfficeGrace()
         self.identity = ClusterIdentity()
         self.heartbeat_requester = HeartbeatRequester(

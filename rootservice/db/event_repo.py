@@ -11,6 +11,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from rootservice.db import server_event_repo
 from rootservice.db.tables import (
     all_rootservice_event_history,
 )
@@ -30,7 +31,11 @@ class Event:
 
 
 def insert_events(conn: sa.Connection, events: Iterable[Event], rs_addr: tuple[str, int]) -> int:
-    """Append events in one executemany; returns how many."""
+    """Append events in one executemany; returns how many. Those that happened on a server
+    also go to ``__all_server_event_history``
+    (:func:`rootservice.db.server_event_repo.insert_server_events`), in the same
+    transaction."""
+    events = list(events)
     rows = []
     for e in events:
         row: dict[str, Any] = {
@@ -49,6 +54,7 @@ def insert_events(conn: sa.Connection, events: Iterable[Event], rs_addr: tuple[s
         rows.append(row)
     if rows:
         conn.execute(all_rootservice_event_history.insert(), rows)
+        server_event_repo.insert_server_events(conn, events)
     return len(rows)
 
 
@@ -80,8 +86,12 @@ def delete_events_before(conn: sa.Connection, cutoff_us: int, limit: int) -> int
     ``cutoff_us``, oldest ids first; returns how many. A row exactly at ``cutoff_us`` is kept,
     as OceanBase's ``gmt_create < now - ob_event_history_recycle_interval``. One statement
     of a bounded size (``DELETE ... WHERE id IN (SELECT id ... LIMIT n)``, which SQLite and
-    PostgreSQL both accept), so a large backlog is pruned in short transactions."""
+    PostgreSQL both accept), so a large backlog is pruned in short transactions. The same
+    number of ``__all_server_event_history`` rows at most go too (not counted)."""
     t = all_rootservice_event_history
     ids = sa.select(t.c.id).where(t.c.event_time < cutoff_us).order_by(t.c.id).limit(limit)
     r = conn.execute(sa.delete(t).where(t.c.id.in_(ids.scalar_subquery())))
+    # The servers' copies go with them, as many at most (a backlog there is worked off by
+    # the next batches: there are hardly more of them than of the RS's rows).
+    server_event_repo.delete_server_events_before(conn, cutoff_us, limit)
     return int(r.rowcount or 0)

@@ -100,12 +100,15 @@ def _finish(
     return_code: int,
 ) -> int:
     t = all_rootservice_job
+    # result_code is OceanBase's name for the result; return_code stays written for an RS
+    # of the schema before migration 0014 (both are read, result_code first).
     r = conn.execute(
         t.update()
         .where(*where, t.c.job_status == "INPROGRESS")
         .values(
             job_status=status,
             return_code=return_code,
+            result_code=return_code,
             progress=100 if status == "SUCCESS" else t.c.progress,
             gmt_modified=us_to_datetime(now_us),
         )

@@ -88,6 +88,8 @@ META_VALUE_COLUMNS = (
     "required_size",
     "stale",
     "last_report_time",
+    "in_sync",
+    "copy_from",
 )
 
 
@@ -108,10 +110,11 @@ def upsert_ls_meta(
     now_us: int,
 ) -> None:
     """Insert new replica rows and update changed ones (values as :func:`load_ls_meta`; a
-    row without ``stale`` / ``last_report_time`` is written fresh: 0 and 0)."""
+    row without ``stale`` / ``last_report_time`` is written fresh: 0 and 0, one without
+    ``in_sync`` / ``copy_from`` in sync and not being copied: 1 and '')."""
     t = all_ls_meta_table
     ts = us_to_datetime(now_us)
-    fresh = {"stale": 0, "last_report_time": 0}
+    fresh = {"stale": 0, "last_report_time": 0, "in_sync": 1, "copy_from": ""}
     inserts = {k: fresh | v for k, v in inserts.items()}
     updates = {k: fresh | v for k, v in updates.items()}
     if inserts:

@@ -65,6 +65,25 @@ DEFAULT_ORDER = {
     "dba_ob_ls": ("tenant_id", "ls_id"),
     "dba_ob_ls_locations": ("tenant_id", "ls_id", "svr_ip", "svr_port"),
     "dba_ob_rootservice_jobs": ("job_id",),
+    "cdb_ob_ls_locations": ("tenant_id", "ls_id", "svr_ip", "svr_port"),
+    "__all_server_report": ("svr_ip", "svr_port"),
+    "__all_server_event_history": ("id",),
+    "dba_ob_rootservice_event_history": ("timestamp",),
+    "dba_ob_server_event_history": ("timestamp",),
+    "gv$ob_servers": ("svr_ip", "svr_port"),
+    "v$ob_servers": ("svr_ip", "svr_port"),
+    "gv$ob_units": ("unit_id", "svr_ip", "svr_port"),
+    "gv$ob_log_stat": ("tenant_id", "ls_id", "svr_ip", "svr_port"),
+    "dba_ob_server_jobs": ("job_id",),
+    "dba_ob_unit_jobs": ("job_id",),
+    "dba_ob_tenant_jobs": ("job_id",),
+    "cdb_ob_ls": ("tenant_id", "ls_id"),
+    "cdb_ob_ls_replica_tasks": (
+        "tenant_id",
+        "ls_id",
+        "target_replica_svr_ip",
+        "target_replica_svr_port",
+    ),
 }
 
 SCHEMA = "oceanbase"

@@ -79,6 +79,8 @@ all_rootservice_job = sa.Table(
     sa.Column("job_id", sa.BigInteger, primary_key=True, autoincrement=False),
     sa.Column("job_type", sa.String(128), nullable=False),
     sa.Column("job_status", sa.String(128), nullable=False),
+    # OceanBase's name is result_code (migration 0014 adds it, kept equal to return_code by
+    # every writer; return_code stays for readers and writers of the earlier schema).
     sa.Column("return_code", sa.BigInteger, nullable=True),
     sa.Column("progress", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("tenant_id", sa.BigInteger, nullable=True),
@@ -95,6 +97,8 @@ all_rootservice_job = sa.Table(
     sa.Column(
         "gmt_modified", sa.DateTime, nullable=False, server_default=sa.func.current_timestamp()
     ),
+    # Migration 0014: the job's result under OceanBase's name (NULL while it runs).
+    sa.Column("result_code", sa.BigInteger, nullable=True),
 )
 
 all_rootservice_event_history = sa.Table(
@@ -268,6 +272,11 @@ all_ls_meta_table = sa.Table(
     sa.Column("stale", sa.Integer, nullable=False, server_default="0"),
     # Of a stale row: its server's last heartbeat (us since the epoch) before it went stale.
     sa.Column("last_report_time", sa.BigInteger, nullable=False, server_default="0"),
+    # Migration 0014: 1 when the replica's log is within ls_log_sync_threshold of its
+    # leader's (the leader itself, and any replica of a leaderless LS, count as in sync).
+    sa.Column("in_sync", sa.Integer, nullable=False, server_default="1"),
+    # Migration 0014: 'ip:port' the replica is being copied from while it is built, else ''.
+    sa.Column("copy_from", sa.String(64), nullable=False, server_default=""),
 )
 
 all_space_usage = sa.Table(
@@ -313,6 +322,55 @@ all_ls_log_mark = sa.Table(
     *_gmt(),
 )
 
+# --- what the agents report, and the events of the servers (migration 0014) --------
+
+all_server_report = sa.Table(
+    "__all_server_report",
+    metadata,
+    sa.Column("svr_ip", sa.String(46), primary_key=True),
+    sa.Column("svr_port", sa.Integer, primary_key=True, autoincrement=False),
+    # The agent's last report (ObServerResourceInfo): CPU in cores, the rest in bytes.
+    sa.Column("cpu_capacity", sa.Float, nullable=False, server_default="0"),
+    sa.Column("mem_capacity", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("mem_in_use", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("log_disk_capacity", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("log_disk_in_use", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("data_disk_capacity", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("data_disk_in_use", sa.BigInteger, nullable=False, server_default="0"),
+    # NORMAL, or ERROR while the agent reports its data disk broken.
+    sa.Column("data_disk_health_status", sa.String(16), nullable=False, server_default="NORMAL"),
+    # When the RS first saw the ERROR (us since the epoch), 0 while NORMAL.
+    sa.Column("data_disk_abnormal_time", sa.BigInteger, nullable=False, server_default="0"),
+    *_gmt(),
+)
+
+all_server_event_history = sa.Table(
+    "__all_server_event_history",
+    metadata,
+    sa.Column(
+        "id",
+        sa.BigInteger().with_variant(sa.Integer, "sqlite"),
+        primary_key=True,
+        autoincrement=True,
+    ),
+    sa.Column("gmt_create", sa.DateTime, nullable=False),
+    sa.Column("event_time", sa.BigInteger, nullable=False),
+    # The server the event happened on.
+    sa.Column("svr_ip", sa.String(46), nullable=False),
+    sa.Column("svr_port", sa.Integer, nullable=False),
+    sa.Column("module", sa.String(256), nullable=False),
+    sa.Column("event", sa.String(256), nullable=False),
+    *[
+        c
+        for i in range(1, 7)
+        for c in (
+            sa.Column(f"name{i}", sa.String(256), nullable=False, server_default=""),
+            sa.Column(f"value{i}", sa.String(4096), nullable=False, server_default=""),
+        )
+    ],
+    sa.Column("extra_info", sa.String(4096), nullable=False, server_default=""),
+)
+
 # Names of the tables and views operators may SELECT from (lower case).
 SYSTEM_TABLES = tuple(t.name for t in metadata.sorted_tables)
 SYSTEM_VIEWS = (
@@ -329,6 +387,19 @@ SYSTEM_VIEWS = (
     "dba_ob_revoked_certificates",
     "dba_ob_server_tombstones",
     "dba_ob_server_drains",
+    # Migration 0014: OceanBase's views over what the agents report, the event histories,
+    # the jobs by kind, the log streams and the copies in flight.
+    "gv$ob_servers",
+    "v$ob_servers",
+    "gv$ob_units",
+    "gv$ob_log_stat",
+    "dba_ob_rootservice_event_history",
+    "dba_ob_server_event_history",
+    "dba_ob_server_jobs",
+    "dba_ob_unit_jobs",
+    "dba_ob_tenant_jobs",
+    "cdb_ob_ls",
+    "cdb_ob_ls_replica_tasks",
 )
 
 

@@ -1,5 +1,5 @@
-"""The history pruner: the leader deletes ``__all_rootservice_event_history`` rows older than
-``event_history_retention`` and ended ``__all_rootservice_job`` rows older than
+"""The history pruner: the leader deletes ``__all_rootservice_event_history`` rows (and their
+copies in ``__all_server_event_history``) older than ``event_history_retention`` and ended ``__all_rootservice_job`` rows older than
 ``job_history_retention``.
 
 OceanBase's event-history operators do the same for their tables

@@ -98,7 +98,7 @@ def build_tenant_layer(
     reports = ReplicaReports(servers, layout, moves)
     health = HostHealth(servers, zones, clock)
     applier = ReplicaApplier(store, agents, servers, reports, clock.monotonic_us)
-    meta_sync = LsMetaSync(term, store, clock, servers, layout, reports, moves)
+    meta_sync = LsMetaSync(term, store, clock, servers, layout, reports, moves, settings)
     views = ViewAgreement(
         store=store,
         meta_sync=meta_sync,

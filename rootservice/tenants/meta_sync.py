@@ -9,8 +9,12 @@ report of LEADER at a term below its log stream's current term (a deposed leader
 heard of the new term yet) is written FOLLOWER and stale too: OceanBase's
 ``ObLSInfo::find_leader`` (src/share/ls/ob_ls_info.cpp) takes as leader only the LEADER
 replica at the highest ``proposal_id``, and ``ObLSInfo::composite_with`` turns the replicas
-it merges from an older source into followers (``update_to_follower_role``). Sizes are
-bytes; times microseconds since the epoch.
+it merges from an older source into followers (``update_to_follower_role``). Each row also
+says whether the replica's log is within ``ls_log_sync_threshold`` of its leader's
+(``in_sync``, the measure of :func:`rootservice.tenants.reports.in_sync`, shown by
+``GV$OB_LOG_STAT.IN_SYNC``) and, while it is being built, the member it copies from
+(``copy_from``, shown by ``CDB_OB_LS_REPLICA_TASKS``). Sizes are bytes; times microseconds
+since the epoch.
 """
 
 from __future__ import annotations
@@ -20,13 +24,14 @@ from typing import Any
 
 from obcommon.clock import Clock
 from obcommon.proto import obrpc_pb2
+from rootservice.config import RsSettings
 from rootservice.db import ls_repo, space_usage_repo
 from rootservice.db.ls_repo import MetaKey
 from rootservice.db.space_usage_repo import SpaceKey
 from rootservice.ha.store import MetaStore
 from rootservice.ha.term import Term
 from rootservice.tenants.ports import ReplicaMoves, ServerDirectory
-from rootservice.tenants.reports import LsView, ReplicaReports, effective_members
+from rootservice.tenants.reports import LsView, ReplicaReports, effective_members, in_sync
 from rootservice.tenants.topology import LayoutCache, Topology
 from rootservice.tenants.vocabulary import LsKey
 
@@ -48,9 +53,12 @@ class LsMetaSync:
         layout: LayoutCache,
         reports: ReplicaReports,
         moves: ReplicaMoves,
+        settings: RsSettings | None = None,
     ) -> None:
-        """Start with nothing read: the first sync loads both tables."""
+        """Start with nothing read: the first sync loads both tables. ``settings`` gives
+        ``ls_log_sync_threshold`` (read every round; the defaults' without it)."""
         self.moves = moves
+        self.settings = settings or RsSettings()
         self.term = term
         self.store = store
         self.clock = clock
@@ -106,6 +114,7 @@ class LsMetaSync:
         usage: dict[SpaceKey, tuple[int, int]] = {}
         topo = self.layout.topology()
         views = self.reports.views()
+        threshold = self.settings.ls_log_sync_threshold
         for server, table in self.reports.reports().items():
             s = self.servers.get(server)
             # A server that does not heartbeat keeps its rows as they are (but for the
@@ -136,6 +145,8 @@ class LsMetaSync:
                     "required_size": r.required_size,
                     "stale": int(deposed),
                     "last_report_time": s.last_hb_time if deposed else 0,
+                    "in_sync": int(view is None or in_sync(view, server, threshold)),
+                    "copy_from": r.copy_from if not r.in_service else "",
                 }
                 d, u = usage.get((t, s.ip, s.port), (0, 0))
                 usage[(t, s.ip, s.port)] = (d + r.data_size, u + r.required_size)

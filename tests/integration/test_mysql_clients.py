@@ -291,6 +291,17 @@ def test_group_by_join_show_tables_desc_with_pymysql(c: MyCluster) -> None:
         assert "__all_server" in tables and "DBA_OB_SERVERS" in tables
         cur.execute("DESC __all_server")
         assert [r[0] for r in cur.fetchall()][:2] == ["svr_ip", "svr_port"]
+        # OceanBase's GV$ names (a '$' in the name) read over the MySQL protocol.
+        assert {"GV$OB_SERVERS", "V$OB_SERVERS", "GV$OB_LOG_STAT"} <= set(tables)
+
+        def servers() -> set[tuple[str, int, str]]:
+            cur.execute(
+                "SELECT SVR_IP, SVR_PORT, DATA_DISK_HEALTH_STATUS FROM oceanbase.GV$OB_SERVERS"
+            )
+            return {(ip, int(port), health) for ip, port, health in cur.fetchall()}
+
+        wait_until(lambda: len(servers()) >= 2, 15, message="GV$OB_SERVERS over PyMySQL")
+        assert {health for *_, health in servers()} == {"NORMAL"}
 
 
 def test_group_by_join_show_tables_desc_with_mariadb_cli(c: MyCluster) -> None:

@@ -145,6 +145,41 @@ def test_tenant_replicas_stop_moves_leaders_disk_error_and_delete_room(tc: Tenan
     lead = replica_report(a1)[(1002, 1001)]
     assert lead.role == obrpc_pb2.LEADER and lead.data_checksum == first.data_checksum
 
+    # OceanBase's views of the live cluster: GV$OB_SERVERS has what each agent reports (a4's
+    # memory limit is its capacity; the units' configs are what is assigned), GV$OB_LOG_STAT
+    # one row per replica, the followers in sync with their leader.
+    def servers_view() -> dict[str, tuple[int, float, str]]:
+        return {
+            f"{ip}:{port}": (mem, cpu, health)
+            for ip, port, mem, cpu, health in c.ok(
+                "SELECT SVR_IP, SVR_PORT, MEM_CAPACITY, CPU_ASSIGNED_MAX, "
+                "DATA_DISK_HEALTH_STATUS FROM GV$OB_SERVERS"
+            )
+        }
+
+    wait_until(lambda: len(servers_view()) == 4, 15, message="GV$OB_SERVERS lists 4 servers")
+    assert servers_view()[a4] == (1 << 30, 0, "NORMAL")
+    assert servers_view()[a1][1:] == (1.0, "NORMAL")
+
+    def log_stat() -> list[tuple[int, str, str, str]]:
+        return [
+            (ls, f"{ip}:{port}", role, in_sync)
+            for ls, ip, port, role, in_sync in c.ok(
+                "SELECT LS_ID, SVR_IP, SVR_PORT, ROLE, IN_SYNC FROM GV$OB_LOG_STAT "
+                "WHERE TENANT_ID = 1002 ORDER BY LS_ID, SVR_PORT"
+            )
+        ]
+
+    wait_until(
+        lambda: len(log_stat()) == 6 and {r[3] for r in log_stat()} == {"YES"},
+        15,
+        message="GV$OB_LOG_STAT: 6 replicas in sync",
+    )
+    assert {(ls, s) for ls, s, role, _ in log_stat() if role == "LEADER"} == {
+        (1001, a1),
+        (1002, a1),
+    }
+
     # STOP SERVER returns once leader_cnt is 0: no LEADER row left on a1 right away.
     c.ok(f"ALTER SYSTEM STOP SERVER '{a1}'")
     assert c.leaders_on(a1) == 0
@@ -156,9 +191,15 @@ def test_tenant_replicas_stop_moves_leaders_disk_error_and_delete_room(tc: Tenan
     # A data-disk error on a1 runs STOP SERVER with its checks: leaders move away.
     (c.data_dir(a1) / "FAULT_DATA_DISK_ERROR").touch()
     wait_until(lambda: c.stop_time(a1) > 0, 20, message="a1 stopped for its disk error")
+    wait_until(
+        lambda: servers_view()[a1][2] == "ERROR", 20, message="GV$OB_SERVERS: a1's disk ERROR"
+    )
     wait_until(lambda: c.leaders_on(a1) == 0, 20, message="leaders off the failed disk")
     (c.data_dir(a1) / "FAULT_DATA_DISK_ERROR").unlink()
     wait_until(lambda: c.stop_time(a1) == 0, 20, message="a1 started after recovery")
+    wait_until(
+        lambda: servers_view()[a1][2] == "NORMAL", 20, message="GV$OB_SERVERS: a1's disk back"
+    )
     wait_until(lambda: c.leaders_on(a1) == 2, 20, message="leaders back after recovery")
 
     # DELETE SERVER: a1's unit does not fit on a4 (1G), a2's zone has no other server.

@@ -222,6 +222,8 @@ def test_show_tables_databases_columns_desc(rs: RootService) -> None:
         ("DBA_OB_SERVERS", "VIEW"),
         ("DBA_OB_SERVER_TOMBSTONES", "VIEW"),
         ("DBA_OB_SERVER_DRAINS", "VIEW"),
+        ("DBA_OB_SERVER_EVENT_HISTORY", "VIEW"),
+        ("DBA_OB_SERVER_JOBS", "VIEW"),
     ]
     assert q(rs, "SHOW DATABASES").rows == [("information_schema",), ("oceanbase",)]
     desc = q(rs, "DESC __all_zone")

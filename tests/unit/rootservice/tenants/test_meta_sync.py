@@ -41,7 +41,13 @@ def test_reports_fill_ls_meta_table_leader_cnt_and_space_usage(rs: RootService) 
     locs = [{k.upper(): v for k, v in r.items()} for r in locs]
     assert len(locs) == 6
     assert {r["ROLE"] for r in locs if f"{r['SVR_IP']}:{r['SVR_PORT']}" == leader} == {"LEADER"}
-    assert all(r["REPLICA_TYPE"] == "FULL" and r["PAXOS_REPLICA_NUMBER"] == 3 for r in locs)
+    assert all(r["REPLICA_TYPE"] == "FULL" for r in locs)
+    # OceanBase shows the replica number and the member list on the leader's row only.
+    assert {(r["ROLE"], r["PAXOS_REPLICA_NUMBER"]) for r in locs} == {
+        ("LEADER", 3),
+        ("FOLLOWER", None),
+    }
+    assert {r["LEARNER_LIST"] for r in locs if r["ROLE"] == "FOLLOWER"} == {""}
     usage = rows(rs, "SELECT * FROM __all_space_usage")
     assert len(usage) == 3 and all(u["data_size"] == 2 << 20 for u in usage)
     # A replica dropped by its server disappears from the table at the next sync.

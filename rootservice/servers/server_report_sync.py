@@ -1,0 +1,101 @@
+"""The ``server_report_sync`` task: mirror what the agents report of their node (CPU, memory,
+log and data disk capacities and use, data-disk health) into ``__all_server_report``, the
+table under ``GV$OB_SERVERS`` (migration 0014).
+
+OceanBase's ``GV$OB_SERVERS`` reads ``__all_virtual_server``, which each observer answers
+for itself (src/observer/virtual_table/ob_all_virtual_server.cpp): a server that is down
+has no row. Here the RS leader holds the reports, so it writes one row per server whose
+lease is alive and deletes the row of a server whose lease expired or that left the
+whitelist. ``data_disk_abnormal_time`` is when the RS first saw the agent report its data
+disk broken (kept while it stays broken, also across a change of RS leader, which reads
+it back), 0 once it is healthy. Only rows whose values changed are written, in one fenced
+transaction per round. Sizes are bytes, CPU cores, times microseconds since the epoch.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from obcommon.clock import Clock
+from rootservice.db import server_report_repo
+from rootservice.db.server_report_repo import ServerKey
+from rootservice.ha.store import MetaStore
+from rootservice.ha.term import Term
+from rootservice.servers.status import ReportStatus, ServerStatus
+
+#: How often the leader writes the reports, in microseconds: GV$OB_SERVERS lags the
+#: agents' reports by at most this (plus a heartbeat).
+INTERVAL_US = 2_000_000
+
+HEALTHY, BROKEN = "NORMAL", "ERROR"
+
+
+class Servers(Protocol):
+    """The whitelist (:class:`rootservice.servers.whitelist.Whitelist`)."""
+
+    def snapshot(self) -> list[ServerStatus]:
+        """Copies of every record."""
+        ...
+
+
+def report_row(s: ServerStatus, old: dict[str, Any] | None, now_us: int) -> dict[str, Any]:
+    """The ``__all_server_report`` values of server ``s`` at ``now_us``, given its row
+    ``old`` (None when it has none): the agent's last resources, ``ERROR`` while the agent
+    reports a data-disk error (since ``old``'s abnormal time when it was already ERROR, else
+    since now), else ``NORMAL`` with abnormal time 0."""
+    r = s.resource_info
+    broken = s.server_report_status is ReportStatus.DATA_DISK_ERROR
+    since = 0
+    if broken:
+        kept = old is not None and old["data_disk_health_status"] == BROKEN
+        since = int(old["data_disk_abnormal_time"]) if kept and old is not None else 0
+        since = since or now_us
+    return {
+        "cpu_capacity": float(r.cpu_total),
+        "mem_capacity": int(r.mem_total),
+        "mem_in_use": int(r.mem_in_use),
+        "log_disk_capacity": int(r.log_disk_total),
+        "log_disk_in_use": int(r.log_disk_in_use),
+        "data_disk_capacity": int(r.data_disk_total),
+        "data_disk_in_use": int(r.data_disk_in_use),
+        "data_disk_health_status": BROKEN if broken else HEALTHY,
+        "data_disk_abnormal_time": since,
+    }
+
+
+class ServerReportSync:
+    """``run_once()`` -> rows written or deleted (see the module docstring). ``servers`` is
+    the whitelist; writes go through ``store``'s fenced transaction, and nothing happens
+    while ``term.may_act()`` is False."""
+
+    name = "server_report_sync"
+
+    def __init__(self, term: Term, store: MetaStore, clock: Clock, servers: Servers) -> None:
+        """Nothing is read before the first round; each round reads the table afresh (a
+        previous leader may have written it)."""
+        self.term = term
+        self.store = store
+        self.clock = clock
+        self.servers = servers
+
+    def run_once(self) -> int:
+        """One round: the rows of the alive servers that differ from the table, and the
+        deletion of the others' rows. Raises ``ObError`` (OB_RS_NOT_MASTER, OB_ERR_SYS) from
+        the store."""
+        if not self.term.may_act():
+            return 0
+        with self.store.read() as conn:
+            have = server_report_repo.load_reports(conn)
+        now = self.clock.now_us()
+        want: dict[ServerKey, dict[str, Any]] = {}
+        for s in self.servers.snapshot():
+            if s.is_alive():
+                key = (s.ip, s.port)
+                want[key] = report_row(s, have.get(key), now)
+        upserts = {k: v for k, v in want.items() if have.get(k) != v}
+        deletes = [k for k in have if k not in want]
+        if not upserts and not deletes:
+            return 0
+        with self.store.txn() as conn:
+            server_report_repo.put_reports(conn, upserts, deletes, now, set(have))
+        return len(upserts) + len(deletes)
