@@ -51,8 +51,6 @@ def primary_region_stopped(
     tenants with a unit on a stopped server; ``stopped_zones``: the INACTIVE zones and the
     zones of stopped servers (``zone`` itself is added here); ``regions``: zone -> region;
     ``read_write``: the ReadWrite zones."""
-    if not stopped_tenants:
-        return None
     stopped = set(stopped_zones) | {zone}
     for tenant_id in sorted(zone_tenants & stopped_tenants):
         t = tenants.get(tenant_id)

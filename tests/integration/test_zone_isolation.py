@@ -8,8 +8,14 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from obcommon.proto import obrpc_pb2
 from rootservice.db.engine import make_engine
-from tests.integration.test_tenants import RS_FLAGS, TenantCluster, tc  # noqa: F401
+from tests.integration.test_tenants import (  # noqa: F401
+    RS_FLAGS,
+    TenantCluster,
+    replica_report,
+    tc,
+)
 from tests.support.cluster import wait_until
 
 INSPECT = "ALTER SYSTEM RUN JOB 'ROOT_INSPECTION'"
@@ -40,6 +46,9 @@ def test_isolate_zone_moves_leaders_and_root_inspection_finds_a_planted_row(
 
     # ISOLATE ZONE: answered once no leader is left in z1 (the leaders went to z2 / z3).
     c.ok("ALTER SYSTEM ISOLATE ZONE 'z1'")
+    # The agent itself says so at the answer (no wait): it leads nothing.
+    roles = {k: r.role for k, r in replica_report(a1).items()}
+    assert sorted(roles.values()) == [obrpc_pb2.FOLLOWER, obrpc_pb2.FOLLOWER]
     assert c.ok("SELECT status FROM DBA_OB_ZONES WHERE zone = 'z1'") == [["INACTIVE"]]
     wait_until(lambda: c.leaders_on(a1) == 0, 20, message="DBA_OB_LS_LOCATIONS: no leader in z1")
     # The zone's server keeps serving: ACTIVE, not stopped, a follower of both log streams.
