@@ -14,7 +14,7 @@ from typing import Any, Literal
 ServerOpKind = Literal[
     "ADD", "DELETE", "CANCEL_DELETE", "START", "STOP", "FORCE_STOP", "FORCE_DELETE", "ISOLATE"
 ]
-ZoneOpKind = Literal["ADD", "START", "STOP", "FORCE_STOP", "DELETE", "ALTER"]
+ZoneOpKind = Literal["ADD", "START", "STOP", "FORCE_STOP", "DELETE", "ALTER", "ISOLATE"]
 
 
 @dataclass(frozen=True)
@@ -73,9 +73,27 @@ class ReloadServer:
 
 
 @dataclass(frozen=True)
+class ReloadZone:
+    """ALTER SYSTEM RELOAD ZONE"""
+
+
+@dataclass(frozen=True)
+class ReloadUnit:
+    """ALTER SYSTEM RELOAD UNIT"""
+
+
+@dataclass(frozen=True)
+class RunJob:
+    """ALTER SYSTEM RUN JOB 'name'; ``job`` as written."""
+
+    job: str
+
+
+@dataclass(frozen=True)
 class ZoneOp:
-    """ALTER SYSTEM {ADD|START|STOP|FORCE STOP|DELETE} ZONE 'z' [IDC [=] 'i'] [, REGION [=] 'r'];
-    ``op`` ALTER for ALTER SYSTEM {ALTER|CHANGE|MODIFY} ZONE 'z' [SET] IDC / REGION."""
+    """ALTER SYSTEM {ADD|START|STOP|FORCE STOP|DELETE|ISOLATE} ZONE 'z' [IDC [=] 'i']
+    [,] [REGION [=] 'r'] [,] [ZONE_TYPE [=] 't'] (options in any order); ``op`` ALTER for
+    ALTER SYSTEM {ALTER|CHANGE|MODIFY} ZONE 'z' [SET] IDC / REGION / ZONE_TYPE."""
 
     op: ZoneOpKind
     zone: str
@@ -83,6 +101,10 @@ class ZoneOp:
     region: str | None = None
     #: ``FOR MAINTENANCE d`` as written, None without it.
     maintenance: str | None = None
+    #: ``ZONE_TYPE`` as written, None without it.
+    zone_type: str | None = None
+    #: The first option given twice (``idc`` / ``region`` / ``zone_type``), None if none.
+    repeated: str | None = None
 
 
 @dataclass(frozen=True)
@@ -332,6 +354,9 @@ Statement = (
     | DrainServer
     | ExplainDeleteServer
     | ReloadServer
+    | ReloadZone
+    | ReloadUnit
+    | RunJob
     | ZoneOp
     | SetParameters
     | ShowParameters

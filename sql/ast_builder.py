@@ -161,10 +161,22 @@ class ToAst(Transformer[Token, Any]):
     def reload_server(self) -> ast.ReloadServer:
         return ast.ReloadServer()
 
+    def reload_zone(self) -> ast.ReloadZone:
+        return ast.ReloadZone()
+
+    def reload_unit(self) -> ast.ReloadUnit:
+        return ast.ReloadUnit()
+
+    def run_job(self, name: str) -> ast.RunJob:
+        return ast.RunJob(job=name)
+
     def zone_op(self, op: ast.ZoneOpKind, zone: str, *rest: Any) -> ast.ZoneOp:
         found: dict[str, str] = {}
+        repeated: str | None = None
         for attrs in rest:
             for a in (attrs,) if isinstance(attrs, _Attr) else attrs:
+                if a.key in found and repeated is None:
+                    repeated = a.key
                 found[a.key] = a.value
         return ast.ZoneOp(
             op=op,
@@ -172,10 +184,15 @@ class ToAst(Transformer[Token, Any]):
             idc=found.get("idc"),
             region=found.get("region"),
             maintenance=found.get("maintenance"),
+            zone_type=found.get("zone_type"),
+            repeated=repeated,
         )
 
     def alter_zone(self, zone: str, attrs: Any) -> ast.ZoneOp:
         return self.zone_op("ALTER", zone, attrs)
+
+    def zone_attrs(self, *attrs: _Attr) -> tuple[_Attr, ...]:
+        return attrs
 
     def idc_attr(self, value: str) -> _Attr:
         return _Attr("idc", value)
@@ -183,10 +200,8 @@ class ToAst(Transformer[Token, Any]):
     def region_attr(self, value: str) -> _Attr:
         return _Attr("region", value)
 
-    def idc_region(self, first: _Attr, second: _Attr) -> tuple[_Attr, _Attr]:
-        return (first, second)
-
-    region_idc = idc_region
+    def zone_type_attr(self, value: str) -> _Attr:
+        return _Attr("zone_type", value)
 
     def set_parameters(self, *items: tuple[str, str | int | float]) -> ast.SetParameters:
         return ast.SetParameters(items=tuple(items))

@@ -23,6 +23,7 @@ from rootservice.db import query_repo
 from rootservice.parameters import sql_like
 from rootservice.servers.maintenance_window import maintenance_duration
 from rootservice.tenants.ddl_requests import NewPool, NewTenant, NewUnitConfig
+from rootservice.tenants.layout_diff import reload_layout
 from rootservice.tenants.recovery_plan import COLUMNS as RECOVER_COLUMNS
 from rootservice.tenants.recovery_plan import TYPES as RECOVER_TYPES
 from rootservice.tenants.recovery_plan import plan_rows
@@ -164,20 +165,61 @@ def _reload(rs: RootService, st: ast.ReloadServer) -> Result:
     return Result()
 
 
+def _reload_zone(rs: RootService, st: ast.ReloadZone) -> Result:
+    # ObRootService::admin_reload_zone: the zone manager re-read from __all_zone.
+    changes = rs.zones.reload()
+    return Result(info=f"{len(changes)} zone change(s)" + "".join(f"; {c}" for c in changes))
+
+
+def _reload_unit(rs: RootService, st: ast.ReloadUnit) -> Result:
+    # ObRootService::admin_reload_unit: the units and log-stream layout re-read from the tables.
+    changes = reload_layout(rs.tenant_layer.layout)
+    return Result(info=f"{len(changes)} unit change(s)" + "".join(f"; {c}" for c in changes))
+
+
+def _run_job(rs: RootService, st: ast.RunJob) -> Result:
+    if st.job.upper() != "ROOT_INSPECTION":
+        raise ObError(
+            "OB_NOT_SUPPORTED", f"RUN JOB '{st.job}'", detail="the only job is ROOT_INSPECTION"
+        )
+    out = rs.root_inspection.run()
+    return Result(
+        columns=["NAME", "INFO"],
+        rows=list(out.rows),
+        types=["VARCHAR", "VARCHAR"],
+        is_result_set=True,
+        info=f"ROOT_INSPECTION job {out.job_id}: {len(out.findings)} difference(s)",
+    )
+
+
 def _zone_op(rs: RootService, st: ast.ZoneOp) -> Result:
     # The rules of each statement are OceanBase's (docs/ZONES.md); STOP ZONE goes through the
     # server statements, which check the zone's servers as STOP SERVER does.
     zones = rs.zones
+    if st.repeated is not None:
+        # ObAdminZoneResolver's refusal of an option given twice.
+        raise ObError("OB_NOT_SUPPORTED", f"multiple {st.repeated} option")
     if st.maintenance is not None and st.op != "STOP" and st.op != "FORCE_STOP":
         raise ObError("OB_NOT_SUPPORTED", f"{st.op} ZONE ... FOR MAINTENANCE (only STOP)")
-    if st.op not in ("ADD", "ALTER") and (st.idc is not None or st.region is not None):
+    if st.op not in ("ADD", "ALTER") and (
+        st.idc is not None or st.region is not None or st.zone_type is not None
+    ):
         raise ObError(
-            "OB_INVALID_ARGUMENT", "IDC / REGION", detail="they are only accepted by ADD ZONE"
+            "OB_INVALID_ARGUMENT",
+            "IDC / REGION / ZONE_TYPE",
+            detail="they are only accepted by ADD and ALTER ZONE",
         )
     if st.op == "ADD":
-        zones.add_zone(st.zone, st.region, st.idc)
+        zones.add_zone(st.zone, st.region, st.idc, st.zone_type)
     elif st.op == "ALTER":
-        zones.alter_zone(st.zone, st.region, st.idc)
+        zones.alter_zone(st.zone, st.region, st.idc, st.zone_type)
+    elif st.op == "ISOLATE":
+        servers = rs.zone_isolation.isolate_zone(st.zone)
+        return Result(
+            affected_rows=1,
+            info=f"leaders moved off {len(servers)} server(s); they keep their replicas as "
+            "followers until START ZONE",
+        )
     elif st.op == "START":
         zones.start_zone(st.zone)
     elif st.op in ("STOP", "FORCE_STOP"):
@@ -367,6 +409,9 @@ EXECUTORS: dict[type, Callable[[RootService, Any], Result]] = {
     ast.DrainServer: _drain_server,
     ast.ExplainDeleteServer: _explain_delete,
     ast.ReloadServer: _reload,
+    ast.ReloadZone: _reload_zone,
+    ast.ReloadUnit: _reload_unit,
+    ast.RunJob: _run_job,
     ast.ZoneOp: _zone_op,
     ast.SetParameters: _set,
     ast.ShowParameters: _show_parameters,

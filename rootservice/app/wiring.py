@@ -46,6 +46,7 @@ from rootservice.metrics import (
 )
 from rootservice.office import Office
 from rootservice.parameters import Parameters
+from rootservice.root_inspection import RootInspection
 from rootservice.servers.admin import ServerAdmin
 from rootservice.servers.agent_client import AgentClient
 from rootservice.servers.check_all_server import CheckAllServerTask
@@ -66,6 +67,7 @@ from rootservice.servers.ports import Background
 from rootservice.servers.self_suspicion import SelfSuspicion
 from rootservice.servers.server_report_sync import ServerReportSync
 from rootservice.servers.whitelist import Whitelist
+from rootservice.servers.zone_isolation import ZoneIsolation
 from rootservice.servers.zones import ZoneManager
 from rootservice.tenants.drain_work import DrainWork
 from rootservice.tenants.layer import (
@@ -298,6 +300,17 @@ class RsComponents(ABC):
             wake=self.timers.wake,
             background=self.background,
             budget=self.drain_work,
+        )
+        self.zone_isolation = ZoneIsolation(
+            self.zones, self.whitelist, tl.pre_checks, tl.leaders, self.drain_work
+        )
+        self.root_inspection = RootInspection(
+            store=self.store,
+            clock=self.clock,
+            whitelist=self.whitelist,
+            pending=self.persist,
+            zones=self.zones,
+            layout=tl.layout,
         )
         # DRAIN SERVER and the maintenance windows.
         self.drains = DrainManager(

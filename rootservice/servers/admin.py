@@ -28,6 +28,7 @@ from rootservice.servers.events import log_transitions, server_event
 from rootservice.servers.ports import Background, HeartbeatRequests, Wake
 from rootservice.servers.status import (
     AdminStatus,
+    ReportStatus,
     ServerStatus,
     StopMode,
     check_zone_name,
@@ -88,6 +89,16 @@ class DeleteCancelListener(Protocol):
         """Drop the replicas half-built for the units that went back (agent RPCs, each
         bounded by ``rpc_timeout``; failures logged, not raised)."""
         ...
+
+
+def disk_error_message(key: str) -> str:
+    """START SERVER's refusal of a server with a disk error: OceanBase's LOG_USER_ERROR text
+    of OB_OP_NOT_ALLOW in ObServerZoneOpService::start_servers, which "%s not allowed"
+    ends."""
+    return (
+        f"The target server {key} may encounter device failures. "
+        "Please check GV$OB_SERVERS for more information. START SERVER is"
+    )
 
 
 def _end_drain(store: MetaStore, clock: Clock, conn: sa.Connection, s: ServerStatus) -> None:
@@ -494,13 +505,16 @@ class ServerAdmin:
         maintenance window early (``maintenance_end_time = 0``, the permanent-offline clock
         counts from now) and a drain (its ``DBA_OB_SERVER_DRAINS`` row is
         CANCELED in the statement's own transaction, event ``drain_server_canceled``). Raises
-        OB_SERVER_NOT_IN_WHITE_LIST, OB_SERVER_ZONE_NOT_MATCH."""
+        OB_SERVER_NOT_IN_WHITE_LIST, OB_SERVER_ZONE_NOT_MATCH, and OB_OP_NOT_ALLOW for a
+        server whose agent last reported DATA_DISK_ERROR, started or not, with nothing
+        changed (ObServerZoneOpService::start_servers, src/rootserver/
+        ob_server_zone_op_service.cpp, asks the server's health the same way)."""
         with self.store.write_lock:
-            targets = [
-                s
-                for s in self._existing(servers, zone)
-                if s.stop_time != 0 or s.maintenance_end_time != 0
-            ]
+            named = self._existing(servers, zone)
+            for s in named:
+                if s.server_report_status is ReportStatus.DATA_DISK_ERROR:
+                    raise ObError("OB_OP_NOT_ALLOW", disk_error_message(s.key))
+            targets = [s for s in named if s.stop_time != 0 or s.maintenance_end_time != 0]
             if targets:
                 mono = self.clock.monotonic_us()
 

@@ -19,6 +19,12 @@ from rootservice.tenants.host_health import HostHealth
 from rootservice.tenants.ports import HeartbeatRequester, ServerDirectory, Sleep, ZoneDirectory
 from rootservice.tenants.reports import LsView, ReplicaReports, effective_members, in_sync
 from rootservice.tenants.rooms import ServerRooms
+from rootservice.tenants.stop_rules import (
+    PRIMARY_REGION_MESSAGE,
+    TenantZones,
+    primary_region_stopped,
+    tenants_on,
+)
 from rootservice.tenants.topology import LayoutCache
 from rootservice.tenants.vocabulary import parse_primary_zone
 
@@ -190,3 +196,36 @@ class ServerPreChecks:
                     f"{t.tenant_name}'s primary region {','.join(sorted(region_set))} "
                     f"({','.join(region_zones)}) would be stopped; it is",
                 )
+
+    def check_isolate_zone(self, zone: str, members: list[ServerStatus]) -> None:
+        """ISOLATE ZONE (ObRootService::check_can_stop with ``is_stop_zone``): refused with
+        OB_OP_NOT_ALLOW "Stop all server in primary region is disabled" when a tenant with
+        units both on a stopped server and in ``zone`` would have no zone of its primary
+        region left (:func:`rootservice.tenants.stop_rules.primary_region_stopped`).
+        ``members`` are the whitelisted servers of ``zone``."""
+        zone_infos = self.zones.all()
+        inactive = {z.zone for z in zone_infos if not z.active}
+        stopped = [s for s in self.servers.snapshot() if s.is_stopped() or s.zone in inactive]
+        topo = self.layout.topology()
+        by_server: dict[str, set[int]] = {}
+        for plan in topo.plans.values():
+            for server in plan.members:
+                by_server.setdefault(server, set()).add(plan.key[0])
+        blocker = primary_region_stopped(
+            zone,
+            tenants_on([s.key for s in members], by_server),
+            tenants_on([s.key for s in stopped], by_server),
+            inactive | {s.zone for s in stopped},
+            {
+                tid: TenantZones(t.tenant_name, tuple(t.zone_list), t.primary_zone)
+                for tid, t in topo.tenants.items()
+            },
+            {z.zone: z.region for z in zone_infos},
+            {z.zone for z in zone_infos if z.zone_type == "ReadWrite"},
+        )
+        if blocker is not None:
+            raise ObError(
+                "OB_OP_NOT_ALLOW",
+                PRIMARY_REGION_MESSAGE,
+                detail=f"tenant {blocker} would have no zone of its primary region left",
+            )

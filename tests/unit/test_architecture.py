@@ -25,7 +25,12 @@ LAYERS: list[tuple[str, ...]] = [
     ("rootservice.app",),
     # Users, privileges and audit: used by api/ (and built by app), uses db/.
     ("rootservice.auth",),
-    ("rootservice.bootstrap", "rootservice.office", "rootservice.parameters"),
+    (
+        "rootservice.bootstrap",
+        "rootservice.office",
+        "rootservice.parameters",
+        "rootservice.root_inspection",
+    ),
     ("rootservice.balancer",),
     ("rootservice.tenants",),
     ("rootservice.servers",),
