@@ -183,18 +183,19 @@ def usable_cpus() -> list[int]:
     return list(range(psutil.cpu_count() or 1))
 
 
+def busy_seconds(per_cpu: list[Any], cpus: list[int] | None = None) -> float:
+    """Busy CPU seconds in ``per_cpu`` (``psutil.cpu_times(percpu=True)``: one named tuple
+    of seconds per CPU), over every CPU or over ``cpus`` (indexes) only."""
+    # Linux counts guest time inside user time; steal is another VM's.
+    not_busy = ("idle", "iowait", "steal", "guest", "guest_nice")
+    chosen = per_cpu if cpus is None else [per_cpu[c] for c in cpus if c < len(per_cpu)]
+    return float(sum(getattr(t, f) for t in chosen for f in t._fields if f not in not_busy))
+
+
 def machine_busy_s(cpus: list[int] | None = None) -> tuple[float, float]:
     """(busy CPU seconds, wall seconds) since boot, for deltas: over all cores, or over
     ``cpus`` only (the usable ones: another core's load is not this run's)."""
-    # Linux counts guest time inside user time; steal is another VM's.
-    not_busy = ("idle", "iowait", "steal", "guest", "guest_nice")
-    if cpus is None:
-        times = [psutil.cpu_times()]
-    else:
-        per = psutil.cpu_times(percpu=True)
-        times = [per[c] for c in cpus if c < len(per)]
-    busy = sum(getattr(t, f) for t in times for f in t._fields if f not in not_busy)
-    return busy, time.monotonic()
+    return busy_seconds(psutil.cpu_times(percpu=True), cpus), time.monotonic()
 
 
 # --- database seeding ------------------------------------------------------------------------

@@ -4,6 +4,7 @@ threshold, the ratios it withholds (heartbeat_bench.ratios) and how the report p
 from __future__ import annotations
 
 import os
+from collections import namedtuple
 from typing import Any
 
 import pytest
@@ -213,9 +214,10 @@ def test_the_report_prints_the_verdict_beside_the_figures_and_withholds_the_rati
 
 
 def test_busy_cores_are_counted_over_the_usable_cpus_only() -> None:
-    cpus = hb.usable_cpus()
-    assert cpus == sorted(os.sched_getaffinity(0))
-    some, _ = hb.machine_busy_s(cpus[:1])
-    every, _ = hb.machine_busy_s()
-    # Sampled first, and busy time only grows: one CPU's share is at most the machine's.
-    assert 0 < some <= every
+    cpu = namedtuple("cpu", "user system idle iowait steal guest guest_nice")
+    per_cpu = [cpu(10.0, 5.0, 100.0, 1.0, 2.0, 3.0, 0.0), cpu(1.0, 0.5, 50.0, 0, 0, 0, 0)]
+    # Idle, iowait, steal and guest (already inside user) are not busy.
+    assert hb.busy_seconds(per_cpu) == 16.5
+    assert hb.busy_seconds(per_cpu, [1]) == 1.5
+    assert hb.busy_seconds(per_cpu, [0, 7]) == 15.0  # a CPU the machine lacks adds nothing
+    assert hb.usable_cpus() == sorted(os.sched_getaffinity(0))
