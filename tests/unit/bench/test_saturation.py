@@ -50,6 +50,9 @@ def test_the_machine_is_saturated_from_the_busy_share_of_the_usable_cores(usable
     assert not below.machine_saturated and below.codes == "ok"
     assert at.machine_saturated and at.saturated and at.codes == "M"
     assert at.reasons[0].startswith(f"machine {MACHINE_BUSY_SHARE * usable:.2f} of {usable}")
+    # Who filled the cores: QUIET's server 0.20 and generators 0.08, the rest others.
+    others = MACHINE_BUSY_SHARE * usable - 0.28
+    assert at.reasons[0].endswith(f"server 0.20, load generators 0.08, others {others:.2f})")
     # The same busy cores are not saturation on twice the cores.
     assert not judge(usable_cores=2, busy_cores=MACHINE_BUSY_SHARE).machine_saturated
 
@@ -207,7 +210,10 @@ def test_the_report_prints_the_verdict_beside_the_figures_and_withholds_the_rati
     )
     assert "n/a (saturated: echo-tls M)" in text
     assert "  echo-tls/echo N=300: saturated: echo-tls: machine 0.95 of 1 usable" in text
-    assert "note: echo-tls N=300 [M]: machine 0.95 of 1 usable cores busy (95% >= 90%)" in text
+    assert (
+        "note: echo-tls N=300 [M]: machine 0.95 of 1 usable cores busy (95% >= 90%: "
+        "server 0.20, load generators 0.08, others 0.67)"
+    ) in text
     assert "send lag p99 7.5 ms" in text
     # Unsaturated on both sides: the ratio itself.
     assert "1.00 / 1.00" in hb.report([_run("echo", 0.30), _run("echo-tls", 0.30)])
