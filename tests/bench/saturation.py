@@ -134,7 +134,8 @@ def verdict(
         # Who filled them: a run pinned to a core that other work shares is saturated by it.
         others = max(0.0, busy_cores - server_cpu_cores - sum(loadgen_cpu_cores))
         reasons.append(
-            f"machine {busy_cores:.2f} of {usable_cores} usable cores busy "
+            f"machine {busy_cores:.2f} of {usable_cores} usable "
+            f"core{'s' if usable_cores > 1 else ''} busy "
             f"({busy_share:.0%} >= {MACHINE_BUSY_SHARE:.0%}: server {server_cpu_cores:.2f}, "
             f"load generators {sum(loadgen_cpu_cores):.2f}, others {others:.2f})"
         )

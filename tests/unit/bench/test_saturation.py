@@ -50,6 +50,7 @@ def test_the_machine_is_saturated_from_the_busy_share_of_the_usable_cores(usable
     assert not below.machine_saturated and below.codes == "ok"
     assert at.machine_saturated and at.saturated and at.codes == "M"
     assert at.reasons[0].startswith(f"machine {MACHINE_BUSY_SHARE * usable:.2f} of {usable}")
+    assert ("usable cores busy" in at.reasons[0]) == (usable == 2)
     # Who filled the cores: QUIET's server 0.20 and generators 0.08, the rest others.
     others = MACHINE_BUSY_SHARE * usable - 0.28
     assert at.reasons[0].endswith(f"server 0.20, load generators 0.08, others {others:.2f})")
@@ -211,7 +212,7 @@ def test_the_report_prints_the_verdict_beside_the_figures_and_withholds_the_rati
     assert "n/a (saturated: echo-tls M)" in text
     assert "  echo-tls/echo N=300: saturated: echo-tls: machine 0.95 of 1 usable" in text
     assert (
-        "note: echo-tls N=300 [M]: machine 0.95 of 1 usable cores busy (95% >= 90%: "
+        "note: echo-tls N=300 [M]: machine 0.95 of 1 usable core busy (95% >= 90%: "
         "server 0.20, load generators 0.08, others 0.67)"
     ) in text
     assert "send lag p99 7.5 ms" in text
