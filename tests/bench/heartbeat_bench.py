@@ -55,6 +55,16 @@ TLS the seconds, CPU and memory it took them to load one SSLContext (or one set 
 credentials) per agent. Ratios per N: TLS / plaintext (RS and echo) and RS / echo (plaintext
 and TLS) of the CPU per heartbeat and of p99.
 
+Every measured window gets a saturation verdict (tests/bench/saturation.py), printed in the
+``verdict`` column beside its figures (legend under the table) and kept in the JSON as
+``"saturation"``: whether the usable cores (the process's CPU affinity, which the server and
+the load generators inherit; ``taskset -c 1`` makes it one core) were full, a load generator
+was full, the server was at one core, and whether the server kept up with the offered
+heartbeats (answered share and p99 below the period). A ratio is given only where neither of
+its two windows was saturated and its denominator (e.g. the echo server) kept up; elsewhere
+it reads ``n/a (saturated: ...)`` or ``n/a (<config> did not keep up)``, with the full reason
+under the table and in the JSON's ``withheld``.
+
 Prints one table row per (configuration, N) and writes everything to ``.bench/heartbeat.json``.
 Every process is stopped (SIGTERM, then SIGKILL) and every temp dir removed, also on Ctrl-C.
 No figure is asserted: this is a benchmark, not a test.
@@ -76,7 +86,7 @@ observer_agent, ~0.4 ms, which saturates a 2-core machine before the server does
 ``--servers`` (comma-separated of ``rs-tls,rs,echo,echo-tls``, all by default),
 ``--profile`` (step 9), ``--out`` (JSON path).
 Client-side latency includes the load generators' own scheduling delay; when the machine
-is saturated or other processes use it, the output says so.
+is saturated or other processes use its usable cores, the output says so.
 """
 
 from __future__ import annotations
@@ -118,6 +128,14 @@ from rootservice.db.zone_repo import ZoneInfo
 from rootservice.servers.status import ServerStatus
 from tests.bench.bench_pki import BenchPki
 from tests.bench.pyspy_profile import Profile, render
+from tests.bench.saturation import (
+    ANSWERED_SHARE,
+    LOADGEN_CORE,
+    MACHINE_BUSY_SHARE,
+    SERVER_CORE,
+    verdict,
+    withheld,
+)
 from tests.support.ports import free_port
 
 HERE = Path(__file__).resolve().parent
@@ -156,13 +174,28 @@ def cpu_s(proc: psutil.Process) -> float:
     return float(t.user + t.system)
 
 
-def machine_busy_s() -> tuple[float, float]:
-    """(busy CPU seconds over all cores, wall seconds) since boot, for deltas."""
-    t = psutil.cpu_times()
+def usable_cpus() -> list[int]:
+    """The CPUs this process may run on (its affinity, e.g. ``taskset -c 1``; the load
+    generators and the server it starts inherit it), or every CPU where the platform has
+    no affinity."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(psutil.cpu_count() or 1))
+
+
+def busy_seconds(per_cpu: list[Any], cpus: list[int] | None = None) -> float:
+    """Busy CPU seconds in ``per_cpu`` (``psutil.cpu_times(percpu=True)``: one named tuple
+    of seconds per CPU), over every CPU or over ``cpus`` (indexes) only."""
     # Linux counts guest time inside user time; steal is another VM's.
     not_busy = ("idle", "iowait", "steal", "guest", "guest_nice")
-    busy = sum(getattr(t, f) for f in t._fields if f not in not_busy)
-    return busy, time.monotonic()
+    chosen = per_cpu if cpus is None else [per_cpu[c] for c in cpus if c < len(per_cpu)]
+    return float(sum(getattr(t, f) for t in chosen for f in t._fields if f not in not_busy))
+
+
+def machine_busy_s(cpus: list[int] | None = None) -> tuple[float, float]:
+    """(busy CPU seconds, wall seconds) since boot, for deltas: over all cores, or over
+    ``cpus`` only (the usable ones: another core's load is not this run's)."""
+    return busy_seconds(psutil.cpu_times(percpu=True), cpus), time.monotonic()
 
 
 # --- database seeding ------------------------------------------------------------------------
@@ -613,7 +646,9 @@ def measure(
     the window's start); returns (figures, first snapshot, last snapshot)."""
     log(f"warm-up {args.warmup:.0f}s, then {args.duration:.0f}s measured")
     time.sleep(args.warmup)
-    cpu0 = cpu_s(server.ps), [cpu_s(g.ps) for g in gens], machine_busy_s()
+    cpus = usable_cpus()
+    cpu0 = cpu_s(server.ps), [cpu_s(g.ps) for g in gens], machine_busy_s(cpus)
+    all0 = machine_busy_s()
     for g in gens:
         g.send("start")
     before = snap() if snap else {}
@@ -624,7 +659,8 @@ def measure(
         scraper.stop()
     for g in gens:
         g.send("stop")
-    cpu1 = cpu_s(server.ps), [cpu_s(g.ps) for g in gens], machine_busy_s()
+    cpu1 = cpu_s(server.ps), [cpu_s(g.ps) for g in gens], machine_busy_s(cpus)
+    all1 = machine_busy_s()
     after = snap() if snap else {}
     wall = cpu1[2][1] - cpu0[2][1]
     windows = [g.expect("window", 60) for g in gens]
@@ -648,6 +684,21 @@ def measure(
     server_cpu = (cpu1[0] - cpu0[0]) / wall
     hb_per_s = sum(w["responses"] / w["seconds"] for w in windows)
     busy = (cpu1[2][0] - cpu0[2][0]) / wall
+    lat_ms = {
+        "p50": pct(lat, 0.50) / 1000,
+        "p99": pct(lat, 0.99) / 1000,
+        "max": (lat[-1] if lat else 0) / 1000,
+    }
+    sat = verdict(
+        busy_cores=busy,
+        usable_cores=len(cpus),
+        server_cpu_cores=server_cpu,
+        loadgen_cpu_cores=gen_cpu,
+        hb_per_s=hb_per_s,
+        offered_hb_per_s=n / args.period,
+        p99_ms=lat_ms["p99"],
+        period_s=args.period,
+    )
     out = {
         "agents": n,
         "expected_hb_per_s": n / args.period,
@@ -656,11 +707,7 @@ def measure(
         "server_cpu_us_per_hb": server_cpu / hb_per_s * 1e6 if hb_per_s > 0 else None,
         "responses": sum(w["responses"] for w in windows),
         "window_s": wall,
-        "latency_ms": {
-            "p50": pct(lat, 0.50) / 1000,
-            "p99": pct(lat, 0.99) / 1000,
-            "max": (lat[-1] if lat else 0) / 1000,
-        },
+        "latency_ms": lat_ms,
         "loadgen_send_lag_ms": {"p50": pct(lag, 0.50) / 1000, "p99": pct(lag, 0.99) / 1000},
         "errors": dict(errors),
         "timeouts": sum(w["timeouts"] for w in windows),
@@ -672,10 +719,16 @@ def measure(
         "server_rss_mib": rss / (1 << 20),
         "loadgen_cpu_cores": gen_cpu,
         "loadgen_rss_mib": gen_rss,
-        "machine_busy_cores": busy,
-        # Whatever else ran on the machine meanwhile (the parent, other users).
-        "other_cpu_cores": max(0.0, busy - server_cpu - sum(gen_cpu)),
+        # Every core of the machine, and the usable ones (this process's affinity, which
+        # the server and the load generators inherit): only these can slow the run.
+        "machine_busy_cores": (all1[0] - all0[0]) / (all1[1] - all0[1]),
         "machine_cores": psutil.cpu_count() or 0,
+        "usable_busy_cores": busy,
+        "usable_cpus": cpus,
+        # Whatever else ran on the usable cores meanwhile (the parent, other users).
+        "other_cpu_cores": max(0.0, busy - server_cpu - sum(gen_cpu)),
+        # Did the window measure the server or the machine (tests/bench/saturation.py).
+        "saturation": sat.as_json(),
     }
     return out, before, after
 
@@ -732,6 +785,11 @@ def scrape_comparison(
             "scraped": [
                 (w["server_cpu_us_per_hb"], w["latency_ms"]["p99"], w["hb_per_s"]) for w in scrapeds
             ],
+        },
+        # Each window's saturation codes (tests/bench/saturation.py), in order.
+        "saturation_codes": {
+            "plain": [w["saturation"]["codes"] for w in plains],
+            "scraped": [w["saturation"]["codes"] for w in scrapeds],
         },
         "latency_ms": last["latency_ms"],
         "errors": last["errors"],
@@ -1026,9 +1084,13 @@ def fmt(v: Any, nd: int = 1) -> str:
 
 
 def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per N: the ratios of CPU per heartbeat and of p50 / p99 latency between the
+    """Per N: the ratios of CPU per heartbeat, of p50 / p99 latency and of RSS between the
     configurations that ran - TLS / plaintext for the RS and the echo server, RS / echo in
-    plaintext and over TLS. A ratio is None when one side is missing or zero."""
+    plaintext and over TLS. A ratio is None when one side is missing or zero. Every ratio
+    of a pair is None, and ``withheld`` gives the reason, where
+    :func:`tests.bench.saturation.withheld` says so (either window saturated, or the
+    denominator's server did not keep up); ``withheld`` is None where they are shown.
+    ``codes``: each side's saturation codes."""
     out = []
     for n in sorted({r["agents"] for r in results}):
         by = {r["config"]: r for r in results if r["agents"] == n}
@@ -1046,15 +1108,67 @@ def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
             def div(x: float | None, y: float | None) -> float | None:
                 return x / y if x is not None and y else None
 
+            why = withheld(a, ra["saturation"], b, rb["saturation"])
+            codes = {a: ra["saturation"]["codes"], b: rb["saturation"]["codes"]}
+            if why is not None:
+                row[label] = dict.fromkeys(("cpu_per_hb", "p50", "p99", "rss"))
+                row[label] |= {"withheld": why, "codes": codes}
+                continue
             row[label] = {
                 "cpu_per_hb": div(ra["server_cpu_us_per_hb"], rb["server_cpu_us_per_hb"]),
                 "p50": div(ra["latency_ms"]["p50"], rb["latency_ms"]["p50"]),
                 "p99": div(ra["latency_ms"]["p99"], rb["latency_ms"]["p99"]),
                 "rss": div(ra["server_rss_mib"], rb["server_rss_mib"]),
+                "withheld": None,
+                "codes": codes,
             }
         if len(row) > 1:
             out.append(row)
     return out
+
+
+#: Printed under the per-run table: what its verdict column says.
+LEGEND = "\n".join(
+    (
+        "verdict (tests/bench/saturation.py): ok = none of",
+        f"  M = the usable cores were >= {MACHINE_BUSY_SHARE:.0%} busy (machine saturated)",
+        f"  G = a load generator used >= {LOADGEN_CORE:.2f} of a core (generator saturated)",
+        f"  S = the server used >= {SERVER_CORE:.2f} of one core (at its one-core capacity)",
+        f"  L = the server did not keep up (answered < {ANSWERED_SHARE:.0%} of the offered "
+        "hb/s, or p99 >= the period)",
+        "  M or G: the window's figures describe the machine as much as the server; no ratio "
+        "is given with it",
+    )
+)
+
+
+def busy_cell(r: dict[str, Any]) -> str:
+    """The per-run table's busy cores of the usable ones, e.g. ``0.97/1 of 2`` when the run
+    was pinned to one core of two."""
+    usable = len(r["usable_cpus"])
+    cell = f"{r['usable_busy_cores']:.2f}/{usable}"
+    if usable != r["machine_cores"]:
+        cell += f" of {r['machine_cores']}"
+    return cell
+
+
+def ratio_cell(entry: dict[str, Any] | None) -> str:
+    """One cell of the ratio table: ``<CPU per hb> / <p99>``, ``-`` where the pair did not
+    run, or ``n/a (saturated: <config> <codes>; ...)`` / ``n/a (<config> did not keep up)``
+    where the ratio is withheld (the full reason is printed under the table)."""
+    if entry is None:
+        return "- / -"
+    why = entry["withheld"]
+    if why is None:
+
+        def two(v: float | None) -> str:
+            return f"{v:.2f}" if v is not None else "-"
+
+        return f"{two(entry['cpu_per_hb'])} / {two(entry['p99'])}"
+    if why.startswith("saturated:"):
+        full = [f"{c} {codes}" for c, codes in entry["codes"].items() if set(codes) & {"M", "G"}]
+        return f"n/a (saturated: {'; '.join(full)})"
+    return f"n/a ({why.split(':', 1)[0]})"
 
 
 def report(results: list[dict[str, Any]]) -> str:
@@ -1080,6 +1194,7 @@ def report(results: list[dict[str, Any]]) -> str:
             [
                 r["config"],
                 fmt(r["agents"]),
+                r["saturation"]["codes"],
                 fmt(r["hb_per_s"], 0) + f" / {r['expected_hb_per_s']:,.0f}",
                 fmt(r["server_cpu_us_per_hb"], 0),
                 fmt(lat["p50"], 2),
@@ -1091,7 +1206,7 @@ def report(results: list[dict[str, Any]]) -> str:
                 f"{conn.get('server_cpu_s', 0):.1f}/{sum(conn.get('loadgen_cpu_s', [])):.1f}",
                 "+".join(f"{c:.2f}" for c in r["loadgen_cpu_cores"]),
                 "+".join(f"{m:.0f}" for m in r.get("loadgen_rss_mib", [])),
-                f"{r['machine_busy_cores']:.2f}/{r['machine_cores']}",
+                busy_cell(r),
                 fmt(r["other_cpu_cores"], 2),
                 fmt(r.get("rs_alive")) if is_rs else "-",
                 f"{handle.get('p50', 0)}/{handle.get('p99', 0)}" if is_rs else "-",
@@ -1107,6 +1222,7 @@ def report(results: list[dict[str, Any]]) -> str:
     headers = [
         "config",
         "N",
+        "verdict",
         "hb/s (got/expected)",
         "CPU us/hb",
         "p50 ms",
@@ -1118,7 +1234,7 @@ def report(results: list[dict[str, Any]]) -> str:
         "connect CPU s srv/gen",
         "loadgen CPU",
         "loadgen RSS MiB",
-        "machine busy",
+        "busy/usable cores",
         "other CPU",
         "alive",
         "hb handle us p50/p99",
@@ -1126,7 +1242,7 @@ def report(results: list[dict[str, Any]]) -> str:
         "expiry detect ms",
         "RS expire lag ms p50/p99/max",
     ]
-    out = [tabulate(rows, headers=headers, disable_numparse=True)]
+    out = [tabulate(rows, headers=headers, disable_numparse=True), LEGEND]
     scraped = [r for r in results if r.get("scraped")]
     if scraped:
         srows = []
@@ -1136,6 +1252,9 @@ def report(results: list[dict[str, Any]]) -> str:
                 [
                     r["config"],
                     fmt(r["agents"]),
+                    " ".join(s["saturation_codes"]["plain"])
+                    + " / "
+                    + " ".join(s["saturation_codes"]["scraped"]),
                     f"{fmt(s['plain_server_cpu_us_per_hb'], 1)} / {fmt(s['server_cpu_us_per_hb'], 1)}",
                     f"{fmt(s['cpu_ratio'], 3)}",
                     f"{fmt(s['plain_p99_ms'], 2)} / {fmt(s['p99_ms'], 2)}",
@@ -1156,6 +1275,7 @@ def report(results: list[dict[str, Any]]) -> str:
                 headers=[
                     "config",
                     "N",
+                    "verdicts plain / scraped",
                     "CPU us/hb plain / scraped",
                     "ratio",
                     "p99 ms plain / scraped",
@@ -1202,21 +1322,25 @@ def report(results: list[dict[str, Any]]) -> str:
             )
         )
 
-    def rt(row: dict[str, Any], label: str, key: str) -> str:
-        v = (row.get(label) or {}).get(key)
-        return f"{v:.2f}" if v is not None else "-"
-
-    ratio_rows = [
-        [fmt(row["agents"])]
-        + [
-            f"{rt(row, label, 'cpu_per_hb')} / {rt(row, label, 'p99')}"
-            for label in ("rs_tls/rs", "echo_tls/echo", "rs/echo", "rs_tls/echo_tls")
-        ]
-        for row in ratios(results)
-    ]
+    labels = ("rs_tls/rs", "echo_tls/echo", "rs/echo", "rs_tls/echo_tls")
+    ratio_rows = []
+    withheld_lines = []
+    for row in ratios(results):
+        cells = [fmt(row["agents"])]
+        for label in labels:
+            entry = row.get(label)
+            cells.append(ratio_cell(entry))
+            if entry and entry["withheld"]:
+                withheld_lines.append(
+                    f"  {label.replace('_', '-')} N={row['agents']:,}: {entry['withheld']}"
+                )
+        ratio_rows.append(cells)
     if ratio_rows:
         out.append("")
-        out.append("ratios of CPU per heartbeat / of p99 latency:")
+        out.append(
+            "ratios of CPU per heartbeat / of p99 latency (shown only where neither window "
+            "was saturated and the denominator kept up):"
+        )
         out.append(
             tabulate(
                 ratio_rows,
@@ -1224,18 +1348,22 @@ def report(results: list[dict[str, Any]]) -> str:
                 disable_numparse=True,
             )
         )
+        if withheld_lines:
+            out.append("ratios withheld:")
+            out.extend(withheld_lines)
     notes = []
     for r in results:
-        gen = sum(r["loadgen_cpu_cores"])
-        if (
-            r["machine_busy_cores"] >= 0.9 * r["machine_cores"]
-            or max(r["loadgen_cpu_cores"], default=0) >= 0.85
-        ):
+        sat = r["saturation"]
+        if sat["reasons"]:
             notes.append(
-                f"note: {r['config']} N={r['agents']:,}: the machine was saturated "
-                f"({r['machine_busy_cores']:.2f} of {r['machine_cores']} cores busy, load "
-                f"generators {gen:.2f}): client-side latency includes the generators' own "
-                f"queueing (their send lag p99 {r['loadgen_send_lag_ms']['p99']:.1f} ms)"
+                f"note: {r['config']} N={r['agents']:,} [{sat['codes']}]: "
+                + "; ".join(sat["reasons"])
+            )
+        if sat["saturated"]:
+            notes.append(
+                f"note: {r['config']} N={r['agents']:,}: saturated: client-side latency "
+                "includes the scheduler's and the generators' own queueing (their send lag "
+                f"p99 {r['loadgen_send_lag_ms']['p99']:.1f} ms)"
             )
         if r["other_cpu_cores"] >= 0.2:
             notes.append(
@@ -1411,6 +1539,14 @@ def main(argv: list[str] | None = None) -> int:
             "certificates": pki_info,
             "results": results,
             "ratios": ratios(results),
+            # The thresholds of every result's "saturation" (tests/bench/saturation.py).
+            "saturation_rule": {
+                "machine_busy_share": MACHINE_BUSY_SHARE,
+                "loadgen_core": LOADGEN_CORE,
+                "server_core": SERVER_CORE,
+                "answered_share": ANSWERED_SHARE,
+                "p99_below_period": True,
+            },
             "failures": failures,
         }
         out.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")

@@ -47,6 +47,7 @@ def _result(config: str, n: int, us_per_hb: float, p99: float) -> dict[str, Any]
         "server_cpu_us_per_hb": us_per_hb,
         "latency_ms": {"p50": p99 / 2, "p99": p99, "max": p99 * 2},
         "server_rss_mib": 100.0,
+        "saturation": {"saturated": False, "kept_up": True, "codes": "ok", "reasons": []},
     }
 
 
