@@ -252,6 +252,11 @@ def _alter_unit(rs: RootService, st: ast.AlterResourceUnit) -> Result:
     return Result(affected_rows=int(changed))
 
 
+def _alter_pool(rs: RootService, st: ast.AlterResourcePool) -> Result:
+    changed = rs.tenant_layer.pools.alter_pool(st.name, st.changes)
+    return Result(affected_rows=int(changed))
+
+
 def _alter_tenant(rs: RootService, st: ast.AlterTenant) -> Result:
     job_id = rs.tenant_layer.alter.alter_primary_zone(
         st.name, st.primary_zone, f"ALTER TENANT {st.name} PRIMARY_ZONE = '{st.primary_zone}'"
@@ -412,6 +417,7 @@ EXECUTORS: dict[type, Callable[[RootService, Any], Result]] = {
     ast.SwitchLeader: _switch_leader,
     ast.AlterResourceUnit: _alter_unit,
     ast.AlterTenant: _alter_tenant,
+    ast.AlterResourcePool: _alter_pool,
     ast.MigrateUnit: _migrate_unit,
     ast.CancelMigrateUnit: _cancel_migrate_unit,
     ast.RecoverLs: _recover_ls,

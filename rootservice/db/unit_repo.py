@@ -181,6 +181,27 @@ def grant_pools(conn: sa.Connection, pool_ids: Sequence[int], tenant_id: int, no
     )
 
 
+def update_pool(conn: sa.Connection, p: ResourcePool, now_us: int) -> None:
+    """ALTER RESOURCE POOL: write ``unit_count``, ``unit_config_id`` and ``zone_list`` of pool
+    ``p`` (found by its id)."""
+    t = all_resource_pool
+    conn.execute(
+        sa.update(t)
+        .where(t.c.resource_pool_id == p.resource_pool_id)
+        .values(
+            unit_count=p.unit_count,
+            unit_config_id=p.unit_config_id,
+            zone_list=";".join(p.zone_list),
+            gmt_modified=us_to_datetime(now_us),
+        )
+    )
+
+
+def delete_units(conn: sa.Connection, unit_ids: Iterable[int]) -> None:
+    """Delete units by id (a pool no tenant uses shrinking)."""
+    conn.execute(sa.delete(all_unit).where(all_unit.c.unit_id.in_(list(unit_ids))))
+
+
 def delete_pool(conn: sa.Connection, pool_id: int) -> None:
     """Delete a pool and its units."""
     conn.execute(sa.delete(all_unit).where(all_unit.c.resource_pool_id == pool_id))

@@ -28,6 +28,7 @@ from rootservice.tenants.member_removal import MemberRemoval
 from rootservice.tenants.meta_sync import LsMetaSync
 from rootservice.tenants.once_log import OnceLog
 from rootservice.tenants.pause import PausableGate, SchedulingPause
+from rootservice.tenants.pool_alter import PoolAlterations
 from rootservice.tenants.ports import (
     EventSink,
     HeartbeatRequester,
@@ -70,6 +71,8 @@ class TenantLayer:
     ddl: TenantManager
     #: ALTER RESOURCE UNIT and ALTER TENANT ... PRIMARY_ZONE.
     alter: TenantAlterations
+    #: ALTER RESOURCE POOL.
+    pools: PoolAlterations
     primary_zone_checker: PrimaryZoneChecker
     pre_checks: ServerPreChecks
     probes: ServerProbes
@@ -187,6 +190,9 @@ def build_tenant_layer(
     alter = TenantAlterations(
         store=store, clock=clock, rooms=rooms, layout=version, lock=ddl.statement_lock
     )
+    pools = PoolAlterations(
+        store=store, clock=clock, zones=zones, rooms=rooms, layout=version, lock=ddl.statement_lock
+    )
     primary_zone_checker = PrimaryZoneChecker(
         gate=gate, store=store, layout=layout, reports=reports, health=health, clock=clock
     )
@@ -229,6 +235,7 @@ def build_tenant_layer(
         rooms=rooms,
         ddl=ddl,
         alter=alter,
+        pools=pools,
         primary_zone_checker=primary_zone_checker,
         pre_checks=pre_checks,
         probes=probes,

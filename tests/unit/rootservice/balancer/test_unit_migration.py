@@ -20,7 +20,7 @@ from rootservice.db import unit_repo
 from rootservice.db.unit_repo import Unit
 from rootservice.metrics import Metrics
 from rootservice.servers.status import AdminStatus, HeartbeatStatus
-from rootservice.tenants.ddl_requests import NewPool
+from rootservice.tenants.ddl_requests import NewPool, NewUnitConfig
 from tests.support.tenant_parts import GIB, Layer, build_layer, heartbeat, make_tenant
 
 A, B, C, D, E = (f"127.0.0.1:300{i}" for i in range(1, 6))
@@ -334,3 +334,94 @@ def test_primary_zone_moves_the_leaders_and_ends_its_job(w: World) -> None:
         " ORDER BY job_id"
     )
     assert [r["job_status"] for r in statuses] == ["CANCELED", "INPROGRESS"]
+
+
+def test_alter_resource_pool_one_change_at_a_time(w: World) -> None:
+    alter = w.layer.pools.alter_pool
+    w.layer.ddl.create_pool(NewPool("p2", "u1", 1, ("z1",)))
+    w.layer.ddl.create_unit_config(NewUnitConfig("big", (("max_cpu", 2), ("memory_size", "9G"))))
+    w.layer.ddl.create_unit_config(NewUnitConfig("fits", (("max_cpu", 2), ("memory_size", "8G"))))
+
+    def units(pool: str = "p2") -> list[tuple[str, str]]:
+        return [
+            (r["zone"], f"{r['svr_ip']}:{r['svr_port']}")
+            for r in w.rows(
+                "SELECT u.* FROM __all_unit u JOIN __all_resource_pool p "
+                f"ON p.resource_pool_id = u.resource_pool_id WHERE p.name = '{pool}' "
+                "ORDER BY u.unit_id"
+            )
+        ]
+
+    def pool(name: str = "p2") -> dict[str, Any]:
+        [row] = w.rows(f"SELECT * FROM __all_resource_pool WHERE name = '{name}'")
+        return row
+
+    e = refusal(alter, "p2", (("unit_num", (2, ())), ("unit", "u1")))
+    assert (e.name, e.message) == (
+        "OB_NOT_SUPPORTED",
+        "alter unit_num, resource_unit, zone_list in one cmd not supported",
+    )
+    assert refusal(alter, "nope", (("unit", "u1"),)).name == "OB_RESOURCE_POOL_NOT_EXIST"
+    # UNIT_NUM: bounds, a granted pool, DELETE UNIT with no shrink.
+    assert refusal(alter, "p2", (("unit_num", (0, ())),)).name == "OB_INVALID_ARGUMENT"
+    assert refusal(alter, "p2", (("unit_num", (1001, ())),)).name == "OB_INVALID_ARGUMENT"
+    e = refusal(alter, "p1", (("unit_num", (2, ())),))
+    assert (e.name, e.message) == (
+        "OB_OP_NOT_ALLOW",
+        "alter pool unit num which is granted to a tenant not allowed",
+    )
+    [(_, first)] = units()
+    first_id = w.rows("SELECT max(unit_id) AS m FROM __all_unit")[0]["m"]
+    assert refusal(alter, "p2", (("unit_num", (1, (first_id,))),)).name == "OB_NOT_SUPPORTED"
+    assert refusal(alter, "p2", (("unit_num", (2, (first_id,))),)).name == "OB_NOT_SUPPORTED"
+    assert alter("p2", (("unit_num", (1, ())),)) is False
+    # Growing to three in z1 fills A, D and E; a fourth finds no server.
+    assert alter("p2", (("unit_num", (3, ())),)) is True
+    assert sorted(s for _, s in units()) == [A, D, E] and pool()["unit_count"] == 3
+    assert refusal(alter, "p2", (("unit_num", (4, ())),)).name == "OB_ZONE_SERVER_NOT_ENOUGH"
+    # Shrinking: DELETE UNIT must name units of the pool, as many as the shrink removes.
+    ids = [
+        r["unit_id"]
+        for r in w.rows(
+            f"SELECT unit_id FROM __all_unit WHERE resource_pool_id = {pool()['resource_pool_id']} ORDER BY unit_id"
+        )
+    ]
+    assert refusal(alter, "p2", (("unit_num", (1, (ids[0],))),)).name == "OB_INVALID_ARGUMENT"
+    assert refusal(alter, "p2", (("unit_num", (2, (999999,))),)).name == "OB_INVALID_ARGUMENT"
+    assert alter("p2", (("unit_num", (2, (ids[0],))),)) is True
+    assert [
+        r["unit_id"]
+        for r in w.rows(
+            f"SELECT unit_id FROM __all_unit WHERE resource_pool_id = {pool()['resource_pool_id']} ORDER BY unit_id"
+        )
+    ] == ids[1:]
+    assert alter("p2", (("unit_num", (1, ())),)) is True  # the newest goes
+    assert len(units()) == 1
+
+    # UNIT: a config that outgrows a server is refused naming it; exactly its size fits.
+    s = w.layer.servers.get(B)  # p1's z2 unit only
+    assert s is not None
+    s.resource_info.mem_total = 9 * GIB - 1
+    e = refusal(alter, "p1", (("unit", "big"),))
+    assert e.message == (
+        f"zone 'z2' server '{B}' MEMORY_SIZE resource is not enough to hold a new unit"
+    )
+    s.resource_info.mem_total = 9 * GIB
+    assert alter("p1", (("unit", "big"),)) is True
+    assert alter("p1", (("unit", "u1"),)) is True  # shrinking back
+    s.resource_info.mem_total = 16 * GIB
+    assert refusal(alter, "p2", (("unit", "nope"),)).name == "OB_RESOURCE_UNIT_NOT_EXIST"
+    assert alter("p2", (("unit", "fits"),)) is True
+    assert alter("p2", (("unit", "fits"),)) is False
+
+    # ZONE_LIST: repeat, unknown zone, add and remove at once, a granted pool.
+    assert refusal(alter, "p2", (("zone_list", ("z1", "z1")),)).name == "OB_OP_NOT_ALLOW"
+    assert refusal(alter, "p2", (("zone_list", ("z9",)),)).name == "OB_ZONE_INFO_NOT_EXIST"
+    e = refusal(alter, "p2", (("zone_list", ("z2",)),))
+    assert e.message == "Cannot add and delete zones at the same time not allowed"
+    e = refusal(alter, "p1", (("zone_list", ("z1", "z2")),))
+    assert e.message == "alter resource pool zone list with not empty unit not allowed"
+    assert alter("p2", (("zone_list", ("z1", "z2")),)) is True
+    assert sorted(z for z, _ in units()) == ["z1", "z2"] and pool()["zone_list"] == "z1;z2"
+    assert alter("p2", (("zone_list", ("z2",)),)) is True
+    assert [z for z, _ in units()] == ["z2"]
