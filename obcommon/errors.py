@@ -81,6 +81,17 @@ ERRORS: dict[str, ErrorDef] = {
             grpc.StatusCode.UNAVAILABLE,
         ),
         ErrorDef("OB_CANCELED", -4072, "HY000", "Operation canceled", grpc.StatusCode.CANCELLED),
+        # Manual unit migration and resizing (ob_errno.def; ObUnitManager::admin_migrate_unit
+        # and alter_unit_config name the zone, the server and the resource short).
+        ErrorDef(
+            "OB_MACHINE_RESOURCE_NOT_ENOUGH",
+            -4624,
+            "HY000",
+            "zone '%s' server '%s' %s resource is not enough to hold a new unit",
+            _FP,
+            plain="machine resource is not enough to hold a new unit",
+        ),
+        ErrorDef("OB_SERVER_MIGRATE_IN_DENIED", -4551, "HY000", "server migrate in denied", _FP),
         ErrorDef(
             "OB_STATE_NOT_MATCH",
             -4109,
@@ -370,7 +381,14 @@ ERRORS: dict[str, ErrorDef] = {
         # An unreachable or failing system-table database. OceanBase has no code for the RS's
         # own meta database; OB_ERR_SYS is its generic "system error".
         ErrorDef("OB_ERR_SYS", -4015, "HY000", "System error", grpc.StatusCode.UNAVAILABLE),
-        ErrorDef("OB_ERR_UNEXPECTED", -4016, "HY000", "Internal error", grpc.StatusCode.INTERNAL),
+        ErrorDef(
+            "OB_ERR_UNEXPECTED",
+            -4016,
+            "HY000",
+            "%s",
+            grpc.StatusCode.INTERNAL,
+            plain="Internal error",
+        ),
         ErrorDef(
             "OB_TABLE_NOT_EXIST",
             -5019,

@@ -202,6 +202,53 @@ class DropTenant:
 
 
 @dataclass(frozen=True)
+class AlterResourceUnit:
+    """ALTER RESOURCE UNIT name option [=] value [, ...] (the options of
+    :class:`CreateResourceUnit`; those not given keep their value)."""
+
+    name: str
+    options: tuple[tuple[str, str | int | float], ...]
+
+
+@dataclass(frozen=True)
+class AlterResourcePool:
+    """ALTER RESOURCE POOL name {UNIT_NUM [=] n [DELETE UNIT [=] (id, ...)] | UNIT [=] 'u' |
+    ZONE_LIST [=] ('z', ...)} [, ...]
+
+    ``changes`` keeps each option as written, in order: ``("unit_num", (n, (ids...)))``,
+    ``("unit", name)`` (lower-cased) or ``("zone_list", (zones...))``. OceanBase reads a list
+    and refuses more than one change: the executor does.
+    """
+
+    name: str
+    changes: tuple[tuple[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class AlterTenant:
+    """ALTER TENANT name [SET] PRIMARY_ZONE [=] 'z1;z2,z3' (``primary_zone`` as written,
+    ``RANDOM`` allowed)."""
+
+    name: str
+    primary_zone: str
+
+
+@dataclass(frozen=True)
+class MigrateUnit:
+    """ALTER SYSTEM MIGRATE UNIT [=] id DESTINATION [=] 'ip:port'"""
+
+    unit_id: int
+    destination: str
+
+
+@dataclass(frozen=True)
+class CancelMigrateUnit:
+    """ALTER SYSTEM CANCEL MIGRATE UNIT id"""
+
+    unit_id: int
+
+
+@dataclass(frozen=True)
 class SwitchLeader:
     """ALTER SYSTEM SWITCH REPLICA LEADER LS [=] n SERVER [=] 'ip:port' TENANT [=] name
 
@@ -370,6 +417,11 @@ Statement = (
     | DropResourcePool
     | CreateTenant
     | DropTenant
+    | AlterResourceUnit
+    | AlterResourcePool
+    | AlterTenant
+    | MigrateUnit
+    | CancelMigrateUnit
     | SwitchLeader
     | RecoverLs
     | RevokeCertificate

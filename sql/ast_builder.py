@@ -253,6 +253,33 @@ class ToAst(Transformer[Token, Any]):
             name=name.lower(), options=tuple(options), if_not_exists=bool(if_not_exists)
         )
 
+    def alter_resource_unit(
+        self, name: str, *options: tuple[str, str | int | float]
+    ) -> ast.AlterResourceUnit:
+        return ast.AlterResourceUnit(name=name.lower(), options=tuple(options))
+
+    def alter_resource_pool(self, name: str, *options: _Option) -> ast.AlterResourcePool:
+        changes = []
+        for o in options:
+            key = o.keyword.lower()
+            value = o.value
+            if key == "unit_num" and not isinstance(value, tuple):
+                value = (value, ())
+            changes.append((key, value))
+        return ast.AlterResourcePool(name=name.lower(), changes=tuple(changes))
+
+    def pool_unit_num_delete(self, keyword: Token, count: Token, *ids: Token) -> _Option:
+        return _Option(keyword, (_to_int64(count), tuple(_to_int64(i) for i in ids)))
+
+    def alter_tenant(self, name: str, keyword: Token, zone: str) -> ast.AlterTenant:
+        return ast.AlterTenant(name=name.lower(), primary_zone=zone)
+
+    def migrate_unit(self, unit_id: Token, destination: str) -> ast.MigrateUnit:
+        return ast.MigrateUnit(unit_id=_to_int64(unit_id), destination=destination)
+
+    def cancel_migrate_unit(self, unit_id: Token) -> ast.CancelMigrateUnit:
+        return ast.CancelMigrateUnit(unit_id=_to_int64(unit_id))
+
     def drop_resource_unit(self, if_exists: bool | None, name: str) -> ast.DropResourceUnit:
         return ast.DropResourceUnit(name=name.lower(), if_exists=bool(if_exists))
 

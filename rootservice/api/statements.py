@@ -289,6 +289,40 @@ def _drop_tenant(rs: RootService, st: ast.DropTenant) -> Result:
     )
 
 
+def _alter_unit(rs: RootService, st: ast.AlterResourceUnit) -> Result:
+    changed = rs.tenant_layer.alter.alter_unit_config(st.name, st.options)
+    return Result(affected_rows=int(changed))
+
+
+def _alter_pool(rs: RootService, st: ast.AlterResourcePool) -> Result:
+    changed = rs.tenant_layer.pools.alter_pool(st.name, st.changes)
+    return Result(affected_rows=int(changed))
+
+
+def _alter_tenant(rs: RootService, st: ast.AlterTenant) -> Result:
+    job_id = rs.tenant_layer.alter.alter_primary_zone(
+        st.name, st.primary_zone, f"ALTER TENANT {st.name} PRIMARY_ZONE = '{st.primary_zone}'"
+    )
+    if not job_id:
+        return Result(info="primary zone unchanged")
+    rs.timers.wake("ls_reconciler")
+    return Result(affected_rows=1, info=f"job {job_id}")
+
+
+def _migrate_unit(rs: RootService, st: ast.MigrateUnit) -> Result:
+    job_id = rs.manual_moves.migrate(
+        st.unit_id,
+        st.destination,
+        f"ALTER SYSTEM MIGRATE UNIT {st.unit_id} DESTINATION '{st.destination}'",
+    )
+    return Result(affected_rows=int(bool(job_id)), info=f"job {job_id}" if job_id else "")
+
+
+def _cancel_migrate_unit(rs: RootService, st: ast.CancelMigrateUnit) -> Result:
+    job_id = rs.manual_moves.cancel(st.unit_id)
+    return Result(affected_rows=1, info=f"job {job_id} canceled" if job_id else "")
+
+
 def _switch_leader(rs: RootService, st: ast.SwitchLeader) -> Result:
     topo = rs.tenant_layer.layout.topology(force=True)
     tenant = next((t for t in topo.tenants.values() if t.tenant_name == st.tenant.lower()), None)
@@ -426,6 +460,11 @@ EXECUTORS: dict[type, Callable[[RootService, Any], Result]] = {
     ast.CreateTenant: _create_tenant,
     ast.DropTenant: _drop_tenant,
     ast.SwitchLeader: _switch_leader,
+    ast.AlterResourceUnit: _alter_unit,
+    ast.AlterTenant: _alter_tenant,
+    ast.AlterResourcePool: _alter_pool,
+    ast.MigrateUnit: _migrate_unit,
+    ast.CancelMigrateUnit: _cancel_migrate_unit,
     ast.RecoverLs: _recover_ls,
     ast.RevokeCertificate: _revoke_certificate,
     ast.CreateUser: _create_user,

@@ -167,6 +167,7 @@ class RootService(RsComponents):
             (self.check_all_server, s.server_check_interval),
             (self.empty_server_checker, s.empty_server_check_interval),
             (tl.reconciler, s.ls_check_interval),
+            (tl.primary_zone_checker, s.ls_check_interval),
             (tl.rebuilder, s.ls_check_interval),
             (self.lag_rebuilder, s.ls_check_interval),
             (tl.learner_sync, LEARNER_SYNC_INTERVAL_US),

@@ -251,6 +251,7 @@ class RsComponents(ABC):
             metrics=self.metrics,
             wake=self.timers.wake,
             spark=planner,
+            background=self.background,
         )
         self.planner = emptying.planner
         self.unit_moves = emptying.unit_moves
@@ -260,6 +261,7 @@ class RsComponents(ABC):
         self.migration = emptying.migration
         self.delete_dry_run = emptying.delete_dry_run
         self.lost_replica_checker = emptying.lost_replica_checker
+        self.manual_moves = emptying.manual_moves
         # Whether the configured planner can run (checked at open and when it changes).
         self.planner_check: PlannerCheck | None = None
         # DRAIN SERVER's tenant-layer part and the disruption budget,

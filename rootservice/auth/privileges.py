@@ -44,6 +44,11 @@ REQUIRED: dict[type, str] = {
     ast.DropResourcePool: ALTER_SYSTEM,
     ast.CreateTenant: ALTER_SYSTEM,
     ast.DropTenant: ALTER_SYSTEM,
+    ast.AlterResourceUnit: ALTER_SYSTEM,
+    ast.AlterResourcePool: ALTER_SYSTEM,
+    ast.AlterTenant: ALTER_SYSTEM,
+    ast.MigrateUnit: ALTER_SYSTEM,
+    ast.CancelMigrateUnit: ALTER_SYSTEM,
     # Users: MySQL's CREATE USER privilege covers CREATE / DROP / ALTER USER; GRANT and
     # REVOKE of the global privileges need it too here (MySQL asks GRANT OPTION plus the
     # privileges granted; with three global privileges one privilege is simpler).

@@ -290,6 +290,10 @@ class CopyReplan:
             )
             if unit is None or not unit.migrate_from:
                 why = "the unit is not moving there any more"
+            elif unit.manual_migrate:
+                # The operator chose this destination (MIGRATE UNIT): the copy is resent
+                # there, and CANCEL MIGRATE UNIT is the way back.
+                why = "ALTER SYSTEM MIGRATE UNIT chose this destination"
             else:
                 placed = self.rooms.place(
                     conn, [unit], avoid=self._unfit(mono) | {r.dest, unit.migrate_from}

@@ -5,6 +5,7 @@ composition root, :mod:`rootservice.app.wiring`, takes them from it)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from obcommon.clock import Clock
@@ -15,9 +16,10 @@ from rootservice.balancer.job_progress import DeleteJobProgress
 from rootservice.balancer.lost_replica_checker import LostReplicaChecker
 from rootservice.balancer.planner import Planner
 from rootservice.balancer.planners import LazySparkPlanner, PandasPlanner, SwitchablePlanner
-from rootservice.balancer.ports import EventSink, Store, Waker, Whitelist
+from rootservice.balancer.ports import EventSink, Waker, Whitelist
 from rootservice.balancer.replica_adds import ReplicaAdds
 from rootservice.balancer.root_balancer import RootBalancer
+from rootservice.balancer.unit_migration import LockedStore, ManualUnitMoves
 from rootservice.balancer.unit_moves import UnitMoves
 from rootservice.config import RsSettings
 from rootservice.metrics import Metrics
@@ -36,6 +38,8 @@ class BalancerLayer:
     migration: RootBalancer
     delete_dry_run: DeleteDryRun
     lost_replica_checker: LostReplicaChecker
+    #: ALTER SYSTEM MIGRATE UNIT / CANCEL MIGRATE UNIT and their jobs' progress.
+    manual_moves: ManualUnitMoves
 
 
 def build_balancer_layer(
@@ -43,18 +47,20 @@ def build_balancer_layer(
     servers: Whitelist,
     tenants: TenantLayer,
     events: EventSink,
-    store: Store,
+    store: LockedStore,
     clock: Clock,
     settings: RsSettings,
     metrics: Metrics,
     wake: Waker,
     spark: Planner | None = None,
+    background: Callable[[Callable[[], None]], object] | None = None,
 ) -> BalancerLayer:
     """Build the emptying layer on the server whitelist ``servers`` and the tenant layer.
 
     ``spark`` replaces the Spark planner behind ``balancer_planner = 'spark'`` (fake-clock
     tests pass the pandas one or one that fails); by default a SparkSession starts on its
-    first use. ``wake`` runs a registered background task now by name. Nothing is started.
+    first use. ``wake`` runs a registered background task now by name; ``background`` runs
+    the drop of a cancelled move's partial replicas (None: inline). Nothing is started.
     """
     # Plans by Spark or pandas, as balancer_planner says at each call; a failed plan is
     # counted, logged and recorded by the one planner object.
@@ -117,6 +123,19 @@ def build_balancer_layer(
         events=events,
         clock=clock,
     )
+    # Units moved by hand, by the same unit moves and copies.
+    manual = ManualUnitMoves(
+        servers=servers,
+        zones=tenants.rooms.zones,
+        rooms=tenants.rooms,
+        ls=tenants.balancer_view,
+        units=units,
+        copies=copies,
+        store=store,
+        clock=clock,
+        wake=wake,
+        background=background,
+    )
     return BalancerLayer(
         planner=planner,
         unit_moves=units,
@@ -133,6 +152,7 @@ def build_balancer_layer(
             jobs=jobs,
             replan=replan,
             adds=adds,
+            manual=manual,
         ),
         # EXPLAIN ALTER SYSTEM DELETE SERVER: the balancer's planner on
         # the servers as DELETE would leave them; reads only, never the round's lock.
@@ -148,4 +168,5 @@ def build_balancer_layer(
             wake=wake,
             metrics=metrics,
         ),
+        manual_moves=manual,
     )

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Protocol
 
 import sqlalchemy as sa
 
@@ -38,6 +39,19 @@ from rootservice.db.unit_repo import Unit
 from rootservice.servers.status import AdminStatus, HeartbeatStatus
 
 log = logging.getLogger(__name__)
+
+
+class UnitJobs(Protocol):
+    """The progress of the MIGRATE UNIT jobs
+    (:class:`rootservice.balancer.unit_migration.ManualUnitMoves`)."""
+
+    def update_jobs(self) -> int:
+        """Write the jobs' progress; returns the jobs written."""
+        ...
+
+    def clear(self) -> None:
+        """Forget what was written (step-down)."""
+        ...
 
 
 class RootBalancer:
@@ -63,9 +77,11 @@ class RootBalancer:
         jobs: DeleteJobProgress,
         replan: Replanner | None = None,
         adds: ReplicaAdds | None = None,
+        manual: UnitJobs | None = None,
     ) -> None:
         """Nothing runs until :meth:`run_once`. ``adds`` finds the log streams short of
-        replicas and records why (None: nothing is added)."""
+        replicas and records why (None: nothing is added); ``manual`` writes the progress of
+        the MIGRATE UNIT jobs (None: nobody does)."""
         self.servers = servers
         self.ls = ls
         self.planner = planner
@@ -75,6 +91,7 @@ class RootBalancer:
         self.jobs = jobs
         self.replan = replan
         self.adds = adds
+        self.manual = manual
         # One round at a time; CANCEL DELETE never takes it.
         self._lock = threading.Lock()
 
@@ -90,6 +107,8 @@ class RootBalancer:
             self.replan.clear()
         if self.adds is not None:
             self.adds.clear()
+        if self.manual is not None:
+            self.manual.clear()
 
     def _emptying(self) -> list[str]:
         return [
@@ -159,6 +178,8 @@ class RootBalancer:
                     stale["finished"],
                 )
             self.jobs.update_jobs()
+            if self.manual is not None:
+                self.manual.update_jobs()
             return actions
 
     def _misplaced_replicas(self) -> bool:

@@ -8,6 +8,9 @@
 - **Completion.** A moving unit is done when no LS of its unit group has a replica on the
   source any more: ``migrate_from`` is cleared (:meth:`UnitMoves.finish_units`), only while
   the unit row is still the one the round read.
+- **Manual moves.** ALTER SYSTEM MIGRATE UNIT records its move the same way
+  (:mod:`rootservice.balancer.unit_migration`); its ``MIGRATE_UNIT`` job ends SUCCESS in the
+  transaction that finishes the unit.
 - **CANCEL DELETE.** Units still moving away from the server go back
   (:meth:`UnitMoves.move_back`, in the statement's own transaction); moved units stay.
 
@@ -28,7 +31,7 @@ import sqlalchemy as sa
 from obcommon.clock import Clock
 from rootservice.balancer.planner import Row
 from rootservice.balancer.ports import LayoutVersion, LsKey, LsLayout, Store, Waker, Whitelist
-from rootservice.db import event_repo, ls_repo, unit_repo
+from rootservice.db import event_repo, job_repo, ls_repo, unit_repo
 from rootservice.db.event_repo import Event
 from rootservice.metrics import Metrics
 from rootservice.servers.status import AdminStatus, HeartbeatStatus
@@ -224,6 +227,11 @@ class UnitMoves:
                     moving_from=(u.migrate_from_svr_ip, u.migrate_from_svr_port),
                 )
             ]
+            for u in done:
+                if u.manual_migrate:
+                    # ALTER SYSTEM MIGRATE UNIT's job ends with its move (OceanBase's
+                    # end_migrate_unit COMMIT completes the MIGRATE_UNIT job).
+                    job_repo.finish_unit_jobs(conn, "MIGRATE_UNIT", u.unit_id, "SUCCESS", now)
             event_repo.insert_events(
                 conn,
                 [

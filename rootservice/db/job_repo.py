@@ -39,14 +39,16 @@ class Job:
 def create_job(
     conn: sa.Connection,
     job_type: str,
-    ip: str,
-    port: int,
+    ip: str | None,
+    port: int | None,
     now_us: int,
     rs_addr: tuple[str, int],
     sql_text: str = "",
     tenant_id: int | None = None,
+    unit_id: int | None = None,
 ) -> int:
-    """Insert an INPROGRESS job row (of ``tenant_id`` when given); returns its job_id."""
+    """Insert an INPROGRESS job row (about server ``ip:port`` unless None, of ``tenant_id`` /
+    ``unit_id`` when given); returns its job_id."""
     job_id = next_counter(conn, PARAM_MAX_JOB_ID, now_us)
     ts = us_to_datetime(now_us)
     conn.execute(
@@ -56,6 +58,7 @@ def create_job(
             job_status="INPROGRESS",
             progress=0,
             tenant_id=tenant_id,
+            unit_id=unit_id,
             svr_ip=ip,
             svr_port=port,
             rs_svr_ip=rs_addr[0],
@@ -114,6 +117,43 @@ def _finish(
         )
     )
     return int(r.rowcount or 0)
+
+
+def finish_unit_jobs(
+    conn: sa.Connection,
+    job_type: str,
+    unit_id: int,
+    status: str,
+    now_us: int,
+    return_code: int = 0,
+) -> int:
+    """Move the INPROGRESS jobs of ``job_type`` about unit ``unit_id`` to ``status``
+    (OceanBase's ``RS_JOB_FIND(MIGRATE_UNIT, ..., "unit_id", id)`` then ``RS_JOB_COMPLETE``);
+    returns rows changed."""
+    t = all_rootservice_job
+    where = (t.c.job_type == job_type, t.c.unit_id == unit_id)
+    return _finish(conn, where, status, now_us, return_code)
+
+
+def inprogress_unit_jobs(conn: sa.Connection, job_type: str) -> dict[int, int]:
+    """The INPROGRESS jobs of ``job_type`` that name a unit: unit_id -> job_id."""
+    t = all_rootservice_job
+    q = sa.select(t.c.job_id, t.c.unit_id).where(
+        t.c.job_type == job_type, t.c.job_status == "INPROGRESS", t.c.unit_id.is_not(None)
+    )
+    return {int(r["unit_id"]): int(r["job_id"]) for r in conn.execute(q).mappings()}
+
+
+def inprogress_tenant_jobs(conn: sa.Connection, job_type: str) -> dict[int, int]:
+    """The INPROGRESS jobs of ``job_type`` that name a tenant: tenant_id -> job_id (the
+    newest one when several)."""
+    t = all_rootservice_job
+    q = (
+        sa.select(t.c.job_id, t.c.tenant_id)
+        .where(t.c.job_type == job_type, t.c.job_status == "INPROGRESS", t.c.tenant_id.is_not(None))
+        .order_by(t.c.job_id)
+    )
+    return {int(r["tenant_id"]): int(r["job_id"]) for r in conn.execute(q).mappings()}
 
 
 def inprogress_jobs(conn: sa.Connection, job_type: str) -> list[Job]:

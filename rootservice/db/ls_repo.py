@@ -206,3 +206,16 @@ def view_leaders(conn: sa.Connection) -> dict[tuple[int, int], list[str]]:
     for tenant, ls, ip, port in conn.execute(q):
         out.setdefault((int(tenant), int(ls)), []).append(format_server(ip, int(port)))
     return {k: sorted(v) for k, v in out.items()}
+
+
+def set_ls_primary_zone(
+    conn: sa.Connection, tenant_id: int, ls_id: int, primary_zone: str, now_us: int
+) -> None:
+    """Write the ``primary_zone`` of log stream ``(tenant_id, ls_id)`` (the zone its leader
+    prefers within its tenant's first priority)."""
+    t = all_ls_status
+    conn.execute(
+        sa.update(t)
+        .where(t.c.tenant_id == tenant_id, t.c.ls_id == ls_id)
+        .values(primary_zone=primary_zone, gmt_modified=us_to_datetime(now_us))
+    )

@@ -76,3 +76,13 @@ def delete_tenant(conn: sa.Connection, tenant_id: int) -> None:
     """Delete a tenant with its log streams, replica rows and space usage rows."""
     for table in (all_ls_meta_table, all_ls_status, all_space_usage, all_tenant):
         conn.execute(sa.delete(table).where(table.c.tenant_id == tenant_id))
+
+
+def set_primary_zone(conn: sa.Connection, tenant_id: int, primary_zone: str, now_us: int) -> None:
+    """ALTER TENANT ... PRIMARY_ZONE: write the tenant's ``primary_zone``."""
+    t = all_tenant
+    conn.execute(
+        sa.update(t)
+        .where(t.c.tenant_id == tenant_id)
+        .values(primary_zone=primary_zone, gmt_modified=us_to_datetime(now_us))
+    )

@@ -74,6 +74,9 @@ class Unit:
     migrate_from_svr_ip: str = ""
     migrate_from_svr_port: int = 0
     status: str = "ACTIVE"
+    # Moved by ALTER SYSTEM MIGRATE UNIT (OceanBase's ``is_manual_migrate``), until the move
+    # ends or is cancelled.
+    manual_migrate: bool = False
 
     @property
     def server(self) -> str:
@@ -178,6 +181,27 @@ def grant_pools(conn: sa.Connection, pool_ids: Sequence[int], tenant_id: int, no
     )
 
 
+def update_pool(conn: sa.Connection, p: ResourcePool, now_us: int) -> None:
+    """ALTER RESOURCE POOL: write ``unit_count``, ``unit_config_id`` and ``zone_list`` of pool
+    ``p`` (found by its id)."""
+    t = all_resource_pool
+    conn.execute(
+        sa.update(t)
+        .where(t.c.resource_pool_id == p.resource_pool_id)
+        .values(
+            unit_count=p.unit_count,
+            unit_config_id=p.unit_config_id,
+            zone_list=";".join(p.zone_list),
+            gmt_modified=us_to_datetime(now_us),
+        )
+    )
+
+
+def delete_units(conn: sa.Connection, unit_ids: Iterable[int]) -> None:
+    """Delete units by id (a pool no tenant uses shrinking)."""
+    conn.execute(sa.delete(all_unit).where(all_unit.c.unit_id.in_(list(unit_ids))))
+
+
 def delete_pool(conn: sa.Connection, pool_id: int) -> None:
     """Delete a pool and its units."""
     conn.execute(sa.delete(all_unit).where(all_unit.c.resource_pool_id == pool_id))
@@ -196,6 +220,7 @@ def _unit(r: Any) -> Unit:
         r["migrate_from_svr_ip"],
         int(r["migrate_from_svr_port"]),
         r["status"],
+        bool(r["manual_migrate"]),
     )
 
 
@@ -223,11 +248,13 @@ def start_unit_move(
     src: tuple[str, int],
     dest: tuple[str, int],
     now_us: int,
+    *,
+    manual: bool = False,
 ) -> bool:
     """Move unit ``unit_id`` from server ``src`` to ``dest`` (``(ip, port)``): ``svr_*`` =
     ``dest``, ``migrate_from_svr_*`` = ``src`` (docs/design/migration.md, the root balancer's unit
-    moves). Only if the unit is still on ``src`` and not already moving; returns whether it
-    moved."""
+    moves), ``manual_migrate`` = ``manual`` (ALTER SYSTEM MIGRATE UNIT). Only if the unit is
+    still on ``src`` and not already moving; returns whether it moved."""
     t = all_unit
     res = conn.execute(
         sa.update(t)
@@ -242,6 +269,7 @@ def start_unit_move(
             svr_port=dest[1],
             migrate_from_svr_ip=src[0],
             migrate_from_svr_port=src[1],
+            manual_migrate=int(manual),
             gmt_modified=us_to_datetime(now_us),
         )
     )
@@ -300,6 +328,7 @@ def finish_unit_move(
         q.values(
             migrate_from_svr_ip="",
             migrate_from_svr_port=0,
+            manual_migrate=0,
             gmt_modified=us_to_datetime(now_us),
         )
     )
@@ -320,6 +349,72 @@ def move_unit_back(
             svr_port=back_to[1],
             migrate_from_svr_ip="",
             migrate_from_svr_port=0,
+            manual_migrate=0,
+            gmt_modified=us_to_datetime(now_us),
+        )
+    )
+
+
+def reverse_unit_move(
+    conn: sa.Connection,
+    unit_id: int,
+    on: tuple[str, int],
+    moving_from: tuple[str, int],
+    now_us: int,
+) -> bool:
+    """ALTER SYSTEM CANCEL MIGRATE UNIT: the move of unit ``unit_id`` from ``moving_from`` to
+    ``on`` (``(ip, port)``) is reversed: ``svr_*`` = ``moving_from``, ``migrate_from_svr_*`` =
+    ``on`` (the replicas already there move back), ``manual_migrate`` cleared (OceanBase's
+    ``end_migrate_unit`` with ``REVERSE``). Only while the unit is still on ``on`` moving from
+    ``moving_from``; returns whether the row changed."""
+    t = all_unit
+    res = conn.execute(
+        sa.update(t)
+        .where(
+            t.c.unit_id == unit_id,
+            t.c.svr_ip == on[0],
+            t.c.svr_port == on[1],
+            t.c.migrate_from_svr_ip == moving_from[0],
+            t.c.migrate_from_svr_port == moving_from[1],
+        )
+        .values(
+            svr_ip=moving_from[0],
+            svr_port=moving_from[1],
+            migrate_from_svr_ip=on[0],
+            migrate_from_svr_port=on[1],
+            manual_migrate=0,
+            gmt_modified=us_to_datetime(now_us),
+        )
+    )
+    return bool(res.rowcount)
+
+
+def place_unit(conn: sa.Connection, unit_id: int, to: tuple[str, int], now_us: int) -> None:
+    """Unit ``unit_id`` of a pool no tenant uses goes to ``to`` (``(ip, port)``) at once: it
+    holds no replica, so nothing moves (OceanBase's ``migrate_unit_`` for a pool not
+    granted)."""
+    t = all_unit
+    conn.execute(
+        sa.update(t)
+        .where(t.c.unit_id == unit_id)
+        .values(svr_ip=to[0], svr_port=to[1], gmt_modified=us_to_datetime(now_us))
+    )
+
+
+def update_unit_config(conn: sa.Connection, c: UnitConfig, now_us: int) -> None:
+    """ALTER RESOURCE UNIT: write every resource of config ``c`` (found by its id)."""
+    t = all_unit_config
+    conn.execute(
+        sa.update(t)
+        .where(t.c.unit_config_id == c.unit_config_id)
+        .values(
+            max_cpu=c.max_cpu,
+            min_cpu=c.min_cpu,
+            memory_size=c.memory_size,
+            log_disk_size=c.log_disk_size,
+            max_iops=c.max_iops,
+            min_iops=c.min_iops,
+            iops_weight=c.iops_weight,
             gmt_modified=us_to_datetime(now_us),
         )
     )
@@ -339,6 +434,7 @@ def insert_units(conn: sa.Connection, units: Iterable[Unit], now_us: int) -> Non
             "migrate_from_svr_ip": u.migrate_from_svr_ip,
             "migrate_from_svr_port": u.migrate_from_svr_port,
             "status": u.status,
+            "manual_migrate": int(u.manual_migrate),
             "gmt_create": ts,
             "gmt_modified": ts,
         }

@@ -73,6 +73,11 @@ class TenantManager:
         self.replicas = replicas
         self._lock = threading.Lock()
 
+    @property
+    def statement_lock(self) -> threading.Lock:
+        """The lock that serialises the statements that place or size units."""
+        return self._lock
+
     def _event(self, now: int, event: str, *values: tuple[str, Any]) -> Event:
         return Event(now, "tenant", event, values)
 

@@ -14,6 +14,7 @@ from rootservice.ha.term import Term
 from rootservice.metrics import Metrics
 from rootservice.servers.tombstones import ServerBurial
 from rootservice.servers.whitelist import Whitelist
+from rootservice.tenants.alter import TenantAlterations
 from rootservice.tenants.balancer_view import BalancerView
 from rootservice.tenants.ddl import TenantManager
 from rootservice.tenants.host_health import HostHealth
@@ -27,6 +28,7 @@ from rootservice.tenants.member_removal import MemberRemoval
 from rootservice.tenants.meta_sync import LsMetaSync
 from rootservice.tenants.once_log import OnceLog
 from rootservice.tenants.pause import PausableGate, SchedulingPause
+from rootservice.tenants.pool_alter import PoolAlterations
 from rootservice.tenants.ports import (
     EventSink,
     HeartbeatRequester,
@@ -37,6 +39,7 @@ from rootservice.tenants.ports import (
     ZoneDirectory,
 )
 from rootservice.tenants.pre_checks import ServerPreChecks
+from rootservice.tenants.primary_zone_checker import PrimaryZoneChecker
 from rootservice.tenants.reconciler import LsReconciler
 from rootservice.tenants.replica_rebuilder import ReplicaRebuilder
 from rootservice.tenants.replica_specs import ReplicaApplier
@@ -66,6 +69,11 @@ class TenantLayer:
     replicas: TenantReplicas
     rooms: ServerRooms
     ddl: TenantManager
+    #: ALTER RESOURCE UNIT and ALTER TENANT ... PRIMARY_ZONE.
+    alter: TenantAlterations
+    #: ALTER RESOURCE POOL.
+    pools: PoolAlterations
+    primary_zone_checker: PrimaryZoneChecker
     pre_checks: ServerPreChecks
     probes: ServerProbes
     balancer_view: BalancerView
@@ -179,6 +187,15 @@ def build_tenant_layer(
         layout=version,
         replicas=replicas,
     )
+    alter = TenantAlterations(
+        store=store, clock=clock, rooms=rooms, layout=version, lock=ddl.statement_lock
+    )
+    pools = PoolAlterations(
+        store=store, clock=clock, zones=zones, rooms=rooms, layout=version, lock=ddl.statement_lock
+    )
+    primary_zone_checker = PrimaryZoneChecker(
+        gate=gate, store=store, layout=layout, reports=reports, health=health, clock=clock
+    )
     pre_checks = ServerPreChecks(
         store=store,
         servers=servers,
@@ -217,6 +234,9 @@ def build_tenant_layer(
         replicas=replicas,
         rooms=rooms,
         ddl=ddl,
+        alter=alter,
+        pools=pools,
+        primary_zone_checker=primary_zone_checker,
         pre_checks=pre_checks,
         probes=probes,
         balancer_view=balancer_view,

@@ -79,6 +79,20 @@ class ServerRoom:
             )
         return None
 
+    def short_resource(self, d: Demand) -> str | None:
+        """None when ``d`` fits, else the first resource short under OceanBase's name for
+        it (``ObUnitManager::alter_resource_err_to_str``): ``MAX_CPU`` (above the server's
+        cores), ``MIN_CPU``, ``MEMORY_SIZE`` or ``LOG_DISK_SIZE`` (above what is free)."""
+        if d.max_cpu > self.cpu_total + 1e-9:
+            return "MAX_CPU"
+        if d.min_cpu > self.cpu_total - self.cpu_used + 1e-9:
+            return "MIN_CPU"
+        if d.memory > self.mem_total - self.mem_used:
+            return "MEMORY_SIZE"
+        if d.log_disk > self.log_disk_total - self.log_disk_used:
+            return "LOG_DISK_SIZE"
+        return None
+
     def load_after(self, d: Demand) -> float:
         """The largest utilisation (0..1) of CPU, memory and log disk once ``d`` is added."""
         parts = [

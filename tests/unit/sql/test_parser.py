@@ -1082,3 +1082,54 @@ def test_random_input_only_ever_raises_ob_error(
 def test_all_statement_forms_give_statement_types() -> None:
     for seed in _SEEDS + _SEEDS_TENANTS:
         assert isinstance(parse(seed), STATEMENT_TYPES)
+
+
+@pytest.mark.parametrize(
+    ("text", "statement"),
+    [
+        (
+            "ALTER SYSTEM MIGRATE UNIT = 1001 DESTINATION = '127.0.0.1:3004'",
+            ast.MigrateUnit(1001, "127.0.0.1:3004"),
+        ),
+        ("alter system migrate unit 7 destination 'a:1';", ast.MigrateUnit(7, "a:1")),
+        ("ALTER SYSTEM CANCEL MIGRATE UNIT 1001", ast.CancelMigrateUnit(1001)),
+        (
+            "ALTER RESOURCE UNIT U1 MAX_CPU = 4, MEMORY_SIZE '8G'",
+            ast.AlterResourceUnit("u1", (("max_cpu", 4), ("memory_size", "8G"))),
+        ),
+        (
+            "ALTER RESOURCE POOL p1 UNIT_NUM = 1 DELETE UNIT = (1001, 1002)",
+            ast.AlterResourcePool("p1", (("unit_num", (1, (1001, 1002))),)),
+        ),
+        (
+            "ALTER RESOURCE POOL p1 UNIT_NUM 2",
+            ast.AlterResourcePool("p1", (("unit_num", (2, ())),)),
+        ),
+        ("ALTER RESOURCE POOL p1 UNIT 'U2'", ast.AlterResourcePool("p1", (("unit", "u2"),))),
+        (
+            "ALTER RESOURCE POOL p1 ZONE_LIST ('z1', 'z2'), UNIT_NUM = 2",
+            ast.AlterResourcePool("p1", (("zone_list", ("z1", "z2")), ("unit_num", (2, ())))),
+        ),
+        ("ALTER TENANT t1 SET PRIMARY_ZONE = 'z2;z1'", ast.AlterTenant("t1", "z2;z1")),
+        ("ALTER TENANT T1 primary_zone 'RANDOM'", ast.AlterTenant("t1", "RANDOM")),
+    ],
+)
+def test_units_by_hand(text: str, statement: ast.Statement) -> None:
+    assert parse(text) == statement
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ALTER SYSTEM MIGRATE UNIT 1001",  # no destination
+        "ALTER SYSTEM MIGRATE UNIT 'x' DESTINATION 'a:1'",  # the id is a number
+        "ALTER SYSTEM CANCEL MIGRATE UNIT",
+        "ALTER RESOURCE UNIT u1",  # no option
+        "ALTER RESOURCE POOL p1",
+        "ALTER TENANT t1 SET LOCALITY = 'F@z1'",  # only PRIMARY_ZONE changes here
+    ],
+)
+def test_units_by_hand_syntax_errors(text: str) -> None:
+    with pytest.raises(ObError) as e:
+        parse(text)
+    assert e.value.name == "ER_PARSE_ERROR"
