@@ -73,6 +73,12 @@ class ReloadServer:
 
 
 @dataclass(frozen=True)
+class EndRollingUpgrade:
+    """ALTER SYSTEM END ROLLING UPGRADE: raise the cluster version to the leader's release once
+    every server and root service reports it."""
+
+
+@dataclass(frozen=True)
 class ZoneOp:
     """ALTER SYSTEM {ADD|START|STOP|FORCE STOP|DELETE} ZONE 'z' [IDC [=] 'i'] [, REGION [=] 'r'];
     ``op`` ALTER for ALTER SYSTEM {ALTER|CHANGE|MODIFY} ZONE 'z' [SET] IDC / REGION."""
@@ -332,6 +338,7 @@ Statement = (
     | DrainServer
     | ExplainDeleteServer
     | ReloadServer
+    | EndRollingUpgrade
     | ZoneOp
     | SetParameters
     | ShowParameters

@@ -161,6 +161,9 @@ class ToAst(Transformer[Token, Any]):
     def reload_server(self) -> ast.ReloadServer:
         return ast.ReloadServer()
 
+    def end_rolling_upgrade(self) -> ast.EndRollingUpgrade:
+        return ast.EndRollingUpgrade()
+
     def zone_op(self, op: ast.ZoneOpKind, zone: str, *rest: Any) -> ast.ZoneOp:
         found: dict[str, str] = {}
         for attrs in rest:

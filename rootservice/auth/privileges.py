@@ -28,6 +28,7 @@ REQUIRED: dict[type, str] = {
     # for whoever may delete: an operator who may run DELETE SERVER may ask what it would do.
     ast.ExplainDeleteServer: ALTER_SYSTEM,
     ast.ReloadServer: ALTER_SYSTEM,
+    ast.EndRollingUpgrade: ALTER_SYSTEM,
     ast.ZoneOp: ALTER_SYSTEM,
     ast.SetParameters: ALTER_SYSTEM,
     ast.SwitchLeader: ALTER_SYSTEM,

@@ -363,6 +363,21 @@ all_rootservice_member = sa.Table(
     # When its election round last ran, microseconds by the database's clock (the lease's).
     sa.Column("last_seen_time", sa.BigInteger, nullable=False, server_default="0"),
     *_gmt(),
+    # Migration 0019: the release its rounds report; NULL from a 0.1.0 RS.
+    sa.Column("build_version", sa.String(256), nullable=True),
+)
+
+# --- the cluster version (migration 0019) ----------------------------------
+
+all_cluster_version = sa.Table(
+    "__all_cluster_version",
+    metadata,
+    # Always 1: one row.
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    # The release, "0.2.0", and it as major << 32 | minor << 16 | patch (compared on raise).
+    sa.Column("version", sa.String(64), nullable=False),
+    sa.Column("version_code", sa.BigInteger, nullable=False),
+    *_gmt(),
 )
 
 
