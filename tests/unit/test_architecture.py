@@ -26,6 +26,8 @@ LAYERS: list[tuple[str, ...]] = [
     # Users, privileges and audit: used by api/ (and built by app), uses db/.
     ("rootservice.auth",),
     ("rootservice.bootstrap", "rootservice.office", "rootservice.parameters"),
+    # Versions and upgrades: read by bootstrap / office and the statements, reads servers/.
+    ("rootservice.upgrade",),
     ("rootservice.balancer",),
     ("rootservice.tenants",),
     ("rootservice.servers",),
