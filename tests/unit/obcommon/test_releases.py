@@ -69,7 +69,9 @@ def test_encode_orders_as_releases_do_and_decodes_back() -> None:
         (R(0, 2, 0), R(0, 2, 0), R(0, 2, 0), None),
     ],
 )
-def test_agent_skew_rule(agent: Release, leader: Release, cluster: Release, refused: str | None) -> None:
+def test_agent_skew_rule(
+    agent: Release, leader: Release, cluster: Release, refused: str | None
+) -> None:
     why = releases.agent_refusal(agent, leader, cluster)
     if refused is None:
         assert why is None

@@ -12,9 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from obcommon.releases import Release
 from rootservice.db import cluster_version_repo
 
-RELEASES = st.builds(
-    Release, st.integers(0, 3), st.integers(0, 12), st.integers(0, 3)
-)
+RELEASES = st.builds(Release, st.integers(0, 3), st.integers(0, 12), st.integers(0, 3))
 SETTINGS = settings(
     max_examples=15,
     stateful_step_count=8,
@@ -39,8 +37,7 @@ def test_the_cluster_version_never_falls(engine: sa.Engine) -> None:
             with engine.begin() as conn:
                 conn.execute(
                     sa.text(
-                        "UPDATE __all_cluster_version SET version = '0.1.0', "
-                        "version_code = 65536"
+                        "UPDATE __all_cluster_version SET version = '0.1.0', version_code = 65536"
                     )
                 )
             self.highest = Release(0, 1, 0)

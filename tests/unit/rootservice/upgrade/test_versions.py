@@ -8,11 +8,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from obcommon import releases
+from obcommon.clock import FakeClock
 from obcommon.errors import ObError
 from obcommon.releases import Release
-from rootservice.app import RootService
+from rootservice.app import RootService, StartupError
+from rootservice.config import RsSettings
 from rootservice.servers.status import STOPPING_BIT, HeartbeatStatus
 from tests.support.harness import ZA, ZB, A, B, events, flush, hb, make_rs, server_row
 
@@ -98,3 +101,33 @@ def test_the_stopping_notice_is_taken_whatever_the_rs_cluster_version(rs: RootSe
     rs.heartbeats.receive_hb(hb(A, ZA, build_version="0.2.0"))
     flush(rs)
     assert len(events(rs, "server_stopping")) == 1
+
+
+def test_a_root_service_two_releases_from_a_running_one_does_not_start(
+    rs: RootService, db_url: str, tmp_path: Path
+) -> None:
+    def other_rs() -> RootService:
+        settings = RsSettings(data_dir=tmp_path / "other", db_url=db_url, rpc_addr="127.0.0.1:2882")
+        return RootService(settings, FakeClock(), start_scheduler=False)
+
+    def member(release: str) -> None:
+        with rs.store.engine.begin() as conn:
+            conn.execute(
+                sa.text(
+                    "INSERT INTO __all_rootservice_member "
+                    "(svr_ip, svr_port, last_seen_time, build_version) "
+                    "VALUES ('127.0.0.9', 2882, :t, :v)"
+                ),
+                {"t": FakeClock().now_us(), "v": release},
+            )
+
+    member("0.4.0")
+    with pytest.raises(StartupError) as e:
+        other_rs().open()
+    for word in ("OB_VERSION_NOT_MATCH", "release 0.2.0", "127.0.0.9:2882 of release 0.4.0"):
+        assert word in str(e.value)
+    with rs.store.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE __all_rootservice_member SET build_version = '0.3.0'"))
+    ok = other_rs()
+    ok.open()
+    ok.shutdown()
