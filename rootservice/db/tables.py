@@ -313,6 +313,19 @@ all_ls_log_mark = sa.Table(
     *_gmt(),
 )
 
+# --- the cluster version (migration 0019) ----------------------------------
+
+all_cluster_version = sa.Table(
+    "__all_cluster_version",
+    metadata,
+    # Always 1: one row.
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    # The release, "0.2.0", and it as major << 32 | minor << 16 | patch (compared on raise).
+    sa.Column("version", sa.String(64), nullable=False),
+    sa.Column("version_code", sa.BigInteger, nullable=False),
+    *_gmt(),
+)
+
 # Names of the tables and views operators may SELECT from (lower case).
 SYSTEM_TABLES = tuple(t.name for t in metadata.sorted_tables)
 SYSTEM_VIEWS = (
@@ -329,6 +342,7 @@ SYSTEM_VIEWS = (
     "dba_ob_revoked_certificates",
     "dba_ob_server_tombstones",
     "dba_ob_server_drains",
+    "dba_ob_rootservices",
 )
 
 
@@ -366,20 +380,6 @@ all_rootservice_member = sa.Table(
     # Migration 0019: the release its rounds report; NULL from a 0.1.0 RS.
     sa.Column("build_version", sa.String(256), nullable=True),
 )
-
-# --- the cluster version (migration 0019) ----------------------------------
-
-all_cluster_version = sa.Table(
-    "__all_cluster_version",
-    metadata,
-    # Always 1: one row.
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
-    # The release, "0.2.0", and it as major << 32 | minor << 16 | patch (compared on raise).
-    sa.Column("version", sa.String(64), nullable=False),
-    sa.Column("version_code", sa.BigInteger, nullable=False),
-    *_gmt(),
-)
-
 
 # --- revoked certificates (migration 0007) ---------------------------------
 
