@@ -113,6 +113,7 @@ def test_isolate_zone_is_not_a_statement() -> None:
 
 def test_reload_server() -> None:
     assert parse("alter system reload server ;") == ast.ReloadServer()
+    assert parse("ALTER SYSTEM END ROLLING UPGRADE") == ast.EndRollingUpgrade()
 
 
 # --- EXPLAIN ALTER SYSTEM DELETE SERVER -----------------------------------

@@ -180,6 +180,7 @@ _EXAMPLES = {
     ast.DrainServer: "ALTER SYSTEM DRAIN SERVER '1.1.1.1:1'",
     ast.ExplainDeleteServer: "EXPLAIN ALTER SYSTEM DELETE SERVER '1.1.1.1:1'",
     ast.ReloadServer: "ALTER SYSTEM RELOAD SERVER",
+    ast.EndRollingUpgrade: "ALTER SYSTEM END ROLLING UPGRADE",
     ast.ZoneOp: "ALTER SYSTEM ADD ZONE z",
     ast.SetParameters: "ALTER SYSTEM SET lease_time = '10s'",
     ast.SwitchLeader: "ALTER SYSTEM SWITCH REPLICA LEADER LS 1 SERVER '1.1.1.1:1' TENANT t",
