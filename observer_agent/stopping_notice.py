@@ -15,22 +15,23 @@ from observer_agent.lease import LeaseClient
 
 
 async def say_stopping(lease: LeaseClient) -> bool:
-    """Send the stopping notice on ``lease``'s open stream when the gate allows and nothing is
-    outstanding on it; wait up to ``rpc_timeout`` for the answer. True when the RS accepted
-    it. Never raises."""
+    """Send the stopping notice on ``lease``'s open stream when the gate allows (after the
+    answer to a renewal still out, if any); wait up to ``rpc_timeout`` for each answer. True
+    when the RS accepted it. Never raises."""
     conn = lease.stream
     if (
         conn is None
         or conn.broken
-        or conn.outstanding is not None
         or not lease.registered
         or not releases.stopping_bit(lease.cluster_version)
     ):
         return False
+    timeout_s = lease.settings.rpc_timeout / 1e6
     try:
-        resp = await conn.exchange(
-            lease.build_lease_request(stopping=True), lease.settings.rpc_timeout / 1e6
-        )
+        if conn.outstanding is not None:
+            # The lease loop was stopped while a renewal was out: its answer first.
+            await conn.await_answer(timeout_s)
+        resp = await conn.exchange(lease.build_lease_request(stopping=True), timeout_s)
     except Exception as e:
         lease.log.info("the stopping notice to %s got no answer: %s", conn.addr, e)
         return False
