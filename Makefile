@@ -22,7 +22,7 @@ PYTEST_ARGS ?=
 # first, by size).
 PYTEST_WORKERS ?= 4
 
-.PHONY: setup pg-binaries mysql-clients browser faketime prometheus nftables test-partitions test demo demo-spark-cluster bench bench-storm bench-mysql bench-spark bench-empty bench-parse chaos soak-lag lint docs dist proto clean
+.PHONY: proto-compat setup pg-binaries mysql-clients browser faketime prometheus nftables test-partitions test demo demo-spark-cluster bench bench-storm bench-mysql bench-spark bench-empty bench-parse chaos soak-lag lint docs dist proto clean
 
 # The Spark jobs (rootservice/jobs) read PostgreSQL through JDBC with Debian's driver jar.
 PG_JDBC_JAR ?= /usr/share/java/postgresql.jar
@@ -239,10 +239,20 @@ soak-lag: setup
 	OB_LAG_SOAK_S=600 $(VENV)/bin/pytest -q -p no:cacheprovider -s --timeout 900 \
 	    tests/integration/test_lag.py -k paused
 
-lint: docs
+lint: docs proto-compat
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+# Protocol evolution by protobuf's rules: obrpc.proto against the previous release's copy
+# (releases/<version>/obrpc.proto, the release before pyproject's in obcommon/releases.toml),
+# `buf breaking` with category WIRE_JSON (buf.yaml): fields and enum values only added,
+# removed numbers and names reserved. Runs offline.
+PREVIOUS_RELEASE ?= $(shell $(VENV)/bin/python -c "from obcommon import releases; t = releases.table(); print(t[-2].release if len(t) > 1 else t[0].release)")
+proto-compat: $(STAMP)
+	$(VENV)/bin/buf breaking --against . \
+	    --against-config '{"version":"v2","modules":[{"path":"releases/$(PREVIOUS_RELEASE)"}]}'
+
 
 # The manual (mkdocs.yml, docs/): --strict fails the build on a broken link, a missing page or
 # an anchor that does not exist; the reference pages are generated from the code

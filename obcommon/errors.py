@@ -99,6 +99,9 @@ ERRORS: dict[str, ErrorDef] = {
             "Server state or role not the same as expected",
             _FP,
         ),
+        # A peer of a release outside the version skew rule (obcommon/releases.py); OceanBase
+        # answers a lease of another lease version with it (src/observer/ob_heartbeat.cpp).
+        ErrorDef("OB_VERSION_NOT_MATCH", -4143, "HY000", "Version not match", _FP),
         ErrorDef(
             "OB_OP_NOT_ALLOW",
             -4179,

@@ -55,6 +55,7 @@ from observer_agent.replicas.serving import DATA_CHUNK_DEFAULT
 from observer_agent.resources import DEFAULT_RESOURCE_TIMEOUT_US, ResourceMonitor
 from observer_agent.rs_list import RsAddresses
 from observer_agent.settings import AgentSettings
+from observer_agent.stopping_notice import say_stopping
 
 #: Bound on stopping the background jobs, seconds.
 _CLOSE_TIMEOUT_S = 1.0
@@ -420,6 +421,8 @@ class Agent:
             for task in (stop_task, *tasks):
                 task.cancel()
             await asyncio.wait({stop_task, *tasks}, timeout=_CLOSE_TIMEOUT_S)
+            # A clean stop says so on the stream still open (when the cluster version allows).
+            await say_stopping(self.lease)
             await self.lease.close_stream()
             await self.replicas.stop()
             self.lease.forget_registration()

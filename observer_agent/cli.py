@@ -101,7 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", help="data directory (identity.json, disk probe, clog)")
     p.add_argument("--heartbeat-interval", help="lease renewal period, e.g. 2s")
     p.add_argument("--rpc-timeout", help="timeout of one lease exchange, e.g. 2s")
-    p.add_argument("--build-version", help="version string reported to the RS")
+    p.add_argument(
+        "--build-version",
+        help="version string reported to the RS, starting with the release "
+        "(default: e.g. 0.2.0_ob-rootservice-py)",
+    )
     p.add_argument(
         "--log-disk-size",
         help="log disk size to report, bytes or e.g. 10G (default 30%% of the data disk)",

@@ -20,6 +20,7 @@ import logging
 import random
 from pathlib import Path
 
+from obcommon import releases
 from obcommon.addresses import parse_host_port
 from obcommon.backoff import Backoff, BackoffPolicy
 from obcommon.clock import Clock
@@ -149,6 +150,8 @@ class LeaseDecisions:
         # Refusals by reason (the RS's error name, or why this agent refused the answer):
         # ``ob_agent_lease_renewals_refused_total``.
         self.refusals: dict[str, int] = {}
+        # The cluster version the last RS to answer said, as told ("" from 0.1.0: the oldest).
+        self.cluster_version = releases.oldest()
 
         self._seq = 0
         self.commands = AppliedCommands()  # reported with every request
@@ -181,11 +184,12 @@ class LeaseDecisions:
 
     # ------------------------------------------------------------------ lease decisions
 
-    def build_lease_request(self) -> obrpc_pb2.LeaseRequest:
+    def build_lease_request(self, stopping: bool = False) -> obrpc_pb2.LeaseRequest:
         """The next ``LeaseRequest`` (docs/design/leases.md); every call takes a new ``seq``.
         ``current_server_time`` is ``clock.now_us()``; ``rs_epoch`` / ``rs_incarnation`` the
         highest fencing token obeyed; ``cluster_id`` / ``server_id`` the kept identity's or
-        "" / 0; ``server_status`` 0x1 on a failing disk; ``replicas``; the lag fields."""
+        "" / 0; ``server_status`` 0x1 on a failing disk (| ``releases.stopping_bit`` when
+        ``stopping``); ``replicas``; the lag fields."""
         self._seq += 1
         token = self.tokens.highest
         req = obrpc_pb2.LeaseRequest(
@@ -196,7 +200,8 @@ class LeaseDecisions:
             build_version=self.settings.build_version,
             start_service_time=self.start_service_time,
             current_server_time=self.clock.now_us(),
-            server_status=self._disk.server_status,
+            server_status=self._disk.server_status
+            | (releases.stopping_bit(self.cluster_version) if stopping else 0),
             rs_epoch=token.epoch,
             rs_incarnation=token.incarnation,
             cluster_id=self.identity.cluster_id if self.identity else "",
@@ -315,6 +320,7 @@ class LeaseDecisions:
             self.registered = False
             return False
         self.lease_expire_time = resp.lease_expire_time or resp.heartbeat_expire_time
+        self.cluster_version = releases.parse(resp.cluster_version) or releases.oldest()
         if resp.server_id > 0:
             self.server_id = resp.server_id
         if resp.rs_server_status != self.rs_server_status:
@@ -472,6 +478,8 @@ class LeaseClient(LeaseDecisions):
         ):
             self._lease_lapse_logged = True
             self.log.warning("lease expired at %d without renewal", self.lease_expire_time)
+
+    stream = property(lambda self: self._conn, doc="The lease stream open now, if any.")
 
     async def close_stream(self) -> None:
         """Close the lease stream, if any (the next round opens a new one); never raises."""

@@ -24,6 +24,7 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from obcommon import releases
 from obcommon.addresses import parse_host_port
 from obcommon.backoff import DEFAULT_BASE_US, DEFAULT_CAP_US
 from obcommon.durations import Duration, format_duration
@@ -32,8 +33,9 @@ from obcommon.sizes import GIB, KIB, MIB, format_size, parse_size
 
 US_PER_S = 1_000_000
 
-#: What the agent reports as ``build_version`` unless told otherwise.
-DEFAULT_BUILD_VERSION = "4.2.0.0-ob-rootservice-py"
+#: What the agent reports as ``build_version`` unless told otherwise: its release first
+#: (``"0.2.0_ob-rootservice-py"``), which the RS's version skew rule reads.
+DEFAULT_BUILD_VERSION = releases.default_build_version()
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
@@ -109,7 +111,7 @@ class AgentSettings(BaseSettings):
     data_dir: Path
     heartbeat_interval: Duration = 2 * US_PER_S
     rpc_timeout: Duration = 2 * US_PER_S
-    build_version: str = DEFAULT_BUILD_VERSION
+    build_version: str = Field(default_factory=releases.default_build_version)
     log_disk_size: Size | None = Field(default=None, gt=0)
     replica_size: Size = 4 * MIB
     log_interval: Duration = 500_000
@@ -164,6 +166,13 @@ class AgentSettings(BaseSettings):
     def _check_build_version(cls, value: str) -> str:
         if not value.strip():
             raise ValueError("build_version must not be empty")
+        # The RS reads the agent's release from here (its version skew rule): a build
+        # version without one would be taken for the oldest release's.
+        if releases.parse(value) is None:
+            raise ValueError(
+                f"build_version {value.strip()!r} must start with the release major.minor.patch "
+                f"(e.g. {releases.default_build_version()!r})"
+            )
         return value.strip()
 
     @field_validator("log_level")

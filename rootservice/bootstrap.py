@@ -10,8 +10,9 @@ The order, each step able to fail with nothing kept but the cluster id:
 3. ask every server whether it is empty and in the zone the statement says;
 4. whitelist the servers in memory (BOOTSTRAPPING), ask them for heartbeats and wait until
    all are alive and in service (``bootstrap_timeout``, ``bootstrap_in_service_timeout``);
-5. write the zones, the ``__all_server`` rows, ``rootservice_list``, the server-id counter
-   and ``bootstrap_time`` with the events, in one fenced transaction;
+5. write the zones, the ``__all_server`` rows, ``rootservice_list``, the server-id counter,
+   the cluster version (the lowest release of this RS and the servers) and
+   ``bootstrap_time`` with the events, in one fenced transaction;
 6. hand over to the root service's take-office path (:class:`Office`), which loads what was
    written and starts the timers.
 """
@@ -25,12 +26,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from obcommon import releases
 from obcommon.addresses import format_server, parse_server
 from obcommon.clock import Clock
 from obcommon.durations import format_duration
 from obcommon.errors import ObError
+from obcommon.releases import Release
 from rootservice.config import RsSettings
-from rootservice.db import event_repo, param_repo, server_repo, zone_repo
+from rootservice.db import cluster_version_repo, event_repo, param_repo, server_repo, zone_repo
 from rootservice.db.event_repo import Event
 from rootservice.db.zone_repo import DEFAULT_REGION, ZoneInfo
 from rootservice.ha.store import MetaStore
@@ -87,8 +90,11 @@ class Bootstrap:
         office: Office,
         address: Callable[[], str],
         sleep: Callable[[float], None],
+        release: Release | None = None,
     ) -> None:
-        """Nothing is checked or written until :meth:`run`."""
+        """Nothing is checked or written until :meth:`run`. ``release``: this RS's, with the
+        servers' the cluster version starts at (None: left as the migrations wrote it)."""
+        self.release = release
         self.term = term
         self.store = store
         self.clock = clock
@@ -232,6 +238,13 @@ class Bootstrap:
                 now,
                 "largest server id allocated",
             )
+            if self.release is not None:
+                # A new cluster starts at the lowest release among its first processes, as
+                # OceanBase's bootstrap writes min_observer_version of its own build.
+                lowest = min(
+                    [self.release, *(releases.of_build_version(r["build_version"]) for r in rows)]
+                )
+                cluster_version_repo.raise_to(conn, lowest, now)
             param_repo.set_param(
                 conn,
                 param_repo.PARAM_BOOTSTRAP_TIME,

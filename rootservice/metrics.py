@@ -281,6 +281,10 @@ COUNTERS: dict[str, tuple[str, str] | None] = {
         "Permanent-offline declarations: one per episode of a server being gone.",
     ),
     "events_dropped_total": ("ob_rs_events_dropped", "Queued events dropped (queue full)."),
+    "lease_version_refused_total": (
+        "ob_rs_lease_version_refused",
+        "Lease requests refused by the version skew rule (OB_VERSION_NOT_MATCH).",
+    ),
     "wall_clock_jumps_total": (
         "ob_rs_wall_clock_jumps",
         "Steps of this RS's wall clock (> 1 s against the monotonic clock) seen by its "

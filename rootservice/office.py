@@ -28,7 +28,7 @@ from typing import Protocol
 
 from obcommon.clock import Clock
 from obcommon.errors import ObError
-from rootservice.db import event_repo, param_repo
+from rootservice.db import cluster_version_repo, event_repo, param_repo
 from rootservice.db.event_repo import Event
 from rootservice.ha.election import merge_rs_list
 from rootservice.ha.store import MetaStore
@@ -42,6 +42,7 @@ from rootservice.servers.ports import Background, HeartbeatRequests
 from rootservice.servers.whitelist import Whitelist
 from rootservice.servers.zones import ZoneManager
 from rootservice.timers import Schedule, Timers
+from rootservice.upgrade.versions import Versions
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +85,11 @@ class Office:
         tasks: LeaderTasks,
         forget: Sequence[Callable[[], None]],
         address: Callable[[], str],
+        versions: Versions | None = None,
     ) -> None:
-        """Nothing happens until the election calls in."""
+        """Nothing happens until the election calls in. ``versions`` gets the cluster version
+        read at each restart (None: not read)."""
+        self.versions = versions
         self.term = term
         self.store = store
         self.clock = clock
@@ -133,6 +137,10 @@ class Office:
         self.term.state = RsState.IN_SERVICE
         with self.store.read() as conn:
             params = param_repo.load_params(conn)
+            cluster_version = cluster_version_repo.get(conn) if self.versions else None
+        if self.versions is not None and cluster_version is not None:
+            # A former leader may have finalized an upgrade: the gates follow the table.
+            self.versions.set_cluster(cluster_version)
         self.identity.cluster_id = params.get(param_repo.PARAM_CLUSTER_ID, "")
         stored_rs_list = params.get(param_repo.PARAM_RS_LIST, "")
         self.identity.rs_list = merge_rs_list(stored_rs_list, self.address())

@@ -87,6 +87,9 @@ class RunJob:
     """ALTER SYSTEM RUN JOB 'name'; ``job`` as written."""
 
     job: str
+class EndRollingUpgrade:
+    """ALTER SYSTEM END ROLLING UPGRADE: raise the cluster version to the leader's release once
+    every server and root service reports it."""
 
 
 @dataclass(frozen=True)
@@ -404,6 +407,7 @@ Statement = (
     | ReloadZone
     | ReloadUnit
     | RunJob
+    | EndRollingUpgrade
     | ZoneOp
     | SetParameters
     | ShowParameters

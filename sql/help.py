@@ -95,6 +95,11 @@ STATEMENTS: tuple[HelpTopic, ...] = (
         "ALTER SYSTEM RELOAD SERVER",
     ),
     HelpTopic(
+        "ALTER SYSTEM END ROLLING UPGRADE",
+        "finalize an upgrade: raise the cluster version once every process runs the release",
+        "ALTER SYSTEM END ROLLING UPGRADE",
+    ),
+    HelpTopic(
         "ALTER SYSTEM ZONE",
         "add, start, stop, alter or delete a zone",
         "ALTER SYSTEM ADD ZONE 'z' [IDC 'idc'] [REGION 'r']\n"

@@ -177,7 +177,10 @@ class LeaseRequest(_message.Message):
     start_service_time: _builtins.int
     current_server_time: _builtins.int
     server_status: _builtins.int
-    """bit 0x1 = data disk error"""
+    """bit 0x1 = data disk error; bit 0x2 = stopping cleanly (the last request of an agent
+    that is shutting down; sent only once the cluster version is 0.2.0 or later, as a 0.1.0
+    RS refuses a bit it does not know).
+    """
     rs_epoch: _builtins.int
     """highest RS epoch the agent has seen"""
     cluster_id: _builtins.str
@@ -261,6 +264,7 @@ class LeaseResponse(_message.Message):
     REVOCATION_VERSION_FIELD_NUMBER: _builtins.int
     REVOKED_SERIALS_FIELD_NUMBER: _builtins.int
     RS_INCARNATION_FIELD_NUMBER: _builtins.int
+    CLUSTER_VERSION_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     lease_expire_time: _builtins.int
     heartbeat_expire_time: _builtins.int
@@ -286,6 +290,10 @@ class LeaseResponse(_message.Message):
     """The random id the RS drew when it took office with rs_epoch: (rs_epoch, rs_incarnation)
     is its fencing token. Sent with refusals too.
     """
+    cluster_version: _builtins.str
+    """The cluster version ("0.2.0"; OceanBase's min_observer_version): what the agent may
+    start that needs every RS new. "" from a 0.1.0 RS, which means 0.1.0.
+    """
     @_builtins.property
     def rs_list(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     @_builtins.property
@@ -310,10 +318,11 @@ class LeaseResponse(_message.Message):
         revocation_version: _builtins.int = ...,
         revoked_serials: _abc.Iterable[_builtins.str] | None = ...,
         rs_incarnation: _builtins.int = ...,
+        cluster_version: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "error", b"error", "heartbeat_expire_time", b"heartbeat_expire_time", "leader_hint", b"leader_hint", "lease_expire_time", b"lease_expire_time", "migration_max_bytes_per_second", b"migration_max_bytes_per_second", "revocation_version", b"revocation_version", "revoked_serials", b"revoked_serials", "rs_epoch", b"rs_epoch", "rs_incarnation", b"rs_incarnation", "rs_list", b"rs_list", "rs_server_status", b"rs_server_status", "seq", b"seq", "server_id", b"server_id", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "cluster_version", b"cluster_version", "error", b"error", "heartbeat_expire_time", b"heartbeat_expire_time", "leader_hint", b"leader_hint", "lease_expire_time", b"lease_expire_time", "migration_max_bytes_per_second", b"migration_max_bytes_per_second", "revocation_version", b"revocation_version", "revoked_serials", b"revoked_serials", "rs_epoch", b"rs_epoch", "rs_incarnation", b"rs_incarnation", "rs_list", b"rs_list", "rs_server_status", b"rs_server_status", "seq", b"seq", "server_id", b"server_id", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

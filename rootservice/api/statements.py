@@ -27,6 +27,7 @@ from rootservice.tenants.layout_diff import reload_layout
 from rootservice.tenants.recovery_plan import COLUMNS as RECOVER_COLUMNS
 from rootservice.tenants.recovery_plan import TYPES as RECOVER_TYPES
 from rootservice.tenants.recovery_plan import plan_rows
+from rootservice.upgrade import finalize
 from sql import ast
 from sql.reads import SCHEMA
 
@@ -190,6 +191,11 @@ def _run_job(rs: RootService, st: ast.RunJob) -> Result:
         is_result_set=True,
         info=f"ROOT_INSPECTION job {out.job_id}: {len(out.findings)} difference(s)",
     )
+def _end_rolling_upgrade(rs: RootService, st: ast.EndRollingUpgrade) -> Result:
+    before, after = rs.finalize.end_rolling_upgrade()
+    if before == after:
+        return Result(info=f"the cluster version is {after} already")
+    return Result(affected_rows=1, info=f"cluster version raised from {before} to {after}")
 
 
 def _zone_op(rs: RootService, st: ast.ZoneOp) -> Result:
@@ -235,6 +241,12 @@ def _zone_op(rs: RootService, st: ast.ZoneOp) -> Result:
 
 
 def _set(rs: RootService, st: ast.SetParameters) -> Result:
+    if any(name == finalize.PARAMETER for name, _ in st.items):
+        raise ObError(
+            "OB_OP_NOT_ALLOW",
+            f"ALTER SYSTEM SET {finalize.PARAMETER}",
+            detail="the cluster version rises only by ALTER SYSTEM END ROLLING UPGRADE",
+        )
     rs.parameters.set(st.items)
     return Result()
 
@@ -242,7 +254,14 @@ def _set(rs: RootService, st: ast.SetParameters) -> Result:
 def _show_parameters(rs: RootService, st: ast.ShowParameters) -> Result:
     return Result(
         columns=["name", "value", "default_value", "range", "source", "info"],
-        rows=list(rs.parameters.show(st.like)),
+        rows=[
+            *rs.parameters.show(st.like),
+            *(
+                [rs.finalize.parameter_row()]
+                if st.like is None or sql_like(finalize.PARAMETER, st.like)
+                else []
+            ),
+        ],
         is_result_set=True,
     )
 
@@ -446,6 +465,7 @@ EXECUTORS: dict[type, Callable[[RootService, Any], Result]] = {
     ast.ReloadZone: _reload_zone,
     ast.ReloadUnit: _reload_unit,
     ast.RunJob: _run_job,
+    ast.EndRollingUpgrade: _end_rolling_upgrade,
     ast.ZoneOp: _zone_op,
     ast.SetParameters: _set,
     ast.ShowParameters: _show_parameters,

@@ -26,7 +26,7 @@ from rootservice.auth.revocations import REFRESH_INTERVAL_US as REVOCATION_REFRE
 from rootservice.balancer.copy_tasks import COPY_WATCH_INTERVAL_US
 from rootservice.balancer.planner_check import PlannerCheck, check_planner
 from rootservice.db import engine as dbengine
-from rootservice.db import param_repo
+from rootservice.db import member_repo, param_repo
 from rootservice.db.engine import db_error_summary
 from rootservice.db.event_repo import Event
 from rootservice.ha.election import Election
@@ -41,6 +41,7 @@ from rootservice.tasks import FnTask
 from rootservice.tenants.learner_sync import LEARNER_SYNC_INTERVAL_US
 from rootservice.tenants.log_marks import INTERVAL_US as LOG_MARK_INTERVAL_US
 from rootservice.timers import Schedule
+from rootservice.upgrade.versions import rs_skew_refusal
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,8 @@ class RootService(RsComponents):
         self.http_addr = f"{host}:{port}"
 
     def open(self) -> None:
-        """Connect to the database, apply migrations and read ``__all_sys_parameter``.
+        """Connect to the database, apply migrations and read ``__all_sys_parameter``;
+        refuse to start beside a root service outside the version skew rule.
 
         Raises :class:`StartupError` with a readable reason (URL shown without password)."""
         url = self.settings.effective_db_url()
@@ -85,6 +87,10 @@ class RootService(RsComponents):
             self.store.engine = self.engine
             with self.engine.connect() as conn:
                 params = param_repo.load_params(conn)
+                # Root services seen within two default leases are running now.
+                members = member_repo.seen_since(
+                    conn, self.clock.now_us() - 2 * self.settings.lease_time
+                )
         except sa.exc.ArgumentError as e:
             raise StartupError(f"bad database URL {shown}: {e}") from e
         except (sa.exc.SQLAlchemyError, OSError) as e:
@@ -95,6 +101,9 @@ class RootService(RsComponents):
             self.parameters.apply_table(params)
         except ValueError as e:
             raise StartupError(str(e)) from e
+        refusal = rs_skew_refusal(self.versions.release, self.rpc_addr, members)
+        if refusal is not None:
+            raise StartupError(ObError("OB_VERSION_NOT_MATCH", detail=refusal).to_sql_text())
         self._recheck_planner()
         self.identity.bootstrapped = param_repo.PARAM_BOOTSTRAP_TIME in params
         self.identity.cluster_id = params.get(param_repo.PARAM_CLUSTER_ID, "")

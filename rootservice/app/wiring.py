@@ -15,6 +15,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from obcommon import releases
 from obcommon.clock import Clock, SystemClock
 from obcommon.proto import obrpc_pb2
 from obcommon.security.certs import Role
@@ -76,6 +77,8 @@ from rootservice.tenants.layer import (
     build_tenant_layer,
 )
 from rootservice.timers import Schedule, Timers, WallClockWatchdog
+from rootservice.upgrade.finalize import Finalize
+from rootservice.upgrade.versions import Versions
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +122,8 @@ class RsComponents(ABC):
         self.mysql_addr = settings.mysql_addr
         self.metrics = Metrics()
         track_gc_pauses(self.metrics)
+        # This RS's release and the cluster version: the version skew rule and the gates.
+        self.versions = Versions(releases.current(), self.metrics)
         self.engine: sa.Engine | None = None
         # The election's rounds and the leader's tasks on timers of their own, so that the
         # leader's can be stopped and started without touching the election's.
@@ -352,6 +357,7 @@ class RsComponents(ABC):
             transit=self.intake_health,
             fence=self.fence,
             commands=self.agents.ledger,
+            versions=self.versions,
         )
         # A mass expiry makes the RS suspect itself and hold permanent offline.
         self.self_suspicion = SelfSuspicion(
@@ -459,6 +465,7 @@ class RsComponents(ABC):
             background=self.background,
             timers=self.timers,
             tasks=self,
+            versions=self.versions,
             # A deposed RS forgets replica reports, the cached layout and migration tasks;
             # the next term rebuilds them from the tables and fresh heartbeats.
             forget=[
@@ -488,6 +495,10 @@ class RsComponents(ABC):
             office=self.office,
             address=lambda: self.rpc_addr,
             sleep=sleep,
+            release=self.versions.release,
+        )
+        self.finalize = Finalize(
+            self.versions, self.whitelist, self.store, self.clock, lambda: self.settings.lease_time
         )
         self.election = Election(
             self.store,
@@ -498,6 +509,7 @@ class RsComponents(ABC):
             on_step_down=self.office.step_down,
             metrics=self.metrics,
             fence=self.fence,
+            release=str(self.versions.release),
         )
         # Readiness for /readyz and the gRPC health service: the term, a
         # rate-limited database probe; a standby's admin service can forward statements

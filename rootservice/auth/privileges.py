@@ -31,6 +31,7 @@ REQUIRED: dict[type, str] = {
     ast.ReloadZone: ALTER_SYSTEM,
     ast.ReloadUnit: ALTER_SYSTEM,
     ast.RunJob: ALTER_SYSTEM,
+    ast.EndRollingUpgrade: ALTER_SYSTEM,
     ast.ZoneOp: ALTER_SYSTEM,
     ast.SetParameters: ALTER_SYSTEM,
     ast.SwitchLeader: ALTER_SYSTEM,

@@ -34,6 +34,7 @@ TableKind = Literal["BASE TABLE", "VIEW"]
 # both engines' DESC alike. Keys are lower-case ``view.column``.
 VIEW_EXPRESSION_TYPES: dict[str, str] = {
     "dba_ob_servers.with_rootserver": "varchar(3)",
+    "dba_ob_rootservices.build_version": "varchar(256)",
     "dba_ob_servers.start_service_time": "datetime(6)",
     "dba_ob_servers.stop_time": "datetime(6)",
     "dba_ob_servers.block_migrate_in_time": "datetime(6)",

@@ -371,6 +371,19 @@ all_server_event_history = sa.Table(
     sa.Column("extra_info", sa.String(4096), nullable=False, server_default=""),
 )
 
+# --- the cluster version (migration 0019) ----------------------------------
+
+all_cluster_version = sa.Table(
+    "__all_cluster_version",
+    metadata,
+    # Always 1: one row.
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    # The release, "0.2.0", and it as major << 32 | minor << 16 | patch (compared on raise).
+    sa.Column("version", sa.String(64), nullable=False),
+    sa.Column("version_code", sa.BigInteger, nullable=False),
+    *_gmt(),
+)
+
 # Names of the tables and views operators may SELECT from (lower case).
 SYSTEM_TABLES = tuple(t.name for t in metadata.sorted_tables)
 SYSTEM_VIEWS = (
@@ -400,6 +413,7 @@ SYSTEM_VIEWS = (
     "dba_ob_tenant_jobs",
     "cdb_ob_ls",
     "cdb_ob_ls_replica_tasks",
+    "dba_ob_rootservices",
 )
 
 
@@ -434,8 +448,9 @@ all_rootservice_member = sa.Table(
     # When its election round last ran, microseconds by the database's clock (the lease's).
     sa.Column("last_seen_time", sa.BigInteger, nullable=False, server_default="0"),
     *_gmt(),
+    # Migration 0019: the release its rounds report; NULL from a 0.1.0 RS.
+    sa.Column("build_version", sa.String(256), nullable=True),
 )
-
 
 # --- revoked certificates (migration 0007) ---------------------------------
 

@@ -121,8 +121,12 @@ class Election:
         db_clock: Clock | None = None,
         fence: EpochFence | None = None,
         incarnation: Callable[[], int] = new_incarnation,
+        release: str = "",
     ) -> None:
-        """Start as a standby; nothing is read until a round."""
+        """Start as a standby; nothing is read until a round. ``release`` is what each round
+        records as this RS's ``build_version`` in ``__all_rootservice_member`` ("" writes
+        none)."""
+        self.build_version = release
         self.fence = fence or EpochFence(clock, lease_time, metrics)
         self.incarnation = incarnation
         self.store = store
@@ -217,7 +221,7 @@ class Election:
                 self._begin_round(conn)
                 server = self._judge_server(conn)
                 now = self._db_now(conn)
-                member_repo.touch(conn, holder, now)
+                member_repo.touch(conn, holder, now, self.build_version)
                 row = None
                 if not lease_repo.renew_lease(conn, epoch, holder, now, now + lease, server):
                     row = lease_repo.read_lease(conn)
@@ -252,7 +256,7 @@ class Election:
                 row = lease_repo.read_lease(conn, lock=True)
                 now = self._db_now(conn)
                 # Seen by the status API's root services: standbys too.
-                member_repo.touch(conn, holder, now)
+                member_repo.touch(conn, holder, now, self.build_version)
                 # Our own address in the row is a lease left by an earlier process (or term)
                 # of this RS: binding the same port proves that process is gone. Not so for
                 # a wildcard address, which several hosts may be configured with.

@@ -5,7 +5,9 @@ Called from admin-operation threads, so it uses grpc's synchronous API with one 
 channel per agent address, secured by the RS's :class:`TransportSecurity` (mutual TLS with
 ``rs.crt``: the agents serve these calls to RS certificates only); the cache is dropped when
 the certificates are rotated. Every call has a deadline of ``rpc_timeout``; a failure becomes
-``ObError(OB_SERVER_CONNECTION_ERROR)`` naming the server (docs/design/statements.md, ADD SERVER).
+``ObError(OB_SERVER_CONNECTION_ERROR)`` naming the server (docs/design/statements.md, ADD SERVER),
+except ``UNIMPLEMENTED``: an agent of an older release without the RPC, ``OB_NOT_SUPPORTED``
+(an old peer, never taken for a dead one).
 
 ``ApplyReplicas`` and ``RequestHeartbeat`` are commands: each carries a
 ``command_seq`` from the :class:`rootservice.servers.command_ledger.CommandLedger`, settled when
@@ -75,8 +77,7 @@ class AgentClient:
                 timeout=self.timeout_us / 1e6,
             )
         except grpc.RpcError as e:
-            self.forget(server)
-            raise ObError("OB_SERVER_CONNECTION_ERROR", server, detail=_rpc_detail(e)) from None
+            raise self._refusal(server, "CheckServerEmpty", e) from None
         return EmptyCheck(r.is_empty, r.zone, r.server, r.cluster_id, r.server_id)
 
     def request_heartbeat(self, server: str, epoch: int) -> obrpc_pb2.LeaseRequest:
@@ -92,10 +93,7 @@ class AgentClient:
             )
         except grpc.RpcError as e:
             self._failed(server, seq, e)
-            # An unreachable server keeps no channel: after a take-office with thousands of
-            # dead servers, cached channels would cost hundreds of MiB.
-            self.forget(server)
-            raise ObError("OB_SERVER_CONNECTION_ERROR", server, detail=_rpc_detail(e)) from None
+            raise self._refusal(server, "RequestHeartbeat", e) from None
         # Answered at once, applied past the agent's apply gate: its heartbeats settle it.
         return r
 
@@ -116,8 +114,7 @@ class AgentClient:
             resp = self._stub(server).ApplyReplicas(sent, timeout=timeout)
         except grpc.RpcError as e:
             self._failed(server, seq, e)
-            self.forget(server)
-            raise ObError("OB_SERVER_CONNECTION_ERROR", server, detail=_rpc_detail(e)) from None
+            raise self._refusal(server, "ApplyReplicas", e) from None
         self.ledger.settled(server, seq)
         return resp
 
@@ -130,7 +127,23 @@ class AgentClient:
                 timeout=self.timeout_us / 1e6,
             )
         except grpc.RpcError as e:
-            raise ObError("OB_SERVER_CONNECTION_ERROR", server, detail=_rpc_detail(e)) from None
+            raise self._refusal(server, "DumpStacks", e) from None
+
+    def _refusal(self, server: str, rpc: str, e: grpc.RpcError) -> ObError:
+        """The error of a failed call of ``rpc`` on ``server``. ``UNIMPLEMENTED`` is an agent of
+        an older release that does not know the RPC: ``OB_NOT_SUPPORTED`` naming it, its
+        channel kept (it answered, so it is up); nothing may take that for the agent being
+        down (its lease is the heartbeats' business). Anything else is
+        ``OB_SERVER_CONNECTION_ERROR`` and the channel is dropped: after a take-office with
+        thousands of dead servers, cached channels would cost hundreds of MiB."""
+        if old_peer(e):
+            return ObError(
+                "OB_NOT_SUPPORTED",
+                f"RPC {rpc} on server '{server}'",
+                detail="the agent runs an older release that does not know it",
+            )
+        self.forget(server)
+        return ObError("OB_SERVER_CONNECTION_ERROR", server, detail=_rpc_detail(e))
 
     def _failed(self, server: str, seq: int, e: grpc.RpcError) -> None:
         """A command's call failed: unless by its deadline (the agent may hold it, unapplied),
@@ -146,6 +159,13 @@ class AgentClient:
     def close(self) -> None:
         """Close every cached channel; later calls open new ones."""
         self._channels.close()
+
+
+def old_peer(e: grpc.RpcError) -> bool:
+    """Whether a call failed with ``UNIMPLEMENTED``: the peer runs a release without the RPC
+    (gRPC's answer to an unknown method), not a failure of the peer."""
+    code = e.code() if hasattr(e, "code") else None
+    return code is grpc.StatusCode.UNIMPLEMENTED
 
 
 def _rpc_detail(e: grpc.RpcError) -> str:

@@ -20,7 +20,9 @@ from obcommon.durations import format_duration
 from obcommon.errors import ObError
 from obcommon.fencing import FenceToken
 from obcommon.proto import obrpc_pb2
+from obcommon.releases import Release
 from rootservice.config import RsSettings
+from rootservice.db.event_repo import Event
 from rootservice.ha.fence import EpochFence
 from rootservice.ha.store import MetaStore
 from rootservice.ha.term import Term
@@ -34,6 +36,7 @@ from rootservice.servers.persist_queue import PersistQueue
 from rootservice.servers.ports import Background, TransitSink, Wake
 from rootservice.servers.status import (
     DATA_DISK_ERROR_BIT,
+    STOPPING_BIT,
     HeartbeatStatus,
     ReportStatus,
     ResourceInfo,
@@ -54,6 +57,20 @@ class ReplicaSink(Protocol):
 
     def report(self, server: ServerStatus, replicas: Sequence[obrpc_pb2.ReplicaInfo], /) -> None:
         """Record the replicas ``server`` reported (the live record: read it, do not keep it)."""
+        ...
+
+
+class AgentVersions(Protocol):
+    """The version skew rule at lease time and the cluster version the responses carry
+    (satisfied by :class:`rootservice.upgrade.versions.Versions`)."""
+
+    cluster: Release
+
+    def agent_refusal(
+        self, server: str, zone: str, build_version: str, now_us: int, /
+    ) -> tuple[ObError, Event | None] | None:
+        """None when the agent's release is within the rule, else the refusal and the event
+        to queue (None after the first)."""
         ...
 
 
@@ -98,12 +115,16 @@ class HeartbeatIntake:
         transit: TransitSink | None = None,
         fence: EpochFence | None = None,
         commands: CommandLedger | None = None,
+        versions: AgentVersions | None = None,
     ) -> None:
         """Serve heartbeats from ``whitelist``; the term's token is sent in every response.
         ``transit`` gets every accepted heartbeat's send and receive times (the RS's intake
         delay). ``fence`` gets the reports of agents that obeyed a token
         this term's does not follow (None: not checked). ``commands`` hears
-        each heartbeat's ``applied_command_seq`` (None: not kept)."""
+        each heartbeat's ``applied_command_seq`` (None: not kept). ``versions`` refuses agents
+        outside the version skew rule and gives the cluster version the responses carry (None:
+        neither)."""
+        self._versions = versions
         self._fence = fence
         self._commands = commands
         self.whitelist = whitelist
@@ -132,7 +153,7 @@ class HeartbeatIntake:
         self._steady_offset_us = clock.now_us() - clock.monotonic_us()
         # The lease response's common fields (_response_template) and what they were made of.
         self._template: obrpc_pb2.LeaseResponse | None = None
-        self._template_of: tuple[int, int, int] = (0, 0, 0)
+        self._template_of: tuple[int, int, int, str] = (0, 0, 0, "")
         self._template_rs_list: list[str] | None = None
 
     def receive_hb(
@@ -148,8 +169,9 @@ class HeartbeatIntake:
         for a malformed request or another cluster's agent; OB_ZONE_INFO_NOT_EXIST;
         OB_SERVER_NOT_IN_WHITE_LIST (nothing is added); OB_SERVER_ZONE_NOT_MATCH;
         OB_STATE_NOT_MATCH for a joined server whose identity is gone or differs;
-        OB_SERVER_ALREADY_DELETED for a buried address or server id. Only
-        memory is touched here; table changes are queued.
+        OB_SERVER_ALREADY_DELETED for a buried address or server id; OB_VERSION_NOT_MATCH for
+        an agent outside the version skew rule (nothing else changes). Only memory is touched
+        here; table changes are queued.
         """
         if not self.term.in_service:
             self.term.check()
@@ -164,6 +186,12 @@ class HeartbeatIntake:
             check_lease_request(req, now - waited_us, steady - waited_us)
         else:
             checks.check(req, now - waited_us, raw, steady - waited_us)
+        if self._versions is not None:
+            refused = self._versions.agent_refusal(req.server, req.zone, req.build_version, now)
+            if refused is not None:
+                if refused[1] is not None:
+                    self.persist.add_event(refused[1])
+                raise refused[0]
         key = req.server
         with self._lock:
             s = self._servers.get(key)
@@ -232,6 +260,11 @@ class HeartbeatIntake:
             if req.start_service_time != s.start_service_time:
                 s.start_service_time = req.start_service_time
                 changed = True
+            if req.server_status & STOPPING_BIT:
+                # Handled whatever this RS's cluster version: only the sender gates it.
+                ev = server_event(now, "server_stopping", s)
+                self.persist.add_event(ev)
+                log_transition(ev, "the agent is stopping cleanly (its last lease request)")
             disk_error = bool(req.server_status & DATA_DISK_ERROR_BIT)
             new_report = ReportStatus.DATA_DISK_ERROR if disk_error else ReportStatus.NORMAL
             if new_report is not s.server_report_status:
@@ -386,14 +419,15 @@ class HeartbeatIntake:
     def _response_template(self) -> obrpc_pb2.LeaseResponse:
         """A response with the fields every server is sent alike: ``version``,
         ``rs_server_status`` IS_WORKING, the term's epoch, the rs_list and cluster id of
-        :class:`ClusterIdentity` (each replaced whole, never changed in place) and
-        ``migration_max_bytes_per_second``; remade when one of them is not the one it was
+        :class:`ClusterIdentity` (each replaced whole, never changed in place),
+        ``migration_max_bytes_per_second`` and the cluster version; remade when one of them is not the one it was
         made from. Do not change the returned message."""
         ident = self.identity
         made_of = (
             self.term.epoch,
             self.settings.migration_max_bytes_per_second,
             self.term.incarnation,
+            str(self._versions.cluster) if self._versions is not None else "",
         )
         t = self._template
         if (
@@ -411,6 +445,7 @@ class HeartbeatIntake:
             cluster_id=ident.cluster_id,
             migration_max_bytes_per_second=made_of[1],
             rs_incarnation=made_of[2],
+            cluster_version=made_of[3],
         )
         self._template, self._template_of, self._template_rs_list = t, made_of, ident.rs_list
         return t

@@ -31,7 +31,7 @@ from operator import attrgetter
 from obcommon.bounds import MAX_TERM, quote
 from obcommon.errors import ObError
 from obcommon.proto import obrpc_pb2
-from rootservice.servers.status import DATA_DISK_ERROR_BIT
+from rootservice.servers.status import DATA_DISK_ERROR_BIT, STOPPING_BIT
 
 __all__ = [
     "EACH_FIELDS",
@@ -107,8 +107,9 @@ MAX_ID = 1 << 53
 """tenant, LS and unit ids, log indexes: exact as JSON numbers and doubles."""
 MAX_CHECKSUM = 0xFFFFFFFF
 """``data_checksum`` is a crc32."""
-KNOWN_STATUS_BITS = DATA_DISK_ERROR_BIT
-"""The ``server_status`` bits an agent may set."""
+KNOWN_STATUS_BITS = DATA_DISK_ERROR_BIT | STOPPING_BIT
+"""The ``server_status`` bits an agent may set (the stopping bit whatever the cluster version:
+a receiver never refuses for its own gate)."""
 
 _SIZE_FIELDS = (
     "mem_total",
@@ -220,7 +221,7 @@ def check_lease_request(
     printable ASCII; ``start_service_time`` 0 (not in service) or from 2000-01-01 to
     :data:`MAX_CLOCK_SKEW_US` ahead of the RS's clock (a server cannot have started in the
     future); ``current_server_time`` within :data:`MAX_CLOCK_SKEW_US` of the RS's clock
-    either way; ``server_status`` only the data-disk bit; ``rs_epoch`` and
+    either way; ``server_status`` only the data-disk and stopping bits; ``rs_epoch`` and
     ``seq`` 0..2^53 / >= 0; ``rs_incarnation`` >= 0; ``revocation_version`` >= 0; ``applied_command_seq`` >= 0;
     ``disk_probe_latency_us`` 0..1 day; ``resource_info``: CPU finite in [0, 100,000] cores, sizes in
     [0, 1 PiB]; at most :data:`MAX_REPLICAS` replicas, each checked by

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
+from obcommon import releases
 from obcommon.addresses import format_server
 from obcommon.errors import ObError
 from rootservice.servers.lag_policy import LagState
@@ -19,6 +20,9 @@ from rootservice.servers.offline_window import Span
 from rootservice.servers.suspect_policy import SuspectState
 
 DATA_DISK_ERROR_BIT = 0x1
+#: ``server_status`` bit of an agent's last lease request when it stops cleanly (since 0.2.0;
+#: agents send it only once the cluster version allows, see ``obcommon.releases``).
+STOPPING_BIT = releases.STOPPING_STATUS_BIT
 
 MAX_ZONE_LENGTH = 128
 

@@ -31,6 +31,8 @@ LAYERS: list[tuple[str, ...]] = [
         "rootservice.parameters",
         "rootservice.root_inspection",
     ),
+    # Versions and upgrades: read by bootstrap / office and the statements, reads servers/.
+    ("rootservice.upgrade",),
     ("rootservice.balancer",),
     ("rootservice.tenants",),
     ("rootservice.servers",),

@@ -114,6 +114,7 @@ def test_isolate_zone_is_a_zone_op_and_isolate_of_nothing_is_not() -> None:
 
 def test_reload_server() -> None:
     assert parse("alter system reload server ;") == ast.ReloadServer()
+    assert parse("ALTER SYSTEM END ROLLING UPGRADE") == ast.EndRollingUpgrade()
 
 
 def test_reload_zone_and_unit_and_nothing_else() -> None:

@@ -183,6 +183,7 @@ _EXAMPLES = {
     ast.ReloadZone: "ALTER SYSTEM RELOAD ZONE",
     ast.ReloadUnit: "ALTER SYSTEM RELOAD UNIT",
     ast.RunJob: "ALTER SYSTEM RUN JOB 'ROOT_INSPECTION'",
+    ast.EndRollingUpgrade: "ALTER SYSTEM END ROLLING UPGRADE",
     ast.ZoneOp: "ALTER SYSTEM ADD ZONE z",
     ast.SetParameters: "ALTER SYSTEM SET lease_time = '10s'",
     ast.SwitchLeader: "ALTER SYSTEM SWITCH REPLICA LEADER LS 1 SERVER '1.1.1.1:1' TENANT t",

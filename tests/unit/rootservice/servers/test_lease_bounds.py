@@ -168,7 +168,7 @@ BOUNDS: list[tuple[str, Edit, Edit, str]] = [
     ("version negative", setter("version", 1), setter("version", -1), "version"),
     ("version high", setter("version", MAX_LEASE_VERSION), setter("version", MAX_LEASE_VERSION + 1), "version"),
     ("version int64", setter("version", 1), setter("version", 2**63 - 1), "version"),
-    ("server_status", setter("server_status", 1), setter("server_status", 2), "server_status"),
+    ("server_status", setter("server_status", 3), setter("server_status", 4), "server_status"),
     ("server_status negative", setter("server_status", 0), setter("server_status", -1), "server_status"),
     ("rs_epoch", setter("rs_epoch", MAX_TERM), setter("rs_epoch", MAX_TERM + 1), "rs_epoch"),
     ("seq", setter("seq", 0), setter("seq", -1), "seq"),

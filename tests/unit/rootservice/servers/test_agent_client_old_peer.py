@@ -1,0 +1,63 @@
+"""An agent of an older release answers an RPC it does not know with ``UNIMPLEMENTED``: the RS's
+agent client takes it for an old peer (``OB_NOT_SUPPORTED`` naming the RPC), keeps its
+channel and leaves no command unapplied for the lag detector, while a peer that is gone is
+still ``OB_SERVER_CONNECTION_ERROR``. A real gRPC server whose ObserverService implements
+nothing (the generated base class) plays the old agent."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent import futures
+
+import grpc
+import pytest
+
+from obcommon.errors import ObError
+from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
+from obcommon.security.certs import Role
+from obcommon.security.tls import TransportSecurity
+from rootservice.servers.agent_client import AgentClient
+from tests.support.ports import free_port
+
+
+@pytest.fixture
+def old_agent() -> Iterator[str]:
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    obrpc_pb2_grpc.add_ObserverServiceServicer_to_server(
+        obrpc_pb2_grpc.ObserverServiceServicer(), server
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.stop(None)
+
+
+@pytest.fixture
+def client() -> Iterator[AgentClient]:
+    c = AgentClient(2_000_000, TransportSecurity.insecure_mode(Role.RS))
+    yield c
+    c.close()
+
+
+def test_unimplemented_is_an_old_peer_not_a_dead_one(old_agent: str, client: AgentClient) -> None:
+    with pytest.raises(ObError) as e:
+        client.apply_replicas(old_agent, obrpc_pb2.ApplyReplicasRequest(rs_epoch=1))
+    assert e.value.name == "OB_NOT_SUPPORTED"
+    assert f"RPC ApplyReplicas on server '{old_agent}'" in e.value.message
+    assert "older release" in e.value.message
+    # The command never reached an apply step: nothing for the lag detector to find overdue.
+    assert client.ledger.oldest_unapplied(old_agent) is None
+    assert old_agent in client._channels._channels  # kept: the agent is up
+    with pytest.raises(ObError) as e:
+        client.request_heartbeat(old_agent, 1)
+    assert e.value.name == "OB_NOT_SUPPORTED"
+    assert client.ledger.oldest_unapplied(old_agent) is None
+
+
+def test_a_peer_that_is_gone_is_still_a_connection_error(client: AgentClient) -> None:
+    gone = f"127.0.0.1:{free_port()}"
+    with pytest.raises(ObError) as e:
+        client.dump_stacks(gone, 1)
+    assert e.value.name == "OB_SERVER_CONNECTION_ERROR"
