@@ -20,7 +20,7 @@ from rootservice.balancer.dry_run import COLUMNS as DRY_RUN_COLUMNS
 from rootservice.balancer.dry_run import TYPES as DRY_RUN_TYPES
 from rootservice.bootstrap import BootstrapItem
 from rootservice.db import query_repo
-from rootservice.parameters import sql_like
+from rootservice.parameters import SHOW_COLUMNS, SHOW_TYPES, sql_like
 from rootservice.servers.maintenance_window import maintenance_duration
 from rootservice.tenants.ddl_requests import NewPool, NewTenant, NewUnitConfig
 from rootservice.tenants.recovery_plan import COLUMNS as RECOVER_COLUMNS
@@ -193,14 +193,15 @@ def _zone_op(rs: RootService, st: ast.ZoneOp) -> Result:
 
 
 def _set(rs: RootService, st: ast.SetParameters) -> Result:
-    rs.parameters.set(st.items)
+    rs.parameters.set_scoped(st.scoped())
     return Result()
 
 
 def _show_parameters(rs: RootService, st: ast.ShowParameters) -> Result:
     return Result(
-        columns=["name", "value", "default_value", "range", "source", "info"],
-        rows=list(rs.parameters.show(st.like)),
+        columns=list(SHOW_COLUMNS),
+        rows=rs.parameters.show_rows(st.like),
+        types=list(SHOW_TYPES),
         is_result_set=True,
     )
 

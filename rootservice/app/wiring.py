@@ -51,6 +51,7 @@ from rootservice.servers.agent_client import AgentClient
 from rootservice.servers.check_all_server import CheckAllServerTask
 from rootservice.servers.drain import DrainManager
 from rootservice.servers.empty_server_checker import EmptyServerChecker
+from rootservice.servers.agent_parameters import AgentParameterValues, ClusterPlaces
 from rootservice.servers.heartbeat import HeartbeatIntake
 from rootservice.servers.heartbeat_requester import HeartbeatRequester
 from rootservice.servers.history_pruner import HistoryPruner
@@ -318,6 +319,9 @@ class RsComponents(ABC):
         self.lease_queue: LeaseQueue[obrpc_pb2.LeaseResponse] = LeaseQueue(
             self.clock, self.persist.add_event
         )
+        # The agents' parameters by zone and server, kept by the parameters and read by
+        # every lease answer.
+        self.agent_values = AgentParameterValues(settings)
         self.heartbeats = HeartbeatIntake(
             self.whitelist,
             self.zones,
@@ -335,6 +339,7 @@ class RsComponents(ABC):
             transit=self.intake_health,
             fence=self.fence,
             commands=self.agents.ledger,
+            agent_params=self.agent_values,
         )
         # A mass expiry makes the RS suspect itself and hold permanent offline.
         self.self_suspicion = SelfSuspicion(
@@ -425,6 +430,8 @@ class RsComponents(ABC):
             self.store,
             self.clock,
             listener=self,
+            places=ClusterPlaces(self.whitelist, self.zones),
+            agent_values=self.agent_values,
         )
         self.office = Office(
             term=self.term,

@@ -74,6 +74,12 @@ VIEW_EXPRESSION_TYPES: dict[str, str] = {
     "cdb_ob_ls_locations.last_report_time": "datetime(6)",
     "dba_ob_revoked_certificates.revoked_time": "datetime(6)",
     "dba_ob_server_tombstones.delete_time": "datetime(6)",
+    "gv$ob_parameters.tenant_id": "bigint(20)",
+    "gv$ob_parameters.value": "varchar(65536)",
+    "gv$ob_parameters.isdefault": "varchar(3)",
+    "v$ob_parameters.tenant_id": "bigint(20)",
+    "v$ob_parameters.value": "varchar(65536)",
+    "v$ob_parameters.isdefault": "varchar(3)",
 }
 
 

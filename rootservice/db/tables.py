@@ -313,6 +313,42 @@ all_ls_log_mark = sa.Table(
     *_gmt(),
 )
 
+# ALTER SYSTEM SET ... ZONE / SERVER: one row per parameter and zone (svr_ip 'ANY',
+# svr_port 0) or server (zone ''), as OceanBase keeps them in its __all_sys_parameter
+# (src/rootserver/ob_system_admin_util.cpp, ObAdminSetConfig::update_config). The cluster-wide
+# values stay in __all_sys_parameter. ``info`` is the statement's COMMENT.
+all_sys_parameter_override = sa.Table(
+    "__all_sys_parameter_override",
+    metadata,
+    sa.Column("zone", sa.String(128), primary_key=True),
+    sa.Column("svr_ip", sa.String(46), primary_key=True),
+    sa.Column("svr_port", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("value", sa.String(65536), nullable=False),
+    sa.Column("info", sa.String(4096), nullable=False, server_default=""),
+    sa.Column("config_version", sa.BigInteger, nullable=False, server_default="0"),
+    *_gmt(),
+)
+
+# Every run-time parameter as the RS leader has it (written when it takes office and after
+# each ALTER SYSTEM SET): what GV$OB_PARAMETERS shows besides the per-server value. ``value``
+# is the cluster-wide value in effect (a command-line flag's, the table's or the default).
+all_sys_parameter_info = sa.Table(
+    "__all_sys_parameter_info",
+    metadata,
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("data_type", sa.String(128), nullable=False),
+    sa.Column("value", sa.String(65536), nullable=False),
+    sa.Column("default_value", sa.String(65536), nullable=False),
+    sa.Column("info", sa.String(4096), nullable=False, server_default=""),
+    sa.Column("section", sa.String(128), nullable=False),
+    sa.Column("scope", sa.String(64), nullable=False),
+    sa.Column("source", sa.String(64), nullable=False),
+    sa.Column("edit_level", sa.String(128), nullable=False),
+    sa.Column("value_range", sa.String(256), nullable=False, server_default=""),
+    *_gmt(),
+)
+
 # Names of the tables and views operators may SELECT from (lower case).
 SYSTEM_TABLES = tuple(t.name for t in metadata.sorted_tables)
 SYSTEM_VIEWS = (
@@ -329,6 +365,8 @@ SYSTEM_VIEWS = (
     "dba_ob_revoked_certificates",
     "dba_ob_server_tombstones",
     "dba_ob_server_drains",
+    "gv$ob_parameters",
+    "v$ob_parameters",
 )
 
 

@@ -82,7 +82,7 @@ def test_refusals_print_the_mysql_error_line(
         == 1
     )
     assert capsys.readouterr().err.startswith(
-        "ERROR 4002 (HY000): OB_INVALID_ARGUMENT: Incorrect arguments to lease_time"
+        "ERROR 4147 (HY000): OB_INVALID_CONFIG: lease_time = 1s"
     )
 
 
