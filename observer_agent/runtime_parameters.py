@@ -69,9 +69,7 @@ class RuntimeParameters:
             us = parse_duration(text)
             lo, hi = DURATION_BOUNDS[name]
             if not lo <= us <= hi:
-                raise ValueError(
-                    f"out of range [{format_duration(lo)}, {format_duration(hi)}]"
-                )
+                raise ValueError(f"out of range [{format_duration(lo)}, {format_duration(hi)}]")
             self.settings.disk_probe_interval = us
         else:
             raise ValueError("this agent has no such parameter")

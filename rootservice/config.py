@@ -285,7 +285,9 @@ PARAMETERS: dict[str, ParamDef] = {
 #: The parameters the agents apply (sent in every lease answer, with the value in effect
 #: on that server): the only ones ALTER SYSTEM SET accepts with a ZONE or SERVER clause. The
 #: others are the RS's own, cluster-wide.
-AGENT_PARAMETERS = frozenset({"syslog_level", "disk_probe_interval", "migration_max_bytes_per_second"})
+AGENT_PARAMETERS = frozenset(
+    {"syslog_level", "disk_probe_interval", "migration_max_bytes_per_second"}
+)
 
 
 class RsSettings(BaseSettings):

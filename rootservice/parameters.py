@@ -17,9 +17,9 @@ import logging
 from collections.abc import Iterable
 from typing import Protocol
 
+from obcommon.addresses import parse_server
 from obcommon.clock import Clock
 from obcommon.errors import ObError
-from obcommon.addresses import parse_server
 from rootservice.config import (
     AGENT_PARAMETERS,
     CHOICE,

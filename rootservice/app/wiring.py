@@ -48,10 +48,10 @@ from rootservice.office import Office
 from rootservice.parameters import Parameters
 from rootservice.servers.admin import ServerAdmin
 from rootservice.servers.agent_client import AgentClient
+from rootservice.servers.agent_parameters import AgentParameterValues, ClusterPlaces
 from rootservice.servers.check_all_server import CheckAllServerTask
 from rootservice.servers.drain import DrainManager
 from rootservice.servers.empty_server_checker import EmptyServerChecker
-from rootservice.servers.agent_parameters import AgentParameterValues, ClusterPlaces
 from rootservice.servers.heartbeat import HeartbeatIntake
 from rootservice.servers.heartbeat_requester import HeartbeatRequester
 from rootservice.servers.history_pruner import HistoryPruner

@@ -77,7 +77,9 @@ def load_overrides(conn: sa.Connection) -> dict[OverrideKey, str]:
     }
 
 
-def set_override(conn: sa.Connection, key: OverrideKey, value: str, comment: str, now_us: int) -> None:
+def set_override(
+    conn: sa.Connection, key: OverrideKey, value: str, comment: str, now_us: int
+) -> None:
     """Insert or update one zone's or server's value of a parameter (``comment`` into
     ``info``), bumping its config_version."""
     ts = us_to_datetime(now_us)
@@ -87,9 +89,7 @@ def set_override(conn: sa.Connection, key: OverrideKey, value: str, comment: str
     updated = conn.execute(
         t.update()
         .where(match)
-        .values(
-            value=value, info=comment, gmt_modified=ts, config_version=t.c.config_version + 1
-        )
+        .values(value=value, info=comment, gmt_modified=ts, config_version=t.c.config_version + 1)
     ).rowcount
     if not updated:
         conn.execute(

@@ -95,13 +95,22 @@ def test_scoped_set_reaches_each_lease_answer_and_the_views(rs: RootService) -> 
     ]
     assert rows[0][5:] == ("CLUSTER", None, "STRING", "OBSERVER", "DYNAMIC_EFFECTIVE", "INFO")
     # A root service parameter is on every server's rows, with the RS's value.
-    lease = q(rs, "SELECT DISTINCT VALUE, ISDEFAULT, SECTION FROM GV$OB_PARAMETERS "
-                  "WHERE NAME = 'lease_time'").rows
+    lease = q(
+        rs,
+        "SELECT DISTINCT VALUE, ISDEFAULT, SECTION FROM GV$OB_PARAMETERS WHERE NAME = 'lease_time'",
+    ).rows
     assert lease == [("10s", "YES", "ROOT_SERVICE")]
-    copy = q(rs, "SELECT SVR_PORT, VALUE, DATA_TYPE FROM GV$OB_PARAMETERS "
-                 "WHERE NAME = 'migration_max_bytes_per_second' ORDER BY SVR_PORT").rows
-    assert copy == [(3001, "1M", "CAPACITY"), (3002, "0", "CAPACITY"),
-                    (3003, "0", "CAPACITY"), (3004, "0", "CAPACITY")]
+    copy = q(
+        rs,
+        "SELECT SVR_PORT, VALUE, DATA_TYPE FROM GV$OB_PARAMETERS "
+        "WHERE NAME = 'migration_max_bytes_per_second' ORDER BY SVR_PORT",
+    ).rows
+    assert copy == [
+        (3001, "1M", "CAPACITY"),
+        (3002, "0", "CAPACITY"),
+        (3003, "0", "CAPACITY"),
+        (3004, "0", "CAPACITY"),
+    ]
     counts = q(rs, "SELECT COUNT(*), COUNT(DISTINCT NAME) FROM GV$OB_PARAMETERS").rows
     assert counts[0][0] == 4 * counts[0][1]
     # The statement's COMMENT is kept with the zone's value.
@@ -125,9 +134,7 @@ def test_scoped_set_reaches_each_lease_answer_and_the_views(rs: RootService) -> 
 def test_v_ob_parameters_is_the_server_with_the_root_service(rs: RootService) -> None:
     assert q(rs, "SELECT COUNT(*) FROM V$OB_PARAMETERS").rows == [(0,)]
     with rs.store.txn() as conn:
-        conn.execute(
-            sa.text("UPDATE __all_server SET with_rootserver = 1 WHERE svr_port = 3002")
-        )
+        conn.execute(sa.text("UPDATE __all_server SET with_rootserver = 1 WHERE svr_port = 3002"))
     ports = q(rs, "SELECT DISTINCT SVR_PORT FROM V$OB_PARAMETERS").rows
     assert ports == [(3002,)]
 
@@ -147,7 +154,9 @@ def snapshot(rs: RootService) -> tuple[Any, ...]:
     return tables, rs.settings.model_dump(), answers
 
 
-GOOD = f"syslog_level = 'DEBUG' ZONE 'z1', lease_time = '20s', disk_probe_interval = '3s' SERVER '{B}'"
+GOOD = (
+    f"syslog_level = 'DEBUG' ZONE 'z1', lease_time = '20s', disk_probe_interval = '3s' SERVER '{B}'"
+)
 
 
 @pytest.mark.parametrize(
