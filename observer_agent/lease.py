@@ -345,6 +345,7 @@ class LeaseDecisions:
             )
         if self._params is not None:
             self._params.apply(resp.parameters)
+        self.log.debug("lease renewed by %s until %d", rs_addr, self.lease_expire_time)
         if not self.registered:
             self.log.info(
                 "lease granted by %s: server_id %d, rs_epoch %d, lease expires at %d",
