@@ -345,6 +345,15 @@ def test_set_clause_errors(text: str, rest: str) -> None:
     assert parse_error(text).to_sql_text() == near(rest)
 
 
+def test_show_parameters_where_is_a_read_of_gv_ob_parameters() -> None:
+    st = parse("show parameters where name like 'sys%' and svr_port = 2882;")
+    assert isinstance(st, ast.Query)
+    assert "GV$OB_PARAMETERS" in st.text and "name LIKE 'sys%' AND svr_port = 2882" in st.text
+    # The condition is checked as any SELECT's: one statement, reads only.
+    assert parse_error("SHOW PARAMETERS WHERE 1; DROP TABLE t").name == "ER_PARSE_ERROR"
+    assert parse("SHOW PARAMETERS LIKE 'where'") == ast.ShowParameters(like="where")
+
+
 def test_set_duration_then_letters_is_a_syntax_error() -> None:
     assert parse_error("ALTER SYSTEM SET lease_time = 10sx").to_sql_text() == near("sx")
 

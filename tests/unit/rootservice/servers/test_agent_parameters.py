@@ -129,6 +129,38 @@ def test_scoped_set_reaches_each_lease_answer_and_the_views(rs: RootService) -> 
         ("z1", "127.0.0.1", 3004, "DEBUG", "NO"),
     ]
     assert shown.rows[0][1] == "observer" and shown.rows[0][9] == "CLUSTER"
+    where = q(rs, "SHOW PARAMETERS WHERE name = 'syslog_level' AND value = 'DEBUG'")
+    assert [c.lower() for c in where.columns] == SHOW_COLUMNS
+    assert [(r[3], r[6], r[10]) for r in where.rows] == [
+        (3001, "DEBUG", "__all_sys_parameter"),
+        (3004, "DEBUG", "__all_sys_parameter"),
+    ]
+    # The same row as SHOW PARAMETERS LIKE gives, every column.
+    assert q(rs, "SHOW PARAMETERS WHERE svr_port = 3003 AND name LIKE 'syslog%'").rows == [
+        shown.rows[2]
+    ]
+
+
+def test_the_views_have_oceanbase_s_columns(rs: RootService) -> None:
+    oceanbase = [
+        "SVR_IP",
+        "SVR_PORT",
+        "ZONE",
+        "SCOPE",
+        "TENANT_ID",
+        "NAME",
+        "DATA_TYPE",
+        "VALUE",
+        "INFO",
+        "SECTION",
+        "EDIT_LEVEL",
+        "DEFAULT_VALUE",
+        "ISDEFAULT",
+    ]
+    for view in ("GV$OB_PARAMETERS", "V$OB_PARAMETERS"):
+        desc = q(rs, f"DESC {view}").rows
+        assert [r[0] for r in desc] == oceanbase
+        assert dict((r[0], r[1]) for r in desc)["TENANT_ID"] == "bigint(20)"
 
 
 def test_v_ob_parameters_is_the_server_with_the_root_service(rs: RootService) -> None:
