@@ -292,7 +292,8 @@ class LeaseResponse(_message.Message):
     leader_hint: _builtins.str
     seq: _builtins.int
     migration_max_bytes_per_second: _builtins.int
-    """The RS's migration_max_bytes_per_second: the most bytes per second
+    """The RS's migration_max_bytes_per_second in effect on this server (its own value, else
+    its zone's, else the cluster's): the most bytes per second
     this server, as a copy destination, may receive for all its replica copies together;
     0 = unlimited. Carried by every accepted response so a change reaches running copies
     within a heartbeat.
