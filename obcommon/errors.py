@@ -408,6 +408,15 @@ ERRORS: dict[str, ErrorDef] = {
             grpc.StatusCode.INVALID_ARGUMENT,
             mysql_errno=1054,  # ER_BAD_FIELD_ERROR
         ),
+        # ob_errno.def: "Invalid config", with the checker's reason when it gives one.
+        ErrorDef(
+            "OB_INVALID_CONFIG",
+            -4147,
+            "HY000",
+            "%s",
+            grpc.StatusCode.INVALID_ARGUMENT,
+            plain="Invalid config",
+        ),
         ErrorDef(
             "OB_ERR_SYS_CONFIG_UNKNOWN",
             -5099,

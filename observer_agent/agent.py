@@ -54,6 +54,7 @@ from observer_agent.replicas.manager import ReplicaManager
 from observer_agent.replicas.serving import DATA_CHUNK_DEFAULT
 from observer_agent.resources import DEFAULT_RESOURCE_TIMEOUT_US, ResourceMonitor
 from observer_agent.rs_list import RsAddresses
+from observer_agent.runtime_parameters import RuntimeParameters
 from observer_agent.settings import AgentSettings
 from observer_agent.stopping_notice import say_stopping
 
@@ -168,6 +169,7 @@ class Agent:
             self.replicas.copy_bandwidth,
             revoked=self.peer_gate.revoked,
             tokens=self.tokens,
+            params=RuntimeParameters(settings, self.log),
         )
         # The Prometheus exposition: read from the components at each scrape.
         self.metrics.registry.register(AgentCollector(self))
@@ -387,15 +389,16 @@ class Agent:
         jobs: dict[str, Callable[[], Awaitable[None]]] = {
             "lease loop": lambda: self.lease.run(self._stop),
             "resource refresh": lambda: self._periodic(
-                self.refresh_resources_async, self.settings.resource_refresh_interval
+                self.refresh_resources_async, lambda: self.settings.resource_refresh_interval
             ),
+            # The interval is read at each round: the RS may change it (disk_probe_interval).
             "disk probe": lambda: self._periodic(
-                self.probe_disk_async, self.settings.disk_probe_interval
+                self.probe_disk_async, lambda: self.settings.disk_probe_interval
             ),
             # Replica files removed under a running agent: checked as
             # often as the disk, so the RS learns of the loss within a probe interval.
             "replica files check": lambda: self._periodic(
-                self._check_replica_files, self.settings.disk_probe_interval
+                self._check_replica_files, lambda: self.settings.disk_probe_interval
             ),
         }
         tasks: dict[asyncio.Future[Any], str] = {
@@ -432,9 +435,11 @@ class Agent:
         some replica was forgotten."""
         return bool(await self.replicas.check_files())
 
-    async def _periodic(self, job: Callable[[], Awaitable[bool]], interval_us: int) -> None:
+    async def _periodic(
+        self, job: Callable[[], Awaitable[bool]], interval_us: Callable[[], int]
+    ) -> None:
         while not is_set(self._stop):
-            await sleep_unless_stopped(self._stop, interval_us / 1e6)
+            await sleep_unless_stopped(self._stop, interval_us() / 1e6)
             if is_set(self._stop):
                 return
             try:

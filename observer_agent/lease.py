@@ -42,6 +42,7 @@ from observer_agent.commands import AppliedCommands
 from observer_agent.fence import TokenKeeper
 from observer_agent.identity import ClusterIdentity, write_identity
 from observer_agent.lease_ports import (
+    AgentParameters,
     CopyRateLimit,
     ReplicaReport,
     ResourceSource,
@@ -104,6 +105,7 @@ class LeaseDecisions:
         reconnect: BackoffPolicy | None = None,
         revoked: RevokedSerials | None = None,
         tokens: TokenKeeper | None = None,
+        params: AgentParameters | None = None,
     ) -> None:
         """Unregistered and not serving; lease streams are opened through ``security``
         (default: what ``settings.certs_dir`` says); renewal round trips are observed in
@@ -114,7 +116,8 @@ class LeaseDecisions:
         ``reconnect_backoff_cap``, 100 ms and 2 s, the cap at most ``heartbeat_interval``), drawn from ``rng``. ``revoked`` takes the RS's revocation list from
         the accepted answers (the agent's peer gate refuses what it holds).
         ``tokens`` keeps the highest RS fencing token obeyed (default: the one kept
-        in ``settings.data_dir``)."""
+        in ``settings.data_dir``); ``params`` takes each accepted answer's parameters."""
+        self._params = params
         self.tokens = tokens if tokens is not None else TokenKeeper(Path(settings.data_dir), log)
         self._copy_rate = copy_rate
         self.revoked = revoked if revoked is not None else RevokedSerials()
@@ -346,6 +349,9 @@ class LeaseDecisions:
                 if resp.migration_max_bytes_per_second > 0
                 else "unlimited",
             )
+        if self._params is not None:
+            self._params.apply(resp.parameters)
+        self.log.debug("lease renewed by %s until %d", rs_addr, self.lease_expire_time)
         if not self.registered:
             self.log.info(
                 "lease granted by %s: server_id %d, rs_epoch %d, lease expires at %d",

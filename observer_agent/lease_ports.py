@@ -5,7 +5,7 @@ accepted answer goes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from obcommon.proto import obrpc_pb2
@@ -63,4 +63,13 @@ class CopyRateLimit(Protocol):
 
     def set_rate(self, bytes_per_s: int) -> bool:
         """Take the limit (bytes per second, 0 = unlimited); True when it changed."""
+        ...
+
+
+class AgentParameters(Protocol):
+    """Where the agent parameters of an accepted answer go (implemented by
+    :class:`observer_agent.runtime_parameters.RuntimeParameters`)."""
+
+    def apply(self, values: Mapping[str, str], /) -> None:
+        """Take name -> value text of the parameters set for this server; never raises."""
         ...

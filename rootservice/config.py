@@ -250,6 +250,26 @@ PARAMETERS: dict[str, ParamDef] = {
             1,
             INT,
         ),
+        # The agents' own parameters (:data:`AGENT_PARAMETERS`). syslog_level has
+        # OceanBase's name and words (src/share/parameter/ob_parameter_seed.ipp: DEBUG, TRACE,
+        # WDIAG, EDIAG, INFO, WARN, ERROR); the agent maps them on Python's levels.
+        ParamDef(
+            "syslog_level",
+            0,
+            None,
+            "the agents' log level: DEBUG, TRACE, WDIAG, EDIAG, INFO, WARN or ERROR",
+            0,
+            CHOICE,
+            choices=("DEBUG", "TRACE", "WDIAG", "EDIAG", "INFO", "WARN", "ERROR"),
+        ),
+        ParamDef(
+            "disk_probe_interval",
+            1 * S,
+            3600 * S,
+            "how often an agent probes its data disk (a 4 KiB write and fsync) and checks its "
+            "replica files",
+            10_000,
+        ),
         ParamDef(
             "server_mass_expire_min_count",
             1,
@@ -260,6 +280,14 @@ PARAMETERS: dict[str, ParamDef] = {
         ),
     ]
 }
+
+
+#: The parameters the agents apply (sent in every lease answer, with the value in effect
+#: on that server): the only ones ALTER SYSTEM SET accepts with a ZONE or SERVER clause. The
+#: others are the RS's own, cluster-wide.
+AGENT_PARAMETERS = frozenset(
+    {"syslog_level", "disk_probe_interval", "migration_max_bytes_per_second"}
+)
 
 
 class RsSettings(BaseSettings):
@@ -352,16 +380,20 @@ class RsSettings(BaseSettings):
     # Self-suspicion of the RS (rootservice/servers/self_suspicion.py).
     server_mass_expire_percentage: int = 50
     server_mass_expire_min_count: int = 3
+    # The agents' parameters (AGENT_PARAMETERS), their cluster-wide values: sent to an agent
+    # only once set (here, by a flag or the environment, or with ALTER SYSTEM SET).
+    syslog_level: str = "INFO"
+    disk_probe_interval: Duration = 5 * S
 
     @field_validator("log_format")
     @classmethod
     def _check_log_format(cls, value: str) -> str:
         return check_log_format(value)
 
-    @field_validator("balancer_planner")
+    @field_validator("balancer_planner", "syslog_level")
     @classmethod
-    def _check_planner(cls, value: str) -> str:
-        return check_choice(PARAMETERS["balancer_planner"], value, ValueError)
+    def _check_choice(cls, value: str, info: Any) -> str:
+        return check_choice(PARAMETERS[info.field_name], value, ValueError)
 
     @model_validator(mode="after")
     def _check(self) -> RsSettings:
@@ -414,12 +446,13 @@ def check_spark_master_db(master: str, db_url: str) -> None:
 
 
 def check_choice(p: ParamDef, value: object, exc: Any) -> str:
-    """``value`` as the lower-case word of ``p.choices`` it names; raises ``exc(message)``
-    when it names none."""
+    """``value`` as the word of ``p.choices`` it names (in any case; returned as
+    ``p.choices`` spells it); raises ``exc(message)`` when it names none."""
     word = str(value).strip().lower()
-    if word not in p.choices:
-        raise exc(f"{p.name} = {value!r} is not one of {', '.join(p.choices)}")
-    return word
+    for choice in p.choices:
+        if choice.lower() == word:
+            return choice
+    raise exc(f"{p.name} = {value!r} is not one of {', '.join(p.choices)}")
 
 
 def parse_parameter(p: ParamDef, raw: str | int) -> int | str:
@@ -452,9 +485,11 @@ def validate_parameter(settings: RsSettings, name: str, raw: str | int) -> int |
     """Check ``ALTER SYSTEM SET name = raw`` against ``settings`` without changing them.
 
     Returns the value in the parameter's unit (microseconds, or bytes for a size; a choice
-    parameter's lower-case word). Raises ``ObError(OB_ERR_SYS_CONFIG_UNKNOWN)`` for an
-    unknown name and ``ObError(OB_INVALID_ARGUMENT)`` for a malformed or out-of-range value
-    or one that breaks an invariant (docs/design/index.md#configuration).
+    parameter's word as :data:`PARAMETERS` spells it). Raises
+    ``ObError(OB_ERR_SYS_CONFIG_UNKNOWN)`` for an unknown name and
+    ``ObError(OB_INVALID_CONFIG)`` for a malformed or out-of-range value or one that breaks
+    an invariant, as OceanBase's ``ObAdminSetConfig::verify_config``
+    (src/rootserver/ob_system_admin_util.cpp) answers a value its checker refuses.
     """
     p = PARAMETERS.get(name.lower())
     if p is None:
@@ -463,14 +498,14 @@ def validate_parameter(settings: RsSettings, name: str, raw: str | int) -> int |
         try:
             return check_choice(p, raw, ValueError)
         except ValueError as e:
-            raise ObError("OB_INVALID_ARGUMENT", str(e)) from None
+            raise ObError("OB_INVALID_CONFIG", str(e)) from None
     try:
         value = p.parse(raw)
     except ValueError as e:
-        raise ObError("OB_INVALID_ARGUMENT", f"{p.name}: {e}") from None
+        raise ObError("OB_INVALID_CONFIG", f"{p.name}: {e}") from None
 
     def refuse(msg: str) -> ObError:
-        return ObError("OB_INVALID_ARGUMENT", msg)
+        return ObError("OB_INVALID_CONFIG", msg)
 
     check_parameter_range(p, value, settings.allow_short_timings, refuse)
     trial = settings.model_dump()
@@ -479,5 +514,5 @@ def validate_parameter(settings: RsSettings, name: str, raw: str | int) -> int |
         RsSettings.model_validate(trial)
     except ValidationError as e:
         msg = e.errors()[0]["msg"].removeprefix("Value error, ")
-        raise ObError("OB_INVALID_ARGUMENT", f"{p.name} = {raw}: {msg}") from None
+        raise ObError("OB_INVALID_CONFIG", f"{p.name} = {raw}: {msg}") from None
     return value

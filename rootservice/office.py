@@ -120,6 +120,8 @@ class Office:
             self.parameters.apply_table(params)
         except ValueError as e:
             raise ObError("OB_ERR_SYS", detail=str(e)) from e
+        # What GV$OB_PARAMETERS shows of each parameter is this leader's.
+        self.parameters.publish()
         self.identity.bootstrapped = param_repo.PARAM_BOOTSTRAP_TIME in params
         log.info("root service at %s took office with epoch %d", self.address(), epoch)
         self.metrics.inc("rs_take_office_total")

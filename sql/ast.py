@@ -111,12 +111,33 @@ class ZoneOp:
 
 
 @dataclass(frozen=True)
+class ParameterScope:
+    """The clauses after one ``name = value`` of ALTER SYSTEM SET: ``COMMENT 'c'``,
+    ``SCOPE = MEMORY | SPFILE | BOTH`` (upper case; None when not written), ``SERVER [=]
+    'ip:port'`` or ``ZONE [=] 'z'`` (as written), ``TENANT [=] t`` (lower-cased)."""
+
+    comment: str | None = None
+    scope: str | None = None
+    server: str | None = None
+    zone: str | None = None
+    tenant: str | None = None
+
+
+@dataclass(frozen=True)
 class SetParameters:
-    """ALTER SYSTEM SET name = value [, name = value ...]; values as written: a quoted
-    string, a number, or a bare duration such as 10s (kept as the string '10s'). Names are
-    lower-cased; any other bare word (``= true``) is kept as the string written."""
+    """ALTER SYSTEM [SET] name = value [COMMENT 'c'] [SCOPE = ...] [SERVER [=] 's' | ZONE
+    [=] 'z'] [TENANT [=] t] [, ...]; values as written: a quoted string, a number, or a bare
+    duration such as 10s (kept as the string '10s'). Names are lower-cased; any other bare
+    word (``= true``) is kept as the string written. ``scopes`` holds one
+    :class:`ParameterScope` per item, in the same order (empty when no item has a clause)."""
 
     items: tuple[tuple[str, str | int | float], ...]
+    scopes: tuple[ParameterScope, ...] = ()
+
+    def scoped(self) -> list[tuple[str, str | int | float, ParameterScope]]:
+        """``(name, value, scope)`` per item, a bare item with an empty scope."""
+        scopes = self.scopes or (ParameterScope(),) * len(self.items)
+        return [(n, v, sc) for (n, v), sc in zip(self.items, scopes, strict=True)]
 
 
 @dataclass(frozen=True)

@@ -205,11 +205,54 @@ class ToAst(Transformer[Token, Any]):
     def zone_type_attr(self, value: str) -> _Attr:
         return _Attr("zone_type", value)
 
-    def set_parameters(self, *items: tuple[str, str | int | float]) -> ast.SetParameters:
-        return ast.SetParameters(items=tuple(items))
+    def set_parameters(
+        self, *items: tuple[str, str | int | float, ast.ParameterScope]
+    ) -> ast.SetParameters:
+        scopes = tuple(sc for _, _, sc in items)
+        return ast.SetParameters(
+            items=tuple((n, v) for n, v, _ in items),
+            scopes=scopes if any(sc != ast.ParameterScope() for sc in scopes) else (),
+        )
 
-    def set_item(self, name: str, value: str | int | float) -> tuple[str, str | int | float]:
-        return (name.lower(), value)
+    def set_item(
+        self,
+        name: str,
+        value: str | int | float,
+        comment: str | None,
+        scope: str | None,
+        place: _Attr | None,
+        tenant: str | None,
+    ) -> tuple[str, str | int | float, ast.ParameterScope]:
+        where = {place.key: place.value} if place is not None else {}
+        return (
+            name.lower(),
+            value,
+            ast.ParameterScope(
+                comment=comment,
+                scope=scope,
+                server=where.get("server"),
+                zone=where.get("zone"),
+                tenant=tenant,
+            ),
+        )
+
+    def set_comment(self, comment: str) -> str:
+        return comment
+
+    def set_scope(self, word: str) -> str:
+        return word
+
+    def scope_word(self, token: Token) -> str:
+        return token.upper()
+
+    def set_server(self, server: str) -> _Attr:
+        return _Attr("server", server)
+
+    def set_zone(self, zone: str) -> _Attr:
+        return _Attr("zone", zone)
+
+    def set_tenant(self, tenant: str) -> str:
+        return tenant
 
     def duration(self, token: Token) -> str:
         return str(token)

@@ -108,8 +108,9 @@ STATEMENTS: tuple[HelpTopic, ...] = (
     ),
     HelpTopic(
         "ALTER SYSTEM SET",
-        "change cluster parameters",
-        "ALTER SYSTEM SET name = value [, name = value ...]\n"
+        "change parameters, cluster-wide or for a zone or server",
+        "ALTER SYSTEM [SET] name = value [COMMENT 'c'] [SCOPE = {MEMORY | SPFILE | BOTH}]\n"
+        "    [SERVER [=] 'ip:port' | ZONE [=] 'z'] [TENANT [=] t] [, name = value ...]\n"
         "    value: 'string' | number | duration (10s, 500ms) | word",
     ),
     HelpTopic(
@@ -126,8 +127,8 @@ STATEMENTS: tuple[HelpTopic, ...] = (
     ),
     HelpTopic(
         "SHOW PARAMETERS",
-        "list cluster parameters",
-        "SHOW PARAMETERS [LIKE 'pattern']",
+        "list the parameters in effect on each server",
+        "SHOW PARAMETERS [LIKE 'pattern' | WHERE cond]",
     ),
     HelpTopic(
         "SHOW TABLES",

@@ -32,7 +32,7 @@ from lark.exceptions import (
 from obcommon.errors import ObError
 from sql import ast
 from sql.ast_builder import BadToken, ToAst
-from sql.reads import is_read, parse_read
+from sql.reads import is_read, parse_read, show_parameters_where
 
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
 """MySQL's default ``max_allowed_packet`` (4 MiB)."""
@@ -131,6 +131,9 @@ def parse(text: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ast.Statement:
         raise ObError("ER_NET_PACKET_TOO_LARGE")
     if _is_blank(text):
         raise ObError("ER_EMPTY_QUERY")
+    where = show_parameters_where(text)
+    if where is not None:
+        return where
     if is_read(text):
         # SELECT / SHOW TABLES / DESC ...: MySQL's full read syntax, through sqlglot.
         return parse_read(text)

@@ -398,3 +398,29 @@ def _parse_read(text: str) -> ast.Statement:
     if not isinstance(tree, exp.Query):
         raise _refuse(type(tree).__name__.upper())
     return _check_query(tree, text)
+
+
+#: SHOW PARAMETERS WHERE cond: the condition over SHOW PARAMETERS' columns (OceanBase's, then
+#: ``range``), answered as a read of GV$OB_PARAMETERS so it is checked like any SELECT.
+_SHOW_PARAMETERS_WHERE = re.compile(
+    r"\A\s*SHOW\s+PARAMETERS\s+WHERE\s+(?P<cond>.+?)\s*;?\s*\Z", re.I | re.S
+)
+_SHOW_PARAMETERS_SELECT = (
+    "SELECT * FROM (SELECT g.ZONE AS zone, 'observer' AS svr_type, g.SVR_IP AS svr_ip, "
+    "g.SVR_PORT AS svr_port, g.NAME AS name, g.DATA_TYPE AS data_type, g.VALUE AS value, "
+    "g.INFO AS info, g.SECTION AS section, g.SCOPE AS scope, d.source AS source, "
+    "g.EDIT_LEVEL AS edit_level, g.DEFAULT_VALUE AS default_value, g.ISDEFAULT AS isdefault, "
+    "d.value_range AS `range` FROM GV$OB_PARAMETERS g "
+    "JOIN __all_sys_parameter_info d ON d.name = g.NAME) AS p WHERE ({cond}) "
+    "ORDER BY svr_ip, svr_port, name"
+)
+
+
+def show_parameters_where(text: str) -> ast.Statement | None:
+    """``SHOW PARAMETERS WHERE cond`` as the checked read of GV$OB_PARAMETERS it stands for
+    (the columns of SHOW PARAMETERS, the rows of the servers that have parameters); None
+    when ``text`` is not that statement. Raises as :func:`parse_read`."""
+    m = _SHOW_PARAMETERS_WHERE.match(text)
+    if m is None:
+        return None
+    return parse_read(_SHOW_PARAMETERS_SELECT.format(cond=m["cond"]))

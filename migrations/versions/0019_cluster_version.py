@@ -15,7 +15,7 @@ stands for spelled out.
 Additive only (a new table, a nullable column, a new view): a 0.1.0 RS runs on it unchanged.
 
 Revision ID: 0019
-Revises: 0013
+Revises: 0018
 Create Date: 2026-11-29
 """
 
@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0019"
-down_revision = "0013"
+down_revision = "0018"
 branch_labels = None
 depends_on = None
 

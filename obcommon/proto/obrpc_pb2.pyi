@@ -249,6 +249,26 @@ class LeaseResponse(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class ParametersEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     VERSION_FIELD_NUMBER: _builtins.int
     LEASE_EXPIRE_TIME_FIELD_NUMBER: _builtins.int
     HEARTBEAT_EXPIRE_TIME_FIELD_NUMBER: _builtins.int
@@ -265,6 +285,7 @@ class LeaseResponse(_message.Message):
     REVOKED_SERIALS_FIELD_NUMBER: _builtins.int
     RS_INCARNATION_FIELD_NUMBER: _builtins.int
     CLUSTER_VERSION_FIELD_NUMBER: _builtins.int
+    PARAMETERS_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     lease_expire_time: _builtins.int
     heartbeat_expire_time: _builtins.int
@@ -275,7 +296,8 @@ class LeaseResponse(_message.Message):
     leader_hint: _builtins.str
     seq: _builtins.int
     migration_max_bytes_per_second: _builtins.int
-    """The RS's migration_max_bytes_per_second: the most bytes per second
+    """The RS's migration_max_bytes_per_second in effect on this server (its own value, else
+    its zone's, else the cluster's): the most bytes per second
     this server, as a copy destination, may receive for all its replica copies together;
     0 = unlimited. Carried by every accepted response so a change reaches running copies
     within a heartbeat.
@@ -300,6 +322,14 @@ class LeaseResponse(_message.Message):
     def error(self) -> Global___ObError: ...
     @_builtins.property
     def revoked_serials(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def parameters(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """The agent parameters set with ALTER SYSTEM SET (cluster-wide, for the server's zone or
+        for the server itself), as their value in effect on this server: name -> value text as
+        GV$OB_PARAMETERS shows it (syslog_level, disk_probe_interval). A parameter never set
+        is absent, and the agent keeps its own start-up value. Applied without a restart.
+        """
+
     def __init__(
         self,
         *,
@@ -319,10 +349,11 @@ class LeaseResponse(_message.Message):
         revoked_serials: _abc.Iterable[_builtins.str] | None = ...,
         rs_incarnation: _builtins.int = ...,
         cluster_version: _builtins.str = ...,
+        parameters: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "cluster_version", b"cluster_version", "error", b"error", "heartbeat_expire_time", b"heartbeat_expire_time", "leader_hint", b"leader_hint", "lease_expire_time", b"lease_expire_time", "migration_max_bytes_per_second", b"migration_max_bytes_per_second", "revocation_version", b"revocation_version", "revoked_serials", b"revoked_serials", "rs_epoch", b"rs_epoch", "rs_incarnation", b"rs_incarnation", "rs_list", b"rs_list", "rs_server_status", b"rs_server_status", "seq", b"seq", "server_id", b"server_id", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cluster_id", b"cluster_id", "cluster_version", b"cluster_version", "error", b"error", "heartbeat_expire_time", b"heartbeat_expire_time", "leader_hint", b"leader_hint", "lease_expire_time", b"lease_expire_time", "migration_max_bytes_per_second", b"migration_max_bytes_per_second", "parameters", b"parameters", "revocation_version", b"revocation_version", "revoked_serials", b"revoked_serials", "rs_epoch", b"rs_epoch", "rs_incarnation", b"rs_incarnation", "rs_list", b"rs_list", "rs_server_status", b"rs_server_status", "seq", b"seq", "server_id", b"server_id", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -20,7 +20,7 @@ from rootservice.balancer.dry_run import COLUMNS as DRY_RUN_COLUMNS
 from rootservice.balancer.dry_run import TYPES as DRY_RUN_TYPES
 from rootservice.bootstrap import BootstrapItem
 from rootservice.db import query_repo
-from rootservice.parameters import sql_like
+from rootservice.parameters import SHOW_COLUMNS, SHOW_TYPES, sql_like
 from rootservice.servers.maintenance_window import maintenance_duration
 from rootservice.tenants.ddl_requests import NewPool, NewTenant, NewUnitConfig
 from rootservice.tenants.layout_diff import reload_layout
@@ -191,6 +191,8 @@ def _run_job(rs: RootService, st: ast.RunJob) -> Result:
         is_result_set=True,
         info=f"ROOT_INSPECTION job {out.job_id}: {len(out.findings)} difference(s)",
     )
+
+
 def _end_rolling_upgrade(rs: RootService, st: ast.EndRollingUpgrade) -> Result:
     before, after = rs.finalize.end_rolling_upgrade()
     if before == after:
@@ -247,21 +249,32 @@ def _set(rs: RootService, st: ast.SetParameters) -> Result:
             f"ALTER SYSTEM SET {finalize.PARAMETER}",
             detail="the cluster version rises only by ALTER SYSTEM END ROLLING UPGRADE",
         )
-    rs.parameters.set(st.items)
+    rs.parameters.set_scoped(st.scoped())
     return Result()
+
+
+def _cluster_version_row(rs: RootService) -> tuple[object, ...]:
+    # SHOW PARAMETERS' row of min_observer_version in SHOW_COLUMNS' order: the cluster's, so
+    # no server columns; read from __all_cluster_version, never set by ALTER SYSTEM SET.
+    name, value, default, rng, source, info = rs.finalize.parameter_row()
+    return (
+        "", "observer", "", 0, name, "STRING", value, info, "ROOT_SERVICE", "CLUSTER",
+        source, "READONLY", default, "YES" if value == default else "NO", rng,
+    )  # fmt: skip
 
 
 def _show_parameters(rs: RootService, st: ast.ShowParameters) -> Result:
     return Result(
-        columns=["name", "value", "default_value", "range", "source", "info"],
+        columns=list(SHOW_COLUMNS),
         rows=[
-            *rs.parameters.show(st.like),
+            *rs.parameters.show_rows(st.like),
             *(
-                [rs.finalize.parameter_row()]
+                [_cluster_version_row(rs)]
                 if st.like is None or sql_like(finalize.PARAMETER, st.like)
                 else []
             ),
         ],
+        types=list(SHOW_TYPES),
         is_result_set=True,
     )
 

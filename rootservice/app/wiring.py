@@ -50,6 +50,7 @@ from rootservice.parameters import Parameters
 from rootservice.root_inspection import RootInspection
 from rootservice.servers.admin import ServerAdmin
 from rootservice.servers.agent_client import AgentClient
+from rootservice.servers.agent_parameters import AgentParameterValues, ClusterPlaces
 from rootservice.servers.check_all_server import CheckAllServerTask
 from rootservice.servers.drain import DrainManager
 from rootservice.servers.empty_server_checker import EmptyServerChecker
@@ -340,6 +341,9 @@ class RsComponents(ABC):
         self.lease_queue: LeaseQueue[obrpc_pb2.LeaseResponse] = LeaseQueue(
             self.clock, self.persist.add_event
         )
+        # The agents' parameters by zone and server, kept by the parameters and read by
+        # every lease answer.
+        self.agent_values = AgentParameterValues(settings)
         self.heartbeats = HeartbeatIntake(
             self.whitelist,
             self.zones,
@@ -358,6 +362,7 @@ class RsComponents(ABC):
             fence=self.fence,
             commands=self.agents.ledger,
             versions=self.versions,
+            agent_params=self.agent_values,
         )
         # A mass expiry makes the RS suspect itself and hold permanent offline.
         self.self_suspicion = SelfSuspicion(
@@ -448,6 +453,8 @@ class RsComponents(ABC):
             self.store,
             self.clock,
             listener=self,
+            places=ClusterPlaces(self.whitelist, self.zones),
+            agent_values=self.agent_values,
         )
         self.office = Office(
             term=self.term,

@@ -139,6 +139,12 @@ VIEW_EXPRESSION_TYPES: dict[str, str] = {
     "v$ob_servers.log_disk_assigned": "bigint(20)",
     "v$ob_servers.data_disk_abnormal_time": "datetime(6)",
     "v$ob_servers.ssl_cert_expired_time": "datetime(6)",
+    "gv$ob_parameters.tenant_id": "bigint(20)",
+    "gv$ob_parameters.value": "varchar(65536)",
+    "gv$ob_parameters.isdefault": "varchar(3)",
+    "v$ob_parameters.tenant_id": "bigint(20)",
+    "v$ob_parameters.value": "varchar(65536)",
+    "v$ob_parameters.isdefault": "varchar(3)",
 }
 
 

@@ -381,6 +381,39 @@ all_cluster_version = sa.Table(
     # The release, "0.2.0", and it as major << 32 | minor << 16 | patch (compared on raise).
     sa.Column("version", sa.String(64), nullable=False),
     sa.Column("version_code", sa.BigInteger, nullable=False),
+# ALTER SYSTEM SET ... ZONE / SERVER: one row per parameter and zone (svr_ip 'ANY',
+# svr_port 0) or server (zone ''), as OceanBase keeps them in its __all_sys_parameter
+# (src/rootserver/ob_system_admin_util.cpp, ObAdminSetConfig::update_config). The cluster-wide
+# values stay in __all_sys_parameter. ``info`` is the statement's COMMENT.
+all_sys_parameter_override = sa.Table(
+    "__all_sys_parameter_override",
+    metadata,
+    sa.Column("zone", sa.String(128), primary_key=True),
+    sa.Column("svr_ip", sa.String(46), primary_key=True),
+    sa.Column("svr_port", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("value", sa.String(65536), nullable=False),
+    sa.Column("info", sa.String(4096), nullable=False, server_default=""),
+    sa.Column("config_version", sa.BigInteger, nullable=False, server_default="0"),
+    *_gmt(),
+)
+
+# Every run-time parameter as the RS leader has it (written when it takes office and after
+# each ALTER SYSTEM SET): what GV$OB_PARAMETERS shows besides the per-server value. ``value``
+# is the cluster-wide value in effect (a command-line flag's, the table's or the default).
+all_sys_parameter_info = sa.Table(
+    "__all_sys_parameter_info",
+    metadata,
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("data_type", sa.String(128), nullable=False),
+    sa.Column("value", sa.String(65536), nullable=False),
+    sa.Column("default_value", sa.String(65536), nullable=False),
+    sa.Column("info", sa.String(4096), nullable=False, server_default=""),
+    sa.Column("section", sa.String(128), nullable=False),
+    sa.Column("scope", sa.String(64), nullable=False),
+    sa.Column("source", sa.String(64), nullable=False),
+    sa.Column("edit_level", sa.String(128), nullable=False),
+    sa.Column("value_range", sa.String(256), nullable=False, server_default=""),
     *_gmt(),
 )
 
@@ -414,6 +447,8 @@ SYSTEM_VIEWS = (
     "cdb_ob_ls",
     "cdb_ob_ls_replica_tasks",
     "dba_ob_rootservices",
+    "gv$ob_parameters",
+    "v$ob_parameters",
 )
 
 

@@ -26,6 +26,7 @@ from rootservice.db.event_repo import Event
 from rootservice.ha.fence import EpochFence
 from rootservice.ha.store import MetaStore
 from rootservice.ha.term import Term
+from rootservice.servers.agent_parameters import AgentParameterValues
 from rootservice.servers.command_ledger import CommandLedger
 from rootservice.servers.events import log_transition, seconds, server_event
 from rootservice.servers.identity import ClusterIdentity
@@ -116,6 +117,7 @@ class HeartbeatIntake:
         fence: EpochFence | None = None,
         commands: CommandLedger | None = None,
         versions: AgentVersions | None = None,
+        agent_params: AgentParameterValues | None = None,
     ) -> None:
         """Serve heartbeats from ``whitelist``; the term's token is sent in every response.
         ``transit`` gets every accepted heartbeat's send and receive times (the RS's intake
@@ -123,8 +125,10 @@ class HeartbeatIntake:
         this term's does not follow (None: not checked). ``commands`` hears
         each heartbeat's ``applied_command_seq`` (None: not kept). ``versions`` refuses agents
         outside the version skew rule and gives the cluster version the responses carry (None:
-        neither)."""
+        neither). ``agent_params`` gives each server's agent parameters (default: the
+        cluster-wide values of ``settings``)."""
         self._versions = versions
+        self.agent_params = agent_params or AgentParameterValues(settings)
         self._fence = fence
         self._commands = commands
         self.whitelist = whitelist
@@ -395,10 +399,11 @@ class HeartbeatIntake:
         ``lease_time`` from now (from the last heartbeat for a server whose lease is no
         longer extended, measured on the monotonic clock and expressed in the current wall
         time so a step of the RS's wall clock does not stretch or cut it), IS_STOPPED for a
-        stopped server or a server of a stopped zone. It carries the current
-        ``migration_max_bytes_per_second`` (the agent's copy bandwidth limit;
-        read from the shared settings, so an ALTER SYSTEM SET reaches every agent with its
-        next heartbeat), the term's epoch, the rs_list and the cluster id."""
+        stopped server or a server of a stopped zone. It carries the agent parameters in
+        effect on that server (``migration_max_bytes_per_second``, the agent's copy bandwidth
+        limit, and ``parameters``: :class:`AgentParameterValues`, so an ALTER SYSTEM SET
+        reaches every agent with its next heartbeat), the term's epoch, the rs_list and the
+        cluster id."""
         lease = self.settings.lease_time
         if s.force_stop_hb:
             expire = now + lease - (self._monotonic_us() - s.last_hb_mono_us)
@@ -412,6 +417,10 @@ class HeartbeatIntake:
         resp.heartbeat_expire_time = expire
         resp.server_id = s.id
         resp.seq = seq
+        rate, params = self.agent_params.for_server(s.ip, s.port, s.zone)
+        resp.migration_max_bytes_per_second = rate
+        if params:
+            resp.parameters.update(params)
         if s.stop_time != 0 or not self.zones.is_active(s.zone):
             resp.rs_server_status = obrpc_pb2.IS_STOPPED
         return resp

@@ -82,7 +82,7 @@ def test_refusals_print_the_mysql_error_line(
         == 1
     )
     assert capsys.readouterr().err.startswith(
-        "ERROR 4002 (HY000): OB_INVALID_ARGUMENT: Incorrect arguments to lease_time"
+        "ERROR 4147 (HY000): OB_INVALID_CONFIG: lease_time = 1s"
     )
 
 
@@ -186,7 +186,7 @@ def test_interactive_obadmin_in_a_terminal(rs_addr: str, tmp_path: Path) -> None
         shown = read_until(master, b"1 row in set", then_prompt=True)
         assert b"1. row" in shown and b"value: 10s" in shown
         os.write(master, b"help alter system set\r")
-        assert b"ALTER SYSTEM SET name = value" in read_until(
+        assert b"ALTER SYSTEM [SET] name = value" in read_until(
             master, b"name = value", then_prompt=True
         )
         # Only once the prompt is up (the terminal in raw mode): in cooked mode the line

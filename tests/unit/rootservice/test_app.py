@@ -88,24 +88,24 @@ def test_a_newer_epoch_deposes_the_old_rs(db_url: str, tmp_path: Path) -> None:
 
 def test_set_parameters_ranges_and_invariants(rs: RootService) -> None:
     assert (
-        error_name(rs.parameters.set, (("lease_time", "2s"),)) == "OB_INVALID_ARGUMENT"
+        error_name(rs.parameters.set, (("lease_time", "2s"),)) == "OB_INVALID_CONFIG"
     )  # not > heartbeat_interval
     rs.parameters.set((("lease_time", "3s"),))
     assert rs.settings.lease_time == 3_000_000
     rs.parameters.set((("lease_time", "5m"),))
-    assert error_name(rs.parameters.set, (("lease_time", "301s"),)) == "OB_INVALID_ARGUMENT"
-    assert error_name(rs.parameters.set, (("lease_time", "ten"),)) == "OB_INVALID_ARGUMENT"
+    assert error_name(rs.parameters.set, (("lease_time", "301s"),)) == "OB_INVALID_CONFIG"
+    assert error_name(rs.parameters.set, (("lease_time", "ten"),)) == "OB_INVALID_CONFIG"
     assert (
         error_name(rs.parameters.set, (("no_such_parameter", "1s"),)) == "OB_ERR_SYS_CONFIG_UNKNOWN"
     )
     assert (
         error_name(rs.parameters.set, (("server_permanent_offline_time", "19s"),))
-        == "OB_INVALID_ARGUMENT"
+        == "OB_INVALID_CONFIG"
     )
     # All or nothing: the second item is bad, so the first is not applied.
     assert (
         error_name(rs.parameters.set, (("lease_time", "20s"), ("rpc_timeout", "0s")))
-        == "OB_INVALID_ARGUMENT"
+        == "OB_INVALID_CONFIG"
     )
     assert rs.settings.lease_time == 300_000_000
     rs.parameters.set((("server_permanent_offline_time", "20m"), ("lease_time", "10s")))

@@ -79,8 +79,8 @@ def test_a_refused_set_changes_nothing(engine: sa.Engine, tmp_path: Path) -> Non
     p, listener = make(engine, tmp_path)
     for items, code in (
         ((("lease_time", "12s"), ("no_such", "1s")), "OB_ERR_SYS_CONFIG_UNKNOWN"),
-        ((("lease_time", "1s"),), "OB_INVALID_ARGUMENT"),  # not > heartbeat_interval
-        ((("lease_time", 1.5),), "OB_INVALID_ARGUMENT"),
+        ((("lease_time", "1s"),), "OB_INVALID_CONFIG"),  # not > heartbeat_interval
+        ((("lease_time", 1.5),), "OB_INVALID_CONFIG"),
     ):
         with pytest.raises(ObError) as e:
             p.set(items)
@@ -105,7 +105,7 @@ def test_a_choice_parameter_from_the_table_and_set(engine: sa.Engine, tmp_path: 
     assert p.settings.balancer_planner == "local"
     with pytest.raises(ObError) as e:
         p.set([("balancer_planner", "yarn")])
-    assert e.value.name == "OB_INVALID_ARGUMENT"
+    assert e.value.name == "OB_INVALID_CONFIG"
     p.set([("balancer_planner", "spark")])
     assert p.settings.balancer_planner == "spark" and listener.heard[-1] == {"balancer_planner"}
     [row] = p.show("balancer_planner")
@@ -141,7 +141,7 @@ def test_migration_max_bytes_per_second_is_a_size(engine: sa.Engine, tmp_path: P
     ):
         with pytest.raises(ObError) as e:
             p.set((("migration_max_bytes_per_second", bad),))
-        assert e.value.name == "OB_INVALID_ARGUMENT" and why in e.value.message, e.value.message
+        assert e.value.name == "OB_INVALID_CONFIG" and why in e.value.message, e.value.message
     assert p.settings.migration_max_bytes_per_second == 0
 
     # A value kept in the table is taken at start (and a bad one ignored).

@@ -331,6 +331,72 @@ def test_set_parameters_value_kinds() -> None:
     )
 
 
+def test_set_items_with_comment_scope_server_zone_and_tenant() -> None:
+    """OceanBase's alter_system_set_parameter_action: each item its own clauses, in the
+    order COMMENT, SCOPE, SERVER | ZONE, TENANT; '=' optional after SERVER, ZONE, TENANT."""
+    statement = parse(
+        "ALTER SYSTEM SET syslog_level = 'DEBUG' COMMENT 'why' SCOPE = MEMORY ZONE = 'z1', "
+        "disk_probe_interval = 2s SCOPE = spfile SERVER '127.0.0.1:2882', "
+        "migration_max_bytes_per_second = '1M' ZONE z2 TENANT = T1, lease_time = 10s "
+        "scope = Both"
+    )
+    assert statement == ast.SetParameters(
+        items=(
+            ("syslog_level", "DEBUG"),
+            ("disk_probe_interval", "2s"),
+            ("migration_max_bytes_per_second", "1M"),
+            ("lease_time", "10s"),
+        ),
+        scopes=(
+            ast.ParameterScope(comment="why", scope="MEMORY", zone="z1"),
+            ast.ParameterScope(scope="SPFILE", server="127.0.0.1:2882"),
+            ast.ParameterScope(zone="z2", tenant="t1"),
+            ast.ParameterScope(scope="BOTH"),
+        ),
+    )
+    assert [sc for _, _, sc in statement.scoped()][3] == ast.ParameterScope(scope="BOTH")
+    # No clause anywhere: the statement is the one it always was.
+    assert parse("ALTER SYSTEM SET lease_time = 10s").scopes == ()
+    assert parse("ALTER SYSTEM SET lease_time = 10s").scoped() == [
+        ("lease_time", "10s", ast.ParameterScope())
+    ]
+
+
+def test_set_is_optional_as_in_oceanbase() -> None:
+    assert parse("ALTER SYSTEM syslog_level = 'INFO' SERVER = '1.2.3.4:5'") == ast.SetParameters(
+        items=(("syslog_level", "INFO"),),
+        scopes=(ast.ParameterScope(server="1.2.3.4:5"),),
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "rest"),
+    [
+        # SCOPE takes only MEMORY, SPFILE, BOTH, and needs its '='.
+        ("ALTER SYSTEM SET a = 1 SCOPE = DISK", "DISK"),
+        ("ALTER SYSTEM SET a = 1 SCOPE MEMORY", "MEMORY"),
+        # One of SERVER and ZONE, and the clauses in OceanBase's order.
+        ("ALTER SYSTEM SET a = 1 SERVER 's:1' ZONE 'z1'", "ZONE 'z1'"),
+        ("ALTER SYSTEM SET a = 1 ZONE 'z1' COMMENT 'c'", "COMMENT 'c'"),
+        ("ALTER SYSTEM SET a = 1 TENANT t SCOPE = BOTH", "SCOPE = BOTH"),
+        # A server is a quoted 'ip:port'.
+        ("ALTER SYSTEM SET a = 1 SERVER s1", "s1"),
+        ("ALTER SYSTEM SET a = 1 COMMENT c", "c"),
+    ],
+)
+def test_set_clause_errors(text: str, rest: str) -> None:
+    assert parse_error(text).to_sql_text() == near(rest)
+
+
+def test_show_parameters_where_is_a_read_of_gv_ob_parameters() -> None:
+    st = parse("show parameters where name like 'sys%' and svr_port = 2882;")
+    assert isinstance(st, ast.Query)
+    assert "GV$OB_PARAMETERS" in st.text and "name LIKE 'sys%' AND svr_port = 2882" in st.text
+    # The condition is checked as any SELECT's: one statement, reads only.
+    assert parse_error("SHOW PARAMETERS WHERE 1; DROP TABLE t").name == "ER_PARSE_ERROR"
+    assert parse("SHOW PARAMETERS LIKE 'where'") == ast.ShowParameters(like="where")
+
+
 def test_set_duration_then_letters_is_a_syntax_error() -> None:
     assert parse_error("ALTER SYSTEM SET lease_time = 10sx").to_sql_text() == near("sx")
 
@@ -782,9 +848,11 @@ def test_comment_markers_inside_strings_are_text() -> None:
 
 
 def test_parse_error_fields() -> None:
+    # SET is optional before a parameter (as in OceanBase), so FROB reads as a parameter's
+    # name and the error is at what follows it.
     err = parse_error("ALTER SYSTEM FROB SERVER 'a:1'")
     assert (err.name, err.code, err.sqlstate) == ("ER_PARSE_ERROR", -1064, "42000")
-    assert err.to_sql_text() == near("FROB SERVER 'a:1'")
+    assert err.to_sql_text() == near("SERVER 'a:1'")
 
 
 def test_parse_error_line_number_in_a_multi_line_statement() -> None:
@@ -801,8 +869,8 @@ def test_parse_error_at_end_of_input_is_near_nothing() -> None:
 
 def test_near_text_is_truncated_to_80_characters() -> None:
     tail = "x" * 200
-    err = parse_error(f"ALTER SYSTEM BOGUS {tail}")
-    assert err.to_sql_text() == near(("BOGUS " + tail)[:80])
+    err = parse_error(f"ALTER SYSTEM BOGUS = {tail} {tail}")
+    assert err.to_sql_text() == near(tail[:80])
 
 
 @pytest.mark.parametrize(
@@ -814,7 +882,7 @@ def test_near_text_is_truncated_to_80_characters() -> None:
         ("DROP TENANT t1 FORCEx", "FORCEx"),
         ("CREATE RESOURCE POOL p UNIT_NUMS 1", "UNIT_NUMS 1"),
         ("ALTER SYSTEM ADD ZONEz1", "ZONEz1"),
-        ("ALTER SYSTEM RELOADSERVER", "RELOADSERVER"),
+        ("ALTER SYSTEM RELOAD SERVERS", "SERVERS"),
         ("SHOWPARAMETERS", "SHOWPARAMETERS"),
         ("SELECT * FROM t WHERE a = 1 ANDb = 2", "ANDb = 2"),
         ("SELECT * FROM t ORDER BYx", "BYx"),

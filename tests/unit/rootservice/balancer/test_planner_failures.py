@@ -156,7 +156,7 @@ def test_the_lost_replica_checker_failures_are_visible(
 def test_balancer_planner_is_a_parameter_of_the_statement_path(rs: RootService) -> None:
     with pytest.raises(ObError) as e:
         sql(rs, "ALTER SYSTEM SET balancer_planner = 'hadoop'")
-    assert e.value.name == "OB_INVALID_ARGUMENT"
+    assert e.value.name == "OB_INVALID_CONFIG"
     assert rs.settings.balancer_planner == "spark"
     sql(rs, "ALTER SYSTEM SET balancer_planner = 'LOCAL'")
     assert rs.settings.balancer_planner == "local"

@@ -119,7 +119,7 @@ def test_retention_parameters_alter_show_and_bounds(rs: RootService) -> None:
         try:
             rs.parameters.set([(name, bad)])
         except ObError as e:
-            assert e.name == "OB_INVALID_ARGUMENT" and "out of range" in e.message
+            assert e.name == "OB_INVALID_CONFIG" and "out of range" in e.message
         else:
             raise AssertionError(f"{name} = {bad} was accepted")
     assert rs.settings.event_history_retention == DAY
