@@ -381,6 +381,9 @@ all_cluster_version = sa.Table(
     # The release, "0.2.0", and it as major << 32 | minor << 16 | patch (compared on raise).
     sa.Column("version", sa.String(64), nullable=False),
     sa.Column("version_code", sa.BigInteger, nullable=False),
+    *_gmt(),
+)
+
 # ALTER SYSTEM SET ... ZONE / SERVER: one row per parameter and zone (svr_ip 'ANY',
 # svr_port 0) or server (zone ''), as OceanBase keeps them in its __all_sys_parameter
 # (src/rootserver/ob_system_admin_util.cpp, ObAdminSetConfig::update_config). The cluster-wide
