@@ -87,6 +87,9 @@ class RunJob:
     """ALTER SYSTEM RUN JOB 'name'; ``job`` as written."""
 
     job: str
+
+
+@dataclass(frozen=True)
 class EndRollingUpgrade:
     """ALTER SYSTEM END ROLLING UPGRADE: raise the cluster version to the leader's release once
     every server and root service reports it."""

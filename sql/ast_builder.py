@@ -169,6 +169,7 @@ class ToAst(Transformer[Token, Any]):
 
     def run_job(self, name: str) -> ast.RunJob:
         return ast.RunJob(job=name)
+
     def end_rolling_upgrade(self) -> ast.EndRollingUpgrade:
         return ast.EndRollingUpgrade()
 
