@@ -67,6 +67,7 @@ LEADER_ONLY = frozenset(
     {
         ast.Bootstrap,
         ast.SetParameters,
+        ast.SwitchRootService,
         ast.CreateUser,
         ast.DropUser,
         ast.AlterUser,
