@@ -52,7 +52,7 @@ from rootservice.db.event_repo import Event
 from rootservice.db.server_identity import ServerIdentity, read_identity
 from rootservice.ha.fence import EpochFence, choose_epoch
 from rootservice.ha.store import MetaStore
-from rootservice.ha.term import CLEAN_STOP, Term, lease_timings
+from rootservice.ha.term import CLEAN_STOP, HANDOVER, Term, lease_timings
 from rootservice.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -492,7 +492,7 @@ class Election:
                     "alive),",
                 )
             before_resigning()
-            self.term.request_step_down(f"handing the office over to {successor}", epoch)
+            self.term.request_step_down(f"{HANDOVER} to {successor}", epoch)
             self._finish_step_down()
             with _db_errors(self.metrics, "recording the handover"), self._round_txn() as conn:
                 now = self._db_now(conn)
