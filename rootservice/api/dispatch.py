@@ -67,7 +67,6 @@ LEADER_ONLY = frozenset(
     {
         ast.Bootstrap,
         ast.SetParameters,
-        ast.SwitchRootService,
         ast.CreateUser,
         ast.DropUser,
         ast.AlterUser,
