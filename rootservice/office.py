@@ -32,7 +32,7 @@ from rootservice.db import cluster_version_repo, event_repo, param_repo
 from rootservice.db.event_repo import Event
 from rootservice.ha.election import merge_rs_list
 from rootservice.ha.store import MetaStore
-from rootservice.ha.term import CLEAN_STOP, RsState, Term
+from rootservice.ha.term import CLEAN_STOP, HANDOVER, RsState, Term
 from rootservice.metrics import Metrics
 from rootservice.parameters import Parameters
 from rootservice.servers.identity import ClusterIdentity
@@ -194,7 +194,7 @@ class Office:
             except Exception:
                 log.exception("dropping in-memory state failed")
         self.term.state = RsState.NOT_MASTER
-        if reason == CLEAN_STOP:
+        if reason == CLEAN_STOP or reason.startswith(HANDOVER):
             log.info("stepped down (%s)", reason)
         else:
             log.warning("stepped down (%s); standing by", reason, extra={"reason": reason})

@@ -245,8 +245,15 @@ def make_all_due(scheduler: BackgroundScheduler, clock: Clock) -> int:
 
 
 def reschedule(scheduler: BackgroundScheduler, name: str, interval_us: int) -> None:
-    """Change the period of a registered job (ALTER SYSTEM SET of an *_interval)."""
-    if scheduler.get_job(name) is not None:
-        scheduler.reschedule_job(
-            name, trigger=CatchUpIntervalTrigger(seconds=interval_us / 1e6, timezone=dt.UTC)
-        )
+    """Change the period of a registered job (ALTER SYSTEM SET of an *_interval). A job
+    whose period is already ``interval_us`` keeps its next run time: rescheduling restarts
+    the period, so SETs of other parameters arriving faster than a period (a script in a
+    loop) would otherwise postpone the job for ever - the election's renewal among them."""
+    job = scheduler.get_job(name)
+    if job is None:
+        return
+    if getattr(job.trigger, "interval", None) == dt.timedelta(microseconds=interval_us):
+        return
+    scheduler.reschedule_job(
+        name, trigger=CatchUpIntervalTrigger(seconds=interval_us / 1e6, timezone=dt.UTC)
+    )

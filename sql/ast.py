@@ -277,14 +277,26 @@ class CancelMigrateUnit:
 
 @dataclass(frozen=True)
 class SwitchLeader:
-    """ALTER SYSTEM SWITCH REPLICA LEADER LS [=] n SERVER [=] 'ip:port' TENANT [=] name
+    """ALTER SYSTEM SWITCH REPLICA {LEADER | FOLLOWER | DEFAULT} LS [=] n SERVER [=]
+    'ip:port' [TENANT [=] name]
 
-    OceanBase's manual leader switch (``ALTER SYSTEM SWITCH REPLICA LEADER``).
+    OceanBase 4.x's leader preferences of a log stream (``ALTER SYSTEM SWITCH REPLICA``):
+    ``role`` LEADER makes the server the LS's manual leader, FOLLOWER keeps leaders off it,
+    DEFAULT clears both. ``tenant`` None: not given.
     """
 
     ls_id: int
     server: str
-    tenant: str
+    tenant: str | None
+    role: str = "LEADER"
+
+
+@dataclass(frozen=True)
+class SwitchRootService:
+    """ALTER SYSTEM SWITCH ROOTSERVICE LEADER SERVER [=] 'ip:port': hand the RS office over
+    to the standby root service at ``server``."""
+
+    server: str
 
 
 @dataclass(frozen=True)
@@ -451,6 +463,7 @@ Statement = (
     | MigrateUnit
     | CancelMigrateUnit
     | SwitchLeader
+    | SwitchRootService
     | RecoverLs
     | RevokeCertificate
     | CreateUser

@@ -264,8 +264,19 @@ class ToAst(Transformer[Token, Any]):
     def show_parameters(self, like: str | None = None) -> ast.ShowParameters:
         return ast.ShowParameters(like=like)
 
-    def switch_leader(self, ls_id: Token, server: str, tenant: str) -> ast.SwitchLeader:
-        return ast.SwitchLeader(ls_id=_to_int64(ls_id), server=server, tenant=tenant)
+    def switch_leader(
+        self, role: str, ls_id: Token, server: str, tenant: str | None
+    ) -> ast.SwitchLeader:
+        return ast.SwitchLeader(ls_id=_to_int64(ls_id), server=server, tenant=tenant, role=role)
+
+    def switch_role(self, word: Token) -> str:
+        return word.upper()
+
+    def switch_tenant(self, name: str) -> str:
+        return name
+
+    def switch_rootservice(self, server: str) -> ast.SwitchRootService:
+        return ast.SwitchRootService(server=server)
 
     def recover_ls(self, tenant: str | None, ls_id: int | None, *rest: Any) -> ast.RecoverLs:
         servers = tuple(r for r in rest if isinstance(r, str))

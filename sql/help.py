@@ -114,9 +114,16 @@ STATEMENTS: tuple[HelpTopic, ...] = (
         "    value: 'string' | number | duration (10s, 500ms) | word",
     ),
     HelpTopic(
-        "ALTER SYSTEM SWITCH REPLICA LEADER",
-        "move a log stream's leader to a server",
-        "ALTER SYSTEM SWITCH REPLICA LEADER LS = n SERVER = 'ip:port' TENANT = name",
+        "ALTER SYSTEM SWITCH REPLICA",
+        "pin a log stream's leader to a server, keep it off one, or undo both",
+        "ALTER SYSTEM SWITCH REPLICA {LEADER | FOLLOWER | DEFAULT} LS = n SERVER = 'ip:port'"
+        " [TENANT = name]\n"
+        "    LEADER stays until DEFAULT; FOLLOWER keeps leaders off the server",
+    ),
+    HelpTopic(
+        "ALTER SYSTEM SWITCH ROOTSERVICE",
+        "hand the root service office over to a standby root service now",
+        "ALTER SYSTEM SWITCH ROOTSERVICE LEADER SERVER = 'ip:port'",
     ),
     HelpTopic(
         "ALTER SYSTEM REVOKE CERTIFICATE",

@@ -7,7 +7,7 @@ ZONE ... ZONE_TYPE writes that row; a zone added before it existed has none and 
 ``ReadWrite``, the type ObZoneManagerBase::add_zone gives a zone added without one.
 
 Revision ID: 0018
-Revises: 0015
+Revises: 0017
 Create Date: 2026-11-29
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0018"
-down_revision = "0015"
+down_revision = "0017"
 branch_labels = None
 depends_on = None
 

@@ -357,14 +357,34 @@ def _cancel_migrate_unit(rs: RootService, st: ast.CancelMigrateUnit) -> Result:
 
 def _switch_leader(rs: RootService, st: ast.SwitchLeader) -> Result:
     topo = rs.tenant_layer.layout.topology(force=True)
-    tenant = next((t for t in topo.tenants.values() if t.tenant_name == st.tenant.lower()), None)
-    if tenant is None:
-        raise ObError("OB_TENANT_NOT_EXIST", st.tenant.lower())
+    if st.tenant is not None:
+        tenant = next(
+            (t for t in topo.tenants.values() if t.tenant_name == st.tenant.lower()), None
+        )
+        if tenant is None:
+            raise ObError("OB_TENANT_NOT_EXIST", st.tenant.lower())
+        tenant_id = tenant.tenant_id
+    else:
+        # OceanBase takes the session's tenant; the RS's sessions serve every tenant, so
+        # the one tenant with that log stream.
+        having = sorted(t for t, ls in topo.plans if ls == st.ls_id)
+        if len(having) != 1:
+            raise ObError(
+                "OB_INVALID_ARGUMENT",
+                f"SWITCH REPLICA without TENANT ({len(having)} tenants have log stream "
+                f"{st.ls_id}: name one)",
+            )
+        tenant_id = having[0]
     ip, port = parse_server(st.server)
-    rs.tenant_layer.leaders.switch_leader(
-        (tenant.tenant_id, st.ls_id), format_server(ip, port), "manual"
+    info = rs.tenant_layer.preferences.switch_replica(
+        (tenant_id, st.ls_id), format_server(ip, port), st.role
     )
-    return Result(affected_rows=1)
+    return Result(affected_rows=1, info=info)
+
+
+def _switch_rootservice(rs: RootService, st: ast.SwitchRootService) -> Result:
+    ip, port = parse_server(st.server)
+    return Result(info=rs.hand_over(format_server(ip, port)))
 
 
 def _revoke_certificate(rs: RootService, st: ast.RevokeCertificate) -> Result:
@@ -498,6 +518,7 @@ EXECUTORS: dict[type, Callable[[RootService, Any], Result]] = {
     ast.AlterResourcePool: _alter_pool,
     ast.MigrateUnit: _migrate_unit,
     ast.CancelMigrateUnit: _cancel_migrate_unit,
+    ast.SwitchRootService: _switch_rootservice,
     ast.RecoverLs: _recover_ls,
     ast.RevokeCertificate: _revoke_certificate,
     ast.CreateUser: _create_user,

@@ -46,6 +46,10 @@ from rootservice.upgrade.versions import rs_skew_refusal
 log = logging.getLogger(__name__)
 
 
+#: Poll period (seconds) of SWITCH ROOTSERVICE's wait for the successor.
+HANDOVER_POLL_S = 0.05
+
+
 class StartupError(Exception):
     """The RS cannot start (database unreachable, schema migration failed...)."""
 
@@ -240,6 +244,44 @@ class RootService(RsComponents):
         RS)."""
         leader = self.term.leader
         return "" if leader == self.rpc_addr else leader
+
+    def hand_over(self, successor: str) -> str:
+        """ALTER SYSTEM SWITCH ROOTSERVICE LEADER SERVER 'successor': write the queued table
+        changes, hand the office over to the standby at ``successor``
+        (:meth:`rootservice.ha.election.Election.hand_over`: this RS steps down at once),
+        then wait, at most one lease, until the successor holds the lease with a newer
+        epoch; returns the statement's info text.
+
+        Raises the handover's refusals (nothing changed), OB_RS_NOT_MASTER when another RS
+        took office instead, OB_TIMEOUT when the successor has not taken office within the
+        lease (it still may; else a normal election follows once the reservation ends)."""
+
+        def flush() -> None:
+            if self.term.in_service:
+                self.persist.run_once()
+
+        epoch = self.election.hand_over(successor, flush)
+        lease = self.settings.lease_time
+        deadline = self.clock.monotonic_us() + lease + lease_timings(lease)[0]
+        for _ in range(100_000):
+            row = self.election.lease()
+            if row.epoch > epoch and row.holder == successor:
+                return f"root service {successor} took office with epoch {row.epoch}"
+            if row.epoch > epoch:
+                raise ObError(
+                    "OB_RS_NOT_MASTER",
+                    detail=f"{row.holder} took office with epoch {row.epoch} instead of "
+                    f"{successor}",
+                )
+            if self.clock.monotonic_us() >= deadline:
+                break
+            self.sleep(HANDOVER_POLL_S)
+        raise ObError(
+            "OB_TIMEOUT",
+            detail=f"this root service gave the office of epoch {epoch} up, but {successor} "
+            "has not taken it yet (it still may; otherwise a new leader is elected when "
+            "its reservation ends)",
+        )
 
     def shutdown(self) -> None:
         """Stop the election and the timers, flush queued table changes (best effort), give

@@ -35,6 +35,7 @@ REQUIRED: dict[type, str] = {
     ast.ZoneOp: ALTER_SYSTEM,
     ast.SetParameters: ALTER_SYSTEM,
     ast.SwitchLeader: ALTER_SYSTEM,
+    ast.SwitchRootService: ALTER_SYSTEM,
     ast.RecoverLs: ALTER_SYSTEM,
     ast.DrainServer: ALTER_SYSTEM,
     # Revoking a certificate refuses a node, an RS or a user: a change of the cluster.

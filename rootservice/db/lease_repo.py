@@ -28,7 +28,8 @@ class RsLease:
     ``expire_us`` and ``renew_us`` (microseconds since the epoch by the database's clock);
     ``incarnation`` (the holder's random id, 0 = none), ``pg_system_id`` and
     ``pg_timeline`` (the PostgreSQL server the holder took office or last renewed through;
-    None on SQLite)."""
+    None on SQLite); ``successor`` (``"ip:port"`` named by a handover, "" = none) and
+    ``handover_expire_us`` (until then only the successor may take office)."""
 
     epoch: int
     holder: str
@@ -37,6 +38,12 @@ class RsLease:
     incarnation: int = 0
     pg_system_id: int | None = None
     pg_timeline: int | None = None
+    successor: str = ""
+    handover_expire_us: int = 0
+
+    def reserved_for(self, now_us: int) -> str:
+        """The successor the lease is reserved for at ``now_us`` (database clock), or ""."""
+        return self.successor if self.successor and now_us < self.handover_expire_us else ""
 
 
 def db_now_us(conn: sa.Connection) -> int:
@@ -78,6 +85,9 @@ def read_lease(conn: sa.Connection, *, lock: bool = False) -> RsLease:
         t.c.incarnation,
         t.c.pg_system_id,
         t.c.pg_timeline,
+        t.c.successor_ip,
+        t.c.successor_port,
+        t.c.handover_expire_time,
     ).where(t.c.name == RS_EPOCH_NAME)
     if lock:
         q = q.with_for_update()
@@ -93,6 +103,8 @@ def read_lease(conn: sa.Connection, *, lock: bool = False) -> RsLease:
         int(r.incarnation),
         r.pg_system_id,
         r.pg_timeline,
+        f"{r.successor_ip}:{r.successor_port}" if r.successor_ip else "",
+        int(r.handover_expire_time),
     )
 
 
@@ -133,8 +145,8 @@ def take_lease(
 ) -> int:
     """Take office: raise the epoch from ``old.epoch`` (as read with ``lock=True`` in the same
     transaction) to ``epoch`` (default and at least ``old.epoch + 1``) and make ``holder``
-    the leader until ``expire_us`` with ``incarnation``, recording ``server``;
-    returns the new epoch. Creates the row when it is missing (a database migrated before
+    the leader until ``expire_us`` with ``incarnation``, recording ``server`` and clearing a
+    handover's successor; returns the new epoch. Creates the row when it is missing (a database migrated before
     0002 inserted it)."""
     t = all_service_epoch
     new = max(epoch, old.epoch + 1)
@@ -147,6 +159,9 @@ def take_lease(
         "lease_renew_time": now_us,
         "gmt_modified": ts,
         "incarnation": incarnation,
+        "successor_ip": "",
+        "successor_port": 0,
+        "handover_expire_time": 0,
         **_server_values(server),
     }
     n = conn.execute(
@@ -200,5 +215,37 @@ def release_lease(conn: sa.Connection, epoch: int, holder: tuple[str, int], now_
             t.c.svr_port == holder[1],
         )
         .values(lease_expire_time=now_us, gmt_modified=us_to_datetime(now_us))
+    ).rowcount
+    return bool(n)
+
+
+def hand_over(
+    conn: sa.Connection,
+    epoch: int,
+    holder: tuple[str, int],
+    successor: tuple[str, int],
+    now_us: int,
+    until_us: int,
+) -> bool:
+    """End the lease of ``holder`` at ``epoch`` now and reserve the next take-office for
+    ``successor`` until ``until_us`` (ALTER SYSTEM SWITCH ROOTSERVICE LEADER); the epoch
+    stays, the successor raises it. False (nothing changed) when the lease was not ours any
+    more."""
+    t = all_service_epoch
+    n = conn.execute(
+        t.update()
+        .where(
+            t.c.name == RS_EPOCH_NAME,
+            t.c.value == epoch,
+            t.c.svr_ip == holder[0],
+            t.c.svr_port == holder[1],
+        )
+        .values(
+            lease_expire_time=now_us,
+            successor_ip=successor[0],
+            successor_port=successor[1],
+            handover_expire_time=until_us,
+            gmt_modified=us_to_datetime(now_us),
+        )
     ).rowcount
     return bool(n)

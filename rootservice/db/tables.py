@@ -150,6 +150,12 @@ all_service_epoch = sa.Table(
     sa.Column("incarnation", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("pg_system_id", sa.BigInteger, nullable=True),
     sa.Column("pg_timeline", sa.BigInteger, nullable=True),
+    # The designated successor of ALTER SYSTEM SWITCH ROOTSERVICE LEADER (migration 0017):
+    # until handover_expire_time (microseconds by the database's clock) only it may take
+    # office; '' / 0 = none.
+    sa.Column("successor_ip", sa.String(46), nullable=False, server_default=""),
+    sa.Column("successor_port", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("handover_expire_time", sa.BigInteger, nullable=False, server_default="0"),
 )
 
 
@@ -238,6 +244,18 @@ all_ls_status = sa.Table(
     sa.Column("ls_group_id", sa.BigInteger, nullable=False),
     sa.Column("unit_group_id", sa.BigInteger, nullable=False),
     sa.Column("primary_zone", sa.String(128), nullable=False, server_default=""),
+    *_gmt(),
+)
+
+# OceanBase's leader preferences per log stream (migration 0017): SWITCH REPLICA LEADER's
+# manual leader ('' = none) and SWITCH REPLICA FOLLOWER's blacklist ("ip:port" joined by ";").
+all_ls_election_reference_info = sa.Table(
+    "__all_ls_election_reference_info",
+    metadata,
+    sa.Column("tenant_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("ls_id", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("manual_leader_server", sa.String(64), nullable=False, server_default=""),
+    sa.Column("blacklist", sa.String(4096), nullable=False, server_default=""),
     *_gmt(),
 )
 

@@ -32,11 +32,12 @@ integer microseconds; monotonic readings go through the injected :class:`Clock`.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import sqlalchemy as sa
 
@@ -51,7 +52,7 @@ from rootservice.db.event_repo import Event
 from rootservice.db.server_identity import ServerIdentity, read_identity
 from rootservice.ha.fence import EpochFence, choose_epoch
 from rootservice.ha.store import MetaStore
-from rootservice.ha.term import CLEAN_STOP, Term, lease_timings
+from rootservice.ha.term import CLEAN_STOP, HANDOVER, Term, lease_timings
 from rootservice.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,16 @@ def is_wildcard(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_unspecified
     except ValueError:
         return False
+
+
+@contextlib.contextmanager
+def _db_errors(metrics: Metrics, what: str) -> Iterator[None]:
+    # A database error of a statement's election work, as the statement's error.
+    try:
+        yield
+    except sa.exc.SQLAlchemyError as e:
+        metrics.inc("rs_election_errors_total")
+        raise ObError("OB_ERR_SYS", detail=f"{what} failed: {db_error_summary(e)}") from None
 
 
 class Election:
@@ -261,10 +272,17 @@ class Election:
                 # of this RS: binding the same port proves that process is gone. Not so for
                 # a wildcard address, which several hosts may be configured with.
                 own = row.holder == me and not is_wildcard(holder[0])
+                # A handover reserves the next take-office for its successor: the others
+                # do not compete (until the reservation runs out: a successor that died
+                # leaves a normal election), the successor does not wait for the lease.
+                reserved = row.reserved_for(now)
                 if row.holder and row.holder != me:
-                    self.term.leader = row.holder
-                if (row.holder and not own and now < row.expire_us) or self.fence.holding(
-                    self.clock.monotonic_us()
+                    self.term.leader = reserved or row.holder
+                live = row.holder and not own and now < row.expire_us and reserved != me
+                if (
+                    live
+                    or (reserved and reserved != me)
+                    or self.fence.holding(self.clock.monotonic_us())
                 ):
                     # After a change of primary, the new server's clock and its copy of the
                     # row are not trusted for one lease.
@@ -431,6 +449,77 @@ class Election:
             server,
             reported,
         )
+
+    # --- handover ------------------------------------------------------------------------
+
+    def hand_over(self, successor: str, before_resigning: Callable[[], None]) -> int:
+        """ALTER SYSTEM SWITCH ROOTSERVICE LEADER: give the office to the standby at
+        ``successor`` (``ip:port``) now; returns the epoch handed over.
+
+        Checks that this RS leads and that ``successor`` is another root service whose
+        election round ran within one lease (by the database's clock, in
+        ``__all_rootservice_member``); then calls ``before_resigning`` (the leader's
+        queued table changes are written), steps down, and in one transaction conditioned on
+        the epoch and holder ends the lease and reserves the next take-office for the
+        successor for one lease (:func:`rootservice.db.lease_repo.hand_over`). The
+        successor takes office at its next round with the next epoch; the other RS do not
+        compete until the reservation runs out. Raises OB_RS_NOT_MASTER (not the leader, or
+        the lease was lost meanwhile), OB_OP_NOT_ALLOW (``successor`` is this RS, or not
+        seen alive), OB_ENTRY_NOT_EXIST (no root service ever ran at ``successor``),
+        OB_ERR_SYS (the database failed: checked before stepping down, nothing changed;
+        after, the office is given up and a normal election follows the lease)."""
+        me, holder = self._me()
+        with self._round:
+            epoch = self.term.epoch
+            if epoch == 0:
+                raise ObError("OB_RS_NOT_MASTER", detail=f"root service {me} is not the leader")
+            if successor == me:
+                raise ObError(
+                    "OB_OP_NOT_ALLOW",
+                    f"switching the root service leader to {me}, the leader already,",
+                )
+            lease = self.lease_time()
+            with _db_errors(self.metrics, "reading the root services"), self._round_txn() as conn:
+                now = self._db_now(conn)
+                seen = {m.addr: m.last_seen_us for m in member_repo.seen_since(conn, 0)}
+            if successor not in seen:
+                raise ObError(
+                    "OB_ENTRY_NOT_EXIST",
+                    f"root service '{successor}' not exist (no root service of this cluster "
+                    "ever ran there)",
+                )
+            if seen[successor] < now - lease:
+                raise ObError(
+                    "OB_OP_NOT_ALLOW",
+                    f"switching the root service leader to '{successor}', a standby whose "
+                    f"last election round was {(now - seen[successor]) // 1000} ms ago (not "
+                    "alive),",
+                )
+            before_resigning()
+            self.term.request_step_down(f"{HANDOVER} to {successor}", epoch)
+            self._finish_step_down()
+            with _db_errors(self.metrics, "recording the handover"), self._round_txn() as conn:
+                now = self._db_now(conn)
+                done = lease_repo.hand_over(
+                    conn, epoch, holder, parse_server(successor), now, now + lease
+                )
+            if not done:
+                raise ObError("OB_RS_NOT_MASTER", detail=f"epoch {epoch} was taken meanwhile")
+            self.term.leader = successor
+            log.info("handed the office of epoch %d over to %s", epoch, successor)
+            return epoch
+
+    @contextlib.contextmanager
+    def _round_txn(self) -> Iterator[sa.Connection]:
+        with io_deadline(self._round_bound_s()), self.store.engine.begin() as conn:
+            self._begin_round(conn)
+            yield conn
+
+    def lease(self) -> lease_repo.RsLease:
+        """The lease row as it is now (a short read of its own). Raises OB_ERR_SYS when the
+        database fails."""
+        with _db_errors(self.metrics, "reading the lease"), self._round_txn() as conn:
+            return lease_repo.read_lease(conn)
 
     # --- clean stop --------------------------------------------------------------------
 

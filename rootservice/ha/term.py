@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 #: The step-down reason of a clean stop (SIGTERM): the RS gives its office up on purpose.
 CLEAN_STOP = "stopping"
 
+#: The start of the step-down reason of ALTER SYSTEM SWITCH ROOTSERVICE LEADER (on purpose too).
+HANDOVER = "handing the office over"
+
 #: Longest renewal period of the leader (the issue's "renews every 2 s").
 RENEW_INTERVAL_MAX_US = 2_000_000
 
@@ -242,7 +245,8 @@ class Term:
         self.in_service = False
         # A clean stop gives the office up on purpose (INFO); any other reason is a fault
         # the operator must look at (a clean SIGTERM logs nothing at ERROR).
-        level = logging.INFO if reason == CLEAN_STOP else logging.ERROR
+        on_purpose = reason == CLEAN_STOP or reason.startswith(HANDOVER)
+        level = logging.INFO if on_purpose else logging.ERROR
         log.log(level, "stepping down from epoch %d: %s", old, reason, extra={"reason": reason})
         self.metrics.inc("rs_step_down_total")
         if threading.get_ident() != self.round_thread:

@@ -19,7 +19,7 @@ from typing import Any
 
 from obcommon.clock import Clock
 from obcommon.errors import ObError
-from rootservice.db import event_repo, ls_repo, tenant_repo, unit_repo
+from rootservice.db import election_ref_repo, event_repo, ls_repo, tenant_repo, unit_repo
 from rootservice.db.event_repo import Event
 from rootservice.db.ls_repo import LsStatus
 from rootservice.db.tenant_repo import Tenant
@@ -380,6 +380,7 @@ class TenantManager:
                 if p.tenant_id == t.tenant_id
             ]
             tenant_repo.delete_tenant(conn, t.tenant_id)
+            election_ref_repo.delete_tenant(conn, t.tenant_id)
             unit_repo.grant_pools(conn, pool_ids, -1, now)
             event_repo.insert_events(
                 conn,

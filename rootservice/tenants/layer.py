@@ -19,6 +19,7 @@ from rootservice.tenants.balancer_view import BalancerView
 from rootservice.tenants.ddl import TenantManager
 from rootservice.tenants.host_health import HostHealth
 from rootservice.tenants.lag_rebuild import LaggingFollowers, LagRebuilder
+from rootservice.tenants.leader_preferences import LeaderPreferences
 from rootservice.tenants.leaders import LeaderCoordinator
 from rootservice.tenants.learner_sync import LearnerSync
 from rootservice.tenants.log_marks import LogMarks
@@ -63,6 +64,8 @@ class TenantLayer:
     #: The wait of the statements that answer "done" for the view (DBA_OB_LS_LOCATIONS).
     views: ViewAgreement
     leaders: LeaderCoordinator
+    #: SWITCH REPLICA {LEADER | FOLLOWER | DEFAULT}.
+    preferences: LeaderPreferences
     reconciler: LsReconciler
     rebuilder: ReplicaRebuilder
     learner_sync: LearnerSync
@@ -228,6 +231,17 @@ def build_tenant_layer(
         meta_sync=meta_sync,
         views=views,
         leaders=leaders,
+        preferences=LeaderPreferences(
+            store=store,
+            layout=layout,
+            version=version,
+            servers=servers,
+            reports=reports,
+            leaders=leaders,
+            events=events,
+            clock=clock,
+            settings=settings,
+        ),
         reconciler=reconciler,
         rebuilder=rebuilder,
         learner_sync=learner_sync,

@@ -84,22 +84,26 @@ class LeaderCoordinator:
     ) -> str | None:
         """The best leader candidate among the plan's members: able to lead (alive, started,
         in service, zone ACTIVE, not in ``exclude``), replica reported in service (unless
-        ``require_report`` is False, at creation), ordered by not SUSPECT first,
-        tenant primary-zone priority, the LS's own primary zone, then the longest log, then
-        address."""
+        ``require_report`` is False, at creation), ordered by not SUSPECT first, not in the
+        LS's blacklist, a NORMAL member, the LS's manual leader, tenant primary-zone
+        priority, the LS's own primary zone, then the longest log, then address."""
 
-        def rank(server: str) -> tuple[int, int, int, int, int, str]:
+        def rank(server: str) -> tuple[int, int, int, int, int, int, int, str]:
             zone = self.health.zone_of(plan, server)
             r = view.replicas.get(server)
             s = self.servers.get(server)
             return (
                 # a SUSPECT server only when nothing else can lead
                 1 if self.health.is_suspect(server) else 0,
+                # SWITCH REPLICA FOLLOWER's blacklist: only when nothing else can lead
+                1 if server in plan.blacklist else 0,
                 # a replica migrating away (its unit moved) or on a DELETING server leads
                 # only when nothing else can
                 0
                 if server in plan.members and s is not None and s.admin_status.value == "NORMAL"
                 else 1,
+                # SWITCH REPLICA LEADER's manual leader before the primary zone
+                0 if server == plan.manual_leader else 1,
                 plan.zone_priority.get(zone, 99),
                 0 if zone == plan.primary_zone else 1,
                 -(r.log_end_index if r is not None else 0),
@@ -262,22 +266,9 @@ class LeaderCoordinator:
             best = self.choose_leader(plan, view, exclude)
             if best is None or best == leader or self.health.is_suspect(best):
                 return 0
-            cur_zone = self.health.zone_of(plan, leader)
-            best_zone = self.health.zone_of(plan, best)
-            leader_leaving = leader not in plan.members
-            if not leader_leaving and plan.zone_priority.get(
-                best_zone, 99
-            ) >= plan.zone_priority.get(cur_zone, 99):
+            reason = self._better_leader(plan, view, leader, best)
+            if reason is None:
                 return 0
-            if best not in plan.members:
-                return 0
-            if not in_sync(view, best, self.settings.ls_log_sync_threshold):
-                return 0
-            reason = (
-                "the leader's replica migrates away"
-                if leader_leaving
-                else f"primary zone {best_zone}"
-            )
         else:
             if len(healthy) < majority:
                 self.warnings.warn(
@@ -300,6 +291,31 @@ class LeaderCoordinator:
                 best, plan.key, f"LS {plan.key}: switching leader to {best} failed: {e}"
             )
             return 0
+
+    def _better_leader(self, plan: LsPlan, view: LsView, leader: str, best: str) -> str | None:
+        """Why the leadership should move from ``leader`` (able to lead) to ``best``
+        (:meth:`choose_leader`'s choice), or None to leave it. The manual leader of SWITCH
+        REPLICA LEADER is sticky: the primary zone never moves the leader off it, and it
+        takes the leadership back when it can lead again; SWITCH REPLICA FOLLOWER's
+        blacklist moves the leader off a blacklisted server (OceanBase's election priority
+        with ``__all_ls_election_reference_info``)."""
+        if best not in plan.members or best in plan.blacklist:
+            return None
+        if not in_sync(view, best, self.settings.ls_log_sync_threshold):
+            return None
+        if leader not in plan.members:
+            return "the leader's replica migrates away"
+        if leader in plan.blacklist:
+            return f"{leader} is in the election blacklist (SWITCH REPLICA FOLLOWER)"
+        if best == plan.manual_leader:
+            return "manual leader (SWITCH REPLICA LEADER)"
+        if leader == plan.manual_leader:
+            return None
+        cur_zone = self.health.zone_of(plan, leader)
+        best_zone = self.health.zone_of(plan, best)
+        if plan.zone_priority.get(best_zone, 99) >= plan.zone_priority.get(cur_zone, 99):
+            return None
+        return f"primary zone {best_zone}"
 
     def move_leaders_off(self, servers: Iterable[str]) -> None:
         """After STOP / FORCE STOP / ISOLATE: move every leader off ``servers`` and wait

@@ -12,7 +12,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from rootservice.db import ls_repo, tenant_repo, unit_repo
+from rootservice.db import election_ref_repo, ls_repo, tenant_repo, unit_repo
+from rootservice.db.election_ref_repo import LeaderPreference
 from rootservice.db.ls_repo import LsStatus
 from rootservice.ha.store import MetaStore
 from rootservice.tenants.vocabulary import LsKey, zone_priority
@@ -27,6 +28,10 @@ class LsPlan:
     members: dict[str, tuple[str, int]]  # server -> (zone, unit_id)
     zone_priority: dict[str, int]  # zone -> priority (0 best) from the tenant's primary zone
     primary_zone: str  # the LS's own preferred zone (__all_ls_status.primary_zone)
+    # SWITCH REPLICA LEADER's manual leader ("" = none) and FOLLOWER's blacklist
+    # (__all_ls_election_reference_info).
+    manual_leader: str = ""
+    blacklist: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -74,7 +79,8 @@ class LayoutCache:
             ls_rows = ls_repo.load_ls_status(conn)
             units = unit_repo.load_units(conn)
             pools = {p.resource_pool_id: p for p in unit_repo.load_pools(conn).values()}
-        topo = build_topology(version, tenants, ls_rows, units, pools)
+            prefs = election_ref_repo.load_all(conn)
+        topo = build_topology(version, tenants, ls_rows, units, pools, prefs)
         with self._lock:
             self._topology = topo
         return topo
@@ -91,10 +97,12 @@ def build_topology(
     ls_rows: list[LsStatus],
     units: list[unit_repo.Unit],
     pools: dict[int, unit_repo.ResourcePool],
+    prefs: dict[LsKey, LeaderPreference] | None = None,
 ) -> Topology:
     """The desired layout: for each LS, the server of the unit of its unit group in each
     zone of its tenant's pools (the i-th unit group of each pool, by unit_group_id order,
-    serves the i-th unit group of the first pool)."""
+    serves the i-th unit group of the first pool), with its leader preferences from
+    ``prefs``."""
     topo = Topology(version=version, tenants=tenants)
     by_tenant_pool: dict[int, list[unit_repo.ResourcePool]] = {}
     for p in pools.values():
@@ -126,10 +134,13 @@ def build_topology(
             for u in pu:
                 if u.unit_group_id == g:
                     members[u.server] = (u.zone, u.unit_id)
+        pref = (prefs or {}).get((row.tenant_id, row.ls_id), LeaderPreference())
         topo.plans[(row.tenant_id, row.ls_id)] = LsPlan(
             (row.tenant_id, row.ls_id),
             members,
             zone_priority(tenant.primary_zone, tenant.zone_list),
             row.primary_zone,
+            pref.manual_leader,
+            pref.blacklist,
         )
     return topo

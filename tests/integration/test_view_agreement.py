@@ -59,6 +59,8 @@ def test_answers_wait_for_the_views(procs: ProcSet, tmp_path: Path, db_url: str)
     c.ok(f"ALTER SYSTEM SWITCH REPLICA LEADER LS = 1001 SERVER = '{a2}' TENANT = t1")
     got = _leaders(c)
     check(got[1001] == [a2], f"SWITCH REPLICA LEADER to {a2}: LS 1001 led by {got[1001]}")
+    # The manual leader is sticky: DEFAULT gives LS 1001 back to the primary zone's balancing.
+    c.ok(f"ALTER SYSTEM SWITCH REPLICA DEFAULT LS = 1001 SERVER = '{a2}' TENANT = t1")
 
     # DRAIN SERVER: no LEADER row left on a1, each log stream led from elsewhere.
     c.ok(f"ALTER SYSTEM DRAIN SERVER '{a1}' TIMEOUT 60s")

@@ -43,6 +43,24 @@ def test_start_stop_wake_reschedule() -> None:
     assert not timers.running
 
 
+def test_rescheduling_an_unchanged_period_keeps_the_next_run() -> None:
+    # A SET of any parameter reschedules every task: one whose period did not change must
+    # keep its next run, else SETs faster than its period postpone it for ever (the
+    # election's renewals too). Both sides: the same period, and one microsecond more.
+    timers = Timers(FakeClock(), Metrics(), enabled=True)
+    timers.scheduler.start(paused=True)
+    try:
+        a = FnTask("a", lambda: None)
+        timers.start([(a, 400_000)])
+        first = timers.scheduler.get_job("a").next_run_time
+        timers.reschedule([(a, 400_000)])
+        assert timers.scheduler.get_job("a").next_run_time == first
+        timers.reschedule([(a, 400_001)])
+        assert timers.scheduler.get_job("a").next_run_time > first
+    finally:
+        timers.shutdown()
+
+
 def test_disabled_timers_register_nothing() -> None:
     timers = Timers(FakeClock(), Metrics(), enabled=False)
     timers.start([(FnTask("a", lambda: None), S)])

@@ -427,6 +427,35 @@ def test_switch_leader_forms(text: str) -> None:
     assert parse(text) == ast.SwitchLeader(ls_id=1001, server="10.0.0.1:2882", tenant="t1")
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "ALTER SYSTEM SWITCH REPLICA FOLLOWER LS=1 SERVER='a:1' TENANT=t",
+            ast.SwitchLeader(ls_id=1, server="a:1", tenant="t", role="FOLLOWER"),
+        ),
+        (
+            "alter system switch replica default ls 1001 server = 'a:1'",
+            ast.SwitchLeader(ls_id=1001, server="a:1", tenant=None, role="DEFAULT"),
+        ),
+        (
+            "ALTER SYSTEM SWITCH REPLICA LEADER LS=1 SERVER='a:1'",
+            ast.SwitchLeader(ls_id=1, server="a:1", tenant=None, role="LEADER"),
+        ),
+        (
+            "ALTER SYSTEM SWITCH ROOTSERVICE LEADER SERVER='127.0.0.1:2881'",
+            ast.SwitchRootService(server="127.0.0.1:2881"),
+        ),
+        (
+            "alter system switch rootservice leader server '127.0.0.1:2881';",
+            ast.SwitchRootService(server="127.0.0.1:2881"),
+        ),
+    ],
+)
+def test_switch_replica_roles_and_rootservice(text: str, expected: ast.Statement) -> None:
+    assert parse(text) == expected
+
+
 def test_switch_leader_server_is_kept_as_written_for_the_executor_to_validate() -> None:
     statement = parse("ALTER SYSTEM SWITCH REPLICA LEADER LS 1 SERVER 'nowhere' TENANT sys")
     assert statement == ast.SwitchLeader(ls_id=1, server="nowhere", tenant="sys")
@@ -435,7 +464,10 @@ def test_switch_leader_server_is_kept_as_written_for_the_executor_to_validate() 
 @pytest.mark.parametrize(
     ("text", "rest"),
     [
-        ("ALTER SYSTEM SWITCH REPLICA LEADER LS=1 SERVER='a:1'", ""),
+        ("ALTER SYSTEM SWITCH REPLICA LEADER LS=1 TENANT=t", "TENANT=t"),
+        ("ALTER SYSTEM SWITCH ROOTSERVICE FOLLOWER SERVER='a:1'", "FOLLOWER SERVER='a:1'"),
+        ("ALTER SYSTEM SWITCH ROOTSERVICE LEADER ZONE='z1'", "ZONE='z1'"),
+        ("ALTER SYSTEM SWITCH ROOTSERVICE LEADER SERVER=a", "a"),
         (
             "ALTER SYSTEM SWITCH REPLICA LEADER LS='1' SERVER='a:1' TENANT=t",
             "'1' SERVER='a:1' TENANT=t",
@@ -454,8 +486,8 @@ def test_switch_leader_server_is_kept_as_written_for_the_executor_to_validate() 
         ),
         ("ALTER SYSTEM SWITCH REPLICA LEADER LS=1 SERVER=a TENANT=t", "a TENANT=t"),
         (
-            "ALTER SYSTEM SWITCH REPLICA FOLLOWER LS=1 SERVER='a:1' TENANT=t",
-            "FOLLOWER LS=1 SERVER='a:1' TENANT=t",
+            "ALTER SYSTEM SWITCH REPLICA LEARNER LS=1 SERVER='a:1' TENANT=t",
+            "LEARNER LS=1 SERVER='a:1' TENANT=t",
         ),
         (
             "ALTER SYSTEM SWITCH LEADER LS=1 SERVER='a:1' TENANT=t",

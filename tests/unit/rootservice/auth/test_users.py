@@ -187,6 +187,7 @@ _EXAMPLES = {
     ast.ZoneOp: "ALTER SYSTEM ADD ZONE z",
     ast.SetParameters: "ALTER SYSTEM SET lease_time = '10s'",
     ast.SwitchLeader: "ALTER SYSTEM SWITCH REPLICA LEADER LS 1 SERVER '1.1.1.1:1' TENANT t",
+    ast.SwitchRootService: "ALTER SYSTEM SWITCH ROOTSERVICE LEADER SERVER '1.1.1.1:1'",
     ast.RecoverLs: "ALTER SYSTEM RECOVER LS FROM LOST SERVERS '1.1.1.1:1' DRY RUN",
     ast.RevokeCertificate: "ALTER SYSTEM REVOKE CERTIFICATE SERIAL '0a'",
     ast.CreateResourceUnit: "CREATE RESOURCE UNIT u",

@@ -40,6 +40,10 @@ What must hold, written here without the product's functions:
   (replication catches up, no failover nor restart), the root service in office after one
   renewal and one round of reports is obeyed by every agent.
 
+:class:`HandoverModel` adds ALTER SYSTEM SWITCH ROOTSERVICE LEADER: the leader steps down and
+reserves the row for a successor, whom the others do not compete with until the reservation
+runs out; the same properties must hold, and progress must come from the successor.
+
 The tests at the end break the epoch choice, the conflict test and the agent's token file
 (monkeypatched) and expect Hypothesis to find each.
 """
@@ -49,6 +53,7 @@ from __future__ import annotations
 import itertools
 import logging
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -101,10 +106,12 @@ def kept_after(kept: FenceToken, obeyed: FenceToken) -> FenceToken:
 
 @dataclass
 class Row:
-    """One PostgreSQL server's lease row: the token of its holder (``rs`` = who, -1 none)."""
+    """One PostgreSQL server's lease row: the token of its holder (``rs`` = who, -1 none)
+    and the successor a handover reserved the next take-office for (-1 none)."""
 
     token: FenceToken = NO_TOKEN
     rs: int = -1
+    successor: int = -1
 
 
 @dataclass
@@ -126,6 +133,12 @@ class AgentProcess:
     keeper: TokenKeeper
     expected: FenceToken = NO_TOKEN
     obeyed: list[tuple[FenceToken, int]] = field(default_factory=list)
+
+
+def reserved_against(successor: int, r: int, over: bool) -> bool:
+    """A handover's reservation keeps RS ``r`` from taking office: it names another RS and
+    has not run out (``Election._try_take_office``)."""
+    return successor not in (-1, r) and not over
 
 
 def new_fence() -> EpochFence:
@@ -152,6 +165,8 @@ class FencingModel(RuleBasedStateMachine):
         self.rss = [RsProcess(new_fence()) for _ in range(N_RS)]
         self.agents = [AgentProcess(self._keeper(a)) for a in range(N_AGENTS)]
         self._incarnations = 0
+        # The handover's reservation has run out (by the database's clock).
+        self.reservation_over = True
         # Tokens whose holder heard a report conflicting with them (cluster-wide invariant).
         self.exposed: set[FenceToken] = set()
         self.violations: list[str] = []
@@ -167,9 +182,9 @@ class FencingModel(RuleBasedStateMachine):
     def _commit(self, row: Row) -> None:
         self.primary = row
         if self.synchronous:
-            self.standby = Row(row.token, row.rs)
+            self.standby = Row(row.token, row.rs, row.successor)
         else:
-            self.in_flight.append(Row(row.token, row.rs))
+            self.in_flight.append(Row(row.token, row.rs, row.successor))
 
     @precondition(lambda self: bool(self.in_flight))
     @rule()
@@ -182,7 +197,7 @@ class FencingModel(RuleBasedStateMachine):
         """kill -9 of the primary, promote the standby (what it had not applied is lost);
         a new standby is made from the new primary (pg_basebackup)."""
         self.primary = self.standby
-        self.standby = Row(self.primary.token, self.primary.rs)
+        self.standby = Row(self.primary.token, self.primary.rs, self.primary.successor)
         self.in_flight = []
 
     # --- root services --------------------------------------------------------------------
@@ -192,6 +207,7 @@ class FencingModel(RuleBasedStateMachine):
         return self._incarnations
 
     def _hold(self, r: int, epoch: int) -> None:
+        # Taking office (or raising the epoch) clears a handover's successor.
         token = FenceToken(epoch, self._new_incarnation())
         self._commit(Row(token, r))
         self.rss[r].token = token
@@ -200,9 +216,12 @@ class FencingModel(RuleBasedStateMachine):
     @rule(r=st.integers(0, N_RS - 1))
     def take_office(self, r: int) -> None:
         """RS ``r`` finds the lease run out and takes office on the primary's row, above the
-        row and every epoch it knows (``Election._try_take_office``)."""
+        row and every epoch it knows (``Election._try_take_office``); not while a handover
+        reserves the row for another RS."""
         rs = self.rss[r]
         if rs.token is not None:
+            return
+        if reserved_against(self.primary.successor, r, self.reservation_over):
             return
         row = self.primary.token
         self._hold(r, rs_fence.choose_epoch(row.epoch, [rs.fence.highest_known]))
@@ -307,9 +326,17 @@ class FencingModel(RuleBasedStateMachine):
             self.renew(r)
         leader = self._leader()
         if leader is None:
-            self.take_office(next(r for r, rs in enumerate(self.rss) if rs.token is None))
+            # The successor of a pending handover, else RS 0 once any reservation ran out.
+            successor = self.primary.successor
+            if successor == -1:
+                self.reservation_over = True
+            self.take_office(
+                successor
+                if successor != -1
+                else next(r for r, rs in enumerate(self.rss) if rs.token is None)
+            )
             leader = self._leader()
-        assert leader is not None
+        assert leader is not None, "nobody took the office"
         for a in range(N_AGENTS):
             self.report(a, leader)
             leader = self._leader()
@@ -333,11 +360,34 @@ class FencingModel(RuleBasedStateMachine):
         return next(iter(held), None)
 
 
-def machine(*, synchronous: bool) -> type[FencingModel]:
-    """The model with that replication."""
+class HandoverModel(FencingModel):
+    """The model with ALTER SYSTEM SWITCH ROOTSERVICE LEADER's handover among the steps (a
+    subclass, so the broken variants below explore the base model's steps as before)."""
+
+    @rule(r=st.integers(0, N_RS - 1), s=st.integers(0, N_RS - 1))
+    def hand_over(self, r: int, s: int) -> None:
+        """SWITCH ROOTSERVICE LEADER: RS ``r``, holding the primary's row, steps down and
+        reserves the row for ``s`` (``Election.hand_over``); the row keeps r's token, the
+        successor raises the epoch."""
+        rs = self.rss[r]
+        if s == r or rs.token is None or self.primary.token != rs.token:
+            return
+        rs.token = None
+        self.reservation_over = False
+        self._commit(Row(self.primary.token, r, s))
+
+    @rule()
+    def reservation_runs_out(self) -> None:
+        """One lease after the handover: a successor that did not take office is not
+        waited for any more."""
+        self.reservation_over = True
+
+
+def machine(*, synchronous: bool, handover: bool = False) -> type[FencingModel]:
+    """The model with that replication, with or without handovers."""
     return type(
-        f"FencingModel_{'sync' if synchronous else 'async'}",
-        (FencingModel,),
+        f"FencingModel_{'sync' if synchronous else 'async'}{'_handover' if handover else ''}",
+        (HandoverModel if handover else FencingModel,),
         {"synchronous": synchronous},
     )
 
@@ -352,8 +402,11 @@ SETTINGS = settings(
 
 
 @pytest.mark.parametrize("synchronous", [True, False], ids=["sync", "async"])
-def test_no_counterexample(synchronous: bool) -> None:
-    run_state_machine_as_test(machine(synchronous=synchronous), settings=SETTINGS)
+@pytest.mark.parametrize("handover", [False, True], ids=["", "handover"])
+def test_no_counterexample(synchronous: bool, handover: bool) -> None:
+    run_state_machine_as_test(
+        machine(synchronous=synchronous, handover=handover), settings=SETTINGS
+    )
 
 
 #: The broken variants: the first counterexample is enough (shrinking it costs tens of
@@ -361,11 +414,13 @@ def test_no_counterexample(synchronous: bool) -> None:
 FIND = settings(SETTINGS, phases=[Phase.explicit, Phase.reuse, Phase.generate])
 
 
-def found(synchronous: bool = False) -> str:
+def found(synchronous: bool = False, handover: bool = False) -> str:
     """Run the model, expecting Hypothesis to find a counterexample; returns what failed,
     with the steps (shown with -s)."""
     with pytest.raises((AssertionError, Flaky, ExceptionGroup)) as e:
-        run_state_machine_as_test(machine(synchronous=synchronous), settings=FIND)
+        run_state_machine_as_test(
+            machine(synchronous=synchronous, handover=handover), settings=FIND
+        )
     # Several distinct failures come as a group.
     failures = list(e.value.exceptions) if isinstance(e.value, ExceptionGroup) else [e.value]
     for f in failures:
@@ -413,3 +468,14 @@ def test_an_agent_that_does_not_keep_its_token_is_found(monkeypatch: pytest.Monk
     # The token is not written to the data directory: a restart forgets it.
     monkeypatch.setattr(agent_fence, "write_atomic", lambda path, payload: None)
     assert "obeyed" in found()
+
+
+def test_a_reservation_that_holds_off_the_successor_too_is_found(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A handover whose reservation keeps every RS out, its successor included: nobody takes
+    # the office the old leader gave up until the reservation runs out.
+    monkeypatch.setattr(
+        sys.modules[__name__], "reserved_against", lambda successor, r, over: successor != -1
+    )
+    assert "nobody took the office" in found(handover=True)
