@@ -178,11 +178,44 @@ def _headers(tree: exp.Query) -> list[str | None]:
     return out
 
 
+def _text_vs_literals(node: exp.Expr) -> bool:
+    """Whether ``node`` compares a text column with string literals only (``status !=
+    'active'``, ``zone IN ('z1', 'z2')``)."""
+    if isinstance(node, exp.In):
+        lhs, rhs = node.this, list(node.expressions)
+        if not rhs or node.args.get("query") is not None:
+            return False
+    else:
+        lhs, rhs = node.this, [node.expression]
+        if isinstance(lhs, exp.Literal):
+            lhs, rhs = node.expression, [lhs]
+    return (
+        isinstance(lhs, exp.Column)
+        and lhs.type is not None
+        and lhs.type.is_type(*exp.DataType.TEXT_TYPES)
+        and all(isinstance(r, exp.Literal) and r.is_string for r in rhs)
+    )
+
+
+def _case_insensitive(node: exp.Expr) -> exp.Expr:
+    """``node`` compared as MySQL's default collation does, without regard to case (OceanBase's
+    tools write ``status != "active"`` of a column that holds ``ACTIVE``)."""
+    lits = node.expressions if isinstance(node, exp.In) else [node.this, node.expression]
+    for lit in lits:
+        if isinstance(lit, exp.Literal):
+            lit.replace(exp.Literal.string(lit.this.lower()))
+    col = next(c for c in [node.this, node.expression] if isinstance(c, exp.Column))
+    col.replace(exp.Lower(this=col.copy()))
+    return node
+
+
 def _rewrite(tree: exp.Expr, dialect: str) -> exp.Expr:
-    """MySQL meaning on the engine: DATABASE(), case-insensitive LIKE, and the functions the
-    engine lacks (as calls of the ``ob_*`` Python functions on SQLite)."""
+    """MySQL meaning on the engine: DATABASE(), case-insensitive LIKE and comparisons of a
+    text column with string literals, and the functions the engine lacks (as calls of the ``ob_*`` Python functions on SQLite)."""
 
     def fix(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, (exp.EQ, exp.NEQ, exp.In)) and _text_vs_literals(node):
+            return _case_insensitive(node)
         if isinstance(node, exp.CurrentSchema):
             return exp.Literal.string(SCHEMA)
         if isinstance(node, exp.Like) and dialect == "postgres":

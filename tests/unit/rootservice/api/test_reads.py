@@ -171,6 +171,24 @@ def test_substring_index_and_unix_timestamp_with_microseconds(rs: RootService) -
     assert got.rows and all(abs(int(g[0]) - usec) <= 1 for g in got.rows), got.rows
 
 
+def test_text_compared_with_literals_without_regard_to_case(rs: RootService) -> None:
+    """MySQL's default collation: OceanBase's upgrade checker counts the servers out of
+    service with ``status != "active"`` of a column holding ``ACTIVE``."""
+    statuses = [row[0] for row in q(rs, "SELECT status FROM __all_server").rows]
+    status = statuses[0]
+    assert status == status.upper()
+    same = statuses.count(status)
+    low, mixed = status.lower(), status.capitalize()
+    assert q(rs, f"SELECT count(*) FROM __all_server WHERE status = '{low}'").rows == [(same,)]
+    others = len(statuses) - same
+    assert q(rs, f'SELECT count(*) FROM __all_server WHERE status != "{low}"').rows == [(others,)]
+    assert q(rs, f"SELECT count(*) FROM __all_server WHERE '{mixed}' <> status").rows == [(others,)]
+    assert q(rs, "SELECT count(*) FROM dba_ob_zones WHERE zone IN ('Z1', 'z2')").rows == [(2,)]
+    # Numbers and columns compared with columns keep their meaning.
+    assert q(rs, "SELECT count(*) FROM __all_server WHERE svr_port = 3001").rows == [(1,)]
+    assert q(rs, "SELECT count(*) FROM __all_server WHERE status = 'NOPE'").rows == [(0,)]
+
+
 def test_unknown_table_and_column(rs: RootService) -> None:
     assert refused(rs, "SELECT * FROM nope").name == "OB_TABLE_NOT_EXIST"
     assert refused(rs, "SELECT * FROM __all_user").name == "OB_TABLE_NOT_EXIST"
