@@ -41,6 +41,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from obcommon.durations import format_duration, parse_duration
+
 OB_OPERATOR = "oceanbase/ob-operator@9f1ab81d:pkg/oceanbase-sdk/const/sql/"
 OBAGENT_META = "oceanbase/obagent@a8c8fdf9:monitor/plugins/common/observer_meta.go"
 OBAGENT_YAML = "oceanbase/obagent@a8c8fdf9:etc/module_config/monitor_ob.yaml"
@@ -1098,9 +1100,13 @@ def _gone(table: str, column: str, value: str) -> Check:
 
 
 def _parameter_is(name: str, value: str) -> Check:
+    """SHOW PARAMETERS shows ``value`` for ``name`` (a duration in its largest exact unit,
+    as the project prints it: 7200s is 2h)."""
+    shown = format_duration(parse_duration(value)) if re.fullmatch(r"\d+[smhd]", value) else value
+
     def check(a: Answer, st: State) -> None:
         rows = st.truth(f"SHOW PARAMETERS LIKE '{name}'")
-        assert rows and all(value in [str(v) for v in r] for r in rows), rows
+        assert rows and all(shown in [str(v) for v in r] for r in rows), rows
 
     return check
 
