@@ -76,6 +76,7 @@ ALLOWED_FUNCTIONS: dict[str, type[exp.Expr] | None] = {
     "length": exp.Length,
     "char_length": exp.Length,
     "substring": exp.Substring,
+    "substring_index": exp.SubstringIndex,
     "left": exp.Left,
     "right": exp.Right,
     "trim": exp.Trim,

@@ -45,7 +45,11 @@ ALLOWED_DATABASES = frozenset({DATABASE, "information_schema"})
 SERVER_VERSION = "5.7.25-OceanBase-v4 rootservice 0.1.0"
 """``@@version`` and the handshake's server version: MySQL 5.7 as OceanBase 4 announces
 itself (clients pick their dialect from it), then what this is."""
-VERSION_COMMENT = "OceanBase-style RootService (MySQL protocol)"
+VERSION_COMMENT = "OceanBase 4.0.0.0 (rootservice 0.1.0, an OceanBase-style RootService)"
+"""``@@version_comment``: OceanBase's form, the version as the second word. obagent reads it
+(``SHOW VARIABLES LIKE 'version_comment'``, oceanbase/obagent
+monitor/plugins/common/ob_version_helper.go ParseVersionComment) and sends its OceanBase 4.x
+queries only from 4.0.0.0 on; the first OceanBase version whose dialect this one speaks."""
 
 
 # --------------------------------------------------------------------------- routing

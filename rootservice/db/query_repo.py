@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
+import sqlglot
 from sqlglot import exp
 from sqlglot.errors import OptimizeError, SqlglotError
 from sqlglot.optimizer.annotate_types import annotate_types
@@ -196,11 +197,44 @@ def _headers(tree: exp.Query) -> list[str | None]:
     return out
 
 
+def _text_vs_literals(node: exp.Expr) -> bool:
+    """Whether ``node`` compares a text column with string literals only (``status !=
+    'active'``, ``zone IN ('z1', 'z2')``)."""
+    if isinstance(node, exp.In):
+        lhs, rhs = node.this, list(node.expressions)
+        if not rhs or node.args.get("query") is not None:
+            return False
+    else:
+        lhs, rhs = node.this, [node.expression]
+        if isinstance(lhs, exp.Literal):
+            lhs, rhs = node.expression, [lhs]
+    return (
+        isinstance(lhs, exp.Column)
+        and lhs.type is not None
+        and lhs.type.is_type(*exp.DataType.TEXT_TYPES)
+        and all(isinstance(r, exp.Literal) and r.is_string for r in rhs)
+    )
+
+
+def _case_insensitive(node: exp.Expr) -> exp.Expr:
+    """``node`` compared as MySQL's default collation does, without regard to case (OceanBase's
+    tools write ``status != "active"`` of a column that holds ``ACTIVE``)."""
+    lits = node.expressions if isinstance(node, exp.In) else [node.this, node.expression]
+    for lit in lits:
+        if isinstance(lit, exp.Literal):
+            lit.replace(exp.Literal.string(lit.this.lower()))
+    col = next(c for c in [node.this, node.expression] if isinstance(c, exp.Column))
+    col.replace(exp.Lower(this=col.copy()))
+    return node
+
+
 def _rewrite(tree: exp.Expr, dialect: str) -> exp.Expr:
-    """MySQL meaning on the engine: DATABASE(), case-insensitive LIKE, and the functions the
-    engine lacks (as calls of the ``ob_*`` Python functions on SQLite)."""
+    """MySQL meaning on the engine: DATABASE(), case-insensitive LIKE and comparisons of a
+    text column with string literals, and the functions the engine lacks (as calls of the ``ob_*`` Python functions on SQLite)."""
 
     def fix(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, (exp.EQ, exp.NEQ, exp.In)) and _text_vs_literals(node):
+            return _case_insensitive(node)
         if isinstance(node, exp.CurrentSchema):
             return exp.Literal.string(SCHEMA)
         if isinstance(node, exp.Like) and dialect == "postgres":
@@ -217,14 +251,31 @@ def _rewrite(tree: exp.Expr, dialect: str) -> exp.Expr:
             if dialect == "sqlite":
                 now = exp.Anonymous(this="DATETIME", expressions=[exp.Literal.string("now")])
                 return exp.Anonymous(this="ob_unix_timestamp", expressions=[arg or now])
-            src = (
-                arg
-                if arg is not None
-                else exp.AtTimeZone(this=exp.CurrentTimestamp(), zone=exp.Literal.string("UTC"))
-            )
+            if arg is not None:
+                # MySQL keeps the argument's fractional seconds (a DATETIME(6) gives
+                # microseconds: obagent reads a server's start time in microseconds so).
+                return exp.Extract(this=exp.var("EPOCH"), expression=arg)
+            now_utc = exp.AtTimeZone(this=exp.CurrentTimestamp(), zone=exp.Literal.string("UTC"))
             return exp.Cast(
-                this=exp.Extract(this=exp.var("EPOCH"), expression=src),
+                this=exp.Extract(this=exp.var("EPOCH"), expression=now_utc),
                 to=exp.DataType.build("BIGINT"),
+            )
+        if isinstance(node, exp.SubstringIndex):
+            if dialect == "sqlite":
+                return exp.Anonymous(
+                    this="ob_substring_index",
+                    expressions=[node.this, node.args["delimiter"], node.args["count"]],
+                )
+            s, d, n = (
+                node.this.sql("postgres"),
+                node.args["delimiter"].sql("postgres"),
+                node.args["count"].sql("postgres"),
+            )
+            parts = f"string_to_array({s}, {d})"
+            return sqlglot.parse_one(
+                f"CASE WHEN {n} >= 0 THEN array_to_string(({parts})[1:{n}], {d}) "
+                f"ELSE array_to_string(({parts})[array_length({parts}, 1) + {n} + 1:], {d}) END",
+                read="postgres",
             )
         if isinstance(node, exp.UnixToTime):
             if dialect == "sqlite":
@@ -336,6 +387,26 @@ def _date_add(t: Any, amount: Any, unit: str) -> str | None:
     return _fmt(base + dt.timedelta(seconds=float(amount) * _UNIT_SECONDS.get(unit, 86400)))
 
 
+def _unix_timestamp(v: Any) -> int | float:
+    """MySQL's UNIX_TIMESTAMP(t): whole seconds, with the fraction when ``t`` has one."""
+    t = _parse_time(v)
+    assert t is not None
+    seconds = (t - _EPOCH).total_seconds()
+    return seconds if t.microsecond else int(seconds)
+
+
+def _substring_index(s: Any, delim: Any, count: Any) -> str | None:
+    """MySQL's SUBSTRING_INDEX(s, delim, count): what precedes the count-th delimiter
+    (from the right for a negative count); all of ``s`` when there are fewer."""
+    if s is None or delim is None or count is None:
+        return None
+    s, delim, n = str(s), str(delim), int(count)
+    if not delim or n == 0:
+        return ""
+    parts = s.split(delim)
+    return delim.join(parts[:n] if n > 0 else parts[n:])
+
+
 def _pad(left: bool) -> Callable[[Any, Any, Any], str | None]:
     def pad(s: Any, n: Any, fill: Any) -> str | None:
         if s is None or n is None or fill is None:
@@ -352,16 +423,8 @@ def _pad(left: bool) -> Callable[[Any, Any, Any], str | None]:
 # MySQL's functions that SQLite 3.40 lacks, registered on each read connection (deterministic
 # where MySQL's are; NULL in, NULL out).
 _SQLITE_FUNCTIONS: dict[str, tuple[int, Callable[..., Any]]] = {
-    "ob_unix_timestamp": (
-        -1,
-        lambda *a: (
-            None
-            if a[0] is None
-            else int(
-                (_parse_time(a[0]) - _EPOCH).total_seconds()  # type: ignore[operator]
-            )
-        ),
-    ),
+    "ob_unix_timestamp": (-1, lambda *a: None if a[0] is None else _unix_timestamp(a[0])),
+    "ob_substring_index": (3, _substring_index),
     "ob_from_unixtime": (1, lambda v: None if v is None else _fmt(_parse_time(float(v)))),  # type: ignore[arg-type]
     "ob_timestampdiff": (3, _timestampdiff),
     "ob_date_add": (3, _date_add),

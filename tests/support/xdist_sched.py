@@ -43,6 +43,8 @@ FILE_GROUPS: dict[str, str] = {
     # The module-scoped secure cluster would otherwise start on every worker.
     "tests/integration/test_trust_boundary.py": "trust_boundary",
     "tests/integration/test_mysql_clients.py": "mysql_clients",
+    # One module-scoped cluster per database serves every verbatim tool query.
+    "tests/integration/test_oceanbase_tool_queries.py": "tool_queries",
     # A headless Chromium (several processes, ~300 MB) beside each cluster: its SQLite and
     # PostgreSQL runs go one after the other rather than two browsers side by side.
     "tests/integration/test_dashboard.py": "browser",

@@ -145,6 +145,50 @@ def test_like_is_case_insensitive(rs: RootService) -> None:
     assert not q(rs, "SELECT svr_ip FROM __all_server WHERE zone NOT LIKE 'Z%'").rows
 
 
+def test_substring_index_and_unix_timestamp_with_microseconds(rs: RootService) -> None:
+    """OceanBase's upgrade checkers group servers by SUBSTRING_INDEX(build_version, '_', 1);
+    obagent reads a server's start time as FLOOR(UNIX_TIMESTAMP(start_service_time) *
+    1000000), which needs the microseconds MySQL keeps in UNIX_TIMESTAMP of a DATETIME(6)."""
+    r = q(
+        rs,
+        "SELECT substring_index('4.2.1_abc_x', '_', 1), substring_index('4.2.1_abc_x', '_', 2), "
+        "substring_index('4.2.1_abc_x', '_', -1), substring_index('a', '_', 1), "
+        "substring_index('a_b', '_', 0), substring_index(NULL, '_', 1)",
+    )
+    assert r.rows == [("4.2.1", "4.2.1_abc", "x", "a", "", None)]
+    usec = 1_767_225_601_123_457  # 2026-01-01 00:00:01.123457 UTC
+    with rs.store.txn() as conn:
+        conn.execute(
+            sa.text("UPDATE __all_server SET start_service_time = :u WHERE zone = 'z1'"),
+            {"u": usec},
+        )
+    got = q(
+        rs,
+        "SELECT floor(unix_timestamp(start_service_time) * 1000000) FROM dba_ob_servers "
+        "WHERE zone = 'z1'",
+    )
+    # Exact on PostgreSQL (numeric); SQLite's double may round the last microsecond.
+    assert got.rows and all(abs(int(g[0]) - usec) <= 1 for g in got.rows), got.rows
+
+
+def test_text_compared_with_literals_without_regard_to_case(rs: RootService) -> None:
+    """MySQL's default collation: OceanBase's upgrade checker counts the servers out of
+    service with ``status != "active"`` of a column holding ``ACTIVE``."""
+    statuses = [row[0] for row in q(rs, "SELECT status FROM __all_server").rows]
+    status = statuses[0]
+    assert status == status.upper()
+    same = statuses.count(status)
+    low, mixed = status.lower(), status.capitalize()
+    assert q(rs, f"SELECT count(*) FROM __all_server WHERE status = '{low}'").rows == [(same,)]
+    others = len(statuses) - same
+    assert q(rs, f'SELECT count(*) FROM __all_server WHERE status != "{low}"').rows == [(others,)]
+    assert q(rs, f"SELECT count(*) FROM __all_server WHERE '{mixed}' <> status").rows == [(others,)]
+    assert q(rs, "SELECT count(*) FROM dba_ob_zones WHERE zone IN ('Z1', 'z2')").rows == [(2,)]
+    # Numbers and columns compared with columns keep their meaning.
+    assert q(rs, "SELECT count(*) FROM __all_server WHERE svr_port = 3001").rows == [(1,)]
+    assert q(rs, "SELECT count(*) FROM __all_server WHERE status = 'NOPE'").rows == [(0,)]
+
+
 def test_unknown_table_and_column(rs: RootService) -> None:
     assert refused(rs, "SELECT * FROM nope").name == "OB_TABLE_NOT_EXIST"
     assert refused(rs, "SELECT * FROM __all_user").name == "OB_TABLE_NOT_EXIST"
