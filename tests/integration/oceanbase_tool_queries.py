@@ -522,7 +522,6 @@ READS: list[ToolQuery] = [
         OB_OPERATOR + "server.go ListGVServers",
         "select svr_ip, svr_port, zone, sql_port, cpu_capacity, cpu_capacity_max, cpu_assigned, cpu_assigned_max, mem_capacity, mem_assigned, memory_limit, log_disk_capacity, log_disk_assigned, data_disk_capacity, data_disk_allocated, data_disk_in_use, data_disk_health_status from oceanbase.GV$OB_SERVERS",
         check=_gv_servers,
-        needs="obviews",
         int_columns=("svr_port", "mem_capacity", "data_disk_capacity"),
     ),
     # ---- ob-operator: zones
@@ -546,7 +545,6 @@ READS: list[ToolQuery] = [
         "select zone, svr_ip, svr_port, name, value, scope, edit_level, coalesce(tenant_id, 0) as tenant_id from gv$ob_parameters where name = ?",
         args=("server_permanent_offline_time",),
         check=_parameters_of("server_permanent_offline_time"),
-        needs="params",
         int_columns=("svr_port", "tenant_id"),
     ),
     ToolQuery(
@@ -556,7 +554,6 @@ READS: list[ToolQuery] = [
         sprintf=("svr_ip",),
         args=("syslog_level", "{server_ip}"),
         check=_parameters_of("syslog_level"),
-        needs="params",
     ),
     ToolQuery(
         "obop_list_parameters_with_tenant_id",
@@ -564,28 +561,24 @@ READS: list[ToolQuery] = [
         "select name, value, IFNULL(data_type, 'unknown') as data_type, info, section, edit_level, scope from GV$OB_PARAMETERS where tenant_id = ?",
         args=("{tenant_id}",),
         check=_tenant_parameters,
-        needs="params",
     ),
     ToolQuery(
         "obop_select_compatible_of_tenants",
         OB_OPERATOR + "parameter.go SelectCompatibleOfTenants",
         "select name, value, tenant_id from GV$OB_PARAMETERS where name = 'compatible'",
         check=_compatible,
-        needs="params",
     ),
     ToolQuery(
         "obop_list_parameters_group_by_name",
         OB_OPERATOR + "parameter.go ListParametersGroupByName",
         "select name, value, IFNULL(data_type, 'unknown') as data_type, info, section, edit_level, scope, svr_ip, zone, svr_port, IFNULL(tenant_id, 0) as tenant_id from GV$OB_PARAMETERS group by name",
         check=_parameters_by_name,
-        needs="params",
     ),
     ToolQuery(
         "obop_list_all_parameters",
         OB_OPERATOR + "parameter.go ListAllParameters",
         "select name, value, IFNULL(data_type, 'unknown') as data_type, info, section, edit_level, scope, svr_ip, zone, svr_port, IFNULL(tenant_id, 0) as tenant_id from GV$OB_PARAMETERS",
         check=_parameters_listed,
-        needs="params",
     ),
     # ---- ob-operator: tenants, pools, units (system.go, tenant.go)
     ToolQuery(
@@ -691,7 +684,6 @@ READS: list[ToolQuery] = [
         "select count(*) from DBA_OB_TENANT_JOBS where tenant_id=? and job_status ='INPROGRESS' and job_type='ALTER_TENANT_LOCALITY'",
         args=("{tenant_id}",),
         check=count_is(0),
-        needs="obviews",
         int_columns=("count(*)",),
     ),
     ToolQuery(
@@ -700,14 +692,12 @@ READS: list[ToolQuery] = [
         "select job_id, job_type, job_status, tenant_id from DBA_OB_TENANT_JOBS where tenant_name=? and job_status ='INPROGRESS' and job_type='ALTER_TENANT_LOCALITY'",
         args=("{tenant}",),
         check=_rs_job_none,
-        needs="obviews",
     ),
     ToolQuery(
         "obop_get_resource_total",
         OB_OPERATOR + "tenant.go GetResourceTotal",
         "SELECT cpu_capacity, mem_capacity, data_disk_capacity FROM oceanbase.GV$OB_SERVERS;",
         check=_resource_total,
-        needs="obviews",
     ),
     ToolQuery(
         "obop_get_charset",
@@ -734,7 +724,6 @@ READS: list[ToolQuery] = [
         "SELECT ls_id, begin_lsn FROM oceanbase.GV$OB_LOG_STAT WHERE TENANT_ID = ? AND ROLE = 'LEADER';",
         args=("{tenant_id}",),
         check=_log_stats,
-        needs="obviews",
     ),
     # ---- obagent: observer_meta.go
     ToolQuery(
@@ -792,7 +781,6 @@ READS: list[ToolQuery] = [
         "select tenant_id from GV$OB_UNITS where (svr_ip = ? and svr_port = ?) union select 1 order by tenant_id",
         args=("{server_ip}", "{server_port_int}"),
         check=_tenants_on_server,
-        needs="obviews",
     ),
     # ---- obagent: monitor_ob.yaml (OceanBase 4.x collectors)
     ToolQuery(
@@ -816,7 +804,6 @@ READS: list[ToolQuery] = [
         "select /* MONITOR_AGENT */ cpu_capacity_max as cpu_total,cpu_assigned_max as cpu_assigned,mem_capacity as mem_total,mem_assigned as mem_assigned,data_disk_capacity as disk_total, (cpu_assigned_max / cpu_capacity_max) as cpu_assigned_percent, (mem_assigned / mem_capacity) as mem_assigned_percent from GV$OB_SERVERS where svr_ip = ? and svr_port = ?",
         args=("{server_ip}", "{server_port_int}"),
         check=_server_stat,
-        needs="obviews",
     ),
     ToolQuery(
         "obagent_tenant_server_resource",
@@ -824,7 +811,6 @@ READS: list[ToolQuery] = [
         "select /* MONITOR_AGENT */ t4.tenant_id, t4.tenant_name, cpu_capacity as cpu_total,cpu_assigned,mem_capacity as mem_total,mem_assigned as mem_assigned from GV$OB_SERVERS t1 JOIN (SELECT t2.tenant_id, t3.tenant_name, t2.svr_ip, t2.svr_port FROM gv$ob_units t2 left join DBA_OB_TENANTS t3 on t2.tenant_id=t3.tenant_id WHERE T3.tenant_type<>'META') t4 ON t1.svr_ip=t4.svr_ip AND t1.svr_port=t4.svr_port WHERE t1.svr_ip = ? AND t1.svr_port = ?",
         args=("{server_ip}", "{server_port_int}"),
         check=_tenant_server_stat,
-        needs="obviews",
     ),
     ToolQuery(
         "obagent_disk_free",
@@ -832,7 +818,6 @@ READS: list[ToolQuery] = [
         "select /* MONITOR_AGENT */ data_disk_capacity as total_size, (data_disk_capacity - data_disk_in_use) as free_size from GV$OB_SERVERS where svr_ip = ? and svr_port = ?",
         args=("{server_ip}", "{server_port_int}"),
         check=_disk_free,
-        needs="obviews",
     ),
     ToolQuery(
         "obagent_unit_configs_on_server",
@@ -870,7 +855,6 @@ READS: list[ToolQuery] = [
         UPGRADE_CHECKER + " check_observer_version",
         """select distinct value from GV$OB_PARAMETERS  where name='min_observer_version'""",
         check=_one_version,
-        needs="params",
     ),
     ToolQuery(
         "upgrade_compatible",
@@ -890,7 +874,6 @@ READS: list[ToolQuery] = [
         UPGRADE_CHECKER + " check_paxos_replica",
         """select count(1) as unsync_cnt from GV$OB_LOG_STAT where in_sync = 'NO'""",
         check=count_is(0),
-        needs="obviews",
         int_columns=("unsync_cnt",),
     ),
     ToolQuery(
@@ -898,7 +881,6 @@ READS: list[ToolQuery] = [
         UPGRADE_CHECKER + " check_rebalance_task",
         """select count(1) as cnt from DBA_OB_TENANT_JOBS where job_status='INPROGRESS' and result_code is null""",
         check=count_is(0),
-        needs="obviews",
         int_columns=("cnt",),
     ),
     ToolQuery(
@@ -906,7 +888,6 @@ READS: list[ToolQuery] = [
         UPGRADE_CHECKER + " check_rebalance_task",
         """select count(1) as rebalance_task_cnt from CDB_OB_LS_REPLICA_TASKS""",
         check=count_is(0),
-        needs="obviews",
         int_columns=("rebalance_task_cnt",),
     ),
     ToolQuery(
@@ -989,7 +970,6 @@ READS: list[ToolQuery] = [
         UPGRADE_CHECKER + " check_table_api_transport_compress_func",
         """select count(1) as cnt from GV$OB_PARAMETERS where (name like "tableapi_transport_compress_func" and value like "zlib%");""",
         check=count_is(0),
-        needs="params",
         int_columns=("cnt",),
     ),
     # ---- OceanBase tools/upgrade: upgrade_health_checker.py
@@ -1023,7 +1003,6 @@ READS: list[ToolQuery] = [
         HEALTH_CHECKER + " check_paxos_replica",
         """select count(*) from oceanbase.GV$OB_LOG_STAT where in_sync = 'NO'""",
         check=count_is(0),
-        needs="obviews",
         int_columns=("count(*)",),
     ),
     ToolQuery(
@@ -1197,7 +1176,6 @@ STATEMENTS: list[ToolQuery] = [
         args=(1.0, 3 << 30),
         kind="statement",
         check=_unit_resized,
-        needs="units",
     ),
     ToolQuery(
         "obop_add_pool",
@@ -1215,7 +1193,6 @@ STATEMENTS: list[ToolQuery] = [
         sprintf=("pool_test_{c}", "zone_list = ('z1', 'z2')"),
         kind="statement",
         check=_pool_created("z1;z2"),
-        needs="units",
     ),
     ToolQuery(
         "obop_add_tenant",
@@ -1257,7 +1234,6 @@ STATEMENTS: list[ToolQuery] = [
         args=("z2",),
         kind="statement",
         check=_tenant_primary_zone("z2"),
-        needs="units",
     ),
     ToolQuery(
         "obop_set_tenant_primary_zone_back",
@@ -1267,7 +1243,6 @@ STATEMENTS: list[ToolQuery] = [
         args=("{primary_zone}",),
         kind="statement",
         check=_tenant_primary_zone("z1"),
-        needs="units",
     ),
     ToolQuery(
         "obop_set_tenant_name",
@@ -1321,7 +1296,6 @@ STATEMENTS: list[ToolQuery] = [
         args=("INFO", "{server}"),
         kind="statement",
         check=_parameter_is("syslog_level", "INFO"),
-        needs="params",
     ),
     ToolQuery(
         "obop_create_standby_tenant",

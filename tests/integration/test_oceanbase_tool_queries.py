@@ -306,7 +306,9 @@ def test_read(tc: ToolCluster, client: str, q: ToolQuery) -> None:
         _expect_refusal(tc, client, q, sql)
         return
     a = run(tc, client, sql)
-    _check_labels(q, sql, a)
+    # The mariadb CLI prints no header for an empty result: nothing to check the labels on.
+    if a.columns or client == "pymysql":
+        _check_labels(q, sql, a)
     if client == "pymysql":
         _check_int_columns(q, a)
     assert q.check is not None
