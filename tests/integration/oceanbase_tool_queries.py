@@ -459,6 +459,18 @@ def _tenants_on_server(a: Answer, st: State) -> None:
     assert col(a, "tenant_id") == ["1", str(st.vars["tenant_id"])], a.rows
 
 
+def _tenant_named(a: Answer, st: State) -> None:
+    # A primary tenant: OceanBase's neutral values in the standby columns.
+    [r] = records(a)
+    assert r["tenant_name"] == st.vars["tenant"] and r["tenant_role"] == "PRIMARY", r
+    assert r["switchover_status"] == "NORMAL" and r["log_mode"] == "NOARCHIVELOG", r
+
+
+def _user_tenants(a: Answer, st: State) -> None:
+    truth = {n for (n,) in st.truth("SELECT tenant_name FROM __all_tenant WHERE tenant_id > 1")}
+    assert {r["tenant_name"] for r in records(a)} == truth, (a.rows, truth)
+
+
 def _log_stats(a: Answer, st: State) -> None:
     truth = {
         ls
@@ -490,12 +502,6 @@ _UNIT_FIELDS = (
     "unit_id, tenant_id, status, resource_pool_id, unit_group_id, create_time, modify_time, "
     "zone, svr_ip, svr_port, unit_config_id, max_cpu, min_cpu, memory_size, log_disk_size, "
     "max_iops, min_iops, iops_weight"
-)
-_NO_STANDBY = (
-    "DBA_OB_TENANTS has no standby-tenant columns (TENANT_ROLE, SYNC_SCN, REPLAYABLE_SCN, "
-    "READABLE_SCN, RECOVERY_UNTIL_SCN, LOG_MODE, ARBITRATION_SERVICE_STATUS, "
-    "SWITCHOVER_STATUS, SWITCHOVER_EPOCH): there are no standby tenants, log archives or "
-    "arbitration here"
 )
 _NO_STORAGE = "there is no storage engine here: no {what}"
 _NOT_OBSERVER = "the RS is not an observer: {what}"
@@ -567,12 +573,14 @@ READS: list[ToolQuery] = [
         OB_OPERATOR + "parameter.go SelectCompatibleOfTenants",
         "select name, value, tenant_id from GV$OB_PARAMETERS where name = 'compatible'",
         check=_compatible,
+        needs="no tenant parameters: 'compatible' is not in GV$OB_PARAMETERS",
     ),
     ToolQuery(
         "obop_list_parameters_group_by_name",
         OB_OPERATOR + "parameter.go ListParametersGroupByName",
         "select name, value, IFNULL(data_type, 'unknown') as data_type, info, section, edit_level, scope, svr_ip, zone, svr_port, IFNULL(tenant_id, 0) as tenant_id from GV$OB_PARAMETERS group by name",
         check=_parameters_by_name,
+        needs="postgresql: MySQL's loose GROUP BY is not rewritten for PostgreSQL",
     ),
     ToolQuery(
         "obop_list_all_parameters",
@@ -588,13 +596,13 @@ READS: list[ToolQuery] = [
         + _TENANT_FIELDS
         + " FROM DBA_OB_TENANTS where tenant_name = ? and tenant_type = 'USER'",
         args=("{tenant}",),
-        refused=_NO_STANDBY,
+        check=_tenant_named,
     ),
     ToolQuery(
         "obop_select_sys_tenant",
         OB_OPERATOR + "system.go SelectSysTenant",
         "SELECT " + _TENANT_FIELDS + " FROM DBA_OB_TENANTS where tenant_type = 'USER'",
-        refused=_NO_STANDBY,
+        check=_user_tenants,
     ),
     ToolQuery(
         "obop_query_units_with_tenant_id",
@@ -692,6 +700,7 @@ READS: list[ToolQuery] = [
         "select job_id, job_type, job_status, tenant_id from DBA_OB_TENANT_JOBS where tenant_name=? and job_status ='INPROGRESS' and job_type='ALTER_TENANT_LOCALITY'",
         args=("{tenant}",),
         check=_rs_job_none,
+        needs="DBA_OB_TENANT_JOBS has no TENANT_NAME column",
     ),
     ToolQuery(
         "obop_get_resource_total",
@@ -724,6 +733,7 @@ READS: list[ToolQuery] = [
         "SELECT ls_id, begin_lsn FROM oceanbase.GV$OB_LOG_STAT WHERE TENANT_ID = ? AND ROLE = 'LEADER';",
         args=("{tenant_id}",),
         check=_log_stats,
+        needs="GV$OB_LOG_STAT has no log positions (BEGIN_LSN is NULL)",
     ),
     # ---- obagent: observer_meta.go
     ToolQuery(
@@ -855,6 +865,7 @@ READS: list[ToolQuery] = [
         UPGRADE_CHECKER + " check_observer_version",
         """select distinct value from GV$OB_PARAMETERS  where name='min_observer_version'""",
         check=_one_version,
+        needs="min_observer_version is in SHOW PARAMETERS, not GV$OB_PARAMETERS, and has three numbers, not four",
     ),
     ToolQuery(
         "upgrade_compatible",

@@ -286,10 +286,9 @@ def _params(queries: list[ToolQuery]) -> list[Any]:
     out = []
     for q in queries:
         marks = []
-        if q.needs:
-            marks.append(
-                pytest.mark.xfail(strict=True, reason=f"reads what the {q.needs} branch builds")
-            )
+        # "postgresql: ..." is a gap on PostgreSQL only: marked in the test itself.
+        if q.needs and not q.needs.startswith("postgresql: "):
+            marks.append(pytest.mark.xfail(strict=True, reason=f"not answered yet: {q.needs}"))
         out.append(pytest.param(q, id=q.name, marks=marks))
     return out
 
@@ -299,7 +298,9 @@ def _params(queries: list[ToolQuery]) -> list[Any]:
 
 @pytest.mark.parametrize("client", CLIENTS)
 @pytest.mark.parametrize("q", _params(READS))
-def test_read(tc: ToolCluster, client: str, q: ToolQuery) -> None:
+def test_read(tc: ToolCluster, client: str, q: ToolQuery, request: pytest.FixtureRequest) -> None:
+    if q.needs.startswith("postgresql: ") and "[postgresql-" in request.node.name:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=f"not answered yet: {q.needs}"))
     st = tc.state[client]
     sql = q.text(st.vars)
     if q.refused:

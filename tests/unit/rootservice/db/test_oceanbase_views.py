@@ -483,6 +483,6 @@ def test_the_views_read_as_oceanbases_tools_write_their_queries(rs: RootService)
         {"n": 0}
     ]
     tables = [r[0] for r in result_rows(sql(rs, "SHOW TABLES LIKE 'GV$%'"))]
-    assert tables == ["GV$OB_SERVERS", "GV$OB_UNITS", "GV$OB_LOG_STAT"]
+    assert tables == ["GV$OB_SERVERS", "GV$OB_UNITS", "GV$OB_LOG_STAT", "GV$OB_PARAMETERS"]
     desc = [r[0] for r in result_rows(sql(rs, "DESC V$OB_SERVERS"))]
     assert desc == GV_OB_SERVERS

@@ -165,4 +165,4 @@ def test_the_percentage_parameter_is_range_checked(raw: object, ok: bool) -> Non
     else:
         with pytest.raises(ObError) as e:
             validate_parameter(RsSettings(), "server_mass_expire_percentage", raw)  # type: ignore[arg-type]
-        assert e.value.name == "OB_INVALID_ARGUMENT"
+        assert e.value.name == "OB_INVALID_CONFIG"
