@@ -106,14 +106,20 @@ class ReplicaRebuilder:
         # predate the spec). A time (rpc_timeout) sent the same copy twice on a loaded
         # machine where the next report took longer than that.
         self._sent: dict[tuple[LsKey, str], int] = {}
+        # (LS, server) -> that server's report count when its member was first seen missing:
+        # rebuilt only once two more of its reports lack it. A replica the reconciler has
+        # just created is not in the report that was in flight (CI saw both followers of a
+        # new tenant "rebuilt" the moment CREATE TENANT made them).
+        self._missing: dict[tuple[LsKey, str], int] = {}
         # (LS, server) -> (failed copies in a row, earliest next retry, monotonic microseconds);
         # forgotten once that member's replica is in service.
         self._failures: dict[tuple[LsKey, str], tuple[int, int]] = {}
 
     def run_once(self) -> int:
         """One round: for every LS with a leader, every planned member that is in the
-        effective member list, on an alive server, and not reported by that server (or
-        reported with a failed build) gets a copy spec from a healthy member (the leader
+        effective member list, on an alive server, and not reported by that server in the
+        two reports after it was first seen missing (or reported with a failed build) gets a
+        copy spec from a healthy member (the leader
         when in service), at most ``migration_concurrency_per_server`` building at once per
         server. Returns the copies handed out. Does nothing while the RS is not in service.
         A server that refuses is logged once and tried again next round. A member whose
@@ -141,6 +147,7 @@ class ReplicaRebuilder:
         }
         limit = self.settings.migration_concurrency_per_server
         sent = 0
+        missing: dict[tuple[LsKey, str], int] = {}
         for key in sorted(topo.plans):
             plan = topo.plans[key]
             view = views.get(key)
@@ -161,6 +168,11 @@ class ReplicaRebuilder:
                     continue  # no copy to a SUSPECT server: after it
                 if failed and now < self._failures.get((key, server), (0, 0))[1]:
                     continue  # backing off: the same failure would come back at once
+                if r is None:
+                    seq = self.reports.report_seq(server)
+                    since = missing[(key, server)] = self._missing.get((key, server), seq)
+                    if seq < since + 2:
+                        continue  # maybe just created: two more reports must lack it
                 if r is None and (key, server) in self._sent:
                     continue
                 if r is None and building.get(server, 0) >= limit:
@@ -180,6 +192,8 @@ class ReplicaRebuilder:
                         self._failures[(key, server)] = (n + 1, now + delay)
                     building[server] = building.get(server, 0) + (1 if r is None else 0)
                     sent += 1
+        # Only members still missing are remembered (a report that shows one ends its wait).
+        self._missing = missing
         if sent:
             self.metrics.inc("replica_rebuilds_total", sent)
         return sent

@@ -99,5 +99,9 @@ def test_no_rebuild_copy_goes_to_a_suspect_server(layer: Layer) -> None:
     layer.clock.advance(until - 1 - layer.clock.monotonic_us())
     assert layer.rebuilder.run_once() == 0
     layer.clock.advance(1)
+    # No longer SUSPECT: seen missing, then rebuilt once two more reports lack it.
+    assert layer.rebuilder.run_once() == 0
+    heartbeat(layer, lost)
+    heartbeat(layer, lost)
     assert layer.rebuilder.run_once() == 1
     assert key in layer.agents.replicas[lost]
