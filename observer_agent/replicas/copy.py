@@ -44,7 +44,12 @@ from obcommon.proto import obrpc_pb2
 from observer_agent.address import LocalServer
 from observer_agent.disk import check_free_space, is_out_of_space, os_error_to_ob
 from observer_agent.identity import fsync_dir
-from observer_agent.replicas.copy_stream import ChunkThrottle, CopyFailed, receive_data_file
+from observer_agent.replicas.copy_stream import (
+    ChunkThrottle,
+    CopyFailed,
+    receive_data_file,
+    write_failed,
+)
 from observer_agent.replicas.faults import FAULT_REPLICATION_STOP_FILE, ReplicationFaults
 from observer_agent.replicas.hosted import HostedReplicas
 from observer_agent.replicas.log import LOG_KEEP_ENTRIES, ReplicaLog
@@ -255,6 +260,14 @@ class ReplicaCopier:
         key = rep.key
         tmp = rep.dir / f".{DATA_FILE}.copy.tmp.{uuid.uuid4().hex}"
         try:
+            # On the loop, before the first await: a drop cancels this task and then removes
+            # the directory, so a worker thread still opening ``tmp`` afterwards fails
+            # instead of creating the directory again (a replica nobody hosts, on disk for
+            # good). One mkdir; not worth a thread.
+            try:
+                rep.dir.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise CopyFailed(write_failed(tmp, e)) from None
             async with self._slots():
                 b.state = BUILD_COPYING
                 # Apart from "building it by copy": a queued copy starts here.

@@ -96,7 +96,8 @@ class DataSink:
         self._crc = 0
 
     async def open(self) -> None:
-        """Create ``tmp`` (and its directory). Raises :class:`CopyFailed`."""
+        """Create ``tmp`` in its replica's directory, which must exist. Raises
+        :class:`CopyFailed`."""
         try:
             self._fh = await run_blocking(_open_for_copy, self.tmp)
         except OSError as e:
@@ -282,7 +283,8 @@ def write_failed(tmp: Path, e: OSError) -> str:
 
 
 def _open_for_copy(tmp: Path) -> Any:
-    tmp.parent.mkdir(parents=True, exist_ok=True)
+    # The directory is not created here: the build made it, and a drop that removed it
+    # meanwhile must win (see ``ReplicaCopier._build_replica``).
     return open(tmp, "wb")  # noqa: SIM115 - written chunk by chunk, closed by the caller
 
 

@@ -8,16 +8,19 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import threading
 import zlib
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import grpc
+import pytest
 
 from obcommon.clock import SystemClock
 from obcommon.proto import obrpc_pb2
 from observer_agent.agent import Agent
 from observer_agent.replicas.copy import log_peer
+from observer_agent.replicas import copy_stream
 from observer_agent.replicas.copy_stream import CopyFailed, receive_data_file
 from observer_agent.replicas.faults import (
     FAULT_COPY_SLOW_FILE,
@@ -194,6 +197,47 @@ def test_copy_runs_in_background_reports_progress_and_takes_member_changes(
             await asyncio.sleep(0.2)  # nothing comes back once the copy is cancelled
             assert not c.rdir(2).exists() and c.info(2) is None
             assert c.in_service(LS)
+
+    run(scenario())
+
+
+def test_a_drop_while_the_copy_opens_its_file_leaves_nothing_on_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The drop cancels the copy while its worker thread is still opening the temp file
+    (held here until the drop answered): the thread's late open must not bring the
+    replica's directory back. It did when the thread created the directory (a CI run on a
+    loaded machine kept a cancelled copy's files on the destination)."""
+    entered, release = threading.Event(), threading.Event()
+    opened: list[BaseException | None] = []
+    real_open = copy_stream._open_for_copy
+
+    def held_open(tmp: Path) -> Any:
+        entered.set()
+        release.wait(30)
+        try:
+            fh = real_open(tmp)
+        except BaseException as e:
+            opened.append(e)
+            raise
+        opened.append(None)
+        return fh
+
+    monkeypatch.setattr(copy_stream, "_open_for_copy", held_open)
+
+    async def scenario() -> None:
+        async with copy_nodes(tmp_path, 2) as (a, c):
+            members = await lead(a)
+            resp = await c.apply(copy_upsert(copy_spec(members, a.addr, 1, copy_from=a.addr)))
+            assert resp.error.code == 0
+            await wait_until(entered.is_set, "the copy to open its temp file")
+            gone = await c.apply(copy_drop())
+            assert gone.error.code == 0 and c.info() is None
+            assert not c.rdir().exists()
+            release.set()
+            await wait_until(lambda: bool(opened), "the held open to return")
+            assert isinstance(opened[0], FileNotFoundError), opened
+            assert not c.rdir().exists(), sorted(p.name for p in c.rdir().iterdir())
 
     run(scenario())
 
