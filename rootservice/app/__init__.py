@@ -24,6 +24,7 @@ from obcommon.errors import ObError
 from rootservice.app.wiring import RsComponents
 from rootservice.auth.revocations import REFRESH_INTERVAL_US as REVOCATION_REFRESH_INTERVAL_US
 from rootservice.balancer.copy_tasks import COPY_WATCH_INTERVAL_US
+from rootservice.balancer.partial_replica_gc import PARTIAL_REPLICA_GC_INTERVAL_US
 from rootservice.balancer.planner_check import PlannerCheck, check_planner
 from rootservice.db import engine as dbengine
 from rootservice.db import member_repo, param_repo
@@ -187,6 +188,7 @@ class RootService(RsComponents):
             (tl.meta_sync, s.ls_check_interval),
             (self.migration, s.balancer_interval),
             (self.copy_watch, COPY_WATCH_INTERVAL_US),
+            (self.partial_replica_gc, PARTIAL_REPLICA_GC_INTERVAL_US),
             (self.lost_replica_checker, s.lost_replica_check_interval),
             (self.lost_servers, s.ls_check_interval),
             (tl.log_marks, LOG_MARK_INTERVAL_US),

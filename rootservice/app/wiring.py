@@ -268,6 +268,7 @@ class RsComponents(ABC):
         self.delete_dry_run = emptying.delete_dry_run
         self.lost_replica_checker = emptying.lost_replica_checker
         self.manual_moves = emptying.manual_moves
+        self.partial_replica_gc = emptying.partial_replica_gc
         # Whether the configured planner can run (checked at open and when it changes).
         self.planner_check: PlannerCheck | None = None
         # DRAIN SERVER's tenant-layer part and the disruption budget,

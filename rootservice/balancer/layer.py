@@ -14,6 +14,7 @@ from rootservice.balancer.copy_tasks import CopyTasks
 from rootservice.balancer.dry_run import DeleteDryRun
 from rootservice.balancer.job_progress import DeleteJobProgress
 from rootservice.balancer.lost_replica_checker import LostReplicaChecker
+from rootservice.balancer.partial_replica_gc import PartialReplicaGc
 from rootservice.balancer.planner import Planner
 from rootservice.balancer.planners import LazySparkPlanner, PandasPlanner, SwitchablePlanner
 from rootservice.balancer.ports import EventSink, Waker, Whitelist
@@ -40,6 +41,8 @@ class BalancerLayer:
     lost_replica_checker: LostReplicaChecker
     #: ALTER SYSTEM MIGRATE UNIT / CANCEL MIGRATE UNIT and their jobs' progress.
     manual_moves: ManualUnitMoves
+    #: Partial replicas nothing wants any more (a cancel's drop that lost a race), dropped.
+    partial_replica_gc: PartialReplicaGc
 
 
 def build_balancer_layer(
@@ -169,4 +172,13 @@ def build_balancer_layer(
             metrics=metrics,
         ),
         manual_moves=manual,
+        partial_replica_gc=PartialReplicaGc(
+            ls=tenants.balancer_view,
+            counts=tenants.reports,
+            copies=copies,
+            term=tenants.gate,
+            events=events,
+            metrics=metrics,
+            clock=clock,
+        ),
     )

@@ -19,8 +19,8 @@ import pytest
 from obcommon.clock import SystemClock
 from obcommon.proto import obrpc_pb2
 from observer_agent.agent import Agent
-from observer_agent.replicas.copy import log_peer
 from observer_agent.replicas import copy_stream
+from observer_agent.replicas.copy import log_peer
 from observer_agent.replicas.copy_stream import CopyFailed, receive_data_file
 from observer_agent.replicas.faults import (
     FAULT_COPY_SLOW_FILE,
