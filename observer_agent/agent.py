@@ -46,7 +46,7 @@ from observer_agent.identity import (
     identity_path,
     load_identity,
 )
-from observer_agent.lease import LeaseClient
+from observer_agent.lease_loop import LeaseClient
 from observer_agent.metrics import AgentCollector, AgentMetrics, AgentReadings
 from observer_agent.replicas.bandwidth import CopyBandwidth
 from observer_agent.replicas.log import LOG_KEEP_ENTRIES
@@ -307,12 +307,12 @@ class Agent:
 
     def build_lease_request(self) -> obrpc_pb2.LeaseRequest:
         """The next ``LeaseRequest``: see :meth:`LeaseClient.build_lease_request
-        <observer_agent.lease.LeaseClient.build_lease_request>`."""
+        <observer_agent.lease_loop.LeaseClient.build_lease_request>`."""
         return self.lease.build_lease_request()
 
     def handle_response(self, resp: obrpc_pb2.LeaseResponse, rs_addr: str) -> bool:
         """Accept (True) or refuse one ``LeaseResponse``: see
-        :meth:`LeaseClient.handle_response <observer_agent.lease.LeaseClient.handle_response>`.
+        :meth:`LeaseClient.handle_response <observer_agent.lease_loop.LeaseClient.handle_response>`.
         Never raises."""
         return self.lease.handle_response(resp, rs_addr)
 

@@ -11,7 +11,7 @@ is sent and the RS learns of the stop from the lease's expiry, as from a 0.1.0 a
 from __future__ import annotations
 
 from obcommon import releases
-from observer_agent.lease import LeaseClient
+from observer_agent.lease_loop import LeaseClient
 
 
 async def say_stopping(lease: LeaseClient) -> bool:

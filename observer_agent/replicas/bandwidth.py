@@ -5,7 +5,7 @@ OceanBase keeps one ``ObInOutBandwidthThrottle`` per observer for all its backgr
 traffic (migration, rebuild, backup), and ``ObServer::reload_bandwidth_throttle_limit``
 (``src/observer/ob_server.cpp``) changes its rate in place when ``sys_bkgd_net_percentage``
 changes, without restarting the copies. Here the rate is a byte count the RS sends in each
-lease response (:meth:`observer_agent.lease.LeaseClient.handle_response` calls
+lease response (:meth:`observer_agent.lease_loop.LeaseClient.handle_response` calls
 :meth:`CopyBandwidth.set_rate`), and a copy takes tokens for each data chunk it received
 before it reads the next one (:func:`observer_agent.replicas.copy_stream.receive_data_file`),
 so a stalled reader also stalls the gRPC stream (its flow-control window) and the network.
