@@ -110,11 +110,18 @@ def test_migrate_unit_by_hand_cancel_resize_and_primary_zone(tc: TenantCluster) 
     # until nothing of it is left there.
     assert unit_row(c)[0] == other
     assert job(c, second)[:3] == ("CANCELED", 0, -4072)
-    wait_until(
-        lambda: replica_report(host) == {} and not list((c.data_dir(host) / "replicas").glob("*")),
-        30,
-        message="partial replicas dropped, their files removed",
-    )
+    left: list[object] = []
+
+    def host_clean() -> bool:
+        reported = sorted(replica_report(host))
+        files = sorted(p.name for p in (c.data_dir(host) / "replicas").glob("*"))
+        left[:] = [reported, files]
+        return not reported and not files
+
+    try:
+        wait_until(host_clean, 30, message="partial replicas dropped, their files removed")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; still there (reported, files): {left}") from None
     wait_until(lambda: unit_row(c) == (other, None, "NO"), 30, message="reverse move ended")
     (c.data_dir(host) / "FAULT_COPY_SLOW_MS").unlink()
     wait_until(lambda: members_ok(c, members, [1001, 1002]), 30, message="members unchanged")
