@@ -22,10 +22,10 @@ from obcommon.security.certs import Role
 from obcommon.security.gate import PeerGate
 from obcommon.security.revocation import OpenConnections
 from obcommon.security.tls import TransportSecurity
+from rootservice.app.server_statements import build_server_statements
 from rootservice.auth.audit import Audit
 from rootservice.auth.revocations import Revocations
 from rootservice.auth.users import Users
-from rootservice.balancer.copy_tasks import CopyWatch
 from rootservice.balancer.emptying_wake import EmptyingWake
 from rootservice.balancer.layer import build_balancer_layer
 from rootservice.balancer.planner import Planner
@@ -47,13 +47,9 @@ from rootservice.metrics import (
 )
 from rootservice.office import Office
 from rootservice.parameters import Parameters
-from rootservice.root_inspection import RootInspection
-from rootservice.servers.admin import ServerAdmin
 from rootservice.servers.agent_client import AgentClient
 from rootservice.servers.agent_parameters import AgentParameterValues, ClusterPlaces
 from rootservice.servers.check_all_server import CheckAllServerTask
-from rootservice.servers.drain import DrainManager
-from rootservice.servers.empty_server_checker import EmptyServerChecker
 from rootservice.servers.heartbeat import HeartbeatIntake
 from rootservice.servers.heartbeat_requester import HeartbeatRequester
 from rootservice.servers.history_pruner import HistoryPruner
@@ -63,13 +59,11 @@ from rootservice.servers.lag_detector import LagDetector
 from rootservice.servers.lease_checker import LeaseChecker
 from rootservice.servers.lease_queue import LeaseQueue
 from rootservice.servers.loader import ServerLoader, TakeOfficeGrace
-from rootservice.servers.maintenance import MaintenanceTicker
 from rootservice.servers.persist_queue import PersistQueue
 from rootservice.servers.ports import Background
 from rootservice.servers.self_suspicion import SelfSuspicion
 from rootservice.servers.server_report_sync import ServerReportSync
 from rootservice.servers.whitelist import Whitelist
-from rootservice.servers.zone_isolation import ZoneIsolation
 from rootservice.servers.zones import ZoneManager
 from rootservice.tenants.drain_work import DrainWork
 from rootservice.tenants.layer import (
@@ -269,6 +263,7 @@ class RsComponents(ABC):
         self.lost_replica_checker = emptying.lost_replica_checker
         self.manual_moves = emptying.manual_moves
         self.partial_replica_gc = emptying.partial_replica_gc
+        self.copy_watch = emptying.copy_watch
         # Whether the configured planner can run (checked at open and when it changes).
         self.planner_check: PlannerCheck | None = None
         # DRAIN SERVER's tenant-layer part and the disruption budget,
@@ -295,45 +290,31 @@ class RsComponents(ABC):
     def _wire_intake(self, sleep: Callable[[float], None]) -> None:
         settings = self.settings
         tl = self.tenant_layer
-        self.server_admin = ServerAdmin(
-            self.whitelist,
-            self.zones,
-            self.store,
-            self.clock,
-            settings,
-            self.agents,
-            checks=tl.pre_checks,
-            leaders=tl.leaders,
-            cancel_listener=self.migration,
+        # The server and zone statements, DRAIN and the maintenance windows.
+        statements = build_server_statements(
+            whitelist=self.whitelist,
+            zones=self.zones,
+            store=self.store,
+            clock=self.clock,
+            settings=settings,
+            agents=self.agents,
+            tenants=tl,
+            migration=self.migration,
+            delete_jobs=self.delete_jobs,
             heartbeats=self.heartbeat_requester,
+            persist=self.persist,
+            term=self.term,
+            drain_work=self.drain_work,
             wake=self.timers.wake,
             background=self.background,
-            budget=self.drain_work,
-        )
-        self.zone_isolation = ZoneIsolation(
-            self.zones, self.whitelist, tl.pre_checks, tl.leaders, self.drain_work
-        )
-        self.root_inspection = RootInspection(
-            store=self.store,
-            clock=self.clock,
-            whitelist=self.whitelist,
-            pending=self.persist,
-            zones=self.zones,
-            layout=tl.layout,
-        )
-        # DRAIN SERVER and the maintenance windows.
-        self.drains = DrainManager(
-            whitelist=self.whitelist,
-            store=self.store,
-            clock=self.clock,
-            term=self.term,
-            work=self.drain_work,
             sleep=sleep,
-            background=self.background,
         )
-        self.maintenance = MaintenanceTicker(
-            self.whitelist, self.zones, self.server_admin, self.term, self.clock
-        )
+        self.server_admin = statements.server_admin
+        self.zone_isolation = statements.zone_isolation
+        self.root_inspection = statements.root_inspection
+        self.drains = statements.drains
+        self.maintenance = statements.maintenance
+        self.empty_server_checker = statements.empty_server_checker
         # The RS's own intake delay lengthens the leases; the checker's
         # tick lateness is measured only when the timers run it (unit tests tick by hand).
         self.intake_health = IntakeHealth(self.clock, settings, measure_ticks=self.start_scheduler)
@@ -414,25 +395,6 @@ class RsComponents(ABC):
         # ... and its last action: a follower LAGGING for long is rebuilt in place.
         self.lag_rebuilder = build_lag_rebuilder(
             tl, self.lag_detector, self.persist, self.clock, settings, self.metrics
-        )
-        self.empty_server_checker = EmptyServerChecker(
-            self.whitelist,
-            self.term,
-            self.store,
-            self.clock,
-            self.agents,
-            contents=tl.probes,
-            removal=tl.probes,
-            jobs=self.delete_jobs,
-        )
-        # Wakes the balancer / the empty-server checker when a copy ends or a server is empty,
-        # instead of their next period.
-        self.copy_watch = CopyWatch(
-            copies=self.copy_tasks,
-            servers=self.whitelist,
-            contents=tl.probes,
-            wake=self.timers.wake,
-            term=self.term,
         )
 
     def _wire_office(self, flags_set: set[str] | None, sleep: Callable[[float], None]) -> None:

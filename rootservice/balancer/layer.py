@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from obcommon.clock import Clock
 from rootservice.balancer.copy_replan import CopyReplan
-from rootservice.balancer.copy_tasks import CopyTasks
+from rootservice.balancer.copy_tasks import CopyTasks, CopyWatch
 from rootservice.balancer.dry_run import DeleteDryRun
 from rootservice.balancer.job_progress import DeleteJobProgress
 from rootservice.balancer.lost_replica_checker import LostReplicaChecker
@@ -41,6 +41,9 @@ class BalancerLayer:
     lost_replica_checker: LostReplicaChecker
     #: ALTER SYSTEM MIGRATE UNIT / CANCEL MIGRATE UNIT and their jobs' progress.
     manual_moves: ManualUnitMoves
+    #: Wakes the balancer / the empty-server checker when a copy ends or a server is empty,
+    #: instead of their next period.
+    copy_watch: CopyWatch
     #: Partial replicas nothing wants any more (a cancel's drop that lost a race), dropped.
     partial_replica_gc: PartialReplicaGc
 
@@ -172,6 +175,13 @@ def build_balancer_layer(
             metrics=metrics,
         ),
         manual_moves=manual,
+        copy_watch=CopyWatch(
+            copies=copies,
+            servers=servers,
+            contents=tenants.probes,
+            wake=wake,
+            term=tenants.gate,
+        ),
         partial_replica_gc=PartialReplicaGc(
             ls=tenants.balancer_view,
             counts=tenants.reports,
