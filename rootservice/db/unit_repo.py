@@ -276,6 +276,21 @@ def start_unit_move(
     return bool(res.rowcount)
 
 
+def _moving(
+    unit_id: int, on: tuple[str, int], moving_from: tuple[str, int]
+) -> tuple[sa.ColumnElement[bool], ...]:
+    """The conditions "unit ``unit_id`` is on ``on`` moving from ``moving_from``"
+    (``(ip, port)``) that guard a change of a move against a concurrent one."""
+    t = all_unit
+    return (
+        t.c.unit_id == unit_id,
+        t.c.svr_ip == on[0],
+        t.c.svr_port == on[1],
+        t.c.migrate_from_svr_ip == moving_from[0],
+        t.c.migrate_from_svr_port == moving_from[1],
+    )
+
+
 def retarget_unit_move(
     conn: sa.Connection,
     unit_id: int,
@@ -291,13 +306,7 @@ def retarget_unit_move(
     t = all_unit
     res = conn.execute(
         sa.update(t)
-        .where(
-            t.c.unit_id == unit_id,
-            t.c.svr_ip == was_to[0],
-            t.c.svr_port == was_to[1],
-            t.c.migrate_from_svr_ip == moving_from[0],
-            t.c.migrate_from_svr_port == moving_from[1],
-        )
+        .where(*_moving(unit_id, was_to, moving_from))
         .values(svr_ip=to[0], svr_port=to[1], gmt_modified=us_to_datetime(now_us))
     )
     return bool(res.rowcount)
@@ -370,13 +379,7 @@ def reverse_unit_move(
     t = all_unit
     res = conn.execute(
         sa.update(t)
-        .where(
-            t.c.unit_id == unit_id,
-            t.c.svr_ip == on[0],
-            t.c.svr_port == on[1],
-            t.c.migrate_from_svr_ip == moving_from[0],
-            t.c.migrate_from_svr_port == moving_from[1],
-        )
+        .where(*_moving(unit_id, on, moving_from))
         .values(
             svr_ip=moving_from[0],
             svr_port=moving_from[1],
