@@ -4,6 +4,7 @@ the replicas copied there, data intact), then a move back cancelled mid-way (the
 the partial copies go, the job CANCELED); ALTER RESOURCE UNIT refused when it outgrows a
 server; ALTER TENANT PRIMARY_ZONE moving the leaders (its job to SUCCESS). The plans are the
 balancer's own (pandas, ``balancer_planner = 'local'``, as DELETE SERVER's on PostgreSQL).
+Also: a partial replica that no plan wants, left on a server, is dropped by the RS.
 """
 
 from __future__ import annotations
@@ -12,9 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
+from obcommon.security.certs import Role
+from observer_agent.fence import load_token
 from tests.integration.test_delete_server import members_ok
 from tests.integration.test_tenants import RS_FLAGS, TenantCluster, replica_report
+from tests.support import pki
 from tests.support.cluster import ProcSet, wait_until
+from tests.support.timescale import scaled
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -139,3 +145,54 @@ def test_migrate_unit_by_hand_cancel_resize_and_primary_zone(tc: TenantCluster) 
     wait_until(lambda: c.leaders_on(a2) == 2, 30, message="leaders in z2")
     wait_until(lambda: job(c, pz)[:2] == ("SUCCESS", 100), 30, message="primary zone job")
     assert c.ok("SELECT primary_zone FROM DBA_OB_TENANTS WHERE tenant_name = 't1'") == [["z2;z1"]]
+
+
+def test_a_partial_replica_nothing_wants_is_dropped(tc: TenantCluster) -> None:
+    """A copy no plan names (as a stale re-send would leave one) is dropped by the RS's
+    ``partial_replica_gc`` task: the spare server of z1 is told, with the RS's own fencing
+    token, to copy a log stream it is no member of; the RS drops it and says so in its event
+    history. With the task removed from the leader's schedule the replica stays."""
+    c = tc
+    c.start_rs(**FLAGS)
+    c.bootstrap()
+    spare = c.start_agent("z1")
+    c.ok(f"ALTER SYSTEM ADD SERVER '{spare}' ZONE 'z1'")
+    wait_until(lambda: c.statuses().get(spare) == "ACTIVE", 15, message="spare ACTIVE")
+    c.make_tenant(ls_count=1)
+    host, _, _ = unit_row(c)
+    key = (1002, 1001)
+    wait_until(lambda: c.leaders_on(host) == 1, 20, message="the leader in z1")
+    led = replica_report(host)[key]
+    # Slow, so that it is still being built when the RS looks.
+    (c.data_dir(spare) / "FAULT_COPY_SLOW_MS").write_text("2000")
+    token = load_token(c.data_dir(spare))
+    spec = obrpc_pb2.ReplicaSpec(
+        tenant_id=key[0],
+        ls_id=key[1],
+        unit_id=led.unit_id,
+        replica_type="FULL",
+        member_list=list(led.member_list),
+        paxos_replica_number=len(led.member_list),
+        leader=led.leader,
+        term=led.term,
+        copy_from=host,
+    )
+    with pki.channel(spare, Role.RS, "127.0.0.1:1") as ch:
+        resp = obrpc_pb2_grpc.ObserverServiceStub(ch).ApplyReplicas(
+            obrpc_pb2.ApplyReplicasRequest(
+                rs_epoch=token.epoch, rs_incarnation=token.incarnation, upsert=[spec]
+            ),
+            timeout=scaled(5),
+        )
+    assert resp.error.code == 0, resp.error
+    assert key in replica_report(spare)
+    wait_until(lambda: key not in replica_report(spare), 30, message="the partial replica dropped")
+    events = c.ok(
+        "SELECT value3 FROM __all_rootservice_event_history WHERE event = 'drop_partial_replica'"
+    )
+    assert events == [[spare]]
+    wait_until(
+        lambda: not list((c.data_dir(spare) / "replicas").glob("*")), 30, message="files removed"
+    )
+    # The member in z1 is untouched.
+    assert replica_report(host)[key].in_service
