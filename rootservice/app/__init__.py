@@ -27,7 +27,7 @@ from rootservice.balancer.copy_tasks import COPY_WATCH_INTERVAL_US
 from rootservice.balancer.partial_replica_gc import PARTIAL_REPLICA_GC_INTERVAL_US
 from rootservice.balancer.planner_check import PlannerCheck, check_planner
 from rootservice.db import engine as dbengine
-from rootservice.db import member_repo, param_repo
+from rootservice.db import member_repo, param_repo, schema_upgrade
 from rootservice.db.engine import db_error_summary
 from rootservice.db.event_repo import Event
 from rootservice.ha.election import Election
@@ -80,7 +80,8 @@ class RootService(RsComponents):
         self.http_addr = f"{host}:{port}"
 
     def open(self) -> None:
-        """Connect to the database, apply migrations and read ``__all_sys_parameter``;
+        """Connect to the database, apply the expand migrations
+        (:func:`rootservice.db.schema_upgrade.upgrade_at_start`) and read ``__all_sys_parameter``;
         refuse to start beside a root service outside the version skew rule.
 
         Raises :class:`StartupError` with a readable reason (URL shown without password)."""
@@ -88,7 +89,9 @@ class RootService(RsComponents):
         shown = sa.make_url(url).render_as_string(hide_password=True)
         try:
             self.engine = dbengine.make_engine(url, server_judge=self.fence.judge_server)
-            dbengine.upgrade(self.engine)
+            # Expand migrations only: a root service of the previous release may be
+            # running on this database until the upgrade is finalized.
+            schema_upgrade.upgrade_at_start(self.engine)
             self.store.engine = self.engine
             with self.engine.connect() as conn:
                 params = param_repo.load_params(conn)
@@ -98,6 +101,8 @@ class RootService(RsComponents):
                 )
         except sa.exc.ArgumentError as e:
             raise StartupError(f"bad database URL {shown}: {e}") from e
+        except schema_upgrade.SchemaAhead as e:
+            raise StartupError(f"{shown}: {e}") from e
         except (sa.exc.SQLAlchemyError, OSError) as e:
             raise StartupError(
                 f"cannot open the system-table database {shown}: {db_error_summary(e)}"

@@ -32,6 +32,7 @@ from rootservice.balancer.planner import Planner
 from rootservice.balancer.planner_check import PlannerCheck
 from rootservice.bootstrap import Bootstrap
 from rootservice.config import RsSettings
+from rootservice.db import schema_upgrade
 from rootservice.db.catalog import Catalog
 from rootservice.ha.election import Election
 from rootservice.ha.fence import METADATA_SERVER_FILE, EpochFence
@@ -468,7 +469,12 @@ class RsComponents(ABC):
             release=self.versions.release,
         )
         self.finalize = Finalize(
-            self.versions, self.whitelist, self.store, self.clock, lambda: self.settings.lease_time
+            self.versions,
+            self.whitelist,
+            self.store,
+            self.clock,
+            lambda: self.settings.lease_time,
+            contract=lambda: schema_upgrade.contract(self.store.engine),
         )
         self.election = Election(
             self.store,

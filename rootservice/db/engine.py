@@ -224,14 +224,17 @@ def make_engine(
     return sa.create_engine(u, **kwargs)
 
 
-def alembic_config(connection: sa.Connection | None = None) -> Config:
-    """An Alembic ``Config`` pointing at ``migrations/``.
+def alembic_config(
+    connection: sa.Connection | None = None, location: Path = MIGRATIONS_DIR
+) -> Config:
+    """An Alembic ``Config`` pointing at ``location`` (``migrations/``; tests give a copy
+    with migrations of their own).
 
     When ``connection`` is given it is handed to ``migrations/env.py`` (as
     ``cfg.attributes["connection"]``) so the migration runs inside the caller's transaction.
     """
     cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("script_location", str(location))
     if connection is not None:
         cfg.attributes["connection"] = connection
     return cfg
@@ -241,11 +244,16 @@ def upgrade(engine: sa.Engine, revision: str = "head") -> None:
     """Apply migrations up to ``revision`` in one transaction per run (no client-side wait
     bound: a migration of a large table may take long)."""
     with io_deadline(None), engine.begin() as conn:
-        if conn.dialect.name == "postgresql":
-            # Two RS processes starting together on an empty database must not both create
-            # the tables; the lock is released at commit.
-            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_ID})")
+        migration_lock(conn)
         command.upgrade(alembic_config(conn), revision)
+
+
+def migration_lock(conn: sa.Connection) -> None:
+    """Take the migration lock in ``conn``'s transaction (released at its end): two RS
+    processes starting together must not both migrate. PostgreSQL only (an advisory lock);
+    SQLite has a single writer anyway."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_ID})")
 
 
 def downgrade(engine: sa.Engine, revision: str = "base") -> None:

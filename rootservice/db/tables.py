@@ -402,6 +402,16 @@ all_cluster_version = sa.Table(
     *_gmt(),
 )
 
+# How far the schema was contracted (rootservice.db.schema_upgrade): one row, raised by each
+# contract migration, read by an RS that finds the database at a revision it does not know.
+all_schema_contract = sa.Table(
+    "__all_schema_contract",
+    metadata,
+    # Always 1: one row.
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("contract_level", sa.Integer, nullable=False, server_default="0"),
+)
+
 # ALTER SYSTEM SET ... ZONE / SERVER: one row per parameter and zone (svr_ip 'ANY',
 # svr_port 0) or server (zone ''), as OceanBase keeps them in its __all_sys_parameter
 # (src/rootserver/ob_system_admin_util.cpp, ObAdminSetConfig::update_config). The cluster-wide

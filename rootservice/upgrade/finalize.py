@@ -16,11 +16,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+import sqlalchemy as sa
+
 from obcommon import releases
 from obcommon.clock import Clock
 from obcommon.errors import ObError
 from obcommon.releases import Release
 from rootservice.db import cluster_version_repo, event_repo, member_repo
+from rootservice.db.engine import db_error_summary
 from rootservice.db.event_repo import Event
 from rootservice.ha.store import MetaStore
 from rootservice.servers.whitelist import Whitelist
@@ -42,7 +45,9 @@ MAX_NAMED = 10
 class Finalize:
     """END ROLLING UPGRADE for the RS whose release and cluster version ``versions`` holds;
     ``lease_time()`` (microseconds) is how recently a root service must have run an election
-    round to count as running."""
+    round to count as running. Once the cluster version is this release, the contract
+    migrations run (rootservice.db.schema_upgrade): no RS of the previous release may run
+    any more."""
 
     def __init__(
         self,
@@ -51,13 +56,17 @@ class Finalize:
         store: MetaStore,
         clock: Clock,
         lease_time: Callable[[], int],
+        contract: Callable[[], list[str]],
     ) -> None:
-        """Nothing is read until a statement runs."""
+        """Nothing is read until a statement runs. ``contract()`` applies the contract
+        migrations and returns their revisions
+        (:func:`rootservice.db.schema_upgrade.contract`)."""
         self.versions = versions
         self.whitelist = whitelist
         self.store = store
         self.clock = clock
         self.lease_time = lease_time
+        self.contract = contract
 
     def blockers(self, target: Release) -> list[str]:
         """What keeps the cluster version from rising to ``target``: each whitelisted server
@@ -101,6 +110,8 @@ class Finalize:
             )
         if before.line == target.line:
             self.versions.set_cluster(before)
+            # Again, in case the contract migrations failed after the version rose.
+            self._contract()
             return before, before
         if not releases.may_upgrade(before, target):
             raise ObError(
@@ -142,7 +153,22 @@ class Finalize:
                 )
         self.versions.set_cluster(target)
         log.info("cluster version raised from %s to %s (END ROLLING UPGRADE)", before, target)
+        self._contract()
         return before, target
+
+    def _contract(self) -> None:
+        """Apply the contract migrations (no RS of the previous release may run any more).
+        Raises ``ObError(OB_ERR_SYS)`` when they fail (the statement can be run again)."""
+        try:
+            applied = self.contract()
+        except sa.exc.SQLAlchemyError as e:
+            raise ObError(
+                "OB_ERR_SYS",
+                "END ROLLING UPGRADE",
+                detail=f"the contract migrations failed: {db_error_summary(e)}",
+            ) from None
+        if applied:
+            log.info("contract migrations applied: %s", ", ".join(applied))
 
     def parameter_row(self) -> tuple[str, str, str, str, str, str]:
         """SHOW PARAMETERS' row of the cluster version, read from the database:

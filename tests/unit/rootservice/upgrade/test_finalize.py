@@ -14,8 +14,11 @@ from obcommon.errors import ObError
 from obcommon.releases import Release
 from rootservice.app import RootService
 from rootservice.db import cluster_version_repo
+from rootservice.db.schema_upgrade import contract, contract_level, upgrade_at_start
+from rootservice.upgrade.finalize import Finalize
 from tests.support.harness import SEEDED, A, events, hb, make_rs
 from tests.support.tenants import sql
+from tests.unit.rootservice.db.test_schema_upgrade import newer_migrations
 
 NEW = "0.2.0_ob-rootservice-py"
 
@@ -113,3 +116,39 @@ def test_an_older_leader_never_lowers_it(rs: RootService) -> None:
     err = refused(rs, END)
     assert "above this root service's release 0.2.0" in err.message
     assert stored(rs) == Release(0, 3, 0)
+
+
+def test_the_contract_migrations_run_once_the_version_rose(rs: RootService, tmp_path: Path) -> None:
+    """A newer release's contract migration waits for END ROLLING UPGRADE (its starting RS
+    only expanded the schema), runs then, and a failed one is run again by the statement."""
+    loc = newer_migrations(tmp_path)
+    engine = rs.store.engine
+    assert upgrade_at_start(engine, loc) == "9001"  # the newer release started
+    calls: list[list[str]] = []
+
+    def contract_newer() -> list[str]:
+        if not calls:
+            calls.append([])
+            raise sa.exc.OperationalError("ALTER TABLE", {}, Exception("database went away"))
+        calls.append(contract(engine, loc))
+        return calls[-1]
+
+    f = Finalize(
+        rs.versions,
+        rs.whitelist,
+        rs.store,
+        rs.clock,
+        lambda: rs.settings.lease_time,
+        contract=contract_newer,
+    )
+    heartbeat(rs, NEW, SEEDED)
+    with pytest.raises(ObError) as e:
+        f.end_rolling_upgrade()
+    assert e.value.name == "OB_ERR_SYS" and "contract migrations failed" in e.value.message
+    assert stored(rs) == Release(0, 2, 0)  # the version rose; the contract did not run
+    with engine.connect() as conn:
+        assert contract_level(conn) == 0
+    assert f.end_rolling_upgrade() == (Release(0, 2, 0), Release(0, 2, 0))
+    assert calls[-1] == ["9002", "9003"]
+    with engine.connect() as conn:
+        assert contract_level(conn) == 1

@@ -1,0 +1,167 @@
+"""Expand / contract migrations (rootservice.db.schema_upgrade) on SQLite and PostgreSQL: an
+RS starting applies the expand migrations only, the contract ones wait for
+:func:`contract`; an empty database gets everything; an RS whose code is older than the
+schema runs beside an expanded one and refuses a contracted one, touching nothing. The
+migrations are the product's plus three of the test's own, in a copy of ``migrations/``."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from alembic.runtime.migration import MigrationContext
+
+from rootservice.db import schema_upgrade
+from rootservice.db.engine import MIGRATIONS_DIR, head_revision, make_engine
+from rootservice.db.schema_upgrade import (
+    Migration,
+    SchemaAhead,
+    contract,
+    contract_level,
+    start_target,
+    upgrade_at_start,
+)
+
+HEAD = head_revision()
+
+# An expand migration, a contract one (drops the expand one's table) and another expand one.
+EXTRA = {
+    "9001_expand.py": f'''
+from alembic import op
+import sqlalchemy as sa
+revision = "9001"
+down_revision = "{HEAD}"
+branch_labels = None
+depends_on = None
+def upgrade():
+    op.create_table("t_expand", sa.Column("id", sa.Integer, primary_key=True))
+def downgrade():
+    op.drop_table("t_expand")
+''',
+    "9002_contract.py": """
+from alembic import op
+from rootservice.db.schema_upgrade import set_contract_level
+revision = "9002"
+down_revision = "9001"
+branch_labels = None
+depends_on = None
+contract = True
+contract_level = 1
+def upgrade():
+    op.drop_table("t_expand")
+    set_contract_level(op.get_bind(), 1)
+def downgrade():
+    pass
+""",
+    "9003_expand.py": """
+from alembic import op
+import sqlalchemy as sa
+revision = "9003"
+down_revision = "9002"
+branch_labels = None
+depends_on = None
+def upgrade():
+    op.create_table("t_later", sa.Column("id", sa.Integer, primary_key=True))
+def downgrade():
+    op.drop_table("t_later")
+""",
+}
+
+
+def newer_migrations(tmp_path: Path) -> Path:
+    """A copy of ``migrations/`` with the three migrations of a "newer release" (9001
+    expand, 9002 contract to level 1, 9003 expand)."""
+    loc = tmp_path / "migrations"
+    shutil.copytree(MIGRATIONS_DIR, loc, ignore=shutil.ignore_patterns("__pycache__"))
+    for name, text in EXTRA.items():
+        (loc / "versions" / name).write_text(text)
+    return loc
+
+
+@pytest.fixture
+def newer(tmp_path: Path) -> Path:
+    return newer_migrations(tmp_path)
+
+
+@pytest.fixture
+def blank(db_url: str) -> Iterator[sa.Engine]:
+    eng = make_engine(db_url)
+    try:
+        yield eng
+    finally:
+        eng.dispose()
+
+
+def revision_of(engine: sa.Engine) -> str | None:
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def tables(engine: sa.Engine) -> set[str]:
+    return set(sa.inspect(engine).get_table_names())
+
+
+def level(engine: sa.Engine) -> int:
+    with engine.connect() as conn:
+        return contract_level(conn)
+
+
+def test_start_target_stops_before_the_first_pending_contract_migration() -> None:
+    h = [
+        Migration("a", False, 0),
+        Migration("b", False, 0),
+        Migration("c", True, 1),
+        Migration("d", False, 0),
+    ]
+    assert start_target(None, h) == "d"  # an empty database: everything
+    assert start_target("a", h) == "b"
+    assert start_target("b", h) == "b"  # the next one contracts: nothing runs
+    assert start_target("c", h) == "d"
+    assert start_target("d", h) == "d"
+    assert start_target(None, []) is None
+
+
+def test_a_contract_migration_must_give_its_level(newer: Path) -> None:
+    path = newer / "versions" / "9002_contract.py"
+    path.write_text(path.read_text().replace("contract_level = 1\n", ""))
+    with pytest.raises(ValueError, match="9002 has no contract_level"):
+        schema_upgrade.migrations(newer)
+
+
+def test_an_empty_database_gets_every_migration(blank: sa.Engine, newer: Path) -> None:
+    assert upgrade_at_start(blank, newer) == "9003"
+    assert revision_of(blank) == "9003" and level(blank) == 1
+    assert "t_later" in tables(blank) and "t_expand" not in tables(blank)
+
+
+def test_a_starting_rs_expands_and_the_contract_waits_for_the_end_of_the_upgrade(
+    blank: sa.Engine, newer: Path
+) -> None:
+    upgrade_at_start(blank)  # the previous release's schema
+    assert revision_of(blank) == HEAD and level(blank) == 0
+    assert upgrade_at_start(blank, newer) == "9001"
+    assert "t_expand" in tables(blank) and level(blank) == 0
+    assert upgrade_at_start(blank, newer) == "9001"  # started again: still waits
+    assert contract(blank, newer) == ["9002", "9003"]
+    assert revision_of(blank) == "9003" and level(blank) == 1
+    assert "t_expand" not in tables(blank) and "t_later" in tables(blank)
+    assert contract(blank, newer) == []
+
+
+def test_an_older_rs_runs_beside_an_expanded_schema_and_refuses_a_contracted_one(
+    blank: sa.Engine, newer: Path
+) -> None:
+    upgrade_at_start(blank)
+    upgrade_at_start(blank, newer)  # the newer release started: expanded to 9001
+    # This release's code does not know 9001; the schema was only expanded: it runs.
+    assert upgrade_at_start(blank) == "9001"
+    assert contract(blank) == []  # and never touches a schema it does not know
+    assert revision_of(blank) == "9001"
+    contract(blank, newer)
+    with pytest.raises(SchemaAhead) as e:
+        upgrade_at_start(blank)
+    assert "contracted to level 1" in str(e.value) and "reaches level 0" in str(e.value)
+    assert revision_of(blank) == "9003" and level(blank) == 1
