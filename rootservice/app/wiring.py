@@ -78,7 +78,9 @@ from rootservice.tenants.layer import (
     build_tenant_layer,
 )
 from rootservice.timers import Schedule, Timers, WallClockWatchdog
+from rootservice.upgrade.checks import UpgradeChecks
 from rootservice.upgrade.finalize import Finalize
+from rootservice.upgrade.mode import UpgradeMode
 from rootservice.upgrade.versions import Versions
 
 log = logging.getLogger(__name__)
@@ -258,6 +260,7 @@ class RsComponents(ABC):
             wake=self.timers.wake,
             spark=planner,
             background=self.background,
+            upgrade=self.versions,
         )
         self.planner = emptying.planner
         self.unit_moves = emptying.unit_moves
@@ -386,6 +389,7 @@ class RsComponents(ABC):
             allowance=self.intake_health,
             suspicion=self.self_suspicion,
             queued=self.lease_queue,
+            upgrade=self.versions,
         )
         self.check_all_server = CheckAllServerTask(
             self.whitelist,
@@ -508,6 +512,12 @@ class RsComponents(ABC):
         self.finalize = Finalize(
             self.versions, self.whitelist, self.store, self.clock, lambda: self.settings.lease_time
         )
+        # BEGIN / END [ROLLING] UPGRADE, their pre-checks and what upgrade mode refuses.
+        checks = UpgradeChecks(
+            servers=self.whitelist, views=tl.reports, layout=tl.layout, store=self.store,
+            settings=settings,
+        )  # fmt: skip
+        self.upgrade = UpgradeMode(self.versions, self.finalize, checks, self.store, self.clock)
         self.election = Election(
             self.store,
             self.term,
