@@ -222,3 +222,20 @@ def test_stop_zone_keeps_the_zone_order(rs: RootService) -> None:
     err = refused(rs, "ALTER SYSTEM STOP ZONE 'z2'")
     assert f"server '{C}' is not ACTIVE" in err.message
     assert f"'{B}'" not in err.message  # the zone being stopped is not judged
+
+
+def test_end_rolling_upgrade_needs_no_begin_rolling_upgrade(rs: RootService) -> None:
+    heartbeat(rs, build_version=NEW)
+    sql(rs, "ALTER SYSTEM END ROLLING UPGRADE")  # outside upgrade mode, as before
+    assert shown(rs)["_upgrade_stage"] == "NONE"
+    sql(rs, BEGIN)
+    # From PREUPGRADE: nothing left to raise, the stage still moves on, with its own event.
+    assert "0.2.0 already" in sql(rs, "ALTER SYSTEM END ROLLING UPGRADE").info
+    assert shown(rs)["_upgrade_stage"] == "POSTUPGRADE"
+    sql(rs, "ALTER SYSTEM END UPGRADE")
+    assert upgrade_events(rs) == [
+        ("end_rolling_upgrade", "root"),
+        ("begin_upgrade", "root"),
+        ("end_rolling_upgrade", "root"),
+        ("end_upgrade", "root"),
+    ]
