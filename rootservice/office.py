@@ -42,6 +42,7 @@ from rootservice.servers.ports import Background, HeartbeatRequests
 from rootservice.servers.whitelist import Whitelist
 from rootservice.servers.zones import ZoneManager
 from rootservice.timers import Schedule, Timers
+from rootservice.upgrade.mode import stage_of
 from rootservice.upgrade.versions import Versions
 
 log = logging.getLogger(__name__)
@@ -141,8 +142,10 @@ class Office:
             params = param_repo.load_params(conn)
             cluster_version = cluster_version_repo.get(conn) if self.versions else None
         if self.versions is not None and cluster_version is not None:
-            # A former leader may have finalized an upgrade: the gates follow the table.
+            # A former leader may have finalized an upgrade, or begun or ended upgrade mode:
+            # the gates follow the table.
             self.versions.set_cluster(cluster_version)
+            self.versions.set_upgrade_stage(stage_of(params))
         self.identity.cluster_id = params.get(param_repo.PARAM_CLUSTER_ID, "")
         stored_rs_list = params.get(param_repo.PARAM_RS_LIST, "")
         self.identity.rs_list = merge_rs_list(stored_rs_list, self.address())

@@ -92,7 +92,34 @@ class RunJob:
 @dataclass(frozen=True)
 class EndRollingUpgrade:
     """ALTER SYSTEM END ROLLING UPGRADE: raise the cluster version to the leader's release once
-    every server and root service reports it."""
+    every server and root service reports it; ``user`` who ran it (filled by the dispatcher,
+    for the event history)."""
+
+    user: str = ""
+
+
+@dataclass(frozen=True)
+class BeginUpgrade:
+    """ALTER SYSTEM BEGIN UPGRADE: enter upgrade mode once the pre-checks pass; ``user`` who
+    ran it (filled by the dispatcher)."""
+
+    user: str = ""
+
+
+@dataclass(frozen=True)
+class BeginRollingUpgrade:
+    """ALTER SYSTEM BEGIN ROLLING UPGRADE: the rolling stage of upgrade mode; ``user`` who ran
+    it (filled by the dispatcher)."""
+
+    user: str = ""
+
+
+@dataclass(frozen=True)
+class EndUpgrade:
+    """ALTER SYSTEM END UPGRADE: leave upgrade mode; ``user`` who ran it (filled by the
+    dispatcher)."""
+
+    user: str = ""
 
 
 @dataclass(frozen=True)
@@ -444,6 +471,9 @@ Statement = (
     | ReloadUnit
     | RunJob
     | EndRollingUpgrade
+    | BeginUpgrade
+    | BeginRollingUpgrade
+    | EndUpgrade
     | ZoneOp
     | SetParameters
     | ShowParameters

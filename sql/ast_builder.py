@@ -173,6 +173,15 @@ class ToAst(Transformer[Token, Any]):
     def end_rolling_upgrade(self) -> ast.EndRollingUpgrade:
         return ast.EndRollingUpgrade()
 
+    def begin_upgrade(self) -> ast.BeginUpgrade:
+        return ast.BeginUpgrade()
+
+    def begin_rolling_upgrade(self) -> ast.BeginRollingUpgrade:
+        return ast.BeginRollingUpgrade()
+
+    def end_upgrade(self) -> ast.EndUpgrade:
+        return ast.EndUpgrade()
+
     def zone_op(self, op: ast.ZoneOpKind, zone: str, *rest: Any) -> ast.ZoneOp:
         found: dict[str, str] = {}
         repeated: str | None = None

@@ -100,6 +100,21 @@ STATEMENTS: tuple[HelpTopic, ...] = (
         "ALTER SYSTEM END ROLLING UPGRADE",
     ),
     HelpTopic(
+        "ALTER SYSTEM BEGIN UPGRADE",
+        "enter upgrade mode once the pre-checks pass (tenant DDL and re-replication held)",
+        "ALTER SYSTEM BEGIN UPGRADE",
+    ),
+    HelpTopic(
+        "ALTER SYSTEM BEGIN ROLLING UPGRADE",
+        "the rolling stage of upgrade mode: replace the processes zone by zone",
+        "ALTER SYSTEM BEGIN ROLLING UPGRADE",
+    ),
+    HelpTopic(
+        "ALTER SYSTEM END UPGRADE",
+        "leave upgrade mode (after END ROLLING UPGRADE when a rolling upgrade began)",
+        "ALTER SYSTEM END UPGRADE",
+    ),
+    HelpTopic(
         "ALTER SYSTEM ZONE",
         "add, start, stop, alter or delete a zone",
         "ALTER SYSTEM ADD ZONE 'z' [IDC 'idc'] [REGION 'r']\n"

@@ -91,6 +91,9 @@ READS = frozenset({*_READ_KINDS, ast.ExplainDeleteServer})
 and EXPLAIN ALTER SYSTEM DELETE SERVER, which changes nothing (not even the audit table) but,
 reading the whitelist, is gated as DELETE SERVER is: the leader in service, or forwarded."""
 
+UPGRADE_STAGES = (ast.BeginUpgrade, ast.BeginRollingUpgrade, ast.EndRollingUpgrade, ast.EndUpgrade)
+"""The upgrade statements, whose events name the statement's user."""
+
 ACCESS_REFUSALS = frozenset({"ER_ACCESS_DENIED_ERROR", "ER_SPECIFIC_ACCESS_DENIED_ERROR"})
 """Outcomes audited whatever the statement."""
 
@@ -117,6 +120,9 @@ def execute(
         statement = ast.ShowGrants(user=principal.user)
     elif isinstance(statement, ast.RevokeCertificate):
         statement = dataclasses.replace(statement, revoked_by=principal.user)
+    elif isinstance(statement, UPGRADE_STAGES):
+        # The event history names who ran each stage of an upgrade.
+        statement = dataclasses.replace(statement, user=principal.user)
     kind = type(statement)
     if kind not in UNGATED:
         try:

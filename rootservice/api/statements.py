@@ -27,7 +27,7 @@ from rootservice.tenants.layout_diff import reload_layout
 from rootservice.tenants.recovery_plan import COLUMNS as RECOVER_COLUMNS
 from rootservice.tenants.recovery_plan import TYPES as RECOVER_TYPES
 from rootservice.tenants.recovery_plan import plan_rows
-from rootservice.upgrade import finalize
+from rootservice.upgrade import finalize, mode
 from sql import ast
 from sql.reads import SCHEMA
 
@@ -194,10 +194,34 @@ def _run_job(rs: RootService, st: ast.RunJob) -> Result:
 
 
 def _end_rolling_upgrade(rs: RootService, st: ast.EndRollingUpgrade) -> Result:
-    before, after = rs.finalize.end_rolling_upgrade()
+    before, after = rs.upgrade.end_rolling_upgrade(st.user)
     if before == after:
         return Result(info=f"the cluster version is {after} already")
     return Result(affected_rows=1, info=f"cluster version raised from {before} to {after}")
+
+
+def _begin_upgrade(rs: RootService, st: ast.BeginUpgrade) -> Result:
+    if not rs.upgrade.begin_upgrade(st.user):
+        return Result(info="the cluster is in upgrade mode already")
+    return Result(
+        affected_rows=1,
+        info="upgrade mode: tenant DDL, permanent offline and re-replication are held until "
+        "ALTER SYSTEM END UPGRADE",
+    )
+
+
+def _begin_rolling_upgrade(rs: RootService, st: ast.BeginRollingUpgrade) -> Result:
+    if not rs.upgrade.begin_rolling_upgrade(st.user):
+        return Result(info="the rolling upgrade has begun already")
+    return Result(
+        affected_rows=1, info="rolling upgrade: stop, upgrade and start one zone at a time"
+    )
+
+
+def _end_upgrade(rs: RootService, st: ast.EndUpgrade) -> Result:
+    if not rs.upgrade.end_upgrade(st.user):
+        return Result(info="the cluster is not in upgrade mode")
+    return Result(affected_rows=1, info="upgrade mode ended")
 
 
 def _zone_op(rs: RootService, st: ast.ZoneOp) -> Result:
@@ -236,6 +260,9 @@ def _zone_op(rs: RootService, st: ast.ZoneOp) -> Result:
             if st.op != "STOP":
                 raise ObError("OB_NOT_SUPPORTED", "FORCE STOP ZONE ... FOR MAINTENANCE")
             us = maintenance_duration(st.maintenance, short=rs.settings.allow_short_timings)
+        if st.op == "STOP":
+            # Upgrade mode's zone order (FORCE STOP overrides it, as it overrides the checks).
+            rs.upgrade.check_stop_zone(st.zone)
         rs.server_admin.stop_zone(st.zone, force=st.op == "FORCE_STOP", maintenance_us=us)
     elif st.op == "DELETE":
         zones.delete_zone(st.zone)
@@ -249,31 +276,40 @@ def _set(rs: RootService, st: ast.SetParameters) -> Result:
             f"ALTER SYSTEM SET {finalize.PARAMETER}",
             detail="the cluster version rises only by ALTER SYSTEM END ROLLING UPGRADE",
         )
+    for name, _ in st.items:
+        if name in (mode.MODE_PARAMETER, mode.STAGE_PARAMETER):
+            raise ObError(
+                "OB_OP_NOT_ALLOW",
+                f"ALTER SYSTEM SET {name}",
+                detail="upgrade mode changes only by ALTER SYSTEM BEGIN / END [ROLLING] UPGRADE",
+            )
     rs.parameters.set_scoped(st.scoped())
     return Result()
 
 
-def _cluster_version_row(rs: RootService) -> tuple[object, ...]:
-    # SHOW PARAMETERS' row of min_observer_version in SHOW_COLUMNS' order: the cluster's, so
-    # no server columns; read from __all_cluster_version, never set by ALTER SYSTEM SET.
-    name, value, default, rng, source, info = rs.finalize.parameter_row()
+def _cluster_row(row: tuple[str, str, str, str, str, str]) -> tuple[object, ...]:
+    # SHOW PARAMETERS' row of a cluster-wide state (the cluster version, the upgrade mode) in
+    # SHOW_COLUMNS' order: the cluster's, so no server columns; read from its table, never
+    # set by ALTER SYSTEM SET.
+    name, value, default, rng, source, info = row
     return (
         "", "observer", "", 0, name, "STRING", value, info, "ROOT_SERVICE", "CLUSTER",
         source, "READONLY", default, "YES" if value == default else "NO", rng,
     )  # fmt: skip
 
 
+def _cluster_rows(rs: RootService, like: str | None) -> list[tuple[object, ...]]:
+    names = (finalize.PARAMETER, mode.MODE_PARAMETER, mode.STAGE_PARAMETER)
+    if like is not None and not any(sql_like(n, like) for n in names):
+        return []
+    rows = [rs.finalize.parameter_row(), *rs.upgrade.parameter_rows()]
+    return [_cluster_row(r) for r in rows if like is None or sql_like(r[0], like)]
+
+
 def _show_parameters(rs: RootService, st: ast.ShowParameters) -> Result:
     return Result(
         columns=list(SHOW_COLUMNS),
-        rows=[
-            *rs.parameters.show_rows(st.like),
-            *(
-                [_cluster_version_row(rs)]
-                if st.like is None or sql_like(finalize.PARAMETER, st.like)
-                else []
-            ),
-        ],
+        rows=[*rs.parameters.show_rows(st.like), *_cluster_rows(rs, st.like)],
         types=list(SHOW_TYPES),
         is_result_set=True,
     )
@@ -292,6 +328,7 @@ def _drop_unit(rs: RootService, st: ast.DropResourceUnit) -> Result:
 
 
 def _create_pool(rs: RootService, st: ast.CreateResourcePool) -> Result:
+    rs.upgrade.refuse_tenant_ddl("CREATE RESOURCE POOL")
     units = rs.tenant_layer.ddl.create_pool(
         NewPool(st.name, st.unit, st.unit_num, st.zone_list, st.if_not_exists)
     )
@@ -300,11 +337,13 @@ def _create_pool(rs: RootService, st: ast.CreateResourcePool) -> Result:
 
 
 def _drop_pool(rs: RootService, st: ast.DropResourcePool) -> Result:
+    rs.upgrade.refuse_tenant_ddl("DROP RESOURCE POOL")
     dropped = rs.tenant_layer.ddl.drop_pool(st.name, if_exists=st.if_exists)
     return Result(affected_rows=int(dropped), info="" if dropped else "resource pool not exist")
 
 
 def _create_tenant(rs: RootService, st: ast.CreateTenant) -> Result:
+    rs.upgrade.refuse_tenant_ddl("CREATE TENANT")
     tenant_id, ls_count = rs.tenant_layer.ddl.create_tenant(
         NewTenant(st.name, st.pools, st.primary_zone, st.ls_count, st.if_not_exists)
     )
@@ -314,6 +353,7 @@ def _create_tenant(rs: RootService, st: ast.CreateTenant) -> Result:
 
 
 def _drop_tenant(rs: RootService, st: ast.DropTenant) -> Result:
+    rs.upgrade.refuse_tenant_ddl("DROP TENANT")
     tenant_id = rs.tenant_layer.ddl.drop_tenant(st.name, force=st.force, if_exists=st.if_exists)
     return Result(
         affected_rows=int(bool(tenant_id)),
@@ -327,11 +367,13 @@ def _alter_unit(rs: RootService, st: ast.AlterResourceUnit) -> Result:
 
 
 def _alter_pool(rs: RootService, st: ast.AlterResourcePool) -> Result:
+    rs.upgrade.refuse_tenant_ddl("ALTER RESOURCE POOL")
     changed = rs.tenant_layer.pools.alter_pool(st.name, st.changes)
     return Result(affected_rows=int(changed))
 
 
 def _alter_tenant(rs: RootService, st: ast.AlterTenant) -> Result:
+    rs.upgrade.refuse_tenant_ddl("ALTER TENANT")
     job_id = rs.tenant_layer.alter.alter_primary_zone(
         st.name, st.primary_zone, f"ALTER TENANT {st.name} PRIMARY_ZONE = '{st.primary_zone}'"
     )
@@ -499,6 +541,9 @@ EXECUTORS: dict[type, Callable[[RootService, Any], Result]] = {
     ast.ReloadUnit: _reload_unit,
     ast.RunJob: _run_job,
     ast.EndRollingUpgrade: _end_rolling_upgrade,
+    ast.BeginUpgrade: _begin_upgrade,
+    ast.BeginRollingUpgrade: _begin_rolling_upgrade,
+    ast.EndUpgrade: _end_upgrade,
     ast.ZoneOp: _zone_op,
     ast.SetParameters: _set,
     ast.ShowParameters: _show_parameters,

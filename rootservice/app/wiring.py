@@ -73,7 +73,9 @@ from rootservice.tenants.layer import (
     build_tenant_layer,
 )
 from rootservice.timers import Schedule, Timers, WallClockWatchdog
+from rootservice.upgrade.checks import UpgradeChecks
 from rootservice.upgrade.finalize import Finalize
+from rootservice.upgrade.mode import UpgradeMode
 from rootservice.upgrade.versions import Versions
 
 log = logging.getLogger(__name__)
@@ -253,6 +255,7 @@ class RsComponents(ABC):
             wake=self.timers.wake,
             spark=planner,
             background=self.background,
+            upgrade=self.versions,
         )
         self.planner = emptying.planner
         self.unit_moves = emptying.unit_moves
@@ -368,6 +371,7 @@ class RsComponents(ABC):
             allowance=self.intake_health,
             suspicion=self.self_suspicion,
             queued=self.lease_queue,
+            upgrade=self.versions,
         )
         self.check_all_server = CheckAllServerTask(
             self.whitelist,
@@ -476,6 +480,12 @@ class RsComponents(ABC):
             lambda: self.settings.lease_time,
             contract=lambda: schema_upgrade.contract(self.store.engine),
         )
+        # BEGIN / END [ROLLING] UPGRADE, their pre-checks and what upgrade mode refuses.
+        checks = UpgradeChecks(
+            servers=self.whitelist, views=tl.reports, layout=tl.layout, store=self.store,
+            settings=settings,
+        )  # fmt: skip
+        self.upgrade = UpgradeMode(self.versions, self.finalize, checks, self.store, self.clock)
         self.election = Election(
             self.store,
             self.term,

@@ -17,7 +17,7 @@ from rootservice.balancer.lost_replica_checker import LostReplicaChecker
 from rootservice.balancer.partial_replica_gc import PartialReplicaGc
 from rootservice.balancer.planner import Planner
 from rootservice.balancer.planners import LazySparkPlanner, PandasPlanner, SwitchablePlanner
-from rootservice.balancer.ports import EventSink, Waker, Whitelist
+from rootservice.balancer.ports import EventSink, UpgradeHold, Waker, Whitelist
 from rootservice.balancer.replica_adds import ReplicaAdds
 from rootservice.balancer.root_balancer import RootBalancer
 from rootservice.balancer.unit_migration import LockedStore, ManualUnitMoves
@@ -60,13 +60,15 @@ def build_balancer_layer(
     wake: Waker,
     spark: Planner | None = None,
     background: Callable[[Callable[[], None]], object] | None = None,
+    upgrade: UpgradeHold | None = None,
 ) -> BalancerLayer:
     """Build the emptying layer on the server whitelist ``servers`` and the tenant layer.
 
     ``spark`` replaces the Spark planner behind ``balancer_planner = 'spark'`` (fake-clock
     tests pass the pandas one or one that fails); by default a SparkSession starts on its
     first use. ``wake`` runs a registered background task now by name; ``background`` runs
-    the drop of a cancelled move's partial replicas (None: inline). Nothing is started.
+    the drop of a cancelled move's partial replicas (None: inline); ``upgrade`` holds
+    re-replication in upgrade mode (None: never). Nothing is started.
     """
     # Plans by Spark or pandas, as balancer_planner says at each call; a failed plan is
     # counted, logged and recorded by the one planner object.
@@ -159,6 +161,7 @@ def build_balancer_layer(
             replan=replan,
             adds=adds,
             manual=manual,
+            upgrade=upgrade,
         ),
         # EXPLAIN ALTER SYSTEM DELETE SERVER: the balancer's planner on
         # the servers as DELETE would leave them; reads only, never the round's lock.
@@ -173,6 +176,7 @@ def build_balancer_layer(
             store=store,
             wake=wake,
             metrics=metrics,
+            upgrade=upgrade,
         ),
         manual_moves=manual,
         copy_watch=CopyWatch(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 
 from rootservice.balancer.planner import Planner, PlannerError, server_rows
-from rootservice.balancer.ports import Gate, MetaCache, Store, Waker, Whitelist
+from rootservice.balancer.ports import Gate, MetaCache, Store, UpgradeHold, Waker, Whitelist
 from rootservice.db import ls_repo
 from rootservice.metrics import Metrics
 from rootservice.servers.status import HeartbeatStatus
@@ -39,8 +39,10 @@ class LostReplicaChecker:
         store: Store,
         wake: Waker,
         metrics: Metrics,
+        upgrade: UpgradeHold | None = None,
     ) -> None:
-        """Nothing runs until :meth:`run_once`."""
+        """Nothing runs until :meth:`run_once`; nothing runs while ``upgrade`` says the
+        cluster is in upgrade mode."""
         self.servers = servers
         self.ls = ls
         self.planner = planner
@@ -48,15 +50,18 @@ class LostReplicaChecker:
         self.store = store
         self.wake = wake
         self.metrics = metrics
+        self.upgrade = upgrade
 
     def run_once(self) -> int:
         """ObLostReplicaChecker's round: delete the rows of ``__all_ls_meta_table`` the plan
         calls lost, in batches of 500, each logged. Returns rows deleted. Runs only when some
         row sits on a server that is gone or permanently offline (no Spark job otherwise), and
-        only while the RS is in service. A failed plan (``PlannerError``, already made visible by
+        only while the RS is in service and the cluster not in upgrade mode. A failed plan (``PlannerError``, already made visible by
         the planner) deletes nothing. Raises ``ObError`` when a transaction fails (the
         batches before it stay deleted)."""
         if not self.term.may_act():
+            return 0
+        if self.upgrade is not None and self.upgrade.in_upgrade_mode():
             return 0
         with self.store.read() as conn:
             servers = {f"{ip}:{port}" for ip, port in ls_repo.replica_servers(conn)}

@@ -94,6 +94,14 @@ class Waker(Protocol):
         ...
 
 
+class UpgradeHold(Protocol):
+    """The cluster's upgrade mode, met by :class:`rootservice.upgrade.versions.Versions`."""
+
+    def in_upgrade_mode(self) -> bool:
+        """True between ALTER SYSTEM BEGIN UPGRADE and END UPGRADE (hold re-replication)."""
+        ...
+
+
 class Gate(Protocol):
     """The term's answer to "may a background round act now" (docs/design/ha.md#taking-office)."""
 

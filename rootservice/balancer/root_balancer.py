@@ -32,7 +32,7 @@ import sqlalchemy as sa
 from rootservice.balancer.copy_tasks import CopyTasks
 from rootservice.balancer.job_progress import DeleteJobProgress
 from rootservice.balancer.planner import Planner, PlannerError, server_rows
-from rootservice.balancer.ports import Gate, LsKey, LsLayout, Replanner, Whitelist
+from rootservice.balancer.ports import Gate, LsKey, LsLayout, Replanner, UpgradeHold, Whitelist
 from rootservice.balancer.replica_adds import ReplicaAdds, copy_rows
 from rootservice.balancer.unit_moves import UnitMoves
 from rootservice.db.unit_repo import Unit
@@ -78,10 +78,12 @@ class RootBalancer:
         replan: Replanner | None = None,
         adds: ReplicaAdds | None = None,
         manual: UnitJobs | None = None,
+        upgrade: UpgradeHold | None = None,
     ) -> None:
         """Nothing runs until :meth:`run_once`. ``adds`` finds the log streams short of
         replicas and records why (None: nothing is added); ``manual`` writes the progress of
-        the MIGRATE UNIT jobs (None: nobody does)."""
+        the MIGRATE UNIT jobs (None: nobody does); while ``upgrade`` says the cluster is in
+        upgrade mode, nothing is re-replicated off a permanently offline server."""
         self.servers = servers
         self.ls = ls
         self.planner = planner
@@ -92,6 +94,7 @@ class RootBalancer:
         self.replan = replan
         self.adds = adds
         self.manual = manual
+        self.upgrade = upgrade
         # One round at a time; CANCEL DELETE never takes it.
         self._lock = threading.Lock()
 
@@ -110,6 +113,12 @@ class RootBalancer:
         if self.manual is not None:
             self.manual.clear()
 
+    def _offline(self) -> bool:
+        """Some server is permanently offline (what a round would re-replicate)."""
+        return any(
+            s.hb_status is HeartbeatStatus.PERMANENT_OFFLINE for s in self.servers.snapshot()
+        )
+
     def _emptying(self) -> list[str]:
         return [
             s.key
@@ -123,11 +132,15 @@ class RootBalancer:
         hand out replica copies, finish units whose replicas have moved, update job
         progress. Returns actions taken. Does
         nothing (and never starts Spark) while no server is being emptied and no unit or
-        copy is in flight, or while the RS is not in service. A plan that fails
+        copy is in flight, while the RS is not in service, or in upgrade mode while a server
+        is permanently offline. A plan that fails
         (``PlannerError``) ends the round after the jobs record it as their stall reason.
         Raises ``ObError`` when a transaction fails (the task registry logs it; the next
         round starts afresh)."""
         if not self.term.may_act():
+            return 0
+        if self.upgrade is not None and self.upgrade.in_upgrade_mode() and self._offline():
+            # Re-replication waits for the end of upgrade mode (its round replans everything).
             return 0
         with self._lock:
             # Nothing due costs nothing here (no read).

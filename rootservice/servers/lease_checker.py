@@ -40,7 +40,13 @@ from rootservice.servers.offline_window import (
     window_us,
 )
 from rootservice.servers.persist_queue import PersistQueue
-from rootservice.servers.ports import LeaseAllowance, MassExpiry, WaitingRequests, Wake
+from rootservice.servers.ports import (
+    LeaseAllowance,
+    MassExpiry,
+    UpgradeHold,
+    WaitingRequests,
+    Wake,
+)
 from rootservice.servers.status import HeartbeatStatus
 from rootservice.servers.suspect_policy import on_expiry
 from rootservice.servers.whitelist import Whitelist
@@ -65,12 +71,16 @@ class LeaseChecker:
         allowance: LeaseAllowance | None = None,
         suspicion: MassExpiry | None = None,
         queued: WaitingRequests | None = None,
+        upgrade: UpgradeHold | None = None,
     ) -> None:
         """Check ``whitelist`` against ``settings.lease_time`` (plus ``allowance``, the RS's
         own intake delay) and ``settings.server_permanent_offline_time``
         (read on every tick); while ``suspicion`` says so, hold permanent offline.
         A server with a request waiting in ``queued`` (the RS's own lease queue) is
-        not expired, whatever its age: the request reached the RS."""
+        not expired, whatever its age: the request reached the RS. While ``upgrade`` says
+        the cluster is in upgrade mode no server is declared permanently offline (OceanBase
+        raises ``server_permanent_offline_time`` to 72h for an upgrade, tools/upgrade/
+        upgrade_checker.py): the deadlines wait in the heap and apply once it ends."""
         self.whitelist = whitelist
         self.persist = persist
         self.grace = grace
@@ -82,6 +92,7 @@ class LeaseChecker:
         self.allowance = allowance
         self.suspicion = suspicion
         self.queued = queued
+        self.upgrade = upgrade
 
     def run_once(self) -> int:
         """One tick of the 100 ms checker: expire leases (monotonic ``mono - last_hb_mono_us
@@ -171,7 +182,9 @@ class LeaseChecker:
             suspected = self.suspicion is not None and self.suspicion.observe(
                 now, expired, len(alive)
             )
-            while not held and not suspected and heap and heap[0][0] <= mono:
+            # Upgrade mode holds it too: processes restarted one by one are not lost.
+            upgrading = self.upgrade is not None and self.upgrade.in_upgrade_mode()
+            while not held and not suspected and not upgrading and heap and heap[0][0] <= mono:
                 _, key = heapq.heappop(heap)
                 s = servers.get(key)
                 if s is None or s.hb_status is not HeartbeatStatus.LEASE_EXPIRED:

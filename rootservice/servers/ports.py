@@ -79,6 +79,14 @@ class MassExpiry(Protocol):
         ...
 
 
+class UpgradeHold(Protocol):
+    """The cluster's upgrade mode, met by :class:`rootservice.upgrade.versions.Versions`."""
+
+    def in_upgrade_mode(self) -> bool:
+        """True between ALTER SYSTEM BEGIN UPGRADE and END UPGRADE (hold permanent offline)."""
+        ...
+
+
 class Gate(Protocol):
     """The term's gate (``Term.may_act``): the drain and the maintenance ticker act only
     while it says yes."""

@@ -88,9 +88,10 @@ class Finalize:
                 out.append(f"root service {m.addr} reports release {r}")
         return out
 
-    def end_rolling_upgrade(self) -> tuple[Release, Release]:
+    def end_rolling_upgrade(self, user: str = "") -> tuple[Release, Release]:
         """Raise the cluster version to this RS's release; returns ``(before, after)``
-        (equal when it was there already: nothing is written then).
+        (equal when it was there already: nothing is written then). ``user`` ran the
+        statement (the event names it).
 
         Raises ``ObError``: OB_OP_NOT_ALLOW when a server or root service does not report
         the release yet (each named), when the cluster version is above this RS's release,
@@ -146,6 +147,7 @@ class Finalize:
                                 ("cluster_version", str(target)),
                                 ("ori_cluster_version", str(before)),
                                 ("build_version", str(target)),
+                                ("user", user),
                             ),
                         )
                     ],

@@ -33,13 +33,17 @@ class Versions:
     """``release``: this RS's; ``cluster``: the cluster version as last loaded or raised
     (:meth:`set_cluster`; the oldest release until then). :meth:`agent_refusal` judges an
     agent's ``build_version`` on the heartbeat path: one dictionary look-up per request once
-    a build version was seen."""
+    a build version was seen. ``upgrade_stage`` is the cluster's upgrade stage as last
+    loaded or changed (:meth:`set_upgrade_stage`; ``NONE`` until then) and
+    :meth:`in_upgrade_mode` the one answer the gates of upgrade mode ask."""
 
     def __init__(self, release: Release, metrics: Metrics) -> None:
         """Start with the cluster version at the oldest release (the safest guess)."""
         self.release = release
         self.metrics = metrics
         self.cluster = releases.oldest()
+        # OceanBase's _upgrade_stage: NONE outside upgrade mode (rootservice.upgrade.mode).
+        self.upgrade_stage = "NONE"
         self._reasons: dict[str, str | None] = {}
         self._told: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
@@ -51,6 +55,17 @@ class Versions:
             self.cluster = cluster
             self._reasons = {}
             self._told = set()
+
+    def set_upgrade_stage(self, stage: str) -> None:
+        """The cluster's upgrade stage is now ``stage`` (read on taking office, changed by the
+        upgrade statements): ``NONE`` is outside upgrade mode."""
+        self.upgrade_stage = stage
+
+    def in_upgrade_mode(self) -> bool:
+        """Whether the cluster is in upgrade mode (ALTER SYSTEM BEGIN UPGRADE ran, END UPGRADE
+        not yet): permanent offline, re-replication and tenant DDL are held then. One
+        attribute read: the lease checker asks on every tick."""
+        return self.upgrade_stage != "NONE"
 
     def gate_open(self, since: Release) -> bool:
         """Whether behaviour of release ``since`` may be started now

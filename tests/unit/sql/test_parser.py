@@ -115,6 +115,9 @@ def test_isolate_zone_is_a_zone_op_and_isolate_of_nothing_is_not() -> None:
 def test_reload_server() -> None:
     assert parse("alter system reload server ;") == ast.ReloadServer()
     assert parse("ALTER SYSTEM END ROLLING UPGRADE") == ast.EndRollingUpgrade()
+    assert parse("alter system begin upgrade") == ast.BeginUpgrade()
+    assert parse("ALTER SYSTEM BEGIN ROLLING UPGRADE") == ast.BeginRollingUpgrade()
+    assert parse("ALTER SYSTEM END UPGRADE;") == ast.EndUpgrade()
 
 
 def test_reload_zone_and_unit_and_nothing_else() -> None:
