@@ -32,7 +32,6 @@ from rootservice.balancer.planner import Planner
 from rootservice.balancer.planner_check import PlannerCheck
 from rootservice.bootstrap import Bootstrap
 from rootservice.config import RsSettings
-from rootservice.db import schema_upgrade
 from rootservice.db.catalog import Catalog
 from rootservice.ha.election import Election
 from rootservice.ha.fence import METADATA_SERVER_FILE, EpochFence
@@ -73,9 +72,7 @@ from rootservice.tenants.layer import (
     build_tenant_layer,
 )
 from rootservice.timers import Schedule, Timers, WallClockWatchdog
-from rootservice.upgrade.checks import UpgradeChecks
-from rootservice.upgrade.finalize import Finalize
-from rootservice.upgrade.mode import UpgradeMode
+from rootservice.upgrade.layer import build_upgrade
 from rootservice.upgrade.versions import Versions
 
 log = logging.getLogger(__name__)
@@ -472,20 +469,16 @@ class RsComponents(ABC):
             sleep=sleep,
             release=self.versions.release,
         )
-        self.finalize = Finalize(
+        # END ROLLING UPGRADE, BEGIN / END [ROLLING] UPGRADE and their pre-checks.
+        self.finalize, self.upgrade = build_upgrade(
             self.versions,
             self.whitelist,
             self.store,
             self.clock,
-            lambda: self.settings.lease_time,
-            contract=lambda: schema_upgrade.contract(self.store.engine),
+            settings,
+            tl,
+            lambda: settings.lease_time,
         )
-        # BEGIN / END [ROLLING] UPGRADE, their pre-checks and what upgrade mode refuses.
-        checks = UpgradeChecks(
-            servers=self.whitelist, views=tl.reports, layout=tl.layout, store=self.store,
-            settings=settings,
-        )  # fmt: skip
-        self.upgrade = UpgradeMode(self.versions, self.finalize, checks, self.store, self.clock)
         self.election = Election(
             self.store,
             self.term,
