@@ -79,3 +79,18 @@ def test_ob_operators_parameters_by_name_answer_one_row_each_from_one_server(
     # Each row's server columns are one server's, not a mix of several rows.
     assert {(r[7], r[9], r[8]) for r in rows} <= servers
     assert {r[10] for r in rows} == {0}
+
+
+def test_strict_group_bys_read_as_before(rs: RootService) -> None:
+    """Positional and alias keys, expressions of keys, HAVING: nothing to rewrite, same
+    answer on both engines."""
+    rs.persist.run_once()
+    want = [("z1", 2), ("z2", 1), ("z3", 1)]
+    for query in (
+        "SELECT zone, COUNT(*) FROM __all_server GROUP BY 1 ORDER BY 1",
+        "SELECT zone AS z, COUNT(*) AS n FROM __all_server GROUP BY z ORDER BY z",
+        "SELECT LOWER(zone) AS z, COUNT(*) FROM __all_server GROUP BY LOWER(zone) ORDER BY z",
+        "SELECT zone, COUNT(*) AS n FROM __all_server GROUP BY zone HAVING COUNT(*) >= 1 "
+        "ORDER BY zone",
+    ):
+        assert [tuple(r) for r in result_rows(sql(rs, query))] == want, query
