@@ -103,6 +103,11 @@ def test_min_observer_version_is_one_row_per_server_in_four_numbers(rs: RootServ
     )
     assert sorted(f"{r[0]}:{r[1]}" for r in rows) == [A, B, C, D]
     assert {r[2:] for r in rows} == {("CLUSTER", None, "ROOT_SERVICE", "READONLY")}
+    # SHOW PARAMETERS WHERE reads the same rows; SHOW PARAMETERS LIKE the same value.
+    shown = select(rs, "SHOW PARAMETERS WHERE name = 'min_observer_version'")
+    assert sorted(f"{r[2]}:{r[3]}" for r in shown) == [A, B, C, D]
+    assert {(r[6], r[10], r[14]) for r in shown} == {(before + ".0", "__all_cluster_version", "")}
+    assert [r[6] for r in select(rs, "SHOW PARAMETERS LIKE 'min_observer%'")] == [before + ".0"]
     # It follows the cluster version when an upgrade is finalized.
     with rs.store.txn() as conn:
         assert cluster_version_repo.raise_to(conn, Release(0, 9, 3), rs.clock.now_us())
