@@ -77,6 +77,14 @@ def parse(text: str) -> Release | None:
     return Release(int(m.group(1)), int(m.group(2)), int(m.group(3)))
 
 
+def oceanbase_form(r: Release) -> str:
+    """``r`` as OceanBase spells a version, four numbers ``major.minor.major_patch.
+    minor_patch`` (``CALC_VERSION``; its tools' ``get_version`` needs four): a release's patch
+    is OceanBase's major patch and it has no minor patch, so 0.2.0 is ``"0.2.0.0"``. What
+    ``min_observer_version`` and ``compatible`` show (SHOW PARAMETERS, GV$OB_PARAMETERS)."""
+    return f"{r}.0"
+
+
 def parse_strict(text: str) -> Release:
     """``text`` as a release; ``ValueError`` naming it when it is none."""
     r = parse(text)

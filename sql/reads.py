@@ -402,17 +402,21 @@ def _parse_read(text: str) -> ast.Statement:
 
 
 #: SHOW PARAMETERS WHERE cond: the condition over SHOW PARAMETERS' columns (OceanBase's, then
-#: ``range``), answered as a read of GV$OB_PARAMETERS so it is checked like any SELECT.
+#: ``range``), answered as a read of GV$OB_PARAMETERS so it is checked like any SELECT. The
+#: rows the view computes (min_observer_version, the tenants' compatible) have no
+#: __all_sys_parameter_info row: their source is the table they are read from.
 _SHOW_PARAMETERS_WHERE = re.compile(
     r"\A\s*SHOW\s+PARAMETERS\s+WHERE\s+(?P<cond>.+?)\s*;?\s*\Z", re.I | re.S
 )
 _SHOW_PARAMETERS_SELECT = (
     "SELECT * FROM (SELECT g.ZONE AS zone, 'observer' AS svr_type, g.SVR_IP AS svr_ip, "
     "g.SVR_PORT AS svr_port, g.NAME AS name, g.DATA_TYPE AS data_type, g.VALUE AS value, "
-    "g.INFO AS info, g.SECTION AS section, g.SCOPE AS scope, d.source AS source, "
+    "g.INFO AS info, g.SECTION AS section, g.SCOPE AS scope, "
+    "COALESCE(d.source, CASE WHEN g.NAME = 'min_observer_version' "
+    "THEN '__all_cluster_version' ELSE '__all_sys_parameter' END) AS source, "
     "g.EDIT_LEVEL AS edit_level, g.DEFAULT_VALUE AS default_value, g.ISDEFAULT AS isdefault, "
-    "d.value_range AS `range` FROM GV$OB_PARAMETERS g "
-    "JOIN __all_sys_parameter_info d ON d.name = g.NAME) AS p WHERE ({cond}) "
+    "COALESCE(d.value_range, '') AS `range` FROM GV$OB_PARAMETERS g "
+    "LEFT JOIN __all_sys_parameter_info d ON d.name = g.NAME) AS p WHERE ({cond}) "
     "ORDER BY svr_ip, svr_port, name"
 )
 

@@ -384,6 +384,7 @@ class ReplicaInfo(_message.Message):
     BYTES_COPIED_FIELD_NUMBER: _builtins.int
     BUILD_ERROR_FIELD_NUMBER: _builtins.int
     CATCH_UP_ERROR_FIELD_NUMBER: _builtins.int
+    LOG_BASE_INDEX_FIELD_NUMBER: _builtins.int
     tenant_id: _builtins.int
     ls_id: _builtins.int
     unit_id: _builtins.int
@@ -418,6 +419,11 @@ class ReplicaInfo(_message.Message):
     """While a copy catches its log up: the last refusal of the peer it asked ("" when the last
     fetch was served). The RS then announces the copy again to the current leader.
     """
+    log_base_index: _builtins.int
+    """The last log entry the replica no longer keeps (compacted away, or cut when it restarted
+    its log from a leader's snapshot); 0 = none (and from agents of 0.1.0). Its log holds
+    entries log_base_index + 1 .. log_end_index.
+    """
     @_builtins.property
     def member_list(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """"ip:port" of the Paxos members, sorted"""
@@ -444,10 +450,11 @@ class ReplicaInfo(_message.Message):
         bytes_copied: _builtins.int = ...,
         build_error: _builtins.str = ...,
         catch_up_error: _builtins.str = ...,
+        log_base_index: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_error", b"build_error", "bytes_copied", b"bytes_copied", "catch_up_error", b"catch_up_error", "copy_from", b"copy_from", "data_checksum", b"data_checksum", "data_size", b"data_size", "in_service", b"in_service", "leader", b"leader", "log_end_index", b"log_end_index", "log_end_ts", b"log_end_ts", "ls_id", b"ls_id", "member_list", b"member_list", "paxos_replica_number", b"paxos_replica_number", "replica_type", b"replica_type", "required_size", b"required_size", "role", b"role", "tenant_id", b"tenant_id", "term", b"term", "unit_id", b"unit_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_error", b"build_error", "bytes_copied", b"bytes_copied", "catch_up_error", b"catch_up_error", "copy_from", b"copy_from", "data_checksum", b"data_checksum", "data_size", b"data_size", "in_service", b"in_service", "leader", b"leader", "log_base_index", b"log_base_index", "log_end_index", b"log_end_index", "log_end_ts", b"log_end_ts", "ls_id", b"ls_id", "member_list", b"member_list", "paxos_replica_number", b"paxos_replica_number", "replica_type", b"replica_type", "required_size", b"required_size", "role", b"role", "tenant_id", b"tenant_id", "term", b"term", "unit_id", b"unit_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

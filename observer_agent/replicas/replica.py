@@ -155,6 +155,7 @@ class Replica:
             leader=m.leader,
             log_end_index=self.log.end_index,
             log_end_ts=self.log.end_ts,
+            log_base_index=self.log.base_index,
             data_checksum=m.data_checksum,
             copy_from=b.source if b is not None else "",
             bytes_copied=b.bytes_copied if b is not None else 0,

@@ -90,6 +90,7 @@ META_VALUE_COLUMNS = (
     "last_report_time",
     "in_sync",
     "copy_from",
+    "begin_lsn",
 )
 
 
@@ -111,10 +112,11 @@ def upsert_ls_meta(
 ) -> None:
     """Insert new replica rows and update changed ones (values as :func:`load_ls_meta`; a
     row without ``stale`` / ``last_report_time`` is written fresh: 0 and 0, one without
-    ``in_sync`` / ``copy_from`` in sync and not being copied: 1 and '')."""
+    ``in_sync`` / ``copy_from`` in sync and not being copied: 1 and '', one without
+    ``begin_lsn`` with none known: NULL)."""
     t = all_ls_meta_table
     ts = us_to_datetime(now_us)
-    fresh = {"stale": 0, "last_report_time": 0, "in_sync": 1, "copy_from": ""}
+    fresh = {"stale": 0, "last_report_time": 0, "in_sync": 1, "copy_from": "", "begin_lsn": None}
     inserts = {k: fresh | v for k, v in inserts.items()}
     updates = {k: fresh | v for k, v in updates.items()}
     if inserts:

@@ -39,53 +39,9 @@ from sqlglot.optimizer.qualify import qualify
 from obcommon.errors import ObError
 from rootservice.db.catalog import Catalog, TableInfo
 from rootservice.db.engine import db_error_summary
+from rootservice.db.loose_group_by import any_value_of_ungrouped
+from rootservice.db.view_orders import DEFAULT_ORDER
 from sql import ast, reads
-
-# Rows come back in a stable order when the statement has no ORDER BY, as InnoDB returns
-# them in primary-key order.
-DEFAULT_ORDER = {
-    "__all_server": ("svr_ip", "svr_port"),
-    "__all_zone": ("zone", "name"),
-    "__all_sys_parameter": ("name",),
-    "__all_rootservice_job": ("job_id",),
-    "__all_rootservice_event_history": ("id",),
-    "__all_service_epoch": ("name",),
-    "dba_ob_servers": ("svr_ip", "svr_port"),
-    "dba_ob_zones": ("zone",),
-    "__all_unit_config": ("unit_config_id",),
-    "__all_resource_pool": ("resource_pool_id",),
-    "__all_unit": ("unit_id",),
-    "__all_tenant": ("tenant_id",),
-    "__all_ls_status": ("tenant_id", "ls_id"),
-    "__all_ls_meta_table": ("tenant_id", "ls_id", "svr_ip", "svr_port"),
-    "__all_space_usage": ("tenant_id", "svr_ip", "svr_port", "start_seq", "file_type"),
-    "dba_ob_unit_configs": ("unit_config_id",),
-    "dba_ob_resource_pools": ("resource_pool_id",),
-    "dba_ob_units": ("unit_id",),
-    "dba_ob_tenants": ("tenant_id",),
-    "dba_ob_ls": ("tenant_id", "ls_id"),
-    "dba_ob_ls_locations": ("tenant_id", "ls_id", "svr_ip", "svr_port"),
-    "dba_ob_rootservice_jobs": ("job_id",),
-    "cdb_ob_ls_locations": ("tenant_id", "ls_id", "svr_ip", "svr_port"),
-    "__all_server_report": ("svr_ip", "svr_port"),
-    "__all_server_event_history": ("id",),
-    "dba_ob_rootservice_event_history": ("timestamp",),
-    "dba_ob_server_event_history": ("timestamp",),
-    "gv$ob_servers": ("svr_ip", "svr_port"),
-    "v$ob_servers": ("svr_ip", "svr_port"),
-    "gv$ob_units": ("unit_id", "svr_ip", "svr_port"),
-    "gv$ob_log_stat": ("tenant_id", "ls_id", "svr_ip", "svr_port"),
-    "dba_ob_server_jobs": ("job_id",),
-    "dba_ob_unit_jobs": ("job_id",),
-    "dba_ob_tenant_jobs": ("job_id",),
-    "cdb_ob_ls": ("tenant_id", "ls_id"),
-    "cdb_ob_ls_replica_tasks": (
-        "tenant_id",
-        "ls_id",
-        "target_replica_svr_ip",
-        "target_replica_svr_port",
-    ),
-}
 
 SCHEMA = "oceanbase"
 
@@ -230,9 +186,14 @@ def _case_insensitive(node: exp.Expr) -> exp.Expr:
 
 def _rewrite(tree: exp.Expr, dialect: str) -> exp.Expr:
     """MySQL meaning on the engine: DATABASE(), case-insensitive LIKE and comparisons of a
-    text column with string literals, and the functions the engine lacks (as calls of the ``ob_*`` Python functions on SQLite)."""
+    text column with string literals, the functions the engine lacks (as calls of the ``ob_*``
+    Python functions on SQLite), and a loose GROUP BY on PostgreSQL
+    (:mod:`rootservice.db.loose_group_by`)."""
 
     def fix(node: exp.Expr) -> exp.Expr:
+        if dialect == "postgres" and isinstance(node, exp.Select):
+            any_value_of_ungrouped(node)  # MySQL's loose GROUP BY
+            return node
         if isinstance(node, (exp.EQ, exp.NEQ, exp.In)) and _text_vs_literals(node):
             return _case_insensitive(node)
         if isinstance(node, exp.CurrentSchema):

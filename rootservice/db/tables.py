@@ -295,6 +295,9 @@ all_ls_meta_table = sa.Table(
     sa.Column("in_sync", sa.Integer, nullable=False, server_default="1"),
     # Migration 0014: 'ip:port' the replica is being copied from while it is built, else ''.
     sa.Column("copy_from", sa.String(64), nullable=False, server_default=""),
+    # Migration 0020: log entries the replica no longer keeps (its report's log_base_index),
+    # GV$OB_LOG_STAT's BEGIN_LSN; NULL until an RS of that revision wrote the row.
+    sa.Column("begin_lsn", sa.BigInteger, nullable=True),
 )
 
 all_space_usage = sa.Table(

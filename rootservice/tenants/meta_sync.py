@@ -13,8 +13,10 @@ it merges from an older source into followers (``update_to_follower_role``). Eac
 says whether the replica's log is within ``ls_log_sync_threshold`` of its leader's
 (``in_sync``, the measure of :func:`rootservice.tenants.reports.in_sync`, shown by
 ``GV$OB_LOG_STAT.IN_SYNC``) and, while it is being built, the member it copies from
-(``copy_from``, shown by ``CDB_OB_LS_REPLICA_TASKS``). Sizes are bytes; times microseconds
-since the epoch.
+(``copy_from``, shown by ``CDB_OB_LS_REPLICA_TASKS``), and the log entries it no longer keeps
+(``begin_lsn``, the report's ``log_base_index``, shown by ``GV$OB_LOG_STAT.BEGIN_LSN``; the
+log's end is not written: it moves with every entry a leader appends). Sizes are bytes; times
+microseconds since the epoch.
 """
 
 from __future__ import annotations
@@ -147,6 +149,9 @@ class LsMetaSync:
                     "last_report_time": s.last_hb_time if deposed else 0,
                     "in_sync": int(view is None or in_sync(view, server, threshold)),
                     "copy_from": r.copy_from if not r.in_service else "",
+                    # Moves only when the agent compacts or restarts its log, unlike the
+                    # end, which is kept out of the table (it moves with every entry).
+                    "begin_lsn": r.log_base_index,
                 }
                 d, u = usage.get((t, s.ip, s.port), (0, 0))
                 usage[(t, s.ip, s.port)] = (d + r.data_size, u + r.required_size)

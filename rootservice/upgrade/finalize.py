@@ -175,13 +175,14 @@ class Finalize:
     def parameter_row(self) -> tuple[str, str, str, str, str, str]:
         """SHOW PARAMETERS' row of the cluster version, read from the database:
         ``(name, value, default_value, range, source, info)``; the default is the release a
-        new cluster bootstrapped by this RS starts at."""
+        new cluster bootstrapped by this RS starts at. Versions in OceanBase's four numbers
+        (:func:`releases.oceanbase_form`), as GV$OB_PARAMETERS shows them."""
         with self.store.read() as conn:
             value = cluster_version_repo.get(conn)
         return (
             PARAMETER,
-            str(value),
-            str(self.versions.release),
+            releases.oceanbase_form(value),
+            releases.oceanbase_form(self.versions.release),
             "",
             "__all_cluster_version",
             PARAMETER_INFO,

@@ -573,14 +573,12 @@ READS: list[ToolQuery] = [
         OB_OPERATOR + "parameter.go SelectCompatibleOfTenants",
         "select name, value, tenant_id from GV$OB_PARAMETERS where name = 'compatible'",
         check=_compatible,
-        needs="no tenant parameters: 'compatible' is not in GV$OB_PARAMETERS",
     ),
     ToolQuery(
         "obop_list_parameters_group_by_name",
         OB_OPERATOR + "parameter.go ListParametersGroupByName",
         "select name, value, IFNULL(data_type, 'unknown') as data_type, info, section, edit_level, scope, svr_ip, zone, svr_port, IFNULL(tenant_id, 0) as tenant_id from GV$OB_PARAMETERS group by name",
         check=_parameters_by_name,
-        needs="postgresql: MySQL's loose GROUP BY is not rewritten for PostgreSQL",
     ),
     ToolQuery(
         "obop_list_all_parameters",
@@ -700,7 +698,6 @@ READS: list[ToolQuery] = [
         "select job_id, job_type, job_status, tenant_id from DBA_OB_TENANT_JOBS where tenant_name=? and job_status ='INPROGRESS' and job_type='ALTER_TENANT_LOCALITY'",
         args=("{tenant}",),
         check=_rs_job_none,
-        needs="DBA_OB_TENANT_JOBS has no TENANT_NAME column",
     ),
     ToolQuery(
         "obop_get_resource_total",
@@ -733,7 +730,6 @@ READS: list[ToolQuery] = [
         "SELECT ls_id, begin_lsn FROM oceanbase.GV$OB_LOG_STAT WHERE TENANT_ID = ? AND ROLE = 'LEADER';",
         args=("{tenant_id}",),
         check=_log_stats,
-        needs="GV$OB_LOG_STAT has no log positions (BEGIN_LSN is NULL)",
     ),
     # ---- obagent: observer_meta.go
     ToolQuery(
@@ -865,7 +861,6 @@ READS: list[ToolQuery] = [
         UPGRADE_CHECKER + " check_observer_version",
         """select distinct value from GV$OB_PARAMETERS  where name='min_observer_version'""",
         check=_one_version,
-        needs="min_observer_version is in SHOW PARAMETERS, not GV$OB_PARAMETERS, and has three numbers, not four",
     ),
     ToolQuery(
         "upgrade_compatible",

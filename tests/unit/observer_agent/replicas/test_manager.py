@@ -110,3 +110,28 @@ def test_a_replica_whose_files_vanish_under_the_running_agent_is_forgotten(
     assert not (data / "clog" / f"{T}_{LS}").exists()
     # A restart finds nothing to load either.
     assert Agent(settings(data), clock).replicas.keys() == []
+
+
+def test_the_report_says_where_the_kept_log_starts(tmp_path: Path) -> None:
+    """``log_base_index``: the last entry the replica no longer keeps (GV$OB_LOG_STAT's
+    BEGIN_LSN on the RS), 0 before any compaction."""
+    clock = FakeClock()
+    members = ["127.0.0.1:3001", "127.0.0.1:3002", "127.0.0.1:3003"]
+
+    async def go() -> tuple[obrpc_pb2.ReplicaInfo, obrpc_pb2.ReplicaInfo]:
+        agent = Agent(settings(tmp_path / "data"), clock)
+        try:
+            await agent.replicas.apply(upsert(spec(members, members[1], 3)), 0)
+            rep = agent.replicas.get(T, LS)
+            assert rep is not None
+            rep.log.keep = 4  # compacted at 8 entries: not by these appends
+            rep.log.append([(i, 3, i) for i in range(1, 8)])
+            before = rep.info(members[0])
+            rep.log.compact()
+            return before, rep.info(members[0])
+        finally:
+            await agent.replicas.stop()
+
+    before, after = run(go())
+    assert (before.log_base_index, before.log_end_index) == (0, 7)
+    assert (after.log_base_index, after.log_end_index) == (3, 7)

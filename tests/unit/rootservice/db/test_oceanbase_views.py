@@ -58,7 +58,7 @@ RS_EVENTS = ["TIMESTAMP", "MODULE", "EVENT", *_HISTORY, "EXTRA_INFO", "RS_SVR_IP
 SERVER_EVENTS = ["TIMESTAMP", "SVR_IP", "SVR_PORT", "MODULE", "EVENT", *_HISTORY, "EXTRA_INFO"]
 _JOB = ["JOB_ID", "JOB_TYPE", "JOB_STATUS", "RESULT_CODE", "PROGRESS", "START_TIME", "MODIFY_TIME"]
 _JOB_END = ["SQL_TEXT", "EXTRA_INFO", "RS_SVR_IP", "RS_SVR_PORT"]
-TENANT_JOBS = [*_JOB, "TENANT_ID", *_JOB_END]
+TENANT_JOBS = [*_JOB, "TENANT_ID", *_JOB_END, "TENANT_NAME"]  # the last: the project's
 UNIT_JOBS = [*_JOB, "TENANT_ID", "UNIT_ID", *_JOB_END]
 SERVER_JOBS = [*_JOB, "SVR_IP", "SVR_PORT", *_JOB_END]
 CDB_OB_LS = [
@@ -442,9 +442,11 @@ def test_cdb_ob_ls_and_dba_ob_tenants_have_oceanbase_columns(rs: RootService) ->
         "UNIT_NUM", "COMPATIBLE", "MAX_LS_ID",
     ]  # fmt: skip
     t = next(r for r in rows if r["TENANT_ID"] == tid)
-    assert (t["UNIT_NUM"], t["COMPATIBLE"], t["MAX_LS_ID"]) == (1, "4.2.0.0", 1002)
+    # The tenant's data version: the cluster version in four numbers (test_tool_query_views).
+    version = select(rs, "SELECT version FROM __all_cluster_version")[1][0]["version"]
+    assert (t["UNIT_NUM"], t["COMPATIBLE"], t["MAX_LS_ID"]) == (1, f"{version}.0", 1002)
     assert (t["TENANT_ROLE"], t["LOG_MODE"], t["SYNC_SCN"]) == ("PRIMARY", "NOARCHIVELOG", None)
-    # The tenant's data version when one is set, else the servers' lowest version.
+    # The tenant's data version when one is set.
     write(rs, "INSERT INTO __all_sys_parameter (name, value) VALUES ('compatible', '4.3.0.0')")
     t = next(r for r in select(rs, "SELECT * FROM DBA_OB_TENANTS")[1] if r["TENANT_ID"] == tid)
     assert t["COMPATIBLE"] == "4.3.0.0"

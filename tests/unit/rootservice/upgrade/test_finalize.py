@@ -88,7 +88,8 @@ def test_raises_once_then_is_shown_and_carried_to_agents(rs: RootService) -> Non
     before = sql(rs, "SHOW PARAMETERS LIKE 'min_observer_version'").rows
     cells = [c.string_value for c in before[0].cells]
     # OceanBase's SHOW PARAMETERS columns: name 5th, value 7th.
-    assert [cells[4], cells[6]] == ["min_observer_version", "0.1.0"]
+    # In OceanBase's four numbers, as GV$OB_PARAMETERS shows it.
+    assert [cells[4], cells[6]] == ["min_observer_version", "0.1.0.0"]
     resp = sql(rs, END)
     assert resp.affected_rows == 1 and "raised from 0.1.0 to 0.2.0" in resp.info
     assert stored(rs) == Release(0, 2, 0) and rs.versions.cluster == Release(0, 2, 0)
@@ -96,7 +97,7 @@ def test_raises_once_then_is_shown_and_carried_to_agents(rs: RootService) -> Non
     assert (ev["value1"], ev["value2"], ev["value3"]) == ("0.2.0", "0.1.0", "0.2.0")
     after = sql(rs, "SHOW PARAMETERS LIKE 'min_observer%'").rows
     cells = [c.string_value for c in after[0].cells]
-    assert [cells[4], cells[6]] == ["min_observer_version", "0.2.0"]
+    assert [cells[4], cells[6]] == ["min_observer_version", "0.2.0.0"]
     assert rs.heartbeats.receive_hb(hb(A, "z1", build_version=NEW)).cluster_version == "0.2.0"
     again = sql(rs, END)
     assert again.affected_rows == 0 and "0.2.0 already" in again.info
