@@ -7,7 +7,7 @@ database instead of running on a schema it does not know.
 Additive only (a new table): a 0.1.0 RS runs on it unchanged.
 
 Revision ID: 0022
-Revises: 0019
+Revises: 0020
 Create Date: 2026-11-29
 """
 
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0022"
-down_revision = "0019"
+down_revision = "0020"
 branch_labels = None
 depends_on = None
 
