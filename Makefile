@@ -19,8 +19,10 @@ PYTEST_ARGS ?=
 # serially in one process. --dist loadgroup keeps the files of tests/support/xdist_sched.py's
 # FILE_GROUPS on one worker each (one SparkSession, a module's shared cluster);
 # --no-loadscope-reorder keeps the longest-first order it gives (xdist would put groups
-# first, by size).
-PYTEST_WORKERS ?= 4
+# first, by size). Two per core this process may run on (nproc honours taskset): 4 on two
+# cores; on one core (taskset -c 0), 4 workers starved the root services' 1-2 s leases
+# (stepped down, statements refused OB_RS_NOT_MASTER, a dry run past its 60 s deadline).
+PYTEST_WORKERS ?= $(shell echo $$(( 2 * $$(nproc) )))
 
 .PHONY: proto-compat setup pg-binaries mysql-clients browser faketime prometheus nftables test-partitions test demo demo-spark-cluster bench bench-storm bench-mysql bench-spark bench-empty bench-parse chaos soak-lag lint docs dist proto clean
 

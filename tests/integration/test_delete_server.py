@@ -179,7 +179,8 @@ def test_delete_life_cycle_cancel_and_permanent_offline_rebuild(tc: TenantCluste
     # Spark is warm by now, so this costs one plan.
     explained = subprocess.run(
         [sys.executable, "-m", "sql.obadmin", *pki.obadmin_flags(), "--rs", c.rs_addr,
-         "--format", "json", "-e", f"EXPLAIN ALTER SYSTEM DELETE SERVER '{src}'"],
+         "--format", "json", "--timeout", str(scaled(80)),
+         "-e", f"EXPLAIN ALTER SYSTEM DELETE SERVER '{src}'"],
         capture_output=True, text=True, timeout=scaled(90),
     )  # fmt: skip
     assert explained.returncode == 0, explained.stdout + explained.stderr
