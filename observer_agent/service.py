@@ -13,7 +13,8 @@ Who may call (``agent.peer_gate``): ``ObserverService`` answers RS certificates
 only; ``ReplicaService`` answers the RS and the node certificates of the LS's members and
 learners (copies the RS announced), and ``FetchLog`` only for the node its ``follower``
 names. Refusals are ``UNAUTHENTICATED`` / ``PERMISSION_DENIED`` and
-change nothing.
+change nothing; the open connections of a certificate revoked later are closed
+(``agent.peer_gate.connections``).
 
 Which root service may call (``agent.tokens``): every ``ObserverService`` call carries the
 RS's fencing token, and only one that follows the highest token this agent obeyed is acted
@@ -60,8 +61,10 @@ async def refuse_deposed(
     A refusal is the error ``ApplyReplicas`` answers in-band (``OB_RS_NOT_MASTER`` for a
     deposed root service or another incarnation of the epoch, ``OB_INVALID_ARGUMENT`` for an
     absurd epoch), sent as the error's gRPC status (``UNAVAILABLE`` / ``INVALID_ARGUMENT``)
-    with the trailing metadata ``ob-code`` / ``ob-name`` of the RS's own refusals, message
-    ``"<OB name>: <message>"`` naming both tokens. A 0.1.0 root service, which does not read
+    with the trailing metadata ``ob-code`` / ``ob-name`` of the RS's own refusals and the
+    token this agent obeys (``ob-rs-epoch`` / ``ob-rs-incarnation``: what its lease requests
+    report anyway, so a new leader of a conflicting token learns it from the refusal too),
+    message ``"<OB name>: <message>"`` naming both tokens. A 0.1.0 root service, which does not read
     the metadata, sees a failed call. Without a ``context`` (a direct call) the ``ObError``
     is raised instead. A token of epoch 0 is refused by an agent that obeyed any: who
     sends none is no root service in office.
@@ -71,7 +74,15 @@ async def refuse_deposed(
         return
     if context is None:
         raise refused
-    context.set_trailing_metadata((("ob-code", str(refused.code)), ("ob-name", refused.name)))
+    highest = agent.tokens.highest
+    context.set_trailing_metadata(
+        (
+            ("ob-code", str(refused.code)),
+            ("ob-name", refused.name),
+            ("ob-rs-epoch", str(highest.epoch)),
+            ("ob-rs-incarnation", str(highest.incarnation)),
+        )
+    )
     await context.abort(refused.grpc_code(), f"{refused.name}: {refused.message}")
 
 
@@ -253,6 +264,8 @@ async def create_server(agent: Agent, addr: str) -> tuple[Any, int]:
     if not port:
         raise OSError(f"cannot bind the agent's gRPC server to {addr}")
     agent.bind_port(port)
+    # The connections of a certificate revoked later are closed, not only its calls refused.
+    agent.peer_gate.connections.serve(port)
     # Only observable once the server is started, which is when it becomes true.
     for name in ("", OBSERVER_SERVICE_NAME):
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)
