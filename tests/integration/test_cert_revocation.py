@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import grpc
@@ -66,6 +67,14 @@ def c(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Revoking]:
     finally:
         errors = procs.stop_all()
         assert not errors, errors
+
+
+@pytest.fixture
+def closing() -> Iterator[ExitStack]:
+    """Closes what a test registers, failed or not: a subscribed gRPC channel left to the
+    garbage collector can hang the interpreter's exit."""
+    with ExitStack() as stack:
+        yield stack
 
 
 def _victim(tmp: Path, user: str = "root") -> Path:
@@ -162,7 +171,9 @@ def _execute_on(ch: grpc.Channel, statement: str, creds: Credentials) -> tuple[i
     return resp.error.code, resp.error.message
 
 
-def test_revoked_root_client_certificate_is_refused_everywhere(c: Revoking, tmp_path: Path) -> None:
+def test_revoked_root_client_certificate_is_refused_everywhere(
+    c: Revoking, tmp_path: Path, closing: ExitStack
+) -> None:
     d = _victim(tmp_path)
     sec = TransportSecurity(d, Role.CLIENT, "root")
     creds = Credentials(security=sec)
@@ -171,9 +182,11 @@ def test_revoked_root_client_certificate_is_refused_everywhere(c: Revoking, tmp_
     # stays open across the revocation; its connectivity is watched from its first call on,
     # so a reconnection (a new TLS handshake, which would be refused anyway) would show.
     grpc_ch = sec.channel(c.rs_addr)
+    closing.callback(grpc_ch.close)
     assert _execute_on(grpc_ch, statement, creds) == (0, "")
     states: list[grpc.ChannelConnectivity] = []
     grpc_ch.subscribe(states.append)
+    closing.callback(grpc_ch.unsubscribe, states.append)
     wait_until(lambda: states, 10, message="the channel's state")
     my = _mysql(c, d)
     with my.cursor() as cur:
@@ -359,7 +372,7 @@ def _heartbeat_on(ch: grpc.Channel) -> grpc.RpcError | None:
     raise AssertionError("unreachable")
 
 
-def test_revoked_rs_certificate_is_refused_by_the_agents(c: Revoking) -> None:
+def test_revoked_rs_certificate_is_refused_by_the_agents(c: Revoking, closing: ExitStack) -> None:
     """The agent gets the list with its lease answers: the connection the RS's certificate
     holds to it is closed, and its calls are refused on a new one."""
     live = [a for a in sorted(c.agents) if c.statuses()[a] == "ACTIVE"]
@@ -367,9 +380,11 @@ def test_revoked_rs_certificate_is_refused_by_the_agents(c: Revoking) -> None:
     agent = live[0]
     rs_certs = pki.certs_dir(Role.RS, c.rs_addr)
     ch = TransportSecurity(rs_certs, Role.RS).channel(agent)
+    closing.callback(ch.close)
     assert _heartbeat_on(ch) is None  # the RS's certificate works before
     states: list[grpc.ChannelConnectivity] = []
     ch.subscribe(states.append)
+    closing.callback(ch.unsubscribe, states.append)
     wait_until(lambda: states, 10, message="the channel's state")
     serial = _serial(rs_certs / cert_file(Role.RS))
     r = _cli(
