@@ -140,7 +140,8 @@ class GrpcConnections:
         self._sockets = sockets
         self._shutdown = shutdown
         self._ports: set[int] = set()
-        self._peers: dict[Endpoint, str] = {}
+        # By the peer string as gRPC gives it: parsed only when connections are looked for.
+        self._peers: dict[str, str] = {}
         self._lock = threading.Lock()
         self.closed_total = 0
         revoked.on_change(self._on_change)
@@ -153,14 +154,11 @@ class GrpcConnections:
 
     def seen(self, peer: str, serial: str) -> None:
         """A call from ``peer`` (``context.peer()``) presented the certificate of ``serial``.
-        One dictionary look-up when already known."""
-        if not self._ports:
-            return
-        end = parse_peer(peer)
-        if end is None or self._peers.get(end) == serial:
+        One dictionary look-up when already known (every admitted call comes here)."""
+        if not self._ports or self._peers.get(peer) == serial:
             return
         with self._lock:
-            self._peers[end] = serial
+            self._peers[peer] = serial
             crowded = len(self._peers) > PRUNE_AT
         if crowded:
             self._prune()
@@ -182,8 +180,8 @@ class GrpcConnections:
     def _prune(self) -> None:
         live = self._ours()
         with self._lock:
-            for end in [e for e in self._peers if e not in live]:
-                del self._peers[end]
+            for peer in [p for p in self._peers if parse_peer(p) not in live]:
+                del self._peers[peer]
 
     def _on_change(self, serials: frozenset[str]) -> None:
         self.close_revoked(serials)
@@ -192,7 +190,7 @@ class GrpcConnections:
         """Shut down the connections of the peers whose serial is in ``serials`` (the
         revocation list's listener); returns how many. A failure is logged, never raised."""
         with self._lock:
-            doomed = {end: s for end, s in self._peers.items() if s in serials}
+            doomed = {p: s for p, s in self._peers.items() if s in serials}
         if not doomed:
             return 0
         closed = 0
@@ -201,7 +199,10 @@ class GrpcConnections:
         except OSError as e:
             log.error("cannot look for the connections of revoked certificates: %s", e)
             return 0
-        for end, serial in doomed.items():
+        for peer, serial in doomed.items():
+            end = parse_peer(peer)
+            if end is None:
+                continue  # not TCP (a unix socket): nothing of ours to find
             for fd in live.get(end, []):
                 try:
                     self._shutdown(fd)
@@ -216,7 +217,7 @@ class GrpcConnections:
                     serial,
                 )
         with self._lock:
-            for end in doomed:
-                self._peers.pop(end, None)
+            for peer in doomed:
+                self._peers.pop(peer, None)
             self.closed_total += closed
         return closed
