@@ -1,8 +1,10 @@
 """The highest RS fencing token this agent obeyed, kept across restarts.
 
-Every RS -> agent command (``ApplyReplicas``) and every lease answer carries the RS's token,
-``(rs_epoch, rs_incarnation)`` (:class:`obcommon.fencing.FenceToken`). The agent obeys one
-only when :func:`obcommon.fencing.refusal` lets it through, remembers the highest it obeyed,
+Every RS -> agent call (``ApplyReplicas``, ``RequestHeartbeat``, ``CheckServerEmpty``,
+``DumpStacks``) and every lease answer carries the RS's token, ``(rs_epoch,
+rs_incarnation)`` (:class:`obcommon.fencing.FenceToken`). The agent obeys a command or a
+lease answer, and answers any other call, only when :func:`obcommon.fencing.refusal` lets
+its token through (:meth:`TokenKeeper.admit`, :meth:`TokenKeeper.check`), remembers the highest it obeyed,
 reports it in its lease requests, and writes it to ``DATA_DIR/rs_token.json`` before it
 acts on a higher one, so a restarted agent does not obey a root service it had already
 seen deposed (ZooKeeper keeps its accepted epoch in a file for the same reason).
@@ -87,6 +89,25 @@ class TokenKeeper:
         old, self.highest = self.highest, new
         self.log.info("obeying the root service of %s (was %s)", offered, old)
 
+    def check(self, offered: FenceToken, what: str) -> ObError | None:
+        """:meth:`judge` for a call that is answered without being obeyed (``RequestHeartbeat``,
+        ``CheckServerEmpty``, ``DumpStacks``: only a command or a lease answer makes a token
+        the highest): None when ``what`` may be answered, else the error :meth:`admit` would
+        answer with (``OB_RS_NOT_MASTER`` for a deposed root service or another incarnation
+        of the epoch, ``OB_INVALID_ARGUMENT`` for an absurd epoch), counted in
+        :attr:`refused` and logged. Writes nothing; never raises."""
+        why = self.judge(offered)
+        if why is None:
+            return None
+        return self._refused(offered, what, why)
+
+    def _refused(self, offered: FenceToken, what: str, why: str) -> ObError:
+        self.refused += 1
+        name = "OB_INVALID_ARGUMENT" if offered.epoch > self.highest.epoch else "OB_RS_NOT_MASTER"
+        err = ObError(name, detail=f"{what} refused: {why}")
+        self.log.warning("%s", err.message)
+        return err
+
     def admit(self, offered: FenceToken, what: str) -> ObError | None:
         """:meth:`judge` then :meth:`obey`: None when the caller may act on ``what`` (the
         command's name, for messages), else the error to answer with: ``OB_RS_NOT_MASTER``
@@ -94,13 +115,7 @@ class TokenKeeper:
         epoch, ``OB_ERR_SYS`` when the token cannot be kept on disk. Never raises."""
         why = self.judge(offered)
         if why is not None:
-            self.refused += 1
-            name = (
-                "OB_INVALID_ARGUMENT" if offered.epoch > self.highest.epoch else "OB_RS_NOT_MASTER"
-            )
-            err = ObError(name, detail=f"{what} refused: {why}")
-            self.log.warning("%s", err.message)
-            return err
+            return self._refused(offered, what, why)
         try:
             self.obey(offered)
         except OSError as e:

@@ -13,7 +13,16 @@ Who may call (``agent.peer_gate``): ``ObserverService`` answers RS certificates
 only; ``ReplicaService`` answers the RS and the node certificates of the LS's members and
 learners (copies the RS announced), and ``FetchLog`` only for the node its ``follower``
 names. Refusals are ``UNAUTHENTICATED`` / ``PERMISSION_DENIED`` and
-change nothing.
+change nothing; the open connections of a certificate revoked later are closed
+(``agent.peer_gate.connections``).
+
+Which root service may call (``agent.tokens``): every ``ObserverService`` call carries the
+RS's fencing token, and only one that follows the highest token this agent obeyed is acted
+on (``ApplyReplicas``, refused in-band) or answered (the others, refused with the same
+OceanBase error as a gRPC status): a deposed root service can neither change nor read the
+server's state. A node may only speak for itself, and only the RS in office for the
+cluster (Kubernetes' NodeRestriction; OceanBase's observer refuses a heartbeat of a lower
+RS epoch with ``OB_RS_NOT_MASTER`` in ``ObHeartbeatHandler::handle_heartbeat``).
 """
 
 from __future__ import annotations
@@ -42,6 +51,41 @@ RS_OR_NODE = frozenset({Role.RS, Role.NODE})
 OBSERVER_SERVICE_NAME = obrpc_pb2.DESCRIPTOR.services_by_name["ObserverService"].full_name
 
 
+async def refuse_deposed(
+    agent: Agent, context: Any, rs_epoch: int, rs_incarnation: int, what: str
+) -> None:
+    """Abort ``what`` (an ``ObserverService`` call answered without an in-band error) unless
+    its fencing token ``(rs_epoch, rs_incarnation)`` follows the highest this agent obeyed
+    (:meth:`observer_agent.fence.TokenKeeper.check`; nothing is written either way).
+
+    A refusal is the error ``ApplyReplicas`` answers in-band (``OB_RS_NOT_MASTER`` for a
+    deposed root service or another incarnation of the epoch, ``OB_INVALID_ARGUMENT`` for an
+    absurd epoch), sent as the error's gRPC status (``UNAVAILABLE`` / ``INVALID_ARGUMENT``)
+    with the trailing metadata ``ob-code`` / ``ob-name`` of the RS's own refusals and the
+    token this agent obeys (``ob-rs-epoch`` / ``ob-rs-incarnation``: what its lease requests
+    report anyway, so a new leader of a conflicting token learns it from the refusal too),
+    message ``"<OB name>: <message>"`` naming both tokens. A 0.1.0 root service, which does not read
+    the metadata, sees a failed call. Without a ``context`` (a direct call) the ``ObError``
+    is raised instead. A token of epoch 0 is refused by an agent that obeyed any: who
+    sends none is no root service in office.
+    """
+    refused = agent.tokens.check(FenceToken(rs_epoch, rs_incarnation), what)
+    if refused is None:
+        return
+    if context is None:
+        raise refused
+    highest = agent.tokens.highest
+    context.set_trailing_metadata(
+        (
+            ("ob-code", str(refused.code)),
+            ("ob-name", refused.name),
+            ("ob-rs-epoch", str(highest.epoch)),
+            ("ob-rs-incarnation", str(highest.incarnation)),
+        )
+    )
+    await context.abort(refused.grpc_code(), f"{refused.name}: {refused.message}")
+
+
 class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
     """``ObserverService`` backed by an :class:`Agent`."""
 
@@ -55,13 +99,19 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
     ) -> obrpc_pb2.LeaseRequest:
         """``ObserverService.RequestHeartbeat`` of obrpc.proto: a freshly built lease request.
 
-        The RS feeds the answer through its receive_hb (docs/design/leases.md). Every RS is
-        answered, whatever its fencing token (a new leader learns the agents' tokens this
-        way), but only the request of the RS this agent obeys, or a newer one, ends the
-        lease loop's backoff (:meth:`observer_agent.lease.LeaseDecisions.heartbeat_requested`):
-        after ADD SERVER the agent asks for its lease at once.
+        The RS feeds the answer through its receive_hb (docs/design/leases.md). Only the RS
+        this agent obeys, or a newer one, is answered (:func:`refuse_deposed`): a deposed
+        root service neither reads this server's state nor ends its backoff nor settles a
+        command. A new leader whose token conflicts with the agent's learns it from the
+        agent's own lease requests, which carry it. The request of an RS let through ends
+        the lease loop's backoff
+        (:meth:`observer_agent.lease.LeaseDecisions.heartbeat_requested`): after ADD SERVER
+        the agent asks for its lease at once.
         """
         await self.agent.peer_gate.admit(context, "ObserverService.RequestHeartbeat", RS_ONLY)
+        await refuse_deposed(
+            self.agent, context, request.rs_epoch, request.rs_incarnation, "RequestHeartbeat"
+        )
         self.agent.lease.heartbeat_requested(FenceToken(request.rs_epoch, request.rs_incarnation))
         if request.command_seq:
             # Applied once past the apply gate (a frozen agent still answers: its heartbeats
@@ -81,8 +131,12 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
         """``ObserverService.DumpStacks``: every thread's Python stack and
         the event loop's tasks (:func:`observer_agent.commands.dump_stacks`), for the RS's
         LAGGING event. RS certificates only, like the other ``ObserverService`` calls; never
-        waits for the apply gate (a frozen agent must still answer)."""
+        waits for the apply gate (a frozen agent must still answer). A deposed root service
+        is refused (:func:`refuse_deposed`): the stacks show the server's state."""
         await self.agent.peer_gate.admit(context, "ObserverService.DumpStacks", RS_ONLY)
+        await refuse_deposed(
+            self.agent, context, request.rs_epoch, request.rs_incarnation, "DumpStacks"
+        )
         return dump_stacks()
 
     async def CheckServerEmpty(
@@ -91,9 +145,13 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
         """``ObserverService.CheckServerEmpty`` of obrpc.proto, for ADD SERVER and BOOTSTRAP.
 
         ``is_empty`` = no identity file (an unreadable one counts as not empty); zone, server,
-        cluster_id, server_id as kept (docs/design/statements.md).
+        cluster_id, server_id as kept (docs/design/statements.md). A deposed root service is
+        refused (:func:`refuse_deposed`): it may not learn whose server this is.
         """
         await self.agent.peer_gate.admit(context, "ObserverService.CheckServerEmpty", RS_ONLY)
+        await refuse_deposed(
+            self.agent, context, request.rs_epoch, request.rs_incarnation, "CheckServerEmpty"
+        )
         return self.agent.check_server_empty()
 
     async def ApplyReplicas(
@@ -206,6 +264,8 @@ async def create_server(agent: Agent, addr: str) -> tuple[Any, int]:
     if not port:
         raise OSError(f"cannot bind the agent's gRPC server to {addr}")
     agent.bind_port(port)
+    # The connections of a certificate revoked later are closed, not only its calls refused.
+    agent.peer_gate.connections.serve(port)
     # Only observable once the server is started, which is when it becomes true.
     for name in ("", OBSERVER_SERVICE_NAME):
         await health.set(name, health_pb2.HealthCheckResponse.SERVING)

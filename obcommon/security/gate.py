@@ -11,7 +11,9 @@ flood of forged calls cannot flood the log. Nothing else happens for a refused c
 In insecure mode every call is admitted (there are no identities).
 
 A certificate on the revocation list (:class:`obcommon.security.revocation.RevokedSerials`) is refused with ``UNAUTHENTICATED`` and kind ``revoked`` before its role
-is looked at: one set lookup of the serial, no database read.
+is looked at: one set lookup of the serial, no database read. The connections open with a
+certificate are closed when it is revoked
+(:class:`obcommon.security.grpc_connections.GrpcConnections`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import grpc
 from obcommon.clock import Clock, SystemClock
 from obcommon.ratelimit_log import RateLimitedLog
 from obcommon.security.certs import Role
+from obcommon.security.grpc_connections import GrpcConnections
 from obcommon.security.identity import PeerIdentity, peer_identity
 from obcommon.security.revocation import RevokedSerials
 
@@ -57,7 +60,10 @@ class PeerGate:
     ``insecure``: admit everything. ``count(kind)`` is called once per refusal (e.g. the RS's
     metrics); :attr:`refused_total` keeps the same counts per kind. ``clock`` paces the log
     (its monotonic time). ``revoked`` is the process's revocation list (default: a new,
-    empty one, kept as :attr:`revoked`).
+    empty one, kept as :attr:`revoked`). :attr:`connections` remembers which peer address
+    presented which certificate and closes the open connections of a serial once it is
+    revoked (:class:`obcommon.security.grpc_connections.GrpcConnections`; the servers tell it
+    their bound ports).
     """
 
     def __init__(
@@ -70,6 +76,7 @@ class PeerGate:
         """``insecure`` True admits every call; ``count`` receives each refusal's kind."""
         self.insecure = insecure
         self.revoked = revoked if revoked is not None else RevokedSerials()
+        self.connections = GrpcConnections(self.revoked)
         self._count = count
         self.refused_total: dict[str, int] = {}
         # One line per kind of refusal per LOG_EVERY_US (the shared rate limiter).
@@ -94,9 +101,10 @@ class PeerGate:
         """
         if self.insecure:
             return None
-        return self.check_identity(
-            peer_identity(context), context.peer(), method, roles, name=name, names=names
-        )
+        ident, peer = peer_identity(context), context.peer()
+        if ident is not None:
+            self.connections.seen(peer, ident.serial)
+        return self.check_identity(ident, peer, method, roles, name=name, names=names)
 
     def check_identity(
         self,

@@ -10,8 +10,9 @@ the RS's, so an unchanged list costs one integer per heartbeat).
 
 :class:`OpenConnections` keeps the connections of the front ends that are not gRPC (the
 MySQL and HTTP endpoints) by the serial of their client certificate, so that a revocation
-closes those already open (gRPC exposes no connection; its calls are refused one by one and
-its lease streams ended at their next message).
+closes those already open. gRPC exposes no connection: its calls are refused one by one,
+its lease streams ended at their next message, and its open connections closed by
+:class:`obcommon.security.grpc_connections.GrpcConnections`.
 
 Serials are written as lower-case hexadecimal without separators (:func:`serial_text`);
 :func:`parse_serial` also reads OpenSSL's ``serial=0A1B...`` and ``0a:1b:...`` forms.

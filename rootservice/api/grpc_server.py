@@ -74,6 +74,8 @@ async def create_server(
     if port == 0:
         raise RuntimeError(f"cannot bind {bind}")
     rs.set_rpc_port(port)
+    # The connections of a certificate revoked later are closed, not only its calls refused.
+    rs.peer_gate.connections.serve(port)
     await health.set(LIVENESS, health_pb2.HealthCheckResponse.SERVING)
     await apply_readiness(health, rs.readiness.services())
     return server, port

@@ -8,6 +8,9 @@ the certificates are rotated. Every call has a deadline of ``rpc_timeout``; a fa
 ``ObError(OB_SERVER_CONNECTION_ERROR)`` naming the server (docs/design/statements.md, ADD SERVER),
 except ``UNIMPLEMENTED``: an agent of an older release without the RPC, ``OB_NOT_SUPPORTED``
 (an old peer, never taken for a dead one).
+An agent's own refusal (``OB_RS_NOT_MASTER`` to a deposed root service, in the trailing
+metadata ``ob-code`` / ``ob-name``) is that error, naming the server and the call, and the
+channel is kept.
 
 ``ApplyReplicas`` and ``RequestHeartbeat`` are commands: each carries a
 ``command_seq`` from the :class:`rootservice.servers.command_ledger.CommandLedger`, settled when
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 import grpc
 
 from obcommon.clock import Clock, SystemClock
-from obcommon.errors import ObError
+from obcommon.errors import ERRORS, ObError, RemoteObError
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from obcommon.security.tls import ChannelCache, TransportSecurity
 from rootservice.servers.command_ledger import CommandLedger
@@ -68,7 +71,8 @@ class AgentClient:
 
     def check_server_empty(self, server: str, epoch: int) -> EmptyCheck:
         """Ask ``server`` ('ip:port') whether it is empty. Raises
-        ``ObError(OB_SERVER_CONNECTION_ERROR)`` when it cannot be reached in time."""
+        ``ObError(OB_SERVER_CONNECTION_ERROR)`` when it cannot be reached in time, and the
+        agent's ``OB_RS_NOT_MASTER`` when it obeys a newer root service than ``epoch``."""
         try:
             r = self._stub(server).CheckServerEmpty(
                 obrpc_pb2.CheckServerEmptyRequest(
@@ -82,7 +86,8 @@ class AgentClient:
 
     def request_heartbeat(self, server: str, epoch: int) -> obrpc_pb2.LeaseRequest:
         """Ask ``server`` for a lease request now (the RS feeds it to receive_hb).
-        Raises ``ObError(OB_SERVER_CONNECTION_ERROR)``."""
+        Raises ``ObError(OB_SERVER_CONNECTION_ERROR)``, or the agent's ``OB_RS_NOT_MASTER``
+        when it obeys a newer root service than ``epoch``."""
         seq = self.ledger.issue(server, epoch, self.clock.monotonic_us())
         try:
             r = self._stub(server).RequestHeartbeat(
@@ -136,6 +141,16 @@ class AgentClient:
         down (its lease is the heartbeats' business). Anything else is
         ``OB_SERVER_CONNECTION_ERROR`` and the channel is dropped: after a take-office with
         thousands of dead servers, cached channels would cost hundreds of MiB."""
+        refused = agent_error(e)
+        if refused is not None:
+            # The agent answered with an OceanBase error (a fencing token it does not follow):
+            # it is up, so its channel is kept.
+            return RemoteObError(
+                refused.code,
+                refused.name,
+                refused.sqlstate,
+                f"{rpc} on server '{server}': {refused.message}",
+            )
         if old_peer(e):
             return ObError(
                 "OB_NOT_SUPPORTED",
@@ -159,6 +174,31 @@ class AgentClient:
     def close(self) -> None:
         """Close every cached channel; later calls open new ones."""
         self._channels.close()
+
+
+def agent_error(e: grpc.RpcError) -> ObError | None:
+    """The OceanBase error an agent refused a call with (the ``ob-code`` / ``ob-name``
+    trailing metadata of :func:`observer_agent.service.refuse_deposed`; the status message
+    as the error's message, without its ``"<OB name>: "`` prefix), or None for any other
+    failure."""
+    meta = dict(e.trailing_metadata() or ()) if isinstance(e, grpc.Call) else {}
+    ob_code, ob_name = meta.get("ob-code"), meta.get("ob-name")
+    if not isinstance(ob_code, str) or not isinstance(ob_name, str):
+        return None
+    try:
+        number = int(ob_code)
+    except ValueError:
+        return None
+    if number >= 0 or not ob_name:
+        return None
+    known = ERRORS.get(ob_name)
+    details = (e.details() if isinstance(e, grpc.Call) else None) or ""
+    return RemoteObError(
+        number,
+        ob_name,
+        known.sqlstate if known else "HY000",
+        details.removeprefix(f"{ob_name}: ")[:400],
+    )
 
 
 def old_peer(e: grpc.RpcError) -> bool:

@@ -1,5 +1,5 @@
 """Certificate revocation against real ``rootservice`` and ``observer-agent`` processes: a revoked root client certificate is refused on gRPC, MySQL and HTTPS and
-the connections open with it are closed; a revoked node certificate loses its lease (the
+the connections open with it (gRPC's too) are closed; a revoked node certificate loses its lease (the
 server goes INACTIVE) and the other agents refuse it; a revoked RS certificate is refused by
 the agents.
 
@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import grpc
@@ -25,6 +26,7 @@ import pymysql
 import pytest
 from cryptography import x509
 
+from obcommon.fencing import FenceToken
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from obcommon.security.certs import CA_CERT, Role, Validity, cert_file, create_cert, key_file
 from obcommon.security.revocation import serial_text
@@ -32,6 +34,7 @@ from obcommon.security.tls import TransportSecurity
 from sql.client import Credentials, execute
 from tests.integration.test_cluster import LEASE, Cluster
 from tests.support import pki
+from tests.support.agent_probe import obeyed_token
 from tests.support.cluster import ProcSet, wait_until
 from tests.support.ports import free_port
 
@@ -64,6 +67,14 @@ def c(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Revoking]:
     finally:
         errors = procs.stop_all()
         assert not errors, errors
+
+
+@pytest.fixture
+def closing() -> Iterator[ExitStack]:
+    """Closes what a test registers, failed or not: a subscribed gRPC channel left to the
+    garbage collector can hang the interpreter's exit."""
+    with ExitStack() as stack:
+        yield stack
 
 
 def _victim(tmp: Path, user: str = "root") -> Path:
@@ -160,7 +171,9 @@ def _execute_on(ch: grpc.Channel, statement: str, creds: Credentials) -> tuple[i
     return resp.error.code, resp.error.message
 
 
-def test_revoked_root_client_certificate_is_refused_everywhere(c: Revoking, tmp_path: Path) -> None:
+def test_revoked_root_client_certificate_is_refused_everywhere(
+    c: Revoking, tmp_path: Path, closing: ExitStack
+) -> None:
     d = _victim(tmp_path)
     sec = TransportSecurity(d, Role.CLIENT, "root")
     creds = Credentials(security=sec)
@@ -169,9 +182,11 @@ def test_revoked_root_client_certificate_is_refused_everywhere(c: Revoking, tmp_
     # stays open across the revocation; its connectivity is watched from its first call on,
     # so a reconnection (a new TLS handshake, which would be refused anyway) would show.
     grpc_ch = sec.channel(c.rs_addr)
+    closing.callback(grpc_ch.close)
     assert _execute_on(grpc_ch, statement, creds) == (0, "")
     states: list[grpc.ChannelConnectivity] = []
     grpc_ch.subscribe(states.append)
+    closing.callback(grpc_ch.unsubscribe, states.append)
     wait_until(lambda: states, 10, message="the channel's state")
     my = _mysql(c, d)
     with my.cursor() as cur:
@@ -195,11 +210,14 @@ def test_revoked_root_client_certificate_is_refused_everywhere(c: Revoking, tmp_
     serial = _serial(crt)
     assert serial in r.stdout
 
-    # gRPC: the channel opened before is refused at its next call, with the reason, on the
-    # connection it had (it never left READY).
+    # gRPC: the connection the channel had is closed by the RS (the channel leaves READY
+    # without a call of ours), and its next call, on a new connection, is refused with the
+    # reason.
+    wait_until(lambda: len(states) > 1, 10, message="gRPC connection of a revoked cert closed")
+    assert states[0] is grpc.ChannelConnectivity.READY, states
+    assert states[1] is not grpc.ChannelConnectivity.READY, states
     code, message = _execute_on(grpc_ch, statement, creds)
     assert code != 0 and "revoked" in message, (code, message)
-    assert states == [grpc.ChannelConnectivity.READY], states
     grpc_ch.close()
     # A new channel is refused too.
     resp = execute([c.rs_addr], statement, 30, creds)
@@ -332,32 +350,54 @@ def test_revoked_node_certificate_loses_its_lease(c: Revoking, tmp_path: Path) -
     )
 
 
-def _heartbeat_as_rs(rs_certs: Path, agent: str) -> grpc.RpcError | None:
-    sec = TransportSecurity(rs_certs, Role.RS)
-    with sec.channel(agent) as ch:
+def _heartbeat_on(ch: grpc.Channel) -> grpc.RpcError | None:
+    """RequestHeartbeat over ``ch`` with the token the agent obeys (the refusal of a call
+    without one names it): None when answered, else the refusal."""
+    stub = obrpc_pb2_grpc.ObserverServiceStub(ch)
+    token = FenceToken(0, 0)
+    for _ in range(2):
         try:
-            obrpc_pb2_grpc.ObserverServiceStub(ch).RequestHeartbeat(
-                obrpc_pb2.RequestHeartbeatRequest(), timeout=5
+            stub.RequestHeartbeat(
+                obrpc_pb2.RequestHeartbeatRequest(
+                    rs_epoch=token.epoch, rs_incarnation=token.incarnation
+                ),
+                timeout=5,
             )
+            return None
         except grpc.RpcError as e:
-            return e
-    return None
+            obeyed = obeyed_token(e)
+            if obeyed is None or obeyed == token:
+                return e
+            token = obeyed
+    raise AssertionError("unreachable")
 
 
-def test_revoked_rs_certificate_is_refused_by_the_agents(c: Revoking) -> None:
+def test_revoked_rs_certificate_is_refused_by_the_agents(c: Revoking, closing: ExitStack) -> None:
+    """The agent gets the list with its lease answers: the connection the RS's certificate
+    holds to it is closed, and its calls are refused on a new one."""
     live = [a for a in sorted(c.agents) if c.statuses()[a] == "ACTIVE"]
     assert live, c.statuses()
     agent = live[0]
     rs_certs = pki.certs_dir(Role.RS, c.rs_addr)
-    assert _heartbeat_as_rs(rs_certs, agent) is None  # the RS's certificate works before
+    ch = TransportSecurity(rs_certs, Role.RS).channel(agent)
+    closing.callback(ch.close)
+    assert _heartbeat_on(ch) is None  # the RS's certificate works before
+    states: list[grpc.ChannelConnectivity] = []
+    ch.subscribe(states.append)
+    closing.callback(ch.unsubscribe, states.append)
+    wait_until(lambda: states, 10, message="the channel's state")
     serial = _serial(rs_certs / cert_file(Role.RS))
     r = _cli(
         "revoke", "--serial", serial, "--certs-dir", str(pki.client_certs()), "--rs", c.rs_addr
     )
     assert r.returncode == 0, r.stderr
-    err = wait_until(
-        lambda: _heartbeat_as_rs(rs_certs, agent),
+    wait_until(
+        lambda: len(states) > 1,
         WAIT_S,
-        message="an agent refuses the revoked RS certificate",
+        message="the agent closes the open connection of the revoked RS certificate",
     )
-    assert _refused_as_revoked(err), err
+    assert states[0] is grpc.ChannelConnectivity.READY, states
+    assert states[1] is not grpc.ChannelConnectivity.READY, states
+    err = _heartbeat_on(ch)
+    assert err is not None and _refused_as_revoked(err), err
+    ch.close()

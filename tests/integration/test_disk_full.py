@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
-from obcommon.security.certs import Role
+from obcommon.proto import obrpc_pb2
 from tests.integration.test_tenants import RS_FLAGS, TenantCluster, replica_report, tc
-from tests.support import pki
+from tests.support.agent_probe import heartbeat_as_rs
 from tests.support.cluster import wait_until
 
 __all__ = ["tc"]
@@ -71,10 +70,7 @@ def fill(directory: Path) -> int:
 def heartbeat_of(agent: str) -> obrpc_pb2.LeaseRequest:
     """What the agent reports in a heartbeat (its disk status and resources), asked the way
     the RS asks (ObserverService.RequestHeartbeat, RS certificate)."""
-    with pki.channel(agent, Role.RS, "127.0.0.1:1") as ch:
-        return obrpc_pb2_grpc.ObserverServiceStub(ch).RequestHeartbeat(  # type: ignore[no-any-return]
-            obrpc_pb2.RequestHeartbeatRequest(), timeout=5
-        )
+    return heartbeat_as_rs(agent)
 
 
 # One database: the agent refuses the copies (tests/unit/observer_agent/test_disk_full.py) and

@@ -10,10 +10,9 @@ from typing import Any
 
 import pytest
 
-from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
-from obcommon.security.certs import Role
+from obcommon.proto import obrpc_pb2
 from tests.integration.test_cluster import AGENT_FLAGS, Cluster
-from tests.support import pki
+from tests.support.agent_probe import heartbeat_as_rs
 from tests.support.cluster import ProcSet, agent_cmd, wait_until
 from tests.support.ports import free_port
 from tests.support.timescale import scaled
@@ -98,11 +97,8 @@ class TenantCluster(Cluster):
 
 def replica_report(agent: str) -> dict[tuple[int, int], Any]:
     """The agent's own replica report, asked over ObserverService.RequestHeartbeat."""
-    # ObserverService answers RS certificates only.
-    with pki.channel(agent, Role.RS, "127.0.0.1:1") as ch:
-        req = obrpc_pb2_grpc.ObserverServiceStub(ch).RequestHeartbeat(
-            obrpc_pb2.RequestHeartbeatRequest(), timeout=scaled(5)
-        )
+    # ObserverService answers RS certificates with the token the agent obeys only.
+    req = heartbeat_as_rs(agent, timeout_s=scaled(5))
     return {(r.tenant_id, r.ls_id): r for r in req.replicas}
 
 

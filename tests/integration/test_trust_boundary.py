@@ -23,6 +23,8 @@ import grpc
 import pytest
 from cryptography import x509
 
+from obcommon.errors import ObError
+from obcommon.fencing import FenceToken
 from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from obcommon.security.certs import (
     CA_CERT,
@@ -34,10 +36,13 @@ from obcommon.security.certs import (
     key_file,
 )
 from obcommon.security.tls import TransportSecurity
+from observer_agent.fence import load_token
+from rootservice.servers.agent_client import AgentClient
 from sql.client import Credentials, RsUnreachableError, execute, result_rows
 from sql.obadmin import main as obadmin
 from tests.integration.test_cluster import LEASE, Cluster
 from tests.support import pki
+from tests.support.agent_probe import heartbeat_as_rs
 from tests.support.cluster import ProcSet, rs_cmd, wait_until
 from tests.support.ports import free_port
 
@@ -364,10 +369,7 @@ def test_no_certificate_is_refused(
 
 def _replicas(c: Cluster, agent: str) -> list[tuple[int, int]]:
     """The replicas ``agent`` reports, asked with the RS's certificate (read-only)."""
-    with pki.channel(agent, Role.RS, c.rs_addr) as ch:
-        req = obrpc_pb2_grpc.ObserverServiceStub(ch).RequestHeartbeat(
-            obrpc_pb2.RequestHeartbeatRequest(), timeout=5
-        )
+    req = heartbeat_as_rs(agent)
     return sorted((r.tenant_id, r.ls_id) for r in req.replicas)
 
 
@@ -433,6 +435,84 @@ def test_agent_serves_only_the_rs_and_members(shared: Cluster) -> None:
         assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED
     assert _replicas(c, a1) == before
     assert (4242, 1) not in before
+
+
+def _as_deposed(agent: str, rs_certs: Path, token: FenceToken) -> list[grpc.RpcError]:
+    """RequestHeartbeat and CheckServerEmpty as a root service holding ``token`` with the
+    RS's certificate: the refusals (an answered call fails the test)."""
+    errors = []
+    with TransportSecurity(rs_certs, Role.RS).channel(agent) as ch:
+        stub = obrpc_pb2_grpc.ObserverServiceStub(ch)
+        for call in (
+            lambda: stub.RequestHeartbeat(
+                obrpc_pb2.RequestHeartbeatRequest(
+                    rs_epoch=token.epoch, rs_incarnation=token.incarnation, command_seq=7
+                ),
+                timeout=5,
+            ),
+            lambda: stub.CheckServerEmpty(
+                obrpc_pb2.CheckServerEmptyRequest(
+                    rs_epoch=token.epoch, rs_incarnation=token.incarnation
+                ),
+                timeout=5,
+            ),
+        ):
+            with pytest.raises(grpc.RpcError) as e:
+                call()
+            errors.append(e.value)
+    return errors
+
+
+def test_a_deposed_root_service_can_neither_ask_nor_check_an_agent(shared: Cluster) -> None:
+    """The RS restarts, so a new term (a higher epoch) leads: the agents' calls from the
+    root service of the old term, with its certificate and its fencing token, are refused
+    with OB_RS_NOT_MASTER naming both tokens and change nothing; the leader's pass. The
+    old term's calls went through the RS's own agent client too (what a deposed RS runs)."""
+    c = shared
+    a1 = sorted(c.agents)[0]
+    data = c.data_dir(a1)
+    old = load_token(data)
+    assert old.epoch > 0, old
+    rs_certs = pki.certs_dir(Role.RS, c.rs_addr)
+    before = _replicas(c, a1)
+    assert c.rs is not None
+    c.rs.stop()
+    c.start_rs()
+    wait_until(
+        lambda: load_token(data).epoch > old.epoch,
+        30,
+        message="the agent obeys the new term's root service",
+    )
+    new = load_token(data)
+    for e in _as_deposed(a1, rs_certs, old):
+        assert isinstance(e, grpc.Call)
+        assert e.code() == grpc.StatusCode.UNAVAILABLE
+        meta = dict(e.trailing_metadata() or ())
+        assert (meta["ob-name"], meta["ob-code"]) == ("OB_RS_NOT_MASTER", "-4638")
+        details = e.details() or ""
+        assert str(old) in details and str(new) in details, details
+        assert "a deposed root service" in details
+    # The deposed root service's own client: the agent's error, not a connection failure.
+    client = AgentClient(5_000_000, TransportSecurity(rs_certs, Role.RS), lambda: old.incarnation)
+    try:
+        with pytest.raises(ObError) as refused:
+            client.check_server_empty(a1, old.epoch)
+        assert refused.value.name == "OB_RS_NOT_MASTER"
+        assert f"CheckServerEmpty on server '{a1}'" in refused.value.message
+        # The leader's token passes.
+        client.incarnation = lambda: new.incarnation
+        assert client.check_server_empty(a1, new.epoch).cluster_id
+        assert client.request_heartbeat(a1, new.epoch).server == a1
+    finally:
+        client.close()
+    # Nothing changed: the token the agent obeys, its replicas, its servers' status.
+    assert load_token(data) == new
+    assert _replicas(c, a1) == before
+    wait_until(
+        lambda: set(c.statuses().values()) == {"ACTIVE"},
+        30,
+        message="every server ACTIVE under the new term",
+    )
 
 
 # --------------------------------------------------------------------------- users

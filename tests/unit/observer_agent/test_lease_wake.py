@@ -148,8 +148,8 @@ def test_over_grpc_only_an_rs_certificate_with_the_obeyed_token_ends_the_backoff
     tmp_path: Path,
 ) -> None:
     """The servicer, with mutual TLS: a node certificate is refused at the gate
-    (PERMISSION_DENIED, a node speaks for itself only); a deposed RS is answered (the RS
-    learns the agent's token from the answer) but the backoff stays; the leader ends it."""
+    (PERMISSION_DENIED, a node speaks for itself only); a deposed RS is refused with
+    OB_RS_NOT_MASTER and the backoff stays; the leader is answered and ends it."""
     me = f"127.0.0.1:{free_port()}"
     clock = FakeClock()
     agent = make_agent(
@@ -182,8 +182,8 @@ def test_over_grpc_only_an_rs_certificate_with_the_obeyed_token_ends_the_backoff
             assert forged == grpc.StatusCode.PERMISSION_DENIED
             assert agent.lease.refusals_in_row == 6
             stale = await ask(Role.RS, "127.0.0.1:1", EPOCH - 1, INCARNATION)
-            assert isinstance(stale, obrpc_pb2.LeaseRequest) and stale.server == me
-            assert (stale.rs_epoch, stale.rs_incarnation) == (EPOCH, INCARNATION)
+            assert stale == grpc.StatusCode.UNAVAILABLE  # OB_RS_NOT_MASTER's status
+            assert agent.tokens.refused == 1
             assert agent.lease.refusals_in_row == 6
             leader = await ask(Role.RS, "127.0.0.1:1", EPOCH, INCARNATION)
             assert isinstance(leader, obrpc_pb2.LeaseRequest) and leader.server == me
