@@ -104,7 +104,9 @@ def test_alter_resource_pool_units_zones_config_and_refusals(tc: TenantCluster) 
     # More cores than any agent has (each reports this machine's 2 or fewer).
     c.ok("CREATE RESOURCE UNIT ubig MAX_CPU 64, MEMORY_SIZE '1G', LOG_DISK_SIZE '2G'")
     c.ok("CREATE RESOURCE POOL p2 UNIT 'u2', UNIT_NUM 1, ZONE_LIST ('z1')")
-    [first] = pool_units(c, "p2")
+    # The least loaded server of z1 gets it: a4 (a1 hosts t1's unit).
+    [(first, (_, first_host, _))] = pool_units(c, "p2").items()
+    assert first_host == a4
 
     def snapshot() -> Any:
         return (pool_units(c, "p1"), pool_units(c, "p2"), pool_row(c, "p1"), pool_row(c, "p2"))
@@ -129,13 +131,12 @@ def test_alter_resource_pool_units_zones_config_and_refusals(tc: TenantCluster) 
     [p1_unit] = [u for u, (z, _, _) in pool_units(c, "p1").items() if z == "z1"]
     refused(f"ALTER RESOURCE POOL p2 UNIT_NUM 1 DELETE UNIT = ({p1_unit})", "OB_INVALID_ARGUMENT")
 
-    # --- UNIT_NUM down: DELETE UNIT names the one to go (the one on a1) ----------------
-    [on_a1] = [u for u, (_, s, _) in units.items() if s == a1]
-    c.ok(f"ALTER RESOURCE POOL p2 UNIT_NUM = 1 DELETE UNIT = ({on_a1})")
-    assert on_a1 not in pool_units(c, "p2") and len(pool_units(c, "p2")) == 1
-    assert [s for _, s, _ in pool_units(c, "p2").values()] == [a4]
+    # --- UNIT_NUM down: DELETE UNIT names the one to go, the older one (on a4); without
+    # it the newest (on a1) would go -------------------------------------------------------
+    c.ok(f"ALTER RESOURCE POOL p2 UNIT_NUM = 1 DELETE UNIT = ({first})")
+    assert [s for _, s, _ in pool_units(c, "p2").values()] == [a1]
     assert pool_row(c, "p2") == (1, "u2", "z1", None)
-    assert mem_assigned(c)[a1] == 2 << 30
+    assert (mem_assigned(c)[a1], mem_assigned(c)[a4]) == ((2 << 30) + (1 << 30), 0)
 
     # --- ZONE_LIST: refusals, then z2 and z3 in, z3 out, z3 in again ------------------
     refused("ALTER RESOURCE POOL p2 ZONE_LIST ('z1', 'z1')", "OB_OP_NOT_ALLOW")
@@ -144,7 +145,7 @@ def test_alter_resource_pool_units_zones_config_and_refusals(tc: TenantCluster) 
     refused("ALTER RESOURCE POOL p2 UNIT_NUM 1, ZONE_LIST ('z1', 'z2')", "OB_NOT_SUPPORTED")
     c.ok("ALTER RESOURCE POOL p2 ZONE_LIST = ('z1', 'z2', 'z3')")
     units = pool_units(c, "p2")
-    assert {(z, s) for z, s, _ in units.values()} == {("z1", a4), ("z2", a2), ("z3", a3)}
+    assert {(z, s) for z, s, _ in units.values()} == {("z1", a1), ("z2", a2), ("z3", a3)}
     assert pool_row(c, "p2") == (1, "u2", "z1;z2;z3", None)
     c.ok("ALTER RESOURCE POOL p2 ZONE_LIST ('z1', 'z2')")
     assert {z for z, _, _ in pool_units(c, "p2").values()} == {"z1", "z2"}
@@ -164,11 +165,11 @@ def test_alter_resource_pool_units_zones_config_and_refusals(tc: TenantCluster) 
     c.ok("CREATE TENANT t2 RESOURCE_POOL_LIST ('p2'), PRIMARY_ZONE 'z2', LS_COUNT 1")
     [(t2,)] = c.ok("SELECT tenant_id FROM DBA_OB_TENANTS WHERE tenant_name = 't2'")
     hosts = {s for _, s, _ in pool_units(c, "p2").values()}
-    assert hosts == {a4, a2, a3}
+    assert hosts == {a1, a2, a3}
     wait_until(lambda: tenant_replicas(c, t2) == {1001: hosts}, 30, message="t2's replicas")
     for server in hosts:
         assert (t2, 1001) in replica_report(server), server
-    assert (t2, 1001) not in replica_report(a1)
+    assert (t2, 1001) not in replica_report(a4)
 
     # --- a granted pool keeps its units and zones; its config may change --------------
     t1_replicas = tenant_replicas(c, t1)
@@ -178,7 +179,7 @@ def test_alter_resource_pool_units_zones_config_and_refusals(tc: TenantCluster) 
     c.ok("ALTER RESOURCE POOL p1 UNIT 'u2'")
     assert {m for _, _, m in pool_units(c, "p1").values()} == {1 << 30}
     assert pool_row(c, "p1") == (1, "u2", "z1;z2;z3", t1)
-    assert mem_assigned(c)[a1] == 1 << 30
+    assert mem_assigned(c)[a1] == (1 << 30) + (2 << 30)
     assert tenant_replicas(c, t1) == t1_replicas
     lead = replica_report(a1)[(t1, 1001)]
     assert lead.role == obrpc_pb2.LEADER and lead.in_service
