@@ -222,7 +222,7 @@ def preference(c: TenantCluster) -> tuple[str, str]:
 
 def test_switch_replica_follower_leader_default_and_root_inspection(tc: TenantCluster) -> None:
     c = tc
-    # No check_all_server round during the test: the row edited by hand below stays edited
+    # One check_all_server round only (its first): the row edited by hand below stays edited
     # until the inspection has seen it.
     c.start_rs(**{**RS_FLAGS, "server_check_interval": "3600s"})
     a1, a2, a3 = c.bootstrap()
@@ -289,7 +289,14 @@ def test_switch_replica_follower_leader_default_and_root_inspection(tc: TenantCl
 
     # --- ROOT_INSPECTION: nothing on a consistent cluster -----------------------------
     assert c.ok(INSPECT) == [[name, "succeed"] for name in CHECKS]
-    # A row of __all_server edited by hand, as an operator's UPDATE would.
+    # A row of __all_server edited by hand, as an operator's UPDATE would; after the one
+    # round of check_all_server (its first, a few seconds after taking office), which would
+    # repair it from memory.
+    wait_until(
+        lambda: c.metrics().get("task_run_us.check_all_server", {}).get("count", 0) >= 1,
+        30,
+        message="check_all_server's first round",
+    )
     [[version]] = c.ok(f"SELECT build_version FROM __all_server WHERE svr_port = {_port(a2)}")
     eng = make_engine(c.db_url)
     try:
