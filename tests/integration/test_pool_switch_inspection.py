@@ -96,6 +96,8 @@ def test_alter_resource_pool_units_zones_config_and_refusals(tc: TenantCluster) 
     a4 = c.start_agent("z1")
     c.ok(f"ALTER SYSTEM ADD SERVER '{a4}' ZONE 'z1'")
     wait_until(lambda: c.statuses().get(a4) == "ACTIVE", 15, message="a4 ACTIVE")
+    # GV$OB_SERVERS lists a server once its report is synced (__all_server_report).
+    wait_until(lambda: len(mem_assigned(c)) == 4, 15, message="GV$OB_SERVERS lists 4 servers")
     # t1 on p1 (u1: 1 core, 2G) with a unit on a1, a2, a3.
     c.make_tenant(ls_count=1)
     [(t1,)] = c.ok("SELECT tenant_id FROM DBA_OB_TENANTS WHERE tenant_name = 't1'")
