@@ -146,10 +146,14 @@ class RootInspection:
             table = {
                 format_server(r["svr_ip"], r["svr_port"]): r for r in server_repo.load_servers(conn)
             }
-        pending = self.pending.pending_keys()
         with self.whitelist.lock:
             keys = sorted(self.whitelist.records)
         mine = dict(self.whitelist.rows_chunked(keys))
+        # The queue after memory: a heartbeat changes a server and queues its row under the
+        # whitelist lock, so a change read above is queued by now (the flush waits for the
+        # write lock). Read before memory, a heartbeat landing in between was reported as a
+        # difference that was only a row on its way.
+        pending = self.pending.pending_keys()
         out: list[str] = []
         for key in sorted(mine.keys() | table.keys()):
             if key in pending:

@@ -128,3 +128,40 @@ def test_isolate_zone_is_refused_when_the_tenants_primary_region_would_be_stoppe
     sql(trs, "ALTER SYSTEM ISOLATE ZONE z1")
     assert not trs.zones.is_active("z1")
     assert len(events(trs, "isolate_zone")) == 1
+
+
+class _HeartbeatOnRead:
+    """The persistence queue's pending set, with a heartbeat landing right after it is
+    read: ``server``'s build_version changes in memory and its row is queued, under the
+    whitelist lock, as the heartbeat path does."""
+
+    def __init__(self, rs: RootService, server: str) -> None:
+        self.rs = rs
+        self.server = server
+        self.landed = 0
+
+    def pending_keys(self) -> set[str]:
+        keys = self.rs.persist.pending_keys()
+        if not self.landed:
+            self.landed += 1
+
+            def upgraded(s: Any) -> None:
+                s.build_version = "4.2.1-after"
+                self.rs.persist.mark(self.server)
+
+            self.rs.whitelist.with_server(self.server, upgraded)
+        return keys
+
+
+def test_a_heartbeat_landing_during_the_run_is_no_difference(trs: RootService) -> None:
+    # The queue is read after memory: a row changed meanwhile is a queued one, not a
+    # difference between memory and __all_server.
+    hook = _HeartbeatOnRead(trs, B)
+    trs.root_inspection.pending = hook
+    got, job = inspect(trs)
+    assert hook.landed == 1
+    assert got == {c: "succeed" for c in CHECKS} and job["job_status"] == "SUCCESS"
+    # The queued row is written; the next run agrees with the table too.
+    flush(trs)
+    got, _ = inspect(trs)
+    assert got == {c: "succeed" for c in CHECKS}
