@@ -17,11 +17,11 @@ import sqlalchemy as sa
 
 from obcommon import releases
 from obcommon.clock import Clock, SystemClock
-from obcommon.proto import obrpc_pb2
 from obcommon.security.certs import Role
 from obcommon.security.gate import PeerGate
 from obcommon.security.revocation import OpenConnections
 from obcommon.security.tls import TransportSecurity
+from rootservice.app.lease_intake import IntakeParts, build_lease_intake
 from rootservice.app.server_statements import build_server_statements
 from rootservice.auth.audit import Audit
 from rootservice.auth.revocations import Revocations
@@ -48,20 +48,14 @@ from rootservice.metrics import (
 from rootservice.office import Office
 from rootservice.parameters import Parameters
 from rootservice.servers.agent_client import AgentClient
-from rootservice.servers.agent_parameters import AgentParameterValues, ClusterPlaces
-from rootservice.servers.check_all_server import CheckAllServerTask
-from rootservice.servers.heartbeat import HeartbeatIntake
+from rootservice.servers.agent_parameters import ClusterPlaces
 from rootservice.servers.heartbeat_requester import HeartbeatRequester
 from rootservice.servers.history_pruner import HistoryPruner
 from rootservice.servers.identity import ClusterIdentity
-from rootservice.servers.intake_health import IntakeHealth
 from rootservice.servers.lag_detector import LagDetector
-from rootservice.servers.lease_checker import LeaseChecker
-from rootservice.servers.lease_queue import LeaseQueue
 from rootservice.servers.loader import ServerLoader, TakeOfficeGrace
 from rootservice.servers.persist_queue import PersistQueue
 from rootservice.servers.ports import Background
-from rootservice.servers.self_suspicion import SelfSuspicion
 from rootservice.servers.server_report_sync import ServerReportSync
 from rootservice.servers.whitelist import Whitelist
 from rootservice.servers.zones import ZoneManager
@@ -316,69 +310,36 @@ class RsComponents(ABC):
         self.drains = statements.drains
         self.maintenance = statements.maintenance
         self.empty_server_checker = statements.empty_server_checker
-        # The RS's own intake delay lengthens the leases; the checker's
-        # tick lateness is measured only when the timers run it (unit tests tick by hand).
-        self.intake_health = IntakeHealth(self.clock, settings, measure_ticks=self.start_scheduler)
-        # The lease streams' requests wait here, seen: fair turns, the intake lag, and no
-        # expiry of a server whose request waits.
-        self.lease_queue: LeaseQueue[obrpc_pb2.LeaseResponse] = LeaseQueue(
-            self.clock, self.persist.add_event
-        )
-        # The agents' parameters by zone and server, kept by the parameters and read by
-        # every lease answer.
-        self.agent_values = AgentParameterValues(settings)
-        self.heartbeats = HeartbeatIntake(
-            self.whitelist,
-            self.zones,
-            self.persist,
-            self.take_office_grace,
-            self.identity,
-            self.term,
-            self.store,
-            self.clock,
-            settings,
-            replicas=tl.reports,
-            server_ops=self.server_admin,
-            wake=self.timers.wake,
-            background=self.background,
-            transit=self.intake_health,
-            fence=self.fence,
-            commands=self.agents.ledger,
-            versions=self.versions,
-            agent_params=self.agent_values,
-        )
-        # A mass expiry makes the RS suspect itself and hold permanent offline.
-        self.self_suspicion = SelfSuspicion(
-            self.clock,
-            settings,
-            is_alive=lambda key: (
-                (s := self.whitelist.records.get(key)) is not None and s.is_alive()
+        intake = build_lease_intake(
+            IntakeParts(
+                whitelist=self.whitelist,
+                zones=self.zones,
+                persist=self.persist,
+                grace=self.take_office_grace,
+                identity=self.identity,
+                term=self.term,
+                store=self.store,
+                clock=self.clock,
+                settings=settings,
+                metrics=self.metrics,
+                replicas=tl.reports,
+                server_admin=self.server_admin,
+                wake=self.timers.wake,
+                background=self.background,
+                fence=self.fence,
+                commands=self.agents.ledger,
+                versions=self.versions,
             ),
-            add_event=self.persist.add_event,
+            measure_ticks=self.start_scheduler,
+            sleep=sleep,
         )
-        self.lease_checker = LeaseChecker(
-            self.whitelist,
-            self.persist,
-            self.take_office_grace,
-            self.term,
-            self.clock,
-            settings,
-            self.metrics,
-            self.timers.wake,
-            allowance=self.intake_health,
-            suspicion=self.self_suspicion,
-            queued=self.lease_queue,
-            upgrade=self.versions,
-        )
-        self.check_all_server = CheckAllServerTask(
-            self.whitelist,
-            self.persist,
-            self.take_office_grace,
-            self.term,
-            self.store,
-            self.metrics,
-            sleep,
-        )
+        self.intake_health = intake.intake_health
+        self.lease_queue = intake.lease_queue
+        self.agent_values = intake.agent_values
+        self.heartbeats = intake.heartbeats
+        self.self_suspicion = intake.self_suspicion
+        self.lease_checker = intake.lease_checker
+        self.check_all_server = intake.check_all_server
         # Agents that heartbeat while doing nothing.
         self.lag_detector = LagDetector(
             self.whitelist,
