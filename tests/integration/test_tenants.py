@@ -191,6 +191,11 @@ def test_tenant_replicas_stop_moves_leaders_disk_error_and_delete_room(tc: Tenan
         lambda: servers_view()[a1][2] == "ERROR", 20, message="GV$OB_SERVERS: a1's disk ERROR"
     )
     wait_until(lambda: c.leaders_on(a1) == 0, 20, message="leaders off the failed disk")
+    # START SERVER is refused while the disk is bad, pointing at GV$OB_SERVERS.
+    refused = c.sql(f"ALTER SYSTEM START SERVER '{a1}'")
+    assert refused.error.name == "OB_OP_NOT_ALLOW", refused.error
+    assert "Please check GV$OB_SERVERS" in refused.error.message
+    assert c.stop_time(a1) > 0
     (c.data_dir(a1) / "FAULT_DATA_DISK_ERROR").unlink()
     wait_until(lambda: c.stop_time(a1) == 0, 20, message="a1 started after recovery")
     wait_until(

@@ -1,7 +1,8 @@
 """ISOLATE ZONE and ROOT_INSPECTION on real ``rootservice`` and ``observer-agent`` processes
 whose agents host replicas, on SQLite and PostgreSQL: the leaders leave the isolated zone
 while its server stays ACTIVE with its replicas as followers, START ZONE brings them back;
-a row changed behind the RS's back is reported by ROOT_INSPECTION and RELOAD ZONE clears it.
+a row changed behind the RS's back is reported by ROOT_INSPECTION and RELOAD ZONE clears it;
+RELOAD UNIT on agreeing units changes nothing; ADD ZONE ... ZONE_TYPE shows in DBA_OB_ZONES.
 """
 
 from __future__ import annotations
@@ -90,3 +91,14 @@ def test_isolate_zone_moves_leaders_and_root_inspection_finds_a_planted_row(
     resp = c.sql("ALTER SYSTEM RELOAD ZONE")
     assert resp.error.code == 0 and "zone z3 region 'r1' -> 'r9'" in resp.info
     assert c.ok(INSPECT) == [[name, "succeed"] for name in CHECKS]
+
+    # RELOAD UNIT on a cluster whose units agree with __all_unit: nothing to change.
+    resp = c.sql("ALTER SYSTEM RELOAD UNIT")
+    assert (resp.error.code, resp.info) == (0, "0 unit change(s)")
+
+    # ZONE_TYPE: a zone added with OceanBase's only supported type shows it in
+    # DBA_OB_ZONES.TYPE; another type is refused and adds nothing.
+    c.ok("ALTER SYSTEM ADD ZONE z4 ZONE_TYPE 'readWRITE', REGION 'r1'")
+    assert c.ok("SELECT type FROM DBA_OB_ZONES WHERE zone = 'z4'") == [["ReadWrite"]]
+    assert c.error("ALTER SYSTEM ADD ZONE z5 ZONE_TYPE 'ReadOnly'") == "OB_NOT_SUPPORTED"
+    assert c.ok("SELECT zone FROM DBA_OB_ZONES WHERE zone = 'z5'") == []
