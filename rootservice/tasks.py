@@ -16,11 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import sqlalchemy as sa
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
 from obcommon.clock import Clock
+from obcommon.errors import ObError
 from obcommon.ratelimit_log import RateLimitedLog
+from rootservice.db.engine import db_error_summary
 from rootservice.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -104,16 +107,23 @@ class Guarded:
         t0 = time.perf_counter_ns()
         try:
             task.run_once()
-        except Exception:
+        except Exception as e:
             self._metrics.inc(f"task_failures_total.{task.name}")
             self._failing += 1
+            # A database that cannot be reached, or a refusal the domain names, is the
+            # round's expected failure: one line saying why. A traceback (three chained ones
+            # for a lost connection) is kept for what nobody expected: a bug.
+            expected = isinstance(e, (ObError, sa.exc.OperationalError, sa.exc.InterfaceError))
             self._failures.log(
                 logging.ERROR,
                 task.name,
-                "%s: cycle failed; the task keeps running",
+                "%s: cycle failed; the task keeps running%s",
                 task.name,
+                f": {db_error_summary(e) if isinstance(e, sa.exc.DBAPIError) else e}"
+                if expected
+                else "",
                 extra={"task": task.name},
-                exc_info=True,
+                exc_info=not expected,
             )
         else:
             if self._failing:
