@@ -1,5 +1,6 @@
 """The ``partial_replica_gc`` task (every :data:`PARTIAL_REPLICA_GC_INTERVAL_US`): drops
-the replicas being built by copy that nothing wants any more.
+the replicas that nothing wants any more: partial copies above all, and any replica a
+server holds where no plan, member list or copy puts one.
 
 A copy is wanted while its destination is a planned member of its LS (the server of the
 LS's unit in that zone, ``LsPlan.members``), an effective member (a member being rebuilt),
@@ -7,15 +8,17 @@ or the destination of a copy this RS has in flight. CANCEL DELETE SERVER, CANCEL
 UNIT and the re-plan of a destination drop the partial replicas they leave at once
 (:meth:`rootservice.balancer.copy_tasks.CopyTasks.cancel_to`), but that drop can lose a
 race: a copy sent again by ``learner_sync`` from a report that predates the drop, a drop
-call that failed or timed out on a loaded agent, an RS that took office after the cancel.
-Nothing else would ever remove such a replica: the agent keeps it, and the server's disk,
-until its restart.
+call that failed or timed out on a loaded agent, an RS that took office after the cancel, a
+spec computed from the layout before a CANCEL MIGRATE UNIT that reached the server after
+it (a CI run saw the cancelled destination get both replicas created afresh 0.2 s after
+the cancel, which kept the reversed move from ever ending). Nothing else would ever remove
+such a replica: the agent keeps it, and the server's disk, until its restart.
 
 Steps of one run:
 
 1. Nothing to do unless this RS may act (the term's gate) and some server reports a
-   replica not in service or built by copy (``copy_from`` set).
-2. Each such replica whose server is neither a planned nor an effective member of its LS,
+   replica.
+2. Each replica whose server is neither a planned nor an effective member of its LS,
    nor the destination of a copy in flight, is *unwanted*. An LS the layout no longer names
    is left to the paths that drop log streams.
 3. An unwanted replica is dropped (one ApplyReplicas per server, as a cancel drops) only
@@ -103,12 +106,7 @@ class PartialReplicaGc:
             self._since.clear()
             return 0
         reports = self.ls.reports()
-        building = [
-            (key, server)
-            for server, table in reports.items()
-            for key, r in table.items()
-            if not r.in_service or r.copy_from
-        ]
+        building = [(key, server) for server, table in reports.items() for key in table]
         if not building:
             self._since.clear()
             return 0

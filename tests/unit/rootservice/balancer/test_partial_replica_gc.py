@@ -120,8 +120,8 @@ def test_wanted_replicas_stay() -> None:
     # A copy in flight to E (the plan moved on since: the hand-out's task decides).
     w.partial_on(E)
     w.copies.tasks[(K, E)] = CopyTask(K, E, B, A, 0)
-    # A replica in service of its own on a non-member: the reconciler's, not a partial one.
-    w.ls.report_table.setdefault(C, {})[(1001, 1002)] = info((1001, 1002), [C])
+    # A replica in service of a member (C leads nothing here but is in the member list).
+    w.ls.report_table.setdefault(C, {})[K] = info(K, [A, B, C], leader=B)
     # An LS the layout no longer names.
     w.ls.report_table.setdefault(D, {})[(1002, 1001)] = info((1002, 1001), [D], in_service=False)
     for s in (A, C, D, E):
@@ -163,3 +163,13 @@ def test_a_standby_drops_nothing_and_forgets_what_it_saw() -> None:
     assert w.gc.run_once() == 0  # counted again from this report on
     w.counts.report(E, GC_REPORTS)
     assert w.gc.run_once() == 1
+
+
+def test_a_replica_in_service_that_nothing_wants_is_dropped_too() -> None:
+    """A replica created afresh (no copy) on a server no plan or member list names, as a
+    spec computed before a CANCEL MIGRATE UNIT can leave one."""
+    w = World()
+    w.ls.report_table[E] = {K: info(K, [A, B, C, E], in_service=True)}
+    w.gc.run_once()
+    w.counts.report(E, GC_REPORTS)
+    assert w.gc.run_once() == 1 and w.ls.dropped == {E: [K]}
