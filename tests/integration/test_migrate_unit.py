@@ -187,10 +187,18 @@ def test_a_partial_replica_nothing_wants_is_dropped(tc: TenantCluster) -> None:
     assert resp.error.code == 0, resp.error
     assert key in replica_report(spare)
     wait_until(lambda: key not in replica_report(spare), 30, message="the partial replica dropped")
-    events = c.ok(
-        "SELECT value3 FROM __all_rootservice_event_history WHERE event = 'drop_partial_replica'"
+    # The event is queued and written by the persistence queue, after the drop.
+    wait_until(
+        lambda: (
+            c.ok(
+                "SELECT value3 FROM __all_rootservice_event_history "
+                "WHERE event = 'drop_partial_replica'"
+            )
+            == [[spare]]
+        ),
+        15,
+        message="the drop_partial_replica event",
     )
-    assert events == [[spare]]
     wait_until(
         lambda: not list((c.data_dir(spare) / "replicas").glob("*")), 30, message="files removed"
     )
