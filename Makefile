@@ -13,7 +13,7 @@ APT_GET ?= apt-get
 PYTEST_ARGS ?=
 # pytest-xdist workers for `make test`. Most of the suite's time is real processes waiting on
 # leases and timers, not CPU (a whole run keeps 1.3-1.5 of the 2 cores busy), so 4 workers
-# pay off even on 2 cores (560 s of pytest for 2,072 tests on a machine at 5.3 GB/s AES-GCM per core; 1,338 s for 2,906 on one at 2.3). 6 were no faster there
+# pay off even on 2 cores (560 s of pytest for 2,072 tests on a machine at 5.3 GB/s AES-GCM per core; 1,508 s for 3,019 on one at 2.3). 6 were no faster there
 # (595-614 s: load 14-16 slows every process) and two of three runs lost a test to timing
 # (a lease renewal, a Prometheus rule). PYTEST_WORKERS=0 runs it
 # serially in one process. --dist loadgroup keeps the files of tests/support/xdist_sched.py's
