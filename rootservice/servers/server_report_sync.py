@@ -10,13 +10,21 @@ whitelist. ``data_disk_abnormal_time`` is when the RS first saw the agent report
 disk broken (kept while it stays broken, also across a change of RS leader, which reads
 it back), 0 once it is healthy. Only rows whose values changed are written, in one fenced
 transaction per round. Sizes are bytes, CPU cores, times microseconds since the epoch.
+
+Cost: the table is read once per term (its first round, and again after a round that
+failed), then the task keeps what it wrote; each round reads a few fields of the alive
+records under the whitelist lock, without copying them. Reading 5,000 rows and copying
+5,000 records every 2 s made this task the largest Python cost of the RS while thousands
+of agents took their first lease.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 from obcommon.clock import Clock
+from obcommon.fencing import FenceToken
 from rootservice.db import server_report_repo
 from rootservice.db.server_report_repo import ServerKey
 from rootservice.ha.store import MetaStore
@@ -29,12 +37,14 @@ INTERVAL_US = 2_000_000
 
 HEALTHY, BROKEN = "NORMAL", "ERROR"
 
+T = TypeVar("T")
+
 
 class Servers(Protocol):
     """The whitelist (:class:`rootservice.servers.whitelist.Whitelist`)."""
 
-    def snapshot(self) -> list[ServerStatus]:
-        """Copies of every record."""
+    def map_alive(self, fn: Callable[[ServerStatus], T]) -> list[T]:
+        """``fn`` of every alive record, under the whitelist's lock."""
         ...
 
 
@@ -71,31 +81,46 @@ class ServerReportSync:
     name = "server_report_sync"
 
     def __init__(self, term: Term, store: MetaStore, clock: Clock, servers: Servers) -> None:
-        """Nothing is read before the first round; each round reads the table afresh (a
-        previous leader may have written it)."""
+        """Nothing is read before the first round; the first round of each term reads the
+        table afresh (a previous leader may have written it)."""
         self.term = term
         self.store = store
         self.clock = clock
         self.servers = servers
+        # The table as this RS last read or wrote it, and the term it did so in: another
+        # leader may write it only under another token.
+        self._have: dict[ServerKey, dict[str, Any]] | None = None
+        self._have_token: FenceToken | None = None
 
     def run_once(self) -> int:
         """One round: the rows of the alive servers that differ from the table, and the
         deletion of the others' rows. Raises ``ObError`` (OB_RS_NOT_MASTER, OB_ERR_SYS) from
-        the store."""
+        the store; the next round then reads the table again."""
         if not self.term.may_act():
             return 0
-        with self.store.read() as conn:
-            have = server_report_repo.load_reports(conn)
+        token = self.term.token()
+        have = self._have if self._have_token == token else None
+        if have is None:
+            with self.store.read() as conn:
+                have = server_report_repo.load_reports(conn)
+            self._have, self._have_token = have, token
         now = self.clock.now_us()
-        want: dict[ServerKey, dict[str, Any]] = {}
-        for s in self.servers.snapshot():
-            if s.is_alive():
-                key = (s.ip, s.port)
-                want[key] = report_row(s, have.get(key), now)
+        want: dict[ServerKey, dict[str, Any]] = dict(
+            self.servers.map_alive(
+                lambda s: ((s.ip, s.port), report_row(s, have.get((s.ip, s.port)), now))
+            )
+        )
         upserts = {k: v for k, v in want.items() if have.get(k) != v}
         deletes = [k for k in have if k not in want]
         if not upserts and not deletes:
             return 0
+        # Forgotten until the write is known to have committed: a failed or ambiguous
+        # commit leaves the next round to read what the table really holds.
+        self._have = None
         with self.store.txn() as conn:
             server_report_repo.put_reports(conn, upserts, deletes, now, set(have))
+        for k in deletes:
+            del have[k]
+        have.update(upserts)
+        self._have = have
         return len(upserts) + len(deletes)

@@ -18,7 +18,7 @@ import threading
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from obcommon.addresses import format_server, parse_server
 from rootservice.servers.offline_window import due_at
@@ -30,6 +30,8 @@ from rootservice.servers.status import (
     display_status,
 )
 from rootservice.servers.tombstone_set import Tombstones
+
+T = TypeVar("T")
 
 
 class Whitelist:
@@ -77,6 +79,13 @@ class Whitelist:
                 (replace(s, resource_info=replace(s.resource_info)) for s in self.records.values()),
                 key=lambda s: s.id,
             )
+
+    def map_alive(self, fn: Callable[[ServerStatus], T]) -> list[T]:
+        """``fn`` of every alive record, under the whitelist lock, without copying the
+        records (a periodic task over thousands of servers needs a few fields of each, not
+        a copy of all of them). ``fn`` must not keep the record nor take another lock."""
+        with self.lock:
+            return [fn(s) for s in self.records.values() if s.is_alive()]
 
     def with_server(self, server: str, fn: Callable[[ServerStatus], None]) -> None:
         """Run ``fn`` on the live record of ``server`` under the whitelist lock (no-op when it
