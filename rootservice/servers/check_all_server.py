@@ -70,13 +70,16 @@ class CheckAllServerTask:
             with self.store.write_lock:
                 with self.store.read() as conn:
                     page = server_repo.load_servers_page(conn, after, page_size)
+                keys = [format_server(r["svr_ip"], r["svr_port"]) for r in page]
+                # Memory before the queue: a change that lands between the two reads is then
+                # queued by the time the queue is read (the write lock keeps it from being
+                # flushed), so it is skipped, not taken for a difference to repair.
+                mine = dict(self.whitelist.rows_chunked(keys))
                 # A queued row differs legitimately: the queue will write it. So does a
                 # take-office candidate's until the grace ends (see LeaseChecker._expire_candidates).
                 pending = self.persist.pending_keys()
                 with self.whitelist.lock:
                     pending |= self.grace.candidates
-                keys = [format_server(r["svr_ip"], r["svr_port"]) for r in page]
-                mine = dict(self.whitelist.rows_chunked([k for k in keys if k not in pending]))
                 for key, row in zip(keys, page, strict=True):
                     seen.add(key)
                     if key in pending:

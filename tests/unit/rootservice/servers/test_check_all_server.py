@@ -67,3 +67,52 @@ def test_task_alone_queues_repairs_but_not_pending_rows_or_candidates(
     assert p.metrics.get("check_all_server_repairs_total") == 1
     p.term.close_service()
     assert task.run_once() == 0
+
+
+class _HeartbeatOnRead:
+    """The persistence queue, with a heartbeat landing right after its pending set is first
+    read: ``server``'s build_version changes in memory and its row is queued, under the
+    whitelist lock, as the heartbeat path does."""
+
+    def __init__(self, parts: object, server: str) -> None:
+        self.p = parts
+        self.server = server
+        self.landed = 0
+
+    def pending_keys(self) -> set[str]:
+        keys: set[str] = self.p.persist.pending_keys()  # type: ignore[attr-defined]
+        if not self.landed:
+            self.landed += 1
+
+            def upgraded(s: object) -> None:
+                s.build_version = "4.2.1-after"  # type: ignore[attr-defined]
+                self.p.persist.mark(self.server)  # type: ignore[attr-defined]
+
+            self.p.whitelist.with_server(self.server, upgraded)  # type: ignore[attr-defined]
+        return keys
+
+    def mark(self, key: str) -> None:
+        self.p.persist.mark(key)  # type: ignore[attr-defined]
+
+
+def test_a_heartbeat_landing_during_the_run_is_no_difference(
+    engine: sa.Engine, tmp_path: Path
+) -> None:
+    # Memory is read before the queue: a row changed meanwhile is a queued one, not a
+    # difference between memory and __all_server to repair.
+    p = make_parts(engine, tmp_path)
+    seed(p)
+    hook = _HeartbeatOnRead(p, B)
+    task = CheckAllServerTask(
+        p.whitelist,
+        hook,  # type: ignore[arg-type]
+        p.grace,
+        p.term,
+        p.store,
+        p.metrics,
+        lambda _s: None,
+    )
+    assert task.run_once() == 0
+    assert hook.landed == 1
+    assert p.metrics.get("check_all_server_repairs_total") == 0
+    assert p.persist.pending_keys() == {B}  # queued by the heartbeat, not by a repair
