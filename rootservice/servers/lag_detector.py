@@ -61,6 +61,7 @@ from rootservice.servers.lag_policy import (
     Progress,
     command_lagging,
     disk_lagging,
+    disk_limit_us,
     follower_lagging,
     judge,
     progressed,
@@ -199,6 +200,7 @@ class LagDetector:
             return 0
         mono, now = self.clock.monotonic_us(), self.clock.now_us()
         timeout = self.settings.agent_lag_timeout
+        disk_limit = disk_limit_us(timeout)
         hosting = self._replica_progress(mono, now, timeout)
         started: list[tuple[ServerStatus, str]] = []
         probes: list[str] = []
@@ -210,6 +212,15 @@ class LagDetector:
                         self._end(s, now, "its lease expired")
                         n += 1
                     self.ledger.forget(key)
+                    continue
+                if (
+                    s.lag.since_mono is None
+                    and key not in hosting
+                    and s.disk_probe_latency_us <= disk_limit
+                    and self.ledger.oldest_unapplied(key) is None
+                ):
+                    # No episode, no reason to start one, nothing to probe: the judgement
+                    # below would change nothing. Most servers of a large cluster, every round.
                     continue
                 reasons, why = self._reasons(key, s, mono, timeout)
                 before = s.lag

@@ -238,3 +238,31 @@ def test_a_copy_still_stalled_after_its_resend_is_judged_afresh(
         assert rs.copy_tasks.tasks[(key, dest)].stalls == 2
     finally:
         rs.shutdown()
+
+
+def test_a_server_hosting_replicas_is_probed_when_idle_and_one_hosting_none_is_not(
+    db_url: str, tmp_path: Path
+) -> None:
+    # The probe (a RequestHeartbeat, a numbered command) keeps a command flowing to every
+    # server that hosts replicas, so that one that stopped applying them is found; a server
+    # hosting nothing is left alone, as is a hosting one that had a command lately.
+    rs = _rs(db_url, tmp_path)
+    try:
+        ledger = rs.agents.ledger
+        req = hb(A, "z1")
+        req.replicas.append(_replica(role=obrpc_pb2.LEADER, in_service=True))
+        rs.clock.advance(T // 2)  # the take-office heartbeat requests are half a timeout old
+        rs.heartbeats.receive_hb(req)
+        rs.heartbeats.receive_hb(hb(B, "z2"))
+        before_a, before_b = ledger.last_issued(A), ledger.last_issued(B)
+        rs.lag_detector.run_once()
+        sent = ledger.last_issued(A)
+        # Probed (no agent here: the call failed, the command was sent all the same).
+        assert sent is not None and before_a is not None and sent > before_a
+        assert ledger.last_issued(B) == before_b
+        rs.clock.advance(T // 2 - 1)
+        rs.heartbeats.receive_hb(req)
+        rs.lag_detector.run_once()
+        assert ledger.last_issued(A) == sent  # not idle yet: no second probe
+    finally:
+        rs.shutdown()
