@@ -1,11 +1,12 @@
 """A rolling upgrade from the real previous release (0.1.0, built from this repository's
 history by tests/support/previous_release.py) to the current code, with real processes.
 
-SQLite: one root service, restarted from 0.1.0 to the current release, back and forward
-again; PostgreSQL: two, the standby replaced first and a failover to it. Three zones
-(two agents in z1), tenant t1 with two log streams. Then BEGIN UPGRADE, BEGIN ROLLING
-UPGRADE, the zones one by one (agents restarted in an order drawn from the printed seed,
-``OB_UPGRADE_SEED`` replays it), z1 rolled back to 0.1.0 and forward again, END ROLLING
+SQLite: one root service, restarted from 0.1.0 to the current release; PostgreSQL: two,
+the standby replaced first and a failover to it. Three zones (two agents in z1), tenant t1
+with two log streams. Then BEGIN UPGRADE, BEGIN ROLLING UPGRADE, the zones one by one (agents
+restarted in an order drawn from the printed seed, ``OB_UPGRADE_SEED`` replays it); before
+finalizing, the root services back on 0.1.0 (leading current agents) and z1 too, then both
+forward again (no lease refused meanwhile); END ROLLING
 UPGRADE (the cluster version rises from 0.1.0 to the current release) and END UPGRADE. A
 checker thread counts servers INACTIVE outside the zone being upgraded, seconds without a
 leader and statements answered neither OK nor with an OceanBase error: all must be 0.
@@ -56,6 +57,9 @@ def test_rolling_upgrade_from_the_previous_release_rollback_then_refusal(
     assert run.counts.inactive == 0, run.counts.inactive_what[:5]
     assert run.counts.leaderless_s == 0, run.counts.leaderless_what[:5]
     assert run.counts.unclear == 0, run.counts.unclear_what[:5]
+    # The current agents stopped cleanly under the previous release's leader without the
+    # stopping notice it does not know (gated on the cluster version).
+    assert run.previous_refusals == {}
 
     addr, agent = refuse_previous_agent(c)
     line = next(ln for ln in agent.log_text().splitlines() if "below the cluster version" in ln)

@@ -8,8 +8,8 @@ change) on one database. :func:`rolling_upgrade` runs the whole sequence an oper
 everything on the previous release; the root services replaced one by one (the standby
 first, then a failover, when there are two); BEGIN UPGRADE and BEGIN ROLLING UPGRADE; zone
 by zone STOP ZONE, the agents replaced in an order drawn from the seed, START ZONE, back
-ACTIVE and caught up; one zone rolled back to the previous release and forward again; END
-ROLLING UPGRADE (the cluster version rises) and END UPGRADE.
+ACTIVE and caught up; the root services and one zone rolled back to the previous release and
+forward again; END ROLLING UPGRADE (the cluster version rises) and END UPGRADE.
 
 Meanwhile :class:`Checker` asks the leader every half second and records what an operator
 must never see during a correct rolling upgrade: a server INACTIVE outside the zone being
@@ -20,6 +20,7 @@ root service the checker pauses while it is replaced (nobody answers then, by de
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import threading
@@ -30,7 +31,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from obcommon.proto import obrpc_pb2
+import grpc
+
+from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from sql.client import execute, result_rows
 from tests.support import pki
 from tests.support.cluster import Proc, ProcSet, agent_cmd, rs_cmd, wait_until
@@ -328,6 +331,8 @@ class Run:
     counts: Counts
     timings: dict[str, float]
     cluster_versions: list[str]
+    #: Lease requests the previous release's leader refused while it led again, by error.
+    previous_refusals: dict[str, int]
 
 
 def upgrade_zone(
@@ -370,9 +375,12 @@ def rolling_upgrade(
     """The whole sequence of the module doc on ``c`` (its root services not started yet):
     ``zones[i]`` agents in zone z<i+1>, tenant t1 with ``ls_count`` log streams. Returns
     what was measured and the checker (finished). With ``rs_rollback`` the root services
-    are also taken back to the previous release once before the zones are upgraded, and
-    forward again. Raises AssertionError when a step does not complete."""
+    are also taken back to the previous release once the zones were upgraded, and forward
+    again (the previous release's leader then serves current agents, and ``rollback_zone``
+    goes back under it). Raises AssertionError when a step does
+    not complete."""
     rng = random.Random(seed)
+    refusals: dict[str, int] = {}
     timings: dict[str, float] = {}
     versions: list[str] = []
     t0 = time.monotonic()
@@ -410,10 +418,6 @@ def rolling_upgrade(
     try:
         wait_until(lambda: c.counts.samples > 2, 30, message="the checker sampling")
         _replace_root_services(c, checker, CURRENT)
-        if rs_rollback:
-            c.stage(f"root services back to {c.prev.release} before finalizing (rollback)")
-            _replace_root_services(c, checker, PREVIOUS)
-            _replace_root_services(c, checker, CURRENT)
         timings["root services upgraded"] = time.monotonic() - t0
         versions.append(c.cluster_version())
         c.stage("ALTER SYSTEM BEGIN UPGRADE, BEGIN ROLLING UPGRADE")
@@ -422,8 +426,17 @@ def rolling_upgrade(
         for zone in per_zone:
             c.stage(f"zone {zone} to the current release")
             upgrade_zone(c, checker, zone, CURRENT, rng)
+        if rs_rollback:
+            # Back to the previous release under current agents: its root service must start
+            # on the expanded schema and take their leases (they send nothing it refuses).
+            c.stage(f"root services back to {c.prev.release} (rollback before finalizing)")
+            _replace_root_services(c, checker, PREVIOUS)
         c.stage(f"zone {rollback_zone} back to {c.prev.release} (rollback before finalizing)")
         upgrade_zone(c, checker, rollback_zone, PREVIOUS, rng)
+        if rs_rollback:
+            refusals.update(heartbeats_refused(_leader(c)))
+            c.say(f"   the {c.prev.release} leader refused leases: {refusals or 'none'}")
+            _replace_root_services(c, checker, CURRENT)
         refused = c.sql("ALTER SYSTEM END ROLLING UPGRADE")
         assert refused is not None and refused.error.name == "OB_OP_NOT_ALLOW", refused
         c.say(f"   END ROLLING UPGRADE refused meanwhile: {refused.error.message[:160]}")
@@ -439,7 +452,7 @@ def rolling_upgrade(
         counts = checker.finish()
     c.say(counts.line())
     timings["finalized"] = time.monotonic() - t0
-    return Run(seed, counts, timings, versions), checker
+    return Run(seed, counts, timings, versions, refusals), checker
 
 
 def _replace_root_services(c: MixedCluster, checker: Checker, release: str) -> None:
@@ -470,19 +483,52 @@ def _replace_root_services(c: MixedCluster, checker: Checker, release: str) -> N
             checker.resume()
 
 
+#: The states of a root service in office (its metrics' ``state``; both releases).
+LEADER_STATES = ("WAIT_BOOTSTRAP", "BOOTSTRAPPING", "IN_SERVICE", "FULL_SERVICE")
+
+
+def rs_metrics(addr: str) -> dict[str, Any] | None:
+    """``GetMetrics`` of the root service at ``addr`` (both releases), None when it does not
+    answer."""
+    try:
+        with pki.channel(addr) as ch:
+            resp = obrpc_pb2_grpc.AdminServiceStub(ch).GetMetrics(
+                obrpc_pb2.MetricsRequest(), timeout=scaled(2)
+            )
+    except grpc.RpcError:
+        return None
+    return dict(json.loads(resp.json))
+
+
+def rs_state(addr: str) -> str | None:
+    """The state the root service at ``addr`` reports, None when it does not answer."""
+    m = rs_metrics(addr)
+    return None if m is None else str(m.get("state"))
+
+
+def heartbeats_refused(addr: str) -> dict[str, int]:
+    """The lease requests the root service at ``addr`` refused since it started, by error
+    name."""
+    m = rs_metrics(addr) or {}
+    return {str(k): int(v) for k, v in dict(m.get("heartbeats_refused") or {}).items()}
+
+
 def _leader(c: MixedCluster) -> str:
     if len(c.rs_addrs) == 1:
         return c.rs_addrs[0]
-    rows = c.ok("SELECT svr_ip, svr_port, role FROM DBA_OB_ROOTSERVICES")
-    return next(f"{ip}:{p}" for ip, p, role in rows if role == "LEADER")
+
+    def one() -> str | None:
+        found = [a for a in c.rs_addrs if rs_state(a) in LEADER_STATES]
+        return found[0] if len(found) == 1 else None
+
+    return str(wait_until(one, 60, message="exactly one root service in office"))
 
 
 def _member_seen(c: MixedCluster, addr: str) -> bool:
-    resp = c.sql("SELECT svr_ip, svr_port FROM DBA_OB_ROOTSERVICES", 10)
-    return (
-        resp is not None
-        and resp.error.code == 0
-        and any(f"{ip}:{p}" == addr for ip, p in result_rows(resp))
+    # A standby again (the state of one that follows) while another leads.
+    others = [a for a in c.rs_addrs if a != addr]
+    return rs_state(addr) not in (None, *LEADER_STATES) and any(
+        rs_state(a) == "FULL_SERVICE" for a in others
     )
 
 
