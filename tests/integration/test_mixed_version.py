@@ -6,7 +6,7 @@ the standby replaced first and a failover to it. Three zones (two agents in z1),
 with two log streams. Then BEGIN UPGRADE, BEGIN ROLLING UPGRADE, the zones one by one (agents
 restarted in an order drawn from the printed seed, ``OB_UPGRADE_SEED`` replays it); before
 finalizing, the root services back on 0.1.0 (leading current agents) and z1 too, then both
-forward again (no lease refused meanwhile); END ROLLING
+forward again (no stopping notice refused meanwhile); END ROLLING
 UPGRADE (the cluster version rises from 0.1.0 to the current release) and END UPGRADE. A
 checker thread counts servers INACTIVE outside the zone being upgraded, seconds without a
 leader and statements answered neither OK nor with an OceanBase error: all must be 0.
@@ -22,13 +22,14 @@ from pathlib import Path
 import pytest
 
 from obcommon import releases
-from tests.support.cluster import ProcSet
+from tests.support.cluster import ProcSet, wait_until
 from tests.support.mixed_version import (
     MixedCluster,
     draw_seed,
     refuse_previous_agent,
     refuse_previous_rs,
     rolling_upgrade,
+    stopping_notices_refused,
 )
 from tests.support.previous_release import PreviousRelease, build
 
@@ -59,18 +60,24 @@ def test_rolling_upgrade_from_the_previous_release_rollback_then_refusal(
     assert run.counts.unclear == 0, run.counts.unclear_what[:5]
     # The current agents stopped cleanly under the previous release's leader without the
     # stopping notice it does not know (gated on the cluster version).
-    assert run.previous_refusals == {}
+    assert stopping_notices_refused(procs) == []
 
     addr, agent = refuse_previous_agent(c)
     line = next(ln for ln in agent.log_text().splitlines() if "below the cluster version" in ln)
     assert f"release {previous.release}" in line and f"cluster version {current}" in line, line
     assert c.servers()[addr][1] == "INACTIVE"
-    events = c.ok(
-        "SELECT value1, value3 FROM __all_rootservice_event_history WHERE event = 'version_refused'"
+    # The event goes through the persistence queue: waited for.
+    events = wait_until(
+        lambda: c.ok(
+            "SELECT value1, value3 FROM __all_rootservice_event_history "
+            "WHERE event = 'version_refused'"
+        ),
+        30,
+        message="the version_refused event",
     )
     assert events == [[addr, str(previous.release)]]
 
     rs = refuse_previous_rs(c)
     assert rs.returncode != 0
     print(f"0.1.0 root service on the finalized database: {rs.log_tail(1)}")
-    assert "Can't locate revision" in rs.log_text()
+    assert "Can't locate revision identified by 'upgraded-to-" in rs.log_text()

@@ -345,8 +345,6 @@ class Run:
     counts: Counts
     timings: dict[str, float]
     cluster_versions: list[str]
-    #: Lease requests the previous release's leader refused while it led again, by error.
-    previous_refusals: dict[str, int]
 
 
 def upgrade_zone(
@@ -412,7 +410,6 @@ def rolling_upgrade(
     goes back under it). Raises AssertionError when a step does
     not complete."""
     rng = random.Random(seed)
-    refusals: dict[str, int] = {}
     timings: dict[str, float] = {}
     versions: list[str] = []
     t0 = time.monotonic()
@@ -460,14 +457,13 @@ def rolling_upgrade(
             upgrade_zone(c, checker, zone, CURRENT, rng)
         if rs_rollback:
             # Back to the previous release under current agents: its root service must start
-            # on the expanded schema and take their leases (they send nothing it refuses).
+            # on the expanded schema and take their leases; the zone's current agents then
+            # stop under it (their stopping notice is gated: it would refuse one).
             c.stage(f"root services back to {c.prev.release} (rollback before finalizing)")
             _replace_root_services(c, checker, PREVIOUS)
         c.stage(f"zone {rollback_zone} back to {c.prev.release} (rollback before finalizing)")
         upgrade_zone(c, checker, rollback_zone, PREVIOUS, rng)
         if rs_rollback:
-            refusals.update(heartbeats_refused(_leader(c)))
-            c.say(f"   the {c.prev.release} leader refused leases: {refusals or 'none'}")
             _replace_root_services(c, checker, CURRENT)
         refused = c.sql("ALTER SYSTEM END ROLLING UPGRADE")
         assert refused is not None and refused.error.name == "OB_OP_NOT_ALLOW", refused
@@ -484,7 +480,7 @@ def rolling_upgrade(
         counts = checker.finish()
     c.say(counts.line())
     timings["finalized"] = time.monotonic() - t0
-    return Run(seed, counts, timings, versions, refusals), checker
+    return Run(seed, counts, timings, versions), checker
 
 
 def _replace_root_services(c: MixedCluster, checker: Checker, release: str) -> None:
@@ -538,13 +534,6 @@ def rs_state(addr: str) -> str | None:
     return None if m is None else str(m.get("state"))
 
 
-def heartbeats_refused(addr: str) -> dict[str, int]:
-    """The lease requests the root service at ``addr`` refused since it started, by error
-    name."""
-    m = rs_metrics(addr) or {}
-    return {str(k): int(v) for k, v in dict(m.get("heartbeats_refused") or {}).items()}
-
-
 def _leader(c: MixedCluster) -> str:
     if len(c.rs_addrs) == 1:
         return c.rs_addrs[0]
@@ -562,6 +551,17 @@ def _member_seen(c: MixedCluster, addr: str) -> bool:
     return rs_state(addr) not in (None, *LEADER_STATES) and any(
         rs_state(a) == "FULL_SERVICE" for a in others
     )
+
+
+def stopping_notices_refused(procs: ProcSet) -> list[str]:
+    """The lines where an agent of ``procs`` says its stopping notice was refused (an RS of
+    the previous release refuses the status bit it does not know)."""
+    return [
+        line
+        for p in procs.started
+        for line in p.log_text().splitlines()
+        if "is stopping (refused" in line
+    ]
 
 
 def refuse_previous_agent(c: MixedCluster, zone: str = "z3") -> tuple[str, Proc]:
