@@ -2,8 +2,8 @@
 history by tests/support/previous_release.py) to the current code, with real processes.
 
 SQLite: one root service, restarted from 0.1.0 to the current release; PostgreSQL: two,
-the standby replaced first and a failover to it. Three zones (two agents in z1), tenant t1
-with two log streams. Then BEGIN UPGRADE, BEGIN ROLLING UPGRADE, the zones one by one (agents
+the standby replaced first and a failover to it. Three zones (two agents in z1; the agents
+per zone from ``OB_UPGRADE_ZONES``, e.g. ``3,3,3``), tenant t1 with two log streams. Then BEGIN UPGRADE, BEGIN ROLLING UPGRADE, the zones one by one (agents
 restarted in an order drawn from the printed seed, ``OB_UPGRADE_SEED`` replays it); before
 finalizing, the root services back on 0.1.0 (leading current agents) and z1 too, then both
 forward again (no stopping notice refused meanwhile); END ROLLING
@@ -17,6 +17,7 @@ migration step, on the revision the finalized schema records."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -49,7 +50,9 @@ def test_rolling_upgrade_from_the_previous_release_rollback_then_refusal(
     two = db_url.startswith("postgresql")
     c = MixedCluster(procs, tmp_path, db_url, previous, rs_count=2 if two else 1)
     seed = draw_seed()
-    run, _ = rolling_upgrade(c, seed)
+    # OB_UPGRADE_ZONES="3,3,3" runs the full size (nine agents), for a run by hand.
+    zones = tuple(int(n) for n in os.environ.get("OB_UPGRADE_ZONES", "2,1,1").split(","))
+    run, _ = rolling_upgrade(c, seed, zones=zones)
     current = releases.current()
     print(f"seed {seed}: {run.counts.line()}")
     print("timings: " + ", ".join(f"{k} {v:.0f}s" for k, v in run.timings.items()))
