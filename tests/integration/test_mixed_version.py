@@ -3,13 +3,14 @@ history by tests/support/previous_release.py) to the current code, with real pro
 
 SQLite: one root service, restarted from 0.1.0 to the current release; PostgreSQL: two,
 the standby replaced first and a failover to it. Three zones (two agents in z1; the agents
-per zone from ``OB_UPGRADE_ZONES``, e.g. ``3,3,3``), tenant t1 with two log streams. Then BEGIN UPGRADE, BEGIN ROLLING UPGRADE, the zones one by one (agents
-restarted in an order drawn from the printed seed, ``OB_UPGRADE_SEED`` replays it); before
-finalizing, the root services back on 0.1.0 (leading current agents) and z1 too, then both
-forward again (no stopping notice refused meanwhile); END ROLLING
-UPGRADE (the cluster version rises from 0.1.0 to the current release) and END UPGRADE. A
-checker thread counts servers INACTIVE outside the zone being upgraded, seconds without a
-leader and statements answered neither OK nor with an OceanBase error: all must be 0.
+per zone from ``OB_UPGRADE_ZONES``, e.g. ``3,3,3``), tenant t1 with two log streams. Then
+BEGIN UPGRADE, BEGIN ROLLING UPGRADE, the zones one by one (agents restarted in an order
+drawn from the printed seed, ``OB_UPGRADE_SEED`` replays it); before finalizing, the root
+services back on 0.1.0 (leading current agents) and z1 too, then both forward again (no
+stopping notice refused meanwhile); END ROLLING UPGRADE (the cluster version rises from
+0.1.0 to the current release) and END UPGRADE. A checker thread counts servers INACTIVE
+outside the zone being upgraded, seconds without a leader and statements answered neither
+OK nor with an OceanBase error: all must be 0.
 
 After finalization the previous release is refused: a 0.1.0 agent by the version skew rule
 (its log and the event name the cluster version), a 0.1.0 root service at start, by its own
