@@ -24,7 +24,7 @@ PYTEST_ARGS ?=
 # (stepped down, statements refused OB_RS_NOT_MASTER, a dry run past its 60 s deadline).
 PYTEST_WORKERS ?= $(shell echo $$(( 2 * $$(nproc) )))
 
-.PHONY: proto-compat setup pg-binaries mysql-clients browser faketime prometheus nftables test-partitions test demo demo-spark-cluster bench bench-storm bench-mysql bench-spark bench-empty bench-parse chaos soak-lag lint docs dist proto clean
+.PHONY: proto-compat setup pg-binaries mysql-clients browser faketime prometheus nftables test-partitions test demo demo-upgrade demo-spark-cluster bench bench-storm bench-mysql bench-spark bench-empty bench-parse chaos soak-lag lint docs dist proto clean
 
 # The Spark jobs (rootservice/jobs) read PostgreSQL through JDBC with Debian's driver jar.
 PG_JDBC_JAR ?= /usr/share/java/postgresql.jar
@@ -187,6 +187,13 @@ test-partitions: setup
 
 demo: setup
 	$(VENV)/bin/python -m rootservice.demo
+
+# A rolling upgrade from the previous release (built from this repository's history into a
+# virtualenv of its own under the temporary directory, offline) to this one, zone by zone, on
+# SQLite: each stage with the cluster version, the checker's counts, then the previous
+# release refused; under 3 minutes. OB_UPGRADE_SEED=<n> replays a run's restart order.
+demo-upgrade: setup
+	$(VENV)/bin/python -m tests.demo.upgrade
 
 # A DELETE SERVER whose plans run on a Spark standalone master + worker
 # (from the installed pyspark) reading a private PostgreSQL over JDBC; 4 minutes on a loaded 2-core machine.

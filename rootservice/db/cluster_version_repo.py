@@ -9,6 +9,7 @@ import sqlalchemy as sa
 
 from obcommon import releases
 from obcommon.releases import Release
+from rootservice.db import schema_version
 from rootservice.db.tables import all_cluster_version
 from rootservice.db.timestamps import us_to_datetime
 
@@ -28,7 +29,9 @@ def get(conn: sa.Connection) -> Release:
 def raise_to(conn: sa.Connection, version: Release, now_us: int) -> bool:
     """Raise the cluster version to ``version`` when it is below it; True when it rose. Never
     lowers it: the comparison is in the UPDATE itself, so two writers cannot undo each
-    other's raise."""
+    other's raise. Once it is above the previous release, the previous release's stamp
+    says so (:func:`schema_version.stamp_previous_release`): its root services no longer
+    start."""
     t = all_cluster_version
     code = releases.encode(version)
     n = conn.execute(
@@ -36,4 +39,6 @@ def raise_to(conn: sa.Connection, version: Release, now_us: int) -> bool:
         .where(t.c.id == _ROW, t.c.version_code < code)
         .values(version=str(version), version_code=code, gmt_modified=us_to_datetime(now_us))
     ).rowcount
+    if n and version.line > schema_version.previous_release().line:
+        schema_version.stamp_previous_release(conn, version, contracted=False)
     return bool(n)

@@ -24,10 +24,10 @@ import psycopg
 import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 import migrations
+from rootservice.db import schema_version
 from rootservice.db.server_identity import ServerIdentity, read_dbapi_identity
 
 log = logging.getLogger(__name__)
@@ -265,7 +265,7 @@ def downgrade(engine: sa.Engine, revision: str = "base") -> None:
 def current_revision(engine: sa.Engine) -> str | None:
     """The revision the database is at, or None when it has no schema."""
     with engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+        return schema_version.read(conn)
 
 
 def head_revision() -> str | None:

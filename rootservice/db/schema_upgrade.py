@@ -23,6 +23,9 @@ writer), so two root services never migrate at once:
    otherwise the newer release only expanded it and this RS runs on it as it is.
 3. Otherwise the pending migrations are applied up to, not including, the first contract
    one.
+4. ``alembic_version`` is stamped for the previous release's root services
+   (:mod:`rootservice.db.schema_version`: its head until the upgrade is finalized, a
+   revision it refuses after).
 
 :func:`contract` (the leader, at END ROLLING UPGRADE) applies the rest. ``rootservice db
 upgrade`` stays the operator's tool: it goes where it is told.
@@ -40,9 +43,9 @@ from typing import Any
 
 import sqlalchemy as sa
 from alembic import command
-from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
+from rootservice.db import cluster_version_repo, schema_version
 from rootservice.db.engine import MIGRATIONS_DIR, alembic_config, io_deadline, migration_lock
 from rootservice.db.tables import all_schema_contract
 
@@ -120,7 +123,7 @@ def upgrade_at_start(engine: sa.Engine, location: Path = MIGRATIONS_DIR) -> str 
     history = migrations(location)
     with io_deadline(None), engine.begin() as conn:
         migration_lock(conn)
-        current = MigrationContext.configure(conn).get_current_revision()
+        current = schema_version.read(conn)
         if current is not None and current not in {m.revision for m in history}:
             theirs, ours = contract_level(conn), code_contract_level(history)
             if theirs > ours:
@@ -133,6 +136,7 @@ def upgrade_at_start(engine: sa.Engine, location: Path = MIGRATIONS_DIR) -> str 
         target = start_target(current, history)
         if target is not None and target != current:
             command.upgrade(alembic_config(conn, location), target)
+        stamp_previous_release(conn)
         return target
 
 
@@ -144,10 +148,24 @@ def contract(engine: sa.Engine, location: Path = MIGRATIONS_DIR) -> list[str]:
     ids = [m.revision for m in history]
     with io_deadline(None), engine.begin() as conn:
         migration_lock(conn)
-        current = MigrationContext.configure(conn).get_current_revision()
+        current = schema_version.read(conn)
         if current is not None and current not in ids:
             return []
         pending = ids[ids.index(current) + 1 :] if current is not None else ids
         if pending:
             command.upgrade(alembic_config(conn, location), pending[-1])
+        stamp_previous_release(conn)
         return pending
+
+
+def stamp_previous_release(conn: sa.Connection) -> str | None:
+    """:func:`schema_version.stamp_previous_release` for the cluster version and contract
+    level stored (nothing before the cluster version's table exists, as in the test
+    migrations of an old head); returns the stamp written."""
+    if not sa.inspect(conn).has_table("__all_cluster_version"):
+        return None
+    try:
+        cluster = cluster_version_repo.get(conn)
+    except LookupError:
+        return None
+    return schema_version.stamp_previous_release(conn, cluster, contract_level(conn) > 0)

@@ -257,8 +257,9 @@ def test_downgrade_to_base_removes_everything_and_upgrade_repeats(engine: sa.Eng
         _insert_server(conn, "10.0.0.1", 2882, 1)
     downgrade(engine, "base")
     insp = sa.inspect(engine)
-    # Alembic keeps its (now empty) bookkeeping table; nothing of ours may remain.
-    assert set(insp.get_table_names()) <= {"alembic_version"}
+    # Alembic keeps its (now empty) bookkeeping table, and the previous release's stamp
+    # (rootservice.db.schema_version) stays; nothing else of ours may remain.
+    assert set(insp.get_table_names()) <= {"__all_schema_version", "alembic_version"}
     assert insp.get_view_names() == []
     assert current_revision(engine) is None
 

@@ -12,10 +12,18 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from alembic import command
 from alembic.runtime.migration import MigrationContext
 
-from rootservice.db import schema_upgrade
-from rootservice.db.engine import MIGRATIONS_DIR, head_revision, make_engine
+from obcommon import releases
+from rootservice.db import cluster_version_repo, schema_upgrade, schema_version
+from rootservice.db.engine import (
+    MIGRATIONS_DIR,
+    alembic_config,
+    current_revision,
+    head_revision,
+    make_engine,
+)
 from rootservice.db.schema_upgrade import (
     Migration,
     SchemaAhead,
@@ -24,6 +32,7 @@ from rootservice.db.schema_upgrade import (
     start_target,
     upgrade_at_start,
 )
+from rootservice.db.schema_version import LEGACY_TABLE, PREVIOUS_HEAD, VERSION_TABLE
 
 HEAD = head_revision()
 
@@ -96,8 +105,22 @@ def blank(db_url: str) -> Iterator[sa.Engine]:
 
 
 def revision_of(engine: sa.Engine) -> str | None:
+    return current_revision(engine)
+
+
+def legacy_row(engine: sa.Engine) -> str | None:
+    """What a root service of the previous release reads as the revision."""
     with engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+        ctx = MigrationContext.configure(conn, opts={"version_table": LEGACY_TABLE})
+        return ctx.get_current_revision()
+
+
+def as_previous_release_left_it(engine: sa.Engine) -> None:
+    """The schema the previous release makes: its head, recorded in alembic_version only."""
+    with engine.begin() as conn:
+        command.upgrade(alembic_config(conn), PREVIOUS_HEAD)
+        conn.execute(sa.text(f"DROP TABLE {VERSION_TABLE}"))
+        schema_version.stamp_previous_release(conn, releases.oldest(), contracted=False)
 
 
 def tables(engine: sa.Engine) -> set[str]:
@@ -165,3 +188,35 @@ def test_an_older_rs_runs_beside_an_expanded_schema_and_refuses_a_contracted_one
         upgrade_at_start(blank)
     assert "contracted to level 1" in str(e.value) and "reaches level 0" in str(e.value)
     assert revision_of(blank) == "9003" and level(blank) == 1
+
+
+def test_the_previous_release_reads_its_head_until_the_cluster_version_rises(
+    blank: sa.Engine,
+) -> None:
+    as_previous_release_left_it(blank)
+    assert revision_of(blank) == PREVIOUS_HEAD and legacy_row(blank) == PREVIOUS_HEAD
+    # This release starts: its revision adopted, expanded to its head; the previous
+    # release still finds its own head (it starts, with nothing to migrate).
+    assert upgrade_at_start(blank) == HEAD
+    assert revision_of(blank) == HEAD and legacy_row(blank) == PREVIOUS_HEAD
+    assert upgrade_at_start(blank) == HEAD and legacy_row(blank) == PREVIOUS_HEAD
+    # The cluster version at the previous release changes nothing; above it, it is refused.
+    current = releases.table()[-1].release
+    with blank.begin() as conn:
+        assert not cluster_version_repo.raise_to(conn, releases.oldest(), 1)
+    assert legacy_row(blank) == PREVIOUS_HEAD
+    with blank.begin() as conn:
+        assert cluster_version_repo.raise_to(conn, current, 1)
+    assert legacy_row(blank) == f"upgraded-to-{current}"
+    assert upgrade_at_start(blank) == HEAD and legacy_row(blank) == f"upgraded-to-{current}"
+
+
+def test_a_new_database_is_stamped_for_the_previous_release_a_contracted_one_not(
+    blank: sa.Engine, newer: Path
+) -> None:
+    upgrade_at_start(blank)
+    assert legacy_row(blank) == PREVIOUS_HEAD and VERSION_TABLE in tables(blank)
+    upgrade_at_start(blank, newer)
+    assert legacy_row(blank) == PREVIOUS_HEAD  # expanded only
+    contract(blank, newer)
+    assert legacy_row(blank) == f"upgraded-to-{releases.current()}"
