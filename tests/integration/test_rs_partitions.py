@@ -295,3 +295,85 @@ def test_leader_cut_from_postgresql_steps_down_and_the_standby_takes_over(
     # overlap check above would have said otherwise).
     assert [t.rs for t in sorted(h.took, key=lambda t: t.at_us)][-1] == new
     assert any(rs == old for _, rs in h.ends)
+
+
+def _cut_from_agents(c: RsHostCluster, h: History, rs: str) -> None:
+    at = _now_us()
+    for agent in sorted(c.agents):
+        c.net.cut(rs, agent)
+        h.cut(agent, at)
+
+
+@pytest.mark.skipif(not ALL, reason="make test-partitions (OB_PARTITIONS=all) runs it")
+def test_leader_cut_from_every_agent_keeps_its_lease_and_the_servers_go_inactive(
+    rc: RsHostCluster,
+) -> None:
+    c = rc
+    old = c.leader()
+    epoch = c.epoch(old)
+    h, rec = _start_recording(c)
+    try:
+        _cut_from_agents(c, h, old)
+        # It still reaches PostgreSQL: its statements are answered and take effect.
+        for i in range(2):
+            assert _zone_statement(h, c, old, f"p{i}") == "OK"
+        wait_until(
+            lambda: set(c.statuses().values()) == {"INACTIVE"},
+            LEASE_S + 10,
+            message="every server INACTIVE while cut from the leader",
+        )
+        # The lease is in PostgreSQL alone: the leader renews it and keeps office.
+        assert c.leaders() == [old] and c.epoch(old) == epoch
+        hold_from = _now_us()
+        wait_until(
+            lambda: h.samples and h.samples[-1][0] - hold_from > LEASE_S * 1e6,
+            LEASE_S + 20,
+            message="a lease of samples under the fault",
+        )
+        assert c.leaders() == [old] and c.epoch(old) == epoch
+        c.net.heal()
+        h.healed(_now_us())
+        problems = _finish(c, h, rec, "leader cut from every agent")
+    finally:
+        rec.stop()
+    assert problems == [], "\n".join(problems)
+    assert c.leaders() == [old] and c.epoch(old) == epoch
+    assert [(t.rs, t.epoch) for t in h.took] == [(old, epoch)]
+
+
+@pytest.mark.skipif(not ALL, reason="make test-partitions (OB_PARTITIONS=all) runs it")
+def test_leader_cut_from_every_agent_then_killed_the_standby_takes_over_before_the_heal(
+    rc: RsHostCluster,
+) -> None:
+    c = rc
+    old = c.leader()
+    new = next(n for n in c.rs_hosts if n != old)
+    epoch = c.epoch(old)
+    h, rec = _start_recording(c)
+    try:
+        _cut_from_agents(c, h, old)
+        wait_until(
+            lambda: set(c.statuses().values()) == {"INACTIVE"},
+            LEASE_S + 10,
+            message="every server INACTIVE while cut from the leader",
+        )
+        c.rs[old].kill()
+        h.ended(old, _now_us())
+        wait_until(lambda: c.leaders() == [new], 4 * LEASE_S + 20, message=f"{new} leads")
+        # From here the agents' links to the leader are whole (the cut ones lead to a dead RS).
+        h.healed(_now_us())
+        assert c.epoch(new) > epoch
+        assert _zone_statement(h, c, new, "q0") == "OK"
+        wait_until(
+            lambda: set(c.statuses().values()) == {"ACTIVE"},
+            3 * LEASE_S + 10,
+            message="every server ACTIVE under the new leader, before the heal",
+        )
+        c.net.heal()
+        c.spawn_rs(old).wait_healthy(c.rs_addrs[old], timeout_s=30)
+        problems = _finish(c, h, rec, "leader cut from every agent, then kill -9")
+    finally:
+        rec.stop()
+    assert problems == [], "\n".join(problems)
+    assert c.leaders() == [new]
+    assert [t.rs for t in sorted(h.took, key=lambda t: t.at_us)] == [old, new]
