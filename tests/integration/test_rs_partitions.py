@@ -33,6 +33,8 @@ import pytest
 from sql.client import execute, result_rows
 from tests.integration.test_ha import LEADER_STATES, execute_on, metrics
 from tests.integration.test_partitions import AGENT_FLAGS, net  # noqa: F401 (the fixture)
+from tests.integration.test_tenants import REPLICA_FLAGS
+from tests.integration.test_tenants import RS_FLAGS as TENANT_RS_FLAGS
 from tests.support import pki
 from tests.support.cluster import Proc, ProcSet, agent_cmd, rs_cmd, wait_until
 from tests.support.history import History, Statement, StatusRecorder, check, read_logs
@@ -72,8 +74,13 @@ class RsHostCluster:
         self.agents: dict[str, str] = {}  # host name -> its server address
         self.agent_procs: dict[str, Proc] = {}
         self.old_logs: dict[str, str] = {}  # RS logs of processes killed and restarted
+        self.tenant = False
 
-    def start(self) -> None:
+    def start(self, tenant: bool = False) -> None:
+        """Start everything and bootstrap; ``tenant``: the agents host replicas and tenant
+        t1 (a unit in each zone, two log streams, primary zone z1) is created, its leaders
+        in z1."""
+        self.tenant = tenant
         h = self.pg_host
         self.pg = PgServer(host=h.ip, wrap=h.cmd([]), allow=self.net.cidr)
         self.pg.create_database(DB)
@@ -93,6 +100,7 @@ class RsHostCluster:
                 self.tmp / f"a{i}",
                 http_addr=host.addr(8088),
                 **AGENT_FLAGS,
+                **(REPLICA_FLAGS if tenant else {}),
             )
             p = self.procs.start(host.cmd(cmd), f"a{i}")
             p.wait_healthy(addr, timeout_s=30)
@@ -102,6 +110,23 @@ class RsHostCluster:
         self.leader()
         self.ok(f"ALTER SYSTEM BOOTSTRAP REGION 'r1' {', '.join(items)}")
         wait_until(lambda: set(self.statuses().values()) == {"ACTIVE"}, 30, message="ACTIVE")
+        if tenant:
+            self.ok("CREATE RESOURCE UNIT u1 MAX_CPU 1, MEMORY_SIZE '2G', LOG_DISK_SIZE '4G'")
+            self.ok("CREATE RESOURCE POOL p1 UNIT 'u1', UNIT_NUM 1, ZONE_LIST ('z1','z2','z3')")
+            self.ok("CREATE TENANT t1 RESOURCE_POOL_LIST ('p1'), PRIMARY_ZONE 'z1', LS_COUNT 2")
+            self.wait_leaders_in_primary_zone()
+
+    def leader_zones(self) -> list[str]:
+        """The zone of each log stream leader of tenant t1 (``DBA_OB_LS_LOCATIONS``)."""
+        rows = self.ok("SELECT zone, role FROM DBA_OB_LS_LOCATIONS WHERE tenant_id = 1002")
+        return [zone for zone, role in rows if role == "LEADER"]
+
+    def wait_leaders_in_primary_zone(self, timeout_s: float = 30) -> None:
+        wait_until(
+            lambda: self.leader_zones() == ["z1", "z1"],
+            timeout_s,
+            message="both leaders of t1 in its primary zone z1",
+        )
 
     def spawn_rs(self, name: str) -> Proc:
         """Start (or start again) the RS of host ``name``."""
@@ -116,6 +141,7 @@ class RsHostCluster:
             mysql_addr=h.addr(SQL_PORT),
             http_addr=h.addr(HTTP_PORT),
             **RS_FLAGS,
+            **(TENANT_RS_FLAGS if self.tenant else {}),
         )
         self.rs[name] = self.procs.start(h.cmd(args), f"{name}-{len(self.old_logs)}")
         return self.rs[name]
@@ -189,11 +215,17 @@ class RsHostCluster:
 
 
 @pytest.fixture
-def rc(net: Network, procs: ProcSet, tmp_path: Path) -> Iterator[RsHostCluster]:  # noqa: F811
-    """The cluster on its hosts, bootstrapped; PostgreSQL is stopped before its host goes."""
+def rc(
+    request: pytest.FixtureRequest,
+    net: Network,  # noqa: F811
+    procs: ProcSet,
+    tmp_path: Path,
+) -> Iterator[RsHostCluster]:
+    """The cluster on its hosts, bootstrapped (with tenant t1 when parametrized True);
+    PostgreSQL is stopped before its host goes."""
     c = RsHostCluster(net, procs, tmp_path)
     try:
-        c.start()
+        c.start(tenant=bool(getattr(request, "param", False)))
         yield c
     finally:
         procs.stop_all()
@@ -305,6 +337,7 @@ def _cut_from_agents(c: RsHostCluster, h: History, rs: str) -> None:
 
 
 @pytest.mark.skipif(not ALL, reason="make test-partitions (OB_PARTITIONS=all) runs it")
+@pytest.mark.parametrize("rc", [True], indirect=True, ids=["tenant"])
 def test_leader_cut_from_every_agent_keeps_its_lease_and_the_servers_go_inactive(
     rc: RsHostCluster,
 ) -> None:
@@ -334,6 +367,7 @@ def test_leader_cut_from_every_agent_keeps_its_lease_and_the_servers_go_inactive
         c.net.heal()
         h.healed(_now_us())
         problems = _finish(c, h, rec, "leader cut from every agent")
+        c.wait_leaders_in_primary_zone(3 * LEASE_S + 20)
     finally:
         rec.stop()
     assert problems == [], "\n".join(problems)
@@ -342,6 +376,7 @@ def test_leader_cut_from_every_agent_keeps_its_lease_and_the_servers_go_inactive
 
 
 @pytest.mark.skipif(not ALL, reason="make test-partitions (OB_PARTITIONS=all) runs it")
+@pytest.mark.parametrize("rc", [True], indirect=True, ids=["tenant"])
 def test_leader_cut_from_every_agent_then_killed_the_standby_takes_over_before_the_heal(
     rc: RsHostCluster,
 ) -> None:
@@ -372,6 +407,7 @@ def test_leader_cut_from_every_agent_then_killed_the_standby_takes_over_before_t
         c.net.heal()
         c.spawn_rs(old).wait_healthy(c.rs_addrs[old], timeout_s=30)
         problems = _finish(c, h, rec, "leader cut from every agent, then kill -9")
+        c.wait_leaders_in_primary_zone(3 * LEASE_S + 20)
     finally:
         rec.stop()
     assert problems == [], "\n".join(problems)
