@@ -115,7 +115,7 @@ prometheus:
 	{ $(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends prometheus </dev/null; } || exit 1; \
 	[ -x $(PROMETHEUS) ] && [ -x $(PROMTOOL) ] || { echo "prometheus installed but $(PROMETHEUS) or $(PROMTOOL) is missing" >&2; exit 1; }
 
-# The partition tests (tests/partitions/) give every process its own network namespace and
+# The partition tests (tests/integration/test_*partitions.py) give every process its own network namespace and
 # cut links between them with Debian's nftables (`nft`). Installed with apt-get when run as
 # root; without root the tests cannot make namespaces at all and say so.
 NFT ?= /usr/sbin/nft
@@ -180,10 +180,11 @@ test: setup
 	env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
 
 # Every network-fault scenario (tests/integration/test_partitions.py: each process on its own
-# host in a network namespace, links cut or made lossy with nftables); `make test` runs a
-# short selection. Needs root. OB_PARTITION_SEED=<n> replays a run's printed seed.
+# host in a network namespace, links cut or made lossy with nftables; test_rs_partitions.py:
+# PostgreSQL and two root services on hosts of their own too); `make test` runs a short
+# selection. Needs root. OB_PARTITION_SEED=<n> replays a run's printed seed.
 test-partitions: setup
-	OB_PARTITIONS=all $(VENV)/bin/pytest -q -p no:cacheprovider -s tests/unit/support/test_history.py tests/integration/test_partitions.py
+	OB_PARTITIONS=all $(VENV)/bin/pytest -q -p no:cacheprovider -s tests/unit/support/test_history.py tests/integration/test_partitions.py tests/integration/test_rs_partitions.py
 
 demo: setup
 	$(VENV)/bin/python -m rootservice.demo

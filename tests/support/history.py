@@ -22,7 +22,15 @@ A :class:`History` holds, with wall-clock microseconds since the epoch:
 - a statement answered neither OK nor with an OceanBase error (``HANG``, or an answer with
   no error name);
 - a statement answered OK whose effect :attr:`Statement.in_effect` says is missing at the
-  end (an acknowledged change lost).
+  end (an acknowledged change lost);
+- the fencing checks, over the terms root services took (:attr:`History.took`: who took
+  which fencing token ``(epoch, incarnation)`` when) and the tokens agents obeyed
+  (:attr:`History.obeyed`), both read from the processes' logs by :func:`read_logs`: a token
+  taken twice or an epoch taken with two incarnations (a doubled fencing token), two root
+  services acting at once (a term lasts from its take-office until that RS steps down, is
+  killed - :meth:`History.ended` - or takes another term), an agent that obeyed two
+  incarnations of one epoch or a lower epoch after a higher one, and an agent that obeyed a
+  token no root service took.
 
 The checker is pure: tests/unit/support/test_history.py feeds it histories with each of these
 planted and sees each reported.
@@ -30,9 +38,11 @@ planted and sees each reported.
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 
@@ -48,14 +58,44 @@ class Statement:
     in_effect: Callable[[], bool] | None = None
 
 
+@dataclass(frozen=True)
+class Took:
+    """Root service ``rs`` took office (or raised its epoch) with the fencing token
+    ``(epoch, incarnation)`` at ``at_us``."""
+
+    at_us: int
+    rs: str
+    epoch: int
+    incarnation: int
+
+
+@dataclass(frozen=True)
+class Obeyed:
+    """Agent ``agent`` obeyed the root service of ``(epoch, incarnation)`` from ``at_us``."""
+
+    at_us: int
+    agent: str
+    epoch: int
+    incarnation: int
+
+
 @dataclass
 class History:
-    """Samples ``(at_us, {server: status})``, statements, and per server its cut intervals
-    ``[(from_us, to_us or None)]`` from the RS leader."""
+    """Samples ``(at_us, {server: status})``, statements, per server its cut intervals
+    ``[(from_us, to_us or None)]`` from the RS leader, the terms taken (:class:`Took`), the
+    tokens obeyed (:class:`Obeyed`) and when each RS's term ended (``(at_us, rs)``: it
+    stepped down or was killed)."""
 
     samples: list[tuple[int, dict[str, str]]] = field(default_factory=list)
     statements: list[Statement] = field(default_factory=list)
     cuts: dict[str, list[tuple[int, int | None]]] = field(default_factory=dict)
+    took: list[Took] = field(default_factory=list)
+    obeyed: list[Obeyed] = field(default_factory=list)
+    ends: list[tuple[int, str]] = field(default_factory=list)
+
+    def ended(self, rs: str, at_us: int) -> None:
+        """``rs`` stopped acting at ``at_us`` (killed: it logs no step-down)."""
+        self.ends.append((at_us, rs))
 
     def cut(self, server: str, at_us: int) -> None:
         """``server``'s link to the RS was cut at ``at_us``."""
@@ -104,11 +144,90 @@ def check(h: History, *, lease_us: int, check_us: int, slack_us: int) -> list[st
             if status != "ACTIVE":
                 problems.append(f"{server} is {status} at the end ({last_at})")
     for s in h.statements:
-        if s.answer == "HANG" or not s.answer:
+        if s.answer.startswith("HANG") or not s.answer:
             problems.append(f"{s.text!r} sent at {s.sent_us}: no clear answer ({s.answer!r})")
         elif s.answer == "OK" and s.in_effect is not None and not s.in_effect():
             problems.append(f"{s.text!r} answered OK at {s.sent_us} but is not in effect")
+    return problems + check_fencing(h)
+
+
+def _tok(epoch: int, incarnation: int) -> str:
+    return f"epoch {epoch} (incarnation {incarnation:x})"
+
+
+def check_fencing(h: History) -> list[str]:
+    """The fencing checks of the module doc over ``h.took``, ``h.obeyed`` and ``h.ends``."""
+    problems: list[str] = []
+    by_epoch: dict[int, list[Took]] = {}
+    for t in sorted(h.took, key=lambda t: t.at_us):
+        by_epoch.setdefault(t.epoch, []).append(t)
+    for epoch, takes in sorted(by_epoch.items()):
+        if len(takes) > 1:
+            who = ", ".join(f"{t.rs} {_tok(t.epoch, t.incarnation)} at {t.at_us}" for t in takes)
+            problems.append(
+                f"epoch {epoch} taken {len(takes)} times: {who} (a doubled fencing token)"
+            )
+    # Each term, from its take-office to its RS's next end or take.
+    terms: list[tuple[int, int | None, Took]] = []
+    for t in h.took:
+        later = [a for a, rs in h.ends if rs == t.rs and a >= t.at_us]
+        later += [o.at_us for o in h.took if o.rs == t.rs and o.at_us > t.at_us]
+        terms.append((t.at_us, min(later) if later else None, t))
+    terms.sort(key=lambda x: x[0])
+    for i, (a1, b1, t1) in enumerate(terms):
+        for a2, b2, t2 in terms[i + 1 :]:
+            if t1.rs != t2.rs and (b1 is None or a2 < b1) and (b2 is None or a1 < b2):
+                problems.append(
+                    f"{t1.rs} ({_tok(t1.epoch, t1.incarnation)}) and {t2.rs} "
+                    f"({_tok(t2.epoch, t2.incarnation)}) both acted from {a2} to "
+                    f"{b1 if b1 is not None else 'the end'} (two root services at once)"
+                )
+    taken = {(t.epoch, t.incarnation) for t in h.took}
+    for agent in sorted({o.agent for o in h.obeyed}):
+        seen: dict[int, int] = {}
+        top = 0
+        for o in sorted((o for o in h.obeyed if o.agent == agent), key=lambda o: o.at_us):
+            here = _tok(o.epoch, o.incarnation)
+            if o.epoch in seen and seen[o.epoch] != o.incarnation:
+                problems.append(
+                    f"{agent} obeyed {here} at {o.at_us} after "
+                    f"{_tok(o.epoch, seen[o.epoch])}: two root services with one epoch"
+                )
+            elif o.epoch < top:
+                problems.append(f"{agent} obeyed {here} at {o.at_us} after epoch {top}")
+            seen.setdefault(o.epoch, o.incarnation)
+            top = max(top, o.epoch)
+            if taken and (o.epoch, o.incarnation) not in taken:
+                problems.append(f"{agent} obeyed {here} at {o.at_us}, a token no RS took")
     return problems
+
+
+_STAMP = r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6})Z .*?"
+_TOKEN = r"epoch (\d+) \(incarnation ([0-9a-f]+)\)"
+_WON = re.compile(_STAMP + r"won the RS lease with " + _TOKEN, re.M)
+_RAISED = re.compile(_STAMP + r"raised the epoch from .*? to " + _TOKEN, re.M)
+_STEPPED = re.compile(_STAMP + r"stepping down from epoch (\d+)", re.M)
+_OBEYING = re.compile(_STAMP + r"obeying the root service of " + _TOKEN, re.M)
+
+
+def _us(stamp: str) -> int:
+    t = dt.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=dt.UTC)
+    return int(t.timestamp()) * 1_000_000 + t.microsecond
+
+
+def read_logs(h: History, rs_logs: Mapping[str, str], agent_logs: Mapping[str, str]) -> None:
+    """Add to ``h`` what the text logs say (``{name: log text}``, lines stamped in UTC as
+    obcommon/logs.py writes them): each RS's take-offices (``won the RS lease with <token>``,
+    ``raised the epoch from <token> to <token>``) and step-downs (``stepping down from epoch
+    N``), each agent's ``obeying the root service of <token>``."""
+    for rs, text in rs_logs.items():
+        for rx in (_WON, _RAISED):
+            for m in rx.finditer(text):
+                h.took.append(Took(_us(m[1]), rs, int(m[2]), int(m[3], 16)))
+        h.ends += [(_us(m[1]), rs) for m in _STEPPED.finditer(text)]
+    for agent, text in agent_logs.items():
+        for m in _OBEYING.finditer(text):
+            h.obeyed.append(Obeyed(_us(m[1]), agent, int(m[2]), int(m[3], 16)))
 
 
 class StatusRecorder:

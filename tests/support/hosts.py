@@ -193,6 +193,11 @@ class Network:
         }
         (STATE_DIR / f"{self.bridge}.json").write_text(json.dumps(state))
 
+    @property
+    def cidr(self) -> str:
+        """The network's ``10.213.x.0/24`` (what a server on one of its hosts lets in)."""
+        return str(self._net)
+
     def add_host(self, name: str) -> Host:
         """A new host ``name`` (letters, digits, ``-``): a namespace with ``lo`` up, an
         address on the bridge and an empty ``obfault`` table. Raises ``RuntimeError`` when a

@@ -19,6 +19,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import psycopg
@@ -103,7 +104,8 @@ def _major_of(name: str) -> int:
 
 
 class PgServer:
-    """A private PostgreSQL cluster in a temporary directory, listening on 127.0.0.1 only.
+    """A private PostgreSQL cluster in a temporary directory, listening on 127.0.0.1 only
+    (or on the one address of the host it is given).
 
     ``PgServer()`` initialises and starts it; :meth:`stop` shuts it down and deletes the
     directory (idempotent, so it is safe to call from both a fixture's ``finally`` and
@@ -117,12 +119,22 @@ class PgServer:
         max_connections: int = 200,
         settings: dict[str, str] | None = None,
         standby_of: PgServer | None = None,
+        host: str = HOST,
+        wrap: Sequence[str] = (),
+        allow: str | None = None,
     ) -> None:
         """``max_connections``: PostgreSQL's limit (a small one for the connection-exhaustion
         test, tests/integration/test_db_faults.py). ``settings``: server settings (``-c``)
         over the defaults of this fixture (e.g. ``synchronous_commit``). ``standby_of``: make
         this server a streaming standby of that running one (``pg_basebackup -R`` instead of
-        ``initdb``; the HA recipe, tests/support/pg_ha.py)."""
+        ``initdb``; the HA recipe, tests/support/pg_ha.py). ``host``: the address it listens
+        on and is reached at (a host of tests/support/hosts.py: its own network namespace);
+        ``wrap``: the command prefix every server command runs under (that host's ``ip netns
+        exec``, so the postmaster it forks lives there); ``allow``: a network (CIDR) whose
+        clients ``pg_hba.conf`` trusts besides loopback."""
+        self.host = host
+        self.wrap = list(wrap)
+        self.allow = allow
         self.max_connections = max_connections
         self.settings = dict(settings or {})
         self.bindir = bindir or find_pg_bindir()
@@ -163,12 +175,12 @@ class PgServer:
 
     def url(self, dbname: str) -> str:
         """SQLAlchemy URL of database ``dbname`` on this server (psycopg 3 driver)."""
-        return f"postgresql+psycopg://{SUPERUSER}@{HOST}:{self.port}/{dbname}"
+        return f"postgresql+psycopg://{SUPERUSER}@{self.host}:{self.port}/{dbname}"
 
     def connect(self, dbname: str = "postgres") -> psycopg.Connection:
         """A plain autocommit psycopg connection (for administration and assertions)."""
         return psycopg.connect(
-            host=HOST,
+            host=self.host,
             port=self.port,
             user=SUPERUSER,
             dbname=dbname,
@@ -271,6 +283,7 @@ class PgServer:
         cmd = [str(self.bindir / args[0]), *args[1:]]
         if self._as_postgres:
             cmd = ["runuser", "-u", SUPERUSER, "--", *cmd]
+        cmd = [*self.wrap, *cmd]
         env = dict(os.environ)
         # Messages in English whatever the host's locale, and no stray PG* variables
         # (PGPORT, PGDATA...) from the developer's shell steering the commands.
@@ -318,6 +331,11 @@ class PgServer:
                 "--locale=C",
             ]
         )
+        if self.allow is not None:
+            # initdb's pg_hba.conf trusts loopback only; a server on a host of its own is
+            # reached from the hosts of its network.
+            with (self.data_dir / "pg_hba.conf").open("a") as f:
+                f.write(f"host all all {self.allow} trust\n")
 
     def _basebackup(self, primary: PgServer) -> None:
         # -R writes primary_conninfo and standby.signal; the standby names itself with the
@@ -328,7 +346,7 @@ class PgServer:
                 "-D",
                 str(self.data_dir),
                 "-h",
-                HOST,
+                primary.host,
                 "-p",
                 str(primary.port),
                 "-U",
@@ -338,7 +356,7 @@ class PgServer:
                 "stream",
                 "--no-sync",
                 "-d",
-                f"host={HOST} port={primary.port} user={SUPERUSER} application_name=standby",
+                f"host={primary.host} port={primary.port} user={SUPERUSER} application_name=standby",
             ]
         )
 
@@ -360,7 +378,7 @@ class PgServer:
 
     def _pg_start(self) -> None:
         settings = {
-            "listen_addresses": HOST,
+            "listen_addresses": self.host,
             "port": str(self.port),
             "unix_socket_directories": str(self.base_dir),
             "fsync": "off",

@@ -3,7 +3,7 @@ each fault it exists to catch planted, and the same histories without it."""
 
 from __future__ import annotations
 
-from tests.support.history import History, Statement, check
+from tests.support.history import History, Statement, check, read_logs
 
 S = 1_000_000
 LEASE, CHECK, SLACK = 3 * S, S // 10, 2 * S
@@ -83,3 +83,88 @@ def test_a_lost_ok_and_a_hang_are_reported() -> None:
     assert len(problems) == 2
     assert "'z8'" in problems[0] and "not in effect" in problems[0]
     assert "'z7'" in problems[1] and "no clear answer" in problems[1]
+
+
+# --- fencing: terms taken and tokens obeyed, read from the processes' logs -----------------
+
+RS1_LOG = """\
+2026-11-29T07:00:00.000000Z INFO rs 10.0.0.11:2882 rootservice.ha.election: won the RS lease with epoch 1 (incarnation a1) (previous: epoch 0 held by nobody)
+2026-11-29T07:00:10.000000Z ERROR rs 10.0.0.11:2882 rootservice.ha.term: stepping down from epoch 1: lease of epoch 1 not renewed for 2400 ms
+"""
+RS2_LOG = """\
+2026-11-29T07:00:11.000000Z INFO rs 10.0.0.12:2882 rootservice.ha.election: won the RS lease with epoch 2 (incarnation b2) (previous: epoch 1 held by 10.0.0.11:2882)
+"""
+AGENT_LOG = """\
+2026-11-29T07:00:01.000000Z INFO agent 10.0.0.13:2882 observer_agent.fence: obeying the root service of epoch 1 (incarnation a1) (was epoch 0 (incarnation 0))
+2026-11-29T07:00:12.000000Z INFO agent 10.0.0.13:2882 observer_agent.fence: obeying the root service of epoch 2 (incarnation b2) (was epoch 1 (incarnation a1))
+"""
+# The same epoch taken again by the deposed RS, with another incarnation, and obeyed.
+DOUBLED_RS1 = (
+    "2026-11-29T07:00:13.000000Z INFO rs 10.0.0.11:2882 rootservice.ha.election: won the RS "
+    "lease with epoch 2 (incarnation c3) (previous: epoch 1 held by 10.0.0.11:2882)\n"
+)
+DOUBLED_AGENT = (
+    "2026-11-29T07:00:14.000000Z INFO agent 10.0.0.13:2882 observer_agent.fence: obeying the "
+    "root service of epoch 2 (incarnation c3) (was epoch 2 (incarnation b2))\n"
+)
+
+
+def _recorded(rs1: str = RS1_LOG, agent: str = AGENT_LOG) -> History:
+    h = _clean()
+    read_logs(h, {"rs1": rs1, "rs2": RS2_LOG}, {"a1": agent})
+    return h
+
+
+def test_the_logs_give_each_term_its_end_and_each_obeyed_token() -> None:
+    h = _recorded()
+    t0 = 1_795_935_600 * S  # 2026-11-29T07:00:00Z
+    assert [(t.at_us - t0, t.rs, t.epoch, t.incarnation) for t in h.took] == [
+        (0, "rs1", 1, 0xA1),
+        (11 * S, "rs2", 2, 0xB2),
+    ]
+    assert h.ends == [(t0 + 10 * S, "rs1")]
+    assert [(o.at_us - t0, o.epoch) for o in h.obeyed] == [(1 * S, 1), (12 * S, 2)]
+    assert _run(h) == []
+
+
+def test_a_doubled_fencing_token_and_a_lost_ok_are_each_reported() -> None:
+    h = _recorded(RS1_LOG + DOUBLED_RS1, AGENT_LOG + DOUBLED_AGENT)
+    h.statements.append(Statement(12 * S, "ALTER SYSTEM ADD ZONE 'z8'", "OK", lambda: False))
+    problems = _run(h)
+    text = "\n".join(problems)
+    assert len(problems) == 4, text
+    assert "'z8'" in problems[0] and "answered OK" in problems[0]
+    assert "epoch 2 taken 2 times" in problems[1] and "doubled fencing token" in problems[1]
+    # rs2's term (epoch 2, b2) has not ended when rs1 takes epoch 2 again.
+    assert "rs2 (epoch 2 (incarnation b2)) and rs1 (epoch 2 (incarnation c3))" in problems[2]
+    assert "two root services at once" in problems[2]
+    assert problems[3].startswith("a1 obeyed epoch 2 (incarnation c3)")
+    assert "two root services with one epoch" in problems[3]
+
+
+def test_two_overlapping_terms_a_lower_epoch_obeyed_and_an_unknown_token_are_reported() -> None:
+    # rs1 never steps down: its term overlaps rs2's.
+    h = _recorded(RS1_LOG.splitlines(keepends=True)[0])
+    [problem] = _run(h)
+    assert "rs1 (epoch 1 (incarnation a1)) and rs2 (epoch 2 (incarnation b2)) both acted" in problem
+    # A killed RS ends its term: recorded, no overlap.
+    h.ended("rs1", 1_795_935_600 * S + 10 * S)
+    assert _run(h) == []
+    h = _recorded(
+        agent=AGENT_LOG
+        + "2026-11-29T07:00:15.000000Z INFO agent x observer_agent.fence: obeying the root "
+        "service of epoch 1 (incarnation a1) (was epoch 2 (incarnation b2))\n"
+        + "2026-11-29T07:00:16.000000Z INFO agent x observer_agent.fence: obeying the root "
+        "service of epoch 3 (incarnation d4) (was epoch 2 (incarnation b2))\n"
+    )
+    problems = _run(h)
+    assert len(problems) == 2, problems
+    assert "a1 obeyed epoch 1 (incarnation a1)" in problems[0] and "after epoch 2" in problems[0]
+    assert "epoch 3 (incarnation d4)" in problems[1] and "no RS took" in problems[1]
+
+
+def test_a_hang_with_its_reason_is_no_clear_answer() -> None:
+    h = _clean()
+    h.statements.append(Statement(14 * S, "ALTER SYSTEM ADD ZONE 'z7'", "HANG (DEADLINE_EXCEEDED)"))
+    [problem] = _run(h)
+    assert "'z7'" in problem and "no clear answer" in problem
