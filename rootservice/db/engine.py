@@ -57,6 +57,31 @@ TCP_ARGS = {
     "tcp_user_timeout": 10_000,
 }
 
+#: The same bounds on the server's side of each connection, sent as session settings in the
+#: start-up packet (libpq ``options``): the RS's own settings only cover its end. A backend
+#: of a leader cut off from the database, blocked writing a result to it, is neither idle
+#: (``idle_in_transaction_session_timeout``) nor cancellable, so without them it kept the
+#: row locks of its fenced transaction (the lease row ``FOR SHARE``) until the server's
+#: kernel gave the connection up, about 15 minutes; the standby's take-office waited on them
+#: and failed every round on its statement timeout (seen once in three runs of the partition
+#: test with the leader cut from PostgreSQL). All four are settable by any user (PostgreSQL
+#: 12+). A pooler that refuses start-up options (PgBouncer without
+#: ``ignore_startup_parameters = options``) must be told to pass or ignore them.
+SERVER_TCP_OPTIONS = (
+    "-c tcp_keepalives_idle=5 -c tcp_keepalives_interval=2 -c tcp_keepalives_count=3"
+    " -c tcp_user_timeout=10000"
+)
+
+
+def server_options(url: sa.URL) -> str:
+    """libpq ``options`` for a connection to ``url``: the URL's own ``options`` (if any)
+    followed by :data:`SERVER_TCP_OPTIONS`."""
+    own = url.query.get("options", "")
+    if isinstance(own, tuple):
+        own = " ".join(own)
+    return f"{own} {SERVER_TCP_OPTIONS}".strip()
+
+
 # The monotonic deadline (seconds, time.monotonic) of the current thread's database work, or
 # None for the default bound; 0.0 disables the bound (migrations).
 _deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
@@ -189,7 +214,11 @@ def make_engine(
 
         return engine
     if u.get_backend_name() == "postgresql":
-        kwargs["connect_args"] = {"connect_timeout": connect_timeout_s, **TCP_ARGS}
+        kwargs["connect_args"] = {
+            "connect_timeout": connect_timeout_s,
+            **TCP_ARGS,
+            "options": server_options(u),
+        }
         kwargs["pool_pre_ping"] = True
         kwargs["pool_size"] = POOL_SIZE
         kwargs["max_overflow"] = MAX_OVERFLOW

@@ -296,13 +296,6 @@ def _start_recording(c: RsHostCluster) -> tuple[History, StatusRecorder]:
             id="tenant",
             marks=[
                 pytest.mark.skipif(not ALL, reason="make test-partitions runs it"),
-                # Seen once in three runs (seed 387948233): the standby's election rounds
-                # all ended "canceling statement due to statement timeout" (waiting for the
-                # lease row) until the wait gave up, 115 s after the cut.
-                pytest.mark.skip(
-                    reason="known defect: a standby may be kept from the lease row for "
-                    "minutes by a session of the leader cut from PostgreSQL"
-                ),
             ],
         ),
     ],

@@ -60,3 +60,24 @@ def test_set_local_sets_every_setting_in_one_statement(pg_server: PgServer) -> N
             assert tuple(got) == ("1234ms", "5678ms")
     finally:
         engine.dispose()
+
+
+def test_the_servers_end_of_each_connection_is_bounded_too(pg_server: PgServer) -> None:
+    # A backend whose client was cut off must give its locks up within the RS's own bounds,
+    # not when the server's kernel gives the connection up; options of the URL are kept.
+    own = "options=-c%20lock_timeout%3D4321ms"
+    engine = make_engine(pg_server.url("postgres") + "?" + own)
+    try:
+        with engine.connect() as conn:
+            got = conn.execute(
+                sa.text(
+                    "SELECT current_setting('tcp_user_timeout'),"
+                    " current_setting('tcp_keepalives_idle'),"
+                    " current_setting('tcp_keepalives_interval'),"
+                    " current_setting('tcp_keepalives_count'),"
+                    " current_setting('lock_timeout')"
+                )
+            ).one()
+        assert tuple(got) == ("10000", "5", "2", "3", "4321ms")
+    finally:
+        engine.dispose()
