@@ -9,9 +9,11 @@ an operator (or Patroni) would run: kill -9 of the primary, ``pg_ctl promote`` o
   in the URL) receives no write from the RS.
 - Asynchronous standby that missed the tail, two RS processes: the second RS's term (and a
   statement it acknowledged) lives only on the lost tail; the first, restarted without having
-  heard the agent, takes office with that very epoch again (another incarnation), the agent's
-  report of the lost term makes it refuse the agent and re-take the lease row above it, and
-  only then does the agent obey it.
+  heard the agent, takes office with that very epoch again (another incarnation). The agent
+  itself refuses that token (asked directly while the RS is stopped, so that the RS's own
+  check of the agent's report cannot be what refused it); then the agent's report of the
+  lost term makes the RS refuse the agent and re-take the lease row above it, and only then
+  does the agent obey it.
 
 The agent logs every token it obeys other than the one it keeps (``obeying the root service
 of epoch N (incarnation X)``), so "no two root services obeyed with one epoch" is read from
@@ -21,6 +23,7 @@ its log and would show a second incarnation of one epoch. Every wait is bounded.
 from __future__ import annotations
 
 import itertools
+import json
 import re
 import threading
 import time
@@ -31,9 +34,16 @@ from typing import Any
 import grpc
 import pytest
 
+from obcommon.fencing import FenceToken
+from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
+from obcommon.security.certs import Role
+from observer_agent.fence import TOKEN_FILE
 from tests.integration.test_ha import LEASE_S, HaCluster, execute_on, metrics
+from tests.support import pki
+from tests.support.agent_probe import PROBE_RS, obeyed_token
 from tests.support.cluster import ProcSet, wait_until
 from tests.support.pg_ha import PgPair
+from tests.support.timescale import scaled
 
 pytestmark = pytest.mark.integration
 
@@ -210,6 +220,65 @@ def test_sync_standby_failover_loses_nothing_and_fences_the_old_primary(
         c.close()
 
 
+def refused_by_agent(
+    c: HaCluster, agent: str, rs: str, offered: FenceToken, kept: FenceToken
+) -> float:
+    """With the RS at ``rs`` stopped (SIGSTOP) and the paused ``agent`` resumed, ask the
+    agent as a root service with ``offered`` (an epoch it obeyed, another incarnation):
+    an empty ``ApplyReplicas`` (the command path) and ``RequestHeartbeat`` (the answered
+    path). Asserts both are refused with ``OB_RS_NOT_MASTER`` by the agent itself (its
+    message names the reuse; ``RequestHeartbeat``'s gRPC status and trailers), and that the
+    agent still keeps ``kept`` (the trailers and its token file). The RS is resumed before
+    returning, the agent left running. Returns how long the RS was stopped (seconds: it
+    must stay below the lease it trusts, or it steps down instead of re-taking)."""
+    why = f"{offered} reuses the epoch of {kept} already obeyed"
+    # The RS certificate is made and the channel built before the RS stops: its pause is
+    # the probe alone.
+    with pki.channel(agent, Role.RS, PROBE_RS) as ch:
+        stub = obrpc_pb2_grpc.ObserverServiceStub(ch)
+        c.rs[rs].pause()
+        stopped = time.monotonic()
+        try:
+            c.agents[agent].resume()
+            applied = stub.ApplyReplicas(
+                obrpc_pb2.ApplyReplicasRequest(
+                    rs_epoch=offered.epoch, rs_incarnation=offered.incarnation
+                ),
+                timeout=scaled(5),
+            )
+            answered: obrpc_pb2.LeaseRequest | None = None
+            refused: grpc.RpcError | None = None
+            try:
+                answered = stub.RequestHeartbeat(
+                    obrpc_pb2.RequestHeartbeatRequest(
+                        rs_epoch=offered.epoch, rs_incarnation=offered.incarnation
+                    ),
+                    timeout=scaled(5),
+                )
+            except grpc.RpcError as e:
+                refused = e
+            # Read before the RS runs again: its re-take makes the agent keep a new token.
+            kept_file = json.loads(
+                (c.tmp / f"agent-{agent.rsplit(':', 1)[1]}" / TOKEN_FILE).read_text()
+            )
+        finally:
+            c.rs[rs].resume()
+            paused = time.monotonic() - stopped
+    assert (applied.error.name, applied.error.code) == ("OB_RS_NOT_MASTER", -4638), (
+        f"ApplyReplicas with {offered} (the agent keeps {kept}) answered "
+        f"{applied.error.name or 'no error'}"
+    )
+    assert why in applied.error.message, applied.error.message
+    assert isinstance(refused, grpc.Call), f"RequestHeartbeat with {offered} answered: {answered}"
+    meta = dict(refused.trailing_metadata() or ())
+    assert refused.code() == grpc.StatusCode.UNAVAILABLE, (refused.code(), refused.details())
+    assert meta.get("ob-name") == "OB_RS_NOT_MASTER", meta
+    assert why in (refused.details() or ""), refused.details()
+    assert obeyed_token(refused) == kept, meta
+    assert FenceToken(kept_file["epoch"], kept_file["incarnation"]) == kept, kept_file
+    return paused
+
+
 def test_async_standby_failover_epoch_reused_refused_and_retaken(
     async_pair: PgPair,
     procs: ProcSet,
@@ -270,9 +339,15 @@ def test_async_standby_failover_epoch_reused_refused_and_retaken(
         assert int(m_won.group(1), 16) != lost[1]
         c.wait_full_service(first, timeout_s=60)
 
-        # The agent comes back reporting the lost term: refused, and the RS re-takes the
-        # lease row above it before the agent obeys it.
-        c.agents[agent].resume()
+        # The agent's own fence, apart from the RS's: with the first RS stopped (it cannot
+        # hear the agent's report and re-take first), the agent, running again, is asked
+        # with the reused token and refuses it, keeping the lost term's token.
+        reused_token = FenceToken(lost[0], int(m_won.group(1), 16))
+        paused_s = refused_by_agent(c, agent, first, reused_token, FenceToken(*lost))
+        record_property("rs_paused_for_the_agent_probe_s", round(paused_s, 3))
+
+        # The agent reports the lost term to the first RS, running again: refused, and the
+        # RS re-takes the lease row above it before the agent obeys it.
         retaken = re.compile(
             rf"raised the epoch from epoch {lost[0]} \(incarnation {m_won.group(1)}\) to "
             rf"epoch (\d+) \(incarnation ([0-9a-f]+)\): server {re.escape(agent)} had obeyed "
