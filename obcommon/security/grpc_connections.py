@@ -142,6 +142,10 @@ class GrpcConnections:
         self._ports: set[int] = set()
         # By the peer string as gRPC gives it: parsed only when connections are looked for.
         self._peers: dict[str, str] = {}
+        # The map's size that makes the next scan: twice what the last scan left, so that
+        # with more live peers than PRUNE_AT a scan (every descriptor of the process) is not
+        # made again at each new peer (5,000 agents connecting made it O(N) per stream).
+        self._prune_at = PRUNE_AT
         self._lock = threading.Lock()
         self.closed_total = 0
         revoked.on_change(self._on_change)
@@ -159,7 +163,7 @@ class GrpcConnections:
             return
         with self._lock:
             self._peers[peer] = serial
-            crowded = len(self._peers) > PRUNE_AT
+            crowded = len(self._peers) > self._prune_at
         if crowded:
             self._prune()
 
@@ -182,6 +186,7 @@ class GrpcConnections:
         with self._lock:
             for peer in [p for p in self._peers if parse_peer(p) not in live]:
                 del self._peers[peer]
+            self._prune_at = max(PRUNE_AT, 2 * len(self._peers))
 
     def _on_change(self, serials: frozenset[str]) -> None:
         self.close_revoked(serials)

@@ -209,3 +209,19 @@ def test_a_revoked_rs_certificate_loses_its_open_connection_to_the_agent(tmp_pat
             await stop_server(agent, server)
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_a_scan_is_not_repeated_at_each_new_peer_when_all_are_live(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # More live connections than PRUNE_AT: each scan leaves them all, and the next one waits
+    # until the map has doubled (a scan per new peer made 5,000 agents' first leases O(N)).
+    monkeypatch.setattr(grpc_connections, "PRUNE_AT", 4)
+    peers = [40000 + i for i in range(64)]
+    fake = FakeOs([(10 + i, ("127.0.0.1", SERVED), ("127.0.0.1", p)) for i, p in enumerate(peers)])
+    _, conns = _conns(fake)
+    for p in peers:
+        conns.seen(f"ipv4:127.0.0.1:{p}", "aa")
+    assert len(conns) == 64
+    # At 5, 11, 23 and 47 peers: a logarithmic number, not one per peer past the fourth.
+    assert fake.scans == 4
