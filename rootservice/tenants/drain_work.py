@@ -122,7 +122,13 @@ class DrainWork:
                 self.leaders.coordinate(plan, views.get(key, LsView(key)), exclude={server})
         led = self.led_from(server)
         if not led:
-            return len(leaders_on(self.views.leaders([server]), {server})), self.copies(server)
+            # Fresh reports of every member of the log streams the server hosts, not of the
+            # server alone: a new leader's last report may still be a follower's, and the
+            # view would then show the log stream with no LEADER row at all right after
+            # the drain's OK (seen once in a clean-clone run).
+            members = {m for p in topo.plans.values() if server in p.members for m in p.members}
+            view = self.views.leaders(sorted(members | {server}))
+            return len(leaders_on(view, {server})), self.copies(server)
         return len(led), self.copies(server)
 
     def blockers(self, server: str) -> list[str]:
