@@ -356,8 +356,11 @@ def upgrade_zone(
     """STOP ZONE (once the other zones are back and caught up: the RS's own check), the
     zone's agents replaced by ``release`` in an order drawn from ``rng``, START ZONE, and
     back: every agent of the zone ACTIVE on ``release``."""
-    c.until_ok(f"ALTER SYSTEM STOP ZONE '{zone}'", 90, f"STOP ZONE {zone} accepted")
+    # The zone's upgrade starts with its STOP ZONE, which moves its leaders off: a 0.1.0
+    # leader answers that statement before the view shows the new leaders, so the gap
+    # belongs to this zone (a clean-clone run counted 0.57 s of it against the others).
     checker.zone = zone
+    c.until_ok(f"ALTER SYSTEM STOP ZONE '{zone}'", 90, f"STOP ZONE {zone} accepted")
     order = sorted(a for a, z in c.zone_of.items() if z == zone)
     rng.shuffle(order)
     c.say(f"   {zone}: restarting {', '.join(order)} on the {release} release")
