@@ -61,7 +61,7 @@ TCP_ARGS = {
 #: start-up packet (libpq ``options``): the RS's own settings only cover its end. A backend
 #: of a leader cut off from the database, blocked writing a result to it, is neither idle
 #: (``idle_in_transaction_session_timeout``) nor cancellable, so without them it kept the
-#: row locks of its fenced transaction (the lease row ``FOR SHARE``) until the server's
+#: row locks of its fenced transaction (the lease row ``FOR KEY SHARE``) until the server's
 #: kernel gave the connection up, about 15 minutes; the standby's take-office waited on them
 #: and failed every round on its statement timeout (seen once in three runs of the partition
 #: test with the leader cut from PostgreSQL). All four are settable by any user (PostgreSQL

@@ -74,7 +74,7 @@ def read_epoch(conn: sa.Connection, *, lock: bool = False) -> int:
 def read_lease(conn: sa.Connection, *, lock: bool = False) -> RsLease:
     """The lease row (epoch 0 and no holder when the row is missing). ``lock`` reads it
     ``FOR UPDATE``: a take-over then waits for every fenced transaction of the old leader,
-    which hold the row ``FOR SHARE`` (see :func:`check_epoch`)."""
+    which hold the row ``FOR KEY SHARE`` (see :func:`check_epoch`)."""
     t = all_service_epoch
     q = sa.select(
         t.c.value,
@@ -117,15 +117,23 @@ def _server_values(server: ServerIdentity | None) -> dict[str, int]:
 def check_epoch(conn: sa.Connection, epoch: int) -> None:
     """Abort the caller's transaction unless the lease row's epoch is still ``epoch``.
 
-    Reads the row ``FOR SHARE`` so a concurrent take-over (which locks it ``FOR UPDATE``
+    Reads the row ``FOR KEY SHARE`` so a concurrent take-over (which locks it ``FOR UPDATE``
     and raises the epoch) waits for this transaction to end, and this transaction, once it
     has read the row, commits before any newer epoch exists. Epoch 0 (not in office) never
     passes. Raises ``ObError(OB_RS_NOT_MASTER)`` when deposed.
+
+    ``KEY SHARE``, not ``SHARE``: the holder's own renewal (a plain UPDATE of non-key
+    columns, which keeps the epoch) must not wait for these transactions, or one fenced
+    transaction longer than a renewal round makes the leader depose itself (seen in CI: a
+    BOOTSTRAP under load, "lease renewal failed: canceling statement due to statement
+    timeout"). Hence every path that raises the epoch must first read the row with
+    ``read_lease(lock=True)`` (``FOR UPDATE``, which conflicts with ``KEY SHARE``); an
+    UPDATE alone would not wait.
     """
     q = (
         sa.select(all_service_epoch.c.value)
         .where(all_service_epoch.c.name == RS_EPOCH_NAME)
-        .with_for_update(read=True)
+        .with_for_update(read=True, key_share=True)
     )
     v = conn.execute(q).scalar()
     if epoch <= 0 or v is None or int(v) != epoch:

@@ -3,7 +3,7 @@
 Every write to the system tables goes through :meth:`MetaStore.txn`, which holds the
 process-wide write lock (so admin operations, the persistence queue and CheckAllServerTask
 never interleave their read-memory / write-table / apply-memory sequences) and first checks
-that this RS's epoch is still the one in the lease row, locking that row ``FOR SHARE``
+that this RS's epoch is still the one in the lease row, locking that row ``FOR KEY SHARE``
 (docs/design/servers.md and docs/design/ha.md); the epoch is the :class:`rootservice.ha.term.Term`'s. Database failures become ``ObError(OB_ERR_SYS)`` with a
 short reason, so callers have one error type.
 """
@@ -134,7 +134,7 @@ class MetaStore:
         return (left + self.term.lease_time()) / 1e6
 
     def _limit_idle(self, conn: sa.Connection) -> None:
-        # A transaction of a paused (SIGSTOP) RS holds the lease row FOR SHARE until its
+        # A transaction of a paused (SIGSTOP) RS holds the lease row FOR KEY SHARE until its
         # session dies; the server ends it after this long idle instead of never.
         if self.idle_timeout_us is None:
             return

@@ -269,7 +269,7 @@ def test_a_deposed_leader_commits_nothing(nodes: tuple[Node, Node], clock: FakeC
     clock.advance(LEASE)
     assert b.election.run_once()
     insert_event(b)
-    # A's write: the fence reads the row FOR SHARE and finds epoch 2.
+    # A's write: the fence reads the row FOR KEY SHARE and finds epoch 2.
     for _ in range(3):
         with pytest.raises(ObError) as e:
             insert_event(a)
@@ -356,7 +356,7 @@ def test_take_over_waits_for_the_old_leaders_fenced_transaction(
     t.start()
     try:
         assert inside.wait(10)
-        # A's transaction holds the row FOR SHARE: B's round hits its lock timeout.
+        # A's transaction holds the row FOR KEY SHARE: B's round hits its lock timeout.
         assert not b.election.run_once()
         assert lease_row(b.store.engine).epoch == 1
         assert b.election.metrics.get("rs_election_errors_total") == 1
@@ -367,6 +367,49 @@ def test_take_over_waits_for_the_old_leaders_fenced_transaction(
     # comes after it.
     assert outcome == ["committed"]
     assert b.election.run_once() and b.elected == [2]
+
+
+def test_the_leaders_renewal_does_not_wait_for_its_own_fenced_transactions(
+    nodes: tuple[Node, Node], clock: FakeClock
+) -> None:
+    """A fenced transaction longer than a renewal round (a big BOOTSTRAP, a slow database)
+    must not make the leader depose itself: the renewal's UPDATE keeps the epoch, so it need
+    not wait for the transactions that checked it (they lock the row FOR KEY SHARE), while a
+    take-over's FOR UPDATE still waits for them (the test above)."""
+    a, _ = nodes
+    _pg_only(a.store.engine)
+    assert a.election.run_once()
+    inside = threading.Event()
+    release = threading.Event()
+    outcome: list[str] = []
+
+    def slow_write() -> None:
+        try:
+            with a.store.txn() as conn:
+                inside.set()
+                release.wait(30)
+                event_repo.insert_events(
+                    conn, [event_repo.Event(1, "test", "write", (("e", 1),))], ("x", 1)
+                )
+            outcome.append("committed")
+        except ObError as e:
+            outcome.append(e.name)
+
+    t = threading.Thread(target=slow_write)
+    t.start()
+    try:
+        assert inside.wait(10)
+        clock.advance(RENEW)
+        assert a.election.run_once(), a.deposed_now
+        assert a.deposed_now == []
+        assert a.election.metrics.get("rs_lease_renewals_total") == 1
+        # Renewed while the fenced transaction still holds its lock.
+        assert t.is_alive() and outcome == []
+        assert lease_row(a.store.engine).renew_us == clock.now_us()
+    finally:
+        release.set()
+        t.join(30)
+    assert outcome == ["committed"]
 
 
 def test_fenced_transactions_limit_idle_time(engine: sa.Engine, clock: FakeClock) -> None:
