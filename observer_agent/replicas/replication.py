@@ -116,9 +116,12 @@ class LogReplication:
     async def catch_up(
         self, rep: Replica, spec: obrpc_pb2.ReplicaSpec, client_deadline: float | None
     ) -> None:
-        """Fetch the log from ``spec.catch_up_from`` until ``end_index >= catch_up_index``,
-        within ``rpc_timeout`` (and ``client_deadline``, the event loop's time in seconds);
-        raises ``ObError(OB_TIMEOUT)``."""
+        """Fetch the log from ``spec.catch_up_from`` until ``end_index >= catch_up_index``
+        and the log agrees with the predecessor's (a divergent tail, e.g. one this node
+        wrote as a deposed leader, is cut and replaced by its entries; anything past its
+        last index is cut), within ``rpc_timeout`` (and ``client_deadline``, the event
+        loop's time in seconds); raises ``ObError(OB_TIMEOUT)`` when the index is not
+        reached (a comparison that could not finish is logged, and the node leads)."""
         key = rep.key
         target = spec.catch_up_index
         src = spec.catch_up_from.strip()
@@ -156,6 +159,14 @@ class LogReplication:
             last = outcome if outcome != "ok" else f"{src} has no newer entry"
             await asyncio.sleep(min(_CATCH_UP_RETRY_S, max(0.0, deadline - loop.time())))
         if rep.log.end_index >= target:
+            if rep.need_verify:
+                # Availability first, as before the check: it leads with what it has.
+                self.log.warning(
+                    "replica %s: log not compared with %s's before leading (%s)",
+                    describe_ls(key),
+                    src,
+                    last,
+                )
             return
         self.log.warning(
             "replica %s: catch-up from %s stopped at log_end_index %d < %d (%s)",

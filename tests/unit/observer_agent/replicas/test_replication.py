@@ -8,7 +8,7 @@ import asyncio
 from pathlib import Path
 
 from obcommon.proto import obrpc_pb2
-from observer_agent.replicas.faults import FAULT_REPLICATION_STOP_FILE
+from observer_agent.replicas.faults import FAULT_LOG_FREEZE_FILE, FAULT_REPLICATION_STOP_FILE
 from tests.support.ports import free_port
 from tests.unit.observer_agent.helpers import run, wait_until
 from tests.unit.observer_agent.replicas.helpers import (
@@ -149,6 +149,46 @@ def test_promoted_before_old_leader_is_told_old_leader_converges(tmp_path: Path)
             upto = min(end_index(a), end_index(b))
             assert entries(a, upto) == entries(b, upto)
             assert entries(a, switch) == entries(b, switch)
+
+    run(scenario())
+
+
+def test_a_deposed_leader_with_the_longer_log_promoted_again_drops_its_old_tail(
+    tmp_path: Path,
+) -> None:
+    """a leads term 1; b takes term 2 while a, not told (cut off), appends on at term 1, more
+    entries than b writes. Leadership comes back to a at term 3 with b's final index: a's
+    log is longer than that index, yet its tail past the switch is term 1's, not b's. a must
+    take b's entries (what b wrote at term 2 may have been acknowledged) and drop its own,
+    not lead with them (found by the partition scenario of an isolated leading agent)."""
+
+    async def scenario() -> None:
+        async with nodes(tmp_path, 2) as (a, b):
+            members = sorted([a.addr, b.addr])
+            for n in (a, b):
+                assert (await n.apply(upsert(spec(members, a.addr, 1)))).error.code == 0
+            await wait_until(lambda: end_index(b) >= 5, "b following a")
+            (a.agent.data_dir / FAULT_REPLICATION_STOP_FILE).touch()  # a hears from nobody
+            known = a.report().log_end_index
+            promoted = await b.apply(
+                upsert(spec(members, b.addr, 2, catch_up_index=known, catch_up_from=a.addr))
+            )
+            assert promoted.error.code == 0
+            switch = end_index(b)
+            await wait_until(lambda: end_index(b) >= switch + 2, "b appending at term 2")
+            (b.agent.data_dir / FAULT_LOG_FREEZE_FILE).touch()  # b writes no more
+            await wait_until(lambda: end_index(a) >= end_index(b) + 4, "a's term-1 tail longer")
+            assert entries(a)[switch][1] == 1 and entries(b)[switch][1] == 2
+            demoted = await b.apply(upsert(spec(members, a.addr, 3)))
+            assert demoted.error.code == 0
+            final = demoted.replicas[0].log_end_index
+            back = await a.apply(
+                upsert(spec(members, a.addr, 3, catch_up_index=final, catch_up_from=b.addr))
+            )
+            assert back.error.code == 0, back.error
+            # b's entries are a's now, up to b's last one; after it come a's term-3 ones.
+            assert entries(a, final) == entries(b, final)
+            assert all(e[1] == 3 for e in entries(a)[final:])
 
     run(scenario())
 
