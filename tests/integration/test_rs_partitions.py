@@ -13,6 +13,10 @@ logs and every token the agents' logs say they obeyed.
   instead moves the RS with the sys log stream's leader; see docs/operations/partitions.md).
 - The same, and kill -9 of the leader during the fault: the standby takes office and the
   agents, which reach it, are ACTIVE again before the heal.
+- The agent leading every log stream isolated: new leaders elsewhere at higher terms while
+  it appends on at its old term; after the heal its old tail is dropped and leadership
+  comes back (the log stream checks: one leader per term, agreeing logs, no deposed entry).
+- Jepsen's bridge: {leader, a1} | {standby, a3}, PostgreSQL and a2 in both halves.
 
 After each heal: every server ACTIVE, one leader, the old one a standby, and (with tenant
 t1: two log streams, primary zone z1) both leaders back in z1. ``make test`` runs the first
@@ -40,7 +44,15 @@ from tests.integration.test_tenants import REPLICA_FLAGS
 from tests.integration.test_tenants import RS_FLAGS as TENANT_RS_FLAGS
 from tests.support import pki
 from tests.support.cluster import Proc, ProcSet, agent_cmd, rs_cmd, wait_until
-from tests.support.history import History, Statement, StatusRecorder, check, read_logs
+from tests.support.history import (
+    History,
+    LeaderRecorder,
+    Statement,
+    StatusRecorder,
+    check,
+    read_logs,
+    read_replica_logs,
+)
 from tests.support.hosts import Network
 from tests.support.pgserver import PgServer
 from tests.support.timescale import scaled
@@ -208,6 +220,23 @@ class RsHostCluster:
         rows = self.db("SELECT svr_ip, svr_port, status FROM __all_server")
         return {by_addr.get(f"{ip}:{port}", f"{ip}:{port}"): st for ip, port, st in rows}
 
+    def ls_leaders(self) -> list[tuple[str, int, str]]:
+        """``(ls, term, agent host)`` of every LEADER row of ``__all_ls_meta_table`` (the raw
+        rows, stale ones included: the views hide a second leader, the checker must not)."""
+        by_addr = {v: k for k, v in self.agents.items()}
+        rows = self.db(
+            "SELECT tenant_id, ls_id, svr_ip, svr_port, proposal_id FROM __all_ls_meta_table "
+            "WHERE role = 1"
+        )
+        return [
+            (f"{t}_{ls}", int(term), by_addr.get(f"{ip}:{port}", f"{ip}:{port}"))
+            for t, ls, ip, port, term in rows
+        ]
+
+    def replica_logs(self, h: History) -> None:
+        """Every agent's replica logs into ``h.logs``."""
+        read_replica_logs(h, {name: self.tmp / name for name in self.agents})
+
     def zones(self) -> set[str]:
         return {z for (z,) in self.db("SELECT zone FROM __all_zone")}
 
@@ -246,8 +275,26 @@ def _zone_statement(h: History, c: RsHostCluster, on: str, zone: str) -> str:
     return st.answer
 
 
-def _finish(c: RsHostCluster, h: History, rec: StatusRecorder, name: str) -> list[str]:
-    """After the heal: every server ACTIVE, one leader; the logs read and the history
+class Recorders:
+    """The status recorder and, with the tenant, the log stream leader recorder."""
+
+    def __init__(self, status: StatusRecorder, leaders: LeaderRecorder | None) -> None:
+        self.status = status
+        self.leaders = leaders
+
+    @property
+    def errors(self) -> int:
+        return self.status.errors + (self.leaders.errors if self.leaders else 0)
+
+    def stop(self) -> None:
+        self.status.stop()
+        if self.leaders is not None:
+            self.leaders.stop()
+
+
+def _finish(c: RsHostCluster, h: History, rec: Recorders, name: str) -> list[str]:
+    """After the heal: every server ACTIVE, one leader (with the tenant: its log stream
+    leaders back in z1, then the members' logs read); the logs read and the history
     checked; returns the problems (printed with the counts)."""
     wait_until(
         lambda: set(c.statuses().values()) == {"ACTIVE"},
@@ -259,9 +306,13 @@ def _finish(c: RsHostCluster, h: History, rec: StatusRecorder, name: str) -> lis
         10,
         message="a sample with every server ACTIVE",
     )
+    if c.tenant:
+        c.wait_leaders_in_primary_zone(3 * LEASE_S + 20)
     rec.stop()
     c.leader()
     c.read_logs(h)
+    if c.tenant:
+        c.replica_logs(h)
     problems = check(
         h,
         lease_us=int(LEASE_S * 1e6),
@@ -275,14 +326,19 @@ def _finish(c: RsHostCluster, h: History, rec: StatusRecorder, name: str) -> lis
         f"{inactive} server-samples INACTIVE, statements {answers}, "
         f"{len(h.took)} terms taken {[(t.rs, t.epoch) for t in h.took]}, "
         f"{len(h.obeyed)} tokens obeyed, {len(h.ends)} step-downs/kills, "
+        f"LS (term, leader) seen {sorted({(x.ls, x.term, x.server) for x in h.leaders})}, "
+        f"{sum(len(v) for v in h.logs.values())} log entries in {len(h.logs)} replica logs, "
         f"{len(problems)} problems"
     )
     return problems
 
 
-def _start_recording(c: RsHostCluster) -> tuple[History, StatusRecorder]:
+def _start_recording(c: RsHostCluster) -> tuple[History, Recorders]:
     h = History()
-    rec = StatusRecorder(h, c.statuses).start()
+    rec = Recorders(
+        StatusRecorder(h, c.statuses).start(),
+        LeaderRecorder(h, c.ls_leaders).start() if c.tenant else None,
+    )
     wait_until(lambda: len(h.samples) >= 3, 20, message="the recorder's first samples")
     return h, rec
 
@@ -336,8 +392,6 @@ def test_leader_cut_from_postgresql_steps_down_and_the_standby_takes_over(
         c.net.heal()
         h.healed(_now_us())
         problems = _finish(c, h, rec, "leader cut from PostgreSQL")
-        if c.tenant:
-            c.wait_leaders_in_primary_zone(3 * LEASE_S + 20)
     finally:
         rec.stop()
     assert c.leaders() == [new]
@@ -386,7 +440,6 @@ def test_leader_cut_from_every_agent_keeps_its_lease_and_the_servers_go_inactive
         c.net.heal()
         h.healed(_now_us())
         problems = _finish(c, h, rec, "leader cut from every agent")
-        c.wait_leaders_in_primary_zone(3 * LEASE_S + 20)
     finally:
         rec.stop()
     assert problems == [], "\n".join(problems)
@@ -426,9 +479,105 @@ def test_leader_cut_from_every_agent_then_killed_the_standby_takes_over_before_t
         c.net.heal()
         c.spawn_rs(old).wait_healthy(c.rs_addrs[old], timeout_s=30)
         problems = _finish(c, h, rec, "leader cut from every agent, then kill -9")
-        c.wait_leaders_in_primary_zone(3 * LEASE_S + 20)
     finally:
         rec.stop()
     assert problems == [], "\n".join(problems)
     assert c.leaders() == [new]
     assert [t.rs for t in sorted(h.took, key=lambda t: t.at_us)] == [old, new]
+
+
+def _leaders_now(c: RsHostCluster) -> dict[str, tuple[int, str]]:
+    """``{ls: (term, agent)}`` of the highest-term LEADER row of each log stream of t1."""
+    out: dict[str, tuple[int, str]] = {}
+    for ls, term, agent in c.ls_leaders():
+        if ls.startswith("1002_") and term > out.get(ls, (-1, ""))[0]:
+            out[ls] = (term, agent)
+    return out
+
+
+@pytest.mark.skipif(not ALL, reason="make test-partitions (OB_PARTITIONS=all) runs it")
+@pytest.mark.parametrize("rc", [True], indirect=True, ids=["tenant"])
+def test_the_agent_leading_every_log_stream_isolated_new_terms_elsewhere_its_tail_dropped(
+    rc: RsHostCluster,
+) -> None:
+    """a1 (z1) leads both log streams of t1 and is cut from every host: the RS elects new
+    leaders in z2 / z3 at higher terms while a1, alone, still appends in its old term (a
+    deposed leader writing). After the heal a1 follows, drops that tail, and the leaders
+    come back to z1 at yet higher terms. The checker finds one leader per term, members'
+    logs that agree, and none of a1's deposed entries kept."""
+    c = rc
+    before = _leaders_now(c)
+    assert {a for _, a in before.values()} == {"a1"}, before
+    h, rec = _start_recording(c)
+    try:
+        c.net.isolate("a1")
+        h.cut("a1", _now_us())
+        wait_until(
+            lambda: (
+                (now := _leaders_now(c)).keys() == before.keys()
+                and all(now[ls][1] != "a1" and now[ls][0] > before[ls][0] for ls in before)
+            ),
+            3 * LEASE_S + 30,
+            message="new leaders of t1 outside a1 at higher terms",
+        )
+        moved = _leaders_now(c)
+        moved_at = _now_us()
+
+        # a1 went on appending in its old terms after the new ones began: there is a tail
+        # for the heal to drop (else the check below would have nothing to find).
+        def a1_wrote_deposed() -> bool:
+            probe = History()
+            read_replica_logs(probe, {"a1": c.tmp / "a1"})
+            return all(
+                any(t == before[ls][0] and ts > moved_at for _, t, ts in probe.logs[("a1", ls)])
+                for ls in before
+            )
+
+        wait_until(a1_wrote_deposed, 20, message="a1 appending in its old terms, deposed")
+        c.net.heal()
+        h.healed(_now_us())
+        problems = _finish(c, h, rec, "the agent leading every log stream isolated")
+    finally:
+        rec.stop()
+    assert problems == [], "\n".join(problems)
+    after = _leaders_now(c)
+    assert {a for _, a in after.values()} == {"a1"}
+    assert all(after[ls][0] > moved[ls][0] for ls in before), (before, moved, after)
+
+
+@pytest.mark.skipif(not ALL, reason="make test-partitions (OB_PARTITIONS=all) runs it")
+@pytest.mark.parametrize("rc", [False], indirect=True, ids=["plain"])
+def test_a_bridge_the_leader_and_a1_against_the_standby_and_a3_with_pg_and_a2_in_both(
+    rc: RsHostCluster,
+) -> None:
+    """Jepsen's bridge: {RS leader, a1} | {standby, a3}, PostgreSQL and a2 reaching both
+    halves. The leader keeps its lease (it reaches PostgreSQL), a3 goes INACTIVE (cut from
+    it), a1 and a2 never do; statements to the leader are answered OK and kept."""
+    c = rc
+    old = c.leader()
+    standby = next(n for n in c.rs_hosts if n != old)
+    epoch = c.epoch(old)
+    h, rec = _start_recording(c)
+    try:
+        c.net.bridge_partition([old, "a1"], [standby, "a3"])
+        h.cut("a3", _now_us())
+        assert _zone_statement(h, c, old, "b0") == "OK"
+        wait_until(
+            lambda: c.statuses().get("a3") == "INACTIVE",
+            LEASE_S + 10,
+            message="a3 INACTIVE, cut from the leader",
+        )
+        hold_from = _now_us()
+        wait_until(
+            lambda: h.samples and h.samples[-1][0] - hold_from > LEASE_S * 1e6,
+            LEASE_S + 20,
+            message="a lease of samples under the fault",
+        )
+        assert c.leaders() == [old] and c.epoch(old) == epoch
+        c.net.heal()
+        h.healed(_now_us())
+        problems = _finish(c, h, rec, "Jepsen's bridge")
+    finally:
+        rec.stop()
+    assert problems == [], "\n".join(problems)
+    assert c.leaders() == [old] and c.epoch(old) == epoch

@@ -30,7 +30,16 @@ A :class:`History` holds, with wall-clock microseconds since the epoch:
   services acting at once (a term lasts from its take-office until that RS steps down, is
   killed - :meth:`History.ended` - or takes another term), an agent that obeyed two
   incarnations of one epoch or a lower epoch after a higher one, and an agent that obeyed a
-  token no root service took.
+  token no root service took;
+- the log stream checks (:func:`check_ls_terms`), over the leaders seen (:attr:`History.leaders`:
+  ``__all_ls_meta_table``'s LEADER rows with their ``proposal_id``, polled by
+  :class:`LeaderRecorder`) and the members' logs read after the heal
+  (:func:`read_replica_logs`: every ``(index, term, ts)`` of each replica's ``clog`` file):
+  two servers leading one log stream in one term; a log whose terms go down along its
+  indexes; two logs that hold different entries at one index (after the heal every member
+  must have dropped a divergent tail); and an entry of term ``t`` appended after a term
+  above ``t`` began (its ``ts`` later than the first sign of that term: a LEADER row or an
+  entry of it): a deposed leader's write that a member kept.
 
 The checker is pure: tests/unit/support/test_history.py feeds it histories with each of these
 planted and sees each reported.
@@ -40,10 +49,12 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import struct
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass
@@ -79,12 +90,28 @@ class Obeyed:
     incarnation: int
 
 
+@dataclass(frozen=True)
+class LeaderSeen:
+    """``server`` was shown leading log stream ``ls`` (``"tenant_ls"``) in ``term`` at
+    ``at_us``."""
+
+    at_us: int
+    ls: str
+    term: int
+    server: str
+
+
+#: One replica log entry, ``(index, term, ts)`` (observer_agent/replicas/log.py).
+Entry = tuple[int, int, int]
+
+
 @dataclass
 class History:
     """Samples ``(at_us, {server: status})``, statements, per server its cut intervals
     ``[(from_us, to_us or None)]`` from the RS leader, the terms taken (:class:`Took`), the
-    tokens obeyed (:class:`Obeyed`) and when each RS's term ended (``(at_us, rs)``: it
-    stepped down or was killed)."""
+    tokens obeyed (:class:`Obeyed`), when each RS's term ended (``(at_us, rs)``: it
+    stepped down or was killed), the log stream leaders seen (:class:`LeaderSeen`) and the
+    members' logs at the end (``{(server, ls): [entry, ...]}`` by index)."""
 
     samples: list[tuple[int, dict[str, str]]] = field(default_factory=list)
     statements: list[Statement] = field(default_factory=list)
@@ -92,6 +119,8 @@ class History:
     took: list[Took] = field(default_factory=list)
     obeyed: list[Obeyed] = field(default_factory=list)
     ends: list[tuple[int, str]] = field(default_factory=list)
+    leaders: list[LeaderSeen] = field(default_factory=list)
+    logs: dict[tuple[str, str], list[Entry]] = field(default_factory=dict)
 
     def ended(self, rs: str, at_us: int) -> None:
         """``rs`` stopped acting at ``at_us`` (killed: it logs no step-down)."""
@@ -148,7 +177,7 @@ def check(h: History, *, lease_us: int, check_us: int, slack_us: int) -> list[st
             problems.append(f"{s.text!r} sent at {s.sent_us}: no clear answer ({s.answer!r})")
         elif s.answer == "OK" and s.in_effect is not None and not s.in_effect():
             problems.append(f"{s.text!r} answered OK at {s.sent_us} but is not in effect")
-    return problems + check_fencing(h)
+    return problems + check_fencing(h) + check_ls_terms(h)
 
 
 def _tok(epoch: int, incarnation: int) -> str:
@@ -200,6 +229,122 @@ def check_fencing(h: History) -> list[str]:
             if taken and (o.epoch, o.incarnation) not in taken:
                 problems.append(f"{agent} obeyed {here} at {o.at_us}, a token no RS took")
     return problems
+
+
+def check_ls_terms(h: History) -> list[str]:
+    """The log stream checks of the module doc over ``h.leaders`` and ``h.logs``."""
+    problems: list[str] = []
+    led: dict[tuple[str, int], dict[str, int]] = {}
+    began: dict[tuple[str, int], int] = {}
+    for s in sorted(h.leaders, key=lambda s: s.at_us):
+        led.setdefault((s.ls, s.term), {}).setdefault(s.server, s.at_us)
+        began.setdefault((s.ls, s.term), s.at_us)
+    for (ls, term), who in sorted(led.items()):
+        if len(who) > 1:
+            names = ", ".join(f"{srv} (seen at {at})" for srv, at in sorted(who.items()))
+            problems.append(f"LS {ls} term {term} led by {len(who)} servers: {names}")
+    for (_, ls), entries in h.logs.items():
+        for _, term, ts in entries:
+            k = (ls, term)
+            began[k] = min(began.get(k, ts), ts)
+    by_index: dict[tuple[str, int], dict[Entry, str]] = {}
+    for (server, ls), entries in sorted(h.logs.items()):
+        prev: Entry | None = None
+        for e in entries:
+            if prev is not None and e[1] < prev[1]:
+                problems.append(
+                    f"{server} LS {ls}: entry {e[0]} has term {e[1]} after term {prev[1]} "
+                    f"at entry {prev[0]} (terms go down along the log)"
+                )
+            prev = e
+            by_index.setdefault((ls, e[0]), {}).setdefault(e, server)
+        problems += _deposed_entries(server, ls, entries, began)
+    for (ls, index), variants in sorted(by_index.items()):
+        if len(variants) > 1:
+            what = "; ".join(
+                f"{srv} has (term {e[1]}, ts {e[2]})" for e, srv in sorted(variants.items())
+            )
+            problems.append(f"LS {ls} entry {index} differs between members: {what}")
+    return problems
+
+
+def _deposed_entries(
+    server: str, ls: str, entries: list[Entry], began: Mapping[tuple[str, int], int]
+) -> list[str]:
+    # The earliest start of any term above t, for each term t of this log stream.
+    starts = sorted((term, at) for (l2, term), at in began.items() if l2 == ls)
+    out: list[str] = []
+    for index, term, ts in entries:
+        later = [(t2, at) for t2, at in starts if t2 > term and at < ts]
+        if later:
+            t2, at = min(later, key=lambda x: x[1])
+            out.append(
+                f"{server} LS {ls}: entry {index} of term {term} written at {ts}, after term "
+                f"{t2} began at {at} (a deposed leader's entry kept)"
+            )
+            break  # the first one says it; the rest of that tail follows from it
+    return out
+
+
+_RECORD = struct.Struct("<qqq")
+
+
+def read_replica_log(path: Path) -> list[Entry]:
+    """The entries of one replica's log file (observer_agent/replicas/log.py: a header
+    record, then ``(index, term, ts)`` records of 24 bytes); a torn last record (the agent
+    is appending) is left out. Raises ``OSError``."""
+    raw = path.read_bytes()
+    n = len(raw) // _RECORD.size
+    return [_RECORD.unpack_from(raw, i * _RECORD.size) for i in range(1, n)]
+
+
+def read_replica_logs(h: History, data_dirs: Mapping[str, Path]) -> None:
+    """Add to ``h.logs`` every replica log under each server's data directory
+    (``{server: data dir}``; ``clog/<tenant>_<ls>/log``)."""
+    for server, d in data_dirs.items():
+        for path in sorted((d / "clog").glob("*/log")):
+            h.logs[(server, path.parent.name)] = read_replica_log(path)
+
+
+class LeaderRecorder:
+    """Polls ``read()`` (the leaders shown now: ``(ls, term, server)`` triples; an exception
+    is a missed sample) every ``interval_s`` on a thread into ``history.leaders`` until
+    :meth:`stop`."""
+
+    def __init__(
+        self,
+        history: History,
+        read: Callable[[], Iterable[tuple[str, int, str]]],
+        interval_s: float = 0.2,
+    ) -> None:
+        self.history = history
+        self.read = read
+        self.interval_s = interval_s
+        self.errors = 0
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="leader-recorder", daemon=True)
+
+    def start(self) -> LeaderRecorder:
+        """Start polling; returns self."""
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                rows = list(self.read())
+                at = time.time_ns() // 1000
+                self.history.leaders += [LeaderSeen(at, ls, term, srv) for ls, term, srv in rows]
+                self.samples += 1
+            except Exception:  # the database may be cut off from the controller: counted
+                self.errors += 1
+            self._stop.wait(self.interval_s)
+
+    def stop(self) -> None:
+        """Stop polling and wait for the thread (bounded: one read's timeout)."""
+        self._stop.set()
+        self._thread.join(timeout=30)
 
 
 _STAMP = r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6})Z .*?"

@@ -272,6 +272,15 @@ class Network:
                 rules += [self._drop(x, y), self._drop(y, x)]
         self._note(f"partition {sorted(side)} | {sorted(h.name for h in outside)}", rules)
 
+    def bridge_partition(self, left: Sequence[str], right: Sequence[str]) -> None:
+        """Jepsen's bridge: cut every host of ``left`` from every host of ``right``, both
+        ways; the hosts in neither (the bridge) still reach both halves."""
+        rules: list[str] = []
+        for x in (self.hosts[n] for n in left):
+            for y in (self.hosts[n] for n in right):
+                rules += [self._drop(x, y), self._drop(y, x)]
+        self._note(f"bridge {sorted(left)} | {sorted(right)}", rules)
+
     def lossy(self, a: str, b: str, percent: int) -> None:
         """Drop ``percent`` % of the packets between ``a`` and ``b``, each way at random."""
         ha, hb = self.hosts[a], self.hosts[b]

@@ -3,7 +3,17 @@ each fault it exists to catch planted, and the same histories without it."""
 
 from __future__ import annotations
 
-from tests.support.history import History, Statement, check, read_logs
+import struct
+from pathlib import Path
+
+from tests.support.history import (
+    History,
+    LeaderSeen,
+    Statement,
+    check,
+    read_logs,
+    read_replica_logs,
+)
 
 S = 1_000_000
 LEASE, CHECK, SLACK = 3 * S, S // 10, 2 * S
@@ -168,3 +178,65 @@ def test_a_hang_with_its_reason_is_no_clear_answer() -> None:
     h.statements.append(Statement(14 * S, "ALTER SYSTEM ADD ZONE 'z7'", "HANG (DEADLINE_EXCEEDED)"))
     [problem] = _run(h)
     assert "'z7'" in problem and "no clear answer" in problem
+
+
+def _ls_history() -> History:
+    """LS 1002_1001: a1 leads term 1 (entries 1-3), then a2 term 2 from 10 s (entries 4-5);
+    all three members hold the same log at the end (a1 cut its own tail after the switch)."""
+    h = _clean()
+    h.leaders += [LeaderSeen(t * S, "1002_1001", 1, "a1") for t in range(0, 9)]
+    h.leaders += [LeaderSeen(t * S, "1002_1001", 2, "a2") for t in range(10, 25)]
+    log = [(1, 1, 1 * S), (2, 1, 5 * S), (3, 1, 8 * S), (4, 2, 11 * S), (5, 2, 12 * S)]
+    for srv in ("a1", "a2", "a3"):
+        h.logs[(srv, "1002_1001")] = list(log)
+    return h
+
+
+def test_log_streams_with_one_leader_per_term_and_agreeing_logs_pass() -> None:
+    h = _ls_history()
+    # A member that has not fetched the last entry yet is behind, not divergent.
+    h.logs[("a3", "1002_1001")].pop()
+    assert _run(h) == []
+
+
+def test_two_leaders_of_one_term_are_reported() -> None:
+    h = _ls_history()
+    h.leaders.append(LeaderSeen(12 * S, "1002_1001", 2, "a3"))
+    [problem] = _run(h)
+    assert problem.startswith("LS 1002_1001 term 2 led by 2 servers: a2 (seen at 10000000), a3")
+
+
+def test_a_deposed_leaders_entry_kept_by_a_member_is_reported() -> None:
+    # a1, cut off, went on appending in term 1 after a2's term 2 began at 10 s, and a3
+    # took that entry instead of a2's: the entry a1 wrote at 13 s is kept at index 4.
+    h = _ls_history()
+    deposed = [(1, 1, 1 * S), (2, 1, 5 * S), (3, 1, 8 * S), (4, 1, 13 * S)]
+    h.logs[("a3", "1002_1001")] = deposed
+    problems = _run(h)
+    assert len(problems) == 2, problems
+    assert problems[0] == (
+        "a3 LS 1002_1001: entry 4 of term 1 written at 13000000, after term 2 began at "
+        "10000000 (a deposed leader's entry kept)"
+    )
+    assert problems[1].startswith("LS 1002_1001 entry 4 differs between members: ")
+    # Entries of term 1 written before term 2 began are the old leader's, legitimately kept.
+    h.logs[("a3", "1002_1001")] = deposed[:3]
+    assert _run(h) == []
+
+
+def test_a_log_whose_terms_go_down_is_reported() -> None:
+    h = _ls_history()
+    h.logs[("a2", "1002_1001")] = [(1, 1, S), (2, 2, 11 * S), (3, 1, 12 * S)]
+    problems = _run(h)
+    assert any("entry 3 has term 1 after term 2 at entry 2" in p for p in problems), problems
+
+
+def test_replica_logs_are_read_from_the_data_directories(tmp_path: Path) -> None:
+    rec = struct.Struct("<qqq")
+    d = tmp_path / "clog" / "1002_1001"
+    d.mkdir(parents=True)
+    body = rec.pack(0, 0, 0) + rec.pack(1, 1, 5) + rec.pack(2, 2, 7)
+    (d / "log").write_bytes(body + rec.pack(3, 2, 9)[:10])  # a torn last record
+    h = History()
+    read_replica_logs(h, {"a1": tmp_path})
+    assert h.logs == {("a1", "1002_1001"): [(1, 1, 5), (2, 2, 7)]}
