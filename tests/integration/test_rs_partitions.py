@@ -17,6 +17,9 @@ logs and every token the agents' logs say they obeyed.
   it appends on at its old term; after the heal its old tail is dropped and leadership
   comes back (the log stream checks: one leader per term, agreeing logs, no deposed entry).
 - Jepsen's bridge: {leader, a1} | {standby, a3}, PostgreSQL and a2 in both halves.
+- Each of: an agent cut from the leader (both ways, one way each way), an agent isolated,
+  the leader cut from PostgreSQL, the bridge, a 20 % lossy link, with the leader killed
+  (kill -9) during the fault.
 
 After each heal: every server ACTIVE, one leader, the old one a standby, and (with tenant
 t1: two log streams, primary zone z1) both leaders back in z1. ``make test`` runs the first
@@ -30,7 +33,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -581,3 +585,87 @@ def test_a_bridge_the_leader_and_a1_against_the_standby_and_a3_with_pg_and_a2_in
         rec.stop()
     assert problems == [], "\n".join(problems)
     assert c.leaders() == [old] and c.epoch(old) == epoch
+
+
+@dataclass
+class KillScenario:
+    """A fault around the RS leader, during which the leader is killed (kill -9).
+    ``apply(net, leader, standby, victim)`` applies it (``victim``: the agent host the seed
+    drew); ``cut_from(rs, leader, standby, victim)``: the agent hosts whose link to the root
+    service on host ``rs`` the fault cuts (what the checker holds against that RS's views)."""
+
+    name: str
+    apply: Callable[[Network, str, str, str], None]
+    cut_from: Callable[[str, str, str, str], set[str]]
+
+
+def _only_from_leader(rs: str, leader: str, standby: str, victim: str) -> set[str]:
+    return {victim} if rs == leader else set()
+
+
+KILL_SCENARIOS = [
+    KillScenario("agent cut from the leader", lambda n, ld, sb, v: n.cut(ld, v), _only_from_leader),
+    KillScenario("one-way: the agent's packets to the leader dropped", lambda n, ld, sb, v: n.cut(v, ld, one_way=True), _only_from_leader),
+    KillScenario("one-way: the leader's packets to the agent dropped", lambda n, ld, sb, v: n.cut(ld, v, one_way=True), _only_from_leader),
+    KillScenario("agent host isolated", lambda n, ld, sb, v: n.isolate(v), lambda rs, ld, sb, v: {v}),
+    KillScenario("leader cut from PostgreSQL", lambda n, ld, sb, v: n.cut(ld, "pg"), lambda rs, ld, sb, v: set()),
+    KillScenario("Jepsen's bridge {leader, a1} | {standby, a3}", lambda n, ld, sb, v: n.bridge_partition([ld, "a1"], [sb, "a3"]), lambda rs, ld, sb, v: {"a3"} if rs == ld else {"a1"}),
+    KillScenario("lossy link leader <-> agent, 20 %", lambda n, ld, sb, v: n.lossy(ld, v, 20), lambda rs, ld, sb, v: set()),
+]  # fmt: skip
+
+
+def _expect_statuses(c: RsHostCluster, cut: set[str], why: str) -> None:
+    wait_until(
+        lambda: all(st == ("INACTIVE" if a in cut else "ACTIVE") for a, st in c.statuses().items()),
+        3 * LEASE_S + 20,
+        message=f"{sorted(cut)} INACTIVE and the others ACTIVE {why}",
+    )
+
+
+@pytest.mark.skipif(not ALL, reason="make test-partitions (OB_PARTITIONS=all) runs it")
+@pytest.mark.parametrize("rc", [False], indirect=True, ids=["plain"])
+@pytest.mark.parametrize("sc", KILL_SCENARIOS, ids=lambda s: s.name)
+def test_a_fault_then_kill_9_of_the_leader_during_it(rc: RsHostCluster, sc: KillScenario) -> None:
+    """Each fault, and the RS leader killed while it lasts: the standby takes office with a
+    higher epoch; the servers cut from the new leader (and only they) are INACTIVE under it;
+    after the heal the killed RS, restarted, is a standby and every server ACTIVE."""
+    c = rc
+    old = c.leader()
+    new = next(n for n in c.rs_hosts if n != old)
+    epoch = c.epoch(old)
+    victim = c.net.rng.choice(sorted(c.agents))
+    h, rec = _start_recording(c)
+    try:
+        at = _now_us()
+        sc.apply(c.net, old, new, victim)
+        cut_old = sc.cut_from(old, old, new, victim)
+        for a in sorted(cut_old):
+            h.cut(a, at)
+        if cut_old:
+            _expect_statuses(c, cut_old, f"under {old}, the fault on")
+        c.rs[old].kill()
+        h.ended(old, _now_us())
+        wait_until(lambda: c.leaders() == [new], 4 * LEASE_S + 20, message=f"{new} leads")
+        took = _now_us()
+        h.healed(took)
+        cut_new = sc.cut_from(new, old, new, victim)
+        for a in sorted(cut_new):
+            h.cut(a, took)
+        assert c.epoch(new) > epoch
+        assert _zone_statement(h, c, new, "k0") == "OK"
+        _expect_statuses(c, cut_new, f"under {new}, before the heal")
+        hold_from = _now_us()
+        wait_until(
+            lambda: h.samples and h.samples[-1][0] - hold_from > LEASE_S * 1e6,
+            LEASE_S + 20,
+            message="a lease of samples under the new leader",
+        )
+        c.net.heal()
+        h.healed(_now_us())
+        c.spawn_rs(old).wait_healthy(c.rs_addrs[old], timeout_s=30)
+        problems = _finish(c, h, rec, f"{sc.name}, then kill -9 (victim {victim})")
+    finally:
+        rec.stop()
+    assert problems == [], "\n".join(problems)
+    assert c.leaders() == [new]
+    assert [t.rs for t in sorted(h.took, key=lambda t: t.at_us)][-1] == new
