@@ -165,9 +165,7 @@ class SpecApplier:
             # With a predecessor named, its log is compared even when ours is as long: a
             # longer log may end in a tail this node wrote as a deposed leader, which the
             # predecessor's entries must replace (and past its last index nothing is ours).
-            if becomes_leader and (
-                spec.catch_up_index > rep.log.end_index or (src and src != me)
-            ):
+            if becomes_leader and (spec.catch_up_index > rep.log.end_index or (src and src != me)):
                 await self._replication.catch_up(rep, spec, client_deadline)
             if rep.build is not None and not rep.build.data_in_place:
                 # No meta.json before the data is in place (a restart must find no half
