@@ -45,6 +45,7 @@ from observer_agent.lease_ports import (
 from observer_agent.lease_stream import LeaseStream
 from observer_agent.metrics import AgentMetrics
 from observer_agent.refusal_backoff import LIFTED_BY_STATEMENT, NO_BACKOFF, refusal_delay_us
+from observer_agent.rs_certificate import RsCertificateCheck
 from observer_agent.settings import AgentSettings
 
 LEASE_REQUEST_VERSION = 1
@@ -108,6 +109,7 @@ class LeaseDecisions:
         self.revoked = revoked if revoked is not None else RevokedSerials()
         self.metrics = metrics or AgentMetrics()
         self.security = security or TransportSecurity.for_dir(settings.certs_dir, Role.NODE)
+        self.rs_cert = RsCertificateCheck(self.security, self.revoked)
         self.settings = settings
         self.clock = clock
         self.data_dir = Path(settings.data_dir)

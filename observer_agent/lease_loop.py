@@ -8,6 +8,7 @@ Times are microseconds.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from observer_agent.background import (
     describe_exception,
@@ -49,6 +50,18 @@ class LeaseClient(LeaseDecisions):
         if conn is not None:
             await conn.close()
 
+    async def _refuse_rs_certificate(self, addr: str, timeout_s: float) -> bool:
+        """True (the stream closed, the refusal logged and counted) when the RS at ``addr``
+        serves a revoked certificate (:class:`observer_agent.rs_certificate.RsCertificateCheck`)."""
+        why = await self.rs_cert.refusal(addr, timeout_s)
+        if why is None:
+            return False
+        await self.close_stream()
+        self.registered = False
+        self.refusals["rs_certificate_revoked"] = self.refusals.get("rs_certificate_revoked", 0) + 1
+        self.repeat_log.log(logging.ERROR, f"revoked {addr}", "%s", why, extra={"rs": addr})
+        return True
+
     async def run(self, stop: asyncio.Event | None) -> None:
         """Try RSs one after the other until ``stop`` is set: register, renew on the same
         stream every ``heartbeat_interval``, move on after a failure or a refusal; the wait
@@ -88,11 +101,23 @@ class LeaseClient(LeaseDecisions):
         if conn is not None and (conn.addr != addr or conn.broken):
             await self.close_stream()
             conn = None
+        if (conn is None or not self.rs_cert.current(addr)) and await self._refuse_rs_certificate(
+            addr, timeout_s
+        ):
+            return self.reconnect.next_delay_us() / 1e6
+        conn = self._conn
         if conn is None:
             conn = self._conn = LeaseStream(addr, self.security, self.reconnect.policy)
         loop = asyncio.get_running_loop()
         renewed = False
         while not is_set(self._stop):
+            if (
+                conn.outstanding is None
+                and not self.rs_cert.current(addr)
+                and await self._refuse_rs_certificate(addr, timeout_s)
+            ):
+                # The list that came with the last answer revokes this RS's own certificate.
+                return self.reconnect.next_delay_us() / 1e6
             if conn.outstanding is None and conn.generation != self.security.generation():
                 # Rotated certificates: renewing over the old connection would leave a bad
                 # new certificate unnoticed until the next reconnect.

@@ -1,7 +1,7 @@
 """Certificate revocation against real ``rootservice`` and ``observer-agent`` processes: a revoked root client certificate is refused on gRPC, MySQL and HTTPS and
 the connections open with it (gRPC's too) are closed; a revoked node certificate loses its lease (the
 server goes INACTIVE) and the other agents refuse it; a revoked RS certificate is refused by
-the agents.
+the agents, in its calls to them and as the server of their lease streams.
 
 One secure cluster (SQLite, one RS, two agents) for the module. The tests run in file order
 and each revokes more: the RS certificate's, which cripples the cluster, last.
@@ -401,3 +401,18 @@ def test_revoked_rs_certificate_is_refused_by_the_agents(c: Revoking, closing: E
     err = _heartbeat_on(ch)
     assert err is not None and _refused_as_revoked(err), err
     ch.close()
+    # The other way: the agents learnt the list from the RS's own answers and check the
+    # certificate it serves before trusting another answer of it; they stop renewing there,
+    # so their servers expire.
+    for a in live:
+        wait_until(
+            lambda a=a: f"the root service at {c.rs_addr} serves a revoked certificate (serial "
+            f"{serial})" in c.agents[a].log_text(),
+            WAIT_S,
+            message=f"{a} refuses the RS's revoked certificate",
+        )
+    wait_until(
+        lambda: all(c.statuses()[a] == "INACTIVE" for a in live),
+        WAIT_S,
+        message="the agents' leases expire: they no longer renew with a revoked RS",
+    )

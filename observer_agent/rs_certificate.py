@@ -1,0 +1,96 @@
+"""The agent's check of the root service's own certificate against the revocation list.
+
+The RS judges every agent's certificate against the list of revoked serials, and sends the
+list with its lease answers (:class:`obcommon.security.revocation.RevokedSerials`). The
+other direction needs the certificate the RS serves, which gRPC's Python client never shows
+its caller. So, while the list is not empty, before the agent opens a lease stream to an RS
+address (and again whenever the list changes) it makes one TLS handshake of its own to that
+address, with the same CA and node certificate as its gRPC channel (ALPN ``h2``, nothing
+sent, closed at once), and reads the serial served. A revoked one: the agent does not open
+the stream (or closes the one it has), logs why and counts it; it tries the next RS.
+
+What it does not cover: the probe and the gRPC channel are two connections, so a server that
+swapped certificates between them would not be seen until the next check; with an empty list
+(the default) there is no probe at all and no cost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+
+from cryptography import x509
+
+from obcommon.addresses import parse_host_port
+from obcommon.security.revocation import RevokedSerials, serial_text
+from obcommon.security.tls import TransportSecurity
+
+
+async def served_serial(addr: str, security: TransportSecurity, timeout_s: float) -> str | None:
+    """The serial (:func:`serial_text`) of the certificate the server at ``addr`` (``ip:port``)
+    serves once verified against the cluster CA; None in insecure mode or when no handshake
+    completed within ``timeout_s`` seconds (the stream attempt that follows then fails and is
+    handled as any unreachable RS)."""
+    ctx = security.client_ssl_context()
+    if ctx is None:
+        return None
+    ctx.set_alpn_protocols(["h2"])
+    host, port = parse_host_port(addr)
+    try:
+        _, writer = await asyncio.wait_for(
+            asyncio.open_connection(host, port, ssl=ctx, server_hostname=host), timeout_s
+        )
+    except (OSError, ssl.SSLError, TimeoutError):
+        return None
+    try:
+        obj = writer.get_extra_info("ssl_object")
+        der = obj.getpeercert(binary_form=True) if obj is not None else None
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(writer.wait_closed(), timeout_s)
+    if not der:
+        return None
+    return serial_text(x509.load_der_x509_certificate(der).serial_number)
+
+
+class RsCertificateCheck:
+    """:meth:`refusal` says why the agent must not use the RS at an address: its certificate is
+    in ``revoked``. Each address is probed once per version of the list (the answer is kept
+    until the list changes); ``checks`` counts the probes made."""
+
+    def __init__(self, security: TransportSecurity, revoked: RevokedSerials) -> None:
+        self.security = security
+        self.revoked = revoked
+        self.checks = 0
+        self._seen: dict[str, tuple[int, str | None]] = {}
+
+    def current(self, addr: str) -> bool:
+        """Whether ``addr`` was judged against the list as it is now (no probe needed)."""
+        if not self.revoked.serials:
+            return True
+        seen = self._seen.get(addr)
+        return seen is not None and seen[0] == self.revoked.version
+
+    async def refusal(self, addr: str, timeout_s: float) -> str | None:
+        """None when the RS at ``addr`` may be used (the list is empty, insecure mode, its
+        serial is not revoked, or no handshake completed); else a one-line reason naming the
+        address and the serial."""
+        if not self.revoked.serials:
+            return None
+        version = self.revoked.version
+        seen = self._seen.get(addr)
+        if seen is None or seen[0] != version:
+            self.checks += 1
+            serial = await served_serial(addr, self.security, timeout_s)
+            if len(self._seen) > 64:
+                self._seen.clear()
+            seen = self._seen[addr] = (version, serial)
+        serial = seen[1]
+        if serial is not None and serial in self.revoked:
+            return (
+                f"the root service at {addr} serves a revoked certificate (serial {serial}); "
+                "its lease answers are not trusted"
+            )
+        return None
