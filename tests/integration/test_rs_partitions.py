@@ -669,3 +669,34 @@ def test_a_fault_then_kill_9_of_the_leader_during_it(rc: RsHostCluster, sc: Kill
     assert problems == [], "\n".join(problems)
     assert c.leaders() == [new]
     assert [t.rs for t in sorted(h.took, key=lambda t: t.at_us)][-1] == new
+
+
+@pytest.mark.skipif(not ALL, reason="make test-partitions (OB_PARTITIONS=all) runs it")
+@pytest.mark.parametrize("rc", [True], indirect=True, ids=["tenant"])
+def test_a_5_percent_lossy_link_to_the_leading_agent_moves_no_leader_and_expires_nothing(
+    rc: RsHostCluster,
+) -> None:
+    """5 % of the packets between the RS leader and a1 (which leads both log streams of t1)
+    dropped for three leases: no lease expires and no log stream changes leader or term."""
+    c = rc
+    old = c.leader()
+    before = _leaders_now(c)
+    assert {a for _, a in before.values()} == {"a1"}, before
+    h, rec = _start_recording(c)
+    try:
+        c.net.lossy(old, "a1", 5)
+        hold_from = _now_us()
+        wait_until(
+            lambda: h.samples and h.samples[-1][0] - hold_from > 3 * LEASE_S * 1e6,
+            3 * LEASE_S + 20,
+            message="three leases of samples under the lossy link",
+        )
+        c.net.heal()
+        h.healed(_now_us())
+        problems = _finish(c, h, rec, "5 % lossy link RS leader <-> a1 (leading)")
+    finally:
+        rec.stop()
+    assert problems == [], "\n".join(problems)
+    assert not any(v == "INACTIVE" for _, st in h.samples for v in st.values())
+    seen = {(x.ls, x.term, x.server) for x in h.leaders if x.ls.startswith("1002_")}
+    assert seen == {(ls, term, a) for ls, (term, a) in before.items()}, seen
