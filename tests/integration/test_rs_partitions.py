@@ -337,6 +337,23 @@ def _finish(c: RsHostCluster, h: History, rec: Recorders, name: str) -> list[str
     return problems
 
 
+def _hold(h: History, leases: int, what: str) -> None:
+    """Wait until the samples cover ``leases`` leases from now (the fault held that long)."""
+    hold_from = _now_us()
+    wait_until(
+        lambda: h.samples and h.samples[-1][0] - hold_from > leases * LEASE_S * 1e6,
+        leases * LEASE_S + 20,
+        message=what,
+    )
+
+
+def _heal_and_finish(c: RsHostCluster, h: History, rec: Recorders, name: str) -> list[str]:
+    """Heal every fault, record it, and :func:`_finish`."""
+    c.net.heal()
+    h.healed(_now_us())
+    return _finish(c, h, rec, name)
+
+
 def _start_recording(c: RsHostCluster) -> tuple[History, Recorders]:
     h = History()
     rec = Recorders(
@@ -387,15 +404,8 @@ def test_leader_cut_from_postgresql_steps_down_and_the_standby_takes_over(
             message="every agent obeys the new leader",
         )
         assert c.state(old) not in LEADER_STATES
-        hold_from = _now_us()
-        wait_until(
-            lambda: h.samples and h.samples[-1][0] - hold_from > LEASE_S * 1e6,
-            LEASE_S + 20,
-            message="a lease of samples under the fault",
-        )
-        c.net.heal()
-        h.healed(_now_us())
-        problems = _finish(c, h, rec, "leader cut from PostgreSQL")
+        _hold(h, 1, "a lease of samples under the fault")
+        problems = _heal_and_finish(c, h, rec, "leader cut from PostgreSQL")
     finally:
         rec.stop()
     assert c.leaders() == [new]
@@ -434,16 +444,9 @@ def test_leader_cut_from_every_agent_keeps_its_lease_and_the_servers_go_inactive
         )
         # The lease is in PostgreSQL alone: the leader renews it and keeps office.
         assert c.leaders() == [old] and c.epoch(old) == epoch
-        hold_from = _now_us()
-        wait_until(
-            lambda: h.samples and h.samples[-1][0] - hold_from > LEASE_S * 1e6,
-            LEASE_S + 20,
-            message="a lease of samples under the fault",
-        )
+        _hold(h, 1, "a lease of samples under the fault")
         assert c.leaders() == [old] and c.epoch(old) == epoch
-        c.net.heal()
-        h.healed(_now_us())
-        problems = _finish(c, h, rec, "leader cut from every agent")
+        problems = _heal_and_finish(c, h, rec, "leader cut from every agent")
     finally:
         rec.stop()
     assert problems == [], "\n".join(problems)
@@ -538,9 +541,7 @@ def test_the_agent_leading_every_log_stream_isolated_new_terms_elsewhere_its_tai
             )
 
         wait_until(a1_wrote_deposed, 20, message="a1 appending in its old terms, deposed")
-        c.net.heal()
-        h.healed(_now_us())
-        problems = _finish(c, h, rec, "the agent leading every log stream isolated")
+        problems = _heal_and_finish(c, h, rec, "the agent leading every log stream isolated")
     finally:
         rec.stop()
     assert problems == [], "\n".join(problems)
@@ -571,16 +572,9 @@ def test_a_bridge_the_leader_and_a1_against_the_standby_and_a3_with_pg_and_a2_in
             LEASE_S + 10,
             message="a3 INACTIVE, cut from the leader",
         )
-        hold_from = _now_us()
-        wait_until(
-            lambda: h.samples and h.samples[-1][0] - hold_from > LEASE_S * 1e6,
-            LEASE_S + 20,
-            message="a lease of samples under the fault",
-        )
+        _hold(h, 1, "a lease of samples under the fault")
         assert c.leaders() == [old] and c.epoch(old) == epoch
-        c.net.heal()
-        h.healed(_now_us())
-        problems = _finish(c, h, rec, "Jepsen's bridge")
+        problems = _heal_and_finish(c, h, rec, "Jepsen's bridge")
     finally:
         rec.stop()
     assert problems == [], "\n".join(problems)
@@ -654,12 +648,7 @@ def test_a_fault_then_kill_9_of_the_leader_during_it(rc: RsHostCluster, sc: Kill
         assert c.epoch(new) > epoch
         assert _zone_statement(h, c, new, "k0") == "OK"
         _expect_statuses(c, cut_new, f"under {new}, before the heal")
-        hold_from = _now_us()
-        wait_until(
-            lambda: h.samples and h.samples[-1][0] - hold_from > LEASE_S * 1e6,
-            LEASE_S + 20,
-            message="a lease of samples under the new leader",
-        )
+        _hold(h, 1, "a lease of samples under the new leader")
         c.net.heal()
         h.healed(_now_us())
         c.spawn_rs(old).wait_healthy(c.rs_addrs[old], timeout_s=30)
@@ -685,15 +674,8 @@ def test_a_5_percent_lossy_link_to_the_leading_agent_moves_no_leader_and_expires
     h, rec = _start_recording(c)
     try:
         c.net.lossy(old, "a1", 5)
-        hold_from = _now_us()
-        wait_until(
-            lambda: h.samples and h.samples[-1][0] - hold_from > 3 * LEASE_S * 1e6,
-            3 * LEASE_S + 20,
-            message="three leases of samples under the lossy link",
-        )
-        c.net.heal()
-        h.healed(_now_us())
-        problems = _finish(c, h, rec, "5 % lossy link RS leader <-> a1 (leading)")
+        _hold(h, 3, "three leases of samples under the lossy link")
+        problems = _heal_and_finish(c, h, rec, "5 % lossy link RS leader <-> a1 (leading)")
     finally:
         rec.stop()
     assert problems == [], "\n".join(problems)

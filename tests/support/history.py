@@ -55,6 +55,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 
 @dataclass
@@ -306,47 +307,6 @@ def read_replica_logs(h: History, data_dirs: Mapping[str, Path]) -> None:
             h.logs[(server, path.parent.name)] = read_replica_log(path)
 
 
-class LeaderRecorder:
-    """Polls ``read()`` (the leaders shown now: ``(ls, term, server)`` triples; an exception
-    is a missed sample) every ``interval_s`` on a thread into ``history.leaders`` until
-    :meth:`stop`."""
-
-    def __init__(
-        self,
-        history: History,
-        read: Callable[[], Iterable[tuple[str, int, str]]],
-        interval_s: float = 0.2,
-    ) -> None:
-        self.history = history
-        self.read = read
-        self.interval_s = interval_s
-        self.errors = 0
-        self.samples = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="leader-recorder", daemon=True)
-
-    def start(self) -> LeaderRecorder:
-        """Start polling; returns self."""
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                rows = list(self.read())
-                at = time.time_ns() // 1000
-                self.history.leaders += [LeaderSeen(at, ls, term, srv) for ls, term, srv in rows]
-                self.samples += 1
-            except Exception:  # the database may be cut off from the controller: counted
-                self.errors += 1
-            self._stop.wait(self.interval_s)
-
-    def stop(self) -> None:
-        """Stop polling and wait for the thread (bounded: one read's timeout)."""
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-
 _STAMP = r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6})Z .*?"
 _TOKEN = r"epoch (\d+) \(incarnation ([0-9a-f]+)\)"
 _WON = re.compile(_STAMP + r"won the RS lease with " + _TOKEN, re.M)
@@ -375,31 +335,33 @@ def read_logs(h: History, rs_logs: Mapping[str, str], agent_logs: Mapping[str, s
             h.obeyed.append(Obeyed(_us(m[1]), agent, int(m[2]), int(m[3], 16)))
 
 
-class StatusRecorder:
-    """Polls ``read()`` (``{server: status}``; an exception is a missed sample) every
-    ``interval_s`` on a thread into ``history.samples`` until :meth:`stop`."""
+class _Poller:
+    """Calls :meth:`_poll` every ``interval_s`` on a thread until :meth:`stop`; an exception
+    is a missed sample, counted in ``errors`` (the database or the RS may be cut off from
+    the controller)."""
 
-    def __init__(
-        self, history: History, read: Callable[[], dict[str, str]], interval_s: float = 0.2
-    ) -> None:
+    name = "poller"
+
+    def __init__(self, history: History, interval_s: float) -> None:
         self.history = history
-        self.read = read
         self.interval_s = interval_s
         self.errors = 0
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="status-recorder", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
 
-    def start(self) -> StatusRecorder:
+    def start(self) -> Self:
         """Start polling; returns self."""
         self._thread.start()
         return self
 
+    def _poll(self) -> None:
+        raise NotImplementedError
+
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                statuses = self.read()
-                self.history.samples.append((time.time_ns() // 1000, statuses))
-            except Exception:  # the RS may be busy: a missed sample, counted
+                self._poll()
+            except Exception:  # a missed sample, counted
                 self.errors += 1
             self._stop.wait(self.interval_s)
 
@@ -407,3 +369,41 @@ class StatusRecorder:
         """Stop polling and wait for the thread (bounded: one read's timeout)."""
         self._stop.set()
         self._thread.join(timeout=30)
+
+
+class StatusRecorder(_Poller):
+    """Polls ``read()`` (``{server: status}``) every ``interval_s`` into
+    ``history.samples`` until :meth:`stop`."""
+
+    name = "status-recorder"
+
+    def __init__(
+        self, history: History, read: Callable[[], dict[str, str]], interval_s: float = 0.2
+    ) -> None:
+        super().__init__(history, interval_s)
+        self.read = read
+
+    def _poll(self) -> None:
+        statuses = self.read()
+        self.history.samples.append((time.time_ns() // 1000, statuses))
+
+
+class LeaderRecorder(_Poller):
+    """Polls ``read()`` (the leaders shown now: ``(ls, term, server)`` triples) every
+    ``interval_s`` into ``history.leaders`` until :meth:`stop`."""
+
+    name = "leader-recorder"
+
+    def __init__(
+        self,
+        history: History,
+        read: Callable[[], Iterable[tuple[str, int, str]]],
+        interval_s: float = 0.2,
+    ) -> None:
+        super().__init__(history, interval_s)
+        self.read = read
+
+    def _poll(self) -> None:
+        rows = list(self.read())
+        at = time.time_ns() // 1000
+        self.history.leaders += [LeaderSeen(at, ls, term, srv) for ls, term, srv in rows]

@@ -14,6 +14,7 @@ from tests.unit.observer_agent.helpers import run, wait_until
 from tests.unit.observer_agent.replicas.helpers import (
     KEY,
     LS,
+    Node,
     T,
     drop,
     end_index,
@@ -122,21 +123,30 @@ def test_three_agents_leader_appends_followers_catch_up_and_switch(tmp_path: Pat
     run(scenario())
 
 
+async def _a_leads_then_b_takes_term_2(a: Node, b: Node, *, cut_a: bool = False) -> list[str]:
+    """a leads term 1 with b following; then b is promoted to term 2, catching up from a,
+    before a is told anything (``cut_a``: a also stops fetching). Returns the members."""
+    members = sorted([a.addr, b.addr])
+    for n in (a, b):
+        assert (await n.apply(upsert(spec(members, a.addr, 1)))).error.code == 0
+    await wait_until(lambda: end_index(b) >= 5, "b following a")
+    if cut_a:
+        (a.agent.data_dir / FAULT_REPLICATION_STOP_FILE).touch()  # a hears from nobody
+    known = a.report().log_end_index
+    promoted = await b.apply(
+        upsert(spec(members, b.addr, 2, catch_up_index=known, catch_up_from=a.addr))
+    )
+    assert promoted.error.code == 0 and promoted.replicas[0].log_end_index >= known
+    return members
+
+
 def test_promoted_before_old_leader_is_told_old_leader_converges(tmp_path: Path) -> None:
     """The RS tells the new leader first: the old one appends a few more entries at the old
     term, which differ from the new leader's; once it follows, they are replaced."""
 
     async def scenario() -> None:
         async with nodes(tmp_path, 2) as (a, b):
-            members = sorted([a.addr, b.addr])
-            for n in (a, b):
-                assert (await n.apply(upsert(spec(members, a.addr, 1)))).error.code == 0
-            await wait_until(lambda: end_index(b) >= 5, "b following a")
-            known = a.report().log_end_index
-            promoted = await b.apply(
-                upsert(spec(members, b.addr, 2, catch_up_index=known, catch_up_from=a.addr))
-            )
-            assert promoted.error.code == 0 and promoted.replicas[0].log_end_index >= known
+            members = await _a_leads_then_b_takes_term_2(a, b)
             switch = end_index(b)
             await wait_until(lambda: end_index(a) >= switch + 4, "a diverging at term 1")
             await wait_until(lambda: end_index(b) >= switch + 2, "b appending at term 2")
@@ -164,16 +174,7 @@ def test_a_deposed_leader_with_the_longer_log_promoted_again_drops_its_old_tail(
 
     async def scenario() -> None:
         async with nodes(tmp_path, 2) as (a, b):
-            members = sorted([a.addr, b.addr])
-            for n in (a, b):
-                assert (await n.apply(upsert(spec(members, a.addr, 1)))).error.code == 0
-            await wait_until(lambda: end_index(b) >= 5, "b following a")
-            (a.agent.data_dir / FAULT_REPLICATION_STOP_FILE).touch()  # a hears from nobody
-            known = a.report().log_end_index
-            promoted = await b.apply(
-                upsert(spec(members, b.addr, 2, catch_up_index=known, catch_up_from=a.addr))
-            )
-            assert promoted.error.code == 0
+            members = await _a_leads_then_b_takes_term_2(a, b, cut_a=True)
             switch = end_index(b)
             await wait_until(lambda: end_index(b) >= switch + 2, "b appending at term 2")
             (b.agent.data_dir / FAULT_LOG_FREEZE_FILE).touch()  # b writes no more

@@ -329,13 +329,12 @@ def _pg_only(engine: sa.Engine) -> None:
         pytest.skip("row locks: PostgreSQL only (SQLite serialises whole transactions)")
 
 
-def test_take_over_waits_for_the_old_leaders_fenced_transaction(
-    nodes: tuple[Node, Node], clock: FakeClock
-) -> None:
-    a, b = nodes
-    _pg_only(a.store.engine)
-    assert a.election.run_once()
-    clock.advance(LEASE)
+def _open_fenced_write(
+    a: Node,
+) -> tuple[threading.Thread, threading.Event, threading.Event, list[str]]:
+    """A fenced transaction of ``a`` on a thread that sets ``inside`` once it checked the
+    epoch, then holds the lease row until ``release`` (at most 30 s) and commits one event;
+    ``outcome`` gets "committed" or the ObError's name."""
     inside = threading.Event()
     release = threading.Event()
     outcome: list[str] = []
@@ -344,7 +343,7 @@ def test_take_over_waits_for_the_old_leaders_fenced_transaction(
         try:
             with a.store.txn() as conn:
                 inside.set()
-                release.wait(10)
+                release.wait(30)
                 event_repo.insert_events(
                     conn, [event_repo.Event(1, "test", "write", (("e", 1),))], ("x", 1)
                 )
@@ -354,6 +353,17 @@ def test_take_over_waits_for_the_old_leaders_fenced_transaction(
 
     t = threading.Thread(target=slow_write)
     t.start()
+    return t, inside, release, outcome
+
+
+def test_take_over_waits_for_the_old_leaders_fenced_transaction(
+    nodes: tuple[Node, Node], clock: FakeClock
+) -> None:
+    a, b = nodes
+    _pg_only(a.store.engine)
+    assert a.election.run_once()
+    clock.advance(LEASE)
+    t, inside, release, outcome = _open_fenced_write(a)
     try:
         assert inside.wait(10)
         # A's transaction holds the row FOR KEY SHARE: B's round hits its lock timeout.
@@ -379,24 +389,7 @@ def test_the_leaders_renewal_does_not_wait_for_its_own_fenced_transactions(
     a, _ = nodes
     _pg_only(a.store.engine)
     assert a.election.run_once()
-    inside = threading.Event()
-    release = threading.Event()
-    outcome: list[str] = []
-
-    def slow_write() -> None:
-        try:
-            with a.store.txn() as conn:
-                inside.set()
-                release.wait(30)
-                event_repo.insert_events(
-                    conn, [event_repo.Event(1, "test", "write", (("e", 1),))], ("x", 1)
-                )
-            outcome.append("committed")
-        except ObError as e:
-            outcome.append(e.name)
-
-    t = threading.Thread(target=slow_write)
-    t.start()
+    t, inside, release, outcome = _open_fenced_write(a)
     try:
         assert inside.wait(10)
         clock.advance(RENEW)
