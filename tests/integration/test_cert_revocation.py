@@ -406,8 +406,10 @@ def test_revoked_rs_certificate_is_refused_by_the_agents(c: Revoking, closing: E
     # so their servers expire.
     for a in live:
         wait_until(
-            lambda a=a: f"the root service at {c.rs_addr} serves a revoked certificate (serial "
-            f"{serial})" in c.agents[a].log_text(),
+            lambda a=a: (
+                f"the root service at {c.rs_addr} serves a revoked certificate (serial "
+                f"{serial})" in c.agents[a].log_text()
+            ),
             WAIT_S,
             message=f"{a} refuses the RS's revoked certificate",
         )
