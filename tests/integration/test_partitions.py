@@ -6,7 +6,8 @@ the heal, every statement sent during the fault answered OK or with an OceanBase
 
 The suite runs a short selection (an agent cut from the RS while its peers still reach it,
 both one-way cuts, a 5 % lossy link); ``make test-partitions`` (``OB_PARTITIONS=all``) adds
-the isolated host, the zone cut and the 20 % and 50 % lossy links. Each run prints its seed
+the isolated host, the cut of zone z3 (two agents, which still see each other) and the 20 %
+and 50 % lossy links. Each run prints its seed
 (``OB_PARTITION_SEED`` replays one). Not root: skipped with the reason, failed under CI.
 """
 
@@ -65,9 +66,14 @@ def net(tmp_path: Path) -> Iterator[Network]:
         network.close()
 
 
+#: Agent host -> zone: z3 has two agents, so a zone cut leaves two hosts that see each other.
+ZONES = {"a1": "z1", "a2": "z2", "a3": "z3", "a4": "z3"}
+
+
 class HostCluster:
-    """One RS (SQLite) on host ``rs`` and three agents ``a1``-``a3`` in zones z1-z3, each on
-    its own host, every process with the flags an operator gives on real hosts."""
+    """One RS (SQLite) on host ``rs`` and four agents ``a1``-``a4`` (:data:`ZONES`: z1, z2
+    and two in z3), each on its own host, every process with the flags an operator gives on
+    real hosts."""
 
     def __init__(self, net: Network, procs: ProcSet, tmp: Path) -> None:
         self.net = net
@@ -95,22 +101,27 @@ class HostCluster:
         self.rs = self.procs.start(h.cmd(args), "rs")
         self.rs.wait_healthy(self.rs_addr, timeout_s=30)
         items = []
-        for i in (1, 2, 3):
-            host = self.net.add_host(f"a{i}")
+        for name, zone in ZONES.items():
+            host = self.net.add_host(name)
             addr = host.addr(RS_PORT)
             cmd = agent_cmd(
                 self.rs_addr,
                 addr,
                 SQL_PORT,
-                f"z{i}",
-                self.tmp / f"a{i}",
+                zone,
+                self.tmp / name,
                 http_addr=host.addr(8088),
                 **AGENT_FLAGS,
             )
-            self.procs.start(host.cmd(cmd), f"a{i}").wait_healthy(addr, timeout_s=30)
-            self.agents[f"a{i}"] = addr
-            items.append(f"ZONE 'z{i}' SERVER '{addr}'")
+            self.procs.start(host.cmd(cmd), name).wait_healthy(addr, timeout_s=30)
+            self.agents[name] = addr
+            if f"ZONE '{zone}' " not in " ".join(items):
+                items.append(f"ZONE '{zone}' SERVER '{addr}'")
+        # BOOTSTRAP takes one server per zone; the zone's others are added after it.
         self.ok(f"ALTER SYSTEM BOOTSTRAP REGION 'r1' {', '.join(items)}")
+        for name, zone in ZONES.items():
+            if f"'{self.agents[name]}'" not in " ".join(items):
+                self.ok(f"ALTER SYSTEM ADD SERVER '{self.agents[name]}' ZONE '{zone}'")
         wait_until(lambda: set(self.statuses().values()) == {"ACTIVE"}, 20, message="ACTIVE")
 
     def sql(self, statement: str, timeout_s: float = 10.0) -> str:
@@ -163,6 +174,8 @@ class Scenario:
     cuts_victim: bool
     default: bool
     observe: bool = False
+    #: The hosts cut instead of the drawn victim alone (the zone cut: every agent of z3).
+    cut_hosts: tuple[str, ...] = ()
 
 
 SCENARIOS = [
@@ -171,7 +184,7 @@ SCENARIOS = [
     Scenario("one-way: the RS's packets to the agent dropped", lambda n, v: n.cut("rs", v, one_way=True), True, True),
     Scenario("lossy link RS <-> agent, 5 %", lambda n, v: n.lossy("rs", v, 5), False, True),
     Scenario("agent host isolated", lambda n, v: n.isolate(v), True, False),
-    Scenario("the agent's zone cut from the RS and the other zones", lambda n, v: n.partition([v]), True, False),
+    Scenario("zone z3 (a3, a4) cut from the RS and the other zones", lambda n, v: n.partition(["a3", "a4"]), True, False, cut_hosts=("a3", "a4")),
     Scenario("lossy link RS <-> agent, 20 %", lambda n, v: n.lossy("rs", v, 20), False, False),
     Scenario("lossy link RS <-> agent, 50 %", lambda n, v: n.lossy("rs", v, 50), False, False, True),
 ]  # fmt: skip
@@ -184,11 +197,16 @@ def test_partition_scenario(hc: HostCluster, sc: Scenario) -> None:
     try:
         wait_until(lambda: len(h.samples) >= 3, 20, message="the recorder's first samples")
         victim = hc.net.rng.choice(sorted(hc.agents))
-        cut = (victim,) if sc.cuts_victim else ()
+        cut = sc.cut_hosts or ((victim,) if sc.cuts_victim else ())
         fault_at = _now_us()
         sc.apply(hc.net, victim)
         for name in cut:
             h.cut(name, fault_at)
+        if sc.cut_hosts:
+            # The fault's shape: the zone's agents see each other, nobody outside.
+            assert hc.net.reaches("a3", "a4", RS_PORT) and hc.net.reaches("a4", "a3", RS_PORT)
+            assert not hc.net.reaches("a3", "rs", RS_PORT)
+            assert not hc.net.reaches("a4", "a1", RS_PORT)
         # Statements during the fault: each must be answered, and a change acknowledged
         # must be there after the heal.
         for i in range(3):
@@ -230,9 +248,9 @@ def test_partition_scenario(hc: HostCluster, sc: Scenario) -> None:
         check_us=int(CHECK_S * 1e6),
         slack_us=int(scaled(2.0) * 1e6),
     )
-    inactive = sum(st.get(victim) == "INACTIVE" for _, st in h.samples)
+    inactive = sum(st.get(v) == "INACTIVE" for _, st in h.samples for v in cut or (victim,))
     print(
-        f"{sc.name}: seed {hc.net.seed}, victim {victim}, {len(h.samples)} samples "
+        f"{sc.name}: seed {hc.net.seed}, victim {'+'.join(cut) or victim}, {len(h.samples)} samples "
         f"({rec.errors} missed), {inactive} with the victim INACTIVE, "
         f"{len(h.statements)} statements, {len(problems)} problems"
     )

@@ -29,6 +29,7 @@ import os
 import random
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -286,6 +287,24 @@ class Network:
         ha, hb = self.hosts[a], self.hosts[b]
         rules = [self._drop(ha, hb, percent), self._drop(hb, ha, percent)]
         self._note(f"lossy {a} <-> {b} {percent}%", rules)
+
+    def reaches(self, a: str, b: str, port: int, timeout_s: float = 2.0) -> bool:
+        """Whether a TCP connection from host ``a`` to ``b``'s ``port`` (something listening
+        there) is accepted now: checks a fault's shape, not a process."""
+        code = (
+            "import socket,sys\n"
+            "try:\n"
+            f" socket.create_connection(({self.hosts[b].ip!r}, {port}), {timeout_s}).close()\n"
+            "except OSError:\n"
+            " sys.exit(1)\n"
+        )
+        r = subprocess.run(
+            self.hosts[a].cmd([sys.executable, "-c", code]),
+            capture_output=True,
+            timeout=timeout_s + 30,
+            check=False,
+        )
+        return r.returncode == 0
 
     def heal(self) -> None:
         """Remove every fault."""
