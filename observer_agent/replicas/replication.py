@@ -121,7 +121,11 @@ class LogReplication:
         wrote as a deposed leader, is cut and replaced by its entries; anything past its
         last index is cut), within ``rpc_timeout`` (and ``client_deadline``, the event
         loop's time in seconds); raises ``ObError(OB_TIMEOUT)`` when the index is not
-        reached (a comparison that could not finish is logged, and the node leads)."""
+        reached (a comparison that could not finish is logged, and the node leads). The
+        predecessor's log wins over a longer one of an older term, as in OceanBase's palf
+        reconfirm (src/logservice/palf/log_reconfirm.cpp, ``handle_prepare_response``: the
+        member with the highest accepted proposal id is the source, whatever the others'
+        lengths; ``submit_prepare_log_`` names the longer old-term tails "ghost logs")."""
         key = rep.key
         target = spec.catch_up_index
         src = spec.catch_up_from.strip()
