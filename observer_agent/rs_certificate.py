@@ -20,15 +20,14 @@ import asyncio
 import contextlib
 import ssl
 
-from cryptography import x509
-
 from obcommon.addresses import parse_host_port
-from obcommon.security.revocation import RevokedSerials, serial_text
+from obcommon.security.identity import identity_of_der
+from obcommon.security.revocation import RevokedSerials
 from obcommon.security.tls import TransportSecurity
 
 
 async def served_serial(addr: str, security: TransportSecurity, timeout_s: float) -> str | None:
-    """The serial (:func:`serial_text`) of the certificate the server at ``addr`` (``ip:port``)
+    """The serial (:func:`obcommon.security.revocation.serial_text`) of the certificate the server at ``addr`` (``ip:port``)
     serves once verified against the cluster CA; None in insecure mode or when no handshake
     completed within ``timeout_s`` seconds (the stream attempt that follows then fails and is
     handled as any unreachable RS)."""
@@ -50,9 +49,8 @@ async def served_serial(addr: str, security: TransportSecurity, timeout_s: float
         writer.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(writer.wait_closed(), timeout_s)
-    if not der:
-        return None
-    return serial_text(x509.load_der_x509_certificate(der).serial_number)
+    ident = identity_of_der(der) if der else None
+    return ident.serial if ident is not None else None
 
 
 class RsCertificateCheck:
