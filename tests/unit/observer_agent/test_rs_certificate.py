@@ -35,6 +35,7 @@ def test_one_probe_per_list_version_and_a_refusal_naming_the_serial() -> None:
             assert check.current(addr)
             assert await check.refusal(addr, 5) is None and check.checks == 1
             revoked.replace(["abc", serial])
+            assert not check.current(addr)  # a new list: judged again
             why = await check.refusal(addr, 5)
             assert why is not None and f"serial {serial}" in why and addr in why
             assert check.checks == 2
