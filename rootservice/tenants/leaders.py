@@ -7,8 +7,9 @@
   LS without leader is unavailable), never to move a leader to a better zone, and SWITCH
   REPLICA LEADER refuses it; a leader it already holds stays.
 - **Switch.** The old leader resigns at a new term and reports its last log index; the new
-  leader catches up to that index from it before it appends anything, so no entry the old
-  leader wrote is lost; then the other members follow.
+  leader catches up to that index from it before it appends anything (and drops a tail of
+  its own that differs, e.g. one it wrote as a deposed leader), so no entry the old leader
+  wrote is lost; then the other members follow.
 - **Coordination** (every reconciler round): elect a leader where there is none or it cannot
   lead; move it to a better zone when it is not in the tenant's first primary-zone priority.
 - **Moving off** (after STOP / FORCE STOP / ISOLATE SERVER): until ``leader_cnt`` is 0.
