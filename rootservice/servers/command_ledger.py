@@ -63,6 +63,12 @@ class CommandLedger:
             p = self._pending.get(server)
             return min(p.values()) if p else None
 
+    def pending_servers(self) -> frozenset[str]:
+        """The servers with at least one unapplied command, as of now (one lock for a round
+        over every server rather than one per server)."""
+        with self._lock:
+            return frozenset(k for k, p in self._pending.items() if p)
+
     def last_issued(self, server: str) -> int | None:
         """When (monotonic) the last command to ``server`` was sent, None if never."""
         with self._lock:

@@ -62,6 +62,19 @@ class ReportStatus(StrEnum):
     DATA_DISK_ERROR = "DATA_DISK_ERROR"
 
 
+# The members again as module names. Reading one through its class costs about 0.1 us on
+# Python 3.11 (EnumType defines __getattr__, which sends every class attribute read down the
+# slow path), 15 times a module global: the heartbeat path and the rounds that visit every
+# record of a 10,000-server whitelist read these instead.
+HB_ALIVE = HeartbeatStatus.ALIVE
+HB_LEASE_EXPIRED = HeartbeatStatus.LEASE_EXPIRED
+HB_PERMANENT_OFFLINE = HeartbeatStatus.PERMANENT_OFFLINE
+ADMIN_NORMAL = AdminStatus.NORMAL
+ADMIN_DELETING = AdminStatus.DELETING
+REPORT_NORMAL = ReportStatus.NORMAL
+REPORT_DATA_DISK_ERROR = ReportStatus.DATA_DISK_ERROR
+
+
 def display_status(admin: AdminStatus, hb: HeartbeatStatus) -> DisplayStatus:
     """docs/design/servers.md#the-three-statuses: DELETING wins; otherwise ACTIVE iff alive."""
     if admin is AdminStatus.DELETING:
@@ -186,11 +199,11 @@ class ServerStatus:
 
     def is_alive(self) -> bool:
         """Heartbeat status is alive."""
-        return self.hb_status is HeartbeatStatus.ALIVE
+        return self.hb_status is HB_ALIVE
 
     def is_active(self) -> bool:
         """alive and admin NORMAL."""
-        return self.is_alive() and self.admin_status is AdminStatus.NORMAL
+        return self.hb_status is HB_ALIVE and self.admin_status is ADMIN_NORMAL
 
     def is_suspect(self, mono: int) -> bool:
         """SUSPECT at monotonic ``mono``: alive and within its suspect period, or LAGGING

@@ -23,6 +23,9 @@ from typing import Any, TypeVar
 from obcommon.addresses import format_server, parse_server
 from rootservice.servers.offline_window import due_at
 from rootservice.servers.status import (
+    ADMIN_DELETING,
+    HB_ALIVE,
+    HB_PERMANENT_OFFLINE,
     AdminStatus,
     DisplayStatus,
     HeartbeatStatus,
@@ -85,7 +88,7 @@ class Whitelist:
         records (a periodic task over thousands of servers needs a few fields of each, not
         a copy of all of them). ``fn`` must not keep the record nor take another lock."""
         with self.lock:
-            return [fn(s) for s in self.records.values() if s.is_alive()]
+            return [fn(s) for s in self.records.values() if s.hb_status is HB_ALIVE]
 
     def with_server(self, server: str, fn: Callable[[ServerStatus], None]) -> None:
         """Run ``fn`` on the live record of ``server`` under the whitelist lock (no-op when it
@@ -108,8 +111,7 @@ class Whitelist:
         attributes per server under the lock, no copies: the balancer asks on every round."""
         with self.lock:
             return any(
-                s.admin_status is AdminStatus.DELETING
-                or s.hb_status is HeartbeatStatus.PERMANENT_OFFLINE
+                s.admin_status is ADMIN_DELETING or s.hb_status is HB_PERMANENT_OFFLINE
                 for s in self.records.values()
             )
 

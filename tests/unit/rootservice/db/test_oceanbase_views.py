@@ -167,6 +167,37 @@ def test_server_report_sync_reads_the_table_once_per_term_and_after_a_failed_rou
     assert set(by_server(select(rs, "SELECT * FROM GV$OB_SERVERS")[1])) == {A, B, D}
 
 
+def test_server_report_sync_rewrites_only_a_changed_report_and_dates_a_returning_broken_disk_anew(
+    rs: RootService,
+) -> None:
+    """Rows are kept per server between rounds and made again only when the agent's report
+    changes: a new memory figure from one agent writes that row alone, with the new value.
+    A server whose row was deleted (lease expired) and that comes back with its data disk
+    still broken is dated from its return, not from the row it had before."""
+    task = rs.server_reports
+    assert task.run_once() == 4
+    bigger = lease(A)
+    bigger.resource_info.mem_total = 32 * GIB
+    rs.heartbeats.receive_hb(bigger)
+    assert task.run_once() == 1
+    assert by_server(select(rs, "SELECT * FROM GV$OB_SERVERS")[1])[A]["MEM_CAPACITY"] == 32 * GIB
+    assert task.run_once() == 0
+    broken = lease(B)
+    broken.server_status = DATA_DISK_ERROR_BIT
+    rs.heartbeats.receive_hb(broken)
+    assert task.run_once() == 1
+    first_seen = by_server(select(rs, "SELECT * FROM GV$OB_SERVERS")[1])[B]
+    assert first_seen["DATA_DISK_HEALTH_STATUS"] == "ERROR"
+    rs.whitelist.with_server(B, lambda s: setattr(s, "hb_status", HeartbeatStatus.LEASE_EXPIRED))
+    assert task.run_once() == 1  # its row deleted
+    rs.clock.advance(60_000_000)
+    rs.whitelist.with_server(B, lambda s: setattr(s, "hb_status", HeartbeatStatus.ALIVE))
+    assert task.run_once() == 1
+    back = by_server(select(rs, "SELECT * FROM GV$OB_SERVERS")[1])[B]
+    assert back["DATA_DISK_HEALTH_STATUS"] == "ERROR"
+    assert back["DATA_DISK_ABNORMAL_TIME"] > first_seen["DATA_DISK_ABNORMAL_TIME"]
+
+
 def test_gv_ob_servers_counts_the_units_placed_on_each_server(rs: RootService) -> None:
     make_tenant(rs, ls_count=1)
     rs.server_reports.run_once()
