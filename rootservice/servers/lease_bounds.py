@@ -287,6 +287,51 @@ def _check_stable(req: obrpc_pb2.LeaseRequest) -> None:
 
 def _check_each(req: obrpc_pb2.LeaseRequest, now_us: int, steady_us: int) -> None:
     """The checks of :data:`EACH_FIELDS` (see :func:`check_lease_request`)."""
+    # The heartbeat path: one expression over the scalar fields first (about 3 us against
+    # 10 us for the checks that name the refused field, which then decide).
+    if not _each_ok(req, now_us, steady_us):
+        _check_each_field(req, now_us, steady_us)
+    if not req.replicas:
+        return
+    n = len(req.replicas)
+    if n > MAX_REPLICAS:
+        raise _refuse("replicas", f"{n} replicas", f"at most {MAX_REPLICAS}")
+    hi_time = now_us + MAX_FUTURE_US
+    for i, r in enumerate(req.replicas):
+        # A quick test of the whole replica first (about 2 µs against about 10 µs for the
+        # field-by-field check that names the refused field).
+        if not _replica_ok(r, hi_time):
+            _check_replica(f"replicas[{i}]", r, now_us)
+
+
+def _each_ok(req: obrpc_pb2.LeaseRequest, now_us: int, steady_us: int) -> bool:
+    """True only when :func:`_check_each_field` accepts ``req``'s scalar fields (the same
+    bounds, without naming a field). When False, :func:`_check_each_field` decides."""
+    start = req.start_service_time
+    cur = req.current_server_time
+    hi = now_us + MAX_FUTURE_US
+    skew = MAX_CLOCK_SKEW_US
+    return (
+        (
+            start == 0
+            or (
+                MIN_TIME_US <= start <= hi and (start <= now_us + skew or start <= steady_us + skew)
+            )
+        )
+        and MIN_TIME_US <= cur <= hi
+        and (now_us - skew <= cur <= now_us + skew or steady_us - skew <= cur <= steady_us + skew)
+        and not req.server_status & ~KNOWN_STATUS_BITS
+        and 0 <= req.rs_epoch <= MAX_TERM
+        and req.rs_incarnation >= 0
+        and req.seq >= 0
+        and req.revocation_version >= 0
+        and req.applied_command_seq >= 0
+        and 0 <= req.disk_probe_latency_us <= MAX_FUTURE_US
+    )
+
+
+def _check_each_field(req: obrpc_pb2.LeaseRequest, now_us: int, steady_us: int) -> None:
+    """The scalar checks of :data:`EACH_FIELDS`, each naming its field when it refuses."""
     _check_time("start_service_time", req.start_service_time, now_us, zero=True)
     if req.start_service_time:
         _check_clock(
@@ -310,15 +355,6 @@ def _check_each(req: obrpc_pb2.LeaseRequest, now_us: int, steady_us: int) -> Non
     if req.applied_command_seq < 0:
         raise _refuse("applied_command_seq", req.applied_command_seq, "must be >= 0")
     _check_int("disk_probe_latency_us", req.disk_probe_latency_us, 0, MAX_FUTURE_US)
-    n = len(req.replicas)
-    if n > MAX_REPLICAS:
-        raise _refuse("replicas", f"{n} replicas", f"at most {MAX_REPLICAS}")
-    hi_time = now_us + MAX_FUTURE_US
-    for i, r in enumerate(req.replicas):
-        # The heartbeat path: a quick test of the whole replica first (about 2 µs against
-        # about 10 µs for the field-by-field check that names the refused field).
-        if not _replica_ok(r, hi_time):
-            _check_replica(f"replicas[{i}]", r, now_us)
 
 
 _ROLES = frozenset({obrpc_pb2.ROLE_INVALID, obrpc_pb2.LEADER, obrpc_pb2.FOLLOWER})

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from obcommon.bounds import MAX_TERM
 from obcommon.errors import ObError
@@ -42,6 +44,7 @@ from tests.support.harness import FAKE_START_US, ZA, A, events, flush, hb, serve
 
 NOW = FAKE_START_US
 DAY_US = 86_400_000_000
+HOUR_US = 3_600_000_000
 Edit = Callable[[obrpc_pb2.LeaseRequest], Any]
 
 
@@ -382,3 +385,66 @@ def test_a_stream_refuses_a_changed_field_in_band_and_changes_nothing(rs: RootSe
     assert rs.whitelist.get(A).resource_info == record.resource_info
     assert rs.whitelist.get(A).build_version == record.build_version
     assert servicer._handle(request(setter("seq", 9)), checks).seq == 9
+
+
+def _near(*edges: int) -> st.SearchStrategy[int]:
+    """Integers at, just inside and just outside each of ``edges`` (mostly), or anywhere."""
+    picks = [e + d for e in edges for d in (-1, 0, 1)]
+    return st.sampled_from(picks) | st.sampled_from(picks) | st.integers(-(2**63), 2**63 - 1)
+
+
+def _mostly(valid: st.SearchStrategy[int], edges: st.SearchStrategy[int]) -> st.SearchStrategy[int]:
+    """``valid`` four times in five, else ``edges``."""
+    return valid | valid | valid | valid | edges
+
+
+@settings(max_examples=3000, deadline=None, derandomize=True)
+@given(
+    # The edges of the skew around the wall clock and around a steady clock an hour or two
+    # days off it, and of the one-day bound.
+    start=_near(
+        0,
+        MIN_TIME_US,
+        NOW + MAX_CLOCK_SKEW_US,
+        NOW + HOUR_US + MAX_CLOCK_SKEW_US,
+        NOW + DAY_US,
+        NOW + 2 * DAY_US,
+    ),
+    cur=_near(
+        MIN_TIME_US,
+        NOW - MAX_CLOCK_SKEW_US,
+        NOW + MAX_CLOCK_SKEW_US,
+        NOW + DAY_US,
+        NOW + 2 * DAY_US,
+        NOW - HOUR_US,
+    ),
+    steady_off=st.sampled_from([0, HOUR_US, -HOUR_US, 2 * DAY_US, -2 * DAY_US]),
+    # The other fields mostly valid, so that the clock edges above decide most examples.
+    status=_mostly(st.sampled_from([0, 1, 2, 3]), st.sampled_from([4, 8, 1 << 31])),
+    epoch=_mostly(st.sampled_from([0, 7, MAX_TERM]), _near(0, MAX_TERM)),
+    small=st.lists(_mostly(st.sampled_from([0, 5]), _near(0)), min_size=4, max_size=4),
+    probe=_mostly(st.sampled_from([0, 1000, MAX_FUTURE_US]), _near(0, MAX_FUTURE_US)),
+)
+def test_the_quick_test_of_each_heartbeat_accepts_only_what_the_named_checks_accept(
+    start: int, cur: int, steady_off: int, status: int, epoch: int, small: list[int], probe: int
+) -> None:
+    """The heartbeat path tests the per-heartbeat fields in one expression and runs the
+    checks that name a field only when it fails: it must never pass a request those checks
+    refuse (and, for speed, should pass the ones they accept)."""
+    from rootservice.servers.lease_bounds import _check_each_field, _each_ok
+
+    req = obrpc_pb2.LeaseRequest()
+    try:
+        req.start_service_time, req.current_server_time = start, cur
+        req.rs_epoch = epoch
+        req.rs_incarnation, req.seq, req.revocation_version, req.applied_command_seq = small
+        req.disk_probe_latency_us, req.server_status = probe, status
+    except ValueError:
+        return  # out of the field's protobuf type: no agent can send it
+    steady = NOW + steady_off
+    try:
+        _check_each_field(req, NOW, steady)
+        named_ok = True
+    except ObError:
+        named_ok = False
+    assert _each_ok(req, NOW, steady) == named_ok
