@@ -8,6 +8,7 @@ cached by the certificate's bytes, because a unary lease renewal asks on every c
 
 from __future__ import annotations
 
+import re
 import ssl
 import threading
 from collections import OrderedDict
@@ -62,20 +63,39 @@ class _Cache:
 _cache = _Cache()
 
 
-def identity_of_pem(pem: bytes) -> PeerIdentity | None:
+#: The subject of one of our certificates as gRPC's ``x509_subject`` auth property prints it
+#: (RFC 2253, most specific first) when every value is plain: CN, OU, O and nothing else,
+#: no character RFC 2253 escapes. Any other shape is parsed from the certificate.
+_PLAIN_SUBJECT = re.compile(
+    rb"CN=([A-Za-z0-9_.:\[\]-]+),OU=([a-z]+),O=" + re.escape(ORGANIZATION.encode())
+)
+
+
+def identity_of_pem(pem: bytes, subject: bytes | None = None) -> PeerIdentity | None:
     """The identity a PEM certificate claims, or None when it is not one of ours (no
     ``O=ob-rootservice``, no or unknown OU, no CN). Does not verify the chain: call it only
-    on certificates TLS has verified."""
+    on certificates TLS has verified. ``subject``: the certificate's subject as gRPC printed
+    it (auth property ``x509_subject``), if known: when it has the plain shape of ours
+    (:data:`_PLAIN_SUBJECT`) the role and name are read from it and only the serial from
+    the certificate (about 15 us against 65 us for cryptography's ``Name`` objects; a
+    reconnect storm of 10,000 agents parses 10,000 certificates)."""
     hit, ident = _cache.get(pem)
     if hit:
         return ident
     ident = None
+    plain = _PLAIN_SUBJECT.fullmatch(subject) if subject is not None else None
     try:
         cert = x509.load_pem_x509_certificate(pem)
-        subject = cert.subject
-        org = subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)
-        ou = subject.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)
-        cn = subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+        if plain is not None:
+            ident = PeerIdentity(
+                Role(plain[2].decode()), plain[1].decode(), serial_text(cert.serial_number)
+            )
+            _cache.put(pem, ident)
+            return ident
+        names = cert.subject
+        org = names.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)
+        ou = names.get_attributes_for_oid(NameOID.ORGANIZATIONAL_UNIT_NAME)
+        cn = names.get_attributes_for_oid(NameOID.COMMON_NAME)
         if org and org[0].value == ORGANIZATION and len(ou) == 1 and len(cn) == 1:
             role = Role(str(ou[0].value))
             ident = PeerIdentity(role, str(cn[0].value), serial_text(cert.serial_number))
@@ -101,7 +121,8 @@ def peer_identity(context: Any) -> PeerIdentity | None:
     pems = auth.get("x509_pem_cert") if auth else None
     if not pems:
         return None
-    return identity_of_pem(pems[0])
+    subjects = auth.get("x509_subject")
+    return identity_of_pem(pems[0], subjects[0] if subjects else None)
 
 
 def session_resumed(context: Any) -> bool:
