@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
+from obcommon.addresses import format_server
 from obcommon.clock import Clock
 from obcommon.fencing import FenceToken
 from rootservice.db import server_report_repo
@@ -73,6 +74,10 @@ def report_row(s: ServerStatus, old: dict[str, Any] | None, now_us: int) -> dict
     }
 
 
+def _report_key(s: ServerStatus) -> ServerKey:
+    return (s.ip, s.port)
+
+
 class ServerReportSync:
     """``run_once()`` -> rows written or deleted (see the module docstring). ``servers`` is
     the whitelist; writes go through ``store``'s fenced transaction, and nothing happens
@@ -93,7 +98,8 @@ class ServerReportSync:
         self._have_token: FenceToken | None = None
         # Per server: the resources object and data-disk status its last row was made of,
         # and that row; for the ``_have`` it was made against (a new read starts afresh).
-        self._rows: dict[ServerKey, tuple[object, ReportStatus, dict[str, Any]]] = {}
+        # Keyed by the server's 'ip:port', with its table key last.
+        self._rows: dict[str, tuple[object, ReportStatus, dict[str, Any], ServerKey]] = {}
         self._rows_of: object = None
 
     def run_once(self) -> int:
@@ -113,27 +119,43 @@ class ServerReportSync:
             self._rows, self._rows_of = {}, have
         rows = self._rows
 
-        def row(s: ServerStatus) -> tuple[ServerKey, dict[str, Any]]:
+        def visit(s: ServerStatus) -> tuple[ServerKey, dict[str, Any]] | None:
             # A server whose resources object (replaced whole when the agent's report
-            # changes) and data-disk status are the ones of its last row has that row again:
-            # most servers, every round. Building and comparing 5,000 rows every 2 s was this
+            # changes) and data-disk status are the ones of its last row has that row again,
+            # and when the table holds that very row there is nothing to do (None): most
+            # servers, every round. Building and comparing 5,000 rows every 2 s was this
             # task's whole cost.
-            k = (s.ip, s.port)
             ri, status = s.resource_info, s.server_report_status
-            made = rows.get(k)
+            made = rows.get(s.key)
             if made is not None and made[0] is ri and made[1] is status:
-                return k, made[2]
+                if have.get(made[3]) is made[2]:
+                    return None
+                return made[3], made[2]
+            k = (s.ip, s.port)
             r = report_row(s, have.get(k), now)
-            rows[k] = (ri, status, r)
+            rows[s.key] = (ri, status, r, k)
             return k, r
 
-        want: dict[ServerKey, dict[str, Any]] = dict(self.servers.map_alive(row))
+        visited = self.servers.map_alive(visit)
         upserts: dict[ServerKey, dict[str, Any]] = {}
-        for k, v in want.items():
+        for item in visited:
+            if item is None:
+                continue
+            k, v = item
             old = have.get(k)
-            if old is not v and old != v:
+            if old != v:
                 upserts[k] = v
-        deletes = [k for k in have if k not in want]
+            else:
+                # The same values: the table's row needs nothing, and next round's visit
+                # finds it by identity.
+                have[k] = v
+        # Every alive server not upserted has its row (see visit): rows to delete exist only
+        # when the table holds more rows than that. Only then are the alive keys read again.
+        inserted = sum(1 for k in upserts if k not in have)
+        deletes: list[ServerKey] = []
+        if len(have) + inserted != len(visited):
+            alive = set(self.servers.map_alive(_report_key))
+            deletes = [k for k in have if k not in alive and k not in upserts]
         if not upserts and not deletes:
             return 0
         # Forgotten until the write is known to have committed: a failed or ambiguous
@@ -144,7 +166,7 @@ class ServerReportSync:
         for k in deletes:
             del have[k]
             # A server back after its row was deleted gets a row made afresh.
-            rows.pop(k, None)
+            rows.pop(format_server(*k), None)
         have.update(upserts)
         self._have = have
         return len(upserts) + len(deletes)

@@ -196,6 +196,15 @@ def test_server_report_sync_rewrites_only_a_changed_report_and_dates_a_returning
     back = by_server(select(rs, "SELECT * FROM GV$OB_SERVERS")[1])[B]
     assert back["DATA_DISK_HEALTH_STATUS"] == "ERROR"
     assert back["DATA_DISK_ABNORMAL_TIME"] > first_seen["DATA_DISK_ABNORMAL_TIME"]
+    # One server leaves and another comes back in the same round: one row deleted, one
+    # written, although the table ends with as many rows as before.
+    rs.whitelist.with_server(B, lambda s: setattr(s, "hb_status", HeartbeatStatus.LEASE_EXPIRED))
+    assert task.run_once() == 1
+    rs.whitelist.with_server(C, lambda s: setattr(s, "hb_status", HeartbeatStatus.LEASE_EXPIRED))
+    rs.whitelist.with_server(B, lambda s: setattr(s, "hb_status", HeartbeatStatus.ALIVE))
+    assert task.run_once() == 2
+    assert set(by_server(select(rs, "SELECT * FROM GV$OB_SERVERS")[1])) == {A, B, D}
+    assert task.run_once() == 0
 
 
 def test_gv_ob_servers_counts_the_units_placed_on_each_server(rs: RootService) -> None:
