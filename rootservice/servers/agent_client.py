@@ -65,9 +65,18 @@ class AgentClient:
         self.timeout_us = timeout_us
         self.security = security
         self._channels = ChannelCache(security)
+        self._stubs: dict[str, tuple[grpc.Channel, obrpc_pb2_grpc.ObserverServiceStub]] = {}
 
     def _stub(self, server: str) -> obrpc_pb2_grpc.ObserverServiceStub:
-        return obrpc_pb2_grpc.ObserverServiceStub(self._channels.get(server))
+        # A stub builds a callable per method: kept with its channel, made again only when
+        # the cache hands out another channel (reopened, rotated, forgotten).
+        channel = self._channels.get(server)
+        kept = self._stubs.get(server)
+        if kept is not None and kept[0] is channel:
+            return kept[1]
+        stub = obrpc_pb2_grpc.ObserverServiceStub(channel)
+        self._stubs[server] = (channel, stub)
+        return stub
 
     def check_server_empty(self, server: str, epoch: int) -> EmptyCheck:
         """Ask ``server`` ('ip:port') whether it is empty. Raises
@@ -169,10 +178,12 @@ class AgentClient:
 
     def forget(self, server: str) -> None:
         """Close the cached channel of a server that left the whitelist."""
+        self._stubs.pop(server, None)
         self._channels.forget(server)
 
     def close(self) -> None:
         """Close every cached channel; later calls open new ones."""
+        self._stubs.clear()
         self._channels.close()
 
 

@@ -61,3 +61,20 @@ def test_a_peer_that_is_gone_is_still_a_connection_error(client: AgentClient) ->
     with pytest.raises(ObError) as e:
         client.dump_stacks(gone, 1)
     assert e.value.name == "OB_SERVER_CONNECTION_ERROR"
+
+
+def test_a_server_s_stub_follows_its_channel(old_agent: str, client: AgentClient) -> None:
+    """The stub of a server is kept with its channel and made again with a new channel: a
+    peer that failed has its channel closed, and the next call must not use the closed
+    one's stub."""
+    first = client._stub(old_agent)
+    assert client._stub(old_agent) is first
+    client.forget(old_agent)
+    again = client._stub(old_agent)
+    assert again is not first
+    # The new stub works: the old agent answers (UNIMPLEMENTED: an old peer, not a dead one).
+    with pytest.raises(ObError) as e:
+        client.request_heartbeat(old_agent, 1)
+    assert e.value.name == "OB_NOT_SUPPORTED"
+    client._channels.close()  # behind the client's back: the cache hands out a new channel
+    assert client._stub(old_agent) is not again

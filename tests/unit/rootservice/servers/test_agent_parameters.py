@@ -47,7 +47,9 @@ def test_a_server_s_value_wins_over_its_zone_s_which_wins_over_the_cluster_s(
         },
         cluster_set={"syslog_level", "lease_time"},
     )
-    # The server's own value, then its zone's, then the cluster's.
+    # The server's own value, then its zone's, then the cluster's; what a zone's servers are
+    # sent is computed once for the zone, and a server with a value of its own is not sent it.
+    assert v.for_server("10.0.0.4", 1, "z1") == (1 << 20, {"syslog_level": "DEBUG"})
     assert v.for_server("10.0.0.1", 1, "z1") == (1 << 20, {"syslog_level": "ERROR"})
     assert v.for_server("10.0.0.3", 1, "z1") == (1 << 20, {"syslog_level": "DEBUG"})
     assert v.for_server("10.0.0.2", 1, "z2") == (
