@@ -58,7 +58,13 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
             self._worker = asyncio.get_running_loop().create_task(self._queue.run())
         fut: asyncio.Future[obrpc_pb2.LeaseResponse] = asyncio.get_running_loop().create_future()
         self._queue.submit(
-            req.server, partial(self._handle, req, checks), fut.set_result, first, fut.set_exception
+            req.server,
+            partial(self._handle, req, checks),
+            fut.set_result,
+            first,
+            fut.set_exception,
+            # A first request whose stream ended is not handled (see LeaseQueue).
+            fut.done if first else None,
         )
         return await fut
 

@@ -28,8 +28,12 @@ node's status from when the controller observed it, pkg/controller/nodelifecycle
 node_lifecycle_controller.go ``tryUpdateNodeHealth``; OceanBase's ObHeartbeatChecker
 compares the last heartbeat the RS *received*, src/rootserver/ob_heartbeat_service.cpp.)
 
-A request whose stream ends while it waits is still handled (it reached the RS); only its
-answer is dropped.
+A renewal whose stream ends while it waits is still handled (it reached the RS); only its
+answer is dropped. A *first* request whose stream ended before its turn is dropped unhandled
+(counted as ``abandoned_first``): its agent gave up waiting (after
+``MAX_LATE_ANSWER_TIMEOUTS`` x ``rpc_timeout``, observer_agent/lease_loop.py) and sends
+another on a new stream, so handling it would spend the RS's admission budget on an answer
+nobody reads.
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ class _Waiting(Generic[Resp]):
     work: Callable[[int], Resp]
     reply: Callable[[Resp], object]
     fail: Callable[[BaseException], object] | None
+    abandoned: Callable[[], bool] | None
 
 
 class LeaseQueue(Generic[Resp]):
@@ -98,6 +103,8 @@ class LeaseQueue(Generic[Resp]):
         #: Requests handled, and of them first requests of a stream (for the metrics).
         self.handled_total = 0
         self.firsts_total = 0
+        #: First requests dropped unhandled because their stream had ended.
+        self.abandoned_total = 0
 
     # --- the streams' side ----------------------------------------------------------------
 
@@ -108,11 +115,14 @@ class LeaseQueue(Generic[Resp]):
         reply: Callable[[Resp], object],
         first: bool,
         fail: Callable[[BaseException], object] | None = None,
+        abandoned: Callable[[], bool] | None = None,
     ) -> None:
         """Queue a request of ``server`` (``first``: the first of its stream):
         ``work(waited_us)`` handles it and returns the answer, which goes to ``reply``; an
-        exception it raises goes to ``fail`` (and is logged), never into the worker."""
-        item = _Waiting(server, self.clock.monotonic_us(), work, reply, fail)
+        exception it raises goes to ``fail`` (and is logged), never into the worker.
+        ``abandoned()`` (first requests only) is true once nobody waits for the answer: such
+        a request is dropped at its turn, unhandled."""
+        item = _Waiting(server, self.clock.monotonic_us(), work, reply, fail, abandoned)
         (self._firsts if first else self._renewals).append(item)
         self._count[server] = self._count.get(server, 0) + 1
         if self._wake is not None:
@@ -142,6 +152,7 @@ class LeaseQueue(Generic[Resp]):
             "lag_us": self.lag_us(),
             "waiting": self.depth(),
             "waiting_first": len(self._firsts),
+            "abandoned_first": self.abandoned_total,
         }
 
     def describe(self) -> str:
@@ -170,7 +181,12 @@ class LeaseQueue(Generic[Resp]):
                 break
         taken = 0
         while firsts:
-            self._one(firsts.popleft())
+            item = firsts.popleft()
+            if item.abandoned is not None and item.abandoned():
+                self._forget(item)
+                self.abandoned_total += 1
+                continue
+            self._one(item)
             n += 1
             taken += 1
             if time.perf_counter_ns() - start >= budget:
@@ -180,12 +196,16 @@ class LeaseQueue(Generic[Resp]):
         self._judge()
         return n
 
-    def _one(self, item: _Waiting[Resp]) -> None:
+    def _forget(self, item: _Waiting[Resp]) -> None:
+        """``item`` no longer waits."""
         left = self._count.get(item.server, 1) - 1
         if left > 0:
             self._count[item.server] = left
         else:
             self._count.pop(item.server, None)
+
+    def _one(self, item: _Waiting[Resp]) -> None:
+        self._forget(item)
         try:
             resp = item.work(max(0, self.clock.monotonic_us() - item.arrived_us))
         except Exception as e:  # noqa: BLE001 - one bad request must not stop the worker

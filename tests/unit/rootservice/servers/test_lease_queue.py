@@ -160,3 +160,65 @@ def test_a_request_is_judged_as_of_its_arrival(rs: RootService) -> None:
     rs.lease_queue.run_turn()
     assert not answers[0].HasField("error"), answers[0].error
     assert hb_status(rs, A) is HeartbeatStatus.ALIVE
+
+
+def test_a_first_request_whose_stream_ended_is_dropped_unhandled() -> None:
+    """Its agent gave up and sends another on a new stream: handling it would spend the
+    admission budget on an answer nobody reads (under overload every first request then
+    reached its turn too late). The first requests still awaited are handled; a renewal
+    whose stream ended is still handled (test above)."""
+    clock = FakeClock()
+    q: LeaseQueue[str] = LeaseQueue(clock, lambda e: None)
+    handled: list[str] = []
+    answered: list[str] = []
+
+    def work(name: str) -> Callable[[int], str]:
+        def run(waited_us: int) -> str:
+            handled.append(name)
+            return name
+
+        return run
+
+    gone = {"f1", "f3"}
+    for name in ("f1", "f2", "f3", "f4"):
+        q.submit(name, work(name), answered.append, True, abandoned=lambda n=name: n in gone)
+    assert q.waiting("f1")
+    assert q.run_turn() == 2
+    assert handled == answered == ["f2", "f4"]
+    assert not any(q.waiting(n) for n in ("f1", "f2", "f3", "f4"))
+    assert q.status()["abandoned_first"] == 2 and q.depth() == 0
+
+
+def test_the_servicer_drops_a_first_request_whose_call_was_cancelled(rs: RootService) -> None:
+    """The lease servicer's wiring: a first request whose call is cancelled before the
+    queue's turn (the agent's deadline passed) changes nothing; a renewal cancelled the same
+    way is still handled (it reached the RS: a sign of life)."""
+    import asyncio
+
+    from rootservice.api.lease_servicer import LeaseServicer
+
+    servicer = LeaseServicer(rs)
+    before = rs.whitelist.get(A)
+    assert before is not None and before.hb_status is not HeartbeatStatus.ALIVE
+
+    async def cancelled(first: bool) -> None:
+        call = asyncio.create_task(servicer._answer(hb(A, ZA), None, first))
+        await asyncio.sleep(0)  # the request is queued; the worker has not had a turn
+        call.cancel()
+        # Bounded: the worker's turn runs within a few loop iterations.
+        for _ in range(100):
+            if rs.lease_queue.depth() == 0:
+                break
+            await asyncio.sleep(0)
+        assert rs.lease_queue.depth() == 0
+
+    async def both() -> None:
+        await cancelled(True)
+        assert rs.lease_queue.abandoned_total == 1
+        assert hb_status(rs, A) is not HeartbeatStatus.ALIVE  # never handled
+        await cancelled(False)
+        assert hb_status(rs, A) is HeartbeatStatus.ALIVE  # the renewal was handled
+        assert servicer._worker is not None
+        servicer._worker.cancel()
+
+    asyncio.run(both())
