@@ -146,7 +146,8 @@ class LeaseQueue(Generic[Resp]):
         return max(0, self.clock.monotonic_us() - min(oldest))
 
     def status(self) -> dict[str, object]:
-        """``behind``, ``lag_us``, ``waiting`` and ``waiting_first`` (the status API)."""
+        """``behind``, ``lag_us``, ``waiting``, ``waiting_first`` and ``abandoned_first``
+        (first requests dropped because their stream had ended; the status API)."""
         return {
             "behind": self.behind,
             "lag_us": self.lag_us(),

@@ -197,6 +197,7 @@ def test_cluster_snapshot_has_the_contracts_shape(db_url: str, tmp_path: Path) -
             "lag_us": 0,
             "waiting": 0,
             "waiting_first": 0,
+            "abandoned_first": 0,
         }
         ha = doc["root_services"]
         assert ha["leader"] == rs.rpc_addr and ha["epoch"] >= 1
