@@ -182,6 +182,7 @@ async def _serve(rs: RootService) -> int:
     from rootservice.api.admission import Admission
     from rootservice.api.forwarding import forwarder_for
     from rootservice.api.grpc_server import create_server, follow_readiness
+    from rootservice.api.loop_stall_watch import LoopStallWatch
     from rootservice.api.mysql_server import start_mysql_server
     from rootservice.http.server import start_http_server
 
@@ -228,6 +229,10 @@ async def _serve(rs: RootService) -> int:
     follower = asyncio.create_task(follow_readiness(rs, health, stop, also=http.reload_tls))
     # How late the gRPC event loop runs: the RS's own heartbeat backlog.
     probe = asyncio.create_task(rs.intake_health.run_probe(stop))
+    # Who held the loop when it stops answering: logged while the stall lasts.
+    stall_watch = LoopStallWatch(rs.clock, rs.metrics)
+    beats = asyncio.create_task(stall_watch.run_beats(stop))
+    stall_watch.start()
     log.info(
         "root service listening on %s, MySQL clients on %s, HTTP on %s (state %s)",
         rs.rpc_addr,
@@ -239,6 +244,8 @@ async def _serve(rs: RootService) -> int:
     log.info("stopping: signal received")
     await follower
     await probe
+    await beats
+    stall_watch.stop()
     mysql.close()
     await http.stop()
     await server.stop(1.0)

@@ -18,6 +18,10 @@ COUNTERS: dict[str, tuple[str, str] | None] = {
     "rs_take_office_total": ("ob_rs_take_office", "Times this RS took office."),
     "rs_elected_total": ("ob_rs_elected", "Election rounds this RS won."),
     "rs_lease_renewals_total": ("ob_rs_lease_renewals", "RS lease renewals."),
+    "event_loop_stalls_total": (
+        "ob_rs_event_loop_stalls",
+        "Times the gRPC event loop did not run for over 300 ms (each logged with its stack).",
+    ),
     "rs_election_errors_total": ("ob_rs_election_errors", "Failed election rounds."),
     "persist_failures_total": ("ob_rs_persist_failures", "Failed persistence-queue flushes."),
     "persist_flushes_total": ("ob_rs_persist_flushes", "Persistence-queue flushes."),
@@ -112,6 +116,11 @@ HISTOGRAMS: dict[str, tuple[str, str, str]] = {
         "ob_rs_lease_expire_detect_lag_seconds",
         "",
         "Delay between a server's lease expiring and the checker noticing it.",
+    ),
+    "event_loop_stall_us": (
+        "ob_rs_event_loop_stall_seconds",
+        "",
+        "Length of each stall of the gRPC event loop counted in ob_rs_event_loop_stalls.",
     ),
     "persist_flush_us": (
         "ob_rs_persist_flush_seconds",

@@ -923,7 +923,9 @@ def run_rs(n: int, args: argparse.Namespace, pki: BenchPki | None = None) -> dic
         res["expiry"] = expiry(client, gens, n, args)
         res["rs_checker_tick_us_after_expiry"] = res["expiry"].pop("checker_tick_us")
         with contextlib.suppress(Exception):
-            res["rs_log_lines"] = len((tmp / "rs.log").read_text(errors="replace").splitlines())
+            text = (tmp / "rs.log").read_text(errors="replace")
+            res["rs_log_lines"] = len(text.splitlines())
+            res["rs_loop_stalls"] = loop_stall_reports(text)
         return res
     finally:
         if client is not None:
@@ -1016,6 +1018,24 @@ def expiry(
     }
     if not detected_at:
         log(f"warning: only {out['detected']} of {k} expired leases detected in time")
+    return out
+
+
+def loop_stall_reports(log_text: str) -> list[str]:
+    """The RS's own reports of event-loop stalls (``rootservice.api.loop_stall_watch``) in
+    ``log_text``: each report's first line and the stack lines under it, in log order."""
+    out: list[str] = []
+    lines = log_text.splitlines()
+    for i, line in enumerate(lines):
+        if "the gRPC event loop has not run for" not in line:
+            continue
+        block = [line]
+        for nxt in lines[i + 1 :]:
+            # The next log record starts with its timestamp; the report's stack lines do not.
+            if nxt[:4].isdigit():
+                break
+            block.append(nxt)
+        out.append("\n".join(block))
     return out
 
 
@@ -1390,6 +1410,8 @@ def report(results: list[dict[str, Any]]) -> str:
                 f"{r['config']} N={r['agents']:,}: {len(r['stalls'])} episodes of responses "
                 f"over 50 ms; worst: {shown}"
             )
+        for report in (r.get("rs_loop_stalls") or [])[:3]:
+            notes.append(f"{r['config']} N={r['agents']:,}: the RS reported: {report}")
     if notes:
         out.append("")
         out.extend(notes)

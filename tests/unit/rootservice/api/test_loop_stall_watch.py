@@ -1,0 +1,108 @@
+"""LoopStallWatch: one report per stall, with the stalled thread's stack, on both sides of
+the threshold (a FakeClock stands in for time; a real thread stands in for the loop)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+import pytest
+
+from obcommon.clock import FakeClock
+from rootservice.api.loop_stall_watch import STALL_THRESHOLD_US, LoopStallWatch
+from rootservice.metrics import Metrics
+
+
+def _stuck_in_a_known_place(watch: LoopStallWatch, beaten: threading.Event, go: threading.Event):
+    watch.beat()
+    beaten.set()
+    # Where the report must say the "loop" is.
+    go.wait(10)
+
+
+@pytest.fixture
+def stalled_loop():
+    """A thread that beat once and is now stuck in ``_stuck_in_a_known_place``."""
+    clock = FakeClock()
+    metrics = Metrics()
+    watch = LoopStallWatch(clock, metrics)
+    beaten, go = threading.Event(), threading.Event()
+    t = threading.Thread(target=_stuck_in_a_known_place, args=(watch, beaten, go), name="loop")
+    t.start()
+    assert beaten.wait(10)
+    yield clock, metrics, watch
+    go.set()
+    t.join(10)
+
+
+def test_nothing_is_reported_before_the_first_beat():
+    clock = FakeClock()
+    watch = LoopStallWatch(clock, Metrics())
+    clock.advance(10 * STALL_THRESHOLD_US)
+    assert watch.check_once() == 0
+
+
+def test_a_stall_at_the_threshold_is_not_reported(stalled_loop, caplog):
+    clock, metrics, watch = stalled_loop
+    clock.advance(STALL_THRESHOLD_US)
+    assert watch.check_once() == 0
+    assert metrics.get("event_loop_stalls_total") == 0
+    assert "has not run" not in caplog.text
+
+
+def test_a_stall_past_the_threshold_is_reported_once_with_the_loop_threads_stack(
+    stalled_loop, caplog
+):
+    clock, metrics, watch = stalled_loop
+    clock.advance(STALL_THRESHOLD_US + 1)
+    with caplog.at_level(logging.WARNING, logger="rootservice.api.loop_stall_watch"):
+        assert watch.check_once() == STALL_THRESHOLD_US + 1
+        clock.advance(100_000)
+        # Still the same stall: counted and logged once.
+        assert watch.check_once() == STALL_THRESHOLD_US + 100_001
+    assert metrics.get("event_loop_stalls_total") == 1
+    reports = [r for r in caplog.records if "has not run for 300 ms" in r.getMessage()]
+    assert len(reports) == 1
+    assert "_stuck_in_a_known_place" in reports[0].getMessage()
+    # The watcher's own thread (here the test's) is not among the "other threads".
+    assert "test_a_stall_past_the_threshold" not in reports[0].getMessage()
+
+
+def test_the_next_beat_ends_the_stall_and_records_its_length(stalled_loop, caplog):
+    clock, metrics, watch = stalled_loop
+    clock.advance(STALL_THRESHOLD_US + 50_000)
+    watch.check_once()
+    clock.advance(150_000)
+    with caplog.at_level(logging.WARNING, logger="rootservice.api.loop_stall_watch"):
+        watch.beat()
+    assert metrics.window("event_loop_stall_us").summary()["max"] == STALL_THRESHOLD_US + 200_000
+    assert "runs again after 500 ms" in caplog.text
+    # A new stall after that beat is a new report.
+    clock.advance(STALL_THRESHOLD_US + 1)
+    watch.check_once()
+    assert metrics.get("event_loop_stalls_total") == 2
+
+
+def test_run_beats_keeps_a_live_loop_from_being_reported():
+    clock = FakeClock()
+    metrics = Metrics()
+    watch = LoopStallWatch(clock, metrics, period_us=1_000)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(watch.run_beats(stop))
+        for _ in range(5):
+            clock.advance(STALL_THRESHOLD_US)
+            # Wait for the next beat, bounded in count.
+            before = watch._last_beat_us
+            for _ in range(1_000):
+                await asyncio.sleep(0.001)
+                if watch._last_beat_us != before:
+                    break
+            assert watch.check_once() == 0
+        stop.set()
+        await task
+
+    asyncio.run(main())
+    assert metrics.get("event_loop_stalls_total") == 0
