@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections.abc import Callable
 
 from obcommon.clock import Clock
 from obcommon.durations import format_duration
@@ -129,7 +130,7 @@ class LeaseChecker:
         waiting = self.queued.waiting if self.queued is not None else None
         with self.whitelist.lock:
             if self.grace.candidates and not held:
-                n += self._expire_candidates(now, logged)
+                n += self._expire_candidates(now, logged, waiting)
             # Oldest lease first. A server whose request waits in the RS's own queue stays
             # where it is (its request will renew it) and the scan goes on past it.
             due: list[str] = []
@@ -227,14 +228,26 @@ class LeaseChecker:
         log_transitions(logged)
         return n
 
-    def _expire_candidates(self, now: int, logged: list[tuple[Event, str]]) -> int:
+    def _expire_candidates(
+        self,
+        now: int,
+        logged: list[tuple[Event, str]],
+        waiting: Callable[[str], bool] | None = None,
+    ) -> int:
         """End of the take-office grace: the candidates that never heartbeated are written
-        INACTIVE now, with event ``lease_expire`` (appended to ``logged`` with its reason). Caller
-        holds the whitelist lock."""
+        INACTIVE now, with event ``lease_expire`` (appended to ``logged`` with its reason).
+        A candidate whose first request waits in the RS's own lease queue (``waiting``) stays
+        a candidate, its row as it was: its request reached this RS, which has not handled it
+        yet, so the agent is alive (the same rule as for a lease, see ``run_once``); it is
+        judged again at the next tick. Caller holds the whitelist lock."""
         n = 0
+        kept: set[str] = set()
         for key in sorted(self.grace.candidates):
             s = self.whitelist.records.get(key)
             if s is None or s.is_alive():
+                continue
+            if waiting is not None and waiting(key):
+                kept.add(key)
                 continue
             s.suspect_end_time = 0
             s.suspect = on_expiry(s.suspect, s.last_hb_mono_us, self.settings.server_suspect_time)
@@ -243,7 +256,7 @@ class LeaseChecker:
             self.persist.add_event(ev)
             logged.append((ev, "no heartbeat since this root service took office"))
             n += 1
-        self.grace.clear()
+        self.grace.keep_only(kept)
         return n
 
     def _end_suspects(self, mono: int, now: int, logged: list[tuple[Event, str]]) -> int:

@@ -187,3 +187,37 @@ def test_the_grace_is_still_capped_at_max_grace_leases(restarted: RootService) -
     rs.lease_checker.run_once()
     assert MANY[never][0] not in rs.take_office_grace.candidates
     assert shown(rs, never) == "INACTIVE"
+
+
+def test_a_candidate_whose_first_request_waits_in_the_queue_is_not_expired(
+    restarted: RootService,
+) -> None:
+    """The grace ends while the first request of one candidate waits in the RS's own lease
+    queue (an overloaded RS has not handled it yet): that candidate keeps its row and stays a
+    candidate, tick after tick; one with nothing waiting is written INACTIVE. Once handled,
+    the waiting one is alive and was never expired."""
+    rs = restarted
+    office = rs.clock.monotonic_us()
+    waiting, silent = MANY[0], MANY[1]
+    for i in range(2, len(MANY)):
+        back(rs, i)
+    req = hb(*waiting)
+    answers: list[object] = []
+    rs.lease_queue.submit(
+        waiting[0], lambda w: rs.heartbeats.receive_hb(req, None, w), answers.append, first=True
+    )
+    cap = office + MAX_GRACE_LEASES * LEASE
+    to(rs, cap)  # past every grace
+    for _ in range(3):
+        rs.lease_checker.run_once()
+        rs.clock.advance(rs.settings.heartbeat_check_interval)
+    assert rs.take_office_grace.candidates == {waiting[0]}
+    assert shown(rs, 0) == "ACTIVE"
+    assert shown(rs, 1) == "INACTIVE"
+    assert rs.lease_queue.run_turn() == 1 and len(answers) == 1
+    rs.lease_checker.run_once()
+    assert hb_status(rs, waiting[0]) is HeartbeatStatus.ALIVE
+    assert rs.take_office_grace.candidates == set()
+    # The others came back at the take office and sent nothing since: they expired too.
+    expired = [e["value1"] for e in events(rs, "lease_expire")]
+    assert silent[0] in expired and waiting[0] not in expired
