@@ -18,6 +18,11 @@ COUNTERS: dict[str, tuple[str, str] | None] = {
     "rs_take_office_total": ("ob_rs_take_office", "Times this RS took office."),
     "rs_elected_total": ("ob_rs_elected", "Election rounds this RS won."),
     "rs_lease_renewals_total": ("ob_rs_lease_renewals", "RS lease renewals."),
+    "leases_expired_total": (
+        "ob_rs_leases_expired",
+        "Leases this RS expired: alive servers made lease_expired, and take-office candidates "
+        "written INACTIVE when the grace ended.",
+    ),
     "event_loop_stalls_total": (
         "ob_rs_event_loop_stalls",
         "Times the gRPC event loop did not run for over 300 ms (each logged with its stack).",

@@ -178,6 +178,7 @@ class LeaseChecker:
                     )
                 )
                 self.metrics.window("expire_detect_lag_us").record(age - lease)
+                self.metrics.inc("leases_expired_total")
                 n += 1
             # A mass expiry holds permanent offline: the heap keeps them.
             suspected = self.suspicion is not None and self.suspicion.observe(
@@ -255,6 +256,7 @@ class LeaseChecker:
             ev = server_event(now, "lease_expire", s, ("last_hb_time", s.last_hb_time))
             self.persist.add_event(ev)
             logged.append((ev, "no heartbeat since this root service took office"))
+            self.metrics.inc("leases_expired_total")
             n += 1
         self.grace.keep_only(kept)
         return n

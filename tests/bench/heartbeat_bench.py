@@ -1002,6 +1002,9 @@ def expiry(
         "indexes": sorted(i for p in paused for i in p.get("indexes", [])),
         "detected_at": detected_at or None,
         "never_accepted": never,
+        # Every agent was live until this batch was stopped: any lease expired before is a
+        # false expiry (the RS counted a live server not alive).
+        "false_expiries": base.get("leases_expired_total", 0),
         "detected": m.get("lease_expired", 0) - base_expired,
         "all_detected_after_expiry_ms": (detected_at - expected_at) * 1000 if detected_at else None,
         "first_detected_after_expiry_ms": (first_at - expected_at) * 1000 if first_at else None,
@@ -1409,6 +1412,11 @@ def report(results: list[dict[str, Any]]) -> str:
             notes.append(
                 f"{r['config']} N={r['agents']:,}: {len(r['stalls'])} episodes of responses "
                 f"over 50 ms; worst: {shown}"
+            )
+        if r.get("server") == "rs" and "false_expiries" in (r.get("expiry") or {}):
+            notes.append(
+                f"{r['config']} N={r['agents']:,}: {r['expiry']['false_expiries']} leases "
+                "expired before the deliberate stop (false expiries: every agent was live)"
             )
         for report in (r.get("rs_loop_stalls") or [])[:3]:
             notes.append(f"{r['config']} N={r['agents']:,}: the RS reported: {report}")

@@ -57,6 +57,7 @@ def test_a_live_agent_whose_request_waits_past_lease_time_is_not_expired(rs: Roo
     assert hb_status(rs, A) is HeartbeatStatus.LEASE_EXPIRED
     flush(rs)
     assert [e["value1"] for e in events(rs, "lease_expire")] == [A]
+    assert rs.metrics.get("leases_expired_total") == 1
 
 
 def test_a_silent_agent_expires_on_time_while_others_wait_in_the_queue(rs: RootService) -> None:

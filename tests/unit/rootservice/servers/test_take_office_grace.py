@@ -221,3 +221,4 @@ def test_a_candidate_whose_first_request_waits_in_the_queue_is_not_expired(
     # The others came back at the take office and sent nothing since: they expired too.
     expired = [e["value1"] for e in events(rs, "lease_expire")]
     assert silent[0] in expired and waiting[0] not in expired
+    assert rs.metrics.get("leases_expired_total") == len(expired)
