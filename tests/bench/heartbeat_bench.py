@@ -122,7 +122,7 @@ from obcommon.proto import obrpc_pb2, obrpc_pb2_grpc
 from obcommon.security.certs import CertError, Role
 from obcommon.security.tls import SecurityConfigError, TransportSecurity
 from rootservice.db import engine as dbengine
-from rootservice.db import param_repo, timestamps, zone_repo
+from rootservice.db import event_repo, param_repo, timestamps, zone_repo
 from rootservice.db.tables import all_server
 from rootservice.db.zone_repo import ZoneInfo
 from rootservice.servers.status import ServerStatus
@@ -926,6 +926,8 @@ def run_rs(n: int, args: argparse.Namespace, pki: BenchPki | None = None) -> dic
             text = (tmp / "rs.log").read_text(errors="replace")
             res["rs_log_lines"] = len(text.splitlines())
             res["rs_loop_stalls"] = loop_stall_reports(text)
+        with contextlib.suppress(Exception):
+            res["rs_intake_events"] = intake_events(url)
         return res
     finally:
         if client is not None:
@@ -1022,6 +1024,25 @@ def expiry(
     if not detected_at:
         log(f"warning: only {out['detected']} of {k} expired leases detected in time")
     return out
+
+
+def intake_events(url: str) -> list[dict[str, Any]]:
+    """The RS's ``lease_intake`` events (``behind`` with the lag then, ``caught_up`` with the
+    episode's worst) from its database at ``url``, oldest first, dated in seconds after the
+    first."""
+    engine = dbengine.make_engine(url)
+    try:
+        with engine.connect() as conn:
+            rows = event_repo.latest_events(conn, 1_000_000)
+    finally:
+        engine.dispose()
+    mine = sorted(
+        (e["event_time_us"], e["event"], e["values"].get("lag", ""))
+        for e in rows
+        if e["module"] == "lease_intake"
+    )
+    t0 = mine[0][0] if mine else 0
+    return [{"after_s": (t - t0) / 1e6, "event": ev, "lag": lag} for t, ev, lag in mine]
 
 
 def loop_stall_reports(log_text: str) -> list[str]:
@@ -1417,6 +1438,15 @@ def report(results: list[dict[str, Any]]) -> str:
             notes.append(
                 f"{r['config']} N={r['agents']:,}: {r['expiry']['false_expiries']} leases "
                 "expired before the deliberate stop (false expiries: every agent was live)"
+            )
+        intake = r.get("rs_intake_events") or []
+        if intake:
+            shown = ", ".join(
+                f"{e['event']} {e['lag']} at +{e['after_s']:.0f}s" for e in intake[:6]
+            )
+            notes.append(
+                f"{r['config']} N={r['agents']:,}: lease intake events (lag; seconds after the "
+                f"first): {shown}"
             )
         for report in (r.get("rs_loop_stalls") or [])[:3]:
             notes.append(f"{r['config']} N={r['agents']:,}: the RS reported: {report}")
