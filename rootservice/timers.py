@@ -122,6 +122,51 @@ class Timers:
         return set(self._registered)
 
 
+class PeriodicThread:
+    """Calls ``check()`` every ``period_us`` microseconds on a daemon thread named ``name``,
+    from :meth:`start` until :meth:`stop`: the watchers that must run whatever the
+    scheduler and the event loop are doing (:class:`WallClockWatchdog`,
+    :class:`rootservice.api.loop_stall_watch.LoopStallWatch`). It waits on a
+    :class:`threading.Event`, which times out on the monotonic clock, so a step of the wall
+    clock cannot stretch the period. An exception from ``check`` is logged and the thread
+    lives on."""
+
+    def __init__(self, name: str, period_us: int, check: Callable[[], object]) -> None:
+        """Not started."""
+        self.name = name
+        self.period_us = period_us
+        self.check = check
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def running(self) -> bool:
+        """True between :meth:`start` and :meth:`stop`."""
+        return self._thread is not None
+
+    def start(self) -> None:
+        """Start the thread (idempotent)."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period_us / US_PER_S):
+            try:
+                self.check()
+            except Exception:  # a surprise must not end the watch
+                log.exception("%s check failed", self.name)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Stop the thread and wait up to ``timeout_s`` seconds for it."""
+        thread, self._thread = self._thread, None
+        self._stop.set()
+        if thread is not None:
+            thread.join(timeout_s)
+
+
 #: How often :class:`WallClockWatchdog` compares the two clocks, in microseconds (monotonic).
 #: A step is noticed (and the timers rescheduled) within this much: a few lease checker
 #: periods, well inside any ``lease_time``, and cheap (two clock reads per period).
@@ -172,8 +217,7 @@ class WallClockWatchdog:
         self.period_us = period_us
         self.threshold_us = threshold_us
         self._last: tuple[int, int] | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread = PeriodicThread(self.name, period_us, self.check_once)
 
     def check_once(self) -> int:
         """One comparison; returns the step in microseconds (0: none, or the first check)."""
@@ -204,24 +248,11 @@ class WallClockWatchdog:
     def start(self) -> None:
         """Take the first readings and check every ``period_us`` in a daemon thread
         (idempotent)."""
-        if self._thread is not None:
+        if self._thread.running:
             return
-        self._stop.clear()
         self.check_once()
-        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
         self._thread.start()
-
-    def _loop(self) -> None:
-        # Event.wait times out on the monotonic clock, so a step cannot stretch the period.
-        while not self._stop.wait(self.period_us / US_PER_S):
-            try:
-                self.check_once()
-            except Exception:  # never let the thread die on a surprise
-                log.exception("wall-clock watchdog check failed")
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop the thread and wait up to ``timeout_s`` seconds for it."""
-        thread, self._thread = self._thread, None
-        self._stop.set()
-        if thread is not None:
-            thread.join(timeout_s)
+        self._thread.stop(timeout_s)

@@ -20,6 +20,7 @@ import traceback
 
 from obcommon.clock import Clock
 from rootservice.metrics import Metrics
+from rootservice.timers import PeriodicThread
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +66,7 @@ class LoopStallWatch:
         self._loop_thread: int | None = None
         # Monotonic start of the stall being reported (its last beat), None between stalls.
         self._reported: int | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread = PeriodicThread(self.name, period_us, self.check_once)
 
     def beat(self) -> None:
         """The loop ran (called on the event loop thread, by the intake probe)."""
@@ -127,22 +127,8 @@ class LoopStallWatch:
 
     def start(self) -> None:
         """Check every ``period_us`` on a daemon thread (idempotent)."""
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
         self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.period_us / 1e6):
-            try:
-                self.check_once()
-            except Exception:  # a surprise must not end the watch
-                log.exception("event loop stall check failed")
 
     def stop(self, timeout_s: float = 2.0) -> None:
         """Stop the thread and wait up to ``timeout_s`` seconds for it."""
-        thread, self._thread = self._thread, None
-        self._stop.set()
-        if thread is not None:
-            thread.join(timeout_s)
+        self._thread.stop(timeout_s)

@@ -13,6 +13,7 @@ from rootservice.tasks import CatchUpIntervalTrigger, FnTask
 from rootservice.timers import (
     WALL_JUMP_CHECK_US,
     WALL_JUMP_THRESHOLD_US,
+    PeriodicThread,
     Timers,
     WallClockWatchdog,
 )
@@ -106,10 +107,33 @@ def test_watchdog_survives_a_failing_handler_and_stops() -> None:
                 break
             threading.Event().wait(0.005)
         assert dog._last is not None and dog._last[0] == clock.now_us()
-        assert dog._thread is not None and dog._thread.is_alive()
+        assert dog._thread.running
     finally:
         dog.stop()
-    assert dog._thread is None
+    assert not dog._thread.running
+
+
+def test_a_periodic_thread_outlives_a_failing_check_and_stops() -> None:
+    """PeriodicThread: a check that raises every time is logged, and called again."""
+    calls: list[int] = []
+    done = threading.Event()
+
+    def check() -> None:
+        calls.append(1)
+        if len(calls) >= 3:
+            done.set()
+        raise RuntimeError("check failed on purpose")
+
+    t = PeriodicThread("test_periodic", 1_000, check)
+    t.start()
+    t.start()  # idempotent: still one thread
+    try:
+        assert done.wait(10)
+        assert t.running
+    finally:
+        t.stop()
+    assert not t.running
+    assert not any(th.name == "test_periodic" for th in threading.enumerate())
 
 
 def test_make_all_due_runs_a_job_scheduled_an_hour_ahead() -> None:
