@@ -16,7 +16,9 @@ lost their lease in it; held until those still down are no longer such a share),
 expires in the first lease_time after the take office, the take-office grace is per server
 (the servers the table showed ACTIVE at the take office keep their rows until
 they come back or the grace ends, half a lease_time after the last of them came back and at
-most MAX_GRACE_LEASES leases after the take office; a server back is judged on its own lease;
+most MAX_GRACE_LEASES leases after the take office, except those with a request waiting in the
+RS's lease queue, which stay candidates until it is handled; a server back is judged on its
+own lease;
 no permanent offline while the grace holds), STOP is refused while another zone has a stopped
 server, DELETE of a DELETING server and CANCEL of a NORMAL one are refused. After a flush,
 ``__all_server`` shows the display status (ACTIVE for a candidate still held).
@@ -456,9 +458,12 @@ class ServerStatusMachine(RuleBasedStateMachine):
             return
         held = self.grace_holds(now)
         if not held:
-            for server in self.candidates:
+            # A candidate whose first request waits in the RS's lease queue has reached the
+            # RS: it stays a candidate (its row as the table had it) until that is handled.
+            kept = {s for s in self.candidates if self.model[s].queued}
+            for server in self.candidates - kept:
                 self.model[server].expired()
-            self.candidates.clear()
+            self.candidates = kept
         for server, m in self.model.items():
             if m.hb is HeartbeatStatus.ALIVE and now - m.last_hb >= LEASE and not m.queued:
                 m.hb = HeartbeatStatus.LEASE_EXPIRED
