@@ -272,9 +272,17 @@ def _now_us() -> int:
     return time.time_ns() // 1000
 
 
+#: The client's deadline for a statement during a fault (seconds, scaled). A statement the
+#: leader accepted just as it was cut from PostgreSQL waits for the database before it can
+#: answer (each connect attempt times out after 5 s, rootservice/db/engine.py): one answered
+#: OB_ERR_SYS after 10.15 s in a CI run, where a 10 s deadline took it for a hang.
+STATEMENT_DEADLINE_S = 15.0
+
+
 def _zone_statement(h: History, c: RsHostCluster, on: str, zone: str) -> str:
     text = f"ALTER SYSTEM ADD ZONE '{zone}'"
-    st = Statement(_now_us(), text, c.sql_on(on, text), lambda: zone in c.zones())
+    sent = _now_us()
+    st = Statement(sent, text, c.sql_on(on, text, STATEMENT_DEADLINE_S), lambda: zone in c.zones())
     h.statements.append(st)
     return st.answer
 
