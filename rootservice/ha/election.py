@@ -6,7 +6,9 @@ Several ``rootservice serve`` processes share one database; the ``rootservice_ep
 
 - a standby locks the row and takes office when the lease has run out by the database's
   clock (or is its own, left by an earlier process at this address), by raising the epoch
-  (OceanBase's ``__all_service_epoch``, HDFS QJM's promised epoch: seeds 002);
+  (OceanBase's ``__all_service_epoch``, HDFS QJM's promised epoch); a round that took
+  longer than a renewal interval (a slow database) renews once before taking office, so the
+  new term does not start on a lease about to run out;
 - every round, leader's or standby's, records this RS in ``__all_rootservice_member``
   (:mod:`rootservice.db.member_repo`: the standbys the status API lists);
 - the leader renews the lease (``expire = db_now + lease_time``) every
@@ -325,6 +327,20 @@ class Election:
             row.epoch,
             row.holder or "nobody",
         )
+        if self._won_late(started):
+            # The round outlasted a renewal interval (a slow database): the lease is trusted
+            # from the round's start, so little of it may be left - taking office on it
+            # would load the whitelist only to be deposed by the guard a moment later (a
+            # slow-database test saw 300 ms left, FULL_SERVICE, then a refused write). One
+            # renewal first; when it fails the term ends here and nothing was served.
+            log.warning(
+                "the round that won epoch %d took %d ms: renewing before taking office",
+                epoch,
+                (self.clock.monotonic_us() - started) // 1000,
+            )
+            self._renew()
+            if self.term.epoch != epoch:
+                return
         try:
             self.on_elected(epoch)
         except ObError as e:
@@ -350,6 +366,13 @@ class Election:
             # Let this RS (or another) try again from scratch at once instead of after the
             # lease runs out.
             self._release(epoch, holder)
+
+    def _won_late(self, started_mono: int) -> bool:
+        """Whether a take-office round that started at the monotonic time ``started_mono``
+        left less of the lease than one renewal interval would (it took longer than
+        ``renew_interval``, :func:`lease_timings`)."""
+        renew, _ = lease_timings(self.lease_time())
+        return self.clock.monotonic_us() - started_mono > renew
 
     # --- fencing ---------------------------------------------------------
 

@@ -16,7 +16,7 @@ Everything else only reads it: the fenced store before every write (:meth:`Term.
 (:meth:`Term.check`), the task registry once per background round (:meth:`Term.may_act`).
 No other object keeps its own "am I leader" flag or message.
 
-The lease safety margin (OceanBase's RS lease, HDFS QJM's epochs: seeds 002): once
+The lease safety margin (OceanBase's RS lease, HDFS QJM's epochs): once
 supervised, the leader stops trusting its lease ``lease_time - margin`` after the start of
 its last successful renewal, on its own monotonic clock, so it stops acting before a standby
 can take over (a standby waits for ``renewal start + lease_time`` by the database's clock).

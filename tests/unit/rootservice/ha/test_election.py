@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +21,7 @@ from rootservice.db import event_repo, lease_repo
 from rootservice.ha.election import Election, merge_rs_list
 from rootservice.ha.store import MetaStore
 from rootservice.ha.term import RsState, Term, lease_timings
+from rootservice.metrics import Metrics
 from tests.support.harness import LEASE as HB_LEASE
 from tests.support.harness import (
     ROOT,
@@ -301,6 +302,72 @@ def test_failed_take_office_releases_the_lease(nodes: tuple[Node, Node], clock: 
     assert row.epoch == 1 and row.expire_us == clock.now_us()
     # Released: the standby need not wait for the lease to run out.
     assert b.election.run_once() and b.elected == [2]
+
+
+class LateDatabase:
+    """The database's clock for :class:`Election`'s ``db_clock``: each reading first runs the
+    next of ``steps`` (advance the shared FakeClock: the statement landed that late; swap
+    an engine), standing in for a slow database in the middle of a round."""
+
+    def __init__(self, clock: FakeClock, steps: list[Callable[[], None]]) -> None:
+        self.clock = clock
+        self.steps = steps
+
+    def now_us(self) -> int:
+        if self.steps:
+            self.steps.pop(0)()
+        return self.clock.now_us()
+
+
+def _late_node(
+    engine: sa.Engine, clock: FakeClock, steps: list[Callable[[], None]]
+) -> tuple[Node, Metrics]:
+    node = make_node(engine, clock, "127.0.0.1:2881")
+    metrics = Metrics()
+    node.election.metrics = metrics
+    node.election.db_clock = LateDatabase(clock, steps)
+    node.term.supervise()
+    return node, metrics
+
+
+@pytest.mark.parametrize("late_us", [RENEW + 1, RENEW])
+def test_a_take_office_round_slower_than_a_renewal_renews_before_taking_office(
+    engine: sa.Engine, clock: FakeClock, late_us: int
+) -> None:
+    # The take-office statement lands ``late_us`` after the round began. The lease is trusted
+    # from the round's start, so past one renewal interval the new leader renews first (one
+    # renewal counted) and its trust runs from that renewal; at exactly one interval it
+    # takes office on the round's own start.
+    a, metrics = _late_node(engine, clock, [lambda: clock.advance(late_us)])
+    assert a.election.run_once() and a.elected == [1]
+    late = late_us > RENEW
+    assert metrics.get("rs_lease_renewals_total") == (1 if late else 0)
+    # One microsecond before the round start's trust runs out, and at it.
+    clock.advance(LEASE - MARGIN - late_us - 1)
+    assert a.term.guard() is None
+    clock.advance(1)
+    assert (a.term.guard() is None) == late
+
+
+def test_a_late_take_office_whose_renewal_fails_ends_the_term_unserved(
+    engine: sa.Engine, clock: FakeClock
+) -> None:
+    # The slow round won; the renewal right after it cannot reach the database: the term
+    # ends before anything was loaded or served (on_elected never ran), cleaned up in the
+    # same round.
+    a, _ = _late_node(engine, clock, [])
+    dead = sa.create_engine("sqlite:////nonexistent-dir/none/x.db")
+
+    def slow_then_lost() -> None:
+        clock.advance(RENEW + 1)
+        a.store.engine = dead
+
+    a.election.db_clock = LateDatabase(clock, [slow_then_lost])
+    assert not a.election.run_once()
+    assert a.elected == [] and a.term.epoch == 0
+    assert len(a.deposed_now) == 1 and "renewal failed" in a.deposed_now[0]
+    assert a.stepped_down == a.deposed_now
+    assert lease_row(engine).epoch == 1
 
 
 def test_release_on_a_clean_stop(nodes: tuple[Node, Node], clock: FakeClock) -> None:
