@@ -58,10 +58,11 @@ class CheckAllServerTask:
         with ``pause_s`` between pages: the heartbeat path shares the GIL with this thread,
         and one 10,000-row scan in a burst delayed heartbeats by 150 ms in ``make bench``,
         while 50 pages spread over 2.5 s of a 30 s period do not. Does nothing while
-        this RS may not act. Raises ``ObError(OB_ERR_SYS)`` when the table cannot be read.
+        this RS may not act, and stops (returning 0) when the term ends during the scan. Raises ``ObError(OB_ERR_SYS)`` when the table cannot be read.
         """
         if not self.term.may_act():
             return 0
+        epoch = self.term.epoch
         repaired: list[str] = []
         seen: set[str] = set()
         extra: list[str] = []
@@ -70,6 +71,11 @@ class CheckAllServerTask:
             with self.store.write_lock:
                 with self.store.read() as conn:
                     page = server_repo.load_servers_page(conn, after, page_size)
+                if self.term.epoch != epoch:
+                    # The term ended while the page was read (a slow database): memory was
+                    # dropped meanwhile, so every row would read as "not in the whitelist".
+                    log.info("check_all_server abandoned: the term of epoch %d ended", epoch)
+                    return 0
                 keys = [format_server(r["svr_ip"], r["svr_port"]) for r in page]
                 # Memory before the queue: a change that lands between the two reads is then
                 # queued by the time the queue is read (the write lock keeps it from being

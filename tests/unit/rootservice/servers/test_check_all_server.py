@@ -3,8 +3,10 @@ SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from rootservice.app import RootService
@@ -116,3 +118,27 @@ def test_a_heartbeat_landing_during_the_run_is_no_difference(
     assert hook.landed == 1
     assert p.metrics.get("check_all_server_repairs_total") == 0
     assert p.persist.pending_keys() == {B}  # queued by the heartbeat, not by a repair
+
+
+def test_a_term_ending_during_the_scan_abandons_it(
+    engine: sa.Engine, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A scan on a slow database outlived its term; the step-down dropped memory meanwhile.
+    # The rest of the table must not be reported as "not in the whitelist" (an ERROR a
+    # slow-database test printed for a term already over) nor queued for repair.
+    p = make_parts(engine, tmp_path)
+    seed(p)
+
+    def step_down_between_pages(_s: float) -> None:
+        p.term.request_step_down("lease of epoch 1 not renewed", p.term.epoch)
+        p.whitelist.clear()
+
+    task = CheckAllServerTask(
+        p.whitelist, p.persist, p.grace, p.term, p.store, p.metrics, step_down_between_pages
+    )
+    with caplog.at_level(logging.INFO, logger="rootservice.servers.check_all_server"):
+        assert task.run_once(page_size=1) == 0
+    mine = [r for r in caplog.records if r.name == "rootservice.servers.check_all_server"]
+    assert [r.levelno for r in mine] == [logging.INFO]
+    assert "abandoned" in mine[0].getMessage()
+    assert p.persist.pending_keys() == set()
