@@ -301,6 +301,11 @@ class Checker(threading.Thread):
         """One look: statuses and leaders. Statements that fail are counted by the cluster's
         classification, the sample is skipped then."""
         c = self.c
+        # The zone under upgrade before and after the queries: a zone finishing between the
+        # two (its servers ACTIVE in a later read by the upgrade, the zone reset to None)
+        # leaves a sample taken while it was still upgrading - a clean-clone run counted
+        # one of its servers INACTIVE "while upgrading None" that way. Either zone is exempt.
+        zone_before = self.zone
         a = c.sql("SELECT svr_ip, svr_port, zone, status FROM __all_server", timeout_s=10)
         b = c.sql("SELECT tenant_id, ls_id, svr_ip, svr_port, role FROM DBA_OB_LS_LOCATIONS", 10)
         now = time.monotonic()
@@ -315,13 +320,17 @@ class Checker(threading.Thread):
             key = (int(str(tenant)), int(str(ls)))
             leaders[key] = leaders.get(key, False) or ok
         zone = self.zone
+        exempt = {zone_before, zone}
         with c._lock:
             counts = c.counts
             counts.samples += 1
             for addr, (z, st) in sorted(status.items()):
-                if st != "ACTIVE" and z != zone:
+                if st != "ACTIVE" and z not in exempt:
                     counts.inactive += 1
-                    counts.inactive_what.append(f"{addr} ({z}) {st} while upgrading {zone}")
+                    counts.inactive_what.append(
+                        f"{addr} ({z}) {st} while upgrading {zone} at "
+                        f"{time.strftime('%H:%M:%S')} in stage {c.current_stage!r}"
+                    )
             missing = [k for k, led in sorted(leaders.items()) if not led]
             if missing and self._last is not None:
                 gap = now - self._last
