@@ -227,11 +227,10 @@ async def _serve(rs: RootService) -> int:
         return 1
     # The gRPC health statuses follow the readiness.
     follower = asyncio.create_task(follow_readiness(rs, health, stop, also=http.reload_tls))
-    # How late the gRPC event loop runs: the RS's own heartbeat backlog.
-    probe = asyncio.create_task(rs.intake_health.run_probe(stop))
-    # Who held the loop when it stops answering: logged while the stall lasts.
+    # How late the gRPC event loop runs (the RS's own heartbeat backlog), and who held the
+    # loop when it stops answering: the probe's wakes are the stall watch's beats.
     stall_watch = LoopStallWatch(rs.clock, rs.metrics)
-    beats = asyncio.create_task(stall_watch.run_beats(stop))
+    probe = asyncio.create_task(rs.intake_health.run_probe(stop, beat=stall_watch.beat))
     stall_watch.start()
     log.info(
         "root service listening on %s, MySQL clients on %s, HTTP on %s (state %s)",
@@ -244,7 +243,6 @@ async def _serve(rs: RootService) -> int:
     log.info("stopping: signal received")
     await follower
     await probe
-    await beats
     stall_watch.stop()
     mysql.close()
     await http.stop()

@@ -11,8 +11,6 @@ only reports after the fact and without the stack, and Go's scheduler trace.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import sys
 import threading
@@ -25,7 +23,7 @@ from rootservice.timers import PeriodicThread
 log = logging.getLogger(__name__)
 
 #: The loop counts as stalled when it has not beaten for this long (microseconds): well
-#: above the probe's 100 ms period plus its own scheduling noise, well below the 2 s
+#: above the intake probe's 100 ms period plus its own scheduling noise, well below the 2 s
 #: heartbeat period that a stall eats into.
 STALL_THRESHOLD_US = 300_000
 #: How often the watcher looks (microseconds).
@@ -35,8 +33,9 @@ STACK_FRAMES = 25
 
 
 class LoopStallWatch:
-    """``beat()`` on the event loop (:meth:`run_beats`), ``check_once()`` from a watcher
-    thread.
+    """``beat()`` on the event loop (the intake probe calls it every 100 ms:
+    :meth:`rootservice.servers.intake_health.IntakeHealth.run_probe`), ``check_once()`` from
+    a watcher thread.
 
     ``check_once() -> stalled_us`` (0 while the loop beats) logs one WARNING per stall
     when the loop thread has not called :meth:`beat` for more than ``threshold_us``: the
@@ -66,38 +65,37 @@ class LoopStallWatch:
         self._loop_thread: int | None = None
         # Monotonic start of the stall being reported (its last beat), None between stalls.
         self._reported: int | None = None
+        # Beat and look exclude each other, so a beat landing while a look decides cannot
+        # leave a stall reported after it ended (with its length overstated). Held for a few
+        # attribute reads, every 50 ms on each side; never while logging.
+        self._lock = threading.Lock()
         self._thread = PeriodicThread(self.name, period_us, self.check_once)
 
     def beat(self) -> None:
         """The loop ran (called on the event loop thread, by the intake probe)."""
         now = self.clock.monotonic_us()
-        reported, self._reported = self._reported, None
+        with self._lock:
+            reported, self._reported = self._reported, None
+            self._loop_thread = threading.get_ident()
+            self._last_beat_us = now
         if reported is not None:
             stalled = now - reported
             self.metrics.window("event_loop_stall_us").record(stalled)
             log.warning("the gRPC event loop runs again after %.0f ms", stalled / 1000)
-        self._loop_thread = threading.get_ident()
-        self._last_beat_us = now
-
-    async def run_beats(self, stop: asyncio.Event) -> None:
-        """On the event loop until ``stop``: :meth:`beat` every ``period_us``."""
-        while not stop.is_set():
-            self.beat()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.period_us / 1e6)
 
     def check_once(self) -> int:
         """One look; returns how long (microseconds) the loop has not run when that is over
         the threshold, else 0."""
-        last, tid = self._last_beat_us, self._loop_thread
-        if last is None or tid is None:
-            return 0
-        stalled = self.clock.monotonic_us() - last
-        if stalled <= self.threshold_us:
-            return 0
-        if self._reported == last:
-            return stalled
-        self._reported = last
+        with self._lock:
+            last, tid = self._last_beat_us, self._loop_thread
+            if last is None or tid is None:
+                return 0
+            stalled = self.clock.monotonic_us() - last
+            if stalled <= self.threshold_us:
+                return 0
+            if self._reported == last:
+                return stalled
+            self._reported = last
         self.metrics.inc("event_loop_stalls_total")
         frames = sys._current_frames()
         loop_frame = frames.get(tid)

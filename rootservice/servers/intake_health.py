@@ -44,6 +44,7 @@ import logging
 import math
 import threading
 from collections import deque
+from collections.abc import Callable
 
 from obcommon.clock import Clock
 from rootservice.config import RsSettings
@@ -109,10 +110,15 @@ class IntakeHealth:
         with self._lock:
             self._sample(now, lag_us, "loop")
 
-    async def run_probe(self, stop: asyncio.Event) -> None:
-        """Run on the gRPC event loop until ``stop``: every 100 ms, how late did we wake?"""
+    async def run_probe(self, stop: asyncio.Event, beat: Callable[[], None] | None = None) -> None:
+        """Run on the gRPC event loop until ``stop``: every 100 ms, how late did we wake?
+        ``beat`` is called at every wake too (the loop stall watch's proof that the loop
+        runs, :meth:`rootservice.api.loop_stall_watch.LoopStallWatch.beat`): one periodic
+        task on the loop serves both."""
         period = PROBE_PERIOD_US / 1e6
         while not stop.is_set():
+            if beat is not None:
+                beat()
             t0 = self.clock.monotonic_us()
             try:
                 await asyncio.wait_for(stop.wait(), period)

@@ -11,7 +11,9 @@ import pytest
 
 from obcommon.clock import FakeClock
 from rootservice.api.loop_stall_watch import STALL_THRESHOLD_US, LoopStallWatch
+from rootservice.config import RsSettings
 from rootservice.metrics import Metrics
+from rootservice.servers.intake_health import IntakeHealth
 
 
 def _stuck_in_a_known_place(watch: LoopStallWatch, beaten: threading.Event, go: threading.Event):
@@ -84,25 +86,33 @@ def test_the_next_beat_ends_the_stall_and_records_its_length(stalled_loop, caplo
     assert metrics.get("event_loop_stalls_total") == 2
 
 
-def test_run_beats_keeps_a_live_loop_from_being_reported():
+def test_the_intake_probe_beats_and_keeps_a_live_loop_from_being_reported():
+    # The probe's wakes are the watch's beats (one periodic task on the loop for both): while
+    # it runs, a look after more than the threshold of (fake) time finds a fresh beat.
     clock = FakeClock()
     metrics = Metrics()
-    watch = LoopStallWatch(clock, metrics, period_us=1_000)
+    watch = LoopStallWatch(clock, metrics)
+    health = IntakeHealth(clock, RsSettings())
 
     async def main() -> None:
         stop = asyncio.Event()
-        task = asyncio.create_task(watch.run_beats(stop))
-        for _ in range(5):
-            clock.advance(STALL_THRESHOLD_US)
-            # Wait for the next beat, bounded in count.
+        task = asyncio.create_task(health.run_probe(stop, beat=watch.beat))
+        for _ in range(3):
             before = watch._last_beat_us
-            for _ in range(1_000):
-                await asyncio.sleep(0.001)
+            clock.advance(STALL_THRESHOLD_US + 1)
+            # The next beat, waited for in bounded steps (the probe wakes every 100 ms).
+            for _ in range(400):
                 if watch._last_beat_us != before:
                     break
+                await asyncio.sleep(0.005)
+            assert watch._last_beat_us != before
             assert watch.check_once() == 0
         stop.set()
         await task
 
     asyncio.run(main())
     assert metrics.get("event_loop_stalls_total") == 0
+    # Without beats the same look reports the stall.
+    clock.advance(STALL_THRESHOLD_US + 1)
+    assert watch.check_once() > STALL_THRESHOLD_US
+    assert metrics.get("event_loop_stalls_total") == 1
