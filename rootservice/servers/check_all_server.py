@@ -58,7 +58,8 @@ class CheckAllServerTask:
         with ``pause_s`` between pages: the heartbeat path shares the GIL with this thread,
         and one 10,000-row scan in a burst delayed heartbeats by 150 ms in ``make bench``,
         while 50 pages spread over 2.5 s of a 30 s period do not. Does nothing while
-        this RS may not act, and stops (returning 0) when the term ends during the scan. Raises ``ObError(OB_ERR_SYS)`` when the table cannot be read.
+        this RS may not act, and stops (returning 0) when the term ends during the scan.
+        Raises ``ObError(OB_ERR_SYS)`` when the table cannot be read.
         """
         if not self.term.may_act():
             return 0
