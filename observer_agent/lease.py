@@ -109,9 +109,9 @@ class LeaseDecisions:
         self.revoked = revoked if revoked is not None else RevokedSerials()
         self.metrics = metrics or AgentMetrics()
         self.security = security or TransportSecurity.for_dir(settings.certs_dir, Role.NODE)
-        self.rs_cert = RsCertificateCheck(self.security, self.revoked)
         self.settings = settings
         self.clock = clock
+        self.rs_cert = RsCertificateCheck(self.security, self.revoked, clock)
         self.data_dir = Path(settings.data_dir)
         self._address = address
         self._disk = disk
