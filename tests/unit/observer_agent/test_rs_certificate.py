@@ -5,6 +5,7 @@ empty, one probe per version of the list, a refusal naming the serial."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from obcommon.clock import FakeClock
 from obcommon.security.certs import Role, cert_file
@@ -15,12 +16,19 @@ from tests.support import pki
 from tests.support.ports import free_port
 
 
-def test_one_probe_per_list_version_and_a_refusal_naming_the_serial() -> None:
+def _rs_and_node() -> tuple[int, str, Path, str, TransportSecurity]:
+    """A free port, its RS address, the RS's certificate directory and serial there, and a
+    node's transport security of the same test PKI."""
     port = free_port()
     addr = f"127.0.0.1:{port}"
     rs_dir = pki.certs_dir(Role.RS, addr)
     serial = serial_of_pem((rs_dir / cert_file(Role.RS)).read_bytes())
     node = TransportSecurity(pki.certs_dir(Role.NODE, "127.0.0.1:1"), Role.NODE)
+    return port, addr, rs_dir, serial, node
+
+
+def test_one_probe_per_list_version_and_a_refusal_naming_the_serial() -> None:
+    port, addr, rs_dir, serial, node = _rs_and_node()
     revoked = RevokedSerials()
     check = RsCertificateCheck(node, revoked)
 
@@ -59,11 +67,7 @@ def test_a_probe_without_a_handshake_is_retried_once_its_answer_lapses() -> None
     # The RS is down when first probed (no verdict, the stream attempt fails on its own),
     # then comes back serving a revoked certificate: judged again after
     # FAILED_PROBE_RETRY_US, not trusted until the list next changes.
-    port = free_port()
-    addr = f"127.0.0.1:{port}"
-    rs_dir = pki.certs_dir(Role.RS, addr)
-    serial = serial_of_pem((rs_dir / cert_file(Role.RS)).read_bytes())
-    node = TransportSecurity(pki.certs_dir(Role.NODE, "127.0.0.1:1"), Role.NODE)
+    port, addr, rs_dir, serial, node = _rs_and_node()
     revoked = RevokedSerials()
     revoked.replace(["abc", serial])
     clock = FakeClock()
