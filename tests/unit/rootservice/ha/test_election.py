@@ -300,8 +300,12 @@ def test_failed_take_office_releases_the_lease(nodes: tuple[Node, Node], clock: 
     assert a.elected == [1] and a.term.epoch == 0 and len(a.stepped_down) == 1
     row = lease_row(a.store.engine)
     assert row.epoch == 1 and row.expire_us == clock.now_us()
-    # Released: the standby need not wait for the lease to run out.
-    assert b.election.run_once() and b.elected == [2]
+    # Released: the standby need not wait for the lease to run out. The fake clock stands
+    # still, so without the release no number of rounds could win. Up to three rounds, because
+    # PostgreSQL ends a round's session once it idles in its transaction for one renewal
+    # interval (2 s here), and a loaded CI machine once left this worker unscheduled that long.
+    won = [b.election.run_once() for _ in range(3) if not b.elected]
+    assert any(won) and b.elected == [2]
 
 
 class LateDatabase:
