@@ -255,7 +255,7 @@ class RootService(RsComponents):
     def hand_over(self, successor: str) -> str:
         """ALTER SYSTEM SWITCH ROOTSERVICE LEADER SERVER 'successor': write the queued table
         changes, hand the office over to the standby at ``successor``
-        (:meth:`rootservice.ha.election.Election.hand_over`: this RS steps down at once),
+        (:meth:`rootservice.ha.handover.Handover.hand_over`: this RS steps down at once),
         then wait, at most one lease, until the successor holds the lease with a newer
         epoch; returns the statement's info text.
 
@@ -267,7 +267,7 @@ class RootService(RsComponents):
             if self.term.in_service:
                 self.persist.run_once()
 
-        epoch = self.election.hand_over(successor, flush)
+        epoch = self.handover.hand_over(successor, flush)
         lease = self.settings.lease_time
         deadline = self.clock.monotonic_us() + lease + lease_timings(lease)[0]
         for _ in range(100_000):

@@ -35,6 +35,7 @@ from rootservice.config import RsSettings
 from rootservice.db.catalog import Catalog
 from rootservice.ha.election import Election
 from rootservice.ha.fence import METADATA_SERVER_FILE, EpochFence
+from rootservice.ha.handover import Handover
 from rootservice.ha.readiness import Readiness
 from rootservice.ha.store import MetaStore
 from rootservice.ha.term import Term
@@ -451,6 +452,7 @@ class RsComponents(ABC):
             fence=self.fence,
             release=str(self.versions.release),
         )
+        self.handover = Handover(self.election)
         # Readiness for /readyz and the gRPC health service: the term, a
         # rate-limited database probe; a standby's admin service can forward statements
         # unless insecure (rootservice.api.forwarding.forwarder_for).

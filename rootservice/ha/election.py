@@ -54,7 +54,7 @@ from rootservice.db.event_repo import Event
 from rootservice.db.server_identity import ServerIdentity, read_identity
 from rootservice.ha.fence import EpochFence, choose_epoch
 from rootservice.ha.store import MetaStore
-from rootservice.ha.term import CLEAN_STOP, HANDOVER, Term, lease_timings
+from rootservice.ha.term import CLEAN_STOP, Term, lease_timings
 from rootservice.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -92,8 +92,9 @@ def is_wildcard(host: str) -> bool:
 
 
 @contextlib.contextmanager
-def _db_errors(metrics: Metrics, what: str) -> Iterator[None]:
-    # A database error of a statement's election work, as the statement's error.
+def db_errors(metrics: Metrics, what: str) -> Iterator[None]:
+    """A database error (``SQLAlchemyError``) of a statement's election work ``what``,
+    raised as the statement's error: OB_ERR_SYS, counted in ``rs_election_errors_total``."""
     try:
         yield
     except sa.exc.SQLAlchemyError as e:
@@ -151,7 +152,7 @@ class Election:
         self.metrics = metrics or Metrics()
         self.db_clock = db_clock
         # One round at a time (the scheduler already ensures it; tests and start() too).
-        self._round = threading.Lock()
+        self.round_lock = threading.Lock()
         # A standby or a leader cut off from the database fails every round: one line a
         # minute.
         self._failures = RateLimitedLog(log, clock, 60_000_000)
@@ -169,7 +170,9 @@ class Election:
         why = self.term.guard()
         return why is not None and self.term.request_step_down(why, epoch)
 
-    def _finish_step_down(self) -> None:
+    def finish_step_down(self) -> None:
+        """Run ``on_step_down`` for a step-down requested since the last call (election
+        thread, under :attr:`round_lock`)."""
         reason = self.term.take_step_down()
         if reason is not None:
             self.on_step_down(reason)
@@ -183,22 +186,23 @@ class Election:
         a standby takes office when the lease has run out, calling ``on_elected`` inline.
         Never raises: database errors fail the round (logged, ``rs_election_errors_total``).
         """
-        with self._round:
+        with self.round_lock:
             self.term.round_thread = threading.get_ident()
             try:
-                self._finish_step_down()
+                self.finish_step_down()
                 if self.term.epoch and self.fence.pending():
                     self._retake()
                 elif self.term.epoch:
                     self._renew()
                 else:
                     self._try_take_office()
-                self._finish_step_down()
+                self.finish_step_down()
                 return self.term.epoch != 0
             finally:
                 self.term.round_thread = None
 
-    def _db_now(self, conn: sa.Connection) -> int:
+    def db_now(self, conn: sa.Connection) -> int:
+        """The database's clock (``db_clock`` when given), microseconds since the epoch."""
         return self.db_clock.now_us() if self.db_clock is not None else lease_repo.db_now_us(conn)
 
     def _begin_round(self, conn: sa.Connection) -> None:
@@ -220,20 +224,21 @@ class Election:
         _, margin = lease_timings(lease)
         return max(MIN_ROUND_TIMEOUT_US, lease - margin) / 1e6
 
-    def _me(self) -> tuple[str, tuple[str, int]]:
+    def me(self) -> tuple[str, tuple[str, int]]:
+        """This RS's address, as ``ip:port`` and as the lease row's holder tuple."""
         addr = self.term.address()
         return addr, parse_server(addr)
 
     def _renew(self) -> None:
         epoch = self.term.epoch
-        me, holder = self._me()
+        me, holder = self.me()
         started = self.clock.monotonic_us()
         lease = self.lease_time()
         try:
             with io_deadline(self._round_bound_s()), self.store.engine.begin() as conn:
                 self._begin_round(conn)
                 server = self._judge_server(conn)
-                now = self._db_now(conn)
+                now = self.db_now(conn)
                 member_repo.touch(conn, holder, now, self.build_version)
                 row = None
                 if not lease_repo.renew_lease(conn, epoch, holder, now, now + lease, server):
@@ -257,7 +262,7 @@ class Election:
         )
 
     def _try_take_office(self) -> None:
-        me, holder = self._me()
+        me, holder = self.me()
         started = self.clock.monotonic_us()
         if started < self._retry_after_mono:
             return
@@ -267,7 +272,7 @@ class Election:
                 self._begin_round(conn)
                 server = self._judge_server(conn)
                 row = lease_repo.read_lease(conn, lock=True)
-                now = self._db_now(conn)
+                now = self.db_now(conn)
                 # Seen by the status API's root services: standbys too.
                 member_repo.touch(conn, holder, now, self.build_version)
                 # Our own address in the row is a lease left by an earlier process (or term)
@@ -357,12 +362,12 @@ class Election:
                 extra={"reason": "db"},
             )
             if self.term.request_step_down(f"taking office failed: {e}", epoch):
-                self._finish_step_down()
+                self.finish_step_down()
             self._release(epoch, holder)
         except Exception as e:
             log.exception("taking office with epoch %d failed", epoch)
             if self.term.request_step_down(f"taking office failed: {e}", epoch):
-                self._finish_step_down()
+                self.finish_step_down()
             # Let this RS (or another) try again from scratch at once instead of after the
             # lease runs out.
             self._release(epoch, holder)
@@ -428,7 +433,7 @@ class Election:
             # obeyed). That re-take already put the epoch above it; one report, one raise.
             log.info("report of %s by %s already answered by a re-take", reported, server)
             return
-        me, holder = self._me()
+        me, holder = self.me()
         started = self.clock.monotonic_us()
         lease = self.lease_time()
         incarnation = self.incarnation()
@@ -437,7 +442,7 @@ class Election:
                 self._begin_round(conn)
                 ident = self._judge_server(conn)
                 row = lease_repo.read_lease(conn, lock=True)
-                now = self._db_now(conn)
+                now = self.db_now(conn)
                 if row.epoch != epoch or row.holder != me:
                     self.term.request_step_down(
                         f"the lease is now epoch {row.epoch} held by {row.holder or 'nobody'}",
@@ -473,67 +478,13 @@ class Election:
             reported,
         )
 
-    # --- handover ------------------------------------------------------------------------
-
-    def hand_over(self, successor: str, before_resigning: Callable[[], None]) -> int:
-        """ALTER SYSTEM SWITCH ROOTSERVICE LEADER: give the office to the standby at
-        ``successor`` (``ip:port``) now; returns the epoch handed over.
-
-        Checks that this RS leads and that ``successor`` is another root service whose
-        election round ran within one lease (by the database's clock, in
-        ``__all_rootservice_member``); then calls ``before_resigning`` (the leader's
-        queued table changes are written), steps down, and in one transaction conditioned on
-        the epoch and holder ends the lease and reserves the next take-office for the
-        successor for one lease (:func:`rootservice.db.lease_repo.hand_over`). The
-        successor takes office at its next round with the next epoch; the other RS do not
-        compete until the reservation runs out. Raises OB_RS_NOT_MASTER (not the leader, or
-        the lease was lost meanwhile), OB_OP_NOT_ALLOW (``successor`` is this RS, or not
-        seen alive), OB_ENTRY_NOT_EXIST (no root service ever ran at ``successor``),
-        OB_ERR_SYS (the database failed: checked before stepping down, nothing changed;
-        after, the office is given up and a normal election follows the lease)."""
-        me, holder = self._me()
-        with self._round:
-            epoch = self.term.epoch
-            if epoch == 0:
-                raise ObError("OB_RS_NOT_MASTER", detail=f"root service {me} is not the leader")
-            if successor == me:
-                raise ObError(
-                    "OB_OP_NOT_ALLOW",
-                    f"switching the root service leader to {me}, the leader already,",
-                )
-            lease = self.lease_time()
-            with _db_errors(self.metrics, "reading the root services"), self._round_txn() as conn:
-                now = self._db_now(conn)
-                seen = {m.addr: m.last_seen_us for m in member_repo.seen_since(conn, 0)}
-            if successor not in seen:
-                raise ObError(
-                    "OB_ENTRY_NOT_EXIST",
-                    f"root service '{successor}' not exist (no root service of this cluster "
-                    "ever ran there)",
-                )
-            if seen[successor] < now - lease:
-                raise ObError(
-                    "OB_OP_NOT_ALLOW",
-                    f"switching the root service leader to '{successor}', a standby whose "
-                    f"last election round was {(now - seen[successor]) // 1000} ms ago (not "
-                    "alive),",
-                )
-            before_resigning()
-            self.term.request_step_down(f"{HANDOVER} to {successor}", epoch)
-            self._finish_step_down()
-            with _db_errors(self.metrics, "recording the handover"), self._round_txn() as conn:
-                now = self._db_now(conn)
-                done = lease_repo.hand_over(
-                    conn, epoch, holder, parse_server(successor), now, now + lease
-                )
-            if not done:
-                raise ObError("OB_RS_NOT_MASTER", detail=f"epoch {epoch} was taken meanwhile")
-            self.term.leader = successor
-            log.info("handed the office of epoch %d over to %s", epoch, successor)
-            return epoch
+    # --- what a handover (rootservice.ha.handover) runs on ------------------------------
 
     @contextlib.contextmanager
-    def _round_txn(self) -> Iterator[sa.Connection]:
+    def round_txn(self) -> Iterator[sa.Connection]:
+        """A short transaction of this election's bounds (lock, statement and idle timeouts
+        of one renewal interval; all its I/O within the time a lease is trusted), outside
+        the fenced ones. Raises what SQLAlchemy raises."""
         with io_deadline(self._round_bound_s()), self.store.engine.begin() as conn:
             self._begin_round(conn)
             yield conn
@@ -541,7 +492,7 @@ class Election:
     def lease(self) -> lease_repo.RsLease:
         """The lease row as it is now (a short read of its own). Raises OB_ERR_SYS when the
         database fails."""
-        with _db_errors(self.metrics, "reading the lease"), self._round_txn() as conn:
+        with db_errors(self.metrics, "reading the lease"), self.round_txn() as conn:
             return lease_repo.read_lease(conn)
 
     # --- clean stop --------------------------------------------------------------------
@@ -554,15 +505,15 @@ class Election:
         if epoch == 0:
             return False
         self.term.request_step_down(CLEAN_STOP, epoch)
-        with self._round:
-            self._finish_step_down()
-        return self._release(epoch, self._me()[1])
+        with self.round_lock:
+            self.finish_step_down()
+        return self._release(epoch, self.me()[1])
 
     def _release(self, epoch: int, holder: tuple[str, int]) -> bool:
         try:
             with io_deadline(self._round_bound_s()), self.store.engine.begin() as conn:
                 self._begin_round(conn)
-                done = lease_repo.release_lease(conn, epoch, holder, self._db_now(conn))
+                done = lease_repo.release_lease(conn, epoch, holder, self.db_now(conn))
         except sa.exc.SQLAlchemyError as e:
             log.warning("releasing the RS lease failed: %s", db_error_summary(e))
             return False

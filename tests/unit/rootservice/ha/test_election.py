@@ -19,6 +19,7 @@ from obcommon.errors import ObError
 from rootservice.api.dispatch import execute_sql
 from rootservice.db import event_repo, lease_repo
 from rootservice.ha.election import Election, merge_rs_list
+from rootservice.ha.handover import Handover
 from rootservice.ha.store import MetaStore
 from rootservice.ha.term import RsState, Term, lease_timings
 from rootservice.metrics import Metrics
@@ -69,6 +70,10 @@ class Node:
     @property
     def deposed_now(self) -> list[str]:
         return self.term.deposed_now
+
+    @property
+    def handover(self) -> Handover:
+        return Handover(self.election)
 
 
 def make_node(engine: sa.Engine, clock: FakeClock, addr: str) -> Node:
@@ -499,7 +504,7 @@ def test_election_rounds_bound_their_waits(engine: sa.Engine, clock: FakeClock) 
         seen.append({n: str(conn.exec_driver_sql(f"SHOW {n}").scalar()) for n in names})
         return clock.now_us()
 
-    a.election._db_now = spy  # type: ignore[method-assign]
+    a.election.db_now = spy  # type: ignore[method-assign]
     assert a.election.run_once()
     clock.advance(RENEW)
     assert a.election.run_once()

@@ -367,7 +367,7 @@ class HandoverModel(FencingModel):
     @rule(r=st.integers(0, N_RS - 1), s=st.integers(0, N_RS - 1))
     def hand_over(self, r: int, s: int) -> None:
         """SWITCH ROOTSERVICE LEADER: RS ``r``, holding the primary's row, steps down and
-        reserves the row for ``s`` (``Election.hand_over``); the row keeps r's token, the
+        reserves the row for ``s`` (``Handover.hand_over``); the row keeps r's token, the
         successor raises the epoch."""
         rs = self.rss[r]
         if s == r or rs.token is None or self.primary.token != rs.token:

@@ -1,5 +1,5 @@
 """ALTER SYSTEM SWITCH ROOTSERVICE LEADER's handover in the election
-(:meth:`rootservice.ha.election.Election.hand_over`), driven round by round with a FakeClock
+(:meth:`rootservice.ha.handover.Handover.hand_over`), driven round by round with a FakeClock
 standing in for both the RS's clock and the database's, on SQLite and PostgreSQL: the
 successor takes office at its next round, the others do not compete until the reservation
 runs out, a dead successor leaves a normal election after it, and every refusal leaves the
@@ -47,7 +47,7 @@ def test_the_successor_takes_office_at_once_and_the_others_do_not_compete(
 ) -> None:
     a, b, c = trio
     flush = Flush(a)
-    assert a.election.hand_over(b.addr, flush) == 1
+    assert a.handover.hand_over(b.addr, flush) == 1
     # The queued changes were written while still in office; then a stepped down.
     assert flush.epochs == [1]
     assert a.term.epoch == 0 and a.stepped_down == [f"handing the office over to {b.addr}"]
@@ -75,7 +75,7 @@ def test_a_successor_that_dies_leaves_a_normal_election_after_the_reservation(
     trio: tuple[Node, Node, Node], clock: FakeClock
 ) -> None:
     a, b, c = trio
-    a.election.hand_over(b.addr, Flush(a))
+    a.handover.hand_over(b.addr, Flush(a))
     # b never runs another round. Both sides of the reservation's end.
     clock.advance(LEASE - 1)
     assert not c.election.run_once() and not a.election.run_once()
@@ -101,7 +101,7 @@ def test_refusals_leave_the_leader_in_office(
     before = lease_row(a.store.engine)
     flush = Flush(a)
     with pytest.raises(ObError) as e:
-        a.election.hand_over(target, flush)
+        a.handover.hand_over(target, flush)
     assert e.value.name == code
     assert flush.epochs == [] and a.term.epoch == 1 and a.stepped_down == []
     assert lease_row(a.store.engine) == before
@@ -117,17 +117,17 @@ def test_a_standby_not_seen_within_a_lease_is_refused(
     clock.advance(LEASE)
     assert a.election.run_once()
     with pytest.raises(ObError) as e:
-        a.election.hand_over(c.addr, Flush(a))
+        a.handover.hand_over(c.addr, Flush(a))
     assert e.value.name == "OB_OP_NOT_ALLOW" and "not alive" in e.value.message
     assert a.term.epoch == 1
-    assert a.election.hand_over(b.addr, Flush(a)) == 1
+    assert a.handover.hand_over(b.addr, Flush(a)) == 1
     assert b.election.run_once()
 
 
 def test_only_the_leader_hands_over(trio: tuple[Node, Node, Node]) -> None:
     a, b, c = trio
     with pytest.raises(ObError) as e:
-        b.election.hand_over(c.addr, Flush(b))
+        b.handover.hand_over(c.addr, Flush(b))
     assert e.value.name == "OB_RS_NOT_MASTER"
     assert a.term.epoch == 1 and lease_row(a.store.engine).successor == ""
 
@@ -142,7 +142,7 @@ def test_a_handover_after_losing_the_lease_is_refused(
     assert not c.election.run_once()  # seen alive
     assert a.term.epoch == 1
     with pytest.raises(ObError) as e:
-        a.election.hand_over(c.addr, Flush(a))
+        a.handover.hand_over(c.addr, Flush(a))
     assert e.value.name == "OB_RS_NOT_MASTER"
     row = lease_row(a.store.engine)
     assert (row.epoch, row.holder, row.successor) == (2, b.addr, "")
