@@ -112,6 +112,39 @@ def io_deadline(seconds: float | None) -> Iterator[None]:
         _deadline.reset(token)
 
 
+#: libpq's (and psycopg's) shortest ``connect_timeout``, seconds: a smaller value counts as 2.
+MIN_CONNECT_TIMEOUT_S = 2
+
+
+def connect_params_within(params: dict[str, Any], left_s: float | None) -> dict[str, Any]:
+    """``params`` (psycopg connection keywords) with ``connect_timeout`` cut so that the
+    start-up of a new connection ends within ``left_s`` seconds (the :func:`io_deadline`
+    left; None: no deadline, ``params`` unchanged). The timeout applies to each host of a
+    multi-host ``host`` in turn, so it is ``left_s`` shared among them, in whole seconds and at
+    least :data:`MIN_CONNECT_TIMEOUT_S` (the start-up may then overrun a deadline under 2 s
+    per host). Raises :class:`DatabaseTimeout` when no time is left. Without this a fresh
+    connection of a statement at the moment the database was cut off waited the whole
+    ``connect_timeout`` per host (10 s for two attempts of 5 s), past its fenced transaction's
+    own bound and past the client's deadline."""
+    if left_s is None:
+        return params
+    if left_s <= 0:
+        raise DatabaseTimeout("no time left to connect to the database (connection not opened)")
+    hosts = max(1, len(str(params.get("host") or "").split(",")))
+    per_host = max(MIN_CONNECT_TIMEOUT_S, int(left_s / hosts))
+    configured = int(float(params.get("connect_timeout") or 0))
+    if 0 < configured <= per_host:
+        return params
+    return {**params, "connect_timeout": per_host}
+
+
+def _deadline_left_s() -> float | None:
+    # Seconds left of this context's io_deadline; None when there is none (the default bound
+    # per wait) or it was lifted (a migration).
+    deadline = _deadline.get()
+    return None if not deadline else deadline - time.monotonic()
+
+
 class BoundedConnection(psycopg.Connection[Any]):
     """A psycopg connection whose waits for the server end at the :func:`io_deadline` of the
     calling context (default :data:`IO_TIMEOUT_S` per wait). On expiry the connection is
@@ -172,7 +205,8 @@ def make_engine(
     """Create an engine for ``url`` (``sqlite:///path`` or ``postgresql+psycopg://...``).
 
     PostgreSQL: :class:`BoundedConnection` connections (every wait bounded), ``connect_timeout``
-    of ``connect_timeout_s`` (libpq: the whole connection start-up), :data:`TCP_ARGS`, a
+    of ``connect_timeout_s`` (libpq: the whole connection start-up, per host; less within an
+    :func:`io_deadline`: :func:`connect_params_within`), :data:`TCP_ARGS`, a
     pre-ping on checkout, at most ``POOL_SIZE + MAX_OVERFLOW`` connections and
     ``pool_timeout_s`` of waiting for one. SQLite files' parent directories are created.
     ``server_judge`` (PostgreSQL) sees the :class:`ServerIdentity` of every
@@ -229,7 +263,10 @@ def make_engine(
         def _connect(_d: Any, rec: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
             params = cparams
             while True:
-                conn = BoundedConnection.connect(*cargs, **params)
+                # The start-up is bounded by the context's deadline too (psycopg waits for it
+                # with connect_timeout only, outside BoundedConnection.wait).
+                within = connect_params_within(params, _deadline_left_s())
+                conn = BoundedConnection.connect(*cargs, **within)
                 if server_judge is None:
                     return conn
                 try:

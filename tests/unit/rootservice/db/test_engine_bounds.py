@@ -1,14 +1,23 @@
 """The engine's client-side bounds on a real PostgreSQL reached through the
 fault proxy: a database that stops answering gives an error within :func:`io_deadline`, not
-a hang, and the pool recovers after the heal; ``set_local`` sets several settings at once."""
+a hang, a new connection's start-up included, and the pool recovers after the heal;
+``set_local`` sets several settings at once."""
 
 from __future__ import annotations
+
+import threading
 
 import psycopg
 import pytest
 import sqlalchemy as sa
 
-from rootservice.db.engine import DatabaseTimeout, io_deadline, make_engine, set_local
+from rootservice.db.engine import (
+    DatabaseTimeout,
+    connect_params_within,
+    io_deadline,
+    make_engine,
+    set_local,
+)
 from tests.support.pgserver import PgServer
 from tests.support.tcp_proxy import TcpProxy
 
@@ -17,10 +26,10 @@ def test_blackholed_database_fails_within_the_deadline_then_recovers(
     pg_server: PgServer,
 ) -> None:
     with TcpProxy(("127.0.0.1", pg_server.port)) as proxy:
-        # connect_timeout at libpq's minimum (2 s): the start-up of a fresh connection is
-        # bounded by it, not by io_deadline (libpq counts whole seconds).
+        # A connect_timeout far longer than any deadline here: a fresh connection's start-up
+        # must end on the deadline (at libpq's 2 s minimum), not on it.
         url = f"postgresql+psycopg://postgres@{proxy.address}/postgres"
-        engine = make_engine(url, connect_timeout_s=2)
+        engine = make_engine(url, connect_timeout_s=600)
         try:
             with engine.connect() as conn:
                 assert conn.execute(sa.text("SELECT 1")).scalar() == 1
@@ -31,20 +40,45 @@ def test_blackholed_database_fails_within_the_deadline_then_recovers(
                     conn.execute(sa.text("SELECT 2"))
             assert isinstance(stmt_failed.value.orig, DatabaseTimeout), stmt_failed.value
             # The next checkout opens a fresh connection, which hangs in its start-up until
-            # connect_timeout: libpq's ConnectionTimeout, never a hang.
-            with (
-                pytest.raises(sa.exc.OperationalError) as connect_failed,
-                io_deadline(0.5),
-                engine.connect() as conn,
-            ):
-                conn.execute(sa.text("SELECT 3"))
-            orig = connect_failed.value.orig
-            assert isinstance(orig, psycopg.errors.ConnectionTimeout), connect_failed.value
+            # its connect_timeout, cut to the deadline: libpq's ConnectionTimeout. In a
+            # thread, so that a start-up waiting the whole 600 s fails this test instead of
+            # holding it.
+            failed: list[BaseException] = []
+
+            def connect() -> None:
+                try:
+                    with io_deadline(0.5), engine.connect() as conn:
+                        conn.execute(sa.text("SELECT 3"))
+                except sa.exc.OperationalError as e:
+                    failed.append(e)
+
+            t = threading.Thread(target=connect, daemon=True)
+            t.start()
+            t.join(60)
+            assert not t.is_alive(), "the start-up of a new connection ignored the deadline"
+            assert failed, "the connection through the blackhole did not fail"
+            orig = failed[0].orig  # type: ignore[attr-defined]
+            assert isinstance(orig, psycopg.errors.ConnectionTimeout), failed[0]
             proxy.heal()
             with engine.connect() as conn:
                 assert conn.execute(sa.text("SELECT 4")).scalar() == 4
         finally:
             engine.dispose()
+
+
+def test_a_new_connection_gets_the_deadline_left_shared_by_its_hosts() -> None:
+    one = {"host": "db1", "connect_timeout": 5}
+    assert connect_params_within(one, None) is one  # no deadline: as configured
+    assert connect_params_within(one, 5.0) is one  # the configured bound fits
+    assert connect_params_within(one, 4.9)["connect_timeout"] == 4  # whole seconds, down
+    assert connect_params_within(one, 1.0)["connect_timeout"] == 2  # libpq's minimum
+    two = {"host": "db1,db2", "connect_timeout": 5}
+    assert connect_params_within(two, 9.0)["connect_timeout"] == 4  # each host in turn
+    assert connect_params_within(two, 10.0) is two
+    unset = {"host": "db1"}  # libpq's default (no timeout): the deadline bounds it
+    assert connect_params_within(unset, 30.0)["connect_timeout"] == 30
+    with pytest.raises(DatabaseTimeout):
+        connect_params_within(one, 0.0)
 
 
 def test_set_local_sets_every_setting_in_one_statement(pg_server: PgServer) -> None:
