@@ -47,21 +47,20 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
         self.rs = rs
         self._hb_window = rs.metrics.window("hb_handle_us")
         self._queue = rs.lease_queue
-        self._worker: asyncio.Task[None] | None = None
-        # The event loop the worker runs on (the one every lease stream is served on).
+        # The event loop every lease stream is served on (the queue's turns run on it).
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def _answer(
         self, req: obrpc_pb2.LeaseRequest, checks: StreamChecks | None, first: bool
     ) -> obrpc_pb2.LeaseResponse:
-        """``req`` through the lease queue: its answer once the worker handled it (the
-        worker is started on this event loop when it does not run)."""
+        """``req`` through the lease queue: its answer once a turn of the queue handled it
+        (the queue's turns are started on this event loop by the first request)."""
         loop = self._loop
-        if loop is None or self._worker is None or self._worker.done():
+        if loop is None:
             # Looked up only here: asyncio.get_running_loop() makes a getpid() system call
             # (its fork check), which a native profile at 5,000 agents found on every request.
             loop = self._loop = asyncio.get_running_loop()
-            self._worker = loop.create_task(self._queue.run())
+            self._queue.start(loop)
         fut: asyncio.Future[obrpc_pb2.LeaseResponse] = loop.create_future()
         self._queue.submit(
             req.server,

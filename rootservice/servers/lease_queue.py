@@ -14,7 +14,10 @@ and handled by one worker on the event loop, in turns:
 
 After each turn the worker yields to the event loop, so the streams keep reading and the
 backlog stays in this queue, where it is seen, rather than in gRPC's buffers, where it is
-not.
+not. The worker is a plain callback of the loop (``call_soon``), scheduled when the first
+request arrives in an empty queue and again after each turn that left requests waiting:
+not a task waiting on an ``asyncio.Event``, whose wake-up, extra yield and new future per
+idle period cost each heartbeat of a lightly loaded RS two task steps more.
 
 **The intake lag** is the age of the oldest waiting request (:meth:`LeaseQueue.lag_us`).
 From :data:`BEHIND_US` the RS is *behind*: it says so once (WARNING and event
@@ -80,11 +83,13 @@ class _Waiting(Generic[Resp]):
 
 class LeaseQueue(Generic[Resp]):
     """Waiting lease requests of ``server`` names, each a ``work(waited_us)`` that handles it
-    (``waited_us``: microseconds it waited here) and returns the answer, run in :meth:`run_turn` (renewals first, then first requests), the
-    answer given to the request's ``reply``. ``add_event`` queues the ``behind`` /
-    ``caught_up`` events. Times on ``clock`` (monotonic microseconds); every method runs on
-    the event loop's thread except :meth:`waiting`, :meth:`lag_us` and :meth:`status`, which
-    only read."""
+    (``waited_us``: microseconds it waited here) and returns the answer, run in
+    :meth:`run_turn` (renewals first, then first requests), the answer given to the
+    request's ``reply``. ``add_event`` queues the ``behind`` / ``caught_up`` events. Times on
+    ``clock`` (monotonic microseconds); every method runs on the event loop's thread except
+    :meth:`waiting`, :meth:`lag_us` and :meth:`status`, which only read. Turns run by
+    themselves once :meth:`start` gave the queue its loop; before, only :meth:`run_turn`
+    runs them."""
 
     def __init__(
         self,
@@ -103,7 +108,10 @@ class LeaseQueue(Generic[Resp]):
         self._firsts: deque[_Waiting[Resp]] = deque()
         # server -> requests of it waiting (normally 0 or 1).
         self._count: dict[str, int] = {}
-        self._wake: asyncio.Event | None = None
+        # The event loop the turns run on (None: not started) and whether a turn is
+        # scheduled on it.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._scheduled = False
         self.behind = False
         self._worst_us = 0
         #: Requests handled, and of them first requests of a stream (for the metrics).
@@ -131,8 +139,9 @@ class LeaseQueue(Generic[Resp]):
         item = _Waiting(server, self.clock.monotonic_us(), work, reply, fail, abandoned)
         (self._firsts if first else self._renewals).append(item)
         self._count[server] = self._count.get(server, 0) + 1
-        if self._wake is not None:
-            self._wake.set()
+        if not self._scheduled and self._loop is not None:
+            self._scheduled = True
+            self._loop.call_soon(self._drain)
 
     # --- what the rest of the RS reads ----------------------------------------------------
 
@@ -253,17 +262,32 @@ class LeaseQueue(Generic[Resp]):
             )
         )
 
-    async def run(self) -> None:
-        """The worker, on the event loop, until cancelled: a turn whenever requests wait,
-        then a yield to the loop."""
-        self._wake = asyncio.Event()
-        while True:
-            if not self._renewals and not self._firsts:
-                self._judge()
-                self._wake.clear()
-                await self._wake.wait()
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Run the turns on ``loop`` from now on (the loop every lease stream is served on;
+        called from it): one turn as soon as requests wait, then one more per loop
+        iteration while any are left."""
+        self._loop = loop
+        # A turn scheduled on an earlier loop (closed since) will never run.
+        self._scheduled = bool(self._renewals or self._firsts)
+        if self._scheduled:
+            loop.call_soon(self._drain)
+
+    @property
+    def started(self) -> bool:
+        """Whether :meth:`start` gave the queue its loop."""
+        return self._loop is not None
+
+    def _drain(self) -> None:
+        # One turn, then the rest of the loop's ready callbacks (the streams' reads) before
+        # the next one, as an ``await asyncio.sleep(0)`` between turns would.
+        self._scheduled = False
+        if self._renewals or self._firsts:
             self.run_turn()
-            await asyncio.sleep(0)
+        if (self._renewals or self._firsts) and self._loop is not None:
+            self._scheduled = True
+            self._loop.call_soon(self._drain)
+        else:
+            self._judge()
 
 
 def _ended(give: Callable[[_T], object], value: _T) -> bool:

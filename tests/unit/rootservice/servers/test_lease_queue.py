@@ -190,6 +190,36 @@ def test_a_first_request_whose_stream_ended_is_dropped_unhandled() -> None:
     assert q.status()["abandoned_first"] == 2 and q.depth() == 0
 
 
+def test_a_started_queue_runs_one_turn_per_loop_iteration_by_itself() -> None:
+    """Once started on a loop the turns run without being called: one as soon as a request
+    waits, then one per loop iteration while requests are left, the loop's other callbacks
+    between them; nothing is scheduled while the queue is empty."""
+    import asyncio
+
+    q: LeaseQueue[str] = LeaseQueue(FakeClock(), lambda e: None, turn_us=0)
+    order: list[str] = []
+    q.submit("r0", lambda waited_us: "r0", order.append, first=False)  # before the start
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        q.start(loop)
+        await asyncio.sleep(0)  # one iteration: the turn scheduled by the start ran
+        assert order == ["r0"] and q.depth() == 0
+        for name in ("r1", "r2", "r3"):
+            q.submit(name, lambda waited_us, n=name: n, order.append, first=False)
+        assert order == ["r0"]  # queued, not handled in the caller's step
+        await asyncio.sleep(0)
+        assert order == ["r0", "r1"]  # one request per turn (no budget), one turn per iteration
+        await asyncio.sleep(0)
+        assert order == ["r0", "r1", "r2"]
+        await asyncio.sleep(0)
+        assert order == ["r0", "r1", "r2", "r3"] and q.depth() == 0
+        await asyncio.sleep(0)
+        assert not q._scheduled  # idle: no turn keeps being scheduled
+
+    asyncio.run(main())
+
+
 def test_the_servicer_drops_a_first_request_whose_call_was_cancelled(rs: RootService) -> None:
     """The lease servicer's wiring: a first request whose call is cancelled before the
     queue's turn (the agent's deadline passed) changes nothing; a renewal cancelled the same
@@ -219,7 +249,6 @@ def test_the_servicer_drops_a_first_request_whose_call_was_cancelled(rs: RootSer
         assert hb_status(rs, A) is not HeartbeatStatus.ALIVE  # never handled
         await cancelled(False)
         assert hb_status(rs, A) is HeartbeatStatus.ALIVE  # the renewal was handled
-        assert servicer._worker is not None
-        servicer._worker.cancel()
+        assert rs.lease_queue.started
 
     asyncio.run(both())
