@@ -253,6 +253,9 @@ class Readings:
     intake_lag_us: int = 0
     intake_waiting: int = 0
     intake_behind: bool = False
+    # Renewals held by the lease queue's pacing: now, and since the start.
+    intake_paced: int = 0
+    intake_paced_total: int = 0
 
 
 class RsReadings(Protocol):
@@ -358,6 +361,17 @@ class RsCollector(Collector):
             "ob_rs_lease_intake_behind",
             "1 while the lease intake lag is at least 1 s (until it is back under 0.25 s).",
             value=int(r.intake_behind),
+        )
+        yield GaugeMetricFamily(
+            "ob_rs_lease_intake_held",
+            "Lease renewals held by this RS's pacing now (a server renewing sooner than "
+            "lease_time / 10 after its previous answer waits until then).",
+            value=r.intake_paced,
+        )
+        yield CounterMetricFamily(
+            "ob_rs_lease_intake_paced",
+            "Lease renewals held by this RS's pacing.",
+            value=r.intake_paced_total,
         )
         yield GaugeMetricFamily(
             "ob_rs_self_suspect",

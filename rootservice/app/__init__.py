@@ -351,6 +351,8 @@ class RootService(RsComponents):
             intake_lag_us=self.lease_queue.lag_us(),
             intake_waiting=self.lease_queue.depth(),
             intake_behind=self.lease_queue.behind,
+            intake_paced=self.lease_queue.held(),
+            intake_paced_total=self.lease_queue.paced_total,
         )
 
     def metrics_snapshot(self) -> dict[str, Any]:
@@ -375,4 +377,6 @@ class RootService(RsComponents):
         out["intake_lag_us"] = self.lease_queue.lag_us()
         out["intake_waiting"] = self.lease_queue.depth()
         out["intake_behind"] = self.lease_queue.behind
+        out["intake_paced"] = self.lease_queue.held()
+        out["intake_paced_total"] = self.lease_queue.paced_total
         return out

@@ -25,7 +25,7 @@ from rootservice.servers.heartbeat import HeartbeatIntake
 from rootservice.servers.identity import ClusterIdentity
 from rootservice.servers.intake_health import IntakeHealth
 from rootservice.servers.lease_checker import LeaseChecker
-from rootservice.servers.lease_queue import LeaseQueue
+from rootservice.servers.lease_queue import PACE_DIVISOR, LeaseQueue
 from rootservice.servers.loader import TakeOfficeGrace
 from rootservice.servers.persist_queue import PersistQueue
 from rootservice.servers.ports import Background
@@ -82,7 +82,11 @@ def build_lease_intake(
     intake_health = IntakeHealth(p.clock, p.settings, measure_ticks=measure_ticks)
     # The lease streams' requests wait here, seen: fair turns, the intake lag, and no
     # expiry of a server whose request waits.
-    lease_queue: LeaseQueue[obrpc_pb2.LeaseResponse] = LeaseQueue(p.clock, p.persist.add_event)
+    # A server's renewals are paced to one per lease_time / PACE_DIVISOR.
+    settings = p.settings
+    lease_queue: LeaseQueue[obrpc_pb2.LeaseResponse] = LeaseQueue(
+        p.clock, p.persist.add_event, pace_us=lambda: settings.lease_time // PACE_DIVISOR
+    )
     # The agents' parameters by zone and server, kept by the parameters and read by every
     # lease answer.
     agent_values = AgentParameterValues(p.settings)

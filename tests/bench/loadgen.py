@@ -90,6 +90,7 @@ from collections import Counter, deque
 from typing import Any
 
 import grpc
+import hpack
 from grpc.experimental import session_cache
 
 from obcommon.backoff import BackoffPolicy
@@ -615,7 +616,7 @@ class GrpcLoadGen(LoadGen):
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE = 0, 1, 3, 4, 6, 7, 8
-END_STREAM, ACK, END_HEADERS, PADDED = 0x1, 0x1, 0x4, 0x8
+END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY = 0x1, 0x1, 0x4, 0x8, 0x20
 MAX_WINDOW = 2**31 - 1
 FRAME_HEADER = struct.Struct(">BHBBI")  # 24-bit length as (high byte, low 16 bits)
 DATA_HEADER = struct.Struct(">BHBBIBI")  # frame header + gRPC message prefix
@@ -682,6 +683,10 @@ class H2Conn(asyncio.Protocol):
         self.blocked: deque[tuple[int, bytes, int]] = deque()
         self.recv_unacked = 0
         self.max_streams = 2**31
+        # Every header block the server sends goes through one HPACK decoder (its dynamic
+        # table is the connection's), so that a stream the server ends is reported with
+        # its grpc-status and message.
+        self.hpack = hpack.Decoder()
         # Set when we close the connection on purpose to move to another RS: the delay
         # before connecting there (None: the connection was lost).
         self.reconnect_delay: float | None = None
@@ -788,8 +793,11 @@ class H2Conn(asyncio.Protocol):
                     if flags & END_STREAM:
                         self.end_stream(sid, "END_STREAM on DATA")
             elif ftype == HEADERS:
+                headers = self.decode_headers(flags, bytes(buf[start:off]))
                 if flags & END_STREAM:  # trailers: the call ended
-                    self.end_stream(sid, "trailers")
+                    status = headers.get("grpc-status", "?")
+                    message = headers.get("grpc-message", "")
+                    self.end_stream(sid, f"trailers grpc-status {status} {message}".strip())
             elif ftype == RST_STREAM:
                 code = int.from_bytes(buf[start:off], "big")
                 self.end_stream(sid, f"RST_STREAM {code}")
@@ -856,6 +864,20 @@ class H2Conn(asyncio.Protocol):
             self.partial[sid] = bytearray(data[off:])
         elif part is not None:
             del self.partial[sid]
+
+    def decode_headers(self, flags: int, block: bytes) -> dict[str, str]:
+        """The fields of one HEADERS frame's block (padding and priority stripped); {} when
+        it cannot be decoded (a CONTINUATION would be needed: gRPC's blocks fit one frame)."""
+        if flags & PADDED:
+            block = block[1 : len(block) - block[0]]
+        if flags & PRIORITY:
+            block = block[5:]
+        if not flags & END_HEADERS:
+            return {}
+        try:
+            return {str(k): str(v) for k, v in self.hpack.decode(block)}
+        except hpack.HPACKError:
+            return {}
 
     def end_stream(self, sid: int, why: str) -> None:
         a = self.streams.pop(sid, None)

@@ -220,6 +220,78 @@ def test_a_started_queue_runs_one_turn_per_loop_iteration_by_itself() -> None:
     asyncio.run(main())
 
 
+PACE = 1_000_000
+
+
+def test_a_renewal_sooner_than_the_pace_is_held_until_a_pace_after_the_last_answer() -> None:
+    clock = FakeClock()
+    q: LeaseQueue[int] = LeaseQueue(clock, lambda e: None, pace_us=lambda: PACE)
+    waited: list[int] = []
+
+    def renew(server: str) -> None:
+        q.submit(server, lambda w: w, waited.append, first=False)
+
+    renew("a")  # never handled before: not paced
+    assert q.run_turn() == 1 and waited == [0]
+    clock.advance(PACE // 4)
+    renew("a")  # a quarter of a pace after its answer: held, not refused
+    assert q.held() == 1 and q.depth() == 0 and q.waiting("a") and q.lag_us() == 0
+    assert q.status()["paced"] == 1 and q.paced_total == 1
+    clock.advance(PACE - PACE // 4 - 1)  # one microsecond before its time
+    assert q.run_turn() == 0 and q.held() == 1 and q.waiting("a")
+    clock.advance(1)  # a pace after the last answer: handled; it waited since its arrival
+    assert q.run_turn() == 1 and q.held() == 0 and not q.waiting("a")
+    assert waited == [0, PACE - PACE // 4]
+    clock.advance(PACE)
+    renew("a")  # a whole pace after the last answer: not held
+    assert q.held() == 0 and q.run_turn() == 1
+
+
+def test_first_requests_and_other_servers_are_never_paced() -> None:
+    clock = FakeClock()
+    q: LeaseQueue[str] = LeaseQueue(clock, lambda e: None, pace_us=lambda: PACE)
+    order: list[str] = []
+    q.submit("a", lambda w: "a1", order.append, first=False)
+    assert q.run_turn() == 1
+    q.submit("a", lambda w: "a-new-stream", order.append, first=True)  # a new stream
+    q.submit("b", lambda w: "b1", order.append, first=False)
+    assert q.held() == 0 and q.run_turn() == 2
+    assert order == ["a1", "b1", "a-new-stream"]
+    nothing: LeaseQueue[str] = LeaseQueue(clock, lambda e: None)  # no pace: nothing held
+    nothing.submit("a", lambda w: "x", order.append, first=False)
+    nothing.run_turn()
+    nothing.submit("a", lambda w: "y", order.append, first=False)
+    assert nothing.held() == 0 and nothing.run_turn() == 1
+
+
+def test_a_started_queue_releases_held_renewals_on_its_own() -> None:
+    """On a loop the held renewals are released by a timer of the loop (real time here: a
+    pace of 20 ms, waited for by condition)."""
+    import asyncio
+
+    from obcommon.clock import SystemClock
+
+    q: LeaseQueue[str] = LeaseQueue(SystemClock(), lambda e: None, pace_us=lambda: 20_000)
+    answers: list[str] = []
+
+    async def main() -> None:
+        q.start(asyncio.get_running_loop())
+        q.submit("a", lambda w: "first", answers.append, first=False)
+        for _ in range(100):
+            if answers:
+                break
+            await asyncio.sleep(0)
+        q.submit("a", lambda w: "held", answers.append, first=False)
+        assert q.held() == 1
+        for _ in range(500):  # bounded: 500 x 10 ms
+            if len(answers) == 2:
+                break
+            await asyncio.sleep(0.01)
+        assert answers == ["first", "held"] and q.held() == 0 and not q.waiting("a")
+
+    asyncio.run(main())
+
+
 def test_the_servicer_drops_a_first_request_whose_call_was_cancelled(rs: RootService) -> None:
     """The lease servicer's wiring: a first request whose call is cancelled before the
     queue's turn (the agent's deadline passed) changes nothing; a renewal cancelled the same
