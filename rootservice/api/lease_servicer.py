@@ -51,10 +51,15 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def _answer(
-        self, req: obrpc_pb2.LeaseRequest, checks: StreamChecks | None, first: bool
+        self,
+        req: obrpc_pb2.LeaseRequest,
+        checks: StreamChecks | None,
+        first: bool,
+        paced: bool = True,
     ) -> obrpc_pb2.LeaseResponse:
         """``req`` through the lease queue: its answer once a turn of the queue handled it
-        (the queue's turns are started on this event loop by the first request)."""
+        (the queue's turns are started on this event loop by the first request). ``paced``
+        False: never held by the queue's pacing (the request carries news)."""
         loop = self._loop
         if loop is None:
             # Looked up only here: asyncio.get_running_loop() makes a getpid() system call
@@ -70,6 +75,7 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
             fut.set_exception,
             # A first request whose stream ended is not handled (see LeaseQueue).
             fut.done if first else None,
+            paced,
         )
         return await fut
 
@@ -162,6 +168,9 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
         checks = StreamChecks()
         answer = self._answer
         first = True
+        # The stream's last server_status: a request that changes it (a disk error, a
+        # clean stop) is news, answered without the queue's pacing.
+        status = -1
         if ident is not None:
             # Once per stream, off the per-heartbeat path: how many reconnects resumed TLS.
             resumed = session_resumed(context)
@@ -171,5 +180,6 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
         async for req in request_iterator:
             if ident is not None and (req.server != ident.name or gate.is_revoked(ident)):
                 await gate.admit(context, "RootService.LeaseStream", NODES, name=req.server)
-            yield await answer(req, checks, first)
+            yield await answer(req, checks, first, req.server_status == status)
             first = False
+            status = req.server_status

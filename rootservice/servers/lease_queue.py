@@ -34,7 +34,8 @@ compares the last heartbeat the RS *received*, src/rootserver/ob_heartbeat_servi
 **Pacing.** A server's renewals are handled at most once per *pace* (``lease_time /``
 :data:`PACE_DIVISOR`, 1 s at the default 10 s lease: half the agents' 2 s period, so an agent
 keeping its period is never held). A renewal that comes sooner is held, not refused, until
-a pace after the server's previous answer, then queued like any other. An agent sending
+a pace after the server's previous answer, then queued like any other; one that carries
+news (its ``server_status`` bits changed on the stream: a disk error, a clean stop) is not. An agent sending
 faster than its period (misconfigured, or a load generator at a 0.5 s period) thus costs the
 RS at most one renewal per pace, and the loop keeps the time to accept new streams: gRPC's
 asyncio server accepts one call per round of the event loop, and a loop saturated by
@@ -161,8 +162,10 @@ class LeaseQueue(Generic[Resp]):
         first: bool,
         fail: Callable[[BaseException], object] | None = None,
         abandoned: Callable[[], bool] | None = None,
+        paced: bool = True,
     ) -> None:
-        """Queue a request of ``server`` (``first``: the first of its stream):
+        """Queue a request of ``server`` (``first``: the first of its stream; ``paced``
+        False: a renewal that carries news, never held by the pacing):
         ``work(waited_us)`` handles it and returns the answer, which goes to ``reply``; an
         exception it raises goes to ``fail`` (and is logged), never into the worker.
         ``abandoned()`` (first requests only) is true once nobody waits for the answer: such
@@ -170,7 +173,7 @@ class LeaseQueue(Generic[Resp]):
         now = self.clock.monotonic_us()
         item = _Waiting(server, now, work, reply, fail, abandoned)
         self._count[server] = self._count.get(server, 0) + 1
-        if not first:
+        if paced and not first:
             last = self._handled_mono.get(server)
             if last is not None:
                 due = last + self.pace_us()

@@ -247,7 +247,7 @@ def test_a_renewal_sooner_than_the_pace_is_held_until_a_pace_after_the_last_answ
     assert q.held() == 0 and q.run_turn() == 1
 
 
-def test_first_requests_and_other_servers_are_never_paced() -> None:
+def test_first_requests_news_and_other_servers_are_never_paced() -> None:
     clock = FakeClock()
     q: LeaseQueue[str] = LeaseQueue(clock, lambda e: None, pace_us=lambda: PACE)
     order: list[str] = []
@@ -257,6 +257,11 @@ def test_first_requests_and_other_servers_are_never_paced() -> None:
     q.submit("b", lambda w: "b1", order.append, first=False)
     assert q.held() == 0 and q.run_turn() == 2
     assert order == ["a1", "b1", "a-new-stream"]
+    # A renewal that carries news (its status bits changed) is not held either.
+    q.submit("a", lambda w: "a-disk-error", order.append, first=False, paced=False)
+    assert q.held() == 0 and q.run_turn() == 1 and order[-1] == "a-disk-error"
+    q.submit("a", lambda w: "a-same-again", order.append, first=False)
+    assert q.held() == 1
     nothing: LeaseQueue[str] = LeaseQueue(clock, lambda e: None)  # no pace: nothing held
     nothing.submit("a", lambda w: "x", order.append, first=False)
     nothing.run_turn()
