@@ -31,9 +31,11 @@ node's status from when the controller observed it, pkg/controller/nodelifecycle
 node_lifecycle_controller.go ``tryUpdateNodeHealth``; OceanBase's ObHeartbeatChecker
 compares the last heartbeat the RS *received*, src/rootserver/ob_heartbeat_service.cpp.)
 
-**Pacing.** A server's renewals are handled at most once per *pace* (``lease_time /``
-:data:`PACE_DIVISOR`, 1 s at the default 10 s lease: half the agents' 2 s period, so an agent
-keeping its period is never held). A renewal that comes sooner is held, not refused, until
+**Pacing.** While the event loop is saturated (a round of it, measured from a turn's
+scheduling to its start, took :data:`BUSY_ROUND_US` or more, within the last
+:data:`BUSY_HOLD_US`), a server's renewals are handled at most once per *pace* (``lease_time
+/`` :data:`PACE_DIVISOR`, 1 s at the default 10 s lease: half the agents' 2 s period, so an
+agent keeping its period is never held). On a loop that keeps up nothing is paced. A renewal that comes sooner is held, not refused, until
 a pace after the server's previous answer, then queued like any other; one that carries
 news (its ``server_status`` bits changed on the stream: a disk error, a clean stop) is not. An agent sending
 faster than its period (misconfigured, or a load generator at a 0.5 s period) thus costs the
@@ -80,6 +82,12 @@ log = logging.getLogger(__name__)
 TURN_US = 5_000
 #: A server's renewals are handled at most once per ``lease_time / PACE_DIVISOR``.
 PACE_DIVISOR = 10
+#: A loop round this long (microseconds, from a turn's scheduling to its start) means the
+#: event loop is saturated and turns the pacing on; on a loop that keeps up a round takes
+#: well under a millisecond.
+BUSY_ROUND_US = 50_000
+#: The pacing stays on this long (microseconds) after the last saturated round.
+BUSY_HOLD_US = 5_000_000
 #: An intake lag of at least this (microseconds) makes the RS "behind".
 BEHIND_US = 1_000_000
 #: The module of the intake's events in ``__all_rootservice_event_history``.
@@ -117,12 +125,22 @@ class LeaseQueue(Generic[Resp]):
         behind_us: int = BEHIND_US,
         turn_us: int = TURN_US,
         pace_us: Callable[[], int] = lambda: 0,
+        pace_always: bool = False,
+        round_clock_ns: Callable[[], int] = time.perf_counter_ns,
     ) -> None:
         """An empty queue; nothing runs until :meth:`start` (or :meth:`run_turn`).
-        ``pace_us()``: the shortest time between two handled requests of one server
-        (microseconds, read at each renewal; 0 paces nothing)."""
+        ``pace_us()``: the shortest time between two handled requests of one server while
+        the loop is saturated (microseconds, read at each renewal; 0 paces nothing);
+        ``pace_always``: whether the loop is saturated or not (unit tests).
+        ``round_clock_ns`` times the loop's rounds (nanoseconds)."""
         self.clock = clock
         self.pace_us = pace_us
+        self.pace_always = pace_always
+        self._round_clock_ns = round_clock_ns
+        # When the last turn was scheduled, and until when the loop counts as saturated
+        # (round_clock_ns readings).
+        self._scheduled_ns = 0
+        self._busy_until_ns = 0
         # server -> monotonic time its last request was handled (for the pacing).
         self._handled_mono: dict[str, int] = {}
         # Renewals held by the pacing: (monotonic time they may go, sequence, request).
@@ -173,7 +191,11 @@ class LeaseQueue(Generic[Resp]):
         now = self.clock.monotonic_us()
         item = _Waiting(server, now, work, reply, fail, abandoned)
         self._count[server] = self._count.get(server, 0) + 1
-        if paced and not first:
+        if (
+            paced
+            and not first
+            and (self.pace_always or self._round_clock_ns() < self._busy_until_ns)
+        ):
             last = self._handled_mono.get(server)
             if last is not None:
                 due = last + self.pace_us()
@@ -185,8 +207,7 @@ class LeaseQueue(Generic[Resp]):
                     return
         (self._firsts if first else self._renewals).append(item)
         if not self._scheduled and self._loop is not None:
-            self._scheduled = True
-            self._loop.call_soon(self._drain)
+            self._schedule(self._loop)
 
     # --- what the rest of the RS reads ----------------------------------------------------
 
@@ -211,14 +232,15 @@ class LeaseQueue(Generic[Resp]):
 
     def status(self) -> dict[str, object]:
         """``behind``, ``lag_us``, ``waiting``, ``waiting_first``, ``abandoned_first`` (first
-        requests dropped because their stream had ended), ``paced`` (renewals held by the
-        pacing now) and ``paced_total`` (the status API)."""
+        requests dropped because their stream had ended), ``saturated`` (the pacing is on),
+        ``paced`` (renewals held by the pacing now) and ``paced_total`` (the status API)."""
         return {
             "behind": self.behind,
             "lag_us": self.lag_us(),
             "waiting": self.depth(),
             "waiting_first": len(self._firsts),
             "abandoned_first": self.abandoned_total,
+            "saturated": self.saturated,
             "paced": len(self._held),
             "paced_total": self.paced_total,
         }
@@ -312,8 +334,7 @@ class LeaseQueue(Generic[Resp]):
         if self._held:
             self._release_at(self._held[0][0], self.clock.monotonic_us())
         if (self._renewals or self._firsts) and not self._scheduled and self._loop is not None:
-            self._scheduled = True
-            self._loop.call_soon(self._drain)
+            self._schedule(self._loop)
 
     def _judge(self) -> None:
         """Enter or leave the behind state (event and log line once per change)."""
@@ -353,9 +374,9 @@ class LeaseQueue(Generic[Resp]):
         self._loop = loop
         # A turn or a timer of an earlier loop (closed since) will never run.
         self._release_timer = None
-        self._scheduled = bool(self._renewals or self._firsts)
-        if self._scheduled:
-            loop.call_soon(self._drain)
+        self._scheduled = False
+        if self._renewals or self._firsts:
+            self._schedule(loop)
         if self._held:
             self._release_at(self._held[0][0], self.clock.monotonic_us())
 
@@ -364,15 +385,28 @@ class LeaseQueue(Generic[Resp]):
         """Whether :meth:`start` gave the queue its loop."""
         return self._loop is not None
 
+    @property
+    def saturated(self) -> bool:
+        """Whether the loop counts as saturated (the pacing is on)."""
+        return self.pace_always or self._round_clock_ns() < self._busy_until_ns
+
+    def _schedule(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._scheduled = True
+        self._scheduled_ns = self._round_clock_ns()
+        loop.call_soon(self._drain)
+
     def _drain(self) -> None:
         # One turn, then the rest of the loop's ready callbacks (the streams' reads) before
-        # the next one, as an ``await asyncio.sleep(0)`` between turns would.
+        # the next one, as an ``await asyncio.sleep(0)`` between turns would. The time since
+        # this turn was scheduled is one round of the loop.
         self._scheduled = False
+        now_ns = self._round_clock_ns()
+        if now_ns - self._scheduled_ns >= BUSY_ROUND_US * 1000:
+            self._busy_until_ns = now_ns + BUSY_HOLD_US * 1000
         if self._renewals or self._firsts:
             self.run_turn()
         if (self._renewals or self._firsts) and self._loop is not None:
-            self._scheduled = True
-            self._loop.call_soon(self._drain)
+            self._schedule(self._loop)
         else:
             self._judge()
 

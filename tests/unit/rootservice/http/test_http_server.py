@@ -198,6 +198,9 @@ def test_cluster_snapshot_has_the_contracts_shape(db_url: str, tmp_path: Path) -
             "waiting": 0,
             "waiting_first": 0,
             "abandoned_first": 0,
+            "saturated": False,
+            "paced": 0,
+            "paced_total": 0,
         }
         ha = doc["root_services"]
         assert ha["leader"] == rs.rpc_addr and ha["epoch"] >= 1

@@ -225,7 +225,7 @@ PACE = 1_000_000
 
 def test_a_renewal_sooner_than_the_pace_is_held_until_a_pace_after_the_last_answer() -> None:
     clock = FakeClock()
-    q: LeaseQueue[int] = LeaseQueue(clock, lambda e: None, pace_us=lambda: PACE)
+    q: LeaseQueue[int] = LeaseQueue(clock, lambda e: None, pace_us=lambda: PACE, pace_always=True)
     waited: list[int] = []
 
     def renew(server: str) -> None:
@@ -249,7 +249,7 @@ def test_a_renewal_sooner_than_the_pace_is_held_until_a_pace_after_the_last_answ
 
 def test_first_requests_news_and_other_servers_are_never_paced() -> None:
     clock = FakeClock()
-    q: LeaseQueue[str] = LeaseQueue(clock, lambda e: None, pace_us=lambda: PACE)
+    q: LeaseQueue[str] = LeaseQueue(clock, lambda e: None, pace_us=lambda: PACE, pace_always=True)
     order: list[str] = []
     q.submit("a", lambda w: "a1", order.append, first=False)
     assert q.run_turn() == 1
@@ -269,6 +269,46 @@ def test_first_requests_news_and_other_servers_are_never_paced() -> None:
     assert nothing.held() == 0 and nothing.run_turn() == 1
 
 
+def test_the_pacing_is_on_only_after_a_saturated_round_of_the_loop() -> None:
+    """A round of the loop (a turn's scheduling to its start) of BUSY_ROUND_US turns the
+    pacing on for BUSY_HOLD_US; one microsecond shorter does not (the round clock is a
+    fake advanced between the scheduling and the turn)."""
+    import asyncio
+
+    from rootservice.servers.lease_queue import BUSY_HOLD_US, BUSY_ROUND_US
+
+    ns = [0]
+    clock = FakeClock()
+    q: LeaseQueue[str] = LeaseQueue(
+        clock, lambda e: None, pace_us=lambda: PACE, round_clock_ns=lambda: ns[0]
+    )
+    answers: list[str] = []
+
+    async def round_of(us: int) -> None:
+        # One renewal of a new server, its turn scheduled now and run ``us`` later.
+        q.submit(f"s{len(answers)}", lambda w: "x", answers.append, first=False)
+        ns[0] += us * 1000
+        await asyncio.sleep(0)
+
+    async def main() -> None:
+        q.start(asyncio.get_running_loop())
+        await round_of(BUSY_ROUND_US - 1)
+        assert not q.saturated
+        q.submit("s0", lambda w: "again", answers.append, first=False)
+        assert q.held() == 0  # a loop that keeps up paces nothing
+        await asyncio.sleep(0)
+        await round_of(BUSY_ROUND_US)
+        assert q.saturated and q.status()["saturated"]
+        q.submit("s2", lambda w: "too soon", answers.append, first=False)
+        assert q.held() == 1  # handled a moment ago: held
+        ns[0] += BUSY_HOLD_US * 1000 - 1
+        assert q.saturated
+        ns[0] += 1
+        assert not q.saturated
+
+    asyncio.run(main())
+
+
 def test_a_started_queue_releases_held_renewals_on_its_own() -> None:
     """On a loop the held renewals are released by a timer of the loop (real time here: a
     pace of 20 ms, waited for by condition)."""
@@ -276,7 +316,9 @@ def test_a_started_queue_releases_held_renewals_on_its_own() -> None:
 
     from obcommon.clock import SystemClock
 
-    q: LeaseQueue[str] = LeaseQueue(SystemClock(), lambda e: None, pace_us=lambda: 20_000)
+    q: LeaseQueue[str] = LeaseQueue(
+        SystemClock(), lambda e: None, pace_us=lambda: 20_000, pace_always=True
+    )
     answers: list[str] = []
 
     async def main() -> None:
