@@ -35,10 +35,10 @@ compares the last heartbeat the RS *received*, src/rootserver/ob_heartbeat_servi
 scheduling to its start, took :data:`BUSY_ROUND_US` or more, within the last
 :data:`BUSY_HOLD_US`), a server's renewals are handled at most once per *pace* (``lease_time
 /`` :data:`PACE_DIVISOR`, 1 s at the default 10 s lease: half the agents' 2 s period, so an
-agent keeping its period is never held). On a loop that keeps up nothing is paced. A renewal that comes sooner is held, not refused, until
-a pace after the server's previous answer, then queued like any other; one that carries
-news (its ``server_status`` bits changed on the stream: a disk error, a clean stop) is not. An agent sending
-faster than its period (misconfigured, or a load generator at a 0.5 s period) thus costs the
+agent keeping its period is never held). On a loop that keeps up nothing is paced. A renewal
+that comes sooner is held, not refused, until a pace after the server's previous answer,
+then queued like any other; one that carries news (its ``server_status`` bits changed on the
+stream: a disk error, a clean stop) is not. An agent sending faster than its period (misconfigured, or a load generator at a 0.5 s period) thus costs the
 RS at most one renewal per pace, and the loop keeps the time to accept new streams: gRPC's
 asyncio server accepts one call per round of the event loop, and a loop saturated by
 renewals made its rounds so long that 5,000 agents at a 0.5 s period got about 4 new
@@ -141,7 +141,8 @@ class LeaseQueue(Generic[Resp]):
         # (round_clock_ns readings).
         self._scheduled_ns = 0
         self._busy_until_ns = 0
-        # server -> monotonic time its last request was handled (for the pacing).
+        # server -> monotonic time its last request was handled (for the pacing); one entry
+        # per server that ever renewed (names come from node certificates).
         self._handled_mono: dict[str, int] = {}
         # Renewals held by the pacing: (monotonic time they may go, sequence, request).
         self._held: list[tuple[int, int, _Waiting[Resp]]] = []
@@ -191,11 +192,7 @@ class LeaseQueue(Generic[Resp]):
         now = self.clock.monotonic_us()
         item = _Waiting(server, now, work, reply, fail, abandoned)
         self._count[server] = self._count.get(server, 0) + 1
-        if (
-            paced
-            and not first
-            and (self.pace_always or self._round_clock_ns() < self._busy_until_ns)
-        ):
+        if paced and not first and self.saturated:
             last = self._handled_mono.get(server)
             if last is not None:
                 due = last + self.pace_us()
@@ -298,9 +295,9 @@ class LeaseQueue(Generic[Resp]):
 
     def _one(self, item: _Waiting[Resp]) -> None:
         self._forget(item)
-        self._handled_mono[item.server] = self.clock.monotonic_us()
+        now = self._handled_mono[item.server] = self.clock.monotonic_us()
         try:
-            resp = item.work(max(0, self.clock.monotonic_us() - item.arrived_us))
+            resp = item.work(max(0, now - item.arrived_us))
         except Exception as e:  # noqa: BLE001 - one bad request must not stop the worker
             log.exception("lease request of %s failed", item.server)
             if item.fail is not None:
