@@ -27,6 +27,8 @@ import logging
 import ssl
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -312,18 +314,48 @@ class ChannelCache:
     """One synchronous channel per ``host:port``, opened through a :class:`TransportSecurity`
     on first use and reopened after a certificate rotation (``generation()`` changed: new
     connections must present the new pair). Thread-safe; channels are closed outside the
-    lock. Used by the RS's clients of the agents and of the leader."""
+    lock, and a channel held through :meth:`use` only once its last holder is done. Used by
+    the RS's clients of the agents and of the leader."""
 
     def __init__(self, security: TransportSecurity) -> None:
         """No channel is opened yet."""
         self.security = security
         self._channels: dict[str, grpc.Channel] = {}
+        # Holders per channel (use()), and the channels dropped from the cache while held:
+        # their last holder closes them. A call started on a closed channel raises
+        # ValueError (not an RpcError) and one in flight ends CANCELLED, so a failed call of
+        # one thread must not close the channel another thread is about to call on.
+        self._holders: dict[grpc.Channel, int] = {}
+        self._dropped: set[grpc.Channel] = set()
         self._generation = security.generation()
         self._lock = threading.Lock()
 
     def get(self, addr: str) -> grpc.Channel:
         """The channel to ``addr``, opened if needed (closing every channel of older
-        certificates first)."""
+        certificates first). Not held: a :meth:`forget` may close it at once; callers on
+        several threads use :meth:`use`."""
+        return self._get(addr, hold=False)
+
+    @contextmanager
+    def use(self, addr: str) -> Iterator[grpc.Channel]:
+        """The channel to ``addr`` as :meth:`get` gives it, kept open until the block ends:
+        a :meth:`forget`, a rotation or :meth:`close` meanwhile drops it from the cache at
+        once (later callers get a new one) and its last holder closes it."""
+        ch = self._get(addr, hold=True)
+        try:
+            yield ch
+        finally:
+            with self._lock:
+                self._holders[ch] -= 1
+                last = False
+                if not self._holders[ch]:
+                    del self._holders[ch]
+                    last = ch in self._dropped
+                    self._dropped.discard(ch)
+            if last:
+                ch.close()
+
+    def _get(self, addr: str, hold: bool) -> grpc.Channel:
         generation = self.security.generation()
         stale: list[grpc.Channel] = []
         with self._lock:
@@ -333,23 +365,35 @@ class ChannelCache:
             ch = self._channels.get(addr)
             if ch is None:
                 ch = self._channels[addr] = self.security.channel(addr)
-        for old in stale:
+            if hold:
+                self._holders[ch] = self._holders.get(ch, 0) + 1
+            unheld = self._drop(stale)
+        for old in unheld:
             old.close()
         return ch
 
+    def _drop(self, channels: list[grpc.Channel]) -> list[grpc.Channel]:
+        """Of ``channels``, just taken out of the cache (under the lock), those nobody holds:
+        the caller closes them outside the lock; the held ones wait for their last holder."""
+        self._dropped.update(ch for ch in channels if ch in self._holders)
+        return [ch for ch in channels if ch not in self._holders]
+
     def forget(self, addr: str) -> None:
-        """Close the channel to ``addr`` (a failed or departed peer); the next :meth:`get`
-        opens a new one."""
+        """Close the channel to ``addr`` (a failed or departed peer), once its holders are
+        done; the next :meth:`get` or :meth:`use` opens a new one."""
         with self._lock:
             ch = self._channels.pop(addr, None)
-        if ch is not None:
-            ch.close()
+            unheld = self._drop([ch] if ch is not None else [])
+        for old in unheld:
+            old.close()
 
     def close(self) -> None:
-        """Close every channel; later calls of :meth:`get` open new ones."""
+        """Close every channel (a held one once its holders are done); later calls of
+        :meth:`get` and :meth:`use` open new ones."""
         with self._lock:
             channels, self._channels = list(self._channels.values()), {}
-        for ch in channels:
+            unheld = self._drop(channels)
+        for ch in unheld:
             ch.close()
 
 

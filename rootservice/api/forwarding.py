@@ -101,7 +101,15 @@ class GrpcForwarder:
         ``connect_timeout_us`` or the call fails before reaching the leader, and
         ``ObError("OB_TIMEOUT")`` when the leader took the call but did not answer within
         ``timeout_us``."""
-        ch = self._channels.get(leader)
+        # Held for the call: another statement's failed forward forgets the channel, and a
+        # call started on a closed channel raises ValueError instead of an RPC error.
+        with self._channels.use(leader) as ch:
+            return self._forward_on(ch, leader, text, principal)
+
+    def _forward_on(
+        self, ch: grpc.Channel, leader: str, text: str, principal: Principal
+    ) -> ForwardedResult:
+        """:meth:`forward` on the held channel ``ch`` (same errors)."""
         try:
             grpc.channel_ready_future(ch).result(timeout=self.connect_timeout_us() / 1e6)
         except grpc.FutureTimeoutError:

@@ -4,7 +4,9 @@ replicas.
 Called from admin-operation threads, so it uses grpc's synchronous API with one cached
 channel per agent address, secured by the RS's :class:`TransportSecurity` (mutual TLS with
 ``rs.crt``: the agents serve these calls to RS certificates only); the cache is dropped when
-the certificates are rotated. Every call has a deadline of ``rpc_timeout``; a failure becomes
+the certificates are rotated. Each call holds its channel (:meth:`ChannelCache.use`): one
+dropped meanwhile (another thread's failed call, a rotation) is closed once no call uses it.
+Every call has a deadline of ``rpc_timeout``; a failure becomes
 ``ObError(OB_SERVER_CONNECTION_ERROR)`` naming the server (docs/design/statements.md, ADD SERVER),
 except ``UNIMPLEMENTED``: an agent of an older release without the RPC, ``OB_NOT_SUPPORTED``
 (an old peer, never taken for a dead one).
@@ -67,10 +69,10 @@ class AgentClient:
         self._channels = ChannelCache(security)
         self._stubs: dict[str, tuple[grpc.Channel, obrpc_pb2_grpc.ObserverServiceStub]] = {}
 
-    def _stub(self, server: str) -> obrpc_pb2_grpc.ObserverServiceStub:
+    def _stub(self, server: str, channel: grpc.Channel) -> obrpc_pb2_grpc.ObserverServiceStub:
         # A stub builds a callable per method: kept with its channel, made again only when
-        # the cache hands out another channel (reopened, rotated, forgotten).
-        channel = self._channels.get(server)
+        # the cache hands out another channel (reopened, rotated, forgotten). ``channel`` is
+        # the one the caller holds: the cache's current one may be closed under the call.
         kept = self._stubs.get(server)
         if kept is not None and kept[0] is channel:
             return kept[1]
@@ -83,12 +85,13 @@ class AgentClient:
         ``ObError(OB_SERVER_CONNECTION_ERROR)`` when it cannot be reached in time, and the
         agent's ``OB_RS_NOT_MASTER`` when it obeys a newer root service than ``epoch``."""
         try:
-            r = self._stub(server).CheckServerEmpty(
-                obrpc_pb2.CheckServerEmptyRequest(
-                    rs_epoch=epoch, rs_incarnation=self.incarnation()
-                ),
-                timeout=self.timeout_us / 1e6,
-            )
+            with self._channels.use(server) as channel:
+                r = self._stub(server, channel).CheckServerEmpty(
+                    obrpc_pb2.CheckServerEmptyRequest(
+                        rs_epoch=epoch, rs_incarnation=self.incarnation()
+                    ),
+                    timeout=self.timeout_us / 1e6,
+                )
         except grpc.RpcError as e:
             raise self._refusal(server, "CheckServerEmpty", e) from None
         return EmptyCheck(r.is_empty, r.zone, r.server, r.cluster_id, r.server_id)
@@ -99,12 +102,13 @@ class AgentClient:
         when it obeys a newer root service than ``epoch``."""
         seq = self.ledger.issue(server, epoch, self.clock.monotonic_us())
         try:
-            r = self._stub(server).RequestHeartbeat(
-                obrpc_pb2.RequestHeartbeatRequest(
-                    rs_epoch=epoch, rs_incarnation=self.incarnation(), command_seq=seq
-                ),
-                timeout=self.timeout_us / 1e6,
-            )
+            with self._channels.use(server) as channel:
+                r = self._stub(server, channel).RequestHeartbeat(
+                    obrpc_pb2.RequestHeartbeatRequest(
+                        rs_epoch=epoch, rs_incarnation=self.incarnation(), command_seq=seq
+                    ),
+                    timeout=self.timeout_us / 1e6,
+                )
         except grpc.RpcError as e:
             self._failed(server, seq, e)
             raise self._refusal(server, "RequestHeartbeat", e) from None
@@ -125,7 +129,8 @@ class AgentClient:
         sent.CopyFrom(request)
         sent.command_seq = seq
         try:
-            resp = self._stub(server).ApplyReplicas(sent, timeout=timeout)
+            with self._channels.use(server) as channel:
+                resp = self._stub(server, channel).ApplyReplicas(sent, timeout=timeout)
         except grpc.RpcError as e:
             self._failed(server, seq, e)
             raise self._refusal(server, "ApplyReplicas", e) from None
@@ -136,10 +141,11 @@ class AgentClient:
         """Every thread's Python stack of the agent at ``server``. Raises
         ``ObError(OB_SERVER_CONNECTION_ERROR)``."""
         try:
-            return self._stub(server).DumpStacks(
-                obrpc_pb2.DumpStacksRequest(rs_epoch=epoch, rs_incarnation=self.incarnation()),
-                timeout=self.timeout_us / 1e6,
-            )
+            with self._channels.use(server) as channel:
+                return self._stub(server, channel).DumpStacks(
+                    obrpc_pb2.DumpStacksRequest(rs_epoch=epoch, rs_incarnation=self.incarnation()),
+                    timeout=self.timeout_us / 1e6,
+                )
         except grpc.RpcError as e:
             raise self._refusal(server, "DumpStacks", e) from None
 
@@ -177,12 +183,14 @@ class AgentClient:
             self.ledger.settled(server, seq)
 
     def forget(self, server: str) -> None:
-        """Close the cached channel of a server that left the whitelist."""
+        """Close the cached channel of a server that left the whitelist (or failed), once
+        the calls using it are done."""
         self._stubs.pop(server, None)
         self._channels.forget(server)
 
     def close(self) -> None:
-        """Close every cached channel; later calls open new ones."""
+        """Close every cached channel (those of calls in flight when they end); later calls
+        open new ones."""
         self._stubs.clear()
         self._channels.close()
 

@@ -17,6 +17,7 @@ from obcommon.security import tls
 from obcommon.security.certs import CA_CERT, Role, create_cert
 from obcommon.security.tls import SecurityConfigError, TransportSecurity
 from tests.support.pki import presented_cert
+from tests.support.ports import free_port
 from tests.unit.obcommon.security.helpers import VALID, make_ca
 
 
@@ -168,3 +169,34 @@ def test_channel_cache_reuses_and_reopens_after_rotation_or_forget(tmp_path: Pat
     cache.close()
     assert cache.get("127.0.0.1:1") is not c
     cache.close()
+
+
+def _closed(ch: grpc.Channel) -> bool:
+    """Whether ``ch`` refuses new calls (a closed channel raises ``ValueError``; an open one
+    to a port where nothing listens fails ``UNAVAILABLE``)."""
+    try:
+        ch.unary_unary("/probe/Probe")(b"", timeout=1)
+    except ValueError:
+        return True
+    except grpc.RpcError:
+        return False
+    return False
+
+
+def test_channel_cache_closes_a_held_channel_when_its_last_holder_is_done() -> None:
+    """A forget, a rotation or close() while calls hold a channel drops it from the cache at
+    once but closes it only after the last of them: a call started on a closed channel would
+    raise ValueError instead of failing as an RPC."""
+    cache = tls.ChannelCache(TransportSecurity.insecure_mode(Role.RS))
+    addr = f"127.0.0.1:{free_port()}"  # nothing listens: an open channel fails UNAVAILABLE
+    with cache.use(addr) as a, cache.use(addr) as same:
+        assert same is a
+        cache.forget(addr)
+        assert cache.get(addr) is not a  # later callers get a new one
+        assert not _closed(a)
+        with cache.use(addr) as b:
+            cache.close()
+        assert _closed(b)  # its only holder left after the close
+        assert not _closed(a)  # still held by ``a``'s holders
+    assert _closed(a)
+    assert not cache._holders and not cache._dropped

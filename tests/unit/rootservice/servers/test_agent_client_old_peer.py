@@ -67,14 +67,45 @@ def test_a_server_s_stub_follows_its_channel(old_agent: str, client: AgentClient
     """The stub of a server is kept with its channel and made again with a new channel: a
     peer that failed has its channel closed, and the next call must not use the closed
     one's stub."""
-    first = client._stub(old_agent)
-    assert client._stub(old_agent) is first
+    cache = client._channels
+    first = client._stub(old_agent, cache.get(old_agent))
+    assert client._stub(old_agent, cache.get(old_agent)) is first
     client.forget(old_agent)
-    again = client._stub(old_agent)
+    again = client._stub(old_agent, cache.get(old_agent))
     assert again is not first
     # The new stub works: the old agent answers (UNIMPLEMENTED: an old peer, not a dead one).
     with pytest.raises(ObError) as e:
         client.request_heartbeat(old_agent, 1)
     assert e.value.name == "OB_NOT_SUPPORTED"
-    client._channels.close()  # behind the client's back: the cache hands out a new channel
-    assert client._stub(old_agent) is not again
+    cache.close()  # behind the client's back: the cache hands out a new channel
+    assert client._stub(old_agent, cache.get(old_agent)) is not again
+
+
+def test_a_channel_forgotten_by_another_call_stays_open_under_a_call(old_agent: str) -> None:
+    """Another thread's failed call forgets a server's channel between this call taking it
+    and starting the RPC (a DRAIN's heartbeat requests to a killed member, the reconciler's
+    ApplyReplicas to it): the call still runs on it (a closed channel would raise
+    ``ValueError: Cannot invoke RPC on closed channel!``, which no caller catches), the next
+    call gets a new channel, and the forgotten one is closed once the call is done. The
+    incarnation provider runs between the two steps, so it plays the other thread."""
+    taken: list[grpc.Channel] = []
+
+    def forget_under_the_call() -> int:
+        if not taken:
+            taken.append(client._channels._channels[old_agent])
+            client.forget(old_agent)
+        return 0
+
+    client = AgentClient(
+        2_000_000, TransportSecurity.insecure_mode(Role.RS), incarnation=forget_under_the_call
+    )
+    try:
+        with pytest.raises(ObError) as e:
+            client.request_heartbeat(old_agent, 1)
+        # It reached the agent: UNIMPLEMENTED from the old agent, not a ValueError.
+        assert e.value.name == "OB_NOT_SUPPORTED"
+        assert taken and client._channels.get(old_agent) is not taken[0]
+        with pytest.raises(ValueError, match="closed channel"):
+            taken[0].unary_unary("/probe/Probe")(b"", timeout=1)
+    finally:
+        client.close()
