@@ -366,8 +366,148 @@ def test_the_servicer_drops_a_first_request_whose_call_was_cancelled(rs: RootSer
         await cancelled(True)
         assert rs.lease_queue.abandoned_total == 1
         assert hb_status(rs, A) is not HeartbeatStatus.ALIVE  # never handled
+        # Saturated, so the renewal is queued too (on a loop that keeps up it would be
+        # handled at once, before any cancel).
+        rs.lease_queue.pace_always = True
         await cancelled(False)
         assert hb_status(rs, A) is HeartbeatStatus.ALIVE  # the renewal was handled
         assert rs.lease_queue.started
 
     asyncio.run(both())
+
+
+def test_a_renewal_skips_the_queue_only_when_it_would_be_alone_in_the_next_turn() -> None:
+    """``may_handle_now``: a renewal, on a started queue, no renewal waiting before it, the
+    loop not saturated; each condition broken on its own says no."""
+    import asyncio
+
+    q: LeaseQueue[str] = LeaseQueue(FakeClock(), lambda e: None, pace_us=lambda: PACE)
+    answers: list[str] = []
+    assert not q.may_handle_now(False)  # not started: only run_turn handles (unit tests)
+
+    async def main() -> None:
+        q.start(asyncio.get_running_loop())
+        assert q.may_handle_now(False)
+        assert not q.may_handle_now(True)  # a first request always waits its turn
+        q.submit("a", lambda w: "x", answers.append, first=False)
+        assert not q.may_handle_now(False)  # first come, first served among renewals
+        await asyncio.sleep(0)
+        assert answers == ["x"] and q.may_handle_now(False)
+        q.pace_always = True
+        assert not q.may_handle_now(False)  # saturated: the queue paces
+
+    asyncio.run(main())
+
+
+def test_a_renewal_handled_at_once_is_dated_for_the_pacing_and_the_loop_still_timed() -> None:
+    """``handling_now`` counts the renewal and dates it (a renewal of the same server right
+    after, once the loop is saturated, is held for the pace), and schedules an empty turn at
+    most every PROBE_NS to time the loop's round: that turn is what turns the pacing on."""
+    import asyncio
+
+    from rootservice.servers.lease_queue import BUSY_ROUND_US, PROBE_NS
+
+    ns = [0]
+    q: LeaseQueue[str] = LeaseQueue(
+        FakeClock(), lambda e: None, pace_us=lambda: PACE, round_clock_ns=lambda: ns[0]
+    )
+    answers: list[str] = []
+
+    async def main() -> None:
+        q.start(asyncio.get_running_loop())
+        ns[0] = PROBE_NS  # the first probe is due
+        q.handling_now("a")
+        assert q.handled_total == 1 and q._scheduled  # an empty turn to time the round
+        await asyncio.sleep(0)
+        assert not q._scheduled and not q.saturated
+        q.handling_now("b")
+        assert not q._scheduled  # the next probe only PROBE_NS after the last one
+        ns[0] += PROBE_NS - 1
+        q.handling_now("b")
+        assert not q._scheduled
+        ns[0] += 1
+        q.handling_now("a")
+        assert q._scheduled and q.handled_total == 4
+        ns[0] += BUSY_ROUND_US * 1000  # this round of the loop is a saturated one
+        await asyncio.sleep(0)
+        assert q.saturated and not q.may_handle_now(False)
+        q.submit("a", lambda w: "too soon", answers.append, first=False)
+        assert q.held() == 1 and answers == []  # answered at once a moment ago: paced
+
+    asyncio.run(main())
+
+
+def test_the_stream_answers_a_renewal_in_its_own_step_and_news_past_the_pacing(
+    rs: RootService,
+) -> None:
+    """Through ``LeaseStream`` (plaintext gate): the first request waits for the queue's
+    turn; a renewal on a loop that keeps up is answered within the stream's own step (the
+    coroutine never suspends); on a saturated loop a renewal too soon after the last answer
+    is held, but one whose ``server_status`` changed on the stream is not."""
+    import asyncio
+
+    from rootservice.api.lease_servicer import LeaseServicer
+
+    servicer = LeaseServicer(rs)
+    queue = rs.lease_queue
+    inbox: asyncio.Queue[obrpc_pb2.LeaseRequest] = asyncio.Queue()
+
+    async def requests():  # type: ignore[no-untyped-def]
+        while True:
+            yield await inbox.get()
+
+    async def main() -> None:
+        stream = servicer.LeaseStream(requests(), None)  # type: ignore[arg-type]
+        inbox.put_nowait(hb(A, ZA, server_status=0))
+        first = await asyncio.wait_for(stream.__anext__(), 5)
+        assert first.error.code == 0 and queue.firsts_total == 1
+        inbox.put_nowait(hb(A, ZA, server_status=0))
+        step = stream.__anext__()
+        with_answer = None
+        try:
+            step.send(None)  # type: ignore[attr-defined]
+        except StopIteration as done:
+            with_answer = done.value
+        assert with_answer is not None, "the renewal waited for a turn of the queue"
+        assert with_answer.error.code == 0 and queue.handled_total == 2
+        queue.pace_always = True
+        inbox.put_nowait(hb(A, ZA, server_status=0))
+        same = asyncio.ensure_future(stream.__anext__())
+        for _ in range(100):  # bounded: a few loop iterations
+            if queue.held():
+                break
+            await asyncio.sleep(0)
+        assert queue.held() == 1 and not same.done()  # held for the pace
+        same.cancel()
+        stream2 = servicer.LeaseStream(requests(), None)  # type: ignore[arg-type]
+        inbox.put_nowait(hb(A, ZA, server_status=0))
+        await asyncio.wait_for(stream2.__anext__(), 5)
+        inbox.put_nowait(hb(A, ZA, server_status=1))  # news: the disk-error bit
+        news = await asyncio.wait_for(stream2.__anext__(), 5)
+        assert news.error.code == 0 and queue.held() == 1  # answered, not held
+
+    asyncio.run(main())
+
+
+def test_last_answer_times_that_can_hold_nothing_are_pruned() -> None:
+    """A server's last-answer time is kept while it can still hold a renewal (younger than
+    a pace) and dropped at the next prune after that (every PRUNE_US), so a deleted
+    server's name does not stay in memory."""
+    from rootservice.servers.lease_queue import PRUNE_US
+
+    clock = FakeClock()
+    q: LeaseQueue[str] = LeaseQueue(clock, lambda e: None, pace_us=lambda: PACE)
+    q.submit("gone", lambda w: "x", lambda r: None, first=False)
+    q.run_turn()
+    clock.advance(PRUNE_US - PACE + 1)
+    q.submit("live", lambda w: "x", lambda r: None, first=False)
+    q.run_turn()
+    clock.advance(PACE - 2)
+    q._drain()  # "gone" can hold nothing any more, but a prune is not due yet
+    assert set(q._handled_mono) == {"gone", "live"}
+    clock.advance(1)
+    q._drain()
+    assert set(q._handled_mono) == {"live"}  # "live": one microsecond short of a pace old
+    clock.advance(PRUNE_US)
+    q._drain()
+    assert q._handled_mono == {}
