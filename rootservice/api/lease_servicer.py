@@ -18,7 +18,7 @@ not handled in the stream's own task: each goes into the RS's lease queue
 read, and one worker on the event loop handles the queue fairly (renewals of admitted
 streams before first requests), so the RS sees its own backlog and no stream waits behind
 an admission storm. A renewal that would be the only one of the next turn is handled at
-once instead (``LeaseQueue.may_handle_now``): the same answer, without a future and a
+once instead (``LeaseQueue.take_now``): the same answer, without a future and a
 wake-up per heartbeat.
 """
 
@@ -64,8 +64,7 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
         (the queue's turns are started on this event loop by the first request). ``paced``
         False: never held by the queue's pacing (the request carries news)."""
         queue = self._queue
-        if queue.may_handle_now(first):
-            queue.handling_now(req.server)
+        if queue.take_now(req.server, first):
             return self._handle(req, checks)
         loop = self._loop
         if loop is None:
@@ -174,6 +173,9 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
         ident = await gate.admit(context, "RootService.LeaseStream", NODES)
         checks = StreamChecks()
         answer = self._answer
+        # The common case without a coroutine per heartbeat: a renewal handled at once.
+        take_now = self._queue.take_now
+        handle = self._handle
         first = True
         # The stream's last server_status: a request that changes it (a disk error, a
         # clean stop) is news, answered without the queue's pacing.
@@ -187,6 +189,9 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
         async for req in request_iterator:
             if ident is not None and (req.server != ident.name or gate.is_revoked(ident)):
                 await gate.admit(context, "RootService.LeaseStream", NODES, name=req.server)
-            yield await answer(req, checks, first, req.server_status == status)
+            if take_now(req.server, first):
+                yield handle(req, checks)
+            else:
+                yield await answer(req, checks, first, req.server_status == status)
             first = False
             status = req.server_status

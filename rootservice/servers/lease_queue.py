@@ -19,7 +19,7 @@ request arrives in an empty queue and again after each turn that left requests w
 not a task waiting on an ``asyncio.Event``, whose wake-up, extra yield and new future per
 idle period cost each heartbeat of a lightly loaded RS two task steps more. A renewal that
 would be the only one of the next turn (no renewal waiting, the loop not saturated) is
-handled at once in its stream's task instead (:meth:`LeaseQueue.handling_now`): on a loop
+handled at once in its stream's task instead (:meth:`LeaseQueue.take_now`): on a loop
 that keeps up, the queue holds only first requests and what the loop could not take at once.
 
 **The intake lag** is the age of the oldest waiting request (:meth:`LeaseQueue.lag_us`).
@@ -93,7 +93,7 @@ BUSY_ROUND_US = 50_000
 BUSY_HOLD_US = 5_000_000
 #: An intake lag of at least this (microseconds) makes the RS "behind".
 BEHIND_US = 1_000_000
-#: While renewals are handled at once (:meth:`LeaseQueue.handling_now`), the loop's round is
+#: While renewals are handled at once (:meth:`LeaseQueue.take_now`), the loop's round is
 #: still measured by an empty turn scheduled at most this often (nanoseconds).
 PROBE_NS = 10_000_000
 #: How often (microseconds) the servers' last-answer times that can no longer hold a renewal
@@ -150,7 +150,7 @@ class LeaseQueue(Generic[Resp]):
         # (round_clock_ns readings).
         self._scheduled_ns = 0
         self._busy_until_ns = 0
-        # When handling_now may next schedule an empty turn to time a round of the loop.
+        # When take_now may next schedule an empty turn to time a round of the loop.
         self._probe_ns = 0
         # server -> monotonic time its last request was handled (for the pacing); one entry
         # per server answered within the last pace (older ones pruned every PRUNE_US).
@@ -218,28 +218,30 @@ class LeaseQueue(Generic[Resp]):
         if not self._scheduled and self._loop is not None:
             self._schedule(self._loop)
 
-    def may_handle_now(self, first: bool) -> bool:
-        """Whether a request (``first``: the first of its stream) may skip the queue and be
-        handled at once (:meth:`handling_now`): a renewal, on a started queue whose loop is
-        not saturated, with no renewal waiting before it. Such a request would be the only
-        renewal of the next turn anyway; handling it in its stream's own task saves each
-        heartbeat a future, its wake-up and a queue entry, which ``make bench`` found to be
-        most of the RS's steady cost above the bare gRPC echo."""
-        return not first and self._loop is not None and not self._renewals and not self.saturated
+    def take_now(self, server: str, first: bool) -> bool:
+        """Whether a request of ``server`` (``first``: the first of its stream) skips the
+        queue, to be handled at once by the caller: a renewal, on a started queue whose
+        loop is not saturated, with no renewal waiting before it. Such a request would be
+        the only renewal of the next turn anyway; handling it in its stream's own task saves
+        each heartbeat a future, its wake-up and a queue entry (``make bench``: most of the
+        RS's steady cost above the bare gRPC echo was the asyncio work per heartbeat).
 
-    def handling_now(self, server: str) -> None:
-        """A renewal of ``server`` is being handled at once in its stream's task (only when
-        :meth:`may_handle_now` said so): dated and counted like a queued one, so the pacing
-        knows when the server was last answered. While no turn runs, an empty one is
-        scheduled at most every :data:`PROBE_NS` to time the loop's round (which turns the
-        pacing on). Raises nothing."""
+        When True, the request is dated and counted here like a queued one is at its turn,
+        so the pacing knows when the server was last answered; and while no turn runs, an
+        empty one is scheduled at most every :data:`PROBE_NS` to time the loop's round (that
+        turn is what turns the pacing on). Raises nothing."""
+        loop = self._loop
+        if first or loop is None or self._renewals:
+            return False
+        now_ns = self._round_clock_ns()
+        if self.pace_always or now_ns < self._busy_until_ns:
+            return False
         self._handled_mono[server] = self.clock.monotonic_us()
         self.handled_total += 1
-        if not self._scheduled and self._loop is not None:
-            now_ns = self._round_clock_ns()
-            if now_ns >= self._probe_ns:
-                self._probe_ns = now_ns + PROBE_NS
-                self._schedule(self._loop)
+        if not self._scheduled and now_ns >= self._probe_ns:
+            self._probe_ns = now_ns + PROBE_NS
+            self._schedule(loop)
+        return True
 
     # --- what the rest of the RS reads ----------------------------------------------------
 

@@ -377,32 +377,33 @@ def test_the_servicer_drops_a_first_request_whose_call_was_cancelled(rs: RootSer
 
 
 def test_a_renewal_skips_the_queue_only_when_it_would_be_alone_in_the_next_turn() -> None:
-    """``may_handle_now``: a renewal, on a started queue, no renewal waiting before it, the
-    loop not saturated; each condition broken on its own says no."""
+    """``take_now``: a renewal, on a started queue, no renewal waiting before it, the loop
+    not saturated; each condition broken on its own says no (and counts nothing)."""
     import asyncio
 
     q: LeaseQueue[str] = LeaseQueue(FakeClock(), lambda e: None, pace_us=lambda: PACE)
     answers: list[str] = []
-    assert not q.may_handle_now(False)  # not started: only run_turn handles (unit tests)
+    assert not q.take_now("a", False)  # not started: only run_turn handles (unit tests)
 
     async def main() -> None:
         q.start(asyncio.get_running_loop())
-        assert q.may_handle_now(False)
-        assert not q.may_handle_now(True)  # a first request always waits its turn
-        q.submit("a", lambda w: "x", answers.append, first=False)
-        assert not q.may_handle_now(False)  # first come, first served among renewals
+        assert q.take_now("a", False) and q.handled_total == 1
+        assert not q.take_now("b", True)  # a first request always waits its turn
+        q.submit("c", lambda w: "x", answers.append, first=False)
+        assert not q.take_now("a", False)  # first come, first served among renewals
         await asyncio.sleep(0)
-        assert answers == ["x"] and q.may_handle_now(False)
+        assert answers == ["x"] and q.take_now("a", False)
         q.pace_always = True
-        assert not q.may_handle_now(False)  # saturated: the queue paces
+        assert not q.take_now("a", False)  # saturated: the queue paces
+        assert q.handled_total == 3  # the two taken and "c"
 
     asyncio.run(main())
 
 
 def test_a_renewal_handled_at_once_is_dated_for_the_pacing_and_the_loop_still_timed() -> None:
-    """``handling_now`` counts the renewal and dates it (a renewal of the same server right
-    after, once the loop is saturated, is held for the pace), and schedules an empty turn at
-    most every PROBE_NS to time the loop's round: that turn is what turns the pacing on."""
+    """A renewal taken at once is counted and dated (a renewal of the same server right
+    after, once the loop is saturated, is held for the pace), and an empty turn is scheduled
+    at most every PROBE_NS to time the loop's round: that turn is what turns the pacing on."""
     import asyncio
 
     from rootservice.servers.lease_queue import BUSY_ROUND_US, PROBE_NS
@@ -416,21 +417,21 @@ def test_a_renewal_handled_at_once_is_dated_for_the_pacing_and_the_loop_still_ti
     async def main() -> None:
         q.start(asyncio.get_running_loop())
         ns[0] = PROBE_NS  # the first probe is due
-        q.handling_now("a")
+        assert q.take_now("a", False)
         assert q.handled_total == 1 and q._scheduled  # an empty turn to time the round
         await asyncio.sleep(0)
         assert not q._scheduled and not q.saturated
-        q.handling_now("b")
+        assert q.take_now("b", False)
         assert not q._scheduled  # the next probe only PROBE_NS after the last one
         ns[0] += PROBE_NS - 1
-        q.handling_now("b")
+        assert q.take_now("b", False)
         assert not q._scheduled
         ns[0] += 1
-        q.handling_now("a")
+        assert q.take_now("a", False)
         assert q._scheduled and q.handled_total == 4
         ns[0] += BUSY_ROUND_US * 1000  # this round of the loop is a saturated one
         await asyncio.sleep(0)
-        assert q.saturated and not q.may_handle_now(False)
+        assert q.saturated and not q.take_now("b", False)
         q.submit("a", lambda w: "too soon", answers.append, first=False)
         assert q.held() == 1 and answers == []  # answered at once a moment ago: paced
 
