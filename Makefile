@@ -24,7 +24,7 @@ PYTEST_ARGS ?=
 # (stepped down, statements refused OB_RS_NOT_MASTER, a dry run past its 60 s deadline).
 PYTEST_WORKERS ?= $(shell echo $$(( 2 * $$(nproc) )))
 
-.PHONY: proto-compat setup pg-binaries mysql-clients browser faketime prometheus nftables test-partitions test demo demo-upgrade demo-spark-cluster bench bench-storm bench-mysql bench-spark bench-empty bench-parse chaos soak-lag lint docs dist proto clean
+.PHONY: proto-compat setup pg-binaries mysql-clients browser faketime prometheus nftables test-partitions test demo demo-upgrade demo-spark-cluster bench bench-storm bench-mysql bench-spark bench-empty bench-parse bench-lease-path chaos soak-lag lint docs dist proto clean
 
 # The Spark jobs (rootservice/jobs) read PostgreSQL through JDBC with Debian's driver jar.
 PG_JDBC_JAR ?= /usr/share/java/postgresql.jar
@@ -230,6 +230,12 @@ bench-empty: setup
 BENCH_SPARK_ARGS ?=
 bench-spark: setup
 	$(VENV)/bin/python tests/bench/spark_bench.py $(BENCH_SPARK_ARGS)
+
+# The RS's own lease path without gRPC: CPU per heartbeat of LeaseStream -> receive_hb for
+# 5,000 in-process streams; e.g. BENCH_LEASE_PATH_ARGS="--profile".
+BENCH_LEASE_PATH_ARGS ?=
+bench-lease-path: setup
+	$(VENV)/bin/python -m tests.bench.lease_path_bench $(BENCH_LEASE_PATH_ARGS)
 
 # The SQL parser and the admission token count on 1-4 MiB statements: the times the
 # unit tests no longer assert; e.g. BENCH_PARSE_ARGS="--quick".

@@ -1,0 +1,24 @@
+"""``make bench-lease-path`` smoke run: 50 streams, 2 rounds, profiled. No figure is
+asserted, only that every renewal was answered and counted and the profile names the lease
+path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.bench import lease_path_bench
+
+pytestmark = pytest.mark.integration
+
+
+def test_quick_run_answers_every_renewal_and_profiles_the_lease_path(tmp_path: Path) -> None:
+    out = tmp_path / "lease_path.json"
+    argv = ["--agents", "50", "--rounds", "2", "--profile", "--out", str(out)]
+    assert lease_path_bench.main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert doc["agents"] == 50 and doc["heartbeats"] == 100 and doc["refused"] == 0
+    assert doc["cpu_us_per_heartbeat"] > 0
+    assert "receive_hb" in doc["profile"]
