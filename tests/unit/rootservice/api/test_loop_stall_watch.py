@@ -116,3 +116,57 @@ def test_the_intake_probe_beats_and_keeps_a_live_loop_from_being_reported():
     clock.advance(STALL_THRESHOLD_US + 1)
     assert watch.check_once() > STALL_THRESHOLD_US
     assert metrics.get("event_loop_stalls_total") == 1
+
+
+class _SeenLock:
+    """The watch's lock, telling when a thread tries to take it (before it blocks)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.tried = threading.Event()
+
+    def __enter__(self) -> bool:
+        if threading.current_thread().name == "beat":
+            self.tried.set()
+        return self._lock.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.__exit__(*exc)
+
+
+def test_a_beat_during_a_look_never_leaves_an_ended_stall_reported(stalled_loop, caplog):
+    """The loop beats while the watcher is deciding (between reading the last beat and
+    marking the stall reported). The look and the beat exclude each other, so the beat waits
+    and ends the stall the look reported: nothing stays reported, and the stall's length is
+    the time to that beat. (Without the exclusion the look marked a stall that had ended, and
+    the next stall's report was swallowed or its length overstated.)"""
+    clock, metrics, watch = stalled_loop
+    lock = _SeenLock()
+    watch._lock = lock  # type: ignore[assignment]
+    beat_done = threading.Event()
+    beater: list[threading.Thread] = []
+
+    class BeatWhileLooking(FakeClock):
+        def monotonic_us(self) -> int:
+            # The look's own clock reading, taken while it decides: the loop beats now.
+            if threading.current_thread().name != "beat" and not beater:
+                t = threading.Thread(target=lambda: (watch.beat(), beat_done.set()), name="beat")
+                beater.append(t)
+                t.start()
+                # Bounded wait on a condition: the beat is blocked on the lock, or done.
+                for _ in range(1000):
+                    if lock.tried.is_set() or beat_done.is_set():
+                        break
+                    beat_done.wait(0.01)
+            return clock.monotonic_us()
+
+    watch.clock = BeatWhileLooking()
+    clock.advance(STALL_THRESHOLD_US + 1)
+    with caplog.at_level(logging.WARNING, logger="rootservice.api.loop_stall_watch"):
+        stalled = watch.check_once()
+        beater[0].join(10)
+    assert beat_done.is_set()
+    assert stalled == STALL_THRESHOLD_US + 1  # the look saw the stall and reported it
+    assert watch._reported is None  # and the beat that came during the look ended it
+    assert metrics.window("event_loop_stall_us").summary()["count"] == 1
+    assert "runs again after" in caplog.text
