@@ -1,7 +1,9 @@
 """The RS's own queue of lease requests: fair intake under overload, and the intake lag.
 
-Every request a lease stream receives is put here at once (dated on the monotonic clock)
-and handled by one worker on the event loop, in turns:
+Every request a lease stream receives that is not answered at once (see
+:meth:`LeaseQueue.take_now` below: on a loop that keeps up, a renewal with none waiting
+before it is) is put here as it arrives (dated on the monotonic clock) and handled by one
+worker on the event loop, in turns:
 
 - first the renewals (requests of streams that had an answer before), oldest first: each
   stream has at most one request waiting (an agent sends the next one only after the
