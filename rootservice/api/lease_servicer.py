@@ -64,8 +64,6 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
         (the queue's turns are started on this event loop by the first request). ``paced``
         False: never held by the queue's pacing (the request carries news)."""
         queue = self._queue
-        if queue.take_now(req.server, first):
-            return self._handle(req, checks)
         loop = self._loop
         if loop is None:
             # Looked up only here: asyncio.get_running_loop() makes a getpid() system call
@@ -139,7 +137,10 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
         metadata ``ob-code`` / ``ob-name``.
         """
         await self.rs.peer_gate.admit(context, "RootService.RenewLease", NODES, name=request.server)
-        resp = await self._answer(request, None, False)
+        if self._queue.take_now(request.server, False):
+            resp = self._handle(request, None)
+        else:
+            resp = await self._answer(request, None, False)
         if resp.error.code:
             context.set_trailing_metadata(
                 (
