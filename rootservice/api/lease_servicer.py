@@ -50,6 +50,12 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
         self.rs = rs
         self._hb_window = rs.metrics.window("hb_handle_us")
         self._queue = rs.lease_queue
+        # Collaborators made once with the RS and never replaced, bound here because every
+        # heartbeat reads them.
+        self._fence = rs.fence
+        self._term = rs.term
+        self._revoked = rs.peer_gate.revoked
+        self._receive_hb = rs.heartbeats.receive_hb
         # The event loop every lease stream is served on (the queue's turns run on it).
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -92,21 +98,21 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
         # Every epoch an agent of this cluster obeyed, seen by standbys too: a take-office
         # starts above it.
         if (
-            req.rs_epoch > self.rs.fence.highest_known
+            req.rs_epoch > self._fence.highest_known
             and req.cluster_id
             and req.cluster_id == self.rs.identity.cluster_id
         ):
-            self.rs.fence.note_epoch(req.rs_epoch, req.server)
+            self._fence.note_epoch(req.rs_epoch, req.server)
         try:
-            why = self.rs.term.guard()
+            why = self._term.guard()
             if why is not None:
                 # A leader past its safety margin must not grant leases, even before the
                 # watchdog has stepped it down.
                 raise ObError("OB_RS_NOT_MASTER", detail=why)
-            resp = self.rs.heartbeats.receive_hb(req, checks, waited_us)
+            resp = self._receive_hb(req, checks, waited_us)
             # The revocation list rides on accepted answers: its version
             # always, the serials only when the agent's version is another.
-            serials, version = self.rs.peer_gate.revoked.state
+            serials, version = self._revoked.state
             resp.revocation_version = version
             if req.revocation_version != version:
                 resp.revoked_serials.extend(sorted(serials))

@@ -183,8 +183,10 @@ class HeartbeatIntake:
         # lease are all dated by it.
         now = self.clock.now_us()
         raw = req.resource_info.SerializeToString()
+        # One monotonic reading too: the bounds' steady time and the lease's age both use it.
+        mono = self._monotonic_us()
         # Every field within its bounds before anything is looked up or changed.
-        steady = self._monotonic_us() + self._steady_offset_us
+        steady = mono + self._steady_offset_us
         # Judged as of its arrival: the time it waited in the RS's queue is the RS's own.
         if checks is None:
             check_lease_request(req, now - waited_us, steady - waited_us)
@@ -211,12 +213,18 @@ class HeartbeatIntake:
                 raise ObError("OB_ZONE_INFO_NOT_EXIST", req.zone[:128])
             if s is None:
                 raise ObError("OB_SERVER_NOT_IN_WHITE_LIST", detail=f"server '{key}'")
+            # The whitelist's own key object from here on: each later lookup by it compares
+            # by identity and reuses its cached hash (req.server is a new string each time).
+            key = s.key
             if req.zone != s.zone:
                 raise ObError(
                     "OB_SERVER_ZONE_NOT_MATCH",
                     detail=f"server '{key}' is in zone '{s.zone}', not '{req.zone}'",
                 )
-            self._check_cluster_id(req, s)
+            got = req.cluster_id
+            # The common case inline: this cluster's id and no other server's id.
+            if got != self.identity.cluster_id or (req.server_id and req.server_id != s.id):
+                self._check_cluster_id(req, s)
             # Only a server of this cluster's whitelist may make this RS raise its epoch.
             epoch = self.term.epoch
             if req.rs_epoch > epoch or (
@@ -224,7 +232,7 @@ class HeartbeatIntake:
             ):
                 self._token_reported(req)
             changed = False
-            if req.cluster_id and not s.with_partition:
+            if got and not s.with_partition:
                 # The agent keeps this cluster's identity: from now on an empty one from
                 # this ip:port is a wiped data directory.
                 s.with_partition = 1
@@ -234,8 +242,6 @@ class HeartbeatIntake:
                 self._commands.applied(key, req.applied_command_seq)
             # The heartbeats of a LAGGING server past its third timeout renew nothing: its lease runs out as a silent server's would, until the episode ends.
             if not s.force_stop_hb and not s.lag.expired:
-                # The lease age is measured on this one: one extra clock read.
-                mono = self._monotonic_us()
                 if not s.is_alive():
                     why = _online_reason(s, mono)
                     if key in self._candidates:

@@ -208,8 +208,11 @@ class Whitelist:
     def set_alive(self, s: ServerStatus) -> None:
         """Move ``s`` to the back of the alive order (it just heartbeated). Caller holds
         ``lock``."""
-        self.alive[s.key] = None
-        self.alive.move_to_end(s.key)
+        try:
+            self.alive.move_to_end(s.key)
+        except KeyError:
+            # Not alive before (the exception is the rare case: one per online transition).
+            self.alive[s.key] = None
 
     def rebuild_offline_heap(self, offline: int, mono: int) -> None:
         """Recompute every lease-expired server's permanent-offline deadline at monotonic
