@@ -194,9 +194,10 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
                 "lease_streams_resumed_total" if resumed else "lease_streams_full_tls_total"
             )
         async for req in request_iterator:
-            if ident is not None and (req.server != ident.name or gate.is_revoked(ident)):
-                await gate.admit(context, "RootService.LeaseStream", NODES, name=req.server)
-            if take_now(req.server, first):
+            server = req.server
+            if ident is not None and (server != ident.name or gate.is_revoked(ident)):
+                await gate.admit(context, "RootService.LeaseStream", NODES, name=server)
+            if take_now(server, first):
                 yield handle(req, checks)
             else:
                 yield await answer(req, checks, first, req.server_status == status)

@@ -30,7 +30,7 @@ from rootservice.servers.agent_parameters import AgentParameterValues
 from rootservice.servers.command_ledger import CommandLedger
 from rootservice.servers.events import log_transition, seconds, server_event
 from rootservice.servers.identity import ClusterIdentity
-from rootservice.servers.lease_bounds import StreamChecks, check_lease_request
+from rootservice.servers.lease_bounds import StreamChecks, check_lease_request, stable_scalars
 from rootservice.servers.loader import TakeOfficeGrace
 from rootservice.servers.offline_window import closed
 from rootservice.servers.persist_queue import PersistQueue
@@ -188,47 +188,51 @@ class HeartbeatIntake:
         # Every field within its bounds before anything is looked up or changed.
         steady = mono + self._steady_offset_us
         # Judged as of its arrival: the time it waited in the RS's queue is the RS's own.
+        at = now - waited_us
         if checks is None:
-            check_lease_request(req, now - waited_us, steady - waited_us)
+            check_lease_request(req, at, steady - waited_us)
+            scalars = stable_scalars(req)
         else:
-            checks.check(req, now - waited_us, raw, steady - waited_us)
+            scalars = checks.check(req, at, raw, steady - waited_us)
+        # Each read of a message's string field makes a new str: these are read once.
+        _, zone, server, sql_port, build_version, got, server_id = scalars
         if self._versions is not None:
-            refused = self._versions.agent_refusal(req.server, req.zone, req.build_version, now)
+            refused = self._versions.agent_refusal(server, zone, build_version, now)
             if refused is not None:
                 if refused[1] is not None:
                     self.persist.add_event(refused[1])
                 raise refused[0]
-        key = req.server
+        key = server
         with self._lock:
             s = self._servers.get(key)
             if s is None:
                 # Slow path only for unknown keys: validate so a malformed address gets
                 # OB_INVALID_ARGUMENT rather than "not in white list".
-                key = self.whitelist.resolve_key(req.server)
+                key = self.whitelist.resolve_key(server)
                 s = self._servers.get(key)
             # A buried identity (FORCE DELETE / RECOVER LS) never rejoins.
-            if (refusal := self.whitelist.tombstones.refusal(key, req.server_id)) is not None:
+            if (refusal := self.whitelist.tombstones.refusal(key, server_id)) is not None:
                 raise refusal
-            if not self.zones.exists(req.zone):
-                raise ObError("OB_ZONE_INFO_NOT_EXIST", req.zone[:128])
+            if not self.zones.exists(zone):
+                raise ObError("OB_ZONE_INFO_NOT_EXIST", zone[:128])
             if s is None:
                 raise ObError("OB_SERVER_NOT_IN_WHITE_LIST", detail=f"server '{key}'")
             # The whitelist's own key object from here on: each later lookup by it compares
             # by identity and reuses its cached hash (req.server is a new string each time).
             key = s.key
-            if req.zone != s.zone:
+            if zone != s.zone:
                 raise ObError(
                     "OB_SERVER_ZONE_NOT_MATCH",
-                    detail=f"server '{key}' is in zone '{s.zone}', not '{req.zone}'",
+                    detail=f"server '{key}' is in zone '{s.zone}', not '{zone}'",
                 )
-            got = req.cluster_id
             # The common case inline: this cluster's id and no other server's id.
-            if got != self.identity.cluster_id or (req.server_id and req.server_id != s.id):
+            if got != self.identity.cluster_id or (server_id and server_id != s.id):
                 self._check_cluster_id(req, s)
             # Only a server of this cluster's whitelist may make this RS raise its epoch.
             epoch = self.term.epoch
-            if req.rs_epoch > epoch or (
-                req.rs_epoch == epoch and req.rs_incarnation != self.term.incarnation
+            rs_epoch = req.rs_epoch
+            if rs_epoch > epoch or (
+                rs_epoch == epoch and req.rs_incarnation != self.term.incarnation
             ):
                 self._token_reported(req)
             changed = False
@@ -266,23 +270,24 @@ class HeartbeatIntake:
                 s.last_hb_mono_us = mono
                 self._set_alive(s)
                 if self._transit is not None:
-                    self._transit(key, req.current_server_time, now - waited_us)
+                    self._transit(key, req.current_server_time, at)
             if req.start_service_time != s.start_service_time:
                 s.start_service_time = req.start_service_time
                 changed = True
-            if req.server_status & STOPPING_BIT:
+            status = req.server_status
+            if status & STOPPING_BIT:
                 # Handled whatever this RS's cluster version: only the sender gates it.
                 ev = server_event(now, "server_stopping", s)
                 self.persist.add_event(ev)
                 log_transition(ev, "the agent is stopping cleanly (its last lease request)")
-            disk_error = bool(req.server_status & DATA_DISK_ERROR_BIT)
+            disk_error = bool(status & DATA_DISK_ERROR_BIT)
             new_report = ReportStatus.DATA_DISK_ERROR if disk_error else ReportStatus.NORMAL
             if new_report is not s.server_report_status:
                 s.server_report_status = new_report
                 self._on_report_status_change(s, now)
-            if req.build_version != s.build_version or req.sql_port != s.sql_port:
-                s.build_version = req.build_version
-                s.sql_port = req.sql_port
+            if build_version != s.build_version or sql_port != s.sql_port:
+                s.build_version = build_version
+                s.sql_port = sql_port
                 changed = True
             # Agents resend the same resource info most of the time: compare the bytes and
             # only convert it when it changed (its bounds are checked above).

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from operator import attrgetter
+from typing import Any
 
 from obcommon.bounds import MAX_TERM, quote
 from obcommon.errors import ObError
@@ -203,7 +204,11 @@ EACH_FIELDS = (
     "disk_probe_latency_us",
 )
 
-_stable_scalars = attrgetter(*(f for f in STABLE_FIELDS if f != "resource_info"))
+#: ``stable_scalars(req) -> (version, zone, server, sql_port, build_version, cluster_id,
+#: server_id)``: the scalar fields of :data:`STABLE_FIELDS` in that order, read once (each
+#: read of a string field of a message makes a new ``str``).
+stable_scalars = attrgetter(*(f for f in STABLE_FIELDS if f != "resource_info"))
+_stable_scalars = stable_scalars
 
 
 def check_lease_request(
@@ -250,16 +255,19 @@ class StreamChecks:
 
     def check(
         self, req: obrpc_pb2.LeaseRequest, now_us: int, resource_raw: bytes, steady_us: int
-    ) -> None:
+    ) -> tuple[Any, ...]:
         """:func:`check_lease_request` of ``req`` at ``now_us`` / ``steady_us``;
         ``resource_raw`` is ``req.resource_info.SerializeToString()`` (the heartbeat path
-        has it anyway). Raises as it does."""
+        has it anyway). Returns :data:`stable_scalars` of ``req`` (the caller need not read
+        those fields again). Raises as it does."""
         # Values, not the message: a caller may reuse and change its request object.
-        stable = (_stable_scalars(req), resource_raw)
+        scalars = _stable_scalars(req)
+        stable = (scalars, resource_raw)
         if stable != self._passed:
             _check_stable(req)
             self._passed = stable
         _check_each(req, now_us, steady_us)
+        return scalars
 
 
 def _check_stable(req: obrpc_pb2.LeaseRequest) -> None:
