@@ -56,6 +56,7 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
         self._term = rs.term
         self._revoked = rs.peer_gate.revoked
         self._receive_hb = rs.heartbeats.receive_hb
+        self._clock = rs.clock
         # The event loop every lease stream is served on (the queue's turns run on it).
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -79,7 +80,9 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
         fut: asyncio.Future[obrpc_pb2.LeaseResponse] = loop.create_future()
         queue.submit(
             req.server,
-            partial(self._handle, req, checks),
+            # Dated on the wall clock as it arrives: judged as of then, whatever the clock
+            # does while it waits.
+            partial(self._handle, req, checks, arrived_us=self._clock.now_us()),
             fut.set_result,
             first,
             fut.set_exception,
@@ -90,10 +93,14 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
         return await fut
 
     def _handle(
-        self, req: obrpc_pb2.LeaseRequest, checks: StreamChecks | None = None, waited_us: int = 0
+        self,
+        req: obrpc_pb2.LeaseRequest,
+        checks: StreamChecks | None = None,
+        waited_us: int = 0,
+        arrived_us: int | None = None,
     ) -> obrpc_pb2.LeaseResponse:
-        """``receive_hb(req, checks)`` with the term guard, the counters and the handling
-        time; a refusal becomes the response's ``error``."""
+        """``receive_hb(req, checks, waited_us, arrived_us)`` with the term guard, the
+        counters and the handling time; a refusal becomes the response's ``error``."""
         t0 = time.perf_counter_ns()
         # Every epoch an agent of this cluster obeyed, seen by standbys too: a take-office
         # starts above it.
@@ -109,7 +116,7 @@ class LeaseServicer(obrpc_pb2_grpc.RootServiceServicer):
                 # A leader past its safety margin must not grant leases, even before the
                 # watchdog has stepped it down.
                 raise ObError("OB_RS_NOT_MASTER", detail=why)
-            resp = self._receive_hb(req, checks, waited_us)
+            resp = self._receive_hb(req, checks, waited_us, arrived_us)
             # The revocation list rides on accepted answers: its version
             # always, the serials only when the agent's version is another.
             serials, version = self._revoked.state

@@ -161,13 +161,20 @@ class HeartbeatIntake:
         self._template_rs_list: list[str] | None = None
 
     def receive_hb(
-        self, req: obrpc_pb2.LeaseRequest, checks: StreamChecks | None = None, waited_us: int = 0
+        self,
+        req: obrpc_pb2.LeaseRequest,
+        checks: StreamChecks | None = None,
+        waited_us: int = 0,
+        arrived_us: int | None = None,
     ) -> obrpc_pb2.LeaseResponse:
         """Handle one lease request and return the lease response. ``checks``: the bounds
         checks of the lease stream ``req`` came on (each field is checked by both; with it,
         the fields an agent resends unchanged are checked once per stream and per change).
         ``waited_us``: how long it waited in the RS's own lease queue, which the lease
-        checker already allows for (so it is left out of the transit delay).
+        checker already allows for (so it is left out of the transit delay). ``arrived_us``:
+        the RS's wall clock when the request arrived (default: now less ``waited_us``, which
+        is wrong when the wall clock stepped while it waited); its times are judged against
+        that, so a step of the RS's own clock during the wait refuses nothing.
 
         Raises ``ObError``: OB_RS_NOT_MASTER before the RS is in service; OB_INVALID_ARGUMENT
         for a malformed request or another cluster's agent; OB_ZONE_INFO_NOT_EXIST;
@@ -188,7 +195,7 @@ class HeartbeatIntake:
         # Every field within its bounds before anything is looked up or changed.
         steady = mono + self._steady_offset_us
         # Judged as of its arrival: the time it waited in the RS's queue is the RS's own.
-        at = now - waited_us
+        at = now - waited_us if arrived_us is None else arrived_us
         if checks is None:
             check_lease_request(req, at, steady - waited_us)
             scalars = stable_scalars(req)

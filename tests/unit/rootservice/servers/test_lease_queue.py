@@ -509,3 +509,29 @@ def test_last_answer_times_that_can_hold_nothing_are_pruned() -> None:
     clock.advance(PRUNE_US)
     q._drain()
     assert q._handled_mono == {}
+
+
+def test_a_queued_request_is_judged_by_the_rs_clock_at_its_arrival(rs: RootService) -> None:
+    """Through the lease servicer: the RS's wall clock stepped an hour once (the agent's
+    clock agrees with the new time, the RS's start-anchored steady time does not), then
+    again while the agent's first request waited in the lease queue. The request agreed
+    with the RS's clock when it arrived, so it is accepted: judged against "now less the
+    wait", it would agree with neither of the RS's clocks and be refused."""
+    import asyncio
+
+    from rootservice.api.lease_servicer import LeaseServicer
+
+    assert isinstance(rs.clock, FakeClock)
+    servicer = LeaseServicer(rs)
+    rs.clock.jump(3600 * S)
+
+    async def main() -> obrpc_pb2.LeaseResponse:
+        call = asyncio.create_task(servicer._answer(hb(A, ZA), None, True))
+        await asyncio.sleep(0)  # queued; the worker has not had its turn
+        assert rs.lease_queue.depth() == 1
+        rs.clock.jump(3600 * S)  # a second step while it waits
+        return await asyncio.wait_for(call, 5)
+
+    resp = asyncio.run(main())
+    assert resp.error.code == 0, resp.error.message
+    assert hb_status(rs, A) is HeartbeatStatus.ALIVE

@@ -380,9 +380,11 @@ class ServerStatusMachine(RuleBasedStateMachine):
         # A request reaches the RS's own lease queue and waits there: from now until it is
         # handled the server's lease does not expire, however long the wait.
         req = hb(server, ZONE[server])
+        # Dated at its arrival as the lease servicer dates it (LeaseServicer._answer).
+        arrived = self.rs.clock.now_us()
         self.rs.lease_queue.submit(
             server,
-            lambda waited_us: self.rs.heartbeats.receive_hb(req, None, waited_us),
+            lambda waited_us: self.rs.heartbeats.receive_hb(req, None, waited_us, arrived),
             lambda resp: None,
             False,
         )
