@@ -27,6 +27,7 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from observer_agent.identity import fsync_dir, write_atomic
 from observer_agent.resources import CLOG_DIR
@@ -87,11 +88,21 @@ class ReplicaPaths:
         return self.clog_root / replica_name(*key) / LOG_FILE
 
     def remove_files(self, keys: Iterable[Key]) -> None:
-        """Remove the directories (data and clog) of ``keys``; blocking, raises ``OSError``."""
+        """Remove the directories (data and clog) of ``keys``; blocking, raises ``OSError``
+        except for what is already gone: a cancelled copy may still be removing its own
+        temp file (or the whole directory) while this runs, and gone is what is wanted."""
         for key in keys:
             for d in (self.replica_dir(key), self.log_path(key).parent):
                 if d.exists():
-                    shutil.rmtree(d)
+                    shutil.rmtree(d, onerror=_gone_is_fine)
+
+
+def _gone_is_fine(func: object, path: str, exc_info: tuple[type[BaseException], Any, Any]) -> None:
+    """``shutil.rmtree``'s error handler: a path removed meanwhile by someone else is not an
+    error; anything else is raised."""
+    if issubclass(exc_info[0], FileNotFoundError):
+        return
+    raise exc_info[1]
 
 
 # ---------------------------------------------------------------------------- data file
