@@ -208,6 +208,7 @@ EACH_FIELDS = (
 #: server_id)``: the scalar fields of :data:`STABLE_FIELDS` in that order, read once (each
 #: read of a string field of a message makes a new ``str``).
 stable_scalars = attrgetter(*(f for f in STABLE_FIELDS if f != "resource_info"))
+_stable_scalars = stable_scalars
 
 
 def check_lease_request(
@@ -260,7 +261,7 @@ class StreamChecks:
         has it anyway). Returns :data:`stable_scalars` of ``req`` (the caller need not read
         those fields again). Raises as it does."""
         # Values, not the message: a caller may reuse and change its request object.
-        scalars = stable_scalars(req)
+        scalars = _stable_scalars(req)
         stable = (scalars, resource_raw)
         if stable != self._passed:
             _check_stable(req)
