@@ -43,6 +43,25 @@ class Task(Protocol):
         ...
 
 
+class EarlyDue(Protocol):
+    """What a task with work due between its ticks offers (the lease checker: the next lease
+    to expire, when that is sooner than its next 100 ms tick)."""
+
+    def early_due_mono_us(self) -> int | None:
+        """After a cycle: the monotonic time (microseconds) at which the task next has work
+        due, when that comes before its next regular run; None otherwise."""
+        ...
+
+
+class DueSink(Protocol):
+    """Where :class:`Guarded` hands an :class:`EarlyDue` task's early deadline after each
+    cycle (met by :class:`rootservice.timers.DueWaker`)."""
+
+    def due(self, name: str, at_mono_us: int) -> None:
+        """Wake task ``name`` at monotonic ``at_mono_us`` (microseconds)."""
+        ...
+
+
 @dataclass
 class FnTask:
     """A task made of a function: ``run_once()`` calls ``fn()``."""
@@ -70,11 +89,25 @@ class Guarded:
     A :func:`wake` that comes while a cycle runs makes the job run one more cycle right after
     it: APScheduler drops a run due while its one instance still runs
     (``max_instances=1``), so a wake landing there waited a whole period (a DELETE SERVER
-    whose last copies were noticed during a balancer round waited 10 s more for the next)."""
+    whose last copies were noticed during a balancer round waited 10 s more for the next).
 
-    def __init__(self, task: Task, metrics: Metrics, failures: RateLimitedLog) -> None:
+    A task that has work due before its next run (:class:`EarlyDue`) has that deadline
+    handed to ``due`` after each call, which wakes the job then: the lease checker finds a
+    lease that expires 10 ms after its tick at that moment, not at the next tick up to a
+    whole period (100 ms) late."""
+
+    def __init__(
+        self,
+        task: Task,
+        metrics: Metrics,
+        failures: RateLimitedLog,
+        due: DueSink | None = None,
+    ) -> None:
         """Not running."""
         self.task = task
+        early = getattr(task, "early_due_mono_us", None)
+        self._early: Callable[[], int | None] | None = early if due is not None else None
+        self._due = due
         self._metrics = metrics
         self._failures = failures
         self._window = metrics.window(f"task_run_us.{task.name}")
@@ -100,7 +133,15 @@ class Guarded:
                 with self._lock:
                     self._running = again = self._again
             if not again:
+                break
+        if self._early is not None and self._due is not None:
+            try:
+                at = self._early()
+            except Exception:  # a surprise must not fail the job: the regular run comes
+                log.exception("%s: finding its next deadline failed", self.task.name)
                 return
+            if at is not None:
+                self._due.due(self.task.name, at)
 
     def _cycle(self) -> None:
         task = self.task
@@ -139,9 +180,11 @@ class Guarded:
             self._window.record((time.perf_counter_ns() - t0) // 1000)
 
 
-def guarded(task: Task, metrics: Metrics, failures: RateLimitedLog) -> Callable[[], None]:
+def guarded(
+    task: Task, metrics: Metrics, failures: RateLimitedLog, due: DueSink | None = None
+) -> Callable[[], None]:
     """:class:`Guarded` of ``task`` (see there)."""
-    return Guarded(task, metrics, failures)
+    return Guarded(task, metrics, failures, due)
 
 
 _US = dt.timedelta(microseconds=1)
@@ -196,17 +239,19 @@ def register_tasks(
     metrics: Metrics,
     clock: Clock,
     phase_step_us: int = 1_700_000,
+    due: DueSink | None = None,
 ) -> None:
     """Add ``(task, interval_us)`` pairs as interval jobs whose id is the task name
     (replacing a job of the same name). The k-th task's first run is delayed by
     ``k * phase_step_us`` (modulo its interval), so that tasks whose periods are multiples
-    of each other (10 s, 30 s) do not all scan the whitelist at the same instant."""
+    of each other (10 s, 30 s) do not all scan the whitelist at the same instant. The early
+    deadlines of :class:`EarlyDue` tasks go to ``due`` (none are kept without one)."""
     now = dt.datetime.fromtimestamp(clock.now_us() / 1e6, tz=dt.UTC)
     failures = RateLimitedLog(log, clock, FAILURE_LOG_US)
     for k, (task, interval_us) in enumerate(tasks):
         phase = (k * phase_step_us) % max(interval_us, 1)
         scheduler.add_job(
-            guarded(task, metrics, failures),
+            guarded(task, metrics, failures, due),
             CatchUpIntervalTrigger(
                 seconds=interval_us / 1e6,
                 start_date=now + dt.timedelta(microseconds=phase),

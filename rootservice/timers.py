@@ -36,6 +36,86 @@ log = logging.getLogger(__name__)
 Schedule = Sequence[tuple[Task, int]]
 
 
+class DueWaker:
+    """Wakes tasks at monotonic deadlines: one daemon thread, started by the first
+    :meth:`due`, that calls ``wake(name)`` (:meth:`Timers.wake`) once ``clock.monotonic_us()``
+    reaches the earliest pending deadline.
+
+    It serves the tasks whose work can come due between their ticks
+    (:class:`rootservice.tasks.EarlyDue`): APScheduler runs a job on its period only, and
+    waking the job through :func:`rootservice.tasks.wake` rather than moving its next run
+    keeps the case where the job still runs right then (the wake runs it once more).
+    A task has at most one pending deadline (a sooner one replaces it); nothing is
+    pending in steady state, where no lease expires before the checker's next tick.
+    It waits on a :class:`threading.Condition` (monotonic timeouts), so wall-clock steps
+    do not move the deadlines."""
+
+    def __init__(self, clock: Clock, wake: Callable[[str], None]) -> None:
+        """Nothing pending, no thread yet."""
+        self.clock = clock
+        self._wake = wake
+        self._cond = threading.Condition()
+        self._pending: dict[str, int] = {}
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    def due(self, name: str, at_mono_us: int) -> None:
+        """Wake ``name`` at ``at_mono_us`` (monotonic microseconds) unless an earlier wake of
+        it is pending; a no-op once :meth:`stop` was called."""
+        with self._cond:
+            if self._stopping:
+                return
+            current = self._pending.get(name)
+            if current is not None and current <= at_mono_us:
+                return
+            self._pending[name] = at_mono_us
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="due_waker", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def pending(self) -> dict[str, int]:
+        """The pending deadlines, ``{name: at_mono_us}``."""
+        with self._cond:
+            return dict(self._pending)
+
+    def clear(self) -> None:
+        """Drop every pending deadline (the tasks were removed: a step-down)."""
+        with self._cond:
+            self._pending.clear()
+
+    def _loop(self) -> None:
+        while True:
+            ready: list[str] = []
+            with self._cond:
+                while not self._stopping:
+                    now = self.clock.monotonic_us()
+                    ready = [n for n, at in self._pending.items() if at <= now]
+                    if ready:
+                        for n in ready:
+                            del self._pending[n]
+                        break
+                    wait = min(self._pending.values(), default=None)
+                    self._cond.wait(None if wait is None else (wait - now) / US_PER_S)
+                if self._stopping:
+                    return
+            for name in ready:
+                try:
+                    self._wake(name)
+                except Exception:  # a surprise must not end the waker
+                    log.exception("waking %s failed", name)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """End the thread (waiting up to ``timeout_s`` seconds) and drop what is pending."""
+        with self._cond:
+            self._stopping = True
+            self._pending.clear()
+            thread, self._thread = self._thread, None
+            self._cond.notify()
+        if thread is not None:
+            thread.join(timeout_s)
+
+
 class Timers:
     """One scheduler and the tasks registered on it.
 
@@ -55,6 +135,8 @@ class Timers:
         self.scheduler = make_scheduler()
         self._registered: set[str] = set()
         self._woken: list[str] = []
+        # Early deadlines of the registered tasks (the lease checker's next expiry).
+        self.waker = DueWaker(clock, self.wake)
 
     @property
     def running(self) -> bool:
@@ -66,7 +148,12 @@ class Timers:
         if not self.enabled:
             return
         register_tasks(
-            self.scheduler, list(tasks), self.metrics, self.clock, phase_step_us=self.phase_step_us
+            self.scheduler,
+            list(tasks),
+            self.metrics,
+            self.clock,
+            phase_step_us=self.phase_step_us,
+            due=self.waker,
         )
         self._registered = {task.name for task, _ in tasks}
         if not self.scheduler.running:
@@ -75,6 +162,7 @@ class Timers:
     def stop(self) -> None:
         """Remove every registered task; the scheduler keeps running for a later start."""
         names, self._registered = self._registered, set()
+        self.waker.clear()
         for name in names:
             try:
                 self.scheduler.remove_job(name)
@@ -113,7 +201,8 @@ class Timers:
         return make_all_due(self.scheduler, self.clock)
 
     def shutdown(self) -> None:
-        """Stop the scheduler, waiting for running rounds."""
+        """Stop the scheduler, waiting for running rounds, and the waker."""
+        self.waker.stop()
         if self.scheduler.running:
             self.scheduler.shutdown(wait=True)
 

@@ -94,6 +94,17 @@ class LeaseChecker:
         self.suspicion = suspicion
         self.queued = queued
         self.upgrade = upgrade
+        # Set by each tick: when the next lease expires, if before the next tick.
+        self._early_due: int | None = None
+
+    def early_due_mono_us(self) -> int | None:
+        """The monotonic time (microseconds) at which the next lease expires, as the last
+        tick found it (its ``lease_time`` and allowance), when that is less than
+        ``heartbeat_check_interval`` after the tick; None otherwise, or when the tick did
+        not look (not in office, the take-office grace). The timers wake the checker then
+        (:class:`rootservice.tasks.EarlyDue`), so a lease is found expired when it expires,
+        not up to one tick later."""
+        return self._early_due
 
     def run_once(self) -> int:
         """One tick of the 100 ms checker: expire leases (monotonic ``mono - last_hb_mono_us
@@ -109,6 +120,7 @@ class LeaseChecker:
         away are written INACTIVE only once the grace stops holding them, and no permanent
         offline is declared while it does (an INACTIVE server may be one of those reconnecting).
         """
+        self._early_due = None
         if not self.term.may_act():
             return 0
         t0 = time.perf_counter_ns()
@@ -140,6 +152,8 @@ class LeaseChecker:
                     due.append(key)
                     continue
                 if mono - s.last_hb_mono_us < lease:
+                    if s.last_hb_mono_us + lease - mono < self.settings.heartbeat_check_interval:
+                        self._early_due = s.last_hb_mono_us + lease
                     break
                 if waiting is None or not waiting(key):
                     due.append(key)

@@ -13,6 +13,7 @@ from rootservice.tasks import CatchUpIntervalTrigger, FnTask
 from rootservice.timers import (
     WALL_JUMP_CHECK_US,
     WALL_JUMP_THRESHOLD_US,
+    DueWaker,
     PeriodicThread,
     Timers,
     WallClockWatchdog,
@@ -217,3 +218,77 @@ def test_a_wake_during_a_cycle_runs_another_cycle_right_after_it() -> None:
     finally:
         timers.shutdown()
     assert len(runs) == 2
+
+
+class _DueOnce:
+    """A task whose first cycle finds work due ``after_us`` later (a lease expiring before
+    the checker's next tick); its later cycles find none."""
+
+    name = "early"
+
+    def __init__(self, clock: SystemClock, after_us: int) -> None:
+        self.clock = clock
+        self.after_us = after_us
+        self.runs: list[int] = []  # monotonic start of each cycle
+        self.deadline: int | None = None
+
+    def run_once(self) -> None:
+        self.runs.append(self.clock.monotonic_us())
+        if self.deadline is None:
+            self.deadline = self.runs[-1] + self.after_us
+
+    def early_due_mono_us(self) -> int | None:
+        return self.deadline if len(self.runs) == 1 else None
+
+
+def test_a_deadline_before_the_next_period_runs_the_task_then() -> None:
+    """A task with work due between its runs (the lease checker with a lease expiring
+    before its next tick) runs again at that deadline, not a period (1 h here) later,
+    and not before it; with no deadline it waits its period."""
+    clock = SystemClock()
+    task = _DueOnce(clock, 20_000)
+    timers = Timers(clock, Metrics(), enabled=True)
+    try:
+        timers.start([(task, 3600 * S)])
+        timers.wake("early")  # the first cycle now, not in an hour
+        pause = threading.Event()
+        for _ in range(1000):
+            if len(task.runs) >= 2:
+                break
+            pause.wait(0.01)
+        assert len(task.runs) == 2 and task.deadline is not None
+        assert task.runs[1] >= task.deadline
+        assert timers.waker.pending() == {}
+        pause.wait(0.1)
+        assert len(task.runs) == 2  # no deadline after the second: the period again
+    finally:
+        timers.shutdown()
+
+
+def test_the_waker_keeps_the_earliest_deadline_of_a_task_and_forgets_on_stop() -> None:
+    clock = SystemClock()
+    woken: list[str] = []
+    got = threading.Event()
+
+    def wake(name: str) -> None:
+        woken.append(name)
+        got.set()
+
+    waker = DueWaker(clock, wake)
+    try:
+        now = clock.monotonic_us()
+        waker.due("a", now + 3600 * S)
+        waker.due("a", now + 7200 * S)  # later: ignored
+        assert waker.pending() == {"a": now + 3600 * S}
+        waker.due("b", now + 3600 * S)
+        waker.clear()  # a step-down: the tasks are gone
+        assert waker.pending() == {}
+        waker.due("a", now + 3600 * S)
+        waker.due("a", clock.monotonic_us() + 10_000)  # sooner: replaces it
+        assert got.wait(10)
+        assert woken == ["a"] and waker.pending() == {}
+    finally:
+        waker.stop()
+    waker.due("a", clock.monotonic_us())  # stopped: nothing starts again
+    assert waker.pending() == {}
+    assert not any(th.name == "due_waker" for th in threading.enumerate())

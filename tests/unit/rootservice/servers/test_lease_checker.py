@@ -224,3 +224,24 @@ def test_the_take_office_grace_is_monotonic(rs: RootService, jump: int) -> None:
     rs.clock.advance(1)
     assert rs.lease_checker.run_once() == 1
     assert hb_status(rs, A) is HeartbeatStatus.LEASE_EXPIRED
+
+
+def test_a_lease_expiring_before_the_next_tick_is_offered_as_an_early_deadline(
+    rs: RootService,
+) -> None:
+    """The checker hands the timers the next expiry when it comes before its next tick
+    (they wake it then), and nothing when the regular tick is soon enough. Both sides:
+    exactly one tick away, and one microsecond less."""
+    tick = rs.settings.heartbeat_check_interval
+    rs.clock.advance(LEASE)
+    rs.heartbeats.receive_hb(hb(A, ZA))
+    last = rs.clock.monotonic_us()
+    rs.clock.advance(LEASE - tick)
+    assert rs.lease_checker.run_once() == 0
+    assert rs.lease_checker.early_due_mono_us() is None
+    rs.clock.advance(1)
+    assert rs.lease_checker.run_once() == 0
+    assert rs.lease_checker.early_due_mono_us() == last + LEASE
+    rs.clock.advance(tick - 1)  # at the deadline
+    assert rs.lease_checker.run_once() == 1
+    assert rs.lease_checker.early_due_mono_us() is None
