@@ -317,7 +317,12 @@ def main(argv: list[str] | None = None) -> int:
     except StartupError as e:
         print(f"rootservice: {e}", file=sys.stderr)
         return 1
-    return asyncio.run(_serve(rs))
+    # The loop's selector counts its waits for I/O: how busy the loop is (the lease
+    # queue's pacing, rootservice/servers/loop_load.py).
+    with asyncio.Runner(
+        loop_factory=lambda: asyncio.SelectorEventLoop(rs.loop_load.selector())
+    ) as runner:
+        return runner.run(_serve(rs))
 
 
 if __name__ == "__main__":

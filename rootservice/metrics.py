@@ -256,6 +256,10 @@ class Readings:
     # Renewals held by the lease queue's pacing: now, and since the start.
     intake_paced: int = 0
     intake_paced_total: int = 0
+    # Whether the pacing is on, and the event loop's busy share over its last window
+    # (-1.0 before the first).
+    intake_saturated: bool = False
+    loop_busy: float = -1.0
 
 
 class RsReadings(Protocol):
@@ -372,6 +376,18 @@ class RsCollector(Collector):
             "ob_rs_lease_intake_paced",
             "Lease renewals held by this RS's pacing.",
             value=r.intake_paced_total,
+        )
+        yield GaugeMetricFamily(
+            "ob_rs_lease_intake_saturated",
+            "1 while the event loop of the lease streams counts as saturated (the pacing is "
+            "on), else 0.",
+            value=int(r.intake_saturated),
+        )
+        yield GaugeMetricFamily(
+            "ob_rs_event_loop_busy_ratio",
+            "Share of wall time the event loop of the lease streams did not wait for I/O, "
+            "over its last window of at least 0.5 s (-1 before the first).",
+            value=r.loop_busy,
         )
         yield GaugeMetricFamily(
             "ob_rs_self_suspect",

@@ -353,6 +353,8 @@ class RootService(RsComponents):
             intake_behind=self.lease_queue.behind,
             intake_paced=self.lease_queue.held(),
             intake_paced_total=self.lease_queue.paced_total,
+            intake_saturated=self.lease_queue.saturated,
+            loop_busy=self.loop_load.last_busy,
         )
 
     def metrics_snapshot(self) -> dict[str, Any]:
@@ -379,4 +381,6 @@ class RootService(RsComponents):
         out["intake_behind"] = self.lease_queue.behind
         out["intake_paced"] = self.lease_queue.held()
         out["intake_paced_total"] = self.lease_queue.paced_total
+        out["intake_saturated"] = self.lease_queue.saturated
+        out["loop_busy"] = self.loop_load.last_busy
         return out

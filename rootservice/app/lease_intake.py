@@ -27,6 +27,7 @@ from rootservice.servers.intake_health import IntakeHealth
 from rootservice.servers.lease_checker import LeaseChecker
 from rootservice.servers.lease_queue import PACE_DIVISOR, LeaseQueue
 from rootservice.servers.loader import TakeOfficeGrace
+from rootservice.servers.loop_load import LoopLoad
 from rootservice.servers.persist_queue import PersistQueue
 from rootservice.servers.ports import Background
 from rootservice.servers.self_suspicion import SelfSuspicion
@@ -41,6 +42,7 @@ class LeaseIntake:
     """The lease intake's objects, one per concern (see each class)."""
 
     intake_health: IntakeHealth
+    loop_load: LoopLoad
     lease_queue: LeaseQueue[obrpc_pb2.LeaseResponse]
     agent_values: AgentParameterValues
     heartbeats: HeartbeatIntake
@@ -84,8 +86,14 @@ def build_lease_intake(
     # expiry of a server whose request waits.
     # A server's renewals are paced to one per lease_time / PACE_DIVISOR.
     settings = p.settings
+    # The event loop's busy share (its selector is made here, the loop by the serve command):
+    # one of the two signs of saturation that turn the pacing on.
+    loop_load = LoopLoad()
     lease_queue: LeaseQueue[obrpc_pb2.LeaseResponse] = LeaseQueue(
-        p.clock, p.persist.add_event, pace_us=lambda: settings.lease_time // PACE_DIVISOR
+        p.clock,
+        p.persist.add_event,
+        pace_us=lambda: settings.lease_time // PACE_DIVISOR,
+        loop_saturated=loop_load.saturated,
     )
     # The agents' parameters by zone and server, kept by the parameters and read by every
     # lease answer.
@@ -137,6 +145,7 @@ def build_lease_intake(
     )
     return LeaseIntake(
         intake_health=intake_health,
+        loop_load=loop_load,
         lease_queue=lease_queue,
         agent_values=agent_values,
         heartbeats=heartbeats,

@@ -335,6 +335,7 @@ class RsComponents(ABC):
             sleep=sleep,
         )
         self.intake_health = intake.intake_health
+        self.loop_load = intake.loop_load
         self.lease_queue = intake.lease_queue
         self.agent_values = intake.agent_values
         self.heartbeats = intake.heartbeats

@@ -36,9 +36,9 @@ node's status from when the controller observed it, pkg/controller/nodelifecycle
 node_lifecycle_controller.go ``tryUpdateNodeHealth``; OceanBase's ObHeartbeatChecker
 compares the last heartbeat the RS *received*, src/rootserver/ob_heartbeat_service.cpp.)
 
-**Pacing.** While the event loop is saturated (a round of it, measured from a turn's
-scheduling to its start, took :data:`BUSY_ROUND_US` or more, within the last
-:data:`BUSY_HOLD_US`), a server's renewals are handled at most once per *pace* (``lease_time
+**Pacing.** While the event loop is saturated (within the last :data:`BUSY_HOLD_US`, a round
+of it, measured from a turn's scheduling to its start, took :data:`BUSY_ROUND_US` or more,
+or it hardly waited for I/O over a window: :mod:`rootservice.servers.loop_load`), a server's renewals are handled at most once per *pace* (``lease_time
 /`` :data:`PACE_DIVISOR`, 1 s at the default 10 s lease: half the agents' 2 s period, so an
 agent keeping its period is never held). On a loop that keeps up nothing is paced. A renewal
 that comes sooner is held, not refused, until a pace after the server's previous answer,
@@ -138,13 +138,17 @@ class LeaseQueue(Generic[Resp]):
         pace_us: Callable[[], int] = lambda: 0,
         pace_always: bool = False,
         round_clock_ns: Callable[[], int] = time.perf_counter_ns,
+        loop_saturated: Callable[[], bool] = lambda: False,
     ) -> None:
         """An empty queue; nothing runs until :meth:`start` (or :meth:`run_turn`).
         ``pace_us()``: the shortest time between two handled requests of one server while
         the loop is saturated (microseconds, read at each renewal; 0 paces nothing);
         ``pace_always``: whether the loop is saturated or not (unit tests).
-        ``round_clock_ns`` times the loop's rounds (nanoseconds)."""
+        ``round_clock_ns`` times the loop's rounds (nanoseconds). ``loop_saturated()``, asked
+        at each turn, is the other sign of saturation: the loop hardly waited for I/O over
+        its last window (:meth:`rootservice.servers.loop_load.LoopLoad.saturated`)."""
         self.clock = clock
+        self._loop_saturated = loop_saturated
         self.pace_us = pace_us
         self.pace_always = pace_always
         self._round_clock_ns = round_clock_ns
@@ -437,7 +441,9 @@ class LeaseQueue(Generic[Resp]):
         # this turn was scheduled is one round of the loop.
         self._scheduled = False
         now_ns = self._round_clock_ns()
-        if now_ns - self._scheduled_ns >= BUSY_ROUND_US * 1000:
+        # Saturated: a long round, or short rounds with no time left to wait for I/O (a
+        # loop answering every renewal at once at its capacity).
+        if now_ns - self._scheduled_ns >= BUSY_ROUND_US * 1000 or self._loop_saturated():
             self._busy_until_ns = now_ns + BUSY_HOLD_US * 1000
         if self._renewals or self._firsts:
             self.run_turn()
