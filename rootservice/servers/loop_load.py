@@ -18,7 +18,6 @@ runnable without running, and behind all the same.
 from __future__ import annotations
 
 import selectors
-import threading
 import time
 from collections.abc import Callable
 
@@ -53,13 +52,12 @@ class LoopLoad:
     built with (``asyncio.SelectorEventLoop(load.selector())``), :meth:`waited_ns` reads the
     nanoseconds it has waited in ``select()`` so far, and :meth:`saturated` judges windows of
     at least :data:`WINDOW_NS`. Without a loop built on its selector (in-process tests),
-    nothing is counted and no window is judged saturated. Thread-safe: the counter is
-    written by the loop's thread and read by the metrics."""
+    nothing is counted and no window is judged saturated. The counters are written by the
+    loop's thread only (once per round of the loop, so without a lock) and read by any."""
 
     def __init__(self, clock_ns: Callable[[], int] = time.perf_counter_ns) -> None:
         """No selector made yet; ``clock_ns`` times the windows (nanoseconds)."""
         self._clock_ns = clock_ns
-        self._lock = threading.Lock()
         self._waited_ns = 0
         self._selects = 0
         # The current window's start: (clock_ns, waited_ns, selects) then.
@@ -73,14 +71,12 @@ class LoopLoad:
 
     def waited(self, ns: int) -> None:
         """One ``select()`` took ``ns`` nanoseconds (called by the selector)."""
-        with self._lock:
-            self._waited_ns += ns
-            self._selects += 1
+        self._waited_ns += ns
+        self._selects += 1
 
     def waited_ns(self) -> int:
         """Nanoseconds waited in ``select()`` since the start."""
-        with self._lock:
-            return self._waited_ns
+        return self._waited_ns
 
     def saturated(self) -> bool:
         """Whether the window that ends now, when it is at least :data:`WINDOW_NS` long and
@@ -92,8 +88,7 @@ class LoopLoad:
         span = now - t0
         if span < WINDOW_NS:
             return False
-        with self._lock:
-            waited, selects = self._waited_ns, self._selects
+        waited, selects = self._waited_ns, self._selects
         self._since = (now, waited, selects)
         if selects == selects0:
             # No round at all (no loop on this selector, or one callback held it the whole
