@@ -3,14 +3,13 @@ not spend waiting for I/O.
 
 The lease queue (:mod:`rootservice.servers.lease_queue`) paces renewals while the loop is
 saturated. Its first sign of saturation is a long round of the loop; but a loop that answers
-every renewal at once in its stream's task can run at its capacity with short rounds (each
-round handles what arrived during the last), and gRPC's asyncio server, which accepts one
-new call per round trip of the loop, then let new streams in at about three a second while
-5,000 agents at a 0.5 s period were answered (``make bench``: 141 agents waited 50 s, and
-in another run 137 were never admitted in 240 s). Such a loop never waits for I/O: its
-selector is always called with a zero timeout. So the loop is given a selector that counts
-the time spent in ``select()`` (:meth:`LoopLoad.selector`), and a window in which it waited
-less than :data:`SATURATED_IDLE` of the time counts as saturated. The wall time is what
+every renewal at once in its stream's task can be busy with short rounds (each round handles
+what arrived during the last), and in that state new streams started at about three a second
+(``make bench``, 5,000 agents at a 0.5 s period: 141 agents waited about 50 s for their
+first lease in one run, 137 were not admitted in 240 s in another; with the pacing on, 330-400
+a second started). Such a loop hardly waits for I/O. So the loop is given a selector that
+counts the time spent in ``select()`` (:meth:`LoopLoad.selector`), and a window in which it
+waited less than :data:`SATURATED_IDLE` of the time counts as saturated. Wall time is what
 counts, not the loop thread's CPU: on a machine whose cores are full, the loop thread is
 runnable without running, and behind all the same.
 """
