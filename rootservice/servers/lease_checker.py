@@ -151,9 +151,10 @@ class LeaseChecker:
                 if s is None or not s.is_alive():
                     due.append(key)
                     continue
-                if mono - s.last_hb_mono_us < lease:
-                    if s.last_hb_mono_us + lease - mono < self.settings.heartbeat_check_interval:
-                        self._early_due = s.last_hb_mono_us + lease
+                end = s.last_hb_mono_us + lease
+                if mono < end:
+                    if end - mono < self.settings.heartbeat_check_interval:
+                        self._early_due = end
                     break
                 if waiting is None or not waiting(key):
                     due.append(key)
