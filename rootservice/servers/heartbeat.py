@@ -30,7 +30,12 @@ from rootservice.servers.agent_parameters import AgentParameterValues
 from rootservice.servers.command_ledger import CommandLedger
 from rootservice.servers.events import log_transition, seconds, server_event
 from rootservice.servers.identity import ClusterIdentity
-from rootservice.servers.lease_bounds import StreamChecks, check_lease_request, stable_scalars
+from rootservice.servers.lease_bounds import (
+    StreamChecks,
+    check_lease_request,
+    each_values,
+    stable_scalars,
+)
 from rootservice.servers.loader import TakeOfficeGrace
 from rootservice.servers.offline_window import closed
 from rootservice.servers.persist_queue import PersistQueue
@@ -196,13 +201,27 @@ class HeartbeatIntake:
         steady = mono + self._steady_offset_us
         # Judged as of its arrival: the time it waited in the RS's queue is the RS's own.
         at = now - waited_us if arrived_us is None else arrived_us
+        # Each field is read once (a read is a lookup by name; a string field's makes a new
+        # str): the checks and everything below use these.
+        each = each_values(req)
         if checks is None:
             check_lease_request(req, at, steady - waited_us)
             scalars = stable_scalars(req)
         else:
-            scalars = checks.check(req, at, raw, steady - waited_us)
-        # Each read of a message's string field makes a new str: these are read once.
+            scalars = checks.check(req, each, at, raw, steady - waited_us)
         _, zone, server, sql_port, build_version, got, server_id = scalars
+        (
+            start_service_time,
+            current_server_time,
+            status,
+            rs_epoch,
+            rs_incarnation,
+            seq,
+            _,
+            applied_command_seq,
+            disk_probe_latency_us,
+            replicas,
+        ) = each
         if self._versions is not None:
             refused = self._versions.agent_refusal(server, zone, build_version, now)
             if refused is not None:
@@ -237,10 +256,7 @@ class HeartbeatIntake:
                 self._check_cluster_id(req, s)
             # Only a server of this cluster's whitelist may make this RS raise its epoch.
             epoch = self.term.epoch
-            rs_epoch = req.rs_epoch
-            if rs_epoch > epoch or (
-                rs_epoch == epoch and req.rs_incarnation != self.term.incarnation
-            ):
+            if rs_epoch > epoch or (rs_epoch == epoch and rs_incarnation != self.term.incarnation):
                 self._token_reported(req)
             changed = False
             if got and not s.with_partition:
@@ -248,9 +264,9 @@ class HeartbeatIntake:
                 # this ip:port is a wiped data directory.
                 s.with_partition = 1
                 changed = True
-            s.disk_probe_latency_us = req.disk_probe_latency_us
+            s.disk_probe_latency_us = disk_probe_latency_us
             if self._commands is not None:
-                self._commands.applied(key, req.applied_command_seq)
+                self._commands.applied(key, applied_command_seq)
             # The heartbeats of a LAGGING server past its third timeout renew nothing: its lease runs out as a silent server's would, until the episode ends.
             if not s.force_stop_hb and not s.lag.expired:
                 if not s.is_alive():
@@ -277,11 +293,10 @@ class HeartbeatIntake:
                 s.last_hb_mono_us = mono
                 self._set_alive(s)
                 if self._transit is not None:
-                    self._transit(key, req.current_server_time, at)
-            if req.start_service_time != s.start_service_time:
-                s.start_service_time = req.start_service_time
+                    self._transit(key, current_server_time, at)
+            if start_service_time != s.start_service_time:
+                s.start_service_time = start_service_time
                 changed = True
-            status = req.server_status
             if status & STOPPING_BIT:
                 # Handled whatever this RS's cluster version: only the sender gates it.
                 ev = server_event(now, "server_stopping", s)
@@ -301,10 +316,10 @@ class HeartbeatIntake:
             if raw != s.resource_raw:
                 s.resource_info = ResourceInfo.from_proto(req.resource_info)
                 s.resource_raw = raw
-            self._report(s, req.replicas)
+            self._report(s, replicas)
             if changed:
                 self.persist.mark(key)
-            return self._lease_response(s, req.seq, now)
+            return self._lease_response(s, seq, now)
 
     def _returned(self, s: ServerStatus, mono: int, now: int) -> None:
         """``s`` heartbeats again at ``mono`` / ``now`` after its lease expired: its outage

@@ -198,10 +198,10 @@ EACH_FIELDS = (
     "rs_epoch",
     "rs_incarnation",
     "seq",
-    "replicas",
     "revocation_version",
     "applied_command_seq",
     "disk_probe_latency_us",
+    "replicas",
 )
 
 #: ``stable_scalars(req) -> (version, zone, server, sql_port, build_version, cluster_id,
@@ -209,6 +209,13 @@ EACH_FIELDS = (
 #: read of a string field of a message makes a new ``str``).
 stable_scalars = attrgetter(*(f for f in STABLE_FIELDS if f != "resource_info"))
 _stable_scalars = stable_scalars
+
+#: ``each_values(req) -> (start_service_time, current_server_time, server_status, rs_epoch,
+#: rs_incarnation, seq, revocation_version, applied_command_seq, disk_probe_latency_us,
+#: replicas)``: the fields of :data:`EACH_FIELDS` in that order, read by one call once per
+#: request (the checks and ``receive_hb`` both use them; each read of a field of a message
+#: is a lookup by its name).
+each_values = attrgetter(*EACH_FIELDS)
 
 
 def check_lease_request(
@@ -237,7 +244,7 @@ def check_lease_request(
     the bound. Changes nothing.
     """
     _check_stable(req)
-    _check_each(req, now_us, now_us if steady_us is None else steady_us)
+    _check_each(req, each_values(req), now_us, now_us if steady_us is None else steady_us)
 
 
 class StreamChecks:
@@ -254,19 +261,25 @@ class StreamChecks:
         self._passed: tuple[object, ...] | None = None
 
     def check(
-        self, req: obrpc_pb2.LeaseRequest, now_us: int, resource_raw: bytes, steady_us: int
+        self,
+        req: obrpc_pb2.LeaseRequest,
+        each: tuple[Any, ...],
+        now_us: int,
+        resource_raw: bytes,
+        steady_us: int,
     ) -> tuple[Any, ...]:
-        """:func:`check_lease_request` of ``req`` at ``now_us`` / ``steady_us``;
-        ``resource_raw`` is ``req.resource_info.SerializeToString()`` (the heartbeat path
-        has it anyway). Returns :data:`stable_scalars` of ``req`` (the caller need not read
-        those fields again). Raises as it does."""
+        """:func:`check_lease_request` of ``req`` at ``now_us`` / ``steady_us``; ``each`` is
+        :data:`each_values` of ``req`` and ``resource_raw`` its
+        ``resource_info.SerializeToString()`` (the heartbeat path reads both anyway).
+        Returns :data:`stable_scalars` of ``req`` (the caller need not read those fields
+        again). Raises as it does."""
         # Values, not the message: a caller may reuse and change its request object.
         scalars = _stable_scalars(req)
         stable = (scalars, resource_raw)
         if stable != self._passed:
             _check_stable(req)
             self._passed = stable
-        _check_each(req, now_us, steady_us)
+        _check_each(req, each, now_us, steady_us)
         return scalars
 
 
@@ -293,19 +306,23 @@ def _check_stable(req: obrpc_pb2.LeaseRequest) -> None:
         _check_int(f"resource_info.{name}", getattr(ri, name), 0, MAX_SIZE_BYTES)
 
 
-def _check_each(req: obrpc_pb2.LeaseRequest, now_us: int, steady_us: int) -> None:
-    """The checks of :data:`EACH_FIELDS` (see :func:`check_lease_request`)."""
-    # The heartbeat path: one expression over the scalar fields first (about 3 us against
+def _check_each(
+    req: obrpc_pb2.LeaseRequest, each: tuple[Any, ...], now_us: int, steady_us: int
+) -> None:
+    """The checks of :data:`EACH_FIELDS` (see :func:`check_lease_request`); ``each`` is
+    :data:`each_values` of ``req``."""
+    # The heartbeat path: one expression over the values first (about 3 us against
     # 10 us for the checks that name the refused field, which then decide).
-    if not _each_ok(req, now_us, steady_us):
+    if not _values_ok(each, now_us, steady_us):
         _check_each_field(req, now_us, steady_us)
-    if not req.replicas:
+    replicas = each[-1]
+    if not replicas:
         return
-    n = len(req.replicas)
+    n = len(replicas)
     if n > MAX_REPLICAS:
         raise _refuse("replicas", f"{n} replicas", f"at most {MAX_REPLICAS}")
     hi_time = now_us + MAX_FUTURE_US
-    for i, r in enumerate(req.replicas):
+    for i, r in enumerate(replicas):
         # A quick test of the whole replica first (about 2 µs against about 10 µs for the
         # field-by-field check that names the refused field).
         if not _replica_ok(r, hi_time):
@@ -315,8 +332,12 @@ def _check_each(req: obrpc_pb2.LeaseRequest, now_us: int, steady_us: int) -> Non
 def _each_ok(req: obrpc_pb2.LeaseRequest, now_us: int, steady_us: int) -> bool:
     """True only when :func:`_check_each_field` accepts ``req``'s scalar fields (the same
     bounds, without naming a field). When False, :func:`_check_each_field` decides."""
-    start = req.start_service_time
-    cur = req.current_server_time
+    return _values_ok(each_values(req), now_us, steady_us)
+
+
+def _values_ok(each: tuple[Any, ...], now_us: int, steady_us: int) -> bool:
+    """:func:`_each_ok` of the request whose :data:`each_values` are ``each``."""
+    start, cur, status, epoch, incarnation, seq, revocation, applied, disk, _ = each
     hi = now_us + MAX_FUTURE_US
     skew = MAX_CLOCK_SKEW_US
     return (
@@ -328,13 +349,13 @@ def _each_ok(req: obrpc_pb2.LeaseRequest, now_us: int, steady_us: int) -> bool:
         )
         and MIN_TIME_US <= cur <= hi
         and (now_us - skew <= cur <= now_us + skew or steady_us - skew <= cur <= steady_us + skew)
-        and not req.server_status & ~KNOWN_STATUS_BITS
-        and 0 <= req.rs_epoch <= MAX_TERM
-        and req.rs_incarnation >= 0
-        and req.seq >= 0
-        and req.revocation_version >= 0
-        and req.applied_command_seq >= 0
-        and 0 <= req.disk_probe_latency_us <= MAX_FUTURE_US
+        and not status & ~KNOWN_STATUS_BITS
+        and 0 <= epoch <= MAX_TERM
+        and incarnation >= 0
+        and seq >= 0
+        and revocation >= 0
+        and applied >= 0
+        and 0 <= disk <= MAX_FUTURE_US
     )
 
 

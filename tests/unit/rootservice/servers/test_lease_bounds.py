@@ -38,6 +38,7 @@ from rootservice.servers.lease_bounds import (
     STABLE_FIELDS,
     StreamChecks,
     check_lease_request,
+    each_values,
 )
 from rootservice.servers.status import HeartbeatStatus
 from tests.support.harness import FAKE_START_US, ZA, A, events, flush, hb, server_row
@@ -332,8 +333,37 @@ def test_every_request_field_is_checked_per_stream_or_per_heartbeat() -> None:
     assert not set(STABLE_FIELDS) & set(EACH_FIELDS)
 
 
+def test_each_values_keep_the_order_their_readers_unpack() -> None:
+    """``receive_hb`` and the one-expression check unpack ``each_values(req)`` by position:
+    a field moved in EACH_FIELDS would hand every reader another field's value."""
+    assert EACH_FIELDS == (
+        "start_service_time",
+        "current_server_time",
+        "server_status",
+        "rs_epoch",
+        "rs_incarnation",
+        "seq",
+        "revocation_version",
+        "applied_command_seq",
+        "disk_probe_latency_us",
+        "replicas",
+    )
+    req = obrpc_pb2.LeaseRequest(
+        start_service_time=1,
+        current_server_time=2,
+        server_status=3,
+        rs_epoch=4,
+        rs_incarnation=5,
+        seq=6,
+        revocation_version=7,
+        applied_command_seq=8,
+        disk_probe_latency_us=9,
+    )
+    assert each_values(req)[:-1] == (1, 2, 3, 4, 5, 6, 7, 8, 9)
+
+
 def stream_check(checks: StreamChecks, req: obrpc_pb2.LeaseRequest) -> None:
-    checks.check(req, NOW, req.resource_info.SerializeToString(), NOW)
+    checks.check(req, each_values(req), NOW, req.resource_info.SerializeToString(), NOW)
 
 
 @pytest.mark.parametrize(
