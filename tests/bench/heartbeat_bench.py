@@ -74,6 +74,8 @@ Usage::
     .venv/bin/python -m tests.bench.heartbeat_bench                 # N = 1,000 and 10,000
     .venv/bin/python -m tests.bench.heartbeat_bench --quick         # smoke run: N=200, 3 s
     .venv/bin/python -m tests.bench.heartbeat_bench --agents 5000 --duration 30 --servers rs-tls
+    .venv/bin/python -m tests.bench.heartbeat_bench --agents 5000 --duration 30 \
+        --servers rs-tls,echo-tls --scrape-interval 0 --repeat 3   # the RS/echo ratio
 
 Options: ``--agents`` (comma-separated N, default 1000,10000), ``--duration`` (steady-state
 seconds, 20; 30 or more always includes one CheckAllServerTask run), ``--warmup`` (5),
@@ -84,6 +86,9 @@ one TCP connection in a plaintext load generator, 1; TLS is always 1), ``--conne
 minimal HTTP/2 client, ~0.05 ms of CPU per heartbeat, default; ``grpc``: grpc.aio like
 observer_agent, ~0.4 ms, which saturates a 2-core machine before the server does),
 ``--servers`` (comma-separated of ``rs-tls,rs,echo,echo-tls``, all by default),
+``--repeat`` (rounds of every configuration, alternating; the ratios per round and, per N,
+their median with its spread: a ratio of two windows measured a minute apart moves with the
+machine, 1.15x-1.42x over six single rounds of the same code on a shared 2-core VM),
 ``--profile`` (step 9), ``--out`` (JSON path).
 Client-side latency includes the load generators' own scheduling delay; when the machine
 is saturated or other processes use its usable cores, the output says so.
@@ -100,6 +105,7 @@ import queue
 import shutil
 import signal
 import ssl
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -1134,11 +1140,16 @@ def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     of a pair is None, and ``withheld`` gives the reason, where
     :func:`tests.bench.saturation.withheld` says so (either window saturated, or the
     denominator's server did not keep up); ``withheld`` is None where they are shown.
-    ``codes``: each side's saturation codes."""
+    ``codes``: each side's saturation codes.
+
+    With several rounds (``--repeat``) there is a row per N and round (``round`` 1, 2, ...),
+    then per N a row with ``round`` ``"median"``: of each ratio, the median over the rounds
+    where it was shown, with ``min``, ``max`` and ``rounds`` (how many; ``withheld`` only
+    when it was shown in none)."""
     out = []
-    for n in sorted({r["agents"] for r in results}):
-        by = {r["config"]: r for r in results if r["agents"] == n}
-        row: dict[str, Any] = {"agents": n}
+    for n, rnd in sorted({(r["agents"], r.get("round", 1)) for r in results}):
+        by = {r["config"]: r for r in results if r["agents"] == n and r.get("round", 1) == rnd}
+        row: dict[str, Any] = {"agents": n, "round": rnd}
         for label, a, b in (
             ("rs_tls/rs", "rs-tls", "rs"),
             ("echo_tls/echo", "echo-tls", "echo"),
@@ -1166,8 +1177,46 @@ def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "withheld": None,
                 "codes": codes,
             }
-        if len(row) > 1:
+        if len(row) > 2:
             out.append(row)
+    return out + _medians(out)
+
+
+_RATIO_LABELS = ("rs_tls/rs", "echo_tls/echo", "rs/echo", "rs_tls/echo_tls")
+
+
+def _medians(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The ``"median"`` rows of :func:`ratios` for each N measured in more than one round."""
+    out = []
+    for n in sorted({r["agents"] for r in rows}):
+        mine = [r for r in rows if r["agents"] == n]
+        if len(mine) < 2:
+            continue
+        row: dict[str, Any] = {"agents": n, "round": "median"}
+        for label in _RATIO_LABELS:
+            entries = [r[label] for r in mine if label in r]
+            if not entries:
+                continue
+            shown = [e for e in entries if e["withheld"] is None]
+            if not shown:
+                row[label] = entries[0] | {"rounds": 0}
+                continue
+
+            def values(key: str, shown: list[dict[str, Any]] = shown) -> list[float]:
+                return [e[key] for e in shown if e[key] is not None]
+
+            cpu = values("cpu_per_hb")
+            row[label] = {
+                key: statistics.median(values(key)) if values(key) else None
+                for key in ("cpu_per_hb", "p50", "p99", "rss")
+            } | {
+                "withheld": None,
+                "codes": shown[0]["codes"],
+                "rounds": len(shown),
+                "min": min(cpu, default=None),
+                "max": max(cpu, default=None),
+            }
+        out.append(row)
     return out
 
 
@@ -1208,7 +1257,11 @@ def ratio_cell(entry: dict[str, Any] | None) -> str:
         def two(v: float | None) -> str:
             return f"{v:.2f}" if v is not None else "-"
 
-        return f"{two(entry['cpu_per_hb'])} / {two(entry['p99'])}"
+        cell = f"{two(entry['cpu_per_hb'])} / {two(entry['p99'])}"
+        if entry.get("rounds"):
+            # A median row: the spread of the CPU ratio over the rounds it comes from.
+            cell += f" (CPU {two(entry['min'])}-{two(entry['max'])}, {entry['rounds']} rounds)"
+        return cell
     if why.startswith("saturated:"):
         full = [f"{c} {codes}" for c, codes in entry["codes"].items() if set(codes) & {"M", "G"}]
         return f"n/a (saturated: {'; '.join(full)})"
@@ -1217,7 +1270,13 @@ def ratio_cell(entry: dict[str, Any] | None) -> str:
 
 def report(results: list[dict[str, Any]]) -> str:
     """The printed tables (per run, the TLS loading of the load generators, the ratios)
-    and the notes on disturbed runs."""
+    and the notes on disturbed runs. With several rounds each run's configuration is shown
+    with its round (``rs-tls #2``)."""
+    several = len({r.get("round", 1) for r in results}) > 1
+
+    def name(r: dict[str, Any]) -> str:
+        return f"{r['config']} #{r.get('round', 1)}" if several else str(r["config"])
+
     rows = []
     for r in results:
         lat = r["latency_ms"]
@@ -1236,7 +1295,7 @@ def report(results: list[dict[str, Any]]) -> str:
         conn = r.get("connect", {})
         rows.append(
             [
-                r["config"],
+                name(r),
                 fmt(r["agents"]),
                 r["saturation"]["codes"],
                 fmt(r["hb_per_s"], 0) + f" / {r['expected_hb_per_s']:,.0f}",
@@ -1294,7 +1353,7 @@ def report(results: list[dict[str, Any]]) -> str:
             s = r["scraped"]
             srows.append(
                 [
-                    r["config"],
+                    name(r),
                     fmt(r["agents"]),
                     " ".join(s["saturation_codes"]["plain"])
                     + " / "
@@ -1337,7 +1396,7 @@ def report(results: list[dict[str, Any]]) -> str:
         if loads:
             tls_rows.append(
                 [
-                    r["config"],
+                    name(r),
                     fmt(r["agents"]),
                     fmt(sum(x.get("contexts", 0) for x in loads)),
                     "+".join(f"{x['seconds']:.2f}" for x in loads),
@@ -1366,17 +1425,19 @@ def report(results: list[dict[str, Any]]) -> str:
             )
         )
 
-    labels = ("rs_tls/rs", "echo_tls/echo", "rs/echo", "rs_tls/echo_tls")
+    labels = _RATIO_LABELS
     ratio_rows = []
     withheld_lines = []
+    rounds = several
     for row in ratios(results):
-        cells = [fmt(row["agents"])]
+        cells = [fmt(row["agents"])] + ([str(row["round"])] if rounds else [])
         for label in labels:
             entry = row.get(label)
             cells.append(ratio_cell(entry))
             if entry and entry["withheld"]:
+                at = f" round {row['round']}" if rounds else ""
                 withheld_lines.append(
-                    f"  {label.replace('_', '-')} N={row['agents']:,}: {entry['withheld']}"
+                    f"  {label.replace('_', '-')} N={row['agents']:,}{at}: {entry['withheld']}"
                 )
         ratio_rows.append(cells)
     if ratio_rows:
@@ -1388,7 +1449,9 @@ def report(results: list[dict[str, Any]]) -> str:
         out.append(
             tabulate(
                 ratio_rows,
-                headers=["N", "rs-tls/rs", "echo-tls/echo", "rs/echo", "rs-tls/echo-tls"],
+                headers=["N"]
+                + (["round"] if rounds else [])
+                + ["rs-tls/rs", "echo-tls/echo", "rs/echo", "rs-tls/echo-tls"],
                 disable_numparse=True,
             )
         )
@@ -1400,18 +1463,17 @@ def report(results: list[dict[str, Any]]) -> str:
         sat = r["saturation"]
         if sat["reasons"]:
             notes.append(
-                f"note: {r['config']} N={r['agents']:,} [{sat['codes']}]: "
-                + "; ".join(sat["reasons"])
+                f"note: {name(r)} N={r['agents']:,} [{sat['codes']}]: " + "; ".join(sat["reasons"])
             )
         if sat["saturated"]:
             notes.append(
-                f"note: {r['config']} N={r['agents']:,}: saturated: client-side latency "
+                f"note: {name(r)} N={r['agents']:,}: saturated: client-side latency "
                 "includes the scheduler's and the generators' own queueing (their send lag "
                 f"p99 {r['loadgen_send_lag_ms']['p99']:.1f} ms)"
             )
         if r["other_cpu_cores"] >= 0.2:
             notes.append(
-                f"note: {r['config']} N={r['agents']:,}: other processes used "
+                f"note: {name(r)} N={r['agents']:,}: other processes used "
                 f"{r['other_cpu_cores']:.2f} cores during the window (figures disturbed)"
             )
         if r["server"] == "rs" and not (r.get("rs_checker_tick_us") or {}).get("count"):
@@ -1431,12 +1493,12 @@ def report(results: list[dict[str, Any]]) -> str:
                 for e in sorted(worst, key=lambda e: e["start"])
             )
             notes.append(
-                f"{r['config']} N={r['agents']:,}: {len(r['stalls'])} episodes of responses "
+                f"{name(r)} N={r['agents']:,}: {len(r['stalls'])} episodes of responses "
                 f"over 50 ms; worst: {shown}"
             )
         if r.get("server") == "rs" and "false_expiries" in (r.get("expiry") or {}):
             notes.append(
-                f"{r['config']} N={r['agents']:,}: {r['expiry']['false_expiries']} leases "
+                f"{name(r)} N={r['agents']:,}: {r['expiry']['false_expiries']} leases "
                 "expired before the deliberate stop (false expiries: every agent was live)"
             )
         intake = r.get("rs_intake_events") or []
@@ -1445,11 +1507,11 @@ def report(results: list[dict[str, Any]]) -> str:
                 f"{e['event']} {e['lag']} at +{e['after_s']:.0f}s" for e in intake[:6]
             )
             notes.append(
-                f"{r['config']} N={r['agents']:,}: lease intake events (lag; seconds after the "
+                f"{name(r)} N={r['agents']:,}: lease intake events (lag; seconds after the "
                 f"first): {shown}"
             )
         for report in (r.get("rs_loop_stalls") or [])[:3]:
-            notes.append(f"{r['config']} N={r['agents']:,}: the RS reported: {report}")
+            notes.append(f"{name(r)} N={r['agents']:,}: the RS reported: {report}")
     if notes:
         out.append("")
         out.extend(notes)
@@ -1500,6 +1562,14 @@ def main(argv: list[str] | None = None) -> int:
         default=2,
         help="scraped windows, alternating with plain ones after the first (default 2: P S P S)",
     )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="rounds of every configuration, alternating (rs-tls, echo-tls, rs-tls, ...): "
+        "the ratios per round and their median (a ratio of two windows measured a minute "
+        "apart moves with the machine; on a shared 2-core VM one pair spread 1.15x-1.42x)",
+    )
     p.add_argument("--quick", action="store_true", help="smoke run: N=200, 3 s, 1 s warm-up")
     p.add_argument(
         "--profile",
@@ -1523,6 +1593,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--agents takes comma-separated integers")
     if not ns or any(n < 1 or PORT_BASE + n > 65535 for n in ns):
         p.error(f"N must be 1..{65535 - PORT_BASE}")
+    if args.repeat < 1:
+        p.error("--repeat must be at least 1")
     if args.procs < 1 or args.duration <= 0 or args.period <= 0 or args.warmup < 0:
         p.error("--procs, --duration and --period must be positive")
     parse_duration(args.lease_time)
@@ -1552,22 +1624,28 @@ def main(argv: list[str] | None = None) -> int:
             secs = pki.add_nodes(range(PORT_BASE, PORT_BASE + top))
             pki_info = {"node_certificates": top, "seconds": time.perf_counter() - t0}
             log(f"wrote a CA and {top:,} node certificates in {secs:.1f}s")
-        for n in ns:
-            for config in CONFIGS:
-                if config not in servers:
-                    continue
-                tls_pki = pki if config.endswith("-tls") else None
-                try:
-                    if config.startswith("rs"):
-                        results.append(run_rs(n, args, tls_pki))
-                    else:
-                        results.append(run_echo(n, args, tls_pki))
-                except (RuntimeError, OSError, grpc.RpcError) as e:
-                    # One configuration failing must not lose the others of a long run.
-                    detail = e.details() if isinstance(e, grpc.RpcError) else e  # type: ignore[attr-defined]
-                    log(f"{config} N={n} failed: {type(e).__name__}: {detail}")
-                    failures.append({"config": config, "agents": n, "error": str(detail)[:2000]})
-                    status = 1
+        for rnd in range(1, args.repeat + 1):
+            for n in ns:
+                for config in CONFIGS:
+                    if config not in servers:
+                        continue
+                    if args.repeat > 1:
+                        log(f"round {rnd} of {args.repeat}: {config} N={n:,}")
+                    tls_pki = pki if config.endswith("-tls") else None
+                    try:
+                        if config.startswith("rs"):
+                            res = run_rs(n, args, tls_pki)
+                        else:
+                            res = run_echo(n, args, tls_pki)
+                        results.append(res | {"round": rnd})
+                    except (RuntimeError, OSError, grpc.RpcError) as e:
+                        # One configuration failing must not lose the others of a long run.
+                        detail = e.details() if isinstance(e, grpc.RpcError) else e  # type: ignore[attr-defined]
+                        log(f"{config} N={n} failed: {type(e).__name__}: {detail}")
+                        failures.append(
+                            {"config": config, "agents": n, "error": str(detail)[:2000]}
+                        )
+                        status = 1
     except KeyboardInterrupt:
         log("interrupted: processes stopped, temp dirs removed")
         status = 130

@@ -1,6 +1,6 @@
-"""``make bench-lease-path`` smoke run: 50 streams, 2 rounds, profiled. No figure is
-asserted, only that every renewal was answered and counted and the profile names the lease
-path."""
+"""``make bench-lease-path`` smoke runs: 50 streams, 2 rounds, profiled, then with the caches
+evicted before each renewal (``--cold``). No figure is asserted, only that every renewal was
+answered and counted, and that the profile names the lease path."""
 
 from __future__ import annotations
 
@@ -22,3 +22,13 @@ def test_quick_run_answers_every_renewal_and_profiles_the_lease_path(tmp_path: P
     assert doc["agents"] == 50 and doc["heartbeats"] == 100 and doc["refused"] == 0
     assert doc["cpu_us_per_heartbeat"] > 0
     assert "receive_hb" in doc["profile"]
+
+
+def test_cold_run_times_every_renewal_after_evicting_the_caches(tmp_path: Path) -> None:
+    out = tmp_path / "lease_path.json"
+    argv = ["--agents", "50", "--rounds", "2", "--cold", "--out", str(out)]
+    assert lease_path_bench.main(argv) == 0
+    doc = json.loads(out.read_text())
+    assert doc["agents"] == 50 and doc["heartbeats"] == 100 and doc["refused"] == 0
+    assert doc["cold_us_p50"] > 0 and doc["cold_us_mean"] > 0
+    assert "cpu_us_per_heartbeat" not in doc

@@ -71,3 +71,37 @@ def test_ratio_with_a_zero_denominator_is_none() -> None:
     rows = ratios([_result("rs", 5, 100.0, 3.0), _result("echo", 5, 0.0, 0.0)])
     assert rows[0]["rs/echo"]["cpu_per_hb"] is None
     assert rows[0]["rs/echo"]["p99"] is None
+
+
+def test_rounds_give_a_ratio_each_then_their_median() -> None:
+    """``--repeat``: a row per round, then per N the median of the rounds that showed the
+    ratio, with its spread; a withheld round does not count."""
+    results = [
+        _result("rs-tls", 10, 120.0, 6.0) | {"round": 1},
+        _result("echo-tls", 10, 100.0, 4.0) | {"round": 1},
+        _result("rs-tls", 10, 150.0, 6.0) | {"round": 2},
+        _result("echo-tls", 10, 100.0, 4.0) | {"round": 2},
+        _result("rs-tls", 10, 110.0, 6.0) | {"round": 3},
+        _result("echo-tls", 10, 100.0, 4.0) | {"round": 3},
+        _result("rs-tls", 10, 500.0, 6.0) | {"round": 4},
+        _result("echo-tls", 10, 100.0, 4.0) | {"round": 4},
+    ]
+    results[6]["saturation"] = {
+        "saturated": True,
+        "kept_up": True,
+        "codes": "M",
+        "reasons": ["the machine was busy"],
+    }
+    rows = ratios(results)
+    assert [r["round"] for r in rows] == [1, 2, 3, 4, "median"]
+    assert [r["rs_tls/echo_tls"]["cpu_per_hb"] for r in rows[:3]] == [1.2, 1.5, 1.1]
+    assert rows[3]["rs_tls/echo_tls"]["withheld"] is not None
+    median = rows[4]["rs_tls/echo_tls"]
+    assert median["cpu_per_hb"] == 1.2 and median["rounds"] == 3
+    assert (median["min"], median["max"]) == (1.1, 1.5)
+    assert median["p99"] == 1.5 and median["withheld"] is None
+
+
+def test_one_round_has_no_median_row() -> None:
+    rows = ratios([_result("rs", 5, 100.0, 3.0), _result("echo", 5, 50.0, 1.0)])
+    assert [r["round"] for r in rows] == [1]

@@ -228,3 +228,18 @@ def test_busy_cores_are_counted_over_the_usable_cpus_only() -> None:
     assert hb.busy_seconds(per_cpu, [1]) == 1.5
     assert hb.busy_seconds(per_cpu, [0, 7]) == 15.0  # a CPU the machine lacks adds nothing
     assert hb.usable_cpus() == sorted(os.sched_getaffinity(0))
+
+
+def test_the_report_names_each_round_and_prints_the_median_with_its_spread() -> None:
+    """``--repeat 2``: each run is shown with its round, the ratio table has a row per round
+    and the median row gives the CPU ratio's spread."""
+    runs = [
+        _run("echo", 0.30) | {"round": 1},
+        _run("echo-tls", 0.30, hb_per_s=150.0) | {"round": 1, "server_cpu_us_per_hb": 300.0},
+        _run("echo", 0.30) | {"round": 2},
+        _run("echo-tls", 0.30) | {"round": 2, "server_cpu_us_per_hb": 165.0},
+    ]
+    text = hb.report(runs)
+    assert "echo-tls #1" in text and "echo #2" in text
+    assert "2.00 / 1.00" in text and "1.10 / 1.00" in text
+    assert "1.55 / 1.00 (CPU 1.10-2.00, 2 rounds)" in text
