@@ -150,4 +150,4 @@ def test_short_bench_runs_the_rs_over_tls_beside_plaintext(tmp_path: Path) -> No
         assert r["connect"]["connections"] == 20
     assert by["rs-tls"]["connect"]["loadgen_tls_load"][0]["contexts"] == 10
     assert doc["certificates"]["node_certificates"] == 20
-    assert set(doc["ratios"][0]) == {"agents", "rs_tls/rs"}
+    assert set(doc["ratios"][0]) == {"agents", "round", "rs_tls/rs"}

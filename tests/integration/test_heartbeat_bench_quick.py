@@ -43,4 +43,4 @@ def test_quick_bench_counts(tmp_path: Path) -> None:
     expiry = rs["expiry"]
     assert expiry["batch"] == N // 10 and expiry["detected"] == N // 10
     assert expiry["alive_after"] == N - N // 10
-    assert [set(x) for x in doc["ratios"]] == [{"agents", "rs_tls/echo_tls"}]
+    assert [set(x) for x in doc["ratios"]] == [{"agents", "round", "rs_tls/echo_tls"}]
