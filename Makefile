@@ -201,8 +201,11 @@ demo-upgrade: setup
 demo-spark-cluster: setup
 	$(VENV)/bin/python -m tests.demo.spark_cluster
 
+# BENCH_ARGS go to the heartbeat benchmark, e.g. BENCH_ARGS="--agents 5000 --servers rs-tls,echo-tls
+# --scrape-interval 0 --duration 30 --repeat 3" for the RS/echo ratio as a median of rounds.
+BENCH_ARGS ?=
 bench: setup
-	$(VENV)/bin/python -m tests.bench.heartbeat_bench
+	$(VENV)/bin/python -m tests.bench.heartbeat_bench $(BENCH_ARGS)
 	$(VENV)/bin/python -m tests.bench.mysql_bench $(BENCH_MYSQL_ARGS)
 	$(VENV)/bin/python -m tests.bench.empty_bench $(BENCH_EMPTY_ARGS)
 	$(VENV)/bin/python -m tests.bench.storm_bench $(BENCH_STORM_ARGS)
