@@ -329,14 +329,10 @@ def _check_each(
             _check_replica(f"replicas[{i}]", r, now_us)
 
 
-def _each_ok(req: obrpc_pb2.LeaseRequest, now_us: int, steady_us: int) -> bool:
-    """True only when :func:`_check_each_field` accepts ``req``'s scalar fields (the same
-    bounds, without naming a field). When False, :func:`_check_each_field` decides."""
-    return _values_ok(each_values(req), now_us, steady_us)
-
-
 def _values_ok(each: tuple[Any, ...], now_us: int, steady_us: int) -> bool:
-    """:func:`_each_ok` of the request whose :data:`each_values` are ``each``."""
+    """True only when :func:`_check_each_field` accepts the scalar fields of the request
+    whose :data:`each_values` are ``each`` (the same bounds, without naming a field). When
+    False, :func:`_check_each_field` decides."""
     start, cur, status, epoch, incarnation, seq, revocation, applied, disk, _ = each
     hi = now_us + MAX_FUTURE_US
     skew = MAX_CLOCK_SKEW_US

@@ -88,7 +88,7 @@ observer_agent, ~0.4 ms, which saturates a 2-core machine before the server does
 ``--servers`` (comma-separated of ``rs-tls,rs,echo,echo-tls``, all by default),
 ``--repeat`` (rounds of every configuration, alternating; the ratios per round and, per N,
 their median with its spread: a ratio of two windows measured a minute apart moves with the
-machine, 1.15x-1.42x over six single rounds of the same code on a shared 2-core VM),
+machine, 1.14x-1.42x over ten single pairs of nearly the same code on a shared 2-core VM),
 ``--profile`` (step 9), ``--out`` (JSON path).
 Client-side latency includes the load generators' own scheduling delay; when the machine
 is saturated or other processes use its usable cores, the output says so.
@@ -1177,7 +1177,7 @@ def ratios(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "withheld": None,
                 "codes": codes,
             }
-        if len(row) > 2:
+        if len(row) > 2:  # a ratio beside "agents" and "round"
             out.append(row)
     return out + _medians(out)
 
@@ -1201,15 +1201,12 @@ def _medians(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if not shown:
                 row[label] = entries[0] | {"rounds": 0}
                 continue
-
-            def values(key: str, shown: list[dict[str, Any]] = shown) -> list[float]:
-                return [e[key] for e in shown if e[key] is not None]
-
-            cpu = values("cpu_per_hb")
-            row[label] = {
-                key: statistics.median(values(key)) if values(key) else None
+            values = {
+                key: [e[key] for e in shown if e[key] is not None]
                 for key in ("cpu_per_hb", "p50", "p99", "rss")
-            } | {
+            }
+            cpu = values["cpu_per_hb"]
+            row[label] = {k: statistics.median(v) if v else None for k, v in values.items()} | {
                 "withheld": None,
                 "codes": shown[0]["codes"],
                 "rounds": len(shown),
@@ -1425,17 +1422,15 @@ def report(results: list[dict[str, Any]]) -> str:
             )
         )
 
-    labels = _RATIO_LABELS
     ratio_rows = []
     withheld_lines = []
-    rounds = several
     for row in ratios(results):
-        cells = [fmt(row["agents"])] + ([str(row["round"])] if rounds else [])
-        for label in labels:
+        cells = [fmt(row["agents"])] + ([str(row["round"])] if several else [])
+        for label in _RATIO_LABELS:
             entry = row.get(label)
             cells.append(ratio_cell(entry))
             if entry and entry["withheld"]:
-                at = f" round {row['round']}" if rounds else ""
+                at = f" round {row['round']}" if several else ""
                 withheld_lines.append(
                     f"  {label.replace('_', '-')} N={row['agents']:,}{at}: {entry['withheld']}"
                 )
@@ -1450,7 +1445,7 @@ def report(results: list[dict[str, Any]]) -> str:
             tabulate(
                 ratio_rows,
                 headers=["N"]
-                + (["round"] if rounds else [])
+                + (["round"] if several else [])
                 + ["rs-tls/rs", "echo-tls/echo", "rs/echo", "rs-tls/echo-tls"],
                 disable_numparse=True,
             )
@@ -1568,7 +1563,7 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="rounds of every configuration, alternating (rs-tls, echo-tls, rs-tls, ...): "
         "the ratios per round and their median (a ratio of two windows measured a minute "
-        "apart moves with the machine; on a shared 2-core VM one pair spread 1.15x-1.42x)",
+        "apart moves with the machine; on a shared 2-core VM ten pairs spread 1.14x-1.42x)",
     )
     p.add_argument("--quick", action="store_true", help="smoke run: N=200, 3 s, 1 s warm-up")
     p.add_argument(
