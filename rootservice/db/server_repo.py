@@ -24,18 +24,24 @@ def load_servers(conn: sa.Connection) -> list[dict[str, Any]]:
     ]
 
 
-def load_servers_page(
-    conn: sa.Connection, after: tuple[str, int] | None, limit: int
-) -> list[dict[str, Any]]:
-    """Up to ``limit`` ``__all_server`` rows with ``(svr_ip, svr_port) > after`` in key
-    order (keyset pagination; ``after=None`` starts at the beginning)."""
-    q = sa.select(all_server).order_by(all_server.c.svr_ip, all_server.c.svr_port).limit(limit)
+def load_checked_page(
+    conn: sa.Connection, after: tuple[str, int] | None, limit: int, columns: Sequence[str]
+) -> list[tuple[Any, ...]]:
+    """Up to ``limit`` ``__all_server`` rows with ``(svr_ip, svr_port) > after`` in key order
+    (keyset pagination; ``after=None`` starts at the beginning), each as the plain tuple
+    ``(svr_ip, svr_port, *columns)``: only the columns a comparison reads, and no mapping
+    per row (at 5,000 rows, dicts of every column were two thirds of a check's CPU)."""
+    q = (
+        sa.select(all_server.c.svr_ip, all_server.c.svr_port, *(all_server.c[c] for c in columns))
+        .order_by(all_server.c.svr_ip, all_server.c.svr_port)
+        .limit(limit)
+    )
     if after is not None:
         q = q.where(
             sa.tuple_(all_server.c.svr_ip, all_server.c.svr_port)
             > sa.tuple_(sa.literal(after[0]), sa.literal(after[1]))
         )
-    return [dict(r) for r in conn.execute(q).mappings()]
+    return [tuple(r) for r in conn.execute(q).all()]
 
 
 def insert_server(conn: sa.Connection, row: Mapping[str, Any], now_us: int) -> None:

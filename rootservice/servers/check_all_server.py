@@ -9,18 +9,32 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from obcommon.addresses import format_server
 from rootservice.db import server_repo
 from rootservice.ha.store import MetaStore
 from rootservice.ha.term import Term
 from rootservice.metrics import Metrics
-from rootservice.servers.loader import TakeOfficeGrace, table_value
+from rootservice.servers.loader import TakeOfficeGrace
 from rootservice.servers.persist_queue import PersistQueue
 from rootservice.servers.status import CHECKED_COLUMNS
 from rootservice.servers.whitelist import Whitelist
 
 log = logging.getLogger(__name__)
+
+_STATUS_AT = CHECKED_COLUMNS.index("status")
+
+
+def _table_values(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The :data:`CHECKED_COLUMNS` of a :func:`server_repo.load_checked_page` row as
+    :meth:`ServerStatus.checked_values` gives them (``status`` compared case-insensitively,
+    as :func:`rootservice.servers.loader.table_value` does)."""
+    values = list(row[2:])
+    status = values[_STATUS_AT]
+    if isinstance(status, str):
+        values[_STATUS_AT] = status.upper()
+    return tuple(values)
 
 
 class CheckAllServerTask:
@@ -71,17 +85,17 @@ class CheckAllServerTask:
         while True:
             with self.store.write_lock:
                 with self.store.read() as conn:
-                    page = server_repo.load_servers_page(conn, after, page_size)
+                    page = server_repo.load_checked_page(conn, after, page_size, CHECKED_COLUMNS)
                 if self.term.epoch != epoch:
                     # The term ended while the page was read (a slow database): memory was
                     # dropped meanwhile, so every row would read as "not in the whitelist".
                     log.info("check_all_server abandoned: the term of epoch %d ended", epoch)
                     return 0
-                keys = [format_server(r["svr_ip"], r["svr_port"]) for r in page]
+                keys = [format_server(r[0], r[1]) for r in page]
                 # Memory before the queue: a change that lands between the two reads is then
                 # queued by the time the queue is read (the write lock keeps it from being
                 # flushed), so it is skipped, not taken for a difference to repair.
-                mine = dict(self.whitelist.rows_chunked(keys))
+                mine = self.whitelist.checked_chunked(keys)
                 # A queued row differs legitimately: the queue will write it. So does a
                 # take-office candidate's until the grace ends (see LeaseChecker._expire_candidates).
                 pending = self.persist.pending_keys()
@@ -91,16 +105,24 @@ class CheckAllServerTask:
                     seen.add(key)
                     if key in pending:
                         continue
-                    if key not in mine:
+                    ours = mine.get(key)
+                    if ours is None:
                         extra.append(key)
                         continue
-                    diff = [c for c in CHECKED_COLUMNS if mine[key][c] != table_value(row, c)]
+                    # One tuple comparison for the common case: nothing differs.
+                    if ours == row[2:]:
+                        continue
+                    diff = [
+                        c
+                        for c, a, b in zip(CHECKED_COLUMNS, ours, _table_values(row), strict=True)
+                        if a != b
+                    ]
                     if diff:
                         repaired.append(f"{key} ({', '.join(diff)})")
                         self.persist.mark(key)
             if len(page) < page_size:
                 break
-            after = (page[-1]["svr_ip"], page[-1]["svr_port"])
+            after = (page[-1][0], page[-1][1])
             self.sleep(pause_s)
         with self.whitelist.lock:
             missing = sorted(self.whitelist.records.keys() - seen)

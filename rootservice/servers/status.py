@@ -256,6 +256,25 @@ class ServerStatus:
             "lagging_time": self.lagging_time,
         }
 
+    def checked_values(self) -> tuple[Any, ...]:
+        """The values of :data:`CHECKED_COLUMNS` in that order, as :meth:`to_row` writes
+        them (what ``check_all_server`` compares with the table, without a dict per server)."""
+        return (
+            self.zone,
+            self.sql_port,
+            self.build_version,
+            self.display_status().value,
+            1 if self.with_rootserver else 0,
+            self.block_migrate_in_time,
+            self.stop_time,
+            self.start_service_time,
+            self.with_partition,
+            self.last_offline_time,
+            self.suspect_end_time,
+            self.maintenance_end_time,
+            self.lagging_time,
+        )
+
 
 # Columns CheckAllServerTask compares between memory and the table (docs/design/servers.md#memory-and-the-table).
 CHECKED_COLUMNS = (

@@ -191,6 +191,18 @@ class Whitelist:
                         out.append((k, s.to_row()))
         return out
 
+    def checked_chunked(self, keys: list[str]) -> dict[str, tuple[Any, ...]]:
+        """``key -> checked_values()`` of the given servers that are still whitelisted,
+        taking the lock :attr:`CHUNK` servers at a time."""
+        out: dict[str, tuple[Any, ...]] = {}
+        for i in range(0, len(keys), self.CHUNK):
+            with self.lock:
+                for k in keys[i : i + self.CHUNK]:
+                    s = self.records.get(k)
+                    if s is not None:
+                        out[k] = s.checked_values()
+        return out
+
     def rows_for(self, keys: list[str]) -> list[dict[str, Any]]:
         """The current ``__all_server`` rows of the given servers still whitelisted (what the
         persistence queue writes)."""

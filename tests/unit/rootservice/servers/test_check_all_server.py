@@ -142,3 +142,49 @@ def test_a_term_ending_during_the_scan_abandons_it(
     assert [r.levelno for r in mine] == [logging.INFO]
     assert "abandoned" in mine[0].getMessage()
     assert p.persist.pending_keys() == set()
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("zone", "'zz'"),
+        ("inner_port", "1"),
+        ("build_version", "'other'"),
+        ("status", "'INACTIVE'"),
+        ("with_rootserver", "1"),
+        ("block_migrate_in_time", "7"),
+        ("stop_time", "42"),
+        ("start_service_time", "43"),
+        ("with_partition", "0"),
+        ("last_offline_time", "44"),
+        ("suspect_end_time", "45"),
+        ("maintenance_end_time", "46"),
+        ("lagging_time", "47"),
+    ],
+)
+def test_each_checked_column_that_differs_is_named_and_repaired(
+    rs: RootService, column: str, value: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    from rootservice.servers.status import CHECKED_COLUMNS
+
+    assert column in CHECKED_COLUMNS
+    heartbeat_all(rs)
+    flush(rs)
+    before = server_row(rs, A)[column]
+    with rs.store.engine.begin() as conn:
+        conn.execute(sa.text(f"UPDATE __all_server SET {column} = {value} WHERE svr_port = 3001"))
+    assert server_row(rs, A)[column] != before
+    with caplog.at_level(logging.WARNING):
+        assert rs.check_all_server.run_once() == 1
+    assert f"{A} ({column})" in caplog.text
+    flush(rs)
+    assert server_row(rs, A)[column] == before
+    assert rs.check_all_server.run_once() == 0
+
+
+def test_a_status_in_other_case_is_no_difference(rs: RootService) -> None:
+    heartbeat_all(rs)
+    flush(rs)
+    with rs.store.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE __all_server SET status = lower(status)"))
+    assert rs.check_all_server.run_once() == 0
