@@ -205,7 +205,7 @@ class HeartbeatIntake:
         # str): the checks and everything below use these.
         each = each_values(req)
         if checks is None:
-            check_lease_request(req, at, steady - waited_us)
+            check_lease_request(req, at, steady - waited_us, each)
             scalars = stable_scalars(req)
         else:
             scalars = checks.check(req, each, at, raw, steady - waited_us)

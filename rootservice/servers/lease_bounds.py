@@ -219,13 +219,17 @@ each_values = attrgetter(*EACH_FIELDS)
 
 
 def check_lease_request(
-    req: obrpc_pb2.LeaseRequest, now_us: int, steady_us: int | None = None
+    req: obrpc_pb2.LeaseRequest,
+    now_us: int,
+    steady_us: int | None = None,
+    each: tuple[Any, ...] | None = None,
 ) -> None:
     """Check every field of ``req`` against its bound; ``now_us`` is the RS's wall clock,
     ``steady_us`` (default ``now_us``) the same clock carried by the monotonic clock since
     the RS started, without the steps the wall clock took since (an RS whose own clock was
     stepped an hour, must not refuse every server: a time agreeing with
-    either is accepted).
+    either is accepted). ``each``: :data:`each_values` of ``req`` when the caller has read
+    them already (read here otherwise).
 
     Bounds: ``version`` in [:data:`MIN_LEASE_VERSION`,
     :data:`MAX_LEASE_VERSION`]; ``zone`` 1..128 printable characters; ``server`` 1..128 and
@@ -244,7 +248,12 @@ def check_lease_request(
     the bound. Changes nothing.
     """
     _check_stable(req)
-    _check_each(req, each_values(req), now_us, now_us if steady_us is None else steady_us)
+    _check_each(
+        req,
+        each_values(req) if each is None else each,
+        now_us,
+        now_us if steady_us is None else steady_us,
+    )
 
 
 class StreamChecks:

@@ -246,6 +246,11 @@ def test_each_bound_accepts_its_extreme_and_refuses_one_past_it(
         check_lease_request(request(bad), NOW)
     assert e.value.name == "OB_INVALID_ARGUMENT"
     assert field in e.value.message and "lease request field" in e.value.message
+    # The same with the values the caller read already (the unary heartbeat path).
+    check_lease_request(request(ok), NOW, NOW, each_values(request(ok)))
+    with pytest.raises(ObError) as again:
+        check_lease_request(request(bad), NOW, NOW, each_values(request(bad)))
+    assert again.value.message == e.value.message
 
 
 def test_a_step_of_the_rs_clock_refuses_no_agent() -> None:
