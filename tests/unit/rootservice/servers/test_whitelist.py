@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from obcommon.errors import ObError
-from rootservice.servers.status import AdminStatus, HeartbeatStatus, ServerStatus
+from rootservice.servers.status import CHECKED_COLUMNS, AdminStatus, HeartbeatStatus, ServerStatus
 from rootservice.servers.whitelist import Whitelist
 
 
@@ -110,3 +110,36 @@ def test_replace_all_keeps_the_same_containers() -> None:
     w.set_force_stop_hb("10.0.0.1:3003", True)
     got = w.get("10.0.0.1:3003")
     assert got is not None and got.force_stop_hb
+
+
+@pytest.mark.parametrize("admin", list(AdminStatus))
+@pytest.mark.parametrize("hb", list(HeartbeatStatus))
+def test_checked_values_are_the_rows_checked_columns(
+    admin: AdminStatus, hb: HeartbeatStatus
+) -> None:
+    """What check_all_server compares: to_row's CHECKED_COLUMNS, in that order, for every
+    status (each other column given a distinct value so that a swap shows)."""
+    s = ServerStatus(
+        id=7,
+        zone="z9",
+        ip="10.0.0.9",
+        port=3009,
+        sql_port=4009,
+        build_version="b1",
+        admin_status=admin,
+        hb_status=hb,
+        with_rootserver=True,
+        block_migrate_in_time=11,
+        stop_time=12,
+        start_service_time=13,
+        with_partition=1,
+        last_offline_time=14,
+        suspect_end_time=15,
+        maintenance_end_time=16,
+        lagging_time=17,
+    )
+    row = s.to_row()
+    assert s.checked_values() == tuple(row[c] for c in CHECKED_COLUMNS)
+    wl = Whitelist()
+    wl.add([s], offline=3_600_000_000)
+    assert wl.checked_chunked([s.key, "10.0.0.1:1"]) == {s.key: s.checked_values()}
