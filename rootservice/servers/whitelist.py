@@ -182,25 +182,23 @@ class Whitelist:
     def rows_chunked(self, keys: list[str]) -> list[tuple[str, dict[str, Any]]]:
         """``(key, to_row())`` of the given servers that are still whitelisted, taking the
         lock :attr:`CHUNK` servers at a time."""
-        out: list[tuple[str, dict[str, Any]]] = []
-        for i in range(0, len(keys), self.CHUNK):
-            with self.lock:
-                for k in keys[i : i + self.CHUNK]:
-                    s = self.records.get(k)
-                    if s is not None:
-                        out.append((k, s.to_row()))
-        return out
+        return self._chunked(keys, ServerStatus.to_row)
 
     def checked_chunked(self, keys: list[str]) -> dict[str, tuple[Any, ...]]:
         """``key -> checked_values()`` of the given servers that are still whitelisted,
         taking the lock :attr:`CHUNK` servers at a time."""
-        out: dict[str, tuple[Any, ...]] = {}
+        return dict(self._chunked(keys, ServerStatus.checked_values))
+
+    def _chunked(self, keys: list[str], read: Callable[[ServerStatus], T]) -> list[tuple[str, T]]:
+        """``(key, read(record))`` of the given servers still whitelisted, the lock taken
+        :attr:`CHUNK` servers at a time."""
+        out: list[tuple[str, T]] = []
         for i in range(0, len(keys), self.CHUNK):
             with self.lock:
                 for k in keys[i : i + self.CHUNK]:
                     s = self.records.get(k)
                     if s is not None:
-                        out[k] = s.checked_values()
+                        out.append((k, read(s)))
         return out
 
     def rows_for(self, keys: list[str]) -> list[dict[str, Any]]:
