@@ -16,25 +16,20 @@ from rootservice.db import server_repo
 from rootservice.ha.store import MetaStore
 from rootservice.ha.term import Term
 from rootservice.metrics import Metrics
-from rootservice.servers.loader import TakeOfficeGrace
+from rootservice.servers.loader import TakeOfficeGrace, table_value
 from rootservice.servers.persist_queue import PersistQueue
 from rootservice.servers.status import CHECKED_COLUMNS
 from rootservice.servers.whitelist import Whitelist
 
 log = logging.getLogger(__name__)
 
-_STATUS_AT = CHECKED_COLUMNS.index("status")
-
 
 def _table_values(row: tuple[Any, ...]) -> tuple[Any, ...]:
     """The :data:`CHECKED_COLUMNS` of a :func:`server_repo.load_checked_page` row as
-    :meth:`ServerStatus.checked_values` gives them (``status`` compared case-insensitively,
-    as :func:`rootservice.servers.loader.table_value` does)."""
-    values = list(row[2:])
-    status = values[_STATUS_AT]
-    if isinstance(status, str):
-        values[_STATUS_AT] = status.upper()
-    return tuple(values)
+    :meth:`ServerStatus.checked_values` gives them (:func:`table_value`'s rule: ``status``
+    compared case-insensitively). Only for a row whose plain tuple differed."""
+    cols = dict(zip(CHECKED_COLUMNS, row[2:], strict=True))
+    return tuple(table_value(cols, c) for c in CHECKED_COLUMNS)
 
 
 class CheckAllServerTask:
