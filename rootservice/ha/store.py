@@ -14,7 +14,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
+from types import TracebackType
 
 import sqlalchemy as sa
 
@@ -25,6 +26,45 @@ from rootservice.ha.fence import EpochFence
 from rootservice.ha.term import Term
 
 log = logging.getLogger(__name__)
+
+
+class WriteLock:
+    """The process-wide write lock: re-entrant, and able to say whether the calling thread
+    holds it (:meth:`held`), so that a read made under it is bounded like a fenced write
+    (:meth:`MetaStore.read`). Used as ``with lock:`` or ``acquire(timeout=s)`` /
+    ``release()``, like ``threading.RLock``."""
+
+    def __init__(self) -> None:
+        """An unheld lock."""
+        self._lock = threading.RLock()
+        self._mine = threading.local()
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        """``threading.RLock.acquire``: True when taken (``timeout`` in seconds, -1 = none)."""
+        if not self._lock.acquire(blocking, timeout):
+            return False
+        self._mine.depth = getattr(self._mine, "depth", 0) + 1
+        return True
+
+    def release(self) -> None:
+        """Release one level. Raises ``RuntimeError`` when this thread does not hold it."""
+        self._lock.release()
+        self._mine.depth -= 1
+
+    def held(self) -> bool:
+        """Whether the calling thread holds the lock (at any depth)."""
+        return getattr(self._mine, "depth", 0) > 0
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
 
 
 class MetaStore:
@@ -54,7 +94,7 @@ class MetaStore:
         self.rs_addr = rs_addr
         self.term = term
         self.idle_timeout_us = idle_timeout_us
-        self.write_lock = threading.RLock()
+        self.write_lock = WriteLock()
         self.rejected_writes = 0
 
     @property
@@ -133,6 +173,13 @@ class MetaStore:
             return None
         return (left + self.term.lease_time()) / 1e6
 
+    def read_bound_s(self) -> float | None:
+        """Seconds a read may wait for the database: a fenced transaction's bound while the
+        calling thread holds the write lock (how long the lease is still trusted, plus one
+        lease), else None (the engine's default bound per wait). None too when the term is
+        not supervised (unit tests that drive rounds by hand, SQLite)."""
+        return self._bound_s(True) if self.write_lock.held() else None
+
     def _limit_idle(self, conn: sa.Connection) -> None:
         # A transaction of a paused (SIGSTOP) RS holds the lease row FOR KEY SHARE until its
         # session dies; the server ends it after this long idle instead of never.
@@ -143,9 +190,20 @@ class MetaStore:
 
     @contextmanager
     def read(self) -> Iterator[sa.Connection]:
-        """A read-only connection (no write lock, no fencing). Raises ``ObError(OB_ERR_SYS)``."""
+        """A read-only connection (no fencing). Raises ``ObError(OB_ERR_SYS)``.
+
+        Made while the calling thread holds the write lock (check_all_server, the loader, a
+        zone reload, ROOT_INSPECTION compare memory with the tables under it), the read is
+        bounded like a fenced transaction (:meth:`read_bound_s`): every writer waits for the
+        lock, and a leader cut off from its database once kept it for the engine's default
+        30 s per wait, so a statement behind it outlived its client's timeout. Otherwise
+        the engine's default bound applies."""
+        bound = self.read_bound_s()
         try:
-            with self.engine.connect() as conn:
+            with (
+                io_deadline(bound) if bound is not None else nullcontext(),
+                self.engine.connect() as conn,
+            ):
                 conn.execution_options(read_only=True)
                 yield conn
         except sa.exc.SQLAlchemyError as e:
