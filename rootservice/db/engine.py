@@ -178,6 +178,38 @@ IDENTITY_KEY = "ob_server_identity"
 ServerJudge = Callable[[ServerIdentity | None], str | None]
 
 
+class DeadlineQueuePool(sa.pool.QueuePool):
+    """SQLAlchemy's ``QueuePool`` whose wait for a free connection also ends at the calling
+    context's :func:`io_deadline` (the configured ``timeout`` stays the longest wait), so a
+    bounded transaction is bounded in the pool too. Without it a fenced write of a leader
+    cut off from its database, with every connection taken by reads waiting for answers,
+    waited the whole pool timeout (10 s) past its deadline, and a statement's audit record
+    another 10 s after it. Raises ``sqlalchemy.exc.TimeoutError`` when no connection came
+    in time."""
+
+    _configured_timeout: float
+
+    @property  # type: ignore[override]
+    def _timeout(self) -> float:
+        # QueuePool._do_get waits ``self._timeout`` seconds for a returned connection.
+        left = _deadline_left_s()
+        configured = self._configured_timeout
+        return configured if left is None else max(0.0, min(configured, left))
+
+    @_timeout.setter
+    def _timeout(self, value: float) -> None:
+        self._configured_timeout = value
+
+    def recreate(self) -> DeadlineQueuePool:
+        """A new pool like this one (``engine.dispose()``), with the configured timeout, not
+        what is left of the caller's deadline."""
+        token = _deadline.set(None)
+        try:
+            return super().recreate()  # type: ignore[return-value]
+        finally:
+            _deadline.reset(token)
+
+
 def _without_server(params: dict[str, Any], host: str, port: int) -> dict[str, Any] | None:
     """``params`` of a libpq multi-host connection without the ``host:port`` entry, or None
     when no other server is left (or the hosts cannot be told apart)."""
@@ -208,7 +240,8 @@ def make_engine(
     of ``connect_timeout_s`` (libpq: the whole connection start-up, per host; less within an
     :func:`io_deadline`: :func:`connect_params_within`), :data:`TCP_ARGS`, a
     pre-ping on checkout, at most ``POOL_SIZE + MAX_OVERFLOW`` connections and
-    ``pool_timeout_s`` of waiting for one. SQLite files' parent directories are created.
+    ``pool_timeout_s`` of waiting for one (less within an :func:`io_deadline`:
+    :class:`DeadlineQueuePool`). SQLite files' parent directories are created.
     ``server_judge`` (PostgreSQL) sees the :class:`ServerIdentity` of every
     new connection (None when unreadable) and may refuse it: the connection is closed and,
     with a multi-host URL, the next server of the list is tried without the refused one (libpq
@@ -257,6 +290,7 @@ def make_engine(
         kwargs["pool_size"] = POOL_SIZE
         kwargs["max_overflow"] = MAX_OVERFLOW
         kwargs["pool_timeout"] = pool_timeout_s
+        kwargs["poolclass"] = DeadlineQueuePool
         engine = sa.create_engine(u, **kwargs)
 
         @sa.event.listens_for(engine, "do_connect")

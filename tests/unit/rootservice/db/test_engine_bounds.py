@@ -1,7 +1,8 @@
 """The engine's client-side bounds on a real PostgreSQL reached through the
 fault proxy: a database that stops answering gives an error within :func:`io_deadline`, not
-a hang, a new connection's start-up included, and the pool recovers after the heal;
-``set_local`` sets several settings at once."""
+a hang, a new connection's start-up included, and the pool recovers after the heal; the wait
+for a free connection of a full pool ends at the deadline too; ``set_local`` sets several
+settings at once."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ import pytest
 import sqlalchemy as sa
 
 from rootservice.db.engine import (
+    MAX_OVERFLOW,
+    POOL_SIZE,
     DatabaseTimeout,
+    DeadlineQueuePool,
     connect_params_within,
     io_deadline,
     make_engine,
@@ -64,6 +68,71 @@ def test_blackholed_database_fails_within_the_deadline_then_recovers(
                 assert conn.execute(sa.text("SELECT 4")).scalar() == 4
         finally:
             engine.dispose()
+
+
+def test_the_wait_for_a_free_connection_ends_at_the_deadline(pg_server: PgServer) -> None:
+    # A pool timeout far longer than any deadline here: a full pool's wait must end on the
+    # deadline, not on it.
+    engine = make_engine(pg_server.url("postgres"), pool_timeout_s=600)
+    assert isinstance(engine.pool, DeadlineQueuePool)
+    taken = [engine.connect() for _ in range(POOL_SIZE + MAX_OVERFLOW)]
+    try:
+        waited: list[BaseException] = []
+
+        def checkout(seconds: float) -> None:
+            try:
+                with io_deadline(seconds), engine.connect():
+                    raise AssertionError("a connection beyond the pool's limit")
+            except sa.exc.TimeoutError as e:
+                waited.append(e)
+
+        t = threading.Thread(target=checkout, args=(0.3,), daemon=True)
+        t.start()
+        t.join(60)
+        assert not t.is_alive(), "the wait for a free connection ignored the deadline"
+        assert len(waited) == 1 and "QueuePool limit" in str(waited[0]), waited
+        # A deadline already passed: no wait at all, the same error.
+        checkout(0.0)
+        assert len(waited) == 2
+        # The pool's wait is the deadline's rest inside one, the configured one outside.
+        with io_deadline(0.1):
+            assert engine.pool._timeout <= 0.1
+        assert engine.pool._timeout == 600
+    finally:
+        for c in taken:
+            c.close()
+    # Freed: the next checkout gets one at once, inside a short deadline too.
+    with io_deadline(5), engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT 1")).scalar() == 1
+    # Disposing inside a deadline keeps the configured timeout for the new pool.
+    with io_deadline(0.1):
+        engine.dispose()
+    assert isinstance(engine.pool, DeadlineQueuePool) and engine.pool._timeout == 600
+    engine.dispose()
+
+
+def test_the_configured_pool_timeout_still_bounds_a_longer_deadline(pg_server: PgServer) -> None:
+    engine = make_engine(pg_server.url("postgres"), pool_timeout_s=0.2)
+    taken = [engine.connect() for _ in range(POOL_SIZE + MAX_OVERFLOW)]
+    try:
+        done = threading.Event()
+        got: list[BaseException] = []
+
+        def checkout() -> None:
+            try:
+                with io_deadline(600), engine.connect():
+                    pass
+            except sa.exc.TimeoutError as e:
+                got.append(e)
+            done.set()
+
+        threading.Thread(target=checkout, daemon=True).start()
+        assert done.wait(60), "a 600 s deadline replaced the pool's 0.2 s timeout"
+        assert got and "QueuePool limit" in str(got[0]), got
+    finally:
+        for c in taken:
+            c.close()
+        engine.dispose()
 
 
 def test_a_new_connection_gets_the_deadline_left_shared_by_its_hosts() -> None:
