@@ -20,6 +20,7 @@ import sqlalchemy as sa
 
 from rootservice.db.engine import make_engine, upgrade
 from tests.support.cluster import ProcSet, procs_since, registry_mark, stop_all
+from tests.support.db_template import fill_from_template
 from tests.support.pgserver import PgNotAvailable, PgServer
 from tests.support.timescale import ENV as TIME_SCALE_ENV
 from tests.support.timescale import BadTimeScale, origin, scale
@@ -135,7 +136,9 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture
 def engine(db_url: str) -> Iterator[sa.Engine]:
-    """``make_engine(db_url)`` with every migration applied; disposed afterwards."""
+    """``make_engine(db_url)`` with every migration applied (copied from a migrated database:
+    tests/support/db_template.py); disposed afterwards."""
+    fill_from_template(db_url)
     eng = make_engine(db_url)
     try:
         upgrade(eng)

@@ -23,6 +23,7 @@ from rootservice.config import RsSettings
 from rootservice.db import param_repo, server_repo, zone_repo
 from rootservice.db.zone_repo import ZoneInfo
 from rootservice.servers.status import HeartbeatStatus, ServerStatus
+from tests.support.db_template import fill_from_template
 
 S = 1_000_000
 # Where every FakeClock starts (2026-01-01): the times of the lease requests built here.
@@ -64,6 +65,8 @@ def make_rs(
     **overrides: Any,
 ) -> RootService:
     global _agent_clock
+    # An empty database gets its schema by copy, not by migrating (tests/support/db_template.py).
+    fill_from_template(db_url)
     clock = _agent_clock = FakeClock()
     settings = RsSettings(
         data_dir=tmp_path,
