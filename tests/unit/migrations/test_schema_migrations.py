@@ -3,9 +3,11 @@ DBA_OB_SERVERS / DBA_OB_ZONES views, and a repeatable walk up to head and back t
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from rootservice.db import tables
@@ -122,6 +124,36 @@ def test_upgrade_walks_from_empty_to_head(db_url: str) -> None:
         assert "__all_server" in sa.inspect(eng).get_table_names()
     finally:
         eng.dispose()
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_two_root_services_migrating_at_once_both_finish_at_head(db_url: str) -> None:
+    """Two RS processes starting together on an empty PostgreSQL both run ``upgrade``: the
+    migration lock makes the second wait and find the schema at head, instead of creating
+    the same tables beside the first (SQLite has one writer: nothing to test there)."""
+    engines = [make_engine(db_url) for _ in range(2)]
+    start = threading.Barrier(2)
+    failed: list[BaseException] = []
+
+    def migrate(eng: sa.Engine) -> None:
+        try:
+            start.wait(30)
+            upgrade(eng)
+        except BaseException as e:  # noqa: BLE001 - reported by the assertion below
+            failed.append(e)
+
+    threads = [threading.Thread(target=migrate, args=(e,), daemon=True) for e in engines]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads), "an upgrade still runs after 60 s"
+        assert failed == []
+        assert current_revision(engines[0]) == head_revision()
+    finally:
+        for e in engines:
+            e.dispose()
 
 
 def test_all_server_has_exactly_the_spec_columns_and_key(engine: sa.Engine) -> None:
