@@ -68,29 +68,28 @@ def _fill_sqlite(path: Path) -> bool:
     return True
 
 
-def _admin(url: sa.URL) -> psycopg.Connection:
+def _connect(url: sa.URL, dbname: str) -> psycopg.Connection:
+    # Autocommit: CREATE / DROP DATABASE cannot run inside a transaction.
     return psycopg.connect(
         host=url.host,
         port=url.port,
         user=url.username,
         password=url.password,
-        dbname="postgres",
+        dbname=dbname,
         autocommit=True,
     )
 
 
 def _fill_pg(url: sa.URL) -> bool:
     name = url.database or ""
-    with psycopg.connect(
-        host=url.host, port=url.port, user=url.username, password=url.password, dbname=name
-    ) as conn:
+    with _connect(url, name) as conn:
         row = conn.execute(
             "SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = 'public'"
         ).fetchone()
         if row is None or row[0] > 0:
             return False
     key = (url.host or "", url.port or 5432)
-    with _admin(url) as admin:
+    with _connect(url, "postgres") as admin:
         admin.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
         for _ in range(2):
             template = _pg_templates.get(key) or _make_pg_template(admin, url)
