@@ -25,7 +25,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from obcommon.security.certs import Role
-from tests.support import pki, timescale
+from tests.support import pki, timescale, zygote
 from tests.support.ports import free_port
 from tests.support.timescale import scaled
 
@@ -199,16 +199,21 @@ class Proc:
         full_env["PYTHONUNBUFFERED"] = "1"
         if env:
             full_env.update(env)
-        with open(self.log_path, "ab") as log:
-            self.popen = subprocess.Popen(
-                self.args,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=full_env,
-                cwd=cwd,
-                start_new_session=True,
-            )
+        self.popen: subprocess.Popen[bytes] | zygote.ZygoteChild
+        if zygote.eligible(self.args, env, cwd):
+            # Forked from a warm interpreter: the same process, without its imports.
+            self.popen = zygote.spawn(self.args, full_env, str(self.log_path))
+        else:
+            with open(self.log_path, "ab") as log:
+                self.popen = subprocess.Popen(
+                    self.args,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=full_env,
+                    cwd=cwd,
+                    start_new_session=True,
+                )
         self.pid = self.popen.pid
         # The health service wait_healthy asks: an RS answers "" SERVING only once it leads
         # in FULL_SERVICE, so "started" is its "liveness" service; agents "".
