@@ -111,6 +111,15 @@ def tc(
             60,
             message="a leader for each log stream of t1",
         )
+        # GV$OB_SERVERS lags the agents' reports by up to one server_report_sync round (2 s).
+        wait_until(
+            lambda: (
+                sorted(truth("SELECT svr_ip, svr_port FROM GV$OB_SERVERS"))
+                == sorted(truth("SELECT svr_ip, svr_port FROM __all_server"))
+            ),
+            30,
+            message="a GV$OB_SERVERS row for every server",
+        )
         (tenant_id,) = truth("SELECT tenant_id FROM __all_tenant WHERE tenant_name = 't1'")[0]
         ip, sport = a1.rsplit(":", 1)
         base = {

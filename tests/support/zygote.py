@@ -172,6 +172,10 @@ class Zygote:
                 if "exited" in msg:
                     self._exits[int(msg["exited"])] = os.waitstatus_to_exitcode(int(msg["status"]))
                 else:
+                    # Pids are reused: an exit reported for an earlier child with this pid
+                    # is not this one's (its own exit can only come after this answer).
+                    if "pid" in msg:
+                        self._exits.pop(int(msg["pid"]), None)
                     self._answers.append(msg)
                 self._cond.notify_all()
         with self._cond:
@@ -197,7 +201,8 @@ def _child(args: list[str], env: dict[str, str], log: str) -> None:
         out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(out, 1)
         os.dup2(out, 2)
-        os.close(out)
+        if out > 2:
+            os.close(out)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
@@ -264,7 +269,7 @@ def _serve() -> None:
                 send({"error": str(e)})
                 continue
             if pid == 0:
-                os.close(outp)
+                # (fd 1, the protocol's pipe, is replaced by the log in _child)
                 _child(req["args"], req["env"], req["log"])
             send({"pid": pid})
 
