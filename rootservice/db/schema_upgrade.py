@@ -13,7 +13,8 @@ During an upgrade root services of two releases run on one database. A migration
 
 Steps when ``rootservice serve`` opens the database (:func:`upgrade_at_start`), in one
 transaction under the migration lock (PostgreSQL: ``pg_advisory_xact_lock``; SQLite has one
-writer), so two root services never migrate at once:
+writer), so two root services never migrate at once (a transaction PostgreSQL aborts to
+break a deadlock with a running root service is run again):
 
 1. A database without a schema gets every migration, contract ones included: no older RS can
    be running on it.
@@ -37,6 +38,9 @@ cluster version) in Alembic's terms; OceanBase upgrades its inner tables in
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +52,15 @@ from alembic.script import ScriptDirectory
 from rootservice.db import cluster_version_repo, schema_version
 from rootservice.db.engine import MIGRATIONS_DIR, alembic_config, io_deadline, migration_lock
 from rootservice.db.tables import all_schema_contract
+
+log = logging.getLogger(__name__)
+
+#: Attempts of the start-up migration when the database aborts it to break a deadlock or a
+#: serialization conflict (:func:`upgrade_at_start`), and the delay unit between them.
+RETRY_ATTEMPTS = 5
+RETRY_DELAY_S = 0.2
+#: PostgreSQL's deadlock_detected and serialization_failure.
+RETRY_SQLSTATES = frozenset({"40P01", "40001"})
 
 
 class SchemaAhead(Exception):
@@ -117,9 +130,42 @@ def set_contract_level(conn: sa.Connection, level: int) -> None:
     conn.execute(sa.update(all_schema_contract).values(contract_level=level))
 
 
-def upgrade_at_start(engine: sa.Engine, location: Path = MIGRATIONS_DIR) -> str | None:
+def upgrade_at_start(
+    engine: sa.Engine,
+    location: Path = MIGRATIONS_DIR,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str | None:
     """Steps 1 to 3 of the module doc; returns the revision the database is at afterwards.
-    Raises :class:`SchemaAhead` (nothing written), SQLAlchemy errors."""
+
+    A migration's DDL locks whole tables, which the root services already running (of the
+    previous release, during a rolling upgrade) also lock row by row in their own
+    transactions, in another order: PostgreSQL may then break a deadlock by aborting the
+    migration's transaction (SQLSTATE 40P01; 40001 for a serialization failure). Nothing of it
+    was written, so it runs again, after :data:`RETRY_DELAY_S` times the attempt number
+    (``sleep``), up to :data:`RETRY_ATTEMPTS` attempts in all. Raises
+    :class:`SchemaAhead` (nothing written), SQLAlchemy errors (the last one, once the
+    attempts are used up)."""
+    for attempt in range(1, RETRY_ATTEMPTS + 1):
+        try:
+            return _upgrade_at_start_once(engine, location)
+        except sa.exc.DBAPIError as e:
+            state = getattr(e.orig, "sqlstate", None)
+            if state not in RETRY_SQLSTATES or attempt == RETRY_ATTEMPTS:
+                raise
+            log.warning(
+                "the start-up migration was aborted by the database (SQLSTATE %s, attempt %d "
+                "of %d): running it again: %s",
+                state,
+                attempt,
+                RETRY_ATTEMPTS,
+                str(e.orig).strip(),
+            )
+            sleep(RETRY_DELAY_S * attempt)
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+def _upgrade_at_start_once(engine: sa.Engine, location: Path) -> str | None:
     history = migrations(location)
     with io_deadline(None), engine.begin() as conn:
         migration_lock(conn)

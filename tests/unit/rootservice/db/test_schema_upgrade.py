@@ -6,7 +6,9 @@ migrations are the product's plus three of the test's own, in a copy of ``migrat
 
 from __future__ import annotations
 
+import logging
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,6 +35,7 @@ from rootservice.db.schema_upgrade import (
     upgrade_at_start,
 )
 from rootservice.db.schema_version import LEGACY_TABLE, PREVIOUS_HEAD, VERSION_TABLE
+from tests.support.cluster import wait_until
 
 HEAD = head_revision()
 
@@ -220,3 +223,70 @@ def test_a_new_database_is_stamped_for_the_previous_release_a_contracted_one_not
     assert legacy_row(blank) == PREVIOUS_HEAD  # expanded only
     contract(blank, newer)
     assert legacy_row(blank) == f"upgraded-to-{releases.current()}"
+
+
+# Locks __all_zone, then __all_server: the order a running root service's transaction
+# below reverses.
+ALTER_BOTH = f'''
+from alembic import op
+import sqlalchemy as sa
+revision = "9101"
+down_revision = "{HEAD}"
+branch_labels = None
+depends_on = None
+def upgrade():
+    op.add_column("__all_zone", sa.Column("t_a", sa.Integer, nullable=True))
+    op.add_column("__all_server", sa.Column("t_b", sa.Integer, nullable=True))
+def downgrade():
+    pass
+'''
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_a_migration_postgresql_aborts_for_a_deadlock_runs_again(
+    db_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    loc = tmp_path / "migrations"
+    shutil.copytree(MIGRATIONS_DIR, loc, ignore=shutil.ignore_patterns("__pycache__"))
+    (loc / "versions" / "9101_alter_both.py").write_text(ALTER_BOTH)
+    # The migration's session detects the deadlock (its check comes 2 s after it starts to
+    # wait, the other session's after 30 s): it is the one PostgreSQL aborts.
+    migrating = make_engine(db_url + "?options=-c%20deadlock_timeout%3D2s")
+    running = make_engine(db_url)
+    try:
+        assert upgrade_at_start(migrating) == HEAD
+        result: list[object] = []
+        with running.connect() as other:
+            other.exec_driver_sql("SET deadlock_timeout = '30s'")
+            other.exec_driver_sql("LOCK TABLE __all_server IN ROW EXCLUSIVE MODE")
+
+            def migrate() -> None:
+                try:
+                    result.append(upgrade_at_start(migrating, loc))
+                except Exception as e:  # reported by the assertion below
+                    result.append(e)
+
+            t = threading.Thread(target=migrate)
+            with caplog.at_level(logging.WARNING, "rootservice.db.schema_upgrade"):
+                t.start()
+                # The migration holds __all_zone and waits for __all_server ...
+                wait_until(
+                    lambda: other.exec_driver_sql(
+                        "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
+                        "WHERE c.relname = '__all_server' AND NOT l.granted"
+                    ).scalar(),
+                    30,
+                    message="the migration waiting for __all_server",
+                )
+                # ... and this session's read of __all_zone closes the cycle: PostgreSQL aborts
+                # the migration, then this read goes through.
+                other.exec_driver_sql("SELECT count(*) FROM __all_zone").scalar()
+                other.commit()
+                t.join(timeout=60)
+        assert not t.is_alive()
+        assert result == ["9101"], result
+        assert "SQLSTATE 40P01, attempt 1 of 5" in caplog.text
+        assert "t_b" in {c["name"] for c in sa.inspect(running).get_columns("__all_server")}
+    finally:
+        migrating.dispose()
+        running.dispose()
