@@ -17,7 +17,9 @@ child so that they do not share one sequence. Only ``python -m rootservice.cli``
 ``python -m observer_agent.cli`` commands without an environment or working directory of
 their own come here (:func:`eligible`); everything else, and every command when
 ``OB_TEST_NO_ZYGOTE=1``, is started by ``subprocess`` as before. The zygote imports nothing
-that starts a thread or a gRPC channel, so that forking it is safe.
+that starts a thread or a gRPC channel, so that forking it is safe. In ``ps`` a forked
+process shows the zygote's command line (``python -m tests.support.zygote``): its pid, in
+the test's failure report, and its log name tell which it is.
 
 Protocol, one JSON object per line: the client writes ``{"args", "env", "log"}`` on the
 zygote's stdin and reads ``{"pid"}`` (or ``{"error"}``) back; the zygote also writes
