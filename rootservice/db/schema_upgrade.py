@@ -146,12 +146,12 @@ def upgrade_at_start(
     (``sleep``), up to :data:`RETRY_ATTEMPTS` attempts in all. Raises
     :class:`SchemaAhead` (nothing written), SQLAlchemy errors (the last one, once the
     attempts are used up)."""
-    for attempt in range(1, RETRY_ATTEMPTS + 1):
+    for attempt in range(1, RETRY_ATTEMPTS):
         try:
             return _upgrade_at_start_once(engine, location)
         except sa.exc.DBAPIError as e:
             state = getattr(e.orig, "sqlstate", None)
-            if state not in RETRY_SQLSTATES or attempt == RETRY_ATTEMPTS:
+            if state not in RETRY_SQLSTATES:
                 raise
             log.warning(
                 "the start-up migration was aborted by the database (SQLSTATE %s, attempt %d "
@@ -162,7 +162,7 @@ def upgrade_at_start(
                 str(e.orig).strip(),
             )
             sleep(RETRY_DELAY_S * attempt)
-    raise AssertionError("unreachable")  # the loop returns or raises
+    return _upgrade_at_start_once(engine, location)  # the last attempt: its error is raised
 
 
 def _upgrade_at_start_once(engine: sa.Engine, location: Path) -> str | None:
