@@ -70,10 +70,10 @@ class ZygoteChild:
     (``pid``, ``poll``, ``wait``) for a process forked by the zygote, whose exit the
     zygote reports (it is the zygote's child, not ours)."""
 
-    def __init__(self, zygote: Zygote, pid: int) -> None:
+    def __init__(self, zygote: Zygote, pid: int, args: Sequence[str]) -> None:
         self._zygote = zygote
         self.pid = pid
-        self.args: list[str] = []
+        self.args = list(args)
 
     def poll(self) -> int | None:
         """The exit code (negative signal number when killed), None while it runs."""
@@ -102,7 +102,7 @@ class Zygote:
         self._cond = threading.Condition()
         self._proc: subprocess.Popen[bytes] | None = None
         self._owner = 0
-        # pid -> exit code, as the zygote reports them; pid -> the answer to a spawn.
+        # pid -> exit code, as the zygote reports them; the answers to spawns, in order.
         self._exits: dict[int, int] = {}
         self._answers: list[dict[str, Any]] = []
 
@@ -123,9 +123,7 @@ class Zygote:
                 answer = self._answers.pop(0)
         if "error" in answer:
             raise OSError(f"the zygote could not fork: {answer['error']}")
-        child = ZygoteChild(self, int(answer["pid"]))
-        child.args = list(args)
-        return child
+        return ZygoteChild(self, int(answer["pid"]), args)
 
     def exit_code(self, pid: int) -> int | None:
         """The exit code of ``pid`` if the zygote reported it."""
