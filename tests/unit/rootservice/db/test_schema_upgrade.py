@@ -290,3 +290,54 @@ def test_a_migration_postgresql_aborts_for_a_deadlock_runs_again(
     finally:
         migrating.dispose()
         running.dispose()
+
+
+def raising(sqlstate: str) -> str:
+    """A migration whose upgrade makes PostgreSQL raise an error of ``sqlstate`` (a DO block:
+    a real server error, as a deadlock or a missing table would give)."""
+    return f'''
+from alembic import op
+import sqlalchemy as sa
+revision = "9102"
+down_revision = "{HEAD}"
+branch_labels = None
+depends_on = None
+def upgrade():
+    op.create_table("t_half", sa.Column("id", sa.Integer, primary_key=True))
+    op.execute("DO $$ BEGIN RAISE EXCEPTION 'forced' USING ERRCODE = '{sqlstate}'; END $$")
+def downgrade():
+    pass
+'''
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+@pytest.mark.parametrize(
+    ("sqlstate", "sleeps"),
+    [
+        # Aborted every time: five attempts, the error of the last one raised.
+        ("40P01", [0.2, 0.4, 0.6, 0.8]),
+        ("40001", [0.2, 0.4, 0.6, 0.8]),
+        # Any other error is the migration's own: raised at once, never run again.
+        ("42P01", []),
+    ],
+)
+def test_a_migration_that_keeps_failing_raises_its_error_and_writes_nothing(
+    db_url: str, tmp_path: Path, sqlstate: str, sleeps: list[float]
+) -> None:
+    loc = tmp_path / "migrations"
+    shutil.copytree(MIGRATIONS_DIR, loc, ignore=shutil.ignore_patterns("__pycache__"))
+    (loc / "versions" / "9102_raising.py").write_text(raising(sqlstate))
+    engine = make_engine(db_url)
+    try:
+        assert upgrade_at_start(engine) == HEAD
+        slept: list[float] = []
+        with pytest.raises(sa.exc.DBAPIError) as err:
+            upgrade_at_start(engine, loc, sleep=slept.append)
+        assert getattr(err.value.orig, "sqlstate", None) == sqlstate
+        assert slept == pytest.approx(sleeps)
+        # Each attempt rolled back whole: the table it created first is not there.
+        assert "t_half" not in tables(engine)
+        with engine.connect() as conn:
+            assert schema_version.read(conn) == HEAD
+    finally:
+        engine.dispose()
