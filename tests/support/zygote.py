@@ -24,6 +24,9 @@ the test's failure report, and its log name tell which it is.
 Protocol, one JSON object per line: the client writes ``{"args", "env", "log"}`` on the
 zygote's stdin and reads ``{"pid"}`` (or ``{"error"}``) back; the zygote also writes
 ``{"exited": pid, "status": waitstatus}`` whenever it reaps a child (it polls every 50 ms).
+A zygote that dies (killed, out of memory) leaves its children to ``init``: their exits are
+then watched in ``/proc`` and reported as :data:`UNKNOWN_EXIT`, since nobody can read their
+status any more.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -49,6 +53,22 @@ MODULES = ("rootservice.cli", "observer_agent.cli")
 PRELOAD = (*MODULES, "rootservice.api.grpc_server", "rootservice.api.mysql_server")
 #: Set to 1 to start every process with ``subprocess`` (the zygote is not used).
 DISABLE_ENV = "OB_TEST_NO_ZYGOTE"
+#: The exit code given for a child that ended after its zygote died (its status is lost).
+UNKNOWN_EXIT = 255
+#: How often (seconds) the end of such a child is looked for in ``/proc``.
+ORPHAN_POLL_S = 0.05
+
+
+def _start_time(pid: int) -> int | None:
+    """``pid``'s start time (clock ticks after boot, ``/proc/<pid>/stat`` field 22), None
+    when it has ended (gone or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # fields[0] is the state (field 3): a zombie has ended, only its status is left.
+    return None if fields[0] in (b"Z", b"X") else int(fields[19])
 
 
 def eligible(args: Sequence[str], env: Mapping[str, str] | None, cwd: object) -> bool:
@@ -105,6 +125,8 @@ class Zygote:
         # pid -> exit code, as the zygote reports them; the answers to spawns, in order.
         self._exits: dict[int, int] = {}
         self._answers: list[dict[str, Any]] = []
+        # Children left running by a zygote that died: pid -> start time (against pid reuse).
+        self._orphans: dict[int, int] = {}
 
     def spawn(self, args: Sequence[str], env: Mapping[str, str], log_path: str) -> ZygoteChild:
         """Fork ``python -m args[2] args[3:]`` with ``env`` as its whole environment and
@@ -126,15 +148,32 @@ class Zygote:
         return ZygoteChild(self, int(answer["pid"]), args)
 
     def exit_code(self, pid: int) -> int | None:
-        """The exit code of ``pid`` if the zygote reported it."""
+        """The exit code of ``pid`` if the zygote reported it (:data:`UNKNOWN_EXIT` for a
+        child that ended after its zygote died), else None."""
         with self._cond:
-            return self._exits.get(pid)
+            return self._exit_locked(pid)
+
+    def _exit_locked(self, pid: int) -> int | None:
+        started = self._orphans.get(pid)
+        if started is not None and _start_time(pid) != started:
+            del self._orphans[pid]
+            self._exits[pid] = UNKNOWN_EXIT
+        return self._exits.get(pid)
 
     def wait_exit(self, pid: int, timeout: float | None) -> int | None:
-        """The exit code of ``pid`` once reported, or None after ``timeout`` seconds."""
+        """The exit code of ``pid`` once reported (see :meth:`exit_code`), or None after
+        ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            self._cond.wait_for(lambda: pid in self._exits, timeout)
-            return self._exits.get(pid)
+            while (code := self._exit_locked(pid)) is None:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return None
+                if pid in self._orphans:
+                    # An orphan's end is not reported: looked for every ORPHAN_POLL_S.
+                    left = ORPHAN_POLL_S if left is None else min(left, ORPHAN_POLL_S)
+                self._cond.wait(left)
+            return code
 
     def _running(self) -> subprocess.Popen[bytes]:
         # A forked test process (multiprocessing) must not share its parent's zygote.
@@ -171,19 +210,31 @@ class Zygote:
 
     def _read(self, proc: subprocess.Popen[bytes]) -> None:
         assert proc.stdout is not None
+        running: set[int] = set()  # this zygote's children whose exit it has not reported
         for raw in proc.stdout:
             msg = json.loads(raw)
             with self._cond:
                 if "exited" in msg:
-                    self._exits[int(msg["exited"])] = os.waitstatus_to_exitcode(int(msg["status"]))
+                    pid = int(msg["exited"])
+                    self._exits[pid] = os.waitstatus_to_exitcode(int(msg["status"]))
+                    running.discard(pid)
                 else:
                     # Pids are reused: an exit reported for an earlier child with this pid
                     # is not this one's (its own exit can only come after this answer).
                     if "pid" in msg:
                         self._exits.pop(int(msg["pid"]), None)
+                        self._orphans.pop(int(msg["pid"]), None)
+                        running.add(int(msg["pid"]))
                     self._answers.append(msg)
                 self._cond.notify_all()
         with self._cond:
+            # The zygote is gone: nobody will report these children's exits.
+            for pid in running:
+                started = _start_time(pid)
+                if started is None:
+                    self._exits[pid] = UNKNOWN_EXIT
+                else:
+                    self._orphans[pid] = started
             self._cond.notify_all()
 
 

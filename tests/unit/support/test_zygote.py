@@ -4,6 +4,7 @@ signals, session)."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import signal
@@ -79,11 +80,44 @@ def test_a_running_process_has_its_own_session_and_dies_by_signal(tmp_path: Path
 
 
 def test_an_exit_reported_for_an_earlier_child_with_the_same_pid_is_not_the_new_ones() -> None:
+    # A pid that runs (this process's): the stream's end below leaves the child running.
+    pid = os.getpid()
+
     class Reported:
         # What the zygote wrote: the end of an earlier child, then a new child with its pid.
-        stdout = io.BytesIO(b'{"exited": 4242, "status": 256}\n{"pid": 4242}\n')
+        stdout = io.BytesIO(f'{{"exited": {pid}, "status": 256}}\n{{"pid": {pid}}}\n'.encode())
 
     z = zygote.Zygote()
     z._read(Reported())  # type: ignore[arg-type]
-    assert z.exit_code(4242) is None
-    assert z._answers == [{"pid": 4242}]
+    assert z.exit_code(pid) is None
+    assert z._answers == [{"pid": pid}]
+
+
+def test_a_child_outliving_its_zygote_is_seen_to_end(tmp_path: Path) -> None:
+    z = zygote.Zygote()  # its own zygote: the one other tests share is not killed
+    port = free_port()
+    args = [
+        sys.executable, "-m", "observer_agent.cli", "--rs-list", f"127.0.0.1:{free_port()}",
+        "--rpc-addr", f"127.0.0.1:{port}", "--sql-port", str(free_port()), "--zone", "z1",
+        "--data-dir", str(tmp_path / "data"), "--http-addr", f"127.0.0.1:{free_port()}",
+        "--insecure",
+    ]  # fmt: skip
+    child = z.spawn(args, dict(os.environ), str(tmp_path / "agent.log"))
+    try:
+        proc = z._proc
+        assert proc is not None
+        proc.kill()
+        proc.wait(timeout=30)
+        # Nobody reports this child's exit any more; it still runs ...
+        with pytest.raises(subprocess.TimeoutExpired):
+            child.wait(timeout=0.3)
+        assert child.poll() is None
+        # ... and its end is seen, its status lost.
+        os.kill(child.pid, signal.SIGKILL)
+        assert child.wait(timeout=30) == zygote.UNKNOWN_EXIT
+        assert child.poll() == zygote.UNKNOWN_EXIT
+    finally:
+        if child.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGKILL)
+        z.close()
