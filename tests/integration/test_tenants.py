@@ -19,7 +19,10 @@ from tests.support.timescale import scaled
 
 pytestmark = pytest.mark.integration
 
-REPLICA_FLAGS = {"replica_size": "256K", "log_interval": "100ms"}
+# The log disk each agent reports is fixed (by default it is 30 % of the filesystem holding the
+# data directory), so that the units the tests create fit whatever the test's temporary
+# directory is on: a 24 GB tmpfs left 7.3 GB, too little for two 4 GB units.
+REPLICA_FLAGS = {"replica_size": "256K", "log_interval": "100ms", "log_disk_size": "80G"}
 RS_FLAGS = {
     "ls_check_interval": "300ms",
     "ls_log_sync_threshold": "1s",
