@@ -21,6 +21,16 @@ from tests.support.ports import free_port
 RS = [sys.executable, "-m", "rootservice.cli"]
 
 
+def agent_args(tmp_path: Path) -> list[str]:
+    """An agent that runs until it is killed (its RS never answers), on free ports."""
+    return [
+        sys.executable, "-m", "observer_agent.cli", "--rs-list", f"127.0.0.1:{free_port()}",
+        "--rpc-addr", f"127.0.0.1:{free_port()}", "--sql-port", str(free_port()), "--zone", "z1",
+        "--data-dir", str(tmp_path / "data"), "--http-addr", f"127.0.0.1:{free_port()}",
+        "--insecure",
+    ]  # fmt: skip
+
+
 def test_only_this_pythons_rs_and_agent_modules_without_env_or_cwd_are_forked(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -57,13 +67,7 @@ def test_the_environment_is_the_one_given(tmp_path: Path) -> None:
 
 def test_a_running_process_has_its_own_session_and_dies_by_signal(tmp_path: Path) -> None:
     log = tmp_path / "agent.log"
-    port = free_port()
-    args = [
-        sys.executable, "-m", "observer_agent.cli", "--rs-list", f"127.0.0.1:{free_port()}",
-        "--rpc-addr", f"127.0.0.1:{port}", "--sql-port", str(free_port()), "--zone", "z1",
-        "--data-dir", str(tmp_path / "data"), "--http-addr", f"127.0.0.1:{free_port()}",
-        "--insecure",
-    ]  # fmt: skip
+    args = agent_args(tmp_path)
     child = zygote.spawn(args, dict(os.environ), str(log))
     try:
         with pytest.raises(subprocess.TimeoutExpired):
@@ -95,13 +99,7 @@ def test_an_exit_reported_for_an_earlier_child_with_the_same_pid_is_not_the_new_
 
 def test_a_child_outliving_its_zygote_is_seen_to_end(tmp_path: Path) -> None:
     z = zygote.Zygote()  # its own zygote: the one other tests share is not killed
-    port = free_port()
-    args = [
-        sys.executable, "-m", "observer_agent.cli", "--rs-list", f"127.0.0.1:{free_port()}",
-        "--rpc-addr", f"127.0.0.1:{port}", "--sql-port", str(free_port()), "--zone", "z1",
-        "--data-dir", str(tmp_path / "data"), "--http-addr", f"127.0.0.1:{free_port()}",
-        "--insecure",
-    ]  # fmt: skip
+    args = agent_args(tmp_path)
     child = z.spawn(args, dict(os.environ), str(tmp_path / "agent.log"))
     try:
         proc = z._proc

@@ -39,47 +39,51 @@ from tests.support.cluster import wait_until
 
 HEAD = head_revision()
 
+
+def migration(
+    revision: str, down: str | None, upgrade: str, downgrade: str = "pass", flags: str = ""
+) -> str:
+    """The source of an Alembic migration file: ``revision`` after ``down``, whose
+    ``upgrade()`` and ``downgrade()`` run the given lines; ``flags``: lines after the revision
+    identifiers (a contract migration's ``contract`` and ``contract_level``)."""
+
+    def body(lines: str) -> str:
+        return "".join(f"    {line}\n" for line in lines.strip().splitlines())
+
+    return (
+        "from alembic import op\n"
+        "import sqlalchemy as sa\n"
+        "from rootservice.db.schema_upgrade import set_contract_level\n"
+        f'revision = "{revision}"\n'
+        f'down_revision = "{down}"\n'
+        "branch_labels = None\n"
+        "depends_on = None\n"
+        f"{flags}"
+        f"def upgrade():\n{body(upgrade)}"
+        f"def downgrade():\n{body(downgrade)}"
+    )
+
+
 # An expand migration, a contract one (drops the expand one's table) and another expand one.
 EXTRA = {
-    "9001_expand.py": f'''
-from alembic import op
-import sqlalchemy as sa
-revision = "9001"
-down_revision = "{HEAD}"
-branch_labels = None
-depends_on = None
-def upgrade():
-    op.create_table("t_expand", sa.Column("id", sa.Integer, primary_key=True))
-def downgrade():
-    op.drop_table("t_expand")
-''',
-    "9002_contract.py": """
-from alembic import op
-from rootservice.db.schema_upgrade import set_contract_level
-revision = "9002"
-down_revision = "9001"
-branch_labels = None
-depends_on = None
-contract = True
-contract_level = 1
-def upgrade():
-    op.drop_table("t_expand")
-    set_contract_level(op.get_bind(), 1)
-def downgrade():
-    pass
-""",
-    "9003_expand.py": """
-from alembic import op
-import sqlalchemy as sa
-revision = "9003"
-down_revision = "9002"
-branch_labels = None
-depends_on = None
-def upgrade():
-    op.create_table("t_later", sa.Column("id", sa.Integer, primary_key=True))
-def downgrade():
-    op.drop_table("t_later")
-""",
+    "9001_expand.py": migration(
+        "9001",
+        HEAD,
+        'op.create_table("t_expand", sa.Column("id", sa.Integer, primary_key=True))',
+        'op.drop_table("t_expand")',
+    ),
+    "9002_contract.py": migration(
+        "9002",
+        "9001",
+        'op.drop_table("t_expand")\nset_contract_level(op.get_bind(), 1)',
+        flags="contract = True\ncontract_level = 1\n",
+    ),
+    "9003_expand.py": migration(
+        "9003",
+        "9002",
+        'op.create_table("t_later", sa.Column("id", sa.Integer, primary_key=True))',
+        'op.drop_table("t_later")',
+    ),
 }
 
 
@@ -227,19 +231,12 @@ def test_a_new_database_is_stamped_for_the_previous_release_a_contracted_one_not
 
 # Locks __all_zone, then __all_server: the order a running root service's transaction
 # below reverses.
-ALTER_BOTH = f'''
-from alembic import op
-import sqlalchemy as sa
-revision = "9101"
-down_revision = "{HEAD}"
-branch_labels = None
-depends_on = None
-def upgrade():
-    op.add_column("__all_zone", sa.Column("t_a", sa.Integer, nullable=True))
-    op.add_column("__all_server", sa.Column("t_b", sa.Integer, nullable=True))
-def downgrade():
-    pass
-'''
+ALTER_BOTH = migration(
+    "9101",
+    HEAD,
+    'op.add_column("__all_zone", sa.Column("t_a", sa.Integer, nullable=True))\n'
+    'op.add_column("__all_server", sa.Column("t_b", sa.Integer, nullable=True))',
+)
 
 
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
@@ -295,19 +292,12 @@ def test_a_migration_postgresql_aborts_for_a_deadlock_runs_again(
 def raising(sqlstate: str) -> str:
     """A migration whose upgrade makes PostgreSQL raise an error of ``sqlstate`` (a DO block:
     a real server error, as a deadlock or a missing table would give)."""
-    return f'''
-from alembic import op
-import sqlalchemy as sa
-revision = "9102"
-down_revision = "{HEAD}"
-branch_labels = None
-depends_on = None
-def upgrade():
-    op.create_table("t_half", sa.Column("id", sa.Integer, primary_key=True))
-    op.execute("DO $$ BEGIN RAISE EXCEPTION 'forced' USING ERRCODE = '{sqlstate}'; END $$")
-def downgrade():
-    pass
-'''
+    return migration(
+        "9102",
+        HEAD,
+        'op.create_table("t_half", sa.Column("id", sa.Integer, primary_key=True))\n'
+        f"op.execute(\"DO $$ BEGIN RAISE EXCEPTION 'forced' USING ERRCODE = '{sqlstate}'; END $$\")",
+    )
 
 
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
