@@ -1,7 +1,6 @@
 """A flood of large admin statements against a real RS while real agents heartbeat: before admission, 8 statements of 4 MiB made the admin path unusable for about
 270 s and caused 6 step-downs. Now the leader never steps down (``rs_step_down_total`` and
-the epoch unchanged), its event loop never stalls (``event_loop_stalls_total``), the servers
-stay ACTIVE, the admin path answers a small statement in
+the epoch unchanged), the servers stay ACTIVE, the admin path answers a small statement in
 time, and the surplus of statements is refused at once by the admission limits."""
 
 from __future__ import annotations
@@ -115,10 +114,6 @@ def test_flood_of_large_statements_causes_no_step_down(
     statuses = c.statuses()
     assert all(statuses[a] == "ACTIVE" for a in addrs), statuses
     assert after.get("rs_step_down_total", 0) == before.get("rs_step_down_total", 0), after
-    # Nor did the admin threads keep the lease streams' event loop from running for 300 ms
-    # (the interpreter lock changes hands after 1 ms: rootservice.cli.tune_switch_interval).
-    stalls = "event_loop_stalls_total"
-    assert after.get(stalls, 0) == before.get(stalls, 0), after
     assert after["epoch"] == before["epoch"] and after["state"] == before["state"]
     # The statements really flooded in, and the surplus was refused, not queued.
     assert outcomes["OK"] > 0 and outcomes["OB_NOT_SUPPORTED"] > 0, outcomes
