@@ -277,8 +277,8 @@ def tune_switch_interval() -> None:
 
     The RS's lease renewal (the election thread), its lease checker and the event loop of
     the agents' lease streams share the interpreter with the admin statements' worker
-    threads, which can run pure-Python work for a second or more (sqlglot writes a 4 MiB
-    string literal out one character at a time). Under four such threads a thread that
+    threads, which can run pure-Python work for a second or more (sqlglot parsing and
+    checking a large statement). Under four such threads a thread that
     slept 10 ms woke 18 ms late at the median, 136 ms at the 99th percentile and 196 ms at
     worst with the default; 4.4, 29 and 45 ms with 1 ms (8 s each, one run, the 2-core
     machine). A thread waits for the lock only when another wants it, so an RS whose

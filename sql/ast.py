@@ -370,7 +370,10 @@ class Query:
     def __post_init__(self) -> None:
         """Keep the canonical MySQL text for equality and logs."""
         if not self.text:
-            object.__setattr__(self, "text", self.tree.sql("mysql"))
+            # Imported here: sql.ast is the statements' plain data, loaded by every client.
+            from sql.mysql_dialect import ObMySQL
+
+            object.__setattr__(self, "text", self.tree.sql(ObMySQL))
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from sqlglot.errors import ParseError, TokenError
 
 from obcommon.errors import ObError
 from sql import ast
+from sql.mysql_dialect import ObMySQL
 
 MAX_NODES = 5_000
 """Nodes a read statement's tree may have (a dashboard query has a few hundred)."""
@@ -381,7 +382,7 @@ def _parse_read(text: str) -> ast.Statement:
     if len(trees) != 1:
         if not trees:
             raise ObError("ER_EMPTY_QUERY")
-        second = trees[1].sql("mysql")
+        second = trees[1].sql(ObMySQL)
         raise _syntax_error(text, second)
     tree = trees[0]
     if isinstance(tree, exp.Show):

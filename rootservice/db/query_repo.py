@@ -42,6 +42,7 @@ from rootservice.db.engine import db_error_summary
 from rootservice.db.loose_group_by import any_value_of_ungrouped
 from rootservice.db.view_orders import DEFAULT_ORDER
 from sql import ast, reads
+from sql.mysql_dialect import ObMySQL
 
 SCHEMA = "oceanbase"
 
@@ -149,7 +150,7 @@ def _headers(tree: exp.Query) -> list[str | None]:
         elif isinstance(p, exp.CurrentSchema):
             out.append("DATABASE()")
         else:
-            out.append(p.sql("mysql"))
+            out.append(p.sql(ObMySQL))
     return out
 
 

@@ -11,7 +11,11 @@ milliseconds by ``time.perf_counter``):
 - ``tokens_4mb_refused``: :func:`rootservice.api.admission.check_tokens` of 2,000,000 tokens
   (4 MiB) with a limit of 100,000, refused after counting to the limit;
 - ``tokens_limit_10k``: the same text with a limit of 10,000, to show that the
-  time follows the limit, not the text's size.
+  time follows the limit, not the text's size;
+- ``read_4mb_literal``: :func:`sql.reads.parse_read` of a SELECT comparing with a 4 MiB
+  string literal (its canonical text written with :class:`sql.mysql_dialect.ObMySQL`);
+- ``read_4mb_literal_stock_mysql``: the same parsed tree written out by sqlglot's own MySQL
+  dialect, the reference (what each such read cost before ``ObMySQL``).
 
 Prints a table and writes ``.bench/parse.json`` (``--out``). Nothing is asserted on time;
 the exit status is 1 only when a case gives the wrong answer.
@@ -37,7 +41,8 @@ from tabulate import tabulate
 
 from obcommon.errors import ObError
 from rootservice.api.admission import check_tokens
-from sql import ast
+from sql import ast, reads
+from sql.mysql_dialect import ObMySQL
 from sql.parser import parse
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,11 +75,31 @@ def _tokens(limit: int) -> Callable[[], bool]:
     return run
 
 
+LITERAL = "x" * (4 * MB - 100)
+LITERAL_READ = f"SELECT svr_ip FROM __all_server WHERE svr_ip = '{LITERAL}'"
+
+
+def _read_literal() -> bool:
+    q = reads.parse_read(LITERAL_READ)
+    return isinstance(q, ast.Query) and len(q.text) > len(LITERAL)
+
+
+def _stock_mysql() -> bool:
+    tree = _LITERAL_TREE[0]
+    return tree.sql("mysql") == tree.sql(ObMySQL)
+
+
+# Parsed once (outside the timed runs of _stock_mysql, which also writes it with ObMySQL).
+_LITERAL_TREE: list[Any] = []
+
+
 CASES: dict[str, Callable[[], bool]] = {
     "parse_1mb_string": _parse_string,
     "parse_1mb_unterminated": _parse_unterminated,
     "tokens_4mb_refused": _tokens(100_000),
     "tokens_limit_10k": _tokens(10_000),
+    "read_4mb_literal": _read_literal,
+    "read_4mb_literal_stock_mysql": _stock_mysql,
 }
 
 
@@ -104,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=ROOT / ".bench" / "parse.json")
     args = p.parse_args(argv)
     repeats = 2 if args.quick else max(1, args.repeats)
+    q = reads.parse_read(LITERAL_READ)
+    assert isinstance(q, ast.Query)
+    _LITERAL_TREE[:] = [q.tree]
     results = {name: run_case(fn, repeats) for name, fn in CASES.items()}
     rows = [
         [name, r["runs"], r["correct"], f"{r['best_ms']:.1f}", f"{r['median_ms']:.1f}"]
