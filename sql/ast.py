@@ -370,7 +370,7 @@ class Query:
     def __post_init__(self) -> None:
         """Keep the canonical MySQL text for equality and logs."""
         if not self.text:
-            # Imported here: sql.ast is the statements' plain data, loaded by every client.
+            # Imported here: obadmin loads sql.ast and never needs sqlglot.
             from sql.mysql_dialect import ObMySQL
 
             object.__setattr__(self, "text", self.tree.sql(ObMySQL))

@@ -2,7 +2,7 @@
 by ``str.translate`` instead of a Python loop over their characters.
 
 sqlglot's ``Generator.escape_str`` escapes a MySQL string literal with a generator
-expression over every character. For a 4 MiB literal that took 0.37 s of CPU (the 2-core
+expression over every character. For a 4 MiB literal that took 0.34-0.37 s of CPU (the 2-core
 machine of docs/benchmarks.md), twice per read with such a literal (its canonical text and
 its result header), all of it pure Python holding the interpreter lock, which the RS's
 lease loop and election thread need too. ``str.translate`` with the same table gives the
