@@ -333,6 +333,12 @@ def main(argv: list[str] | None = None) -> int:
         log.info("%s", security.describe())
     tune_gc()
     tune_switch_interval()
+    # Read back, not restated: what this process really runs with.
+    log.info(
+        "interpreter: young collections every %d allocations, lock switch interval %g ms",
+        gc.get_threshold()[0],
+        sys.getswitchinterval() * 1000,
+    )
     rs = RootService(settings)
     try:
         rs.open()

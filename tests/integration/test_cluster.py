@@ -235,6 +235,13 @@ def test_non_whitelisted_agent_is_refused_and_never_added(cluster: Cluster) -> N
     assert c.agents[stranger].alive  # it keeps trying
 
 
+def test_the_rs_runs_with_its_collector_and_lock_switch_settings(cluster: Cluster) -> None:
+    # rootservice.cli.tune_gc / tune_switch_interval, as the started process reports them.
+    rs = cluster.start_rs()
+    line = "interpreter: young collections every 50000 allocations, lock switch interval 1 ms"
+    wait_until(lambda: line in rs.log_text(), 10, message="the interpreter settings logged")
+
+
 def test_rs_restart_reloads_whitelist_and_needs_heartbeats(cluster: Cluster) -> None:
     c = cluster
     c.start_rs()
