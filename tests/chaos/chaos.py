@@ -364,12 +364,10 @@ class Chaos:
         result: dict[str, Any] = {"trial": n, "kind": kind, "old_epoch": epoch}
         if kind == "delete_kill9":
             victim = next(s for s in reversed(self.servers) if s not in self.watch.deleted)
-            # Marked before the statement: DELETE SERVER wakes the empty-server checker, which
-            # can remove an agent without replicas before this process reads the answer.
-            self.watch.deleted.add(victim)
             resp = execute([old], f"ALTER SYSTEM DELETE SERVER '{victim}'", 30)
             if resp.error.code:
                 raise RuntimeError(f"DELETE SERVER refused: {resp.error.name} {resp.error.message}")
+            self.watch.deleted.add(victim)
             result["deleted"] = victim
         seen_before = len(self.watch.not_active)
         t0 = time.monotonic()
