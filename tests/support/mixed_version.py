@@ -185,7 +185,7 @@ class MixedCluster:
 
     def sql(self, statement: str, timeout_s: float = 60.0) -> obrpc_pb2.SqlResponse | None:
         """``statement`` on the leader; None when no root service answered (counted as
-        unclear unless the checker is paused). Every answer is classified."""
+        unclear). Every answer is classified."""
         try:
             resp = execute(
                 self.rs_addrs, statement, timeout_s=scaled(timeout_s), credentials=pki.credentials()
@@ -276,6 +276,10 @@ class Checker(threading.Thread):
         self.paused = threading.Event()
         self._done = threading.Event()
         self._last: float | None = None
+        # Held for a whole sample: pause() takes it so that a sample begun before the pause
+        # cannot send its second statement to the root service being stopped (a clean-clone
+        # run counted that "connection refused" as an unclear answer).
+        self._sampling = threading.Lock()
 
     def finish(self) -> Counts:
         """Stop sampling; the counts."""
@@ -284,8 +288,11 @@ class Checker(threading.Thread):
         return self.c.counts
 
     def pause(self) -> None:
-        """Stop sampling until :meth:`resume` (the only root service is being replaced)."""
+        """Stop sampling until :meth:`resume` (the only root service is being replaced);
+        returns once a sample in flight has finished."""
         self.paused.set()
+        with self._sampling:
+            pass
 
     def resume(self) -> None:
         """Sample again, the gap not counted."""
@@ -294,8 +301,9 @@ class Checker(threading.Thread):
 
     def run(self) -> None:
         while not self._done.wait(self.interval_s):
-            if not self.paused.is_set():
-                self.sample()
+            with self._sampling:
+                if not self.paused.is_set():
+                    self.sample()
 
     def sample(self) -> None:
         """One look: statuses and leaders. Statements that fail are counted by the cluster's
@@ -515,15 +523,23 @@ def _replace_root_services(c: MixedCluster, checker: Checker, release: str) -> N
             # The next one stops only once this one follows the leader again.
             wait_until(partial(_member_seen, c, addr), 60, message=f"root service {addr} a member")
         else:
-            wait_until(
-                lambda: (
-                    (r := c.sql("SELECT zone FROM __all_zone", 10)) is not None
-                    and r.error.code == 0
-                ),
-                60,
-                message="the root service leading",
-            )
+            wait_until(partial(_answers, c), 60, message="the root service leading")
             checker.resume()
+
+
+def _answers(c: MixedCluster) -> bool:
+    """Whether a statement succeeds, not classified: while the only root service is replaced
+    nobody answers by design, and the checker is paused."""
+    try:
+        resp = execute(
+            c.rs_addrs,
+            "SELECT zone FROM __all_zone",
+            timeout_s=scaled(10),
+            credentials=pki.credentials(),
+        )
+    except Exception:  # not up yet: the caller waits
+        return False
+    return resp.error.code == 0
 
 
 #: The states of a root service in office (its metrics' ``state``; both releases).

@@ -84,3 +84,48 @@ def test_a_zone_finishing_during_the_sample_is_not_counted_against_the_others() 
     c.on_query = lambda: None
     checker.sample()
     assert (c.counts.samples, c.counts.inactive) == (2, 1)
+
+
+def test_pause_waits_for_the_sample_in_flight() -> None:
+    # The only root service is stopped as soon as pause() returns: a sample begun before the
+    # pause must have sent both its statements by then (a clean-clone run counted the second
+    # one's "connection refused" as an unclear answer).
+    c = FakeCluster({Z1: ("z1", "ACTIVE")})
+    checker = Checker(c, interval_s=0.01)  # type: ignore[arg-type]
+    in_flight, proceed, stopped = threading.Event(), threading.Event(), threading.Event()
+    second_saw_stopped: list[bool] = []
+
+    def first_answered() -> None:
+        if not in_flight.is_set():
+            in_flight.set()
+            assert proceed.wait(30)
+
+    c.on_query = first_answered
+    plain_sql = c.sql
+
+    def sql(statement: str, timeout_s: float = 60.0) -> obrpc_pb2.SqlResponse:
+        if "DBA_OB_LS_LOCATIONS" in statement and not second_saw_stopped:
+            # Without the wait in pause() the stop comes at once; with it, never while
+            # this statement is on its way (the bound is only for that second case).
+            second_saw_stopped.append(stopped.wait(0.5))
+        return plain_sql(statement, timeout_s)
+
+    c.sql = sql  # type: ignore[method-assign]
+
+    def stop_the_root_service() -> None:
+        checker.pause()
+        stopped.set()
+
+    checker.start()
+    try:
+        assert in_flight.wait(30)
+        stopper = threading.Thread(target=stop_the_root_service)
+        stopper.start()
+        assert checker.paused.wait(30)
+        proceed.set()
+        stopper.join(30)
+        assert stopped.is_set()
+        assert second_saw_stopped == [False]
+    finally:
+        proceed.set()
+        checker.finish()
