@@ -207,12 +207,20 @@ class Agents:
 class Watch:
     """Polls ``__all_server`` every 50 ms; records servers lost (missing, not deleted),
     resurrected (deleted, then shown other than DELETING) and every not-ACTIVE sighting of a
-    server that was not deleted, with its wall-clock time in microseconds."""
+    server that was not deleted, with its wall-clock time in microseconds.
+
+    A server whose DELETE SERVER is on its way is in ``pending`` and not judged: the
+    statement wakes the empty-server checker, which can remove an agent without replicas
+    before the answer arrives. Once answered (:meth:`deleted_now`), only polls that began
+    after the answer judge it (an earlier read may still show it ACTIVE)."""
 
     def __init__(self, engine: sa.Engine, servers: list[str]) -> None:
         self.engine = engine
         self.servers = servers
         self.deleted: set[str] = set()
+        self.pending: set[str] = set()
+        #: server -> time.monotonic_ns() when its DELETE SERVER was answered.
+        self.deleted_at: dict[str, int] = {}
         self.lost: set[str] = set()
         self.resurrected: set[str] = set()
         self.not_active: list[tuple[int, str, str]] = []
@@ -226,6 +234,7 @@ class Watch:
         for _ in range(72_000):
             if self._stop.wait(0.05):
                 return
+            began = time.monotonic_ns()
             try:
                 with self.engine.connect() as conn:
                     rows = conn.execute(
@@ -235,18 +244,36 @@ class Watch:
                 continue  # the database restarting
             # Taken after the read: the rows were committed before this instant.
             now = int(time.time() * 1e6)
-            seen = {f"{ip}:{port}": st for ip, port, st in rows}
-            self.last = seen
-            self.polls += 1
-            for s in self.servers:
-                st = seen.get(s)
-                if s in self.deleted:
-                    if st is not None and st != "DELETING":
-                        self.resurrected.add(s)
-                elif st is None:
-                    self.lost.add(s)
-                elif st != "ACTIVE":
-                    self.not_active.append((now, s, st))
+            self.judge({f"{ip}:{port}": st for ip, port, st in rows}, began, now)
+
+    def judge(self, seen: dict[str, str], began: int, now: int) -> None:
+        """One poll's rows (``"ip:port" -> status``) judged: ``began`` is when its read
+        began (``time.monotonic_ns()``), ``now`` when it ended (wall clock, microseconds)."""
+        self.last = seen
+        self.polls += 1
+        for s in self.servers:
+            st = seen.get(s)
+            # deleted_now() fills deleted_at before it clears pending: a server is in one
+            # of the two while its statement is answered.
+            if s in self.pending or began <= self.deleted_at.get(s, -1):
+                continue
+            if s in self.deleted:
+                if st is not None and st != "DELETING":
+                    self.resurrected.add(s)
+            elif st is None:
+                self.lost.add(s)
+            elif st != "ACTIVE":
+                self.not_active.append((now, s, st))
+
+    def deleting(self, server: str) -> None:
+        """``server``'s DELETE SERVER is about to be sent: not judged until answered."""
+        self.pending.add(server)
+
+    def deleted_now(self, server: str) -> None:
+        """``server``'s DELETE SERVER was accepted just now."""
+        self.deleted_at[server] = time.monotonic_ns()
+        self.deleted.add(server)
+        self.pending.discard(server)
 
     def all_active(self) -> bool:
         return all(self.last.get(s) == "ACTIVE" for s in self.servers if s not in self.deleted)
@@ -364,10 +391,11 @@ class Chaos:
         result: dict[str, Any] = {"trial": n, "kind": kind, "old_epoch": epoch}
         if kind == "delete_kill9":
             victim = next(s for s in reversed(self.servers) if s not in self.watch.deleted)
+            self.watch.deleting(victim)
             resp = execute([old], f"ALTER SYSTEM DELETE SERVER '{victim}'", 30)
             if resp.error.code:
                 raise RuntimeError(f"DELETE SERVER refused: {resp.error.name} {resp.error.message}")
-            self.watch.deleted.add(victim)
+            self.watch.deleted_now(victim)
             result["deleted"] = victim
         seen_before = len(self.watch.not_active)
         t0 = time.monotonic()
