@@ -202,7 +202,7 @@ class LeaseDecisions:
             disk_probe_latency_us=self._disk.probe_latency_us,
         )
         req.resource_info.CopyFrom(self._resources.info)
-        req.replicas.extend(self._replicas.report())
+        self._replicas.report_into(req)
         return req
 
     def handle_response(self, resp: obrpc_pb2.LeaseResponse, rs_addr: str) -> bool:

@@ -36,8 +36,9 @@ class ResourceSource(Protocol):
 class ReplicaReport(Protocol):
     """The LS replicas the node hosts."""
 
-    def report(self) -> list[obrpc_pb2.ReplicaInfo]:
-        """``ReplicaInfo`` of every hosted replica, from memory (no I/O)."""
+    def report_into(self, msg: obrpc_pb2.LeaseRequest | obrpc_pb2.ApplyReplicasResponse) -> None:
+        """Put ``ReplicaInfo`` of every hosted replica in ``msg.replicas`` and the report's
+        number (one above the last one's) in ``msg.replicas_version``; from memory (no I/O)."""
         ...
 
 

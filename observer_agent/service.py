@@ -201,7 +201,7 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
         if refused is not None:
             resp = obrpc_pb2.ApplyReplicasResponse()
             error_to_proto(refused, resp.error)
-            resp.replicas.extend(self.agent.replicas.report())
+            self.agent.replicas.report_into(resp)
             return resp
         budget = context.time_remaining() if context is not None else None
         resp = await self.agent.replicas.apply(request, self.agent.highest_epoch, budget)

@@ -168,6 +168,7 @@ class LeaseRequest(_message.Message):
     RS_INCARNATION_FIELD_NUMBER: _builtins.int
     APPLIED_COMMAND_SEQ_FIELD_NUMBER: _builtins.int
     DISK_PROBE_LATENCY_US_FIELD_NUMBER: _builtins.int
+    REPLICAS_VERSION_FIELD_NUMBER: _builtins.int
     version: _builtins.int
     zone: _builtins.str
     server: _builtins.str
@@ -205,6 +206,12 @@ class LeaseRequest(_message.Message):
     longer of the last finished probe and the one still running, microseconds.
     """
     disk_probe_latency_us: _builtins.int
+    replicas_version: _builtins.int
+    """The number of the agent's replica report in `replicas`: it grows with each report the
+    agent builds (lease requests and ApplyReplicas answers alike) and starts again with the
+    process (start_service_time tells the runs apart); 0 = not numbered (release 0.1.0).
+    The RS ignores a report older than an ApplyReplicas answer it has taken.
+    """
     @_builtins.property
     def resource_info(self) -> Global___ResourceInfo: ...
     @_builtins.property
@@ -232,10 +239,11 @@ class LeaseRequest(_message.Message):
         rs_incarnation: _builtins.int = ...,
         applied_command_seq: _builtins.int = ...,
         disk_probe_latency_us: _builtins.int = ...,
+        replicas_version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["resource_info", b"resource_info"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_command_seq", b"applied_command_seq", "build_version", b"build_version", "cluster_id", b"cluster_id", "current_server_time", b"current_server_time", "disk_probe_latency_us", b"disk_probe_latency_us", "replicas", b"replicas", "resource_info", b"resource_info", "revocation_version", b"revocation_version", "rs_epoch", b"rs_epoch", "rs_incarnation", b"rs_incarnation", "seq", b"seq", "server", b"server", "server_id", b"server_id", "server_status", b"server_status", "sql_port", b"sql_port", "start_service_time", b"start_service_time", "version", b"version", "zone", b"zone"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["applied_command_seq", b"applied_command_seq", "build_version", b"build_version", "cluster_id", b"cluster_id", "current_server_time", b"current_server_time", "disk_probe_latency_us", b"disk_probe_latency_us", "replicas", b"replicas", "replicas_version", b"replicas_version", "resource_info", b"resource_info", "revocation_version", b"revocation_version", "rs_epoch", b"rs_epoch", "rs_incarnation", b"rs_incarnation", "seq", b"seq", "server", b"server", "server_id", b"server_id", "server_status", b"server_status", "sql_port", b"sql_port", "start_service_time", b"start_service_time", "version", b"version", "zone", b"zone"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -600,6 +608,9 @@ class ApplyReplicasResponse(_message.Message):
 
     ERROR_FIELD_NUMBER: _builtins.int
     REPLICAS_FIELD_NUMBER: _builtins.int
+    REPLICAS_VERSION_FIELD_NUMBER: _builtins.int
+    replicas_version: _builtins.int
+    """as LeaseRequest.replicas_version"""
     @_builtins.property
     def error(self) -> Global___ObError: ...
     @_builtins.property
@@ -611,10 +622,11 @@ class ApplyReplicasResponse(_message.Message):
         *,
         error: Global___ObError | None = ...,
         replicas: _abc.Iterable[Global___ReplicaInfo] | None = ...,
+        replicas_version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "replicas", b"replicas"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "replicas", b"replicas", "replicas_version", b"replicas_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -105,6 +105,9 @@ class ReplicaManager:
         self.log: logging.Logger | logging.LoggerAdapter = log or _logger  # type: ignore[type-arg]
         self._log_keep = log_keep
         self._hosted = HostedReplicas()
+        # The number of the last report built (LeaseRequest / ApplyReplicasResponse
+        # .replicas_version): the RS orders the reports of both RPCs by it.
+        self._report_version = 0
         self._peers = PeerChannels(
             security or TransportSecurity.for_dir(settings.certs_dir, Role.NODE)
         )
@@ -188,6 +191,14 @@ class ReplicaManager:
         """``ReplicaInfo`` of every hosted replica, sorted by ``(tenant_id, ls_id)``. Memory
         only (the heartbeat path calls it)."""
         return self._hosted.report(self._me.server)
+
+    def report_into(self, msg: obrpc_pb2.LeaseRequest | obrpc_pb2.ApplyReplicasResponse) -> None:
+        """Put the report (:meth:`report`) in ``msg.replicas`` and its number, one above the
+        last report's, in ``msg.replicas_version``: the RS ignores a lease request built
+        before an ApplyReplicas answer it has taken. Memory only."""
+        self._report_version += 1
+        msg.replicas_version = self._report_version
+        msg.replicas.extend(self._hosted.report(self._me.server))
 
     # -- load / start / stop
 
@@ -423,7 +434,7 @@ class ReplicaManager:
             err = ObError("OB_INVALID_ARGUMENT", f"ApplyReplicas: {why}")
             self.log.warning("ApplyReplicas refused: %s", err.message)
             error_to_proto(err, resp.error)
-            resp.replicas.extend(self.report())
+            self.report_into(resp)
             return resp
         if request.rs_epoch < highest_epoch:
             err = ObError(
@@ -432,7 +443,7 @@ class ReplicaManager:
             )
             self.log.warning("ApplyReplicas refused: %s", err.message)
             error_to_proto(err, resp.error)
-            resp.replicas.extend(self.report())
+            self.report_into(resp)
             return resp
         loop = asyncio.get_running_loop()
         client_deadline = None
@@ -452,7 +463,7 @@ class ReplicaManager:
                 resp.error.message += "; also: " + "; ".join(
                     f"{e.name}: {e.message}" for e in errors[1:]
                 )
-        resp.replicas.extend(self.report())
+        self.report_into(resp)
         return resp
 
     async def _apply_locked(

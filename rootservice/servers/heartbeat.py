@@ -61,8 +61,15 @@ class ReplicaSink(Protocol):
     :class:`rootservice.tenants.reports.ReplicaReports`). Called under the whitelist lock on the heartbeat path: it must be cheap and
     must not do I/O."""
 
-    def report(self, server: ServerStatus, replicas: Sequence[obrpc_pb2.ReplicaInfo], /) -> None:
-        """Record the replicas ``server`` reported (the live record: read it, do not keep it)."""
+    def report(
+        self,
+        server: ServerStatus,
+        replicas: Sequence[obrpc_pb2.ReplicaInfo],
+        replicas_version: int,
+        /,
+    ) -> None:
+        """Record the replicas ``server`` reported (the live record: read it, do not keep
+        it), numbered ``replicas_version`` by the agent (0: not numbered)."""
         ...
 
 
@@ -220,6 +227,7 @@ class HeartbeatIntake:
             _,
             applied_command_seq,
             disk_probe_latency_us,
+            replicas_version,
             replicas,
         ) = each
         if self._versions is not None:
@@ -316,7 +324,7 @@ class HeartbeatIntake:
             if raw != s.resource_raw:
                 s.resource_info = ResourceInfo.from_proto(req.resource_info)
                 s.resource_raw = raw
-            self._report(s, replicas)
+            self._report(s, replicas, replicas_version)
             if changed:
                 self.persist.mark(key)
             return self._lease_response(s, seq, now)

@@ -201,6 +201,7 @@ EACH_FIELDS = (
     "revocation_version",
     "applied_command_seq",
     "disk_probe_latency_us",
+    "replicas_version",
     "replicas",
 )
 
@@ -212,7 +213,7 @@ _stable_scalars = stable_scalars
 
 #: ``each_values(req) -> (start_service_time, current_server_time, server_status, rs_epoch,
 #: rs_incarnation, seq, revocation_version, applied_command_seq, disk_probe_latency_us,
-#: replicas)``: the fields of :data:`EACH_FIELDS` in that order, read by one call once per
+#: replicas_version, replicas)``: the fields of :data:`EACH_FIELDS` in that order, read by one call once per
 #: request (the checks and ``receive_hb`` both use them; each read of a field of a message
 #: is a lookup by its name).
 each_values = attrgetter(*EACH_FIELDS)
@@ -239,7 +240,7 @@ def check_lease_request(
     future); ``current_server_time`` within :data:`MAX_CLOCK_SKEW_US` of the RS's clock
     either way; ``server_status`` only the data-disk and stopping bits; ``rs_epoch`` and
     ``seq`` 0..2^53 / >= 0; ``rs_incarnation`` >= 0; ``revocation_version`` >= 0; ``applied_command_seq`` >= 0;
-    ``disk_probe_latency_us`` 0..1 day; ``resource_info``: CPU finite in [0, 100,000] cores, sizes in
+    ``replicas_version`` >= 0; ``disk_probe_latency_us`` 0..1 day; ``resource_info``: CPU finite in [0, 100,000] cores, sizes in
     [0, 1 PiB]; at most :data:`MAX_REPLICAS` replicas, each checked by
     :func:`_check_replica` (terms at most 2^53, ids, sizes, addresses, times).
 
@@ -342,7 +343,7 @@ def _values_ok(each: tuple[Any, ...], now_us: int, steady_us: int) -> bool:
     """True only when :func:`_check_each_field` accepts the scalar fields of the request
     whose :data:`each_values` are ``each`` (the same bounds, without naming a field). When
     False, :func:`_check_each_field` decides."""
-    start, cur, status, epoch, incarnation, seq, revocation, applied, disk, _ = each
+    start, cur, status, epoch, incarnation, seq, revocation, applied, disk, version, _ = each
     hi = now_us + MAX_FUTURE_US
     skew = MAX_CLOCK_SKEW_US
     return (
@@ -361,6 +362,7 @@ def _values_ok(each: tuple[Any, ...], now_us: int, steady_us: int) -> bool:
         and revocation >= 0
         and applied >= 0
         and 0 <= disk <= MAX_FUTURE_US
+        and version >= 0
     )
 
 
@@ -389,6 +391,8 @@ def _check_each_field(req: obrpc_pb2.LeaseRequest, now_us: int, steady_us: int) 
     if req.applied_command_seq < 0:
         raise _refuse("applied_command_seq", req.applied_command_seq, "must be >= 0")
     _check_int("disk_probe_latency_us", req.disk_probe_latency_us, 0, MAX_FUTURE_US)
+    if req.replicas_version < 0:
+        raise _refuse("replicas_version", req.replicas_version, "must be >= 0")
 
 
 _ROLES = frozenset({obrpc_pb2.ROLE_INVALID, obrpc_pb2.LEADER, obrpc_pb2.FOLLOWER})

@@ -83,6 +83,10 @@ class ReplicaReports:
         # server -> reports received from it since this RS took its term (a counter, not a
         # time: "has it reported since X" must not depend on how loaded the machine is).
         self._seq: dict[str, int] = {}
+        # server -> (replicas_version, start_service_time) of the last ApplyReplicas answer
+        # taken: a lease request the agent built before that answer (a lower version) may
+        # arrive after it, carrying the state from before the command.
+        self._adopted: dict[str, tuple[int, int]] = {}
 
     def report_seq(self, key: str) -> int:
         """How many reports ``key`` has sent to this RS (0 for none): a task that handed
@@ -90,11 +94,55 @@ class ReplicaReports:
         predate it) before reading its absence from the report as a refusal."""
         return self._seq.get(key, 0)
 
-    def report(self, server: ServerStatus, replicas: Sequence[obrpc_pb2.ReplicaInfo]) -> None:
+    def report(
+        self,
+        server: ServerStatus,
+        replicas: Sequence[obrpc_pb2.ReplicaInfo],
+        replicas_version: int = 0,
+        /,
+    ) -> None:
         """Record the replica report of an accepted heartbeat of ``server`` (called on the
         heartbeat path, under the whitelist lock: cheap, no I/O), set its ``leader_cnt`` and
-        tell ``moves`` of a copy built or a replica dropped by a DELETING server."""
+        tell ``moves`` of a copy built or a replica dropped by a DELETING server.
+
+        ``replicas_version`` is the number the agent gave the report (0: not numbered, an
+        agent of release 0.1.0; always taken). A report numbered below the last
+        ApplyReplicas answer taken (:meth:`adopt`) was built before that answer, so it is
+        ignored: otherwise it would put back, say, a leader the answer had moved (the RS then
+        saw no leader and raised the term again). The agent restarting (another
+        ``start_service_time``: its numbers start again) or a report numbered at least the
+        answer's ends that.
+        """
         s = server
+        if (mark := self._adopted.get(s.key)) is not None:
+            if mark[1] == s.start_service_time and 0 < replicas_version < mark[0]:
+                return
+            del self._adopted[s.key]
+        self._record(s, replicas)
+
+    def adopt(
+        self,
+        server: ServerStatus,
+        replicas: Sequence[obrpc_pb2.ReplicaInfo],
+        replicas_version: int,
+        /,
+    ) -> None:
+        """Record the full report an ApplyReplicas answer of ``server`` carries, numbered
+        ``replicas_version`` by the agent (0: not numbered; nothing is then held against
+        later reports). Same rules as :meth:`report` otherwise."""
+        mark = self._adopted.get(server.key)
+        if (
+            mark is not None
+            and mark[1] == server.start_service_time
+            and 0 < replicas_version < mark[0]
+        ):
+            return  # answers of two calls crossed: the other one's is newer
+        if replicas_version > 0:
+            self._adopted[server.key] = (replicas_version, server.start_service_time)
+        self._record(server, replicas)
+
+    def _record(self, s: ServerStatus, replicas: Sequence[obrpc_pb2.ReplicaInfo]) -> None:
+        """The report of ``s`` taken: what :meth:`report` and :meth:`adopt` share."""
         old = self._reports.get(s.key)
         self._seq[s.key] = self._seq.get(s.key, 0) + 1
         if not replicas:
@@ -139,6 +187,7 @@ class ReplicaReports:
             self._reports.pop(key, None)
         self._building.discard(key)
         self._seq.pop(key, None)
+        self._adopted.pop(key, None)
 
     def reports(self) -> dict[str, dict[LsKey, obrpc_pb2.ReplicaInfo]]:
         """A shallow copy of the latest reports by server."""
@@ -151,6 +200,7 @@ class ReplicaReports:
             self._reports.clear()
         self._building.clear()
         self._seq.clear()
+        self._adopted.clear()
 
     def views(self) -> dict[LsKey, LsView]:
         """Every LS that the layout names or some server reports, with its current leader.

@@ -46,7 +46,7 @@ class FakeTenants:
     leaders: bool = True
     refuse: str = ""
 
-    def report(self, server: ServerStatus, replicas: Sequence[Any]) -> None:
+    def report(self, server: ServerStatus, replicas: Sequence[Any], replicas_version: int) -> None:
         self.reports.append((server.key, len(replicas)))
 
     def check_delete(self, targets: list[ServerStatus]) -> None:

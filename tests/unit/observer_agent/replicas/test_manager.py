@@ -135,3 +135,23 @@ def test_the_report_says_where_the_kept_log_starts(tmp_path: Path) -> None:
     before, after = run(go())
     assert (before.log_base_index, before.log_end_index) == (0, 7)
     assert (after.log_base_index, after.log_end_index) == (3, 7)
+
+
+def test_lease_requests_and_apply_answers_number_their_reports_in_order(tmp_path: Path) -> None:
+    """Both RPCs carry the agent's replica report with one counter (replicas_version): the
+    RS ignores a lease request numbered below an ApplyReplicas answer it took."""
+    clock = FakeClock()
+    members = ["127.0.0.1:3001", "127.0.0.1:3002", "127.0.0.1:3003"]
+
+    async def steps() -> list[int]:
+        agent = Agent(settings(tmp_path / "data"), clock)
+        try:
+            before = agent.build_lease_request()
+            answer = await agent.replicas.apply(upsert(spec(members, members[1], 3)), 0)
+            after = agent.build_lease_request()
+            assert not before.replicas and len(answer.replicas) == len(after.replicas) == 1
+            return [before.replicas_version, answer.replicas_version, after.replicas_version]
+        finally:
+            await agent.replicas.stop()
+
+    assert run(steps()) == [1, 2, 3]

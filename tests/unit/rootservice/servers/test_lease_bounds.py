@@ -176,6 +176,7 @@ BOUNDS: list[tuple[str, Edit, Edit, str]] = [
     ("server_status negative", setter("server_status", 0), setter("server_status", -1), "server_status"),
     ("rs_epoch", setter("rs_epoch", MAX_TERM), setter("rs_epoch", MAX_TERM + 1), "rs_epoch"),
     ("seq", setter("seq", 0), setter("seq", -1), "seq"),
+    ("replicas_version", setter("replicas_version", 0), setter("replicas_version", -1), "replicas_version"),
     (
         "cpu_total",
         setter("resource_info.cpu_total", MAX_CPU),
@@ -353,8 +354,9 @@ def test_each_values_keep_the_order_their_readers_unpack() -> None:
         revocation_version=7,
         applied_command_seq=8,
         disk_probe_latency_us=9,
+        replicas_version=10,
     )
-    assert each_values(req)[:-1] == (1, 2, 3, 4, 5, 6, 7, 8, 9)
+    assert each_values(req)[:-1] == (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
 
 
 def stream_check(checks: StreamChecks, req: obrpc_pb2.LeaseRequest) -> None:
@@ -447,7 +449,7 @@ def _mostly(valid: st.SearchStrategy[int], edges: st.SearchStrategy[int]) -> st.
     # The other fields mostly valid, so that the clock edges above decide most examples.
     status=_mostly(st.sampled_from([0, 1, 2, 3]), st.sampled_from([4, 8, 1 << 31])),
     epoch=_mostly(st.sampled_from([0, 7, MAX_TERM]), _near(0, MAX_TERM)),
-    small=st.lists(_mostly(st.sampled_from([0, 5]), _near(0)), min_size=4, max_size=4),
+    small=st.lists(_mostly(st.sampled_from([0, 5]), _near(0)), min_size=5, max_size=5),
     probe=_mostly(st.sampled_from([0, 1000, MAX_FUTURE_US]), _near(0, MAX_FUTURE_US)),
 )
 def test_the_quick_test_of_each_heartbeat_accepts_only_what_the_named_checks_accept(
@@ -462,7 +464,13 @@ def test_the_quick_test_of_each_heartbeat_accepts_only_what_the_named_checks_acc
     try:
         req.start_service_time, req.current_server_time = start, cur
         req.rs_epoch = epoch
-        req.rs_incarnation, req.seq, req.revocation_version, req.applied_command_seq = small
+        (
+            req.rs_incarnation,
+            req.seq,
+            req.revocation_version,
+            req.applied_command_seq,
+            req.replicas_version,
+        ) = small
         req.disk_probe_latency_us, req.server_status = probe, status
     except ValueError:
         return  # out of the field's protobuf type: no agent can send it

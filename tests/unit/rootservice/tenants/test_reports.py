@@ -89,3 +89,62 @@ def test_effective_members_and_log_sync() -> None:
     assert in_sync(view, A, 0)
     assert in_sync(view, B, 1_000_000) and not in_sync(view, B, 999_999)
     assert not in_sync(view, C, 10**12)  # no replica reported
+
+
+def _heartbeat(layer: Layer, server: str, version: int, reps: list[obrpc_pb2.ReplicaInfo]) -> None:
+    layer.servers.with_server(server, lambda s: layer.reports.report(s, reps, version))
+
+
+def _answer(layer: Layer, server: str, version: int, reps: list[obrpc_pb2.ReplicaInfo]) -> None:
+    layer.servers.with_server(server, lambda s: layer.reports.adopt(s, reps, version))
+
+
+def test_a_lease_request_built_before_an_apply_answer_does_not_undo_it(layer: Layer) -> None:
+    """The agent numbers its reports; a lease request it built before it applied a leader
+    move (report 7) arrives after the answer (report 8) that the RS took: the older state
+    (A still leading at term 3) must not come back, or the LS shows no leader and the RS
+    raises the term again."""
+    members = [A, B, C]
+    old = [replica(KEY, A, members, me=A, term=3)]
+    moved = [replica(KEY, B, members, me=A, term=4)]
+    layer.servers.get(A).start_service_time = 1_700_000_000_000_000
+    _heartbeat(layer, A, 6, old)
+    _answer(layer, A, 8, moved)
+    _heartbeat(layer, A, 7, old)
+    assert layer.reports.reports()[A][KEY].leader == B
+    assert layer.servers.get(A).leader_cnt == 0
+    # The next lease request, built after the answer, is taken.
+    _heartbeat(layer, A, 9, old)
+    assert layer.reports.reports()[A][KEY].leader == A
+    # The mark is gone: an older number (a new run of the agent counting again, say)
+    # is taken as well.
+    _heartbeat(layer, A, 2, moved)
+    assert layer.reports.reports()[A][KEY].leader == B
+
+
+def test_answers_that_crossed_keep_the_newer_report(layer: Layer) -> None:
+    members = [A, B, C]
+    layer.servers.get(A).start_service_time = 1_700_000_000_000_000
+    _answer(layer, A, 5, [replica(KEY, B, members, me=A, term=4)])
+    _answer(layer, A, 4, [replica(KEY, A, members, me=A, term=3)])
+    assert layer.reports.reports()[A][KEY].leader == B
+
+
+def test_an_agent_restart_or_an_unnumbered_report_is_always_taken(layer: Layer) -> None:
+    members = [A, B, C]
+    s = layer.servers.get(A)
+    s.start_service_time = 1_700_000_000_000_000
+    _answer(layer, A, 50, [replica(KEY, B, members, me=A, term=4)])
+    # Restarted: its numbers start again, and the lease path records the new start first.
+    s.start_service_time += 60_000_000
+    _heartbeat(layer, A, 1, [replica(KEY, A, members, me=A, term=5)])
+    assert layer.reports.reports()[A][KEY].term == 5
+    # An agent of release 0.1.0 numbers nothing (0): taken, and it sets no mark.
+    _answer(layer, A, 0, [replica(KEY, A, members, me=A, term=6)])
+    _heartbeat(layer, A, 0, [replica(KEY, A, members, me=A, term=7)])
+    assert layer.reports.reports()[A][KEY].term == 7
+    # A step-down forgets the marks with the reports.
+    _answer(layer, A, 10, [replica(KEY, A, members, me=A, term=8)])
+    layer.reports.clear()
+    _heartbeat(layer, A, 3, [replica(KEY, A, members, me=A, term=9)])
+    assert layer.reports.reports()[A][KEY].term == 9
