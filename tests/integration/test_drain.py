@@ -8,8 +8,8 @@ One cluster, in order: a healthy drain returns with no leader left on the server
 naming them; after START SERVER the leaders come back, one member (the preferred new leader)
 is killed and a drain with TIMEOUT 5s fails at its timeout naming exactly the log streams
 that member belongs to, while obadmin's shell printed a progress line every second and
-another session saw the DRAINING row's progress rewritten at least three times with the
-same counts.
+another session saw the DRAINING row's progress rewritten at least three times with its
+2 leaders left.
 
 Then, on PostgreSQL with two RS: the RS leader killed (SIGKILL) mid-drain, the drain
 finished by the new leader.
@@ -94,13 +94,17 @@ def test_drain_progress_budget_and_timeout(procs: ProcSet, tmp_path: Path, db_ur
     finally:
         done.set()
         watcher.join()
-    # The DRAINING row was seen, its progress rewritten while nothing changed (the counts
-    # stay 2 leaders): the periodic write, not a change of count, moved PROGRESS_TIME.
-    # (-1, -1): the row as the statement wrote it, before the first round counted.
+    # The DRAINING row was seen, its progress rewritten while the leaders stayed: the
+    # periodic write moved PROGRESS_TIME (tests/unit/rootservice/servers/test_drain.py
+    # checks its period on a fake clock). (-1, -1): the row as the statement wrote it,
+    # before the first round counted. One LS may show 1 leader left for a moment: the RS
+    # does not know a3 is dead until its lease expires, so a switch to it can be in
+    # flight (a1 resigned, a3 unreachable, a1 reinstated) when a round counts - a
+    # clean-clone run saw {(1, 0), (2, 0)}. Never 0: no leader can leave.
     draining = [r for r in seen if r[0] == "DRAINING" and r[1] != -1]
     assert draining, seen
-    assert {(r[1], r[2]) for r in draining} == {(2, 0)}, draining
-    assert len({r[3] for r in draining}) >= 3, draining
+    assert {(r[1], r[2]) for r in draining} <= {(1, 0), (2, 0)}, draining
+    assert len({r[3] for r in draining if r[1] == 2}) >= 3, draining
     text = err.getvalue()
     assert "OB_WAIT_LEADER_SWITCH_TIMEOUT" in text or "4652" in text, text
     assert "LS 1001 (tenant 1002)" in text and "LS 1002 (tenant 1002)" in text, text
