@@ -14,6 +14,7 @@ minutes on a 2-core CI machine.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -129,10 +130,11 @@ def test_delete_life_cycle_cancel_and_permanent_offline_rebuild(tc: TenantCluste
         message="a copy to the target under way",
     )
     c.agents[target].kill()
-    # The copies after the restart still take a second per chunk (4 s per replica), so that
-    # obadmin's progress bar below sees the job in progress before it ends even when the
-    # plans are quick (pandas on PostgreSQL plans in milliseconds).
-    (c.data_dir(target) / "FAULT_COPY_SLOW_MS").write_text("1000")
+    # The copies after the restart stand still until obadmin's progress bar below has
+    # shown the job in progress: a clean-clone run had them finish (two 4 s copies)
+    # before obadmin, started on a loaded machine, first looked.
+    stall = c.data_dir(target) / "FAULT_COPY_STALL"
+    stall.write_text("")
     assert not any((c.data_dir(target) / "replicas").glob("*/meta.json")), (
         "a half-copied replica must not look complete"
     )
@@ -140,13 +142,29 @@ def test_delete_life_cycle_cancel_and_permanent_offline_rebuild(tc: TenantCluste
     progress = job(c, gone)
     assert progress["status"] == "INPROGRESS" and progress["info"]["units_total"] == 1
     # obadmin follows the job with a progress bar until it ends.
-    waited = subprocess.run(
-        [sys.executable, "-m", "sql.obadmin", *pki.obadmin_flags(), "--rs", c.rs_addr, "--wait-job", str(progress["id"]),
-         "--wait-timeout", f"{scaled(180):.0f}"],
-        capture_output=True, text=True, timeout=scaled(240),
-    )  # fmt: skip
-    assert waited.returncode == 0, waited.stdout + waited.stderr
-    lines = waited.stdout.splitlines()
+    errors = c.tmp / "obadmin.err"
+    with errors.open("w") as err:
+        waiter = subprocess.Popen(
+            [sys.executable, "-m", "sql.obadmin", *pki.obadmin_flags(), "--rs", c.rs_addr,
+             "--wait-job", str(progress["id"]), "--wait-timeout", f"{scaled(180):.0f}"],
+            stdout=subprocess.PIPE, stderr=err, text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+    lines: list[str] = []
+    try:
+        assert waiter.stdout is not None
+        # Bounded by obadmin's own --wait-timeout (and the kill below).
+        for line in waiter.stdout:
+            lines.append(line.rstrip("\n"))
+            if "INPROGRESS" in line and "units 0/1" in line:
+                stall.unlink(missing_ok=True)
+        returncode = waiter.wait(timeout=scaled(60))
+    finally:
+        stall.unlink(missing_ok=True)
+        if waiter.poll() is None:
+            waiter.kill()
+            waiter.wait()
+    assert returncode == 0, "\n".join(lines) + errors.read_text()
     assert lines[-1].startswith(f"job {progress['id']} [") and "100% SUCCESS" in lines[-1]
     assert "units 1/1 replicas 2/2" in lines[-1]
     assert any("INPROGRESS" in line and "units 0/1" in line for line in lines), lines
