@@ -53,6 +53,11 @@ COUNTERS: dict[str, tuple[str, str] | None] = {
         "ob_rs_lease_streams_full_tls",
         "Lease streams whose TLS connection made a full handshake.",
     ),
+    "replica_reports_stale_total": (
+        "ob_rs_replica_reports_stale",
+        "Replica reports ignored as built by the agent before an ApplyReplicas answer this RS "
+        "had taken (their replicas_version lower).",
+    ),
     "statements_total": None,
     "statements_refused_total": None,
     "statements_forwarded_total": None,

@@ -106,7 +106,7 @@ def build_tenant_layer(
     ``moves`` hears the steps of replica moves (the reports and the meta sync tell it)."""
     version = LayoutVersion()
     layout = LayoutCache(store, version)
-    reports = ReplicaReports(servers, layout, moves)
+    reports = ReplicaReports(servers, layout, moves, metrics)
     health = HostHealth(servers, zones, clock)
     applier = ReplicaApplier(store, agents, servers, reports, clock.monotonic_us)
     meta_sync = LsMetaSync(term, store, clock, servers, layout, reports, moves, settings)

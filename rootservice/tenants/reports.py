@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from obcommon.bounds import MAX_TERM
 from obcommon.proto import obrpc_pb2
+from rootservice.metrics import Metrics
 from rootservice.servers.status import AdminStatus, ServerStatus
 from rootservice.tenants.ports import ReplicaMoves, ServerDirectory
 from rootservice.tenants.topology import LayoutCache, LsPlan
@@ -69,11 +70,15 @@ class ReplicaReports:
     server that reports fewer replicas than before (:meth:`ReplicaMoves.replica_dropped`).
     """
 
-    def __init__(self, servers: ServerDirectory, layout: LayoutCache, moves: ReplicaMoves) -> None:
-        """Start with no reports."""
+    def __init__(
+        self, servers: ServerDirectory, layout: LayoutCache, moves: ReplicaMoves, metrics: Metrics
+    ) -> None:
+        """Start with no reports; ``metrics`` counts the reports ignored as older than an
+        answer taken (``replica_reports_stale_total``)."""
         self.servers = servers
         self.layout = layout
         self.moves = moves
+        self.metrics = metrics
         self._lock = threading.Lock()
         # server -> {LsKey: ReplicaInfo}; replaced whole by each report of that server.
         self._reports: dict[str, dict[LsKey, obrpc_pb2.ReplicaInfo]] = {}
@@ -116,6 +121,7 @@ class ReplicaReports:
         s = server
         if (mark := self._adopted.get(s.key)) is not None:
             if mark[1] == s.start_service_time and 0 < replicas_version < mark[0]:
+                self.metrics.inc("replica_reports_stale_total")
                 return
             del self._adopted[s.key]
         self._record(s, replicas)
@@ -136,6 +142,7 @@ class ReplicaReports:
             and mark[1] == server.start_service_time
             and 0 < replicas_version < mark[0]
         ):
+            self.metrics.inc("replica_reports_stale_total")
             return  # answers of two calls crossed: the other one's is newer
         if replicas_version > 0:
             self._adopted[server.key] = (replicas_version, server.start_service_time)

@@ -113,6 +113,7 @@ def test_a_lease_request_built_before_an_apply_answer_does_not_undo_it(layer: La
     _heartbeat(layer, A, 7, old)
     assert layer.reports.reports()[A][KEY].leader == B
     assert layer.servers.get(A).leader_cnt == 0
+    assert layer.reports.metrics.get("replica_reports_stale_total") == 1
     # The next lease request, built after the answer, is taken.
     _heartbeat(layer, A, 9, old)
     assert layer.reports.reports()[A][KEY].leader == A
@@ -128,6 +129,7 @@ def test_answers_that_crossed_keep_the_newer_report(layer: Layer) -> None:
     _answer(layer, A, 5, [replica(KEY, B, members, me=A, term=4)])
     _answer(layer, A, 4, [replica(KEY, A, members, me=A, term=3)])
     assert layer.reports.reports()[A][KEY].leader == B
+    assert layer.reports.metrics.get("replica_reports_stale_total") == 1
 
 
 def test_an_agent_restart_or_an_unnumbered_report_is_always_taken(layer: Layer) -> None:
@@ -148,3 +150,4 @@ def test_an_agent_restart_or_an_unnumbered_report_is_always_taken(layer: Layer) 
     layer.reports.clear()
     _heartbeat(layer, A, 3, [replica(KEY, A, members, me=A, term=9)])
     assert layer.reports.reports()[A][KEY].term == 9
+    assert layer.reports.metrics.get("replica_reports_stale_total") == 0
