@@ -205,15 +205,27 @@ class Election:
         """The database's clock (``db_clock`` when given), microseconds since the epoch."""
         return self.db_clock.now_us() if self.db_clock is not None else lease_repo.db_now_us(conn)
 
-    def _begin_round(self, conn: sa.Connection) -> None:
+    def _begin_round(self, conn: sa.Connection, *, renewal: bool = False) -> None:
         # Bounded waits: a round must fail rather than hang behind a paused RS's lock. And a
         # round of ours must not hold the row for ever if this process is paused between its
         # UPDATE and COMMIT: the server ends the session once it has been idle that long
         # (MetaStore does the same for fenced transactions).
-        renew, _ = lease_timings(self.lease_time())
+        lease = self.lease_time()
+        renew, margin = lease_timings(lease)
         ms = str(max(MIN_ROUND_TIMEOUT_US, renew) // 1000)
-        names = ("lock_timeout", "statement_timeout", "idle_in_transaction_session_timeout")
-        set_local(conn, dict.fromkeys(names, ms))
+        names = ("lock_timeout", "statement_timeout")
+        settings = dict.fromkeys(names, ms)
+        # A renewal may sit idle longer: the renew interval (2 s by default) ended the
+        # session of a leader whose process was only starved (a clean-clone CI run: 2.4 s
+        # without CPU, then a step-down over a lease still trusted for 6 s). Its row lock
+        # is released within ``lease - margin - renew`` of the UPDATE, which itself comes
+        # about ``renew`` after the last renewal: by the time that lease runs out, so a
+        # paused leader still delays no standby.
+        idle = lease - margin - renew if renewal else renew
+        settings["idle_in_transaction_session_timeout"] = str(
+            max(MIN_ROUND_TIMEOUT_US, idle) // 1000
+        )
+        set_local(conn, settings)
 
     def _round_bound_s(self) -> float:
         # A round's database work ends within the time a lease is trusted (``lease -
@@ -236,7 +248,7 @@ class Election:
         lease = self.lease_time()
         try:
             with io_deadline(self._round_bound_s()), self.store.engine.begin() as conn:
-                self._begin_round(conn)
+                self._begin_round(conn, renewal=True)
                 server = self._judge_server(conn)
                 now = self.db_now(conn)
                 member_repo.touch(conn, holder, now, self.build_version)
