@@ -226,7 +226,7 @@ class LagDetector:
                     # No episode, no reason to start one, nothing to probe: the judgement
                     # below would change nothing. Most servers of a large cluster, every round.
                     continue
-                reasons, why = self._reasons(key, s, mono, timeout)
+                reasons, why = self._reasons(key, s, mono, now, timeout)
                 before = s.lag
                 s.lag = judge(before, reasons, mono, timeout)
                 if s.lag.lagging and not before.lagging:
@@ -258,7 +258,7 @@ class LagDetector:
         return n
 
     def _reasons(
-        self, key: str, s: ServerStatus, mono: int, timeout: int
+        self, key: str, s: ServerStatus, mono: int, now: int, timeout: int
     ) -> tuple[tuple[str, ...], str]:
         reasons: list[str] = []
         why: list[str] = []
@@ -266,8 +266,11 @@ class LagDetector:
         if command_lagging(oldest, mono, timeout):
             assert oldest is not None
             reasons.append(REASON_COMMAND)
-            # The send time on the wall clock too, for operators (and the real-process test).
-            sent = self.clock.now_us() - (mono - oldest)
+            # The send time on the wall clock too, for operators (and the real-process test),
+            # from the round's own reading (``now`` pairs with ``mono``): a second reading
+            # made it up to the time between the two later, and the event (stamped ``now``)
+            # then showed less than the timeout since "sent at" (a CI run: 72 us short).
+            sent = now - (mono - oldest)
             why.append(f"a command sent at {sent} unapplied for {format_duration(mono - oldest)}")
         if disk_lagging(s.disk_probe_latency_us, timeout):
             reasons.append(REASON_DISK)

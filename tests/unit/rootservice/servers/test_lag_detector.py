@@ -7,6 +7,7 @@ reported. No agent runs here: DumpStacks fails, and the event says so."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -264,5 +265,43 @@ def test_a_server_hosting_replicas_is_probed_when_idle_and_one_hosting_none_is_n
         rs.heartbeats.receive_hb(req)
         rs.lag_detector.run_once()
         assert ledger.last_issued(A) == sent  # not idle yet: no second probe
+    finally:
+        rs.shutdown()
+
+
+class _TickingClock:
+    """``clock``'s readings, its wall clock one microsecond later at each read (as a real
+    one moves between two reads of one round)."""
+
+    def __init__(self, clock: object) -> None:
+        self._clock = clock
+        self._reads = 0
+
+    def now_us(self) -> int:
+        self._reads += 1
+        return self._clock.now_us() + self._reads  # type: ignore[attr-defined,no-any-return]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._clock, name)
+
+
+def test_the_event_shows_the_timeout_between_sent_at_and_its_own_time(
+    db_url: str, tmp_path: Path
+) -> None:
+    """ "sent at" is the round's own wall reading minus the command's age: a second reading
+    of the wall clock put it later than that, and the event (stamped with the first) then
+    showed less than agent_lag_timeout since the send (a real-process run: 72 us short)."""
+    rs = _rs(db_url, tmp_path)
+    try:
+        seq = rs.agents.ledger.issue(A, rs.term.epoch, rs.clock.monotonic_us())
+        rs.clock.advance(T)
+        _beat(rs, applied_command_seq=seq - 1)
+        rs.lag_detector.clock = _TickingClock(rs.clock)  # type: ignore[assignment]
+        assert rs.lag_detector.run_once() == 1
+        flush(rs)
+        [ev] = events(rs, "lagging")
+        m = re.search(r"sent at (\d+) unapplied for 5s", ev["value4"])
+        assert m, ev["value4"]
+        assert int(m.group(1)) + T == ev["event_time"]
     finally:
         rs.shutdown()
