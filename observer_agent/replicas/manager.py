@@ -198,7 +198,7 @@ class ReplicaManager:
         before an ApplyReplicas answer it has taken. Memory only."""
         self._report_version += 1
         msg.replicas_version = self._report_version
-        msg.replicas.extend(self._hosted.report(self._me.server))
+        msg.replicas.extend(self.report())
 
     # -- load / start / stop
 

@@ -119,9 +119,8 @@ class ReplicaReports:
         answer's ends that.
         """
         s = server
-        if (mark := self._adopted.get(s.key)) is not None:
-            if mark[1] == s.start_service_time and 0 < replicas_version < mark[0]:
-                self.metrics.inc("replica_reports_stale_total")
+        if s.key in self._adopted:
+            if self._stale(s, replicas_version):
                 return
             del self._adopted[s.key]
         self._record(s, replicas)
@@ -136,17 +135,20 @@ class ReplicaReports:
         """Record the full report an ApplyReplicas answer of ``server`` carries, numbered
         ``replicas_version`` by the agent (0: not numbered; nothing is then held against
         later reports). Same rules as :meth:`report` otherwise."""
-        mark = self._adopted.get(server.key)
-        if (
-            mark is not None
-            and mark[1] == server.start_service_time
-            and 0 < replicas_version < mark[0]
-        ):
-            self.metrics.inc("replica_reports_stale_total")
+        if self._stale(server, replicas_version):
             return  # answers of two calls crossed: the other one's is newer
         if replicas_version > 0:
             self._adopted[server.key] = (replicas_version, server.start_service_time)
         self._record(server, replicas)
+
+    def _stale(self, s: ServerStatus, replicas_version: int) -> bool:
+        """Whether a report numbered ``replicas_version`` by the same run of ``s`` was built
+        before the answer last adopted (counted in ``replica_reports_stale_total``)."""
+        mark = self._adopted.get(s.key)
+        if mark is None or mark[1] != s.start_service_time or not 0 < replicas_version < mark[0]:
+            return False
+        self.metrics.inc("replica_reports_stale_total")
+        return True
 
     def _record(self, s: ServerStatus, replicas: Sequence[obrpc_pb2.ReplicaInfo]) -> None:
         """The report of ``s`` taken: what :meth:`report` and :meth:`adopt` share."""
