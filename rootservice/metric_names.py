@@ -28,6 +28,11 @@ COUNTERS: dict[str, tuple[str, str] | None] = {
         "Times the gRPC event loop did not run for over 300 ms (each logged with its stack).",
     ),
     "rs_election_errors_total": ("ob_rs_election_errors", "Failed election rounds."),
+    "rs_lease_renewal_failures_total": (
+        "ob_rs_lease_renewal_failures",
+        "Lease renewals of the leader that failed on a passing database error and were left "
+        "to the next round while the lease was still trusted.",
+    ),
     "persist_failures_total": ("ob_rs_persist_failures", "Failed persistence-queue flushes."),
     "persist_flushes_total": ("ob_rs_persist_flushes", "Persistence-queue flushes."),
     "persist_rows_total": ("ob_rs_persist_rows", "__all_server rows written by the queue."),

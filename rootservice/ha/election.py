@@ -12,8 +12,9 @@ Several ``rootservice serve`` processes share one database; the ``rootservice_ep
 - every round, leader's or standby's, records this RS in ``__all_rootservice_member``
   (:mod:`rootservice.db.member_repo`: the standbys the status API lists);
 - the leader renews the lease (``expire = db_now + lease_time``) every
-  :func:`lease_timings` ``renew`` period, and steps down at once when a renewal fails or
-  finds another epoch or holder.
+  :func:`lease_timings` ``renew`` period, and steps down at once when a renewal finds another
+  epoch or holder or is refused; a renewal that fails on a passing database error is tried
+  again by the next round while the lease is still trusted (:meth:`Election._renew`).
 
 Independently of the rounds, the leader also stops trusting its lease once ``lease_time -
 margin`` has passed on its own monotonic clock since the start of its last successful
@@ -58,6 +59,11 @@ from rootservice.ha.term import CLEAN_STOP, Term, lease_timings
 from rootservice.metrics import Metrics
 
 log = logging.getLogger(__name__)
+
+#: Database errors a leader's renewal retries while its lease is trusted (``Election._renew``):
+#: the connection lost, refused or timed out, a lock or statement timeout, SQLite's "database
+#: is locked". Any other (a missing table, a constraint) steps down at once.
+TRANSIENT_DB_ERRORS = (sa.exc.OperationalError, sa.exc.InterfaceError)
 
 #: Shortest lock / statement timeout of one election round on PostgreSQL.
 MIN_ROUND_TIMEOUT_US = 200_000
@@ -160,6 +166,8 @@ class Election:
         # connections), no new attempt before this monotonic time: one lease, not every
         # round - each attempt raises the epoch and logs.
         self._retry_after_mono = 0
+        # Renewals of this term that failed on a database error in a row (see _renew).
+        self._renew_failures = 0
 
     def check_lease(self) -> bool:
         """The watchdog (every ``heartbeat_check_interval``): request a step-down when the
@@ -241,7 +249,22 @@ class Election:
         addr = self.term.address()
         return addr, parse_server(addr)
 
-    def _renew(self) -> None:
+    def _renew(self, *, retry: bool = True) -> None:
+        """Renew the lease of the current term (the leader's round).
+
+        Another epoch or holder in the row, or a refusal (``ObError``: a metadata server of
+        a lower timeline), steps down at once. A database error that may pass (the
+        connection lost or refused, a lock or statement timeout: ``OperationalError``,
+        ``InterfaceError``) does not while the lease is still trusted
+        (:meth:`Term.trusted_us`): the next round tries again, and the term's guard steps the
+        leader down once ``lease_time - margin`` has passed since the last good renewal,
+        i.e. after three failed rounds at the defaults. So one dropped connection or one
+        slow statement costs no failover, no reload of the whitelist and no reconnect storm
+        of every agent (Kubernetes client-go ``tools/leaderelection/leaderelection.go``
+        ``renew()`` retries every ``RetryPeriod`` until ``RenewDeadline`` the same way).
+        Each such failure is counted in ``rs_lease_renewal_failures_total`` and logged at
+        WARNING with the trust left. ``retry`` False (the renewal right after a late
+        take-office, which holds little of its lease) steps down on any error."""
         epoch = self.term.epoch
         me, holder = self.me()
         started = self.clock.monotonic_us()
@@ -262,11 +285,33 @@ class Election:
             return
         except sa.exc.SQLAlchemyError as e:
             self.metrics.inc("rs_election_errors_total")
-            self.term.request_step_down(f"lease renewal failed: {db_error_summary(e)}", epoch)
+            why = db_error_summary(e)
+            left = self.term.trusted_us()
+            if retry and left > 0 and isinstance(e, TRANSIENT_DB_ERRORS):
+                self._renew_failures += 1
+                self.metrics.inc("rs_lease_renewal_failures_total")
+                log.warning(
+                    "lease renewal of epoch %d failed (%d in a row); the lease is trusted "
+                    "for %d ms more, the next round tries again: %s",
+                    epoch,
+                    self._renew_failures,
+                    left // 1000,
+                    why,
+                    extra={"reason": "db"},
+                )
+                return
+            self.term.request_step_down(f"lease renewal failed: {why}", epoch)
             return
         if row is None:
             self.term.renewed(epoch, started)
             self.metrics.inc("rs_lease_renewals_total")
+            if self._renew_failures:
+                log.info(
+                    "lease of epoch %d renewed after %d failed renewals",
+                    epoch,
+                    self._renew_failures,
+                )
+                self._renew_failures = 0
             return
         self.term.leader = row.holder if row.holder != me else ""
         self.term.request_step_down(
@@ -336,6 +381,7 @@ class Election:
             # Under the write lock: a write of the previous term still in flight finishes
             # (and fails its fence) before the new epoch is used.
             self.term.begin(epoch, started, incarnation)
+        self._renew_failures = 0
         self.fence.note_epoch(epoch)
         self.metrics.inc("rs_elected_total")
         log.info(
@@ -355,7 +401,7 @@ class Election:
                 epoch,
                 (self.clock.monotonic_us() - started) // 1000,
             )
-            self._renew()
+            self._renew(retry=False)
             if self.term.epoch != epoch:
                 return
         try:

@@ -143,6 +143,19 @@ class Term:
             return f"lease of epoch {epoch} not renewed for {since // 1000} ms"
         return None
 
+    def trusted_us(self) -> int:
+        """Microseconds the lease of the current term is still trusted for on the monotonic
+        clock: ``lease_time - margin`` after the start of its last successful renewal, less
+        the time since (0 when not in office or past it). Unlike :meth:`guard` it ignores
+        :attr:`supervised`: a failed renewal retries only within it, in tests too."""
+        epoch = self.epoch
+        renewed = self._renewed_mono
+        if epoch == 0:
+            return 0
+        lease = self.lease_time()
+        _, margin = lease_timings(lease)
+        return max(0, lease - margin - (self.clock.monotonic_us() - renewed))
+
     def token(self) -> FenceToken:
         """``(epoch, incarnation)``: the fencing token of this term (epoch 0 = none)."""
         epoch = self.epoch

@@ -357,9 +357,10 @@ def test_database_outage_steps_the_leader_down_until_it_takes_office_again(
     procs: ProcSet, tmp_path: Path
 ) -> None:
     """PostgreSQL stops under a running RS (a private server, so the session's shared one is
-    never stopped). The RS holds its leadership as a lease in the database: the
-    first renewal that fails steps it down at once, so it writes nothing, drops its memory
-    and refuses statements and heartbeats (OB_RS_NOT_MASTER; OB_ERR_SYS for a statement
+    never stopped). The RS holds its leadership as a lease in the database: its renewals
+    fail, and once the lease is no longer trusted (``lease_time - margin`` after the last
+    good one) it steps down, so it writes nothing, drops its memory and refuses statements
+    and heartbeats (OB_RS_NOT_MASTER; OB_ERR_SYS for a statement
     caught before the renewal). Once the database is back it takes office again with a new
     epoch and a fresh load: what was acknowledged before the outage is kept, the server that
     died meanwhile becomes INACTIVE after the take-office grace (event ``lease_expire``), the
@@ -381,7 +382,7 @@ def test_database_outage_steps_the_leader_down_until_it_takes_office_again(
         wait_until(
             lambda: c.metrics()["state"] == "NOT_MASTER",
             15,
-            message="the leader stepped down when its lease renewal failed",
+            message="the leader stepped down once its failed renewals used up its lease",
         )
         m = c.metrics()
         assert m["servers"] == 0 and m["rs_step_down_total"] >= 1
@@ -403,6 +404,45 @@ def test_database_outage_steps_the_leader_down_until_it_takes_office_again(
         assert "lease_expire" in events
         c.ok(f"ALTER SYSTEM START SERVER '{a1}'")  # admin statements work again
         assert c.ok(f"SELECT stop_time FROM __all_server WHERE svr_port = {port1}") == [[0]]
+    finally:
+        pg.stop()
+
+
+def test_a_database_restart_shorter_than_the_lease_costs_no_step_down(
+    procs: ProcSet, tmp_path: Path
+) -> None:
+    """PostgreSQL restarted under a running leader (a private server) whose lease outlasts
+    the restart (``lease_time`` 30 s: trusted for 24 s after each renewal). Its renewals
+    fail while the database is down, each counted, and the first one after the restart
+    succeeds: the same epoch, no step-down, no take-office, and statements work again."""
+    from tests.support.pgserver import PgServer
+
+    pg = PgServer()
+    try:
+        pg.create_database("restart")
+        c = Cluster(procs, tmp_path, pg.url("restart"))
+        c.start_rs(lease_time="30s")
+        c.bootstrap(1)
+        before = c.metrics()
+        assert before["state"] == "FULL_SERVICE"
+        pg.outage()
+        wait_until(
+            lambda: c.metrics().get("rs_lease_renewal_failures_total", 0) >= 1,
+            20,
+            message="a renewal failed while the database was down",
+        )
+        pg.recover()
+        renewed = c.metrics().get("rs_lease_renewals_total", 0)
+        wait_until(
+            lambda: c.metrics().get("rs_lease_renewals_total", 0) > renewed,
+            30,
+            message="a renewal after the restart",
+        )
+        m = c.metrics()
+        assert m["state"] == "FULL_SERVICE" and m["epoch"] == before["epoch"]
+        assert m.get("rs_step_down_total", 0) == before.get("rs_step_down_total", 0)
+        assert m.get("rs_take_office_total") == before.get("rs_take_office_total")
+        c.ok("ALTER SYSTEM SET server_check_interval = '42s'")
     finally:
         pg.stop()
 

@@ -13,6 +13,15 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
 
 from obcommon.clock import FakeClock
 from obcommon.errors import ObError
@@ -235,21 +244,57 @@ def test_unsupervised_leader_ignores_the_margin(nodes: tuple[Node, Node], clock:
     assert a.term.guard() is None and not a.election.check_lease()
 
 
-def test_a_failed_renewal_steps_down_at_once_and_recovers(
-    nodes: tuple[Node, Node], clock: FakeClock, tmp_path: object
+DEAD_DB = "sqlite:////nonexistent-dir/none/x.db"
+
+
+def test_a_failed_renewal_is_retried_while_the_lease_is_trusted(
+    nodes: tuple[Node, Node], clock: FakeClock
 ) -> None:
+    # The database refuses one renewal (a dropped connection): the term goes on, and the
+    # next round renews it - no step-down, no new epoch, nothing reloaded.
+    a, b = nodes
+    assert a.election.run_once() and a.elected == [1]
+    good = a.store.engine
+    a.store.engine = sa.create_engine(DEAD_DB)
+    clock.advance(RENEW)
+    assert a.election.run_once()
+    assert a.term.epoch == 1 and a.deposed_now == [] and a.stepped_down == []
+    assert a.election.metrics.get("rs_lease_renewal_failures_total") == 1
+    a.store.engine = good
+    clock.advance(RENEW)
+    # The standby still sees a live lease: the failed renewal wrote nothing, the one before
+    # had not run out.
+    assert not b.election.run_once() and b.elected == []
+    assert a.election.run_once() and a.elected == [1] and a.term.epoch == 1
+    assert a.election.metrics.get("rs_lease_renewals_total") == 1
+    # Trusted again for a whole lease - margin from this renewal's start.
+    assert a.term.trusted_us() == LEASE - MARGIN
+
+
+@pytest.mark.parametrize("left_us", [1, 0])
+def test_failed_renewals_step_down_once_the_lease_is_no_longer_trusted(
+    nodes: tuple[Node, Node], clock: FakeClock, left_us: int
+) -> None:
+    # Both sides of the boundary: with 1 us of trust left a failed renewal is retried; at
+    # lease - margin after the last good renewal's start it steps down, and the RS takes
+    # office again (its own row, new epoch) once the database is back.
     a, b = nodes
     assert a.election.run_once()
     good = a.store.engine
-    a.store.engine = sa.create_engine("sqlite:////nonexistent-dir/none/x.db")
-    clock.advance(RENEW)
-    assert not a.election.run_once()
+    a.store.engine = sa.create_engine(DEAD_DB)
+    for _ in range(3):
+        clock.advance(RENEW)
+        assert a.election.run_once()
+    clock.advance(LEASE - MARGIN - 3 * RENEW - left_us)
+    assert a.term.trusted_us() == left_us
+    assert a.election.run_once() == (left_us > 0)
+    assert a.election.metrics.get("rs_lease_renewal_failures_total") == (4 if left_us else 3)
+    if left_us:
+        assert a.term.epoch == 1 and a.deposed_now == []
+        return
     assert a.term.epoch == 0 and "renewal failed" in a.deposed_now[0]
     assert a.stepped_down == a.deposed_now
-    # The database is back before the lease ran out: the row still names this RS, which
-    # takes office again at once (new epoch) rather than waiting out its own lease.
     a.store.engine = good
-    clock.advance(RENEW)
     assert not b.election.run_once()
     assert a.election.run_once() and a.elected == [1, 2]
 
@@ -365,7 +410,7 @@ def test_a_late_take_office_whose_renewal_fails_ends_the_term_unserved(
     # ends before anything was loaded or served (on_elected never ran), cleaned up in the
     # same round.
     a, _ = _late_node(engine, clock, [])
-    dead = sa.create_engine("sqlite:////nonexistent-dir/none/x.db")
+    dead = sa.create_engine(DEAD_DB)
 
     def slow_then_lost() -> None:
         clock.advance(RENEW + 1)
@@ -630,3 +675,70 @@ def test_a_new_term_never_writes_a_live_server_inactive_during_the_grace(
         assert expired == {s for s, _ in rest}
     finally:
         rs.shutdown()
+
+
+class RenewalMachine(RuleBasedStateMachine):
+    """One RS's rounds against a database that comes and goes, beside a pure model of what
+    :meth:`Election._renew` promises: a leader keeps its term through failed renewals until
+    ``lease_time - margin`` after its last good renewal's start, steps down at the first
+    failed round past that, and takes office again (a new term; the row is its own) at the
+    first round that reaches the database."""
+
+    engine: sa.Engine
+    examples = 0
+
+    @initialize()
+    def start(self) -> None:
+        # Each example starts an hour of fake time after the last, so the row left by the
+        # previous example (same address, so "its own") never looks like another's live lease.
+        RenewalMachine.examples += 1
+        self.clock = FakeClock(start_us=1_767_225_600_000_000 + RenewalMachine.examples * 3_600 * S)
+        self.node = make_node(self.engine, self.clock, "127.0.0.1:2881")
+        self.good = self.node.store.engine
+        self.dead = sa.create_engine(DEAD_DB)
+        self.up = True
+        self.leader = False
+        self.renewed = 0
+        self.terms = 0
+
+    def teardown(self) -> None:
+        if hasattr(self, "dead"):
+            self.dead.dispose()
+
+    @rule(up=st.booleans())
+    def database(self, up: bool) -> None:
+        self.up = up
+        self.node.store.engine = self.good if up else self.dead
+
+    @rule(us=st.one_of(st.integers(0, 3 * RENEW), st.sampled_from([RENEW, LEASE - MARGIN])))
+    def advance(self, us: int) -> None:
+        self.clock.advance(us)
+
+    @rule()
+    def round(self) -> None:
+        now = self.clock.monotonic_us()
+        got = self.node.election.run_once()
+        if self.up:
+            if not self.leader:
+                self.terms += 1
+            self.leader, self.renewed = True, now
+        elif self.leader and now - self.renewed >= LEASE - MARGIN:
+            self.leader = False
+        assert got == self.leader
+
+    @invariant()
+    def agrees(self) -> None:
+        assert (self.node.term.epoch != 0) == self.leader
+        assert len(self.node.elected) == self.terms
+        if self.leader:
+            assert self.node.term.trusted_us() == max(
+                0, LEASE - MARGIN - (self.clock.monotonic_us() - self.renewed)
+            )
+
+
+def test_renewals_through_database_failures_match_the_model(engine: sa.Engine) -> None:
+    RenewalMachine.engine = engine
+    run_state_machine_as_test(
+        RenewalMachine,
+        settings=settings(max_examples=40, stateful_step_count=30, deadline=None),
+    )
