@@ -187,7 +187,8 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
           "": nobody appends. A bad spec -> ``OB_INVALID_ARGUMENT``; the others still apply.
         - Each ``drop``: loops and any copy stopped, directories (with partial copies)
           removed (absent keys are no-ops).
-        - ``replicas``: the full report after applying, sorted by (tenant_id, ls_id).
+        - ``replicas``: the full report after applying, sorted by (tenant_id, ls_id), with
+          its number (``replicas_version``) and this run's ``start_service_time``.
 
         Requests are applied one at a time; a request the RS stops waiting for is still
         applied to the end.
@@ -202,10 +203,12 @@ class ObserverServicer(obrpc_pb2_grpc.ObserverServiceServicer):
             resp = obrpc_pb2.ApplyReplicasResponse()
             error_to_proto(refused, resp.error)
             self.agent.replicas.report_into(resp)
+            resp.start_service_time = self.agent.start_service_time
             return resp
         budget = context.time_remaining() if context is not None else None
         resp = await self.agent.replicas.apply(request, self.agent.highest_epoch, budget)
         self.agent.lease.commands.applied(request.command_seq)
+        resp.start_service_time = self.agent.start_service_time
         return resp
 
 

@@ -609,8 +609,14 @@ class ApplyReplicasResponse(_message.Message):
     ERROR_FIELD_NUMBER: _builtins.int
     REPLICAS_FIELD_NUMBER: _builtins.int
     REPLICAS_VERSION_FIELD_NUMBER: _builtins.int
+    START_SERVICE_TIME_FIELD_NUMBER: _builtins.int
     replicas_version: _builtins.int
     """as LeaseRequest.replicas_version"""
+    start_service_time: _builtins.int
+    """The agent's start_service_time (as LeaseRequest's): which run of the agent numbered the
+    report, so an answer from a run the RS has not had a lease request from yet is not
+    judged by the previous run's numbers. 0 from an agent before 0.2.0.
+    """
     @_builtins.property
     def error(self) -> Global___ObError: ...
     @_builtins.property
@@ -623,10 +629,11 @@ class ApplyReplicasResponse(_message.Message):
         error: Global___ObError | None = ...,
         replicas: _abc.Iterable[Global___ReplicaInfo] | None = ...,
         replicas_version: _builtins.int = ...,
+        start_service_time: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "replicas", b"replicas", "replicas_version", b"replicas_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "replicas", b"replicas", "replicas_version", b"replicas_version", "start_service_time", b"start_service_time"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -268,5 +268,8 @@ class ReplicaApplier:
     def _adopt(self, server: str, resp: obrpc_pb2.ApplyReplicasResponse) -> None:
         """Take the full report an ApplyReplicas answer carries."""
         self.servers.with_server(
-            server, lambda s: self.reports.adopt(s, list(resp.replicas), resp.replicas_version)
+            server,
+            lambda s: self.reports.adopt(
+                s, list(resp.replicas), resp.replicas_version, resp.start_service_time
+            ),
         )

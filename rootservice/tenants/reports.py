@@ -130,22 +130,31 @@ class ReplicaReports:
         server: ServerStatus,
         replicas: Sequence[obrpc_pb2.ReplicaInfo],
         replicas_version: int,
+        start_service_time: int = 0,
         /,
     ) -> None:
         """Record the full report an ApplyReplicas answer of ``server`` carries, numbered
-        ``replicas_version`` by the agent (0: not numbered; nothing is then held against
-        later reports). Same rules as :meth:`report` otherwise."""
-        if self._stale(server, replicas_version):
+        ``replicas_version`` by the run of the agent that started service at
+        ``start_service_time`` (0: not sent, an agent before 0.2.0: the run of its last lease
+        request is assumed). A version of 0 (not numbered) holds nothing against later
+        reports. Same rules as :meth:`report` otherwise; an answer from a run the RS has no
+        lease request from yet (the agent restarted) is never judged by the previous run's
+        numbers."""
+        run = start_service_time or server.start_service_time
+        if self._stale(server, replicas_version, run):
             return  # answers of two calls crossed: the other one's is newer
         if replicas_version > 0:
-            self._adopted[server.key] = (replicas_version, server.start_service_time)
+            self._adopted[server.key] = (replicas_version, run)
         self._record(server, replicas)
 
-    def _stale(self, s: ServerStatus, replicas_version: int) -> bool:
-        """Whether a report numbered ``replicas_version`` by the same run of ``s`` was built
-        before the answer last adopted (counted in ``replica_reports_stale_total``)."""
+    def _stale(self, s: ServerStatus, replicas_version: int, run: int | None = None) -> bool:
+        """Whether a report numbered ``replicas_version`` by the run of ``s`` that started
+        service at ``run`` (default: the one of its last lease request) was built before
+        the answer last adopted from that run (counted in ``replica_reports_stale_total``)."""
         mark = self._adopted.get(s.key)
-        if mark is None or mark[1] != s.start_service_time or not 0 < replicas_version < mark[0]:
+        if run is None:
+            run = s.start_service_time
+        if mark is None or mark[1] != run or not 0 < replicas_version < mark[0]:
             return False
         self.metrics.inc("replica_reports_stale_total")
         return True

@@ -444,7 +444,12 @@ def test_replica_data_and_log_are_served_to_members_and_announced_learners(
         try:
             async with pki.security(Role.RS, "127.0.0.1:1").aio_channel(me) as ch:
                 rs = obrpc_pb2_grpc.ObserverServiceStub(ch)
-                assert not (await rs.ApplyReplicas(spec([]), timeout=10)).error.code
+                # The answer names the agent's run, so the RS can tell a restarted agent's
+                # numbers from the previous run's.
+                agent.lease.start_service_time = 1_767_225_600_000_000
+                first = await rs.ApplyReplicas(spec([]), timeout=10)
+                assert not first.error.code and first.replicas_version > 0
+                assert first.start_service_time == 1_767_225_600_000_000
                 denied = grpc.StatusCode.PERMISSION_DENIED
                 # not a member, not announced: refused; the RS is always served
                 assert await fetch_data(Role.NODE, other) == denied

@@ -95,8 +95,10 @@ def _heartbeat(layer: Layer, server: str, version: int, reps: list[obrpc_pb2.Rep
     layer.servers.with_server(server, lambda s: layer.reports.report(s, reps, version))
 
 
-def _answer(layer: Layer, server: str, version: int, reps: list[obrpc_pb2.ReplicaInfo]) -> None:
-    layer.servers.with_server(server, lambda s: layer.reports.adopt(s, reps, version))
+def _answer(
+    layer: Layer, server: str, version: int, reps: list[obrpc_pb2.ReplicaInfo], run: int = 0
+) -> None:
+    layer.servers.with_server(server, lambda s: layer.reports.adopt(s, reps, version, run))
 
 
 def test_a_lease_request_built_before_an_apply_answer_does_not_undo_it(layer: Layer) -> None:
@@ -151,3 +153,27 @@ def test_an_agent_restart_or_an_unnumbered_report_is_always_taken(layer: Layer) 
     _heartbeat(layer, A, 3, [replica(KEY, A, members, me=A, term=9)])
     assert layer.reports.reports()[A][KEY].term == 9
     assert layer.reports.metrics.get("replica_reports_stale_total") == 0
+
+
+def test_an_answer_from_a_restarted_agent_before_its_first_lease_is_taken(layer: Layer) -> None:
+    """The agent restarted (its numbers start again) and answers an ApplyReplicas before its
+    new run's first lease request reached the RS, which still holds the old run's start: the
+    answer names its own run, so it is taken, and it is what later reports of that run are
+    judged by."""
+    members = [A, B, C]
+    s = layer.servers.get(A)
+    s.start_service_time = old_run = 1_700_000_000_000_000
+    new_run = old_run + 60_000_000
+    _answer(layer, A, 50, [replica(KEY, B, members, me=A, term=4)], old_run)
+    _answer(layer, A, 2, [replica(KEY, A, members, me=A, term=5)], new_run)
+    assert layer.reports.reports()[A][KEY].term == 5
+    assert layer.reports.metrics.get("replica_reports_stale_total") == 0
+    # The new run's first lease request, built before that answer (number 1), comes after.
+    s.start_service_time = new_run
+    _heartbeat(layer, A, 1, [replica(KEY, B, members, me=A, term=4)])
+    assert layer.reports.reports()[A][KEY].term == 5
+    assert layer.reports.metrics.get("replica_reports_stale_total") == 1
+    # Without a run in the answer (an agent before 0.2.0 sends 0) the lease path's is used.
+    _answer(layer, A, 1, [replica(KEY, A, members, me=A, term=6)])
+    assert layer.reports.reports()[A][KEY].term == 5
+    assert layer.reports.metrics.get("replica_reports_stale_total") == 2
