@@ -260,6 +260,8 @@ class Readings:
     # (-1.0 before the first).
     intake_saturated: bool = False
     loop_busy: float = -1.0
+    # How much longer this RS trusts its own RS lease (0 when not the leader).
+    rs_lease_trusted_us: int = 0
 
 
 class RsReadings(Protocol):
@@ -333,6 +335,13 @@ class RsCollector(Collector):
         )
         yield GaugeMetricFamily(
             "ob_rs_leader", "1 when this RS is the leader, else 0.", value=int(r.leader)
+        )
+        yield GaugeMetricFamily(
+            "ob_rs_lease_trusted_seconds",
+            "How much longer this RS trusts its own RS lease without another good renewal "
+            "(lease_time - lease_time/5 after the start of the last one; 0 when not the "
+            "leader): failed renewals are retried until it reaches 0, and then it steps down.",
+            value=r.rs_lease_trusted_us / 1e6,
         )
         yield _gauges(
             "ob_rs_state",

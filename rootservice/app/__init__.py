@@ -355,6 +355,7 @@ class RootService(RsComponents):
             intake_paced_total=self.lease_queue.paced_total,
             intake_saturated=self.lease_queue.saturated,
             loop_busy=self.loop_load.last_busy,
+            rs_lease_trusted_us=self.term.trusted_us(),
         )
 
     def metrics_snapshot(self) -> dict[str, Any]:
@@ -366,6 +367,7 @@ class RootService(RsComponents):
         out["persist_queue_depth"] = self.persist.depth()
         out["state"] = self.term.state.value
         out["epoch"] = self.store.epoch
+        out["rs_lease_trusted_us"] = self.term.trusted_us()
         out["leader"] = self.term.leader
         out["take_office_grace_until_us"] = self.take_office_grace.no_expire_until
         out["writes_rejected_total"] = self.store.rejected_writes

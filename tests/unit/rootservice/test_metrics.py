@@ -17,6 +17,7 @@ from rootservice.api.dispatch import run_statement, statement_kind
 from rootservice.api.lease_servicer import LeaseServicer
 from rootservice.app import RootService
 from rootservice.balancer.job_progress import JobProgress
+from rootservice.ha.term import lease_timings
 from rootservice.metrics import BUCKETS_US, LatencyWindow, Metrics
 from rootservice.tasks import FAILURE_LOG_US, FnTask, guarded
 from sql.parser import parse
@@ -111,8 +112,16 @@ def test_term_state_and_step_down(rs: RootService) -> None:
     assert v(m, "ob_rs_step_downs_total") == 0
     assert v(m, "ob_rs_take_office_total") == 1
     assert v(m, "ob_rs_take_office_seconds_count") == 1
+    # The leader's own lease: trusted for lease - margin from its last good renewal, less
+    # the time since.
+    trusted = v(m, "ob_rs_lease_trusted_seconds")
+    _, margin = lease_timings(rs.settings.lease_time)
+    assert 0 < trusted <= (rs.settings.lease_time - margin) / 1e6
+    rs.clock.advance(1_000_000)
+    assert v(scrape(rs), "ob_rs_lease_trusted_seconds") == pytest.approx(trusted - 1.0)
     assert rs.term.request_step_down("test")
     m = scrape(rs)
+    assert v(m, "ob_rs_lease_trusted_seconds") == 0
     assert v(m, "ob_rs_step_downs_total") == 1
     assert v(m, "ob_rs_leader") == 0
     assert v(m, "ob_rs_epoch") == 0
