@@ -500,6 +500,26 @@ def test_take_over_waits_for_the_old_leaders_fenced_transaction(
     assert b.election.run_once() and b.elected == [2]
 
 
+def test_a_renewal_held_past_its_lock_timeout_is_retried_not_a_step_down(
+    nodes: tuple[Node, Node], clock: FakeClock
+) -> None:
+    """Another session holds the lease row FOR UPDATE (as a standby's round does, here for
+    longer than the renewal's lock and statement timeouts): the renewal is cancelled by
+    PostgreSQL, a passing error, so the leader keeps its term and the next round renews."""
+    a, b = nodes
+    _pg_only(a.store.engine)
+    assert a.election.run_once()
+    with b.store.engine.connect() as other, other.begin():
+        lease_repo.read_lease(other, lock=True)
+        clock.advance(RENEW)
+        assert a.election.run_once(), a.deposed_now
+    assert a.deposed_now == [] and a.term.epoch == 1
+    assert a.election.metrics.get("rs_lease_renewal_failures_total") == 1
+    clock.advance(RENEW)
+    assert a.election.run_once() and a.elected == [1]
+    assert a.election.metrics.get("rs_lease_renewals_total") == 1
+
+
 def test_the_leaders_renewal_does_not_wait_for_its_own_fenced_transactions(
     nodes: tuple[Node, Node], clock: FakeClock
 ) -> None:
