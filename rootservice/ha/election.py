@@ -14,7 +14,8 @@ Several ``rootservice serve`` processes share one database; the ``rootservice_ep
 - the leader renews the lease (``expire = db_now + lease_time``) every
   :func:`lease_timings` ``renew`` period, and steps down at once when a renewal finds another
   epoch or holder or is refused; a renewal that fails on a passing database error is tried
-  again by the next round while the lease is still trusted (:meth:`Election._renew`).
+  again by the next round while the lease is still trusted
+  (:meth:`rootservice.ha.renewal.LeaseRenewal.renew`).
 
 Independently of the rounds, the leader also stops trusting its lease once ``lease_time -
 margin`` has passed on its own monotonic clock since the start of its last successful
@@ -44,30 +45,21 @@ from collections.abc import Callable, Iterator
 
 import sqlalchemy as sa
 
-from obcommon.addresses import parse_server
 from obcommon.clock import Clock
 from obcommon.errors import ObError
-from obcommon.fencing import FenceToken, reports_conflict
+from obcommon.fencing import FenceToken
 from obcommon.ratelimit_log import RateLimitedLog
-from rootservice.db import event_repo, lease_repo, member_repo
-from rootservice.db.engine import db_error_summary, io_deadline, set_local
-from rootservice.db.event_repo import Event
-from rootservice.db.server_identity import ServerIdentity, read_identity
+from rootservice.db import lease_repo, member_repo
+from rootservice.db.engine import db_error_summary
 from rootservice.ha.fence import EpochFence, choose_epoch
+from rootservice.ha.renewal import LeaseRenewal
+from rootservice.ha.retake import EpochRetake
+from rootservice.ha.rounds import LeaseRounds
 from rootservice.ha.store import MetaStore
 from rootservice.ha.term import CLEAN_STOP, Term, lease_timings
 from rootservice.metrics import Metrics
 
 log = logging.getLogger(__name__)
-
-#: Database errors a leader's renewal retries while its lease is trusted (``Election._renew``):
-#: the connection lost, refused or timed out, a lock or statement timeout, SQLite's "database
-#: is locked". Any other (a missing table, a constraint) steps down at once.
-TRANSIENT_DB_ERRORS = (sa.exc.OperationalError, sa.exc.InterfaceError)
-
-#: Shortest lock / statement timeout of one election round on PostgreSQL.
-MIN_ROUND_TIMEOUT_US = 200_000
-
 
 #: How many RS addresses ``rootservice_list`` keeps (the most recent leaders).
 MAX_RS_LIST = 8
@@ -121,7 +113,7 @@ class Election:
     ``on_step_down(reason)`` cleans up in the election thread. ``fence`` holds the agents'
     reported epochs and the metadata servers seen: a take-office starts
     above both the row and every reported epoch, a conflicting report makes the leader re-take
-    the row above it (:meth:`_retake`), a server of a lower timeline is refused, and no
+    the row above it (:class:`rootservice.ha.retake.EpochRetake`), a server of a lower timeline is refused, and no
     take-office happens within one lease after a change of primary. ``incarnation()`` draws
     each term's incarnation id.
     """
@@ -156,7 +148,12 @@ class Election:
         self.on_elected = on_elected
         self.on_step_down = on_step_down
         self.metrics = metrics or Metrics()
-        self.db_clock = db_clock
+        # What every round shares, the leader's renewal and the re-take above a report.
+        self.rounds = LeaseRounds(
+            store, term, clock, lease_time, self.fence, self.metrics, db_clock
+        )
+        self.renewal = LeaseRenewal(self.rounds, release)
+        self.retake = EpochRetake(self.rounds, incarnation)
         # One round at a time (the scheduler already ensures it; tests and start() too).
         self.round_lock = threading.Lock()
         # A standby or a leader cut off from the database fails every round: one line a
@@ -166,8 +163,23 @@ class Election:
         # connections), no new attempt before this monotonic time: one lease, not every
         # round - each attempt raises the epoch and logs.
         self._retry_after_mono = 0
-        # Renewals of this term that failed on a database error in a row (see _renew).
-        self._renew_failures = 0
+
+    @property
+    def db_clock(self) -> Clock | None:
+        """The clock standing in for the database's (None: the database's own)."""
+        return self.rounds.db_clock
+
+    @db_clock.setter
+    def db_clock(self, clock: Clock | None) -> None:
+        self.rounds.db_clock = clock
+
+    def db_now(self, conn: sa.Connection) -> int:
+        """The database's clock (:meth:`LeaseRounds.db_now`), microseconds since the epoch."""
+        return self.rounds.db_now(conn)
+
+    def me(self) -> tuple[str, tuple[str, int]]:
+        """This RS's address, as ``ip:port`` and as the lease row's holder tuple."""
+        return self.rounds.me()
 
     def check_lease(self) -> bool:
         """The watchdog (every ``heartbeat_check_interval``): request a step-down when the
@@ -199,124 +211,15 @@ class Election:
             try:
                 self.finish_step_down()
                 if self.term.epoch and self.fence.pending():
-                    self._retake()
+                    self.retake.retake()
                 elif self.term.epoch:
-                    self._renew()
+                    self.renewal.renew()
                 else:
                     self._try_take_office()
                 self.finish_step_down()
                 return self.term.epoch != 0
             finally:
                 self.term.round_thread = None
-
-    def db_now(self, conn: sa.Connection) -> int:
-        """The database's clock (``db_clock`` when given), microseconds since the epoch."""
-        return self.db_clock.now_us() if self.db_clock is not None else lease_repo.db_now_us(conn)
-
-    def _begin_round(self, conn: sa.Connection, *, renewal: bool = False) -> None:
-        # Bounded waits: a round must fail rather than hang behind a paused RS's lock. And a
-        # round of ours must not hold the row for ever if this process is paused between its
-        # UPDATE and COMMIT: the server ends the session once it has been idle that long
-        # (MetaStore does the same for fenced transactions).
-        lease = self.lease_time()
-        renew, margin = lease_timings(lease)
-        ms = str(max(MIN_ROUND_TIMEOUT_US, renew) // 1000)
-        names = ("lock_timeout", "statement_timeout")
-        settings = dict.fromkeys(names, ms)
-        # A renewal may sit idle longer: the renew interval (2 s by default) ended the
-        # session of a leader whose process was only starved (a clean-clone CI run: 2.4 s
-        # without CPU, then a step-down over a lease still trusted for 6 s). Its row lock
-        # is released within ``lease - margin - renew`` of the UPDATE, which itself comes
-        # about ``renew`` after the last renewal: by the time that lease runs out, so a
-        # paused leader still delays no standby.
-        idle = lease - margin - renew if renewal else renew
-        settings["idle_in_transaction_session_timeout"] = str(
-            max(MIN_ROUND_TIMEOUT_US, idle) // 1000
-        )
-        set_local(conn, settings)
-
-    def _round_bound_s(self) -> float:
-        # A round's database work ends within the time a lease is trusted (``lease -
-        # margin``), whatever the database does: a round stuck on a connection that never
-        # answers (a blackhole, a hung server) would keep a deposed leader from finishing its
-        # step-down and a standby from ever taking office.
-        lease = self.lease_time()
-        _, margin = lease_timings(lease)
-        return max(MIN_ROUND_TIMEOUT_US, lease - margin) / 1e6
-
-    def me(self) -> tuple[str, tuple[str, int]]:
-        """This RS's address, as ``ip:port`` and as the lease row's holder tuple."""
-        addr = self.term.address()
-        return addr, parse_server(addr)
-
-    def _renew(self, *, retry: bool = True) -> None:
-        """Renew the lease of the current term (the leader's round).
-
-        Another epoch or holder in the row, or a refusal (``ObError``: a metadata server of
-        a lower timeline), steps down at once. A database error that may pass (the
-        connection lost or refused, a lock or statement timeout: ``OperationalError``,
-        ``InterfaceError``) does not while the lease is still trusted
-        (:meth:`Term.trusted_us`): the next round tries again, and the term's guard steps the
-        leader down once ``lease_time - margin`` has passed since the last good renewal,
-        i.e. after three failed rounds at the defaults. So one dropped connection or one
-        slow statement costs no failover, no reload of the whitelist and no reconnect storm
-        of every agent (Kubernetes client-go ``tools/leaderelection/leaderelection.go``
-        ``renew()`` retries every ``RetryPeriod`` until ``RenewDeadline`` the same way).
-        Each such failure is counted in ``rs_lease_renewal_failures_total`` and logged at
-        WARNING with the trust left. ``retry`` False (the renewal right after a late
-        take-office, which holds little of its lease) steps down on any error."""
-        epoch = self.term.epoch
-        me, holder = self.me()
-        started = self.clock.monotonic_us()
-        lease = self.lease_time()
-        try:
-            with io_deadline(self._round_bound_s()), self.store.engine.begin() as conn:
-                self._begin_round(conn, renewal=True)
-                server = self._judge_server(conn)
-                now = self.db_now(conn)
-                member_repo.touch(conn, holder, now, self.build_version)
-                row = None
-                if not lease_repo.renew_lease(conn, epoch, holder, now, now + lease, server):
-                    row = lease_repo.read_lease(conn)
-                    if row.epoch < epoch:
-                        self._went_back(conn, now, epoch, row.epoch, "the lease row")
-        except ObError as e:
-            self.term.request_step_down(f"lease renewal refused: {e.message}", epoch)
-            return
-        except sa.exc.SQLAlchemyError as e:
-            self.metrics.inc("rs_election_errors_total")
-            why = db_error_summary(e)
-            left = self.term.trusted_us()
-            if retry and left > 0 and isinstance(e, TRANSIENT_DB_ERRORS):
-                self._renew_failures += 1
-                self.metrics.inc("rs_lease_renewal_failures_total")
-                log.warning(
-                    "lease renewal of epoch %d failed (%d in a row); the lease is trusted "
-                    "for %d ms more, the next round tries again: %s",
-                    epoch,
-                    self._renew_failures,
-                    left // 1000,
-                    why,
-                    extra={"reason": "db"},
-                )
-                return
-            self.term.request_step_down(f"lease renewal failed: {why}", epoch)
-            return
-        if row is None:
-            self.term.renewed(epoch, started)
-            self.metrics.inc("rs_lease_renewals_total")
-            if self._renew_failures:
-                log.info(
-                    "lease of epoch %d renewed after %d failed renewals",
-                    epoch,
-                    self._renew_failures,
-                )
-                self._renew_failures = 0
-            return
-        self.term.leader = row.holder if row.holder != me else ""
-        self.term.request_step_down(
-            f"the lease is now epoch {row.epoch} held by {row.holder or 'nobody'}", epoch
-        )
 
     def _try_take_office(self) -> None:
         me, holder = self.me()
@@ -325,9 +228,8 @@ class Election:
             return
         lease = self.lease_time()
         try:
-            with io_deadline(self._round_bound_s()), self.store.engine.begin() as conn:
-                self._begin_round(conn)
-                server = self._judge_server(conn)
+            with self.rounds.txn() as conn:
+                server = self.rounds.judge_server(conn)
                 row = lease_repo.read_lease(conn, lock=True)
                 now = self.db_now(conn)
                 # Seen by the status API's root services: standbys too.
@@ -353,7 +255,7 @@ class Election:
                     return
                 reported = self.fence.highest_known
                 if reported > row.epoch:
-                    self._went_back(conn, now, reported, row.epoch, "epochs agents obeyed")
+                    self.rounds.went_back(conn, now, reported, row.epoch, "epochs agents obeyed")
                 epoch = choose_epoch(row.epoch, [reported])
                 incarnation = self.incarnation()
                 epoch = lease_repo.take_lease(
@@ -381,7 +283,6 @@ class Election:
             # Under the write lock: a write of the previous term still in flight finishes
             # (and fails its fence) before the new epoch is used.
             self.term.begin(epoch, started, incarnation)
-        self._renew_failures = 0
         self.fence.note_epoch(epoch)
         self.metrics.inc("rs_elected_total")
         log.info(
@@ -401,7 +302,7 @@ class Election:
                 epoch,
                 (self.clock.monotonic_us() - started) // 1000,
             )
-            self._renew(retry=False)
+            self.renewal.renew(retry=False)
             if self.term.epoch != epoch:
                 return
         try:
@@ -437,105 +338,6 @@ class Election:
         renew, _ = lease_timings(self.lease_time())
         return self.clock.monotonic_us() - started_mono > renew
 
-    # --- fencing ---------------------------------------------------------
-
-    def _judge_server(self, conn: sa.Connection) -> ServerIdentity | None:
-        # The server this round runs on, read again: one promoted while we were connected
-        # has moved to a higher timeline; one below the highest seen is refused.
-        server = read_identity(conn)
-        why = self.fence.judge_server(server)
-        if why is not None:
-            conn.connection.invalidate()
-            raise ObError("OB_RS_NOT_MASTER", detail=why)
-        return server
-
-    def _went_back(self, conn: sa.Connection, now: int, high: int, low: int, what: str) -> None:
-        """The metadata store lost committed writes: log at ERROR, count, and record the
-        event ``epoch_went_back`` in the round's transaction."""
-        self.metrics.inc("rs_epoch_went_back_total")
-        log.error(
-            "epoch went back from %d to %d (%s): the metadata store lost committed writes "
-            "(an asynchronous standby promoted, a restored backup?); whatever was written "
-            "with epochs above %d is lost; taking an epoch above %d",
-            high,
-            low,
-            what,
-            low,
-            high,
-            extra={"reason": "epoch_went_back"},
-        )
-        event_repo.insert_events(
-            conn,
-            [
-                Event(
-                    now,
-                    "root_service",
-                    "epoch_went_back",
-                    (("from", high), ("to", low), ("seen_in", what), ("rs", self.term.address())),
-                )
-            ],
-            self.store.rs_addr,
-        )
-
-    def _retake(self) -> None:
-        """An agent obeyed a token this term's does not follow: raise the epoch above it in
-        the lease row (still ours, locked) before anything else is commanded."""
-        demand = self.fence.take_demand()
-        epoch = self.term.epoch
-        if demand is None or epoch == 0:
-            return
-        reported, server = demand
-        if not reports_conflict(self.term.token(), reported):
-            # Judged against a token this RS has left since: a report that reached the fence
-            # while an earlier re-take ran (the agent's next request, still carrying what it
-            # obeyed). That re-take already put the epoch above it; one report, one raise.
-            log.info("report of %s by %s already answered by a re-take", reported, server)
-            return
-        me, holder = self.me()
-        started = self.clock.monotonic_us()
-        lease = self.lease_time()
-        incarnation = self.incarnation()
-        try:
-            with io_deadline(self._round_bound_s()), self.store.engine.begin() as conn:
-                self._begin_round(conn)
-                ident = self._judge_server(conn)
-                row = lease_repo.read_lease(conn, lock=True)
-                now = self.db_now(conn)
-                if row.epoch != epoch or row.holder != me:
-                    self.term.request_step_down(
-                        f"the lease is now epoch {row.epoch} held by {row.holder or 'nobody'}",
-                        epoch,
-                    )
-                    return
-                self._went_back(conn, now, reported.epoch, epoch, f"reported by {server}")
-                new = lease_repo.take_lease(
-                    conn,
-                    row,
-                    holder,
-                    now,
-                    now + lease,
-                    epoch=choose_epoch(row.epoch, [reported.epoch, self.fence.highest_known]),
-                    incarnation=incarnation,
-                    server=ident,
-                )
-        except (ObError, sa.exc.SQLAlchemyError) as e:
-            self.metrics.inc("rs_election_errors_total")
-            why = e.message if isinstance(e, ObError) else db_error_summary(e)
-            self.term.request_step_down(f"raising the epoch failed: {why}", epoch)
-            return
-        old = self.term.token()
-        with self.store.write_lock:
-            self.term.begin(new, started, incarnation)
-        self.fence.note_epoch(new)
-        self.metrics.inc("rs_epoch_raised_total")
-        log.error(
-            "raised the epoch from %s to %s: server %s had obeyed %s",
-            old,
-            FenceToken(new, incarnation),
-            server,
-            reported,
-        )
-
     # --- what a handover (rootservice.ha.handover) runs on ------------------------------
 
     @contextlib.contextmanager
@@ -543,8 +345,7 @@ class Election:
         """A short transaction of this election's bounds (lock, statement and idle timeouts
         of one renewal interval; all its I/O within the time a lease is trusted), outside
         the fenced ones. Raises what SQLAlchemy raises."""
-        with io_deadline(self._round_bound_s()), self.store.engine.begin() as conn:
-            self._begin_round(conn)
+        with self.rounds.txn() as conn:
             yield conn
 
     def lease(self) -> lease_repo.RsLease:
@@ -569,8 +370,7 @@ class Election:
 
     def _release(self, epoch: int, holder: tuple[str, int]) -> bool:
         try:
-            with io_deadline(self._round_bound_s()), self.store.engine.begin() as conn:
-                self._begin_round(conn)
+            with self.rounds.txn() as conn:
                 done = lease_repo.release_lease(conn, epoch, holder, self.db_now(conn))
         except sa.exc.SQLAlchemyError as e:
             log.warning("releasing the RS lease failed: %s", db_error_summary(e))

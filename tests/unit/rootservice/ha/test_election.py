@@ -85,7 +85,9 @@ class Node:
         return Handover(self.election)
 
 
-def make_node(engine: sa.Engine, clock: FakeClock, addr: str) -> Node:
+def make_node(
+    engine: sa.Engine, clock: FakeClock, addr: str, metrics: Metrics | None = None
+) -> Node:
     ip, port = addr.rsplit(":", 1)
     term = RecordingTerm(clock, addr)
     store = MetaStore(engine, (ip, int(port)), term)
@@ -108,6 +110,7 @@ def make_node(engine: sa.Engine, clock: FakeClock, addr: str) -> Node:
             on_elected=elected,
             on_step_down=lambda why: node.stepped_down.append(why),
             db_clock=clock,
+            metrics=metrics,
         ),
     )
     return node
@@ -376,9 +379,8 @@ class LateDatabase:
 def _late_node(
     engine: sa.Engine, clock: FakeClock, steps: list[Callable[[], None]]
 ) -> tuple[Node, Metrics]:
-    node = make_node(engine, clock, "127.0.0.1:2881")
     metrics = Metrics()
-    node.election.metrics = metrics
+    node = make_node(engine, clock, "127.0.0.1:2881", metrics)
     node.election.db_clock = LateDatabase(clock, steps)
     node.term.supervise()
     return node, metrics
@@ -570,7 +572,7 @@ def test_election_rounds_bound_their_waits(engine: sa.Engine, clock: FakeClock) 
         seen.append({n: str(conn.exec_driver_sql(f"SHOW {n}").scalar()) for n in names})
         return clock.now_us()
 
-    a.election.db_now = spy  # type: ignore[method-assign]
+    a.election.rounds.db_now = spy  # type: ignore[method-assign]
     assert a.election.run_once()
     clock.advance(RENEW)
     assert a.election.run_once()
@@ -699,7 +701,7 @@ def test_a_new_term_never_writes_a_live_server_inactive_during_the_grace(
 
 class RenewalMachine(RuleBasedStateMachine):
     """One RS's rounds against a database that comes and goes, beside a pure model of what
-    :meth:`Election._renew` promises: a leader keeps its term through failed renewals until
+    :meth:`LeaseRenewal.renew` promises: a leader keeps its term through failed renewals until
     ``lease_time - margin`` after its last good renewal's start, steps down at the first
     failed round past that, and takes office again (a new term; the row is its own) at the
     first round that reaches the database."""

@@ -63,7 +63,7 @@ def test_a_conflicting_report_is_refused_and_the_leader_raises_its_epoch(
     conflict = hb(A, ZA, rs_epoch=own.epoch, rs_incarnation=other)
     assert error_name(rs.heartbeats.receive_hb, conflict) == "OB_RS_NOT_MASTER"
     assert rs.fence.pending()
-    with caplog.at_level(logging.ERROR, logger="rootservice.ha.election"):
+    with caplog.at_level(logging.ERROR, logger="rootservice.ha"):
         assert rs.election.run_once()
     new = rs.term.token()
     assert new.epoch == own.epoch + 1 and new.incarnation not in (own.incarnation, other)
@@ -94,7 +94,7 @@ def test_a_report_judged_against_the_token_before_a_retake_raises_nothing_more(
     assert raised.epoch == own.epoch + 1
     # The late one: judged against the token the RS held before the re-take.
     assert rs.fence.report(A, reported, own) and rs.fence.pending()
-    with caplog.at_level(logging.INFO, logger="rootservice.ha.election"):
+    with caplog.at_level(logging.INFO, logger="rootservice.ha"):
         assert rs.election.run_once()
     assert rs.term.token() == raised
     assert (lease(rs).epoch, lease(rs).incarnation) == (raised.epoch, raised.incarnation)
@@ -115,7 +115,7 @@ def test_take_office_goes_above_every_reported_epoch(
     rs.election.release()
     # A standby hears agents that obeyed epoch epoch + 5 (lost by the store).
     rs.fence.note_epoch(epoch + 5)
-    with caplog.at_level(logging.ERROR, logger="rootservice.ha.election"):
+    with caplog.at_level(logging.ERROR, logger="rootservice.ha"):
         assert rs.election.run_once()
     assert rs.term.epoch == lease(rs).epoch == epoch + 6
     assert f"epoch went back from {epoch + 5} to {epoch}" in caplog.text
@@ -129,7 +129,7 @@ def test_the_leader_notices_the_lease_row_going_back(
     # The store lost the last epoch bump (an asynchronous standby promoted).
     with rs.store.engine.begin() as conn:
         conn.execute(sa.text("UPDATE __all_service_epoch SET value = value - 1"))
-    with caplog.at_level(logging.ERROR, logger="rootservice.ha.election"):
+    with caplog.at_level(logging.ERROR, logger="rootservice.ha"):
         rs.election.run_once()
     assert f"epoch went back from {epoch} to {epoch - 1}" in caplog.text
     # It stepped down and takes office again above the epoch it held, not with it again.

@@ -237,7 +237,7 @@ class FencingModel(RuleBasedStateMachine):
     def report(self, a: int, r: int) -> None:
         """Agent ``a``'s lease request, with the token it keeps, reaches RS ``r``: a
         standby notes the epoch (the lease servicer), a leader asks its fence; a conflict is
-        answered by the election's re-take (``Election._retake``): the row must still be
+        answered by the election's re-take (``EpochRetake.retake``): the row must still be
         ours, then an epoch above the demand and every epoch known."""
         rs, reported = self.rss[r], self.agents[a].keeper.highest
         rs.heard[a] = reported
